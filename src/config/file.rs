@@ -1,0 +1,1 @@
+//! Serde mirror of the YAML file (to be written).

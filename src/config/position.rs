@@ -1,0 +1,1 @@
+//! Field path → line/column index (to be written).

@@ -1,0 +1,1 @@
+//! headers (to be written).

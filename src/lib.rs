@@ -1,0 +1,24 @@
+//! tollgate: a rate-limiting reverse-proxy HTTP gateway.
+//!
+//! For each request the gateway matches a route ([`routing`]), works out who
+//! is calling ([`identity`]), asks a limiter shared by every gateway instance
+//! ([`limit`] over a [`store`]) and then forwards the request upstream
+//! ([`proxy`]) or answers `429 Too Many Requests` with the IETF rate-limit
+//! headers ([`headers`]). [`server::run`] ties the phases together; the binary
+//! in `main.rs` only parses the command line, loads the configuration and
+//! calls it. See `docs/request-lifecycle.md` for the phase chart.
+#![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod config;
+pub mod headers;
+pub mod identity;
+pub mod limit;
+pub mod problem;
+pub mod proxy;
+pub mod routing;
+pub mod server;
+pub mod store;
+
+pub use config::Config;
+

@@ -1,0 +1,61 @@
+//! The limiter's vocabulary: what one decision asks and what it answers.
+//!
+//! A request carries one [`LimitRequest`] per configured limit. A store
+//! decides them together: the request is admitted only when every limit
+//! admits, and only then is anything consumed ("count admitted requests, not
+//! attempts"). The [`Decision`] carries everything the response needs —
+//! remaining quota, reset and Retry-After per limit — so the header phase
+//! never asks the store again.
+
+pub mod sliding_window;
+
+/// One limit to check for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitRequest {
+    /// Full store key: prefix, route, limit and identity.
+    pub key: String,
+    /// Quota per window (`L`).
+    pub limit: u64,
+    /// Window length in milliseconds (`w`).
+    pub window_ms: u64,
+    /// Units this request consumes (`c`).
+    pub cost: u64,
+}
+
+/// The answer for one limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitOutcome {
+    /// This limit, on its own, would admit the request.
+    pub admits: bool,
+    /// Quota left after this request (`floor(L − E_after)`, at least 0).
+    pub remaining: u64,
+    /// Milliseconds until the quota is fully restored if nothing else arrives.
+    pub reset_ms: u64,
+    /// When this limit denies: the smallest wait in milliseconds after which
+    /// it admits the same request, or `None` when it never can (cost > limit).
+    /// `Some(0)` when it admits.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// The answer for all limits of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Every limit admitted and the cost was consumed from each.
+    pub allowed: bool,
+    /// One outcome per [`LimitRequest`], in the same order.
+    pub outcomes: Vec<LimitOutcome>,
+}
+
+impl Decision {
+    /// Milliseconds to wait before the request can be admitted: the largest
+    /// wait among the denying limits. `None` if a limit can never admit it.
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        let mut wait = 0;
+        for o in &self.outcomes {
+            if !o.admits {
+                wait = wait.max(o.retry_after_ms?);
+            }
+        }
+        Some(wait)
+    }
+}

@@ -1,0 +1,152 @@
+//! The sliding-window counter (DESIGN §4), as pure integer arithmetic.
+//!
+//! Window index `i = floor(t/w)`, elapsed `e = t mod w`, counts `cur`
+//! (window `i`) and `prev` (window `i−1`). The estimate is
+//! `E = prev·(w−e)/w + cur`; a request of cost `c` is admitted iff
+//! `E + c ≤ L`. Everything is kept multiplied by `w` so no float is involved
+//! and the Lua script beside the Redis store can compute the same numbers.
+//! The estimate assumes requests in the previous window were spread evenly
+//! (Cloudflare's write-up); it can over- or under-count a bursty previous
+//! window, never by more than `prev`.
+//!
+//! Products are computed in `u128` here; the Lua script uses doubles, which
+//! are exact while `L · w < 2^53` (for example a limit of one million per
+//! 30-day window).
+
+use super::LimitOutcome;
+
+/// Counter state of one key: the window index it was last written in and the
+/// counts of that window and the one before.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct State {
+    /// Index of the window `cur` belongs to.
+    pub window: u64,
+    /// Count of window `window − 1`.
+    pub prev: u64,
+    /// Count of window `window`.
+    pub cur: u64,
+}
+
+impl State {
+    /// The counts as seen from window `i`: older state rolls forward.
+    pub fn at(self, i: u64) -> State {
+        if self.window == i {
+            self
+        } else if self.window + 1 == i {
+            State {
+                window: i,
+                prev: self.cur,
+                cur: 0,
+            }
+        } else {
+            State {
+                window: i,
+                prev: 0,
+                cur: 0,
+            }
+        }
+    }
+}
+
+/// Decides one limit at time `now` (ms) against `state` (already rolled to
+/// the current window with [`State::at`]). Does not modify the state; the
+/// caller adds `cost` to `cur` when the whole request is admitted.
+pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+    let (l, w, c) = (limit as u128, window as u128, cost as u128);
+    let e = (now % window) as u128;
+    let prev = state.prev as u128;
+    let cur = state.cur as u128;
+    // E·w = prev·(w−e) + cur·w
+    let decayed = prev * (w - e);
+    let admits = c <= l && decayed + (cur + c) * w <= l * w;
+    let cur_after = if admits { cur + c } else { cur };
+    let used = decayed + cur_after * w;
+    let remaining = if l * w > used { (l * w - used) / w } else { 0 };
+    let reset_ms = if cur_after > 0 {
+        2 * w - e
+    } else if prev > 0 {
+        w - e
+    } else {
+        0
+    };
+    let retry_after_ms = if admits {
+        Some(0)
+    } else if c > l {
+        None
+    } else if cur + c <= l {
+        // Inside the current window: smallest Δ with
+        // prev·(w−e−Δ) + (cur+c)·w ≤ L·w.
+        let need = decayed + (cur + c) * w - l * w;
+        Some(need.div_ceil(prev))
+    } else {
+        // Past the boundary, `cur` becomes `prev`: smallest e' with
+        // cur·(w−e') ≤ (L−c)·w.
+        let e2 = (w * (cur - (l - c))).div_ceil(cur);
+        Some((w - e) + e2)
+    };
+    LimitOutcome {
+        admits,
+        remaining: remaining as u64,
+        reset_ms: reset_ms as u64,
+        retry_after_ms: retry_after_ms.map(|v| v as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Brute force: the first ms at which the request would be admitted.
+    fn brute(state: State, now: u64, l: u64, w: u64, c: u64) -> Option<u64> {
+        for d in 0..=3 * w {
+            let t = now + d;
+            let s = state.at(t / w);
+            if check(s, t, l, w, c).admits {
+                return Some(d);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn retry_after_is_the_first_admitting_instant() {
+        let w = 1000;
+        for l in [1u64, 3, 5, 10] {
+            for c in 1..=l {
+                for prev in 0..=l {
+                    for cur in 0..=l {
+                        for e in [0u64, 1, 250, 999] {
+                            let now = 10 * w + e;
+                            let s = State { window: 10, prev, cur };
+                            let o = check(s, now, l, w, c);
+                            if !o.admits {
+                                assert_eq!(o.retry_after_ms, brute(s, now, l, w, c), "l={l} c={c} prev={prev} cur={cur} e={e}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cost_above_limit_never_admits() {
+        let o = check(State::default(), 0, 5, 1000, 6);
+        assert!(!o.admits);
+        assert_eq!(o.retry_after_ms, None);
+    }
+
+    #[test]
+    fn remaining_and_reset() {
+        let s = State { window: 0, prev: 0, cur: 0 };
+        let o = check(s, 0, 5, 10_000, 1);
+        assert!(o.admits);
+        assert_eq!(o.remaining, 4);
+        assert_eq!(o.reset_ms, 20_000);
+        // Half-way through the next window, half of prev still counts.
+        let s = State { window: 0, prev: 0, cur: 4 }.at(1);
+        let o = check(s, 15_000, 5, 10_000, 1);
+        assert!(o.admits);
+        assert_eq!(o.remaining, 2); // 5 − (4·0.5 + 1) = 2
+    }
+}

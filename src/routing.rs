@@ -1,0 +1,1 @@
+//! routing (to be written).

@@ -1,0 +1,46 @@
+//! Limiter stores: where counters live.
+//!
+//! [`Store`] is the one trait every store implements; [`memory`] keeps state
+//! in process and [`redis`] shares it between gateway instances. Both pass
+//! the same conformance table (`tests/limiter.rs`), driven with an injected
+//! time: `now_ms` is an argument, never read inside a store.
+
+pub mod memory;
+pub mod redis;
+
+use std::future::Future;
+
+use crate::limit::{Decision, LimitRequest};
+
+pub use memory::MemoryStore;
+pub use redis::RedisStore;
+
+/// Why a store could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store is not connected.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The call did not finish within the configured timeout.
+    #[error("store call timed out")]
+    Timeout,
+    /// The store answered something that is not a valid decision.
+    #[error("store replied garbage: {0}")]
+    Protocol(String),
+}
+
+/// A place that decides limits and keeps their counters.
+pub trait Store: Send + Sync {
+    /// Decides every limit of one request at `now_ms` (ms since the epoch).
+    /// Admits only if all admit, and then consumes each request's cost from
+    /// its limit; a denied request consumes nothing.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot answer; nothing is consumed then
+    /// as far as the caller can tell.
+    fn decide(
+        &self,
+        now_ms: u64,
+        requests: &[LimitRequest],
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+}
