@@ -21,4 +21,5 @@ pub mod server;
 pub mod store;
 
 pub use config::Config;
+pub use server::{Gateway, run};
 

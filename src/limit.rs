@@ -7,6 +7,7 @@
 //! remaining quota, reset and Retry-After per limit — so the header phase
 //! never asks the store again.
 
+pub mod limiter;
 pub mod sliding_window;
 
 /// One limit to check for one request.

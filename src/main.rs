@@ -1,1 +1,115 @@
-fn main() {}
+//! The `tollgate` binary: parses the command line, sets up logging, loads the
+//! configuration and hands it to [`tollgate::run`].
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+/// A rate-limiting reverse-proxy HTTP gateway.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Configuration file to serve.
+    #[arg(short, long, default_value = "gateway.yaml", global = true)]
+    config: PathBuf,
+    /// Listen on these addresses instead of the file's `listen` (repeatable).
+    #[arg(long, value_name = "ADDR")]
+    listen: Vec<std::net::SocketAddr>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a configuration file without serving; exit status 2 if it is bad.
+    Check {
+        /// The file to check (defaults to --config).
+        file: Option<PathBuf>,
+    },
+}
+
+/// Exit status for a configuration that does not load.
+const BAD_CONFIG: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+
+    let path = match &cli.command {
+        Some(Command::Check { file: Some(f) }) => f.clone(),
+        _ => cli.config.clone(),
+    };
+    let mut config = match tollgate::config::load_file(&path) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{}: {} error(s):", path.display(), errors.0.len());
+            for e in &errors.0 {
+                eprintln!("  {e}");
+            }
+            return ExitCode::from(BAD_CONFIG);
+        }
+    };
+    if matches!(cli.command, Some(Command::Check { .. })) {
+        println!("{}: ok ({} routes)", path.display(), config.routes.len());
+        return ExitCode::SUCCESS;
+    }
+
+    if !cli.listen.is_empty() {
+        config.listen = cli.listen.clone();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let mut listeners = Vec::new();
+        for addr in &config.listen {
+            match TcpListener::bind(addr).await {
+                Ok(l) => listeners.push(l),
+                Err(e) => {
+                    eprintln!("cannot listen on {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        match tollgate::run(listeners, config, shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tollgate: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

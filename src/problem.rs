@@ -1,1 +1,170 @@
-//! problem (to be written).
+//! Errors the gateway answers itself, as `application/problem+json`
+//! (RFC 9457).
+//!
+//! [`GatewayError`] names every way a request can end without an upstream
+//! response; [`GatewayError::status`] and [`GatewayError::problem`] map each
+//! to its answer with no catch-all arm, so a new error forces a decision.
+
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+
+/// `application/problem+json`.
+pub static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
+
+/// IANA problem type for rate limiting (draft-ietf-httpapi-ratelimit-headers §7).
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// Where an error came from, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorSource {
+    /// The client's request.
+    Downstream,
+    /// The upstream server.
+    Upstream,
+    /// The limiter store.
+    Store,
+}
+
+/// A request that ends at the gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// No route takes the request.
+    #[error("no route matches {method} {path}")]
+    NoRoute {
+        /// Request method.
+        method: String,
+        /// Request path.
+        path: String,
+    },
+    /// A limit denied the request.
+    #[error("rate limited by {policies:?}")]
+    Limited {
+        /// Names of the limits that denied.
+        policies: Vec<String>,
+        /// Seconds until the request would be admitted; `None` if never.
+        retry_after: Option<u64>,
+    },
+    /// The upstream could not be reached.
+    #[error("upstream unreachable: {0}")]
+    UpstreamConnect(String),
+    /// The upstream did not answer in time.
+    #[error("upstream timed out after {0:?}")]
+    UpstreamTimeout(std::time::Duration),
+    /// The upstream connection failed after connecting.
+    #[error("upstream failed: {0}")]
+    UpstreamFailed(String),
+}
+
+impl GatewayError {
+    /// Where the error came from.
+    pub fn source_kind(&self) -> ErrorSource {
+        match self {
+            Self::NoRoute { .. } | Self::Limited { .. } => ErrorSource::Downstream,
+            Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => ErrorSource::Upstream,
+        }
+    }
+
+    /// The status code answered.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::NoRoute { .. } => StatusCode::NOT_FOUND,
+            Self::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::UpstreamConnect(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The problem+json body.
+    pub fn problem(&self) -> Bytes {
+        let status = self.status();
+        let title = status.canonical_reason().unwrap_or("Error");
+        let mut body = String::with_capacity(256);
+        body.push('{');
+        match self {
+            Self::Limited { policies, retry_after } => {
+                push_field(&mut body, "type", QUOTA_EXCEEDED);
+                body.push(',');
+                push_common(&mut body, title, status);
+                let detail = match retry_after {
+                    Some(s) => format!("Rate limit exceeded for {}; retry in {s} s", policies.join(", ")),
+                    None => format!(
+                        "The request costs more than the limit {} allows in a window; it can never be admitted",
+                        policies.join(", ")
+                    ),
+                };
+                body.push(',');
+                push_field(&mut body, "detail", &detail);
+                body.push_str(",\"violated-policies\":[");
+                for (i, p) in policies.iter().enumerate() {
+                    if i > 0 {
+                        body.push(',');
+                    }
+                    push_json_string(&mut body, p);
+                }
+                body.push(']');
+            }
+            Self::NoRoute { .. }
+            | Self::UpstreamConnect(_)
+            | Self::UpstreamTimeout(_)
+            | Self::UpstreamFailed(_) => {
+                push_field(&mut body, "type", "about:blank");
+                body.push(',');
+                push_common(&mut body, title, status);
+                body.push(',');
+                let detail = match self {
+                    Self::NoRoute { .. } => "No route matches this request".to_owned(),
+                    // Upstream details stay in the logs, not in the answer.
+                    Self::UpstreamConnect(_) => "The upstream server could not be reached".to_owned(),
+                    Self::UpstreamTimeout(d) => format!("The upstream server did not answer within {} ms", d.as_millis()),
+                    _ => "The upstream connection failed".to_owned(),
+                };
+                push_field(&mut body, "detail", &detail);
+            }
+        }
+        body.push('}');
+        Bytes::from(body)
+    }
+}
+
+fn push_common(body: &mut String, title: &str, status: StatusCode) {
+    push_field(body, "title", title);
+    body.push_str(",\"status\":");
+    body.push_str(itoa::Buffer::new().format(status.as_u16()));
+}
+
+fn push_field(body: &mut String, name: &str, value: &str) {
+    push_json_string(body, name);
+    body.push(':');
+    push_json_string(body, value);
+}
+
+/// Writes `s` as a JSON string literal.
+fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limited_body() {
+        let e = GatewayError::Limited { policies: vec!["demo".into()], retry_after: Some(7) };
+        assert_eq!(
+            e.problem(),
+            "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rate limit exceeded for demo; retry in 7 s\",\"violated-policies\":[\"demo\"]}"
+        );
+    }
+}

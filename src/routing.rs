@@ -1,1 +1,118 @@
-//! routing (to be written).
+//! Route matching: host, path, method; the first route in file order wins.
+//!
+//! Routes are few, so matching is a linear scan over pre-compiled routes —
+//! no allocation per request. Everything a route needs per request that
+//! does not depend on the request (its `RateLimit-Policy` value, the key
+//! prefix of each limit) is built here once, at load time.
+
+use std::sync::Arc;
+
+use http::{HeaderValue, Method};
+
+use crate::config::{Config, PathMatch, Route};
+use crate::headers;
+
+/// A route with what is pre-computed for it.
+#[derive(Debug)]
+pub struct CompiledRoute {
+    /// The route as configured.
+    pub route: Route,
+    /// `RateLimit-Policy` value, when the route has limits and the header mode shows it.
+    pub policy_header: Option<HeaderValue>,
+    /// Per limit: the key suffix `:<route>:<limit>` appended after the identity.
+    pub key_suffixes: Vec<String>,
+}
+
+/// All routes of one configuration.
+#[derive(Debug)]
+pub struct Router {
+    routes: Vec<Arc<CompiledRoute>>,
+}
+
+impl Router {
+    /// Compiles the routes of `config`.
+    pub fn new(config: &Config) -> Self {
+        let routes = config
+            .routes
+            .iter()
+            .map(|r| {
+                Arc::new(CompiledRoute {
+                    policy_header: headers::policy_header(config.headers, &r.limits),
+                    key_suffixes: r
+                        .limits
+                        .iter()
+                        .map(|l| format!(":{}:{}", r.name, l.name))
+                        .collect(),
+                    route: r.clone(),
+                })
+            })
+            .collect();
+        Self { routes }
+    }
+
+    /// The first route that takes a request with this method, host (without
+    /// port) and path.
+    pub fn find(&self, method: &Method, host: Option<&str>, path: &str) -> Option<&Arc<CompiledRoute>> {
+        self.routes.iter().find(|c| {
+            let m = &c.route.matcher;
+            (m.methods.is_empty() || m.methods.contains(method))
+                && match (&m.host, host) {
+                    (None, _) => true,
+                    (Some(_), None) => false,
+                    (Some(want), Some(got)) => host_matches(want, got),
+                }
+                && match &m.path {
+                    PathMatch::Any => true,
+                    PathMatch::Exact(p) => path == p,
+                    PathMatch::Prefix(p) => path.starts_with(p.as_str()),
+                }
+        })
+    }
+}
+
+/// `want` is lower-case; `*.example.com` matches any subdomain (not the apex).
+fn host_matches(want: &str, got: &str) -> bool {
+    match want.strip_prefix('*') {
+        Some(suffix) => {
+            got.len() > suffix.len()
+                && got.as_bytes()[got.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+        }
+        None => want.eq_ignore_ascii_case(got),
+    }
+}
+
+/// The host of a request without its port: the URI authority (HTTP/2,
+/// absolute-form) or the `Host` header.
+pub fn request_host<B>(req: &http::Request<B>) -> Option<&str> {
+    let raw = match req.uri().authority() {
+        Some(a) => a.host(),
+        None => req.headers().get(http::header::HOST)?.to_str().ok()?,
+    };
+    Some(strip_port(raw))
+}
+
+fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        assert!(host_matches("api.example.com", "API.example.com"));
+        assert!(host_matches("*.example.com", "a.example.com"));
+        assert!(!host_matches("*.example.com", "example.com"));
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("[::1]:8080"), "::1");
+        assert_eq!(strip_port("example.com"), "example.com");
+    }
+}

@@ -1,1 +1,302 @@
-//! server (to be written).
+//! The listener and the request pipeline: route → identity → decision →
+//! forward or answer.
+//!
+//! [`run`] accepts on the given listeners (HTTP/1.1 and h2c on the same
+//! port), serves each connection with hyper-util, and on shutdown stops
+//! accepting and lets in-flight requests finish. [`Gateway::handle`] is the
+//! whole per-request pipeline; each phase returns a value to the next.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::{Request, Response};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tracing::{debug, info, warn};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Action, Config};
+use crate::identity::{self, IdentityConfig};
+use crate::limit::LimitRequest;
+use crate::limit::limiter::{Limiter, Verdict};
+use crate::problem::{GatewayError, PROBLEM_JSON};
+use crate::proxy::{self, Body, Forwarder, Hop};
+use crate::routing::{self, Router};
+use crate::store::StoreError;
+use crate::headers;
+
+/// How long in-flight requests may take to finish after shutdown begins.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store cannot be set up.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A listener failed.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Configuration-derived state, swapped as a whole on reload.
+#[derive(Debug)]
+struct Runtime {
+    config: Config,
+    router: Router,
+}
+
+/// The gateway: configuration, limiter and upstream client.
+pub struct Gateway {
+    runtime: ArcSwap<Runtime>,
+    limiter: Limiter,
+    forwarder: Forwarder,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").field("limiter", &self.limiter).finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Builds a gateway for `config` on the system clock.
+    ///
+    /// # Errors
+    /// The store configuration cannot be used.
+    pub async fn new(config: Config) -> Result<Self, StartError> {
+        Self::with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Builds a gateway whose limiter reads time from `clock`.
+    ///
+    /// # Errors
+    /// The store configuration cannot be used.
+    pub async fn with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
+        let limiter = Limiter::new(&config.store).await?;
+        let forwarder = Forwarder::new(&config.timeouts);
+        let router = Router::new(&config);
+        Ok(Self {
+            runtime: ArcSwap::from_pointee(Runtime { config, router }),
+            limiter,
+            forwarder,
+            clock,
+        })
+    }
+
+    /// Handles one request from `peer`; never fails — every error becomes a
+    /// response.
+    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let rt = self.runtime.load_full();
+        let cfg = &rt.config;
+        let host = routing::request_host(&req);
+        let Some(route) = rt.router.find(req.method(), host, req.uri().path()) else {
+            return error_response(&GatewayError::NoRoute {
+                method: req.method().to_string(),
+                path: req.uri().path().to_owned(),
+            });
+        };
+        let limits = &route.route.limits;
+
+        // Identity and decision.
+        let verdict = if limits.is_empty() {
+            None
+        } else {
+            let idc = IdentityConfig {
+                client_ip: &cfg.client_ip,
+                api_keys: &cfg.api_keys,
+                users: &cfg.users,
+            };
+            let caller = identity::caller(idc, peer.ip(), req.headers());
+            let requests: Vec<LimitRequest> = limits
+                .iter()
+                .zip(&route.key_suffixes)
+                .map(|(l, suffix)| {
+                    let mut key = String::with_capacity(cfg.store.prefix.len() + 48 + suffix.len());
+                    key.push_str(&cfg.store.prefix);
+                    key.push('{');
+                    identity::write_key(&mut key, &l.key, &caller);
+                    key.push('}');
+                    key.push_str(suffix);
+                    LimitRequest {
+                        key,
+                        limit: l.limit.get(),
+                        window_ms: l.window_ms.get(),
+                        cost: l.cost.unwrap_or(route.route.cost),
+                    }
+                })
+                .collect();
+            Some(self.limiter.decide(self.clock.now_ms(), &requests).await)
+        };
+        let decision = match &verdict {
+            Some(Verdict::Decided(d)) => Some(d),
+            _ => None,
+        };
+
+        if let Some(d) = decision.filter(|d| !d.allowed) {
+            let retry_ms = d.retry_after_ms();
+            let err = GatewayError::Limited {
+                policies: limits
+                    .iter()
+                    .zip(&d.outcomes)
+                    .filter(|(_, o)| !o.admits)
+                    .map(|(l, _)| l.name.to_string())
+                    .collect(),
+                retry_after: retry_ms.map(headers::ceil_secs),
+            };
+            debug!(route = %route.route.name, "limited");
+            let mut res = error_response(&err);
+            if let Some(ms) = retry_ms {
+                res.headers_mut().insert(
+                    RETRY_AFTER,
+                    HeaderValue::from(headers::ceil_secs(ms)),
+                );
+            }
+            headers::apply(cfg.headers, res.headers_mut(), route.policy_header.as_ref(), limits, decision);
+            return res;
+        }
+
+        let mut res = match &route.route.action {
+            Action::Respond(r) => {
+                let mut res = Response::new(Either::Right(Full::new(r.body.clone())));
+                *res.status_mut() = r.status;
+                if let Ok(ct) = HeaderValue::from_str(&r.content_type) {
+                    res.headers_mut().insert(CONTENT_TYPE, ct);
+                }
+                res
+            }
+            Action::Upstream(up) => {
+                let mut req = req;
+                let hop = Hop {
+                    peer: peer.ip(),
+                    trusted: identity::is_trusted(&cfg.client_ip.trusted_proxies, peer.ip()),
+                    scheme: "http",
+                    user_header: &cfg.users.header,
+                };
+                if let Err(e) = proxy::rewrite(&mut req, up, hop) {
+                    warn!(error = %e, "cannot build upstream request");
+                    return error_response(&GatewayError::UpstreamFailed(e.to_string()));
+                }
+                match self.forwarder.send(req, up.timeout).await {
+                    Ok(res) => res.map(Either::Left),
+                    Err(e) => {
+                        warn!(route = %route.route.name, error = %e, "upstream error");
+                        error_response(&e)
+                    }
+                }
+            }
+        };
+        headers::apply(cfg.headers, res.headers_mut(), route.policy_header.as_ref(), limits, decision);
+        res
+    }
+}
+
+/// The problem+json answer for a gateway error.
+pub fn error_response(err: &GatewayError) -> Response<Body> {
+    let mut res = Response::new(Either::Right(Full::new(err.problem())));
+    *res.status_mut() = err.status();
+    res.headers_mut().insert(CONTENT_TYPE, PROBLEM_JSON.clone());
+    res
+}
+
+/// Serves `config` on `listeners` until `shutdown` completes, then drains.
+///
+/// # Errors
+/// The gateway cannot be built (see [`Gateway::new`]).
+pub async fn run(
+    listeners: Vec<TcpListener>,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), StartError> {
+    let gateway = Arc::new(Gateway::new(config).await?);
+    serve(gateway, listeners, shutdown).await;
+    Ok(())
+}
+
+/// Serves an existing gateway on `listeners` until `shutdown` completes.
+pub async fn serve(gateway: Arc<Gateway>, listeners: Vec<TcpListener>, shutdown: impl Future<Output = ()> + Send) {
+    let header_read = gateway.runtime.load().config.timeouts.header_read;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read)
+        .keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
+    let graceful = Arc::new(GracefulShutdown::new());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+
+    let mut tasks = Vec::new();
+    for listener in listeners {
+        if let Ok(addr) = listener.local_addr() {
+            info!(%addr, "listening");
+        }
+        let gateway = gateway.clone();
+        let builder = builder.clone();
+        let graceful = graceful.clone();
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let (stream, peer) = tokio::select! {
+                    _ = stop.changed() => break,
+                    accepted = listener.accept() => match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            // EMFILE and friends: back off instead of spinning.
+                            warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    },
+                };
+                let _ = stream.set_nodelay(true);
+                let gw = gateway.clone();
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let gw = gw.clone();
+                    async move { Ok::<_, Infallible>(gw.handle(req, peer).await) }
+                });
+                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn.into_owned());
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+        }));
+    }
+
+    shutdown.await;
+    info!("shutting down: no new connections, draining in-flight requests");
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let graceful = Arc::try_unwrap(graceful).unwrap_or_else(|g| {
+        // Listener tasks have ended, so this is the only reference left;
+        // fall back to a fresh watcher if not, which drains nothing.
+        drop(g);
+        GracefulShutdown::new()
+    });
+    if tokio::time::timeout(DRAIN_DEADLINE, graceful.shutdown()).await.is_err() {
+        warn!("drain deadline passed; closing remaining connections");
+    }
+}
+
+/// A body of static bytes, for tests and local answers.
+pub fn full(b: impl Into<Bytes>) -> Body {
+    Either::Right(Full::new(b.into()))
+}

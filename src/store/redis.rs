@@ -1,13 +1,387 @@
-//! Redis store (to be written).
-use super::{Store, StoreError};
-use crate::limit::{Decision, LimitRequest};
+//! Redis store: counters shared by every gateway instance.
+//!
+//! A decision is one `EVALSHA` of [`sliding_window.lua`](SCRIPT) carrying
+//! every limit of the request, so checking all limits and consuming from all
+//! of them is one atomic step on the server (DESIGN §4). The script takes
+//! `now` as an argument — the store never reads a clock — so the conformance
+//! table drives it exactly like the in-process store.
+//!
+//! Availability is the other half of the design. The gateway must start and
+//! keep serving when Redis is down, and a decision must never wait for a
+//! reconnect:
+//! - [`RedisStore::connect`] only starts the client's connection task and
+//!   returns; the task reconnects forever with an exponential backoff capped
+//!   at one second ([`RECONNECT_MIN_MS`], [`RECONNECT_MAX_MS`]).
+//! - Every command is sent with fred's per-command `fail_fast`: while the
+//!   client is not connected it is answered at once with an error (mapped to
+//!   [`StoreError::Unavailable`]) instead of being queued until a reconnect.
+//! - Every command is sent at most once (`max_attempts = 1`): an `EVALSHA`
+//!   cut off by a dropped connection may already have consumed quota, so
+//!   replaying it could count a request twice.
+//! - The whole decision, script reload included, is bounded by
+//!   [`RedisConfig::timeout`]; fred drops a command whose timeout passed
+//!   before it was written.
+//! - A connection whose replies stop coming for a few timeouts is declared
+//!   unresponsive and reconnected, so a hung server turns into fast
+//!   `Unavailable` answers rather than one timeout per request.
+//!
+//! The script's SHA-1 is learned once from the server's `SCRIPT LOAD` reply
+//! (fred's own SHA-1 needs its `sha-1` feature) and kept; a `NOSCRIPT` reply
+//! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 
-/// Redis-backed store.
-#[derive(Debug)]
-pub struct RedisStore;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fred::bytes_utils::Str;
+use fred::clients::Client;
+use fred::error::{Error as FredError, ErrorKind};
+use fred::interfaces::ClientLike;
+use fred::types::config::{
+    Config as FredConfig, ConnectionConfig, Options, ReconnectPolicy, TcpConfig,
+    UnresponsiveConfig,
+};
+use fred::types::{Builder, ClusterHash, ConnectHandle, CustomCommand, Value};
+use tokio::time::Instant;
+
+use super::{Store, StoreError};
+use crate::config::RedisConfig;
+use crate::limit::{Decision, LimitOutcome, LimitRequest};
+
+/// The decision script; its header comment names `KEYS` and `ARGV`.
+pub const SCRIPT: &str = include_str!("redis/sliding_window.lua");
+
+/// First reconnect delay (ms); doubled on each failed attempt.
+pub const RECONNECT_MIN_MS: u32 = 100;
+/// Longest reconnect delay (ms): Redis coming back is noticed within a second.
+pub const RECONNECT_MAX_MS: u32 = 1_000;
+/// Bound on opening a TCP connection and on the handshake commands.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Arguments at or above 2^53 are refused: the script computes in doubles.
+const MAX_ARG: u64 = 1 << 53;
+
+/// The Redis-backed store. Cheap to share behind an `Arc`; dropping it stops
+/// the connection task.
+pub struct RedisStore {
+    client: Client,
+    task: ConnectHandle,
+    timeout: Duration,
+    sha: OnceLock<Str>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("connected", &self.is_connected())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        // The client is private to this store, so nothing else can use the
+        // connection task once the store is gone.
+        self.task.abort();
+    }
+}
+
+impl RedisStore {
+    /// Starts a client for `cfg.url` and returns at once, connected or not:
+    /// the connection is made, and remade after failures, in the background.
+    /// Until it is up, [`Store::decide`] answers [`StoreError::Unavailable`].
+    ///
+    /// Must be called inside a Tokio runtime.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when `cfg.url` is not a usable Redis URL.
+    /// Never because the server is down or unreachable.
+    pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
+        let mut config = FredConfig::from_url(&cfg.url).map_err(|e| {
+            StoreError::Unavailable(format!("invalid Redis URL {:?}: {}", cfg.url, e.details()))
+        })?;
+        // Run the reconnect policy for the first connection too, instead of
+        // giving up when Redis is down at startup.
+        config.fail_fast = false;
+        let unresponsive = (cfg.timeout * 4).max(Duration::from_secs(1));
+        let client = Builder::from_config(config)
+            .set_policy(ReconnectPolicy::new_exponential(
+                0, // retry forever
+                RECONNECT_MIN_MS,
+                RECONNECT_MAX_MS,
+                2,
+            ))
+            .with_connection_config(|c| {
+                *c = ConnectionConfig {
+                    connection_timeout: CONNECT_TIMEOUT,
+                    internal_command_timeout: CONNECT_TIMEOUT,
+                    max_command_attempts: 1,
+                    unresponsive: UnresponsiveConfig {
+                        max_timeout: Some(unresponsive),
+                        interval: unresponsive / 4,
+                    },
+                    tcp: TcpConfig {
+                        nodelay: Some(true),
+                        ..TcpConfig::default()
+                    },
+                    ..ConnectionConfig::default()
+                };
+            })
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
+        // `connect` spawns the connection task and does not wait for it.
+        let task = client.connect();
+        Ok(RedisStore {
+            client,
+            task,
+            timeout: cfg.timeout,
+            sha: OnceLock::new(),
+        })
+    }
+
+    /// Whether the connection to Redis is up right now.
+    pub fn is_connected(&self) -> bool {
+        self.client.is_connected()
+    }
+
+    /// Options for one command that must finish by `deadline`.
+    fn options(deadline: Instant) -> Result<Options, StoreError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(StoreError::Timeout);
+        }
+        Ok(Options {
+            fail_fast: true,
+            max_attempts: Some(1),
+            timeout: Some(left),
+            ..Options::default()
+        })
+    }
+
+    /// `SCRIPT LOAD`s the script and remembers the SHA-1 the server returns.
+    async fn load_script(&self, deadline: Instant) -> Result<Str, StoreError> {
+        let cmd = CustomCommand::new_static("SCRIPT", ClusterHash::Random, false);
+        let args = vec![Value::from("LOAD"), Value::from(SCRIPT)];
+        let reply: Value = self
+            .client
+            .with_options(&Self::options(deadline)?)
+            .custom(cmd, args)
+            .await
+            .map_err(store_error)?;
+        let sha = match reply {
+            Value::String(s) if s.len() == 40 => s,
+            other => {
+                return Err(StoreError::Protocol(format!(
+                    "SCRIPT LOAD replied {other:?}, not a SHA-1"
+                )));
+            }
+        };
+        // Every load of the same script yields the same SHA-1, so a
+        // concurrent first load storing it first is just as good.
+        let _ = self.sha.set(sha.clone());
+        Ok(sha)
+    }
+
+    /// One `EVALSHA` of the script.
+    async fn evalsha(
+        &self,
+        sha: &Str,
+        requests: &[LimitRequest],
+        argv: &[Value],
+        deadline: Instant,
+    ) -> Result<Value, FredError> {
+        // EVALSHA sha numkeys key... arg...; route by the first key (offset 2)
+        // so a future cluster client lands on the keys' slot.
+        let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+        let mut args = Vec::with_capacity(2 + requests.len() + argv.len());
+        args.push(Value::String(sha.clone()));
+        args.push(Value::Integer(requests.len() as i64));
+        args.extend(requests.iter().map(|r| Value::from(r.key.as_str())));
+        args.extend(argv.iter().cloned());
+        let options = Self::options(deadline).map_err(|_| FredError::new(ErrorKind::Timeout, ""))?;
+        self.client.with_options(&options).custom(cmd, args).await
+    }
+
+    async fn decide_inner(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
+        let deadline = Instant::now() + self.timeout;
+        let argv = script_args(now_ms, requests)?;
+        let sha = match self.sha.get() {
+            Some(sha) => sha.clone(),
+            None => self.load_script(deadline).await?,
+        };
+        let reply = match self.evalsha(&sha, requests, &argv, deadline).await {
+            Err(e) if is_noscript(&e) => {
+                let sha = self.load_script(deadline).await?;
+                self.evalsha(&sha, requests, &argv, deadline).await
+            }
+            other => other,
+        }
+        .map_err(store_error)?;
+        parse_reply(reply, requests.len())
+    }
+}
 
 impl Store for RedisStore {
-    async fn decide(&self, _now_ms: u64, _requests: &[LimitRequest]) -> Result<Decision, StoreError> {
-        Err(StoreError::Unavailable("todo".into()))
+    async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
+        if requests.is_empty() {
+            // Nothing to check; the in-process store answers the same.
+            return Ok(Decision {
+                allowed: true,
+                outcomes: Vec::new(),
+            });
+        }
+        // fred bounds each command; this bounds the decision as a whole.
+        tokio::time::timeout(self.timeout, self.decide_inner(now_ms, requests))
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
+    }
+}
+
+/// `ARGV` of the script: now, then limit, window and cost per request.
+fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, StoreError> {
+    let mut argv = Vec::with_capacity(1 + 3 * requests.len());
+    argv.push(arg(now_ms, "now")?);
+    for r in requests {
+        argv.push(arg(r.limit, "limit")?);
+        argv.push(arg(r.window_ms, "window")?);
+        argv.push(arg(r.cost, "cost")?);
+    }
+    Ok(argv)
+}
+
+fn arg(v: u64, what: &str) -> Result<Value, StoreError> {
+    if v < MAX_ARG {
+        // Below 2^53, so it fits an i64.
+        Ok(Value::Integer(v as i64))
+    } else {
+        Err(StoreError::Protocol(format!(
+            "{what} {v} is not below 2^53, beyond what the script computes exactly"
+        )))
+    }
+}
+
+fn is_noscript(e: &FredError) -> bool {
+    e.details().starts_with("NOSCRIPT")
+}
+
+/// Classifies a fred error. No catch-all arm: a new error kind must be placed.
+fn store_error(e: FredError) -> StoreError {
+    let detail = e.details().to_owned();
+    match e.kind() {
+        ErrorKind::Timeout => StoreError::Timeout,
+        // Canceled is what `fail_fast` answers while disconnected.
+        ErrorKind::Canceled
+        | ErrorKind::IO
+        | ErrorKind::Backpressure
+        | ErrorKind::Routing
+        | ErrorKind::Config
+        | ErrorKind::Url
+        | ErrorKind::Auth
+        | ErrorKind::Cluster
+        | ErrorKind::Sentinel => StoreError::Unavailable(format!("{:?}: {detail}", e.kind())),
+        // Server error replies arrive as Unknown; the ones that mean "not
+        // now" are outages, the rest (script errors) are garbage answers.
+        ErrorKind::Unknown if is_transient_reply(&detail) => StoreError::Unavailable(detail),
+        ErrorKind::Unknown
+        | ErrorKind::InvalidCommand
+        | ErrorKind::InvalidArgument
+        | ErrorKind::Protocol
+        | ErrorKind::Parse
+        | ErrorKind::NotFound => StoreError::Protocol(detail),
+    }
+}
+
+/// Redis error codes that say the server cannot serve right now.
+fn is_transient_reply(detail: &str) -> bool {
+    const CODES: [&str; 6] = ["LOADING", "BUSY", "MASTERDOWN", "READONLY", "OOM", "TRYAGAIN"];
+    let code = detail.split_whitespace().next().unwrap_or("");
+    CODES.contains(&code)
+}
+
+/// Reads the script's flat reply: allowed, then per request admits,
+/// remaining, reset_ms and retry_after_ms (−1 for never).
+fn parse_reply(reply: Value, n: usize) -> Result<Decision, StoreError> {
+    let bad = |why: &str| StoreError::Protocol(format!("script reply {why}"));
+    let Value::Array(items) = reply else {
+        return Err(bad("is not an array"));
+    };
+    if items.len() != 1 + 4 * n {
+        return Err(bad(&format!("has {} items, expected {}", items.len(), 1 + 4 * n)));
+    }
+    let ints = items
+        .into_iter()
+        .map(|v| match v {
+            Value::Integer(i) => Ok(i),
+            _ => Err(bad("holds a non-integer")),
+        })
+        .collect::<Result<Vec<i64>, _>>()?;
+    let flag = |i: i64| match i {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(bad("holds a flag that is not 0 or 1")),
+    };
+    let count = |i: i64| u64::try_from(i).map_err(|_| bad("holds a negative count"));
+    let Some((&allowed, per_limit)) = ints.split_first() else {
+        return Err(bad("is empty"));
+    };
+    let allowed = flag(allowed)?;
+    let outcomes = per_limit
+        .chunks_exact(4)
+        .map(|o| {
+            Ok(LimitOutcome {
+                admits: flag(o[0])?,
+                remaining: count(o[1])?,
+                reset_ms: count(o[2])?,
+                retry_after_ms: match o[3] {
+                    -1 => None,
+                    v => Some(count(v)?),
+                },
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    if allowed != outcomes.iter().all(|o| o.admits) {
+        return Err(bad("contradicts itself: allowed is not every limit admitting"));
+    }
+    Ok(Decision { allowed, outcomes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_well_formed_reply() {
+        let reply = Value::Array(
+            [0, 1, 4, 20_000, 0, 0, 0, 18_000, -1]
+                .into_iter()
+                .map(Value::Integer)
+                .collect(),
+        );
+        let d = parse_reply(reply, 2).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.outcomes[0].retry_after_ms, Some(0));
+        assert_eq!(d.outcomes[1].retry_after_ms, None);
+    }
+
+    #[test]
+    fn rejects_replies_of_the_wrong_shape() {
+        let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Integer).collect());
+        for (reply, n) in [
+            (Value::Null, 1),
+            (ints(&[1, 1, 0, 0]), 1),          // too short
+            (ints(&[1, 2, 0, 0, 0]), 1),       // flag 2
+            (ints(&[1, 1, -3, 0, 0]), 1),      // negative remaining
+            (ints(&[1, 0, 0, 0, 5]), 1),       // allowed though a limit denies
+            (ints(&[0, 1, 0, 0, -2]), 1),      // retry below −1
+            (Value::Array(vec![Value::from("1")]), 0), // not an integer
+        ] {
+            assert!(matches!(parse_reply(reply, n), Err(StoreError::Protocol(_))));
+        }
+    }
+
+    #[test]
+    fn refuses_arguments_beyond_exact_doubles() {
+        assert!(script_args(1 << 53, &[]).is_err());
+        assert!(script_args((1 << 53) - 1, &[]).is_ok());
     }
 }

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs tollgate's whole test suite. Installs redis-server (Debian/Ubuntu) when
+# it is missing: the tests start real Redis servers on free ports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+    echo "redis-server not found; installing it with apt-get" >&2
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+# The package starts a system instance on 6379; the tests never use it.
+
+exec cargo test --all-targets "$@"

@@ -1,0 +1,89 @@
+//! The decision phase: asks the configured store and applies the failure
+//! policy when it cannot answer.
+//!
+//! With Redis configured every decision goes to Redis. When Redis fails or
+//! times out, `on_error` decides: `allow` admits without a decision (no
+//! `RateLimit` header is sent, since no count is known) and `local` decides
+//! in an in-process store. The switch to and from the fallback is logged
+//! once each way, not per request.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tracing::{info, warn};
+
+use super::{Decision, LimitRequest};
+use crate::config::{OnError, StoreConfig};
+use crate::store::{MemoryStore, RedisStore, Store, StoreError};
+
+/// Decides requests against the configured store.
+pub struct Limiter {
+    memory: MemoryStore,
+    redis: Option<RedisStore>,
+    on_error: OnError,
+    degraded: AtomicBool,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("redis", &self.redis.is_some())
+            .field("on_error", &self.on_error)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a decision was reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The store decided.
+    Decided(Decision),
+    /// The store failed and `on_error: allow` admitted the request.
+    FailedOpen,
+}
+
+impl Limiter {
+    /// A limiter over `cfg`'s store. Never waits for Redis: when it is down
+    /// at startup the gateway serves by the failure policy until it is up.
+    ///
+    /// # Errors
+    /// The Redis configuration cannot be used at all (a malformed URL).
+    pub async fn new(cfg: &StoreConfig) -> Result<Self, StoreError> {
+        let redis = match &cfg.redis {
+            Some(r) => Some(RedisStore::connect(r).await?),
+            None => None,
+        };
+        Ok(Self {
+            memory: MemoryStore::new(),
+            redis,
+            on_error: cfg.on_error,
+            degraded: AtomicBool::new(false),
+        })
+    }
+
+    /// Decides one request at `now_ms`.
+    pub async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Verdict {
+        let Some(redis) = &self.redis else {
+            return Verdict::Decided(self.memory.decide_now(now_ms, requests));
+        };
+        match redis.decide(now_ms, requests).await {
+            Ok(d) => {
+                if self.degraded.swap(false, Ordering::Relaxed) {
+                    info!("redis answers again; limits are shared again");
+                }
+                Verdict::Decided(d)
+            }
+            Err(e) => {
+                if !self.degraded.swap(true, Ordering::Relaxed) {
+                    match self.on_error {
+                        OnError::Allow => warn!(error = %e, "redis unavailable; admitting requests unchecked (on_error: allow)"),
+                        OnError::Local => warn!(error = %e, "redis unavailable; deciding in process (on_error: local)"),
+                    }
+                }
+                match self.on_error {
+                    OnError::Allow => Verdict::FailedOpen,
+                    OnError::Local => Verdict::Decided(self.memory.decide_now(now_ms, requests)),
+                }
+            }
+        }
+    }
+}

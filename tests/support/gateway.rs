@@ -1,0 +1,265 @@
+//! Real upstream servers and real gateways on free loopback ports.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::oneshot;
+
+/// What an upstream saw of one request.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: http::Method,
+    pub uri: http::Uri,
+    pub headers: HeaderMap,
+}
+
+/// An HTTP upstream on 127.0.0.1:0 that records requests.
+///
+/// - `/echo` streams the request body back;
+/// - `/slow?ms=N` answers after N milliseconds;
+/// - `/big?bytes=N` answers N bytes;
+/// - anything else answers `200 upstream ok` with hop-by-hop headers that
+///   the gateway must remove.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+type UpBody = BoxBody<Bytes, hyper::Error>;
+
+fn full(b: impl Into<Bytes>) -> UpBody {
+    Full::new(b.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+fn query_num(uri: &http::Uri, name: &str) -> u64 {
+    uri.query()
+        .and_then(|q| {
+            q.split('&')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind upstream");
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (tx, mut rx) = oneshot::channel::<()>();
+        let seen2 = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = tokio::select! {
+                    _ = &mut rx => break,
+                    a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
+                };
+                let seen = seen2.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let seen = seen.clone();
+                        async move {
+                            seen.lock().unwrap().push(Seen {
+                                method: req.method().clone(),
+                                uri: req.uri().clone(),
+                                headers: req.headers().clone(),
+                            });
+                            let path = req.uri().path().to_owned();
+                            let res: Response<UpBody> = match path.as_str() {
+                                "/echo" => Response::new(req.into_body().boxed()),
+                                "/slow" => {
+                                    let ms = query_num(req.uri(), "ms");
+                                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                                    Response::new(full("slow ok"))
+                                }
+                                "/big" => {
+                                    let n = query_num(req.uri(), "bytes") as usize;
+                                    Response::new(full(vec![b'x'; n]))
+                                }
+                                _ => {
+                                    let mut r = Response::new(full("upstream ok"));
+                                    let h = r.headers_mut();
+                                    h.insert("connection", "x-upstream-hop".parse().unwrap());
+                                    h.insert("x-upstream-hop", "1".parse().unwrap());
+                                    h.insert("keep-alive", "timeout=5".parse().unwrap());
+                                    r
+                                }
+                            };
+                            Ok::<_, Infallible>(res)
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Upstream {
+            addr,
+            seen,
+            stop: Some(tx),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn last(&self) -> Seen {
+        self.seen
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("upstream saw a request")
+    }
+
+    pub fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A gateway running in this process through the library API.
+pub struct Gateway {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Starts a gateway for `yaml` (its `listen` is ignored: the gateway is
+    /// bound on 127.0.0.1:0).
+    pub async fn start(yaml: &str) -> Gateway {
+        Self::start_with_clock(yaml, Arc::new(tollgate::clock::SystemClock)).await
+    }
+
+    /// Starts a gateway whose limiter reads time from `clock`.
+    pub async fn start_with_clock(yaml: &str, clock: Arc<dyn tollgate::clock::Clock>) -> Gateway {
+        let config = tollgate::config::parse_str(yaml)
+            .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind gateway");
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let gw = Arc::new(
+            tollgate::Gateway::with_clock(config, clock)
+                .await
+                .expect("gateway starts"),
+        );
+        let task = tokio::spawn(async move {
+            tollgate::server::serve(gw, vec![listener], async {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        Gateway {
+            addr,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stops accepting and waits for the drain.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A response read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Sends one request on a new HTTP/1.1 connection from source address `from`
+/// (any 127.x.y.z works on Linux loopback) to `to`.
+pub async fn send_from(from: IpAddr, to: SocketAddr, req: Request<Full<Bytes>>) -> Reply {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(SocketAddr::new(from, 0))
+        .expect("bind source address");
+    let stream = socket.connect(to).await.expect("connect to gateway");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let res = sender.send_request(req).await.expect("response");
+    let (parts, body) = res.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// Sends a request from 127.0.0.1.
+pub async fn send(to: SocketAddr, req: Request<Full<Bytes>>) -> Reply {
+    send_from("127.0.0.1".parse().unwrap(), to, req).await
+}
+
+/// A GET with extra headers.
+pub fn get(path: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut b = Request::builder().uri(path).header("host", "gateway.test");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Full::new(Bytes::new())).unwrap()
+}
+
+/// A free TCP port on 127.0.0.1 (for the binary, which binds by itself).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
