@@ -92,7 +92,7 @@ routes:
   - name: r
     match: {{ path_prefix: / }}
     upstream: {up}
-    limits: [ {{ name: one, key: "{key}", limit: 1, window: 1h }} ]
+    limits: [ {{ name: one, key: {key}, limit: 1, window: 1h }} ]
 "#,
         up = up.url()
     );

@@ -26,26 +26,22 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{self, Deserialize, Deserializer, Visitor};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 use yaml_serde::Value;
 
 use super::position::{child_index, child_key};
 
 /// One field as written: absent (or `null`), of the wrong type, or read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Field<T> {
     /// Not in the file, or written as `null` / left empty.
+    #[default]
     Absent,
     /// Present but not of the expected type; the message says why.
     Invalid(String),
     /// Present and well typed.
     Valid(T),
-}
-
-impl<T> Default for Field<T> {
-    fn default() -> Self {
-        Self::Absent
-    }
 }
 
 impl<T> Field<T> {
@@ -98,6 +94,8 @@ fn tidy(message: &str) -> String {
     };
     let expected = match expected {
         "a sequence" => "a list",
+        // A mapping key that is not a string (`1: x`, `true: x`).
+        "field identifier" => "a field name",
         other => other,
     };
     let found = match found {
@@ -107,7 +105,10 @@ fn tidy(message: &str) -> String {
         other => match other.split_once(' ') {
             Some(("string", s)) => format!("the string {s}"),
             Some(("integer" | "floating", n)) => {
-                format!("the number {}", n.trim_start_matches("point ").trim_matches('`'))
+                format!(
+                    "the number {}",
+                    n.trim_start_matches("point ").trim_matches('`')
+                )
             }
             Some(("boolean", b)) => b.trim_matches('`').to_owned(),
             _ => other.to_owned(),
@@ -197,7 +198,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 }
 
 /// The whole file.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct Root {
     /// `listen: ADDR` or a list of them.
@@ -219,7 +220,7 @@ pub struct Root {
 }
 
 /// `store:`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct Store {
     /// `redis: { url, timeout }`
@@ -231,7 +232,7 @@ pub struct Store {
 }
 
 /// `store.redis:`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct Redis {
     /// `url: redis://host:port`
@@ -241,7 +242,7 @@ pub struct Redis {
 }
 
 /// `client_ip:`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct ClientIp {
     /// `trusted_proxies: [CIDR or IP, ...]`
@@ -251,7 +252,7 @@ pub struct ClientIp {
 }
 
 /// `api_keys:` and `users:`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct HeaderSource {
     /// `header: NAME`
@@ -259,7 +260,7 @@ pub struct HeaderSource {
 }
 
 /// `timeouts:`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct Timeouts {
     /// `header_read: 10s`
@@ -271,7 +272,7 @@ pub struct Timeouts {
 }
 
 /// One item of `routes:`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct Route {
     /// `name: api`
@@ -292,7 +293,7 @@ pub struct Route {
 }
 
 /// `routes[i].match:`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct Match {
     /// `host: api.example.com`
@@ -306,7 +307,7 @@ pub struct Match {
 }
 
 /// `routes[i].respond:`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct Respond {
     /// `status: 200`
@@ -318,7 +319,7 @@ pub struct Respond {
 }
 
 /// One item of `routes[i].limits:`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct Limit {
     /// `name: per_ip`
@@ -399,7 +400,7 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         ["store"] => fields_of::<Store>(),
         ["store", "redis"] => fields_of::<Redis>(),
         ["client_ip"] => fields_of::<ClientIp>(),
-        ["api_keys"] | ["users"] => fields_of::<HeaderSource>(),
+        ["api_keys" | "users"] => fields_of::<HeaderSource>(),
         ["timeouts"] => fields_of::<Timeouts>(),
         ["routes"] => fields_of::<Route>(),
         ["routes", "match"] => fields_of::<Match>(),
@@ -458,7 +459,9 @@ mod tests {
     fn field_lists_come_from_the_derive() {
         assert_eq!(
             fields_of::<Route>(),
-            ["name", "match", "upstream", "respond", "timeout", "cost", "limits"]
+            [
+                "name", "match", "upstream", "respond", "timeout", "cost", "limits"
+            ]
         );
         assert_eq!(fields_at(&["routes", "limits"]), fields_of::<Limit>());
         assert!(fields_at(&["nope"]).is_empty());
@@ -478,7 +481,10 @@ mod tests {
         let Field::Valid(route) = &routes[0] else {
             panic!("route: {:?}", routes[0])
         };
-        assert_eq!(route.name, Field::Invalid("expected a string, found a list".into()));
+        assert_eq!(
+            route.name,
+            Field::Invalid("expected a string, found a list".into())
+        );
         assert_eq!(route.cost, Field::Valid(Int(2)));
         assert_eq!(
             routes[1],
@@ -526,6 +532,10 @@ mod tests {
         assert_eq!(
             tidy("invalid type: boolean `true`, expected a mapping"),
             "expected a mapping, found true"
+        );
+        assert_eq!(
+            tidy("invalid type: integer `1`, expected field identifier"),
+            "expected a field name, found the number 1"
         );
         assert_eq!(tidy("something else"), "something else");
     }

@@ -1,7 +1,35 @@
-//! File structs → validated [`Config`] (to be written).
-use std::path::Path;
+//! File structs → validated [`Config`]: stage two of loading.
+//!
+//! [`parse_str`] reads the text into a [`yaml_serde::Value`] (a syntax error
+//! is the one error it reports alone), reads that into the
+//! [`file`](super::file) structs, and then walks them with a [`Check`] that
+//! knows the field path of every node. Each rule that fails records a
+//! [`ConfigError`] with that path and the position found in the
+//! [`Positions`] index, and validation carries on: every check of a struct
+//! runs before its results are combined, so one bad field never hides
+//! another. Only when nothing was recorded is the [`Config`] returned.
+//!
+//! Positions: a value error points at the value, an unknown field at its
+//! key, a missing field at the mapping that lacks it. Errors are sorted by
+//! position, so they read top to bottom like the file.
 
-use super::Config;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU64;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
+use ipnet::IpNet;
+
+use super::file::{self, Field, Int, OneOrMany, Text};
+use super::position::{Pos, Positions, child_index, child_key};
+use super::{
+    Action, ApiKeyConfig, ClientIpConfig, Config, HeaderMode, KeySource, KeySpec, Limit, OnError,
+    PathMatch, RedisConfig, Respond, Route, RouteMatch, StoreConfig, Timeouts, Upstream,
+    UserConfig,
+};
 
 /// One problem in a configuration file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +79,42 @@ impl std::error::Error for ConfigErrors {}
 ///
 /// # Errors
 /// Every problem found, each with its field path and position.
-pub fn parse_str(_src: &str) -> Result<Config, ConfigErrors> {
-    todo!()
+pub fn parse_str(src: &str) -> Result<Config, ConfigErrors> {
+    // Some editors save a byte order mark; the YAML loader would misread it.
+    let src = src.strip_prefix('\u{feff}').unwrap_or(src);
+    let mut value: yaml_serde::Value = yaml_serde::from_str(src).map_err(|e| syntax_error(&e))?;
+    // Merge keys (`<<: *defaults`) are resolved, so shared route or limit
+    // settings can be written once.
+    value.apply_merge().map_err(|e| syntax_error(&e))?;
+
+    let positions = Positions::index(src);
+    let mut check = Check {
+        positions: &positions,
+        errors: Vec::new(),
+    };
+    let (root, unknown) = file::from_value(value);
+    for field in unknown {
+        check.unknown(&field);
+    }
+    let config = match root {
+        Ok(root) => check.config(&root).ok(),
+        Err(message) => {
+            check.value_error("", message);
+            None
+        }
+    };
+    let mut errors = check.errors;
+    match config {
+        Some(config) if errors.is_empty() => Ok(config),
+        _ => {
+            errors.sort_by_key(|e| (e.line.is_none(), e.line, e.column));
+            if errors.is_empty() {
+                // Every failed check records an error; this is a safety net.
+                errors.push(error("", "invalid configuration", None));
+            }
+            Err(ConfigErrors(errors))
+        }
+    }
 }
 
 /// Reads and validates a configuration file.
@@ -69,4 +131,871 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
         }])
     })?;
     parse_str(&src)
+}
+
+fn error(path: &str, message: impl Into<String>, pos: Option<Pos>) -> ConfigError {
+    ConfigError {
+        path: path.to_owned(),
+        message: message.into(),
+        line: pos.map(|p| p.line),
+        column: pos.map(|p| p.col),
+    }
+}
+
+/// A YAML syntax (or loader) error: one error at `yaml_serde`'s location,
+/// without the location repeated inside the message.
+fn syntax_error(e: &yaml_serde::Error) -> ConfigErrors {
+    let location = e.location();
+    let mut message = e.to_string();
+    let pos = location.map(|l| Pos {
+        line: l.line(),
+        col: l.column(),
+    });
+    if let Some(p) = pos {
+        message = message.replacen(&format!(" at line {} column {}", p.line, p.col), "", 1);
+    }
+    ConfigErrors(vec![error("", format!("invalid YAML: {message}"), pos)])
+}
+
+/// Marks a check that failed; its error is already recorded.
+#[derive(Debug, Clone, Copy)]
+struct Reported;
+
+type Checked<T> = Result<T, Reported>;
+
+/// Walks the file structs, recording every problem.
+struct Check<'p> {
+    positions: &'p Positions,
+    errors: Vec<ConfigError>,
+}
+
+/// Adapts a parser of one leaf into a check that reports at the value.
+fn leaf<T, U>(
+    parse: impl Fn(&T) -> Result<U, String>,
+) -> impl Fn(&mut Check<'_>, &T, &str) -> Checked<U> {
+    move |check, value, path| parse(value).map_err(|m| check.value_error(path, m))
+}
+
+/// A leaf parser over the text of a [`Text`].
+fn text<U>(
+    parse: impl Fn(&str) -> Result<U, String>,
+) -> impl Fn(&mut Check<'_>, &Text, &str) -> Checked<U> {
+    leaf(move |t: &Text| parse(&t.0))
+}
+
+/// A whole number in `min..=max`.
+fn int(min: i64, max: i64) -> impl Fn(&mut Check<'_>, &Int, &str) -> Checked<i64> {
+    leaf(move |&Int(n): &Int| {
+        if n < min && max == i64::MAX {
+            Err(format!("must be at least {min}, found {n}"))
+        } else if !(min..=max).contains(&n) {
+            Err(format!("must be between {min} and {max}, found {n}"))
+        } else {
+            Ok(n)
+        }
+    })
+}
+
+/// A count of at least 1.
+fn positive(check: &mut Check<'_>, value: &Int, path: &str) -> Checked<u64> {
+    let n = int(1, i64::MAX)(check, value, path)?;
+    u64::try_from(n).map_err(|_| check.value_error(path, "must be at least 1"))
+}
+
+impl Check<'_> {
+    fn push(&mut self, path: &str, message: impl Into<String>, pos: Option<Pos>) -> Reported {
+        self.errors.push(error(path, message, pos));
+        Reported
+    }
+
+    /// An error about the value at `path`.
+    fn value_error(&mut self, path: &str, message: impl Into<String>) -> Reported {
+        let pos = self.positions.value(path);
+        self.push(path, message, pos)
+    }
+
+    fn unknown(&mut self, field: &file::UnknownField) {
+        let pos = self.positions.key(&child_key(&field.parent, &field.key));
+        let mut message = format!("unknown field {:?}", field.key);
+        if !field.expected.is_empty() {
+            message.push_str("; expected one of ");
+            message.push_str(&field.expected.join(", "));
+        }
+        self.push(&field.parent, message, pos);
+    }
+
+    /// An optional field, read by `read` when present.
+    fn optional<T, U>(
+        &mut self,
+        field: &Field<T>,
+        path: &str,
+        read: impl FnOnce(&mut Self, &T, &str) -> Checked<U>,
+    ) -> Checked<Option<U>> {
+        match field {
+            Field::Absent => Ok(None),
+            Field::Invalid(message) => Err(self.value_error(path, message.clone())),
+            Field::Valid(value) => read(self, value, path).map(Some),
+        }
+    }
+
+    /// A required field `name` of the mapping at `parent`.
+    fn required<T, U>(
+        &mut self,
+        field: &Field<T>,
+        parent: &str,
+        name: &str,
+        read: impl FnOnce(&mut Self, &T, &str) -> Checked<U>,
+    ) -> Checked<U> {
+        let path = child_key(parent, name);
+        if let Some(value) = self.optional(field, &path, read)? {
+            return Ok(value);
+        }
+        let pos = self.positions.value(parent);
+        Err(self.push(parent, format!("missing required field {name:?}"), pos))
+    }
+
+    /// A scalar or a list of them; list items get their own `[i]` paths.
+    fn each<T, U>(
+        &mut self,
+        items: &OneOrMany<T>,
+        path: &str,
+        mut read: impl FnMut(&mut Self, &T, &str) -> Checked<U>,
+    ) -> Checked<Vec<U>> {
+        let mut read_one = |check: &mut Self, item: &Field<T>, path: &str| match item {
+            Field::Absent => Err(check.value_error(path, "empty entry")),
+            Field::Invalid(message) => Err(check.value_error(path, message.clone())),
+            Field::Valid(value) => read(check, value, path),
+        };
+        match items {
+            OneOrMany::One(item) => read_one(self, item, path).map(|v| vec![v]),
+            OneOrMany::Many(items) => {
+                let read: Vec<Checked<U>> = items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| read_one(self, item, &child_index(path, i)))
+                    .collect();
+                read.into_iter().collect()
+            }
+        }
+    }
+
+    /// A list of mappings; each item is read by `read` with its own path.
+    fn list<T, U>(
+        &mut self,
+        items: &[Field<T>],
+        path: &str,
+        mut read: impl FnMut(&mut Self, &T, &str) -> Checked<U>,
+    ) -> Checked<Vec<U>> {
+        let read: Vec<Checked<U>> = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let path = child_index(path, i);
+                match item {
+                    Field::Absent => Err(self.value_error(&path, "empty entry")),
+                    Field::Invalid(message) => Err(self.value_error(&path, message.clone())),
+                    Field::Valid(value) => read(self, value, &path),
+                }
+            })
+            .collect();
+        read.into_iter().collect()
+    }
+
+    fn config(&mut self, root: &file::Root) -> Checked<Config> {
+        let listen = self.required(&root.listen, "", "listen", |check, items, path| {
+            let addrs = check.each(items, path, text(parse_socket_addr))?;
+            if addrs.is_empty() {
+                return Err(check.value_error(path, "needs at least one address"));
+            }
+            Ok(addrs)
+        });
+        let store = self.optional(&root.store, "store", Self::store);
+        let client_ip = self.optional(&root.client_ip, "client_ip", Self::client_ip);
+        let headers = self.optional(&root.headers, "headers", text(parse_header_mode));
+        let api_keys = self.optional(&root.api_keys, "api_keys", Self::header_source);
+        let users = self.optional(&root.users, "users", Self::header_source);
+        let timeouts = self.optional(&root.timeouts, "timeouts", Self::timeouts);
+        // Routes are checked even when `timeouts` is not, with the default.
+        let default_timeout = match &timeouts {
+            Ok(Some(t)) => t.upstream_response,
+            _ => Timeouts::default().upstream_response,
+        };
+        let routes = self.required(&root.routes, "", "routes", |check, routes, path| {
+            check.routes(routes, path, default_timeout)
+        });
+
+        Ok(Config {
+            listen: listen?,
+            store: store?.unwrap_or_else(|| StoreConfig {
+                redis: None,
+                on_error: OnError::Local,
+                prefix: DEFAULT_PREFIX.to_owned(),
+            }),
+            client_ip: client_ip?.unwrap_or_default(),
+            headers: headers?.unwrap_or(HeaderMode::Ietf),
+            api_keys: ApiKeyConfig {
+                header: api_keys?.unwrap_or_else(|| HeaderName::from_static("x-api-key")),
+            },
+            users: UserConfig {
+                header: users?.unwrap_or_else(|| HeaderName::from_static("x-user")),
+            },
+            timeouts: timeouts?.unwrap_or_default(),
+            routes: routes?,
+        })
+    }
+
+    fn store(&mut self, store: &file::Store, path: &str) -> Checked<StoreConfig> {
+        let redis = self.optional(&store.redis, &child_key(path, "redis"), Self::redis);
+        let on_error = self.optional(
+            &store.on_error,
+            &child_key(path, "on_error"),
+            text(parse_on_error),
+        );
+        let prefix = self.optional(
+            &store.prefix,
+            &child_key(path, "prefix"),
+            text(|s| Ok(s.to_owned())),
+        );
+        Ok(StoreConfig {
+            redis: redis?,
+            on_error: on_error?.unwrap_or(OnError::Local),
+            prefix: prefix?.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+        })
+    }
+
+    fn redis(&mut self, redis: &file::Redis, path: &str) -> Checked<RedisConfig> {
+        let url = self.required(&redis.url, path, "url", text(parse_redis_url));
+        let timeout = self.optional(
+            &redis.timeout,
+            &child_key(path, "timeout"),
+            text(parse_timeout),
+        );
+        Ok(RedisConfig {
+            url: url?,
+            timeout: timeout?.unwrap_or(Duration::from_millis(25)),
+        })
+    }
+
+    fn client_ip(&mut self, client_ip: &file::ClientIp, path: &str) -> Checked<ClientIpConfig> {
+        let trusted_proxies = self.optional(
+            &client_ip.trusted_proxies,
+            &child_key(path, "trusted_proxies"),
+            |check, items, path| check.each(items, path, text(parse_ip_net)),
+        );
+        let ipv6_prefix = self.optional(
+            &client_ip.ipv6_prefix,
+            &child_key(path, "ipv6_prefix"),
+            int(1, 128),
+        );
+        let defaults = ClientIpConfig::default();
+        Ok(ClientIpConfig {
+            trusted_proxies: trusted_proxies?.unwrap_or(defaults.trusted_proxies),
+            ipv6_prefix: match ipv6_prefix? {
+                Some(n) => u8::try_from(n).unwrap_or(defaults.ipv6_prefix),
+                None => defaults.ipv6_prefix,
+            },
+        })
+    }
+
+    fn header_source(&mut self, source: &file::HeaderSource, path: &str) -> Checked<HeaderName> {
+        self.required(&source.header, path, "header", text(parse_header_name))
+    }
+
+    fn timeouts(&mut self, timeouts: &file::Timeouts, path: &str) -> Checked<Timeouts> {
+        let defaults = Timeouts::default();
+        let mut one = |field: &Field<Text>, name: &str, default: Duration| {
+            self.optional(field, &child_key(path, name), text(parse_timeout))
+                .map(|t| t.unwrap_or(default))
+        };
+        let header_read = one(&timeouts.header_read, "header_read", defaults.header_read);
+        let upstream_connect = one(
+            &timeouts.upstream_connect,
+            "upstream_connect",
+            defaults.upstream_connect,
+        );
+        let upstream_response = one(
+            &timeouts.upstream_response,
+            "upstream_response",
+            defaults.upstream_response,
+        );
+        Ok(Timeouts {
+            header_read: header_read?,
+            upstream_connect: upstream_connect?,
+            upstream_response: upstream_response?,
+        })
+    }
+
+    fn routes(
+        &mut self,
+        routes: &[Field<file::Route>],
+        path: &str,
+        default_timeout: Duration,
+    ) -> Checked<Vec<Route>> {
+        if routes.is_empty() {
+            return Err(self.value_error(path, "needs at least one route"));
+        }
+        let checked = self.list(routes, path, |check, route, path| {
+            check.route(route, path, default_timeout)
+        });
+        let unique = self.unique(routes, |route| &route.name, path, "route name");
+        unique?;
+        checked
+    }
+
+    /// Reports every name that repeats an earlier one in the list at `path`.
+    ///
+    /// Works on the names as written, so duplicates are found even when
+    /// other fields of the items are wrong.
+    fn unique<T>(
+        &mut self,
+        items: &[Field<T>],
+        name: impl Fn(&T) -> &Field<Text>,
+        path: &str,
+        what: &str,
+    ) -> Checked<()> {
+        let names = items.iter().map(|item| match item {
+            Field::Valid(item) => match name(item) {
+                Field::Valid(Text(name)) => Some(name.as_str()),
+                _ => None,
+            },
+            _ => None,
+        });
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        let mut result = Ok(());
+        for (i, name) in names.enumerate() {
+            let Some(name) = name else { continue };
+            if let Some(&j) = first.get(name) {
+                let here = child_key(&child_index(path, i), "name");
+                let message = format!(
+                    "duplicate {what} {name:?}; it is already used by {}",
+                    child_index(path, j)
+                );
+                result = Err(self.value_error(&here, message));
+            } else {
+                first.insert(name, i);
+            }
+        }
+        result
+    }
+
+    fn route(
+        &mut self,
+        route: &file::Route,
+        path: &str,
+        default_timeout: Duration,
+    ) -> Checked<Route> {
+        let name = self.required(&route.name, path, "name", text(parse_route_name));
+        let matcher = self.optional(&route.matcher, &child_key(path, "match"), Self::matcher);
+        let action = self.action(route, path, default_timeout);
+        let cost = self.optional(&route.cost, &child_key(path, "cost"), positive);
+        let limits = self.optional(
+            &route.limits,
+            &child_key(path, "limits"),
+            |check, limits, path| check.limits(limits, path),
+        );
+        Ok(Route {
+            name: name?,
+            matcher: matcher?.unwrap_or_default(),
+            action: action?,
+            cost: cost?.unwrap_or(1),
+            limits: limits?.unwrap_or_default(),
+        })
+    }
+
+    /// `upstream` (with its optional `timeout`) or `respond`, exactly one.
+    fn action(
+        &mut self,
+        route: &file::Route,
+        path: &str,
+        default_timeout: Duration,
+    ) -> Checked<Action> {
+        let upstream_path = child_key(path, "upstream");
+        let respond_path = child_key(path, "respond");
+        let timeout_path = child_key(path, "timeout");
+        let upstream = self.optional(&route.upstream, &upstream_path, text(parse_upstream));
+        let respond = self.optional(&route.respond, &respond_path, Self::respond);
+        let timeout = self.optional(&route.timeout, &timeout_path, text(parse_timeout));
+
+        let has_upstream = !route.upstream.is_absent();
+        let has_respond = !route.respond.is_absent();
+        if has_upstream && has_respond {
+            let pos = self.positions.key(&respond_path);
+            return Err(self.push(path, "set either upstream or respond, not both", pos));
+        }
+        if !has_upstream && !has_respond {
+            let pos = self.positions.value(path);
+            return Err(self.push(
+                path,
+                "missing upstream or respond; a route forwards to an upstream or answers itself",
+                pos,
+            ));
+        }
+        if has_respond && !route.timeout.is_absent() {
+            let pos = self.positions.key(&timeout_path);
+            return Err(self.push(
+                &timeout_path,
+                "applies only to routes with an upstream; remove it or use upstream",
+                pos,
+            ));
+        }
+        match (upstream?, respond?) {
+            (Some(uri), _) => Ok(Action::Upstream(Upstream {
+                uri,
+                timeout: timeout?.unwrap_or(default_timeout),
+            })),
+            (None, Some(respond)) => Ok(Action::Respond(respond)),
+            // Both absent was reported above.
+            (None, None) => Err(Reported),
+        }
+    }
+
+    fn matcher(&mut self, matcher: &file::Match, path: &str) -> Checked<RouteMatch> {
+        let host = self.optional(&matcher.host, &child_key(path, "host"), text(parse_host));
+        let exact = self.optional(
+            &matcher.path,
+            &child_key(path, "path"),
+            text(parse_url_path),
+        );
+        let prefix_path = child_key(path, "path_prefix");
+        let prefix = self.optional(&matcher.path_prefix, &prefix_path, text(parse_url_path));
+        let methods = self.optional(
+            &matcher.methods,
+            &child_key(path, "methods"),
+            |check, items, path| check.each(items, path, text(parse_method)),
+        );
+        let path_match = match (exact?, prefix?) {
+            (Some(_), Some(_)) => {
+                let pos = self.positions.key(&prefix_path);
+                return Err(self.push(path, "set either path or path_prefix, not both", pos));
+            }
+            (Some(exact), None) => PathMatch::Exact(exact),
+            (None, Some(prefix)) => PathMatch::Prefix(prefix),
+            (None, None) => PathMatch::Any,
+        };
+        Ok(RouteMatch {
+            host: host?,
+            path: path_match,
+            methods: methods?.unwrap_or_default(),
+        })
+    }
+
+    fn respond(&mut self, respond: &file::Respond, path: &str) -> Checked<Respond> {
+        let status = self.optional(
+            &respond.status,
+            &child_key(path, "status"),
+            |check, status, path| {
+                let code = int(100, 599)(check, status, path)?;
+                u16::try_from(code)
+                    .ok()
+                    .and_then(|c| StatusCode::from_u16(c).ok())
+                    .ok_or_else(|| check.value_error(path, "is not an HTTP status code"))
+            },
+        );
+        let body = self.optional(
+            &respond.body,
+            &child_key(path, "body"),
+            text(|s| Ok(bytes::Bytes::from(s.to_owned()))),
+        );
+        let content_type = self.optional(
+            &respond.content_type,
+            &child_key(path, "content_type"),
+            text(parse_content_type),
+        );
+        Ok(Respond {
+            status: status?.unwrap_or(StatusCode::OK),
+            body: body?.unwrap_or_default(),
+            content_type: content_type?.unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned()),
+        })
+    }
+
+    fn limits(&mut self, limits: &[Field<file::Limit>], path: &str) -> Checked<Vec<Limit>> {
+        let checked = self.list(limits, path, Self::limit);
+        let unique = self.unique(limits, |limit| &limit.name, path, "limit name");
+        unique?;
+        checked
+    }
+
+    fn limit(&mut self, limit: &file::Limit, path: &str) -> Checked<Limit> {
+        let name = self.required(&limit.name, path, "name", text(parse_limit_name));
+        let key = self.required(&limit.key, path, "key", Self::key);
+        let max = self.required(&limit.limit, path, "limit", positive);
+        let window = self.required(&limit.window, path, "window", text(parse_window));
+        let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
+        Ok(Limit {
+            name: name?,
+            key: key?,
+            limit: NonZeroU64::new(max?).ok_or(Reported)?,
+            window_ms: window?,
+            cost: cost?,
+        })
+    }
+
+    fn key(&mut self, key: &OneOrMany<Text>, path: &str) -> Checked<KeySpec> {
+        let parts = self.each(key, path, text(parse_key_chain))?;
+        if parts.is_empty() {
+            return Err(self.value_error(path, "needs at least one source, e.g. ip"));
+        }
+        Ok(KeySpec { parts })
+    }
+}
+
+const DEFAULT_PREFIX: &str = "tollgate:";
+const DEFAULT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+
+fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| {
+        format!("{s:?} is not a socket address; write IP:PORT, e.g. 127.0.0.1:8080 or [::1]:8080")
+    })
+}
+
+fn one_of<T: Copy>(s: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    choices
+        .iter()
+        .find(|(name, _)| *name == s)
+        .map(|&(_, value)| value)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+            format!("unknown value {s:?}; expected one of {}", names.join(", "))
+        })
+}
+
+fn parse_header_mode(s: &str) -> Result<HeaderMode, String> {
+    one_of(s, &[("ietf", HeaderMode::Ietf), ("none", HeaderMode::None)])
+}
+
+fn parse_on_error(s: &str) -> Result<OnError, String> {
+    one_of(s, &[("allow", OnError::Allow), ("local", OnError::Local)])
+}
+
+fn parse_redis_url(s: &str) -> Result<String, String> {
+    if s.starts_with("rediss://") {
+        return Err(format!(
+            "{s:?}: TLS to Redis (rediss://) is not supported yet; write redis://HOST:PORT"
+        ));
+    }
+    match s.strip_prefix("redis://") {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(s.to_owned()),
+        Some(_) => Err(format!("{s:?} has no host; write redis://HOST:PORT")),
+        None => Err(format!(
+            "{s:?} is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379"
+        )),
+    }
+}
+
+/// `10.0.0.0/8`, `::1/128`, or a bare address (a /32 or /128 network).
+/// Host bits are cleared (`10.1.2.3/8` is `10.0.0.0/8`).
+fn parse_ip_net(s: &str) -> Result<IpNet, String> {
+    let net = if s.contains('/') {
+        s.parse::<IpNet>().ok()
+    } else {
+        s.parse::<IpAddr>().ok().map(IpNet::from)
+    };
+    net.map(|n| n.trunc()).ok_or_else(|| {
+        format!(
+            "{s:?} is not an IP address or CIDR network; write e.g. 10.0.0.0/8, 192.0.2.7 or ::1"
+        )
+    })
+}
+
+fn parse_header_name(s: &str) -> Result<HeaderName, String> {
+    HeaderName::from_bytes(s.as_bytes()).map_err(|_| {
+        format!("{s:?} is not a valid header name; use letters, digits and '-', e.g. x-api-key")
+    })
+}
+
+/// A duration: a whole number and one of `ms`, `s`, `m`, `h`, `d`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = s.split_at(digits);
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "{s:?} is not a duration; write {}",
+                duration_hint(s)
+            ));
+        }
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(millis_per_unit))
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{s:?} is not a duration; write {}", duration_hint(s)))
+}
+
+/// How to write what the user meant: `5 minutes` → `5m or 300s`.
+fn duration_hint(s: &str) -> String {
+    const GENERIC: &str = "a whole number and a unit (ms, s, m, h or d), e.g. 5m or 300s";
+    let s = s.trim();
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, word) = s.split_at(digits);
+    let Ok(n) = number.parse::<u64>() else {
+        return GENERIC.to_owned();
+    };
+    let smaller = |factor: u64, unit: &str| {
+        n.checked_mul(factor)
+            .map_or(String::new(), |m| format!(" or {m}{unit}"))
+    };
+    match word.trim().to_ascii_lowercase().as_str() {
+        "" => format!("{n}s or {n}ms (a unit is required)"),
+        "ms" | "msec" | "msecs" | "millis" | "millisecond" | "milliseconds" => format!("{n}ms"),
+        "s" | "sec" | "secs" | "second" | "seconds" => format!("{n}s{}", smaller(1000, "ms")),
+        "m" | "min" | "mins" | "minute" | "minutes" => format!("{n}m{}", smaller(60, "s")),
+        "h" | "hr" | "hrs" | "hour" | "hours" => format!("{n}h{}", smaller(60, "m")),
+        "d" | "day" | "days" => format!("{n}d{}", smaller(24, "h")),
+        _ => GENERIC.to_owned(),
+    }
+}
+
+/// A timeout: a duration above zero.
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?} is too short; a timeout must be more than 0"));
+    }
+    Ok(d)
+}
+
+/// A limit window: a duration of at least one second, in milliseconds.
+fn parse_window(s: &str) -> Result<NonZeroU64, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s:?} is too short; a window must be at least 1s"));
+    }
+    u64::try_from(d.as_millis())
+        .ok()
+        .and_then(NonZeroU64::new)
+        .ok_or_else(|| format!("{s:?} is too long"))
+}
+
+fn parse_route_name(s: &str) -> Result<Arc<str>, String> {
+    if s.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    Ok(Arc::from(s))
+}
+
+/// Limit names are rendered inside a quoted header string (`"per_ip";q=…`).
+fn parse_limit_name(s: &str) -> Result<Arc<str>, String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if s.is_empty() || !s.chars().all(ok) {
+        return Err(format!(
+            "{s:?} is not a valid limit name; use letters, digits, '_', '.' and '-'"
+        ));
+    }
+    Ok(Arc::from(s))
+}
+
+/// `api.example.com` or `*.example.com`, lower-cased, without port.
+fn parse_host(s: &str) -> Result<String, String> {
+    let host = s.to_ascii_lowercase();
+    let name = host.strip_prefix("*.").unwrap_or(&host);
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+    };
+    if name.split('.').all(label_ok) {
+        Ok(host)
+    } else {
+        Err(format!(
+            "{s:?} is not a host name; write e.g. api.example.com or *.example.com, without scheme, port or path"
+        ))
+    }
+}
+
+fn parse_url_path(s: &str) -> Result<String, String> {
+    if !s.starts_with('/') {
+        return Err(format!("{s:?} does not start with /; write \"/{s}\""));
+    }
+    if s.parse::<http::uri::PathAndQuery>().is_err() || s.contains('?') {
+        return Err(format!(
+            "{s:?} is not a URL path; write e.g. /api/ (no spaces or query)"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+const METHODS: [Method; 9] = [
+    Method::GET,
+    Method::HEAD,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::PATCH,
+    Method::OPTIONS,
+    Method::TRACE,
+    Method::CONNECT,
+];
+
+/// One of the methods of RFC 9110 §9 and PATCH, in any case. Extension
+/// methods are refused: in a config file they are far more likely typos.
+fn parse_method(s: &str) -> Result<Method, String> {
+    let upper = s.to_ascii_uppercase();
+    METHODS
+        .iter()
+        .find(|m| m.as_str() == upper)
+        .cloned()
+        .ok_or_else(|| {
+            let names: Vec<&str> = METHODS.iter().map(Method::as_str).collect();
+            format!(
+                "{s:?} is not an HTTP method; expected one of {}",
+                names.join(", ")
+            )
+        })
+}
+
+/// `http://host[:port][/base]`.
+fn parse_upstream(s: &str) -> Result<Uri, String> {
+    let example = "e.g. http://127.0.0.1:9000";
+    if !s.contains("://") {
+        return Err(format!("{s:?} has no scheme; write http://{s}"));
+    }
+    let uri: Uri = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a URL; write {example}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(format!(
+                "{s:?}: https upstreams come later; use http:// for now"
+            ));
+        }
+        Some(other) => {
+            return Err(format!(
+                "{s:?} has unsupported scheme {other:?}; write {example}"
+            ));
+        }
+        None => return Err(format!("{s:?} is not a URL; write {example}")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{s:?} has no host; write {example}"));
+    }
+    if uri.query().is_some() {
+        return Err(format!(
+            "{s:?} has a query; an upstream takes a base path only"
+        ));
+    }
+    Ok(uri)
+}
+
+fn parse_content_type(s: &str) -> Result<String, String> {
+    HeaderValue::from_str(s)
+        .map(|_| s.to_owned())
+        .map_err(|_| format!("{s:?} is not a valid header value"))
+}
+
+/// One part of a key: `api_key | user | ip` (first present wins).
+fn parse_key_chain(s: &str) -> Result<Vec<KeySource>, String> {
+    s.split('|')
+        .map(|source| match source.trim() {
+            "" => Err(format!(
+                "{s:?} has an empty source; write e.g. ip or api_key | ip"
+            )),
+            "ip" => Ok(KeySource::Ip),
+            "api_key" => Ok(KeySource::ApiKey),
+            "user" => Ok(KeySource::User),
+            other => match other.strip_prefix("header:") {
+                Some(name) => HeaderName::from_bytes(name.trim().as_bytes())
+                    .map(KeySource::Header)
+                    .map_err(|_| {
+                        format!(
+                            "{name:?} is not a valid header name; use letters, digits and '-', e.g. header:x-client-id"
+                        )
+                    }),
+                None => Err(format!(
+                    "unknown key source {other:?}; expected ip, api_key, user or header:NAME"
+                )),
+            },
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(
+            parse_duration("5 minutes"),
+            Err("\"5 minutes\" is not a duration; write 5m or 300s".into())
+        );
+        assert_eq!(
+            parse_duration("60"),
+            Err("\"60\" is not a duration; write 60s or 60ms (a unit is required)".into())
+        );
+        assert_eq!(
+            parse_duration("2 hours"),
+            Err("\"2 hours\" is not a duration; write 2h or 120m".into())
+        );
+        for bad in [
+            "",
+            "s",
+            "1.5s",
+            "-1s",
+            "1S",
+            "1m30s",
+            "99999999999999999999s",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert!(parse_duration("18446744073709551615d").is_err());
+    }
+
+    #[test]
+    fn windows_and_timeouts() {
+        assert_eq!(parse_window("1s").ok(), NonZeroU64::new(1000));
+        assert_eq!(
+            parse_window("999ms"),
+            Err("\"999ms\" is too short; a window must be at least 1s".into())
+        );
+        assert!(parse_timeout("0ms").is_err());
+    }
+
+    #[test]
+    fn key_chains() {
+        assert_eq!(
+            parse_key_chain("api_key | user|ip"),
+            Ok(vec![KeySource::ApiKey, KeySource::User, KeySource::Ip])
+        );
+        assert_eq!(
+            parse_key_chain("header:X-Client"),
+            Ok(vec![KeySource::Header(HeaderName::from_static("x-client"))])
+        );
+        assert!(parse_key_chain("ip |").is_err());
+        assert!(parse_key_chain("cookie:x").is_err());
+    }
+
+    #[test]
+    fn nets_hosts_methods_upstreams() {
+        assert_eq!(parse_ip_net("::1").map(|n| n.prefix_len()), Ok(128));
+        assert_eq!(
+            parse_ip_net("10.1.2.3/8").map(|n| n.to_string()),
+            Ok("10.0.0.0/8".into())
+        );
+        assert_eq!(parse_host("*.Example.COM"), Ok("*.example.com".into()));
+        assert!(parse_host("a.example.com:80").is_err());
+        assert!(parse_host("a.*.com").is_err());
+        assert_eq!(parse_method("post"), Ok(Method::POST));
+        assert!(parse_method("GTE").is_err());
+        assert!(parse_upstream("http://127.0.0.1:9000/base").is_ok());
+        assert!(parse_upstream("https://x").is_err());
+        assert!(parse_upstream("http:///x").is_err());
+        assert!(parse_upstream("127.0.0.1:9000").is_err());
+        assert!(parse_upstream("http://x/?q=1").is_err());
+        assert!(parse_redis_url("redis://").is_err());
+    }
 }

@@ -326,7 +326,10 @@ routes:
 
     #[test]
     fn parents() {
-        assert_eq!(parent_of("routes[1].limits[0].window"), Some("routes[1].limits[0]"));
+        assert_eq!(
+            parent_of("routes[1].limits[0].window"),
+            Some("routes[1].limits[0]")
+        );
         assert_eq!(parent_of("routes[1].limits[0]"), Some("routes[1].limits"));
         assert_eq!(parent_of("routes"), Some(""));
         assert_eq!(parent_of(""), None);

@@ -8,12 +8,24 @@
 //! once each way, not per request.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tracing::{info, warn};
 
 use super::{Decision, LimitRequest};
 use crate::config::{OnError, StoreConfig};
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
+
+/// How long startup waits for the first Redis connection.
+const STARTUP_WAIT: Duration = Duration::from_secs(1);
+
+/// A Redis URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+        _ => url.to_owned(),
+    }
+}
 
 /// Decides requests against the configured store.
 pub struct Limiter {
@@ -49,7 +61,19 @@ impl Limiter {
     /// The Redis configuration cannot be used at all (a malformed URL).
     pub async fn new(cfg: &StoreConfig) -> Result<Self, StoreError> {
         let redis = match &cfg.redis {
-            Some(r) => Some(RedisStore::connect(r).await?),
+            Some(r) => {
+                let store = RedisStore::connect(r).await?;
+                // Give the first connection a moment so the first requests
+                // are not decided locally for nothing; never wait longer.
+                let deadline = tokio::time::Instant::now() + STARTUP_WAIT;
+                while !store.is_connected() && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                if !store.is_connected() {
+                    warn!(url = %redact(&r.url), "redis not reachable at startup; serving by on_error until it is");
+                }
+                Some(store)
+            }
             None => None,
         };
         Ok(Self {

@@ -12,9 +12,14 @@
 //! - [`RedisStore::connect`] only starts the client's connection task and
 //!   returns; the task reconnects forever with an exponential backoff capped
 //!   at one second ([`RECONNECT_MIN_MS`], [`RECONNECT_MAX_MS`]).
-//! - Every command is sent with fred's per-command `fail_fast`: while the
-//!   client is not connected it is answered at once with an error (mapped to
-//!   [`StoreError::Unavailable`]) instead of being queued until a reconnect.
+//! - While the link is down a decision is answered at once with
+//!   [`StoreError::Unavailable`] instead of being queued until a reconnect.
+//!   fred's client state alone is not enough: after a connection drops it
+//!   still reads `Connected` while the router sleeps its first backoff, and
+//!   commands sent then wait in its queue. So the store also watches fred's
+//!   error and (re)connect events ([`watch_link`]) and counts the link down
+//!   from the first error until the next connection. Commands also carry
+//!   fred's per-command `fail_fast` for the instant in between.
 //! - Every command is sent at most once (`max_attempts = 1`): an `EVALSHA`
 //!   cut off by a dropped connection may already have consumed quota, so
 //!   replaying it could count a request twice.
@@ -29,18 +34,20 @@
 //! (fred's own SHA-1 needs its `sha-1` feature) and kept; a `NOSCRIPT` reply
 //! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::error::{Error as FredError, ErrorKind};
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{
-    Config as FredConfig, ConnectionConfig, Options, ReconnectPolicy, TcpConfig,
-    UnresponsiveConfig,
+    Config as FredConfig, ConnectionConfig, Options, ReconnectPolicy, TcpConfig, UnresponsiveConfig,
 };
 use fred::types::{Builder, ClusterHash, ConnectHandle, CustomCommand, Value};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{Store, StoreError};
@@ -64,7 +71,12 @@ const MAX_ARG: u64 = 1 << 53;
 /// the connection task.
 pub struct RedisStore {
     client: Client,
+    /// fred's connection task.
     task: ConnectHandle,
+    /// The [`watch_link`] task.
+    watcher: JoinHandle<()>,
+    /// No connection error since the last (re)connect.
+    link_up: Arc<AtomicBool>,
     timeout: Duration,
     sha: OnceLock<Str>,
 }
@@ -83,6 +95,7 @@ impl Drop for RedisStore {
         // The client is private to this store, so nothing else can use the
         // connection task once the store is gone.
         self.task.abort();
+        self.watcher.abort();
     }
 }
 
@@ -97,9 +110,15 @@ impl RedisStore {
     /// [`StoreError::Unavailable`] when `cfg.url` is not a usable Redis URL.
     /// Never because the server is down or unreachable.
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
-        let mut config = FredConfig::from_url(&cfg.url).map_err(|e| {
-            StoreError::Unavailable(format!("invalid Redis URL {:?}: {}", cfg.url, e.details()))
-        })?;
+        let invalid =
+            |why: &str| StoreError::Unavailable(format!("invalid Redis URL {:?}: {why}", cfg.url));
+        // fred would also take `rediss://` (TLS, not built in), cluster and
+        // sentinel URLs; this store speaks plain RESP to one server.
+        if cfg.url.split_once("://").map(|(scheme, _)| scheme) != Some("redis") {
+            return Err(invalid("expected redis://[user:password@]host:port[/db]"));
+        }
+        let mut config =
+            FredConfig::from_url_centralized(&cfg.url).map_err(|e| invalid(e.details()))?;
         // Run the reconnect policy for the first connection too, instead of
         // giving up when Redis is down at startup.
         config.fail_fast = false;
@@ -129,11 +148,16 @@ impl RedisStore {
             })
             .build()
             .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
+        // Subscribe before connecting, so the first connect event is seen.
+        let link_up = Arc::new(AtomicBool::new(false));
+        let watcher = watch_link(&client, Arc::clone(&link_up));
         // `connect` spawns the connection task and does not wait for it.
         let task = client.connect();
         Ok(RedisStore {
             client,
             task,
+            watcher,
+            link_up,
             timeout: cfg.timeout,
             sha: OnceLock::new(),
         })
@@ -141,7 +165,7 @@ impl RedisStore {
 
     /// Whether the connection to Redis is up right now.
     pub fn is_connected(&self) -> bool {
-        self.client.is_connected()
+        self.link_up.load(Ordering::Acquire) && self.client.is_connected()
     }
 
     /// Options for one command that must finish by `deadline`.
@@ -198,13 +222,21 @@ impl RedisStore {
         args.push(Value::Integer(requests.len() as i64));
         args.extend(requests.iter().map(|r| Value::from(r.key.as_str())));
         args.extend(argv.iter().cloned());
-        let options = Self::options(deadline).map_err(|_| FredError::new(ErrorKind::Timeout, ""))?;
+        let options =
+            Self::options(deadline).map_err(|_| FredError::new(ErrorKind::Timeout, ""))?;
         self.client.with_options(&options).custom(cmd, args).await
     }
 
-    async fn decide_inner(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
+    async fn decide_inner(
+        &self,
+        now_ms: u64,
+        requests: &[LimitRequest],
+    ) -> Result<Decision, StoreError> {
         let deadline = Instant::now() + self.timeout;
         let argv = script_args(now_ms, requests)?;
+        if !self.is_connected() {
+            return Err(StoreError::Unavailable("not connected to Redis".into()));
+        }
         let sha = match self.sha.get() {
             Some(sha) => sha.clone(),
             None => self.load_script(deadline).await?,
@@ -235,6 +267,37 @@ impl Store for RedisStore {
             .await
             .unwrap_or(Err(StoreError::Timeout))
     }
+}
+
+/// Keeps `link_up` in step with fred's events: down on any connection error,
+/// up on every (re)connect (fred sends one on the first connection too).
+///
+/// Both are broadcast from fred's router task in order, an error before the
+/// reconnect that repairs it; preferring errors (`biased`) when both are
+/// waiting keeps that order here. A reconnect that fails after its event
+/// (replaying buffered commands) leaves fred's state not `Connected`, which
+/// [`RedisStore::is_connected`] also requires.
+fn watch_link(client: &Client, link_up: Arc<AtomicBool>) -> JoinHandle<()> {
+    let mut errors = client.error_rx();
+    let mut connects = client.reconnect_rx();
+    tokio::spawn(async move {
+        loop {
+            let up = tokio::select! {
+                biased;
+                e = errors.recv() => match e {
+                    Ok(_) | Err(RecvError::Lagged(_)) => false,
+                    Err(RecvError::Closed) => return,
+                },
+                c = connects.recv() => match c {
+                    // Lagged: many reconnects went by; the latest pending
+                    // error, if any, is read next and wins.
+                    Ok(_) | Err(RecvError::Lagged(_)) => true,
+                    Err(RecvError::Closed) => return,
+                },
+            };
+            link_up.store(up, Ordering::Release);
+        }
+    })
 }
 
 /// `ARGV` of the script: now, then limit, window and cost per request.
@@ -293,7 +356,14 @@ fn store_error(e: FredError) -> StoreError {
 
 /// Redis error codes that say the server cannot serve right now.
 fn is_transient_reply(detail: &str) -> bool {
-    const CODES: [&str; 6] = ["LOADING", "BUSY", "MASTERDOWN", "READONLY", "OOM", "TRYAGAIN"];
+    const CODES: [&str; 6] = [
+        "LOADING",
+        "BUSY",
+        "MASTERDOWN",
+        "READONLY",
+        "OOM",
+        "TRYAGAIN",
+    ];
     let code = detail.split_whitespace().next().unwrap_or("");
     CODES.contains(&code)
 }
@@ -306,7 +376,11 @@ fn parse_reply(reply: Value, n: usize) -> Result<Decision, StoreError> {
         return Err(bad("is not an array"));
     };
     if items.len() != 1 + 4 * n {
-        return Err(bad(&format!("has {} items, expected {}", items.len(), 1 + 4 * n)));
+        return Err(bad(&format!(
+            "has {} items, expected {}",
+            items.len(),
+            1 + 4 * n
+        )));
     }
     let ints = items
         .into_iter()
@@ -340,7 +414,9 @@ fn parse_reply(reply: Value, n: usize) -> Result<Decision, StoreError> {
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     if allowed != outcomes.iter().all(|o| o.admits) {
-        return Err(bad("contradicts itself: allowed is not every limit admitting"));
+        return Err(bad(
+            "contradicts itself: allowed is not every limit admitting",
+        ));
     }
     Ok(Decision { allowed, outcomes })
 }
@@ -368,14 +444,17 @@ mod tests {
         let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Integer).collect());
         for (reply, n) in [
             (Value::Null, 1),
-            (ints(&[1, 1, 0, 0]), 1),          // too short
-            (ints(&[1, 2, 0, 0, 0]), 1),       // flag 2
-            (ints(&[1, 1, -3, 0, 0]), 1),      // negative remaining
-            (ints(&[1, 0, 0, 0, 5]), 1),       // allowed though a limit denies
-            (ints(&[0, 1, 0, 0, -2]), 1),      // retry below −1
+            (ints(&[1, 1, 0, 0]), 1),                  // too short
+            (ints(&[1, 2, 0, 0, 0]), 1),               // flag 2
+            (ints(&[1, 1, -3, 0, 0]), 1),              // negative remaining
+            (ints(&[1, 0, 0, 0, 5]), 1),               // allowed though a limit denies
+            (ints(&[0, 1, 0, 0, -2]), 1),              // retry below −1
             (Value::Array(vec![Value::from("1")]), 0), // not an integer
         ] {
-            assert!(matches!(parse_reply(reply, n), Err(StoreError::Protocol(_))));
+            assert!(matches!(
+                parse_reply(reply, n),
+                Err(StoreError::Protocol(_))
+            ));
         }
     }
 

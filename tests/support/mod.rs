@@ -1,1 +1,6 @@
+//! Shared test support: real Redis servers, upstreams and gateways on free
+//! loopback ports, cleaned up on drop.
+#![allow(dead_code)]
+
+pub mod gateway;
 pub mod redis;

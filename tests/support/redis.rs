@@ -88,7 +88,11 @@ impl RedisServer {
     }
 
     async fn answering_pid(&self, conn: &mut MultiplexedConnection) -> Option<u32> {
-        let info: String = redis::cmd("INFO").arg("server").query_async(conn).await.ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(conn)
+            .await
+            .ok()?;
         info.lines()
             .find_map(|l| l.strip_prefix("process_id:"))
             .and_then(|pid| pid.trim().parse().ok())
@@ -125,7 +129,8 @@ impl RedisServer {
                 }
             }
             if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-                let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+                let pong: redis::RedisResult<String> =
+                    redis::cmd("PING").query_async(&mut conn).await;
                 if pong.is_ok() {
                     // Answered — but by ours, or by a server that took the
                     // port first?

@@ -1,0 +1,643 @@
+//! Configuration loading through the library API: a full valid file mapped
+//! onto the model, and bad files whose every error is checked word for word
+//! with its field path, line and column.
+
+use std::net::SocketAddr;
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use http::{HeaderName, Method, StatusCode};
+use tollgate::config::{
+    Action, Config, HeaderMode, KeySource, OnError, PathMatch, Respond, Upstream, load_file,
+    parse_str,
+};
+
+/// Every error `src` produces, rendered as the CLI prints them.
+fn errors(src: &str) -> Vec<String> {
+    match parse_str(src) {
+        Ok(_) => panic!("expected errors, the file was accepted:\n{src}"),
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// The single error `src` produces.
+fn error(src: &str) -> String {
+    let mut all = errors(src);
+    assert_eq!(all.len(), 1, "expected one error, got {all:#?}");
+    all.remove(0)
+}
+
+fn valid(src: &str) -> Config {
+    parse_str(src).unwrap_or_else(|e| panic!("expected a valid file, got:\n{e}"))
+}
+
+fn header(name: &'static str) -> HeaderName {
+    HeaderName::from_static(name)
+}
+
+fn nz(n: u64) -> NonZeroU64 {
+    NonZeroU64::new(n).expect("test values are not zero")
+}
+
+const FULL: &str = r#"
+listen: [127.0.0.1:8080, "[::1]:8081"]
+store:
+  redis: { url: "redis://127.0.0.1:6379/2", timeout: 40ms }
+  on_error: allow
+  prefix: "tg:"
+client_ip:
+  trusted_proxies: [127.0.0.1/32, 10.0.0.0/8, "::1"]
+  ipv6_prefix: 56
+headers: none
+api_keys: { header: X-Key }
+users: { header: x-auth-user }
+timeouts: { header_read: 2s, upstream_connect: 250ms, upstream_response: 1m }
+routes:
+  - name: login
+    match: { host: API.Example.com, path: /api/auth/login, methods: [post, GET] }
+    upstream: http://127.0.0.1:9000
+    timeout: 5s
+    limits:
+      - { name: login_ip, key: ip, limit: 5, window: 5m }
+      - { name: login_user_ip, key: [ip, "header:X-Username"], limit: 3, window: 1h, cost: 2 }
+  - name: api
+    match: { host: "*.example.com", path_prefix: /api/ }
+    upstream: http://127.0.0.1:9000/base
+    cost: 3
+    limits:
+      - name: per.caller-1
+        key: api_key | user | ip
+        limit: 600
+        window: 1d
+  - name: demo
+    respond: { status: 418, body: "hello\n", content_type: text/html }
+  - name: fallback
+    respond: {}
+"#;
+
+#[test]
+fn full_file_maps_onto_the_model() {
+    let c = valid(FULL);
+    assert_eq!(
+        c.listen,
+        [
+            "127.0.0.1:8080".parse::<SocketAddr>().expect("addr"),
+            "[::1]:8081".parse().expect("addr")
+        ]
+    );
+
+    let redis = c.store.redis.as_ref().expect("redis is configured");
+    assert_eq!(redis.url, "redis://127.0.0.1:6379/2");
+    assert_eq!(redis.timeout, Duration::from_millis(40));
+    assert_eq!(c.store.on_error, OnError::Allow);
+    assert_eq!(c.store.prefix, "tg:");
+
+    let proxies: Vec<String> = c
+        .client_ip
+        .trusted_proxies
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(proxies, ["127.0.0.1/32", "10.0.0.0/8", "::1/128"]);
+    assert_eq!(c.client_ip.ipv6_prefix, 56);
+    assert_eq!(c.headers, HeaderMode::None);
+    assert_eq!(c.api_keys.header, header("x-key"));
+    assert_eq!(c.users.header, header("x-auth-user"));
+    assert_eq!(c.timeouts.header_read, Duration::from_secs(2));
+    assert_eq!(c.timeouts.upstream_connect, Duration::from_millis(250));
+    assert_eq!(c.timeouts.upstream_response, Duration::from_secs(60));
+
+    assert_eq!(c.routes.len(), 4);
+    let login = &c.routes[0];
+    assert_eq!(&*login.name, "login");
+    assert_eq!(login.matcher.host.as_deref(), Some("api.example.com"));
+    assert!(matches!(&login.matcher.path, PathMatch::Exact(p) if p == "/api/auth/login"));
+    assert_eq!(login.matcher.methods, [Method::POST, Method::GET]);
+    let Action::Upstream(Upstream { uri, timeout }) = &login.action else {
+        panic!("login forwards: {:?}", login.action)
+    };
+    assert_eq!(uri.to_string(), "http://127.0.0.1:9000/");
+    assert_eq!(*timeout, Duration::from_secs(5));
+    assert_eq!(login.cost, 1);
+    assert_eq!(login.limits.len(), 2);
+    let ip = &login.limits[0];
+    assert_eq!(&*ip.name, "login_ip");
+    assert_eq!(ip.key.parts, [vec![KeySource::Ip]]);
+    assert_eq!(ip.limit, nz(5));
+    assert_eq!(ip.window_ms, nz(300_000));
+    assert_eq!(ip.cost, None);
+    let user_ip = &login.limits[1];
+    assert_eq!(
+        user_ip.key.parts,
+        [
+            vec![KeySource::Ip],
+            vec![KeySource::Header(header("x-username"))]
+        ]
+    );
+    assert_eq!(user_ip.limit, nz(3));
+    assert_eq!(user_ip.window_ms, nz(3_600_000));
+    assert_eq!(user_ip.cost, Some(2));
+
+    let api = &c.routes[1];
+    assert_eq!(api.matcher.host.as_deref(), Some("*.example.com"));
+    assert!(matches!(&api.matcher.path, PathMatch::Prefix(p) if p == "/api/"));
+    assert!(api.matcher.methods.is_empty());
+    let Action::Upstream(Upstream { uri, timeout }) = &api.action else {
+        panic!("api forwards: {:?}", api.action)
+    };
+    assert_eq!(uri.to_string(), "http://127.0.0.1:9000/base");
+    assert_eq!(
+        *timeout,
+        Duration::from_secs(60),
+        "timeouts.upstream_response"
+    );
+    assert_eq!(api.cost, 3);
+    let caller = &api.limits[0];
+    assert_eq!(&*caller.name, "per.caller-1");
+    assert_eq!(
+        caller.key.parts,
+        [vec![KeySource::ApiKey, KeySource::User, KeySource::Ip]]
+    );
+    assert_eq!(caller.limit, nz(600));
+    assert_eq!(caller.window_ms, nz(86_400_000));
+
+    let demo = &c.routes[2];
+    assert!(matches!(demo.matcher.path, PathMatch::Any));
+    assert!(demo.limits.is_empty());
+    let Action::Respond(Respond {
+        status,
+        body,
+        content_type,
+    }) = &demo.action
+    else {
+        panic!("demo responds: {:?}", demo.action)
+    };
+    assert_eq!(*status, StatusCode::IM_A_TEAPOT);
+    assert_eq!(&body[..], b"hello\n");
+    assert_eq!(content_type, "text/html");
+
+    let Action::Respond(fallback) = &c.routes[3].action else {
+        panic!("fallback responds: {:?}", c.routes[3].action)
+    };
+    assert_eq!(fallback.status, StatusCode::OK);
+    assert!(fallback.body.is_empty());
+    assert_eq!(fallback.content_type, "text/plain; charset=utf-8");
+}
+
+#[test]
+fn defaults() {
+    let c = valid("listen: 0.0.0.0:80\nroutes: [{ name: a, upstream: 'http://up' }]\n");
+    assert!(c.store.redis.is_none());
+    assert_eq!(c.store.on_error, OnError::Local);
+    assert_eq!(c.store.prefix, "tollgate:");
+    assert!(c.client_ip.trusted_proxies.is_empty());
+    assert_eq!(c.client_ip.ipv6_prefix, 64);
+    assert_eq!(c.headers, HeaderMode::Ietf);
+    assert_eq!(c.api_keys.header, header("x-api-key"));
+    assert_eq!(c.users.header, header("x-user"));
+    assert_eq!(c.timeouts.header_read, Duration::from_secs(10));
+    assert_eq!(c.timeouts.upstream_connect, Duration::from_secs(5));
+    assert_eq!(c.timeouts.upstream_response, Duration::from_secs(30));
+    let Action::Upstream(up) = &c.routes[0].action else {
+        panic!("forwards")
+    };
+    assert_eq!(up.timeout, Duration::from_secs(30));
+
+    let c = valid(
+        "listen: 0.0.0.0:80\nstore: { redis: { url: 'redis://r' } }\nroutes: [{ name: a, respond: {} }]\n",
+    );
+    let redis = c.store.redis.expect("redis is configured");
+    assert_eq!(redis.timeout, Duration::from_millis(25));
+}
+
+#[test]
+fn merge_keys_share_settings() {
+    let c = valid(
+        "listen: 127.0.0.1:1
+routes:
+  - name: a
+    upstream: http://up
+    limits:
+      - &per_ip { name: per_ip, key: ip, limit: 10, window: 1s }
+  - name: b
+    upstream: http://up
+    limits: [ { <<: *per_ip, limit: 20 } ]
+",
+    );
+    let merged = &c.routes[1].limits[0];
+    assert_eq!(&*merged.name, "per_ip");
+    assert_eq!(merged.key.parts, [vec![KeySource::Ip]]);
+    assert_eq!(merged.limit, nz(20));
+    assert_eq!(merged.window_ms, nz(1000));
+}
+
+const HEAD: &str = "listen: 127.0.0.1:8080\nroutes:\n";
+
+#[test]
+fn bad_duration() {
+    let src = format!(
+        "{HEAD}  - name: api
+    upstream: http://127.0.0.1:9000
+    limits:
+      - {{ name: per_ip, key: ip, limit: 100, window: 5 minutes }}
+"
+    );
+    assert_eq!(
+        error(&src),
+        r#"routes[0].limits[0].window: "5 minutes" is not a duration; write 5m or 300s (line 6, col 54)"#
+    );
+}
+
+#[test]
+fn unknown_top_level_field() {
+    let src = "listen: 127.0.0.1:8080\nlisen: 127.0.0.1:8081\nroutes: [{ name: a, respond: {} }]\n";
+    assert_eq!(
+        error(src),
+        r#"unknown field "lisen"; expected one of listen, store, client_ip, headers, api_keys, users, timeouts, routes (line 2, col 1)"#
+    );
+}
+
+#[test]
+fn unknown_fields_nested_in_a_route_and_a_limit() {
+    let src = format!(
+        "{HEAD}  - name: api
+    upstrem: http://127.0.0.1:9000
+    upstream: http://127.0.0.1:9000
+    limits:
+      - name: per_ip
+        key: ip
+        limit: 100
+        window: 1m
+        burst: 5
+"
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits (line 4, col 5)"#,
+            r#"routes[0].limits[0]: unknown field "burst"; expected one of name, key, limit, window, cost (line 11, col 9)"#,
+        ]
+    );
+}
+
+#[test]
+fn missing_required_fields() {
+    let src = format!(
+        "{HEAD}  - upstream: http://127.0.0.1:9000
+    limits:
+      - {{ name: a, key: ip, limit: 1 }}
+"
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            r#"routes[0]: missing required field "name" (line 3, col 5)"#,
+            r#"routes[0].limits[0]: missing required field "window" (line 5, col 9)"#,
+        ]
+    );
+    assert_eq!(
+        errors("# nothing here\n"),
+        [
+            r#"missing required field "listen""#,
+            r#"missing required field "routes""#,
+        ]
+    );
+}
+
+#[test]
+fn upstream_and_respond_together() {
+    let src = format!(
+        "{HEAD}  - name: api
+    upstream: http://127.0.0.1:9000
+    respond: {{ status: 204 }}
+"
+    );
+    assert_eq!(
+        error(&src),
+        "routes[0]: set either upstream or respond, not both (line 5, col 5)"
+    );
+}
+
+#[test]
+fn neither_upstream_nor_respond() {
+    let src = format!("{HEAD}  - name: api\n    cost: 2\n");
+    assert_eq!(
+        error(&src),
+        "routes[0]: missing upstream or respond; a route forwards to an upstream or answers itself (line 3, col 5)"
+    );
+}
+
+#[test]
+fn bad_cidr() {
+    let src = format!(
+        "client_ip:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\n{HEAD}  - {{ name: a, respond: {{}} }}\n"
+    );
+    assert_eq!(
+        error(&src),
+        r#"client_ip.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or CIDR network; write e.g. 10.0.0.0/8, 192.0.2.7 or ::1 (line 2, col 33)"#
+    );
+}
+
+#[test]
+fn bad_header_name_in_key() {
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits: [ {{ name: a, key: [ip, 'header:x user'], limit: 1, window: 1s }} ]
+"
+    );
+    assert_eq!(
+        error(&src),
+        r#"routes[0].limits[0].key[1]: "x user" is not a valid header name; use letters, digits and '-', e.g. header:x-client-id (line 5, col 36)"#
+    );
+}
+
+#[test]
+fn unknown_key_source() {
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits: [ {{ name: a, key: api_key | cookie | ip, limit: 1, window: 1s }} ]
+"
+    );
+    assert_eq!(
+        error(&src),
+        r#"routes[0].limits[0].key: unknown key source "cookie"; expected ip, api_key, user or header:NAME (line 5, col 31)"#
+    );
+}
+
+#[test]
+fn duplicate_route_name() {
+    let src = format!(
+        "{HEAD}  - {{ name: api, upstream: 'http://a' }}\n  - {{ name: web, respond: {{}} }}\n  - {{ name: api, respond: {{}} }}\n"
+    );
+    assert_eq!(
+        error(&src),
+        r#"routes[2].name: duplicate route name "api"; it is already used by routes[0] (line 5, col 13)"#
+    );
+}
+
+#[test]
+fn duplicate_limit_name() {
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits:
+      - {{ name: per_ip, key: ip, limit: 1, window: 1s }}
+      - {{ name: per_ip, key: user, limit: 2, window: 1m }}
+"
+    );
+    assert_eq!(
+        error(&src),
+        r#"routes[0].limits[1].name: duplicate limit name "per_ip"; it is already used by routes[0].limits[0] (line 7, col 17)"#
+    );
+}
+
+#[test]
+fn limit_zero() {
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits:
+      - name: per_ip
+        key: ip
+        limit: 0
+        window: 1s
+"
+    );
+    assert_eq!(
+        error(&src),
+        "routes[0].limits[0].limit: must be at least 1, found 0 (line 8, col 16)"
+    );
+}
+
+#[test]
+fn bad_listen_address() {
+    assert_eq!(
+        error("listen: localhost:8080\nroutes: [{ name: a, respond: {} }]\n"),
+        r#"listen: "localhost:8080" is not a socket address; write IP:PORT, e.g. 127.0.0.1:8080 or [::1]:8080 (line 1, col 9)"#
+    );
+    assert_eq!(
+        error("listen: [127.0.0.1:80, 127.0.0.1]\nroutes: [{ name: a, respond: {} }]\n"),
+        r#"listen[1]: "127.0.0.1" is not a socket address; write IP:PORT, e.g. 127.0.0.1:8080 or [::1]:8080 (line 1, col 24)"#
+    );
+}
+
+#[test]
+fn bad_on_error() {
+    let src = format!("store:\n  on_error: deny\n{HEAD}  - {{ name: a, respond: {{}} }}\n");
+    assert_eq!(
+        error(&src),
+        r#"store.on_error: unknown value "deny"; expected one of allow, local (line 2, col 13)"#
+    );
+}
+
+#[test]
+fn wrong_type_does_not_hide_later_errors() {
+    let src = format!(
+        "{HEAD}  - name: api
+    upstream: {{ url: http://127.0.0.1:9000 }}
+    limits:
+      - {{ name: per_ip, key: ip, limit: 100, window: 1 minute }}
+"
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            "routes[0].upstream: expected a string, found a mapping (line 4, col 15)",
+            r#"routes[0].limits[0].window: "1 minute" is not a duration; write 1m or 60s (line 6, col 54)"#,
+        ]
+    );
+    // A list where a mapping belongs, and a mapping where a list belongs.
+    assert_eq!(
+        errors("listen: 127.0.0.1:1\nstore: [redis]\nroutes: { name: a }\nheaders: github\n"),
+        [
+            "store: expected a mapping, found a list (line 2, col 8)",
+            "routes: expected a list, found a mapping (line 3, col 9)",
+            r#"headers: unknown value "github"; expected one of ietf, none (line 4, col 10)"#,
+        ]
+    );
+}
+
+#[test]
+fn yaml_syntax_error() {
+    let src = format!("{HEAD}  - name: api\n    upstream: http://a: b\n");
+    assert_eq!(
+        error(&src),
+        "invalid YAML: mapping values are not allowed in this context (line 4, col 23)"
+    );
+    let err = parse_str("listen: [1\n").expect_err("unclosed list");
+    assert_eq!(err.0.len(), 1);
+    assert_eq!((err.0[0].line, err.0[0].column), (Some(2), Some(1)));
+}
+
+#[test]
+fn three_mistakes_three_errors() {
+    let src = "listen: 127.0.0.1:8080
+headers: github
+routes:
+  - name: api
+    upstream: http://127.0.0.1:9000
+    limits:
+      - { name: per_ip, key: ip, limit: 100, window: 5 minutes }
+  - name: other
+    respond: { status: 200 }
+    cost: 0
+";
+    let err = parse_str(src).expect_err("three mistakes");
+    assert_eq!(
+        err.to_string(),
+        r#"headers: unknown value "github"; expected one of ietf, none (line 2, col 10)
+routes[0].limits[0].window: "5 minutes" is not a duration; write 5m or 300s (line 7, col 54)
+routes[1].cost: must be at least 1, found 0 (line 10, col 11)"#
+    );
+    assert_eq!(err.0.len(), 3);
+    let first = &err.0[0];
+    assert_eq!(first.path, "headers");
+    assert_eq!((first.line, first.column), (Some(2), Some(10)));
+}
+
+#[test]
+fn more_rules() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "  - { name: a, upstream: 'https://secure:443' }\n",
+            r#"routes[0].upstream: "https://secure:443": https upstreams come later; use http:// for now (line 3, col 26)"#,
+        ),
+        (
+            "  - { name: a, upstream: '127.0.0.1:9000' }\n",
+            r#"routes[0].upstream: "127.0.0.1:9000" has no scheme; write http://127.0.0.1:9000 (line 3, col 26)"#,
+        ),
+        (
+            "  - { name: a, respond: {}, timeout: 5s }\n",
+            "routes[0].timeout: applies only to routes with an upstream; remove it or use upstream (line 3, col 29)",
+        ),
+        (
+            "  - { name: a, respond: {}, match: { path: /a, path_prefix: /b } }\n",
+            "routes[0].match: set either path or path_prefix, not both (line 3, col 48)",
+        ),
+        (
+            "  - { name: a, respond: {}, match: { path_prefix: api/ } }\n",
+            r#"routes[0].match.path_prefix: "api/" does not start with /; write "/api/" (line 3, col 51)"#,
+        ),
+        (
+            "  - { name: a, respond: {}, match: { methods: [GET, GTE] } }\n",
+            r#"routes[0].match.methods[1]: "GTE" is not an HTTP method; expected one of GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE, CONNECT (line 3, col 53)"#,
+        ),
+        (
+            "  - { name: a, respond: {}, match: { host: 'a.example.com:80' } }\n",
+            r#"routes[0].match.host: "a.example.com:80" is not a host name; write e.g. api.example.com or *.example.com, without scheme, port or path (line 3, col 44)"#,
+        ),
+        (
+            "  - { name: a, respond: { status: 99 } }\n",
+            "routes[0].respond.status: must be between 100 and 599, found 99 (line 3, col 35)",
+        ),
+        (
+            "  - { name: a, respond: {}, limits: [ { name: 'per ip', key: ip, limit: 1, window: 1s } ] }\n",
+            r#"routes[0].limits[0].name: "per ip" is not a valid limit name; use letters, digits, '_', '.' and '-' (line 3, col 47)"#,
+        ),
+        (
+            "  - { name: a, respond: {}, limits: [ { name: b, key: ip, limit: 1, window: 500ms } ] }\n",
+            r#"routes[0].limits[0].window: "500ms" is too short; a window must be at least 1s (line 3, col 77)"#,
+        ),
+        (
+            "  - { name: a, respond: {}, limits: [ { name: b, key: ip, limit: 1.5, window: 60 } ] }\n",
+            "routes[0].limits[0].limit: expected a whole number, found the number 1.5 (line 3, col 66)\n\
+             routes[0].limits[0].window: \"60\" is not a duration; write 60s or 60ms (a unit is required) (line 3, col 79)",
+        ),
+        (
+            "  - { name: a, respond: {}, limits: [ { name: b, key: [], limit: 1, window: 1s } ] }\n",
+            "routes[0].limits[0].key: needs at least one source, e.g. ip (line 3, col 55)",
+        ),
+        (
+            "  - { name: a, respond: {}, limits: [ ~ ] }\n",
+            "routes[0].limits[0]: empty entry (line 3, col 39)",
+        ),
+    ];
+    for (routes, expected) in cases {
+        let src = format!("{HEAD}{routes}");
+        assert_eq!(errors(&src).join("\n"), *expected, "for:\n{src}");
+    }
+}
+
+#[test]
+fn more_top_level_rules() {
+    let route = "routes: [{ name: a, respond: {} }]\n";
+    let cases: &[(&str, &str)] = &[
+        (
+            "listen: []\n",
+            "listen: needs at least one address (line 1, col 9)",
+        ),
+        (
+            "listen: 127.0.0.1:1\nstore: { redis: { url: 'http://r:6379' } }\n",
+            r#"store.redis.url: "http://r:6379" is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379 (line 2, col 24)"#,
+        ),
+        (
+            "listen: 127.0.0.1:1\nstore: { redis: { timeout: 1s } }\n",
+            r#"store.redis: missing required field "url" (line 2, col 17)"#,
+        ),
+        (
+            "listen: 127.0.0.1:1\nclient_ip: { ipv6_prefix: 129 }\n",
+            "client_ip.ipv6_prefix: must be between 1 and 128, found 129 (line 2, col 27)",
+        ),
+        (
+            "listen: 127.0.0.1:1\napi_keys: { header: 'x api key' }\n",
+            r#"api_keys.header: "x api key" is not a valid header name; use letters, digits and '-', e.g. x-api-key (line 2, col 21)"#,
+        ),
+        (
+            "listen: 127.0.0.1:1\ntimeouts: { upstream_connect: 0s }\n",
+            r#"timeouts.upstream_connect: "0s" is too short; a timeout must be more than 0 (line 2, col 31)"#,
+        ),
+    ];
+    for (top, expected) in cases {
+        let src = format!("{top}{route}");
+        assert_eq!(errors(&src).join("\n"), *expected, "for:\n{src}");
+    }
+    assert_eq!(
+        error("listen: 127.0.0.1:1\nroutes: []\n"),
+        "routes: needs at least one route (line 2, col 9)"
+    );
+    assert_eq!(
+        error("- listen\n"),
+        "expected a mapping, found a list (line 1, col 1)"
+    );
+}
+
+#[test]
+fn load_file_reads_and_reports() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, FULL).expect("write config");
+    assert_eq!(load_file(&path).expect("valid").routes.len(), 4);
+
+    let missing = dir.path().join("missing.yaml");
+    let err = load_file(&missing).expect_err("no such file");
+    assert_eq!(err.0.len(), 1);
+    assert!(err.0[0].message.starts_with("cannot read "), "{err}");
+    assert_eq!(err.0[0].line, None);
+}
+#[test]
+fn odd_inputs() {
+    // A byte order mark, as some editors write one.
+    valid("\u{feff}listen: 127.0.0.1:1\nroutes:\n  - { name: a, respond: {} }\n");
+    // A key that is not a string spoils its own mapping, not its siblings.
+    assert_eq!(
+        errors(
+            "listen: 127.0.0.1:1\nroutes:\n  - { name: a, respond: {}, 1: x }\n  - { name: b, cost: 0, respond: {} }\n"
+        ),
+        [
+            "routes[0]: expected a field name, found the number 1 (line 3, col 5)",
+            "routes[1].cost: must be at least 1, found 0 (line 4, col 22)",
+        ]
+    );
+    assert_eq!(
+        error(
+            "listen: 127.0.0.1:1\nroutes: [{ name: a, respond: {} }]\n---\nlisten: 127.0.0.1:2\n"
+        ),
+        "invalid YAML: deserializing from YAML containing more than one document is not supported"
+    );
+    assert_eq!(
+        error("listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\nroutes: [{ name: a, respond: {} }]\n"),
+        r#"invalid YAML: duplicate entry with key "listen" (line 1, col 1)"#
+    );
+}

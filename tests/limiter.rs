@@ -1,0 +1,645 @@
+//! Limiter conformance: one table of scenarios, run unchanged against every
+//! store (DESIGN §4, "must pass the same conformance table").
+//!
+//! Time is injected: a scenario's steps carry their instant, relative to
+//! [`T0`], and go to [`Store::decide`] as `now_ms`, so Redis scripts and the
+//! in-process store see the same clock. Expected numbers are written out by
+//! hand from the formulas in `src/limit/sliding_window.rs` (the comments show
+//! the arithmetic) rather than computed, so the table checks the arithmetic
+//! too, not only that the stores agree.
+//!
+//! Redis-only behaviour follows the table: expiry, garbage keys, Redis going
+//! away and coming back, script reloads. A property test closes the file:
+//! random traces must get identical decisions from both stores.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use redis::AsyncCommands;
+use support::redis::RedisServer;
+use tollgate::config::RedisConfig;
+use tollgate::limit::{Decision, LimitOutcome, LimitRequest};
+use tollgate::store::{MemoryStore, RedisStore, Store, StoreError};
+
+/// A realistic epoch instant that every window in the table divides
+/// (a whole number of hours), so step times read as offsets into window 0.
+const T0: u64 = 1_699_999_200_000;
+
+/// Bound on one Redis call in these tests.
+const TIMEOUT: Duration = Duration::from_millis(300);
+
+// --- the table --------------------------------------------------------------
+
+/// One limit's expected answer: admits, remaining, reset_ms, retry_after_ms.
+type Expect = (bool, u64, u64, Option<u64>);
+
+/// The limit admits, leaving `remaining`, fully reset in `reset` ms.
+const fn ok(remaining: u64, reset: u64) -> Expect {
+    (true, remaining, reset, Some(0))
+}
+
+/// The limit denies; it admits again in `retry` ms (`None`: never).
+const fn no(remaining: u64, reset: u64, retry: Option<u64>) -> Expect {
+    (false, remaining, reset, retry)
+}
+
+struct Step {
+    /// Offset from [`T0`] in ms.
+    at: u64,
+    /// Cost of the request, the same for each of its limits.
+    cost: u64,
+    /// One expectation per limit; the request is allowed iff all admit.
+    expect: &'static [Expect],
+}
+
+const fn step(at: u64, cost: u64, expect: &'static [Expect]) -> Step {
+    Step { at, cost, expect }
+}
+
+struct Scenario {
+    name: &'static str,
+    /// (limit, window_ms) per limit of every request.
+    limits: &'static [(u64, u64)],
+    steps: &'static [Step],
+}
+
+// In the comments: w window, e elapsed in window, E the estimate; all
+// quantities times w as in the code (E·w = prev·(w−e) + cur·w).
+const TABLE: &[Scenario] = &[
+    Scenario {
+        name: "fill, deny, readmit after the previous window decays",
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(2, 20_000)]),
+            step(1_000, 1, &[ok(1, 19_000)]),
+            step(2_000, 1, &[ok(0, 18_000)]),
+            // cur 3 + 1 > 3: wait past the boundary, then until
+            // 3·(w−e') ≤ 2·w, e' = ceil(w/3) = 3334: 7000 + 3334.
+            step(3_000, 1, &[no(0, 17_000, Some(10_334))]),
+            // One ms early: 3·6667 + 1·w = 30001 > 30000. Nothing to reset
+            // but prev's tail: w − e = 6667.
+            step(13_333, 1, &[no(0, 6_667, Some(1))]),
+            // 3·6666 + 1·w = 29998 ≤ 30000; remaining floor(2/w) = 0.
+            step(13_334, 1, &[ok(0, 16_666)]),
+            // Window 2, e = 5000: prev 1 → 5000 + 1·w; remaining 1.
+            step(25_000, 1, &[ok(1, 15_000)]),
+            // Window 4: both counts are more than a window old.
+            step(45_000, 1, &[ok(2, 15_000)]),
+        ],
+    },
+    Scenario {
+        name: "exact boundary and prev weighting",
+        limits: &[(2, 10_000)],
+        steps: &[
+            step(0, 2, &[ok(0, 20_000)]),
+            // Last ms of window 0: 1 + ceil(w·(2−1)/2) = 5001.
+            step(9_999, 1, &[no(0, 10_001, Some(5_001))]),
+            // First ms of window 1: prev 2 weighs fully, 2·w + w > 2·w;
+            // ceil((3w − 2w)/2) = 5000 — the same instant as above.
+            step(10_000, 1, &[no(0, 10_000, Some(5_000))]),
+            step(15_000, 1, &[ok(0, 15_000)]),
+            // Window 2, e = 0: prev 1 weighs fully: w + w ≤ 2w.
+            step(20_000, 1, &[ok(0, 20_000)]),
+            // Window 4: written in window 2, fully decayed.
+            step(40_000, 1, &[ok(1, 20_000)]),
+        ],
+    },
+    Scenario {
+        name: "roll-over weights prev by the unelapsed fraction",
+        limits: &[(10, 10_000)],
+        steps: &[
+            step(9_999, 8, &[ok(2, 10_001)]),
+            // e = 0: 8·w + 1·w = 9w; remaining 1.
+            step(10_000, 1, &[ok(1, 20_000)]),
+            // e = 2500: 8·7500 + 2·w = 80000; remaining 2.
+            step(12_500, 1, &[ok(2, 17_500)]),
+            // e = 7500: 8·2500 + 7·w = 90000; remaining 1.
+            step(17_500, 5, &[ok(1, 12_500)]),
+            // Window 2, e = 0: prev 7: 7w + 4w > 10w; remaining 3;
+            // ceil((7w + 4w − 10w)/7) = ceil(10000/7) = 1429.
+            step(20_000, 4, &[no(3, 10_000, Some(1_429))]),
+            // One ms early: 7·8572 + 4w = 100004 > 100000; remaining
+            // floor((100000 − 60004)/w) = 3.
+            step(21_428, 4, &[no(3, 8_572, Some(1))]),
+            // 7·8571 + 4w = 99997; remaining floor(3/w) = 0.
+            step(21_429, 4, &[ok(0, 18_571)]),
+        ],
+    },
+    Scenario {
+        name: "cost above one",
+        limits: &[(10, 60_000)],
+        steps: &[
+            step(0, 4, &[ok(6, 120_000)]),
+            step(30_000, 5, &[ok(1, 90_000)]),
+            // cur 9 + 2 > 10: 20000 + ceil(w·(9−8)/9) = 20000 + 6667.
+            step(40_000, 2, &[no(1, 80_000, Some(26_667))]),
+            // A cheaper request still fits.
+            step(40_000, 1, &[ok(0, 80_000)]),
+            // Window 1, e = 6667: prev 10: 10·53333 + 2w = 653330 > 600000;
+            // remaining floor(66670/w) = 1; ceil(53330/10) = 5333.
+            step(66_667, 2, &[no(1, 53_333, Some(5_333))]),
+            // e = 12000: 10·48000 + 2w = 600000 exactly.
+            step(72_000, 2, &[ok(0, 108_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost above the limit is never admitted and consumes nothing",
+        limits: &[(5, 10_000)],
+        steps: &[
+            step(0, 6, &[no(5, 0, None)]),
+            step(0, 5, &[ok(0, 20_000)]),
+            step(1_000, 6, &[no(0, 19_000, None)]),
+        ],
+    },
+    Scenario {
+        name: "two limits, one denies: the other is not consumed",
+        limits: &[(2, 10_000), (10, 60_000)],
+        steps: &[
+            step(0, 1, &[ok(1, 20_000), ok(9, 120_000)]),
+            step(1_000, 1, &[ok(0, 19_000), ok(8, 119_000)]),
+            // The first denies (8000 + ceil(w/2)); the second would admit
+            // and reports what it would leave, but nothing is consumed.
+            step(2_000, 1, &[no(0, 18_000, Some(13_000)), ok(7, 118_000)]),
+            // 2·5000 + w = 2w. The second still holds 2, not 3: 7 left.
+            step(15_000, 1, &[ok(0, 15_000), ok(7, 105_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost zero probes without consuming",
+        limits: &[(1, 10_000)],
+        steps: &[
+            // Nothing stored and nothing added: nothing to reset.
+            step(0, 0, &[ok(1, 0)]),
+            step(0, 1, &[ok(0, 20_000)]),
+            step(5_000, 0, &[ok(0, 15_000)]),
+            // cur 1 + 1 > 1: past the boundary prev 1 still weighs until
+            // the window after: 5000 + w.
+            step(5_000, 1, &[no(0, 15_000, Some(15_000))]),
+        ],
+    },
+];
+
+fn requests(tag: &str, sc: &Scenario, cost: u64) -> Vec<LimitRequest> {
+    sc.limits
+        .iter()
+        .enumerate()
+        .map(|(i, &(limit, window_ms))| LimitRequest {
+            key: format!("test:{{{tag}:{}}}:{i}", sc.name),
+            limit,
+            window_ms,
+            cost,
+        })
+        .collect()
+}
+
+fn expected(step: &Step) -> Decision {
+    let outcomes: Vec<LimitOutcome> = step
+        .expect
+        .iter()
+        .map(
+            |&(admits, remaining, reset_ms, retry_after_ms)| LimitOutcome {
+                admits,
+                remaining,
+                reset_ms,
+                retry_after_ms,
+            },
+        )
+        .collect();
+    Decision {
+        allowed: outcomes.iter().all(|o| o.admits),
+        outcomes,
+    }
+}
+
+async fn run_table(store: &impl Store, tag: &str) {
+    for sc in TABLE {
+        for (n, st) in sc.steps.iter().enumerate() {
+            let got = store
+                .decide(T0 + st.at, &requests(tag, sc, st.cost))
+                .await
+                .unwrap_or_else(|e| panic!("{tag}: {}: step {n}: {e}", sc.name));
+            assert_eq!(
+                got,
+                expected(st),
+                "{tag}: {}: step {n} (at +{} ms, cost {})",
+                sc.name,
+                st.at,
+                st.cost
+            );
+        }
+    }
+}
+
+/// The request waits exactly Retry-After and is admitted; with Retry-After
+/// rendered as whole seconds (rounded up, as the header is), waiting those
+/// seconds admits and one second less does not.
+async fn check_retry_after(store: &impl Store, tag: &str) {
+    // (limit, window, admitted history as (at, cost), probe at, probe cost)
+    type Case = (u64, u64, &'static [(u64, u64)], u64, u64);
+    const CASES: &[Case] = &[
+        (3, 10_000, &[(0, 1), (1_000, 1), (2_000, 1)], 3_000, 1),
+        (10, 60_000, &[(0, 4), (30_000, 5)], 40_000, 2),
+        (
+            10,
+            10_000,
+            &[(9_999, 8), (10_000, 1), (12_500, 1), (17_500, 5)],
+            20_000,
+            4,
+        ),
+        (1, 1_000, &[(0, 1)], 1, 1),
+        (100, 3_600_000, &[(0, 100)], 1_800_000, 1),
+        // Retry-After a whole number of seconds (1000 ms).
+        (5, 10_000, &[(5_000, 5)], 15_000, 3),
+    ];
+    for (n, &(limit, window_ms, history, probe, cost)) in CASES.iter().enumerate() {
+        let decide = |copy: &str, at: u64, cost: u64| {
+            let req = [LimitRequest {
+                key: format!("test:{{{tag}:retry:{n}}}:{copy}"),
+                limit,
+                window_ms,
+                cost,
+            }];
+            async move {
+                store
+                    .decide(T0 + at, &req)
+                    .await
+                    .unwrap_or_else(|e| panic!("{tag}: case {n}: {e}"))
+            }
+        };
+        // Two identical counters: admitting on one must not spoil the other.
+        for copy in ["ms", "s"] {
+            for &(at, c) in history {
+                assert!(
+                    decide(copy, at, c).await.allowed,
+                    "{tag}: case {n}: history"
+                );
+            }
+        }
+        let denied = decide("ms", probe, cost).await;
+        assert!(!denied.allowed, "{tag}: case {n}: probe must be denied");
+        let retry = denied.retry_after_ms().expect("admissible later");
+        assert!(retry > 0);
+
+        let at = |copy, d| decide(copy, probe + d, cost);
+        assert!(
+            !at("ms", retry - 1).await.allowed,
+            "{tag}: case {n}: 1 ms early"
+        );
+        assert!(
+            at("ms", retry).await.allowed,
+            "{tag}: case {n}: at Retry-After"
+        );
+
+        let secs = retry.div_ceil(1000);
+        assert!(
+            !at("s", (secs - 1) * 1000).await.allowed,
+            "{tag}: case {n}: a second early"
+        );
+        assert!(
+            at("s", secs * 1000).await.allowed,
+            "{tag}: case {n}: at {secs} s"
+        );
+    }
+}
+
+// --- both stores ------------------------------------------------------------
+
+#[tokio::test]
+async fn table_memory() {
+    run_table(&MemoryStore::new(), "memory").await;
+}
+
+#[tokio::test]
+async fn table_redis() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    run_table(&store, "redis").await;
+}
+
+#[tokio::test]
+async fn retry_after_memory() {
+    check_retry_after(&MemoryStore::new(), "memory").await;
+}
+
+#[tokio::test]
+async fn retry_after_redis() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    check_retry_after(&store, "redis").await;
+}
+
+// --- Redis only -------------------------------------------------------------
+
+fn config(url: String) -> RedisConfig {
+    RedisConfig {
+        url,
+        timeout: TIMEOUT,
+    }
+}
+
+/// Waits, against a deadline, for the store's background connection.
+async fn wait_connected(store: &RedisStore) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !store.is_connected() {
+        assert!(Instant::now() < deadline, "store did not connect");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn connected(server: &RedisServer) -> RedisStore {
+    let store = RedisStore::connect(&config(server.url()))
+        .await
+        .expect("connect");
+    wait_connected(&store).await;
+    store
+}
+
+fn one(key: &str, limit: u64, window_ms: u64, cost: u64) -> LimitRequest {
+    LimitRequest {
+        key: key.to_owned(),
+        limit,
+        window_ms,
+        cost,
+    }
+}
+
+#[tokio::test]
+async fn writes_one_string_per_key_expiring_when_counts_decay() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let mut conn = server.connection().await;
+
+    let d = store
+        .decide(T0 + 2_500, &[one("k", 5, 10_000, 1)])
+        .await
+        .unwrap();
+    assert!(d.allowed);
+    let raw: String = conn.get("k").await.unwrap();
+    assert_eq!(raw, format!("{}:0:1", T0 / 10_000));
+    // cur > 0: both counts are gone 2w − e = 17500 ms from now.
+    let pttl: i64 = conn.pttl("k").await.unwrap();
+    assert!((17_000..=17_500).contains(&pttl), "PTTL {pttl}");
+
+    // A denied request writes nothing, not even a fresh key.
+    let d = store
+        .decide(T0, &[one("never", 5, 10_000, 6)])
+        .await
+        .unwrap();
+    assert!(!d.allowed);
+    let exists: bool = conn.exists("never").await.unwrap();
+    assert!(!exists);
+
+    // Nothing counted (cost 0 on an empty counter) leaves nothing behind.
+    let d = store
+        .decide(T0, &[one("zero", 5, 10_000, 0)])
+        .await
+        .unwrap();
+    assert!(d.allowed);
+    let exists: bool = conn.exists("zero").await.unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn garbage_in_a_key_is_an_error_not_a_decision() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let mut conn = server.connection().await;
+
+    let _: () = conn.set("text", "x").await.unwrap();
+    let _: () = conn.set("short", "1:2").await.unwrap();
+    let _: () = conn.set("huge", "99999999999999999999:0:0").await.unwrap();
+    let _: () = conn.set("signed", "-1:0:0").await.unwrap();
+    let _: () = conn.rpush("list", "a").await.unwrap();
+    for key in ["text", "short", "huge", "signed", "list"] {
+        // The good key comes first: an error must leave it unwritten.
+        let r = store
+            .decide(T0, &[one("good", 5, 10_000, 1), one(key, 5, 10_000, 1)])
+            .await;
+        assert!(matches!(r, Err(StoreError::Protocol(_))), "{key}: {r:?}");
+    }
+    let exists: bool = conn.exists("good").await.unwrap();
+    assert!(!exists, "a failed decision wrote a key");
+    let text: String = conn.get("text").await.unwrap();
+    assert_eq!(text, "x");
+
+    // Arguments the script cannot compute exactly are refused too.
+    let r = store.decide(T0, &[one("big", 1 << 40, 1 << 20, 1)]).await;
+    assert!(matches!(r, Err(StoreError::Protocol(_))), "{r:?}");
+
+    // The store is still fine for everything else.
+    assert!(
+        store
+            .decide(T0, &[one("good", 5, 10_000, 1)])
+            .await
+            .unwrap()
+            .allowed
+    );
+}
+
+#[tokio::test]
+async fn script_flush_is_survived_by_reloading() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let mut conn = server.connection().await;
+    let req = [one("k", 3, 10_000, 1)];
+
+    assert_eq!(
+        store.decide(T0, &req).await.unwrap().outcomes[0].remaining,
+        2
+    );
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // NOSCRIPT → SCRIPT LOAD → EVALSHA, and the count carries on.
+    assert_eq!(
+        store.decide(T0, &req).await.unwrap().outcomes[0].remaining,
+        1
+    );
+    assert_eq!(
+        store.decide(T0, &req).await.unwrap().outcomes[0].remaining,
+        0
+    );
+}
+
+#[tokio::test]
+async fn starts_without_redis_and_fails_fast() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port(); // free now, and nothing will listen there
+    let started = Instant::now();
+    let store = RedisStore::connect(&config(format!("redis://127.0.0.1:{port}")))
+        .await
+        .expect("connect must not fail because Redis is down");
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "connect blocked"
+    );
+    assert!(!store.is_connected());
+
+    for _ in 0..3 {
+        let started = Instant::now();
+        let r = store.decide(T0, &[one("k", 1, 1_000, 1)]).await;
+        assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "decide waited for Redis"
+        );
+    }
+}
+
+#[tokio::test]
+async fn malformed_url_is_refused() {
+    for url in [
+        "http://localhost",
+        "rediss://localhost",
+        "redis://",
+        "localhost:6379",
+        "redis://h:99999",
+    ] {
+        let r = RedisStore::connect(&config(url.into())).await;
+        assert!(matches!(r, Err(StoreError::Unavailable(_))), "{url}: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn redis_going_away_fails_fast_and_coming_back_recovers() {
+    let mut server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let req = [one("k", 10, 60_000, 1)];
+    assert!(store.decide(T0, &req).await.unwrap().allowed);
+
+    server.stop();
+    for n in 0..5 {
+        let started = Instant::now();
+        let r = store.decide(T0, &req).await;
+        let took = started.elapsed();
+        if n == 0 {
+            // The first may race fred noticing the close; it is still bounded.
+            assert!(
+                matches!(r, Err(StoreError::Unavailable(_) | StoreError::Timeout)),
+                "{r:?}"
+            );
+            assert!(took < TIMEOUT + Duration::from_millis(200), "{took:?}");
+        } else {
+            // Once the close is seen, nothing waits for a reconnect.
+            assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+            assert!(took < Duration::from_millis(100), "{took:?}");
+        }
+    }
+    assert!(!store.is_connected());
+
+    // Same port, empty server (no data, no script): the backoff is capped
+    // at a second, and the script is loaded again on NOSCRIPT.
+    server.restart().await;
+    wait_connected(&store).await;
+    let d = store.decide(T0, &req).await.unwrap();
+    assert!(d.allowed);
+    assert_eq!(d.outcomes[0].remaining, 9, "fresh server, fresh count");
+}
+
+#[tokio::test]
+async fn a_stalled_server_is_a_timeout() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let mut conn = server.connection().await;
+    // Every client's commands wait for a second.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let r = store.decide(T0, &[one("k", 1, 1_000, 1)]).await;
+    assert!(matches!(r, Err(StoreError::Timeout)), "{r:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= TIMEOUT && took < TIMEOUT + Duration::from_millis(200),
+        "{took:?}"
+    );
+}
+
+// --- the stores agree -------------------------------------------------------
+
+/// (limit, window_ms) per limit; (time step in ms, cost) per request.
+type Trace = (Vec<(u64, u64)>, Vec<(i64, u64)>);
+
+/// Random limits and a random trace of (time step, cost); times may step
+/// back a little, as clocks of a fleet do. Two regimes: small numbers, where
+/// every branch is hit often, and large ones (a million per 30 days, costs in
+/// the hundred thousands), where the script's doubles must stay exact.
+fn trace() -> impl Strategy<Value = Trace> {
+    let small = (
+        prop::collection::vec(
+            (
+                0u64..=6,
+                prop::sample::select(vec![2_000u64, 5_000, 10_000]),
+            ),
+            1..=3,
+        ),
+        prop::collection::vec(
+            (
+                prop_oneof![0i64..=50, -1_500i64..=12_000, 0i64..=25_000],
+                0u64..=4,
+            ),
+            1..=40,
+        ),
+    );
+    const DAY: u64 = 86_400_000;
+    let large = (
+        prop::collection::vec(
+            (
+                0u64..=1_000_000,
+                prop::sample::select(vec![60_000u64, DAY, 30 * DAY]),
+            ),
+            1..=3,
+        ),
+        prop::collection::vec(
+            (
+                prop_oneof![
+                    0i64..=1_000,
+                    -3_600_000i64..=(DAY as i64),
+                    0i64..=(40 * DAY as i64)
+                ],
+                prop_oneof![0u64..=4, 0u64..=400_000],
+            ),
+            1..=40,
+        ),
+    );
+    prop_oneof![small, large]
+}
+
+#[test]
+fn memory_and_redis_agree_on_random_traces() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(RedisServer::start());
+    let redis = rt.block_on(connected(&server));
+    let case = AtomicU64::new(0);
+
+    proptest!(ProptestConfig::with_cases(64), |((limits, steps) in trace())| {
+        let case = case.fetch_add(1, Ordering::Relaxed);
+        let memory = MemoryStore::new();
+        let mut now = T0;
+        for (n, &(dt, cost)) in steps.iter().enumerate() {
+            now = now.saturating_add_signed(dt).max(T0);
+            let reqs: Vec<LimitRequest> = limits
+                .iter()
+                .enumerate()
+                .map(|(i, &(limit, window_ms))| {
+                    one(&format!("prop:{{{case}}}:{i}"), limit, window_ms, cost)
+                })
+                .collect();
+            let want = memory.decide_now(now, &reqs);
+            let got = rt.block_on(redis.decide(now, &reqs)).map_err(|e| e.to_string());
+            prop_assert_eq!(got, Ok(want), "step {} at T0+{}", n, now - T0);
+        }
+    });
+}
