@@ -31,7 +31,12 @@ fn memory_store(c: &mut Criterion) {
     let store = MemoryStore::new();
     let keys: Vec<LimitRequest> = (0..100_000u32)
         .map(|i| LimitRequest {
-            key: format!("tollgate:{{ip=10.{}.{}.{}/32}}:api:per_ip", i >> 16, (i >> 8) & 255, i & 255),
+            key: format!(
+                "tollgate:{{ip=10.{}.{}.{}/32}}:api:per_ip",
+                i >> 16,
+                (i >> 8) & 255,
+                i & 255
+            ),
             limit: 1_000_000,
             window_ms: 60_000,
             cost: 1,
@@ -77,7 +82,12 @@ fn headers(c: &mut Criterion) {
     let store = MemoryStore::new();
     let d = store.decide_now(
         1_800_000_000_000,
-        &[LimitRequest { key: "k".into(), limit: 100, window_ms: 60_000, cost: 1 }],
+        &[LimitRequest {
+            key: "k".into(),
+            limit: 100,
+            window_ms: 60_000,
+            cost: 1,
+        }],
     );
     c.bench_function("headers/ratelimit_value", |b| {
         b.iter(|| tollgate::headers::ratelimit_value(black_box(&limits), black_box(&d)))

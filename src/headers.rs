@@ -107,14 +107,27 @@ mod tests {
 
     #[test]
     fn draft_11_syntax() {
-        let limits = [limit("per_minute", 100, 60_000), limit("per_second", 10, 1_000)];
+        let limits = [
+            limit("per_minute", 100, 60_000),
+            limit("per_second", 10, 1_000),
+        ];
         let p = policy_header(HeaderMode::Ietf, &limits).unwrap();
         assert_eq!(p, r#""per_minute";q=100;w=60, "per_second";q=10;w=1"#);
         let d = Decision {
             allowed: false,
             outcomes: vec![
-                LimitOutcome { admits: true, remaining: 42, reset_ms: 17_001, retry_after_ms: Some(0) },
-                LimitOutcome { admits: false, remaining: 0, reset_ms: 2_000, retry_after_ms: Some(700) },
+                LimitOutcome {
+                    admits: true,
+                    remaining: 42,
+                    reset_ms: 17_001,
+                    retry_after_ms: Some(0),
+                },
+                LimitOutcome {
+                    admits: false,
+                    remaining: 0,
+                    reset_ms: 2_000,
+                    retry_after_ms: Some(700),
+                },
             ],
         };
         let v = ratelimit_value(&limits, &d).unwrap();

@@ -226,13 +226,19 @@ mod tests {
             user: Some(b"alice"),
             headers: &headers,
         };
-        let s = spec(vec![vec![KeySource::ApiKey, KeySource::User, KeySource::Ip]]);
+        let s = spec(vec![vec![
+            KeySource::ApiKey,
+            KeySource::User,
+            KeySource::Ip,
+        ]]);
         assert_eq!(key(&s, &c), "user=alice");
         let s = spec(vec![vec![KeySource::ApiKey]]);
         assert_eq!(key(&s, &c), "-");
         let s = spec(vec![
             vec![KeySource::Ip],
-            vec![KeySource::Header(http::HeaderName::from_static("x-username"))],
+            vec![KeySource::Header(http::HeaderName::from_static(
+                "x-username",
+            ))],
         ]);
         assert_eq!(key(&s, &c), "ip=1.2.3.4/32,-");
     }
@@ -250,11 +256,22 @@ mod tests {
         };
         let k = key(&spec(vec![vec![KeySource::ApiKey]]), &c);
         assert!(k.starts_with("key=#") && k.len() == 4 + 1 + 32, "{k}");
-        let h = key(&spec(vec![vec![KeySource::Header(http::HeaderName::from_static("x-a"))]]), &c);
+        let h = key(
+            &spec(vec![vec![KeySource::Header(
+                http::HeaderName::from_static("x-a"),
+            )]]),
+            &c,
+        );
         assert!(h.starts_with("h:x-a=#"), "{h}");
         let exact64 = vec![b'k'; 64];
-        let c2 = Caller { api_key: Some(&exact64), ..c };
-        assert_eq!(key(&spec(vec![vec![KeySource::ApiKey]]), &c2), format!("key={}", "k".repeat(64)));
+        let c2 = Caller {
+            api_key: Some(&exact64),
+            ..c
+        };
+        assert_eq!(
+            key(&spec(vec![vec![KeySource::ApiKey]]), &c2),
+            format!("key={}", "k".repeat(64))
+        );
     }
 
     #[test]

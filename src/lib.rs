@@ -22,4 +22,3 @@ pub mod store;
 
 pub use config::Config;
 pub use server::{Gateway, run};
-

@@ -60,7 +60,9 @@ impl GatewayError {
     pub fn source_kind(&self) -> ErrorSource {
         match self {
             Self::NoRoute { .. } | Self::Limited { .. } => ErrorSource::Downstream,
-            Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => ErrorSource::Upstream,
+            Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => {
+                ErrorSource::Upstream
+            }
         }
     }
 
@@ -81,12 +83,18 @@ impl GatewayError {
         let mut body = String::with_capacity(256);
         body.push('{');
         match self {
-            Self::Limited { policies, retry_after } => {
+            Self::Limited {
+                policies,
+                retry_after,
+            } => {
                 push_field(&mut body, "type", QUOTA_EXCEEDED);
                 body.push(',');
                 push_common(&mut body, title, status);
                 let detail = match retry_after {
-                    Some(s) => format!("Rate limit exceeded for {}; retry in {s} s", policies.join(", ")),
+                    Some(s) => format!(
+                        "Rate limit exceeded for {}; retry in {s} s",
+                        policies.join(", ")
+                    ),
                     None => format!(
                         "The request costs more than the limit {} allows in a window; it can never be admitted",
                         policies.join(", ")
@@ -114,8 +122,13 @@ impl GatewayError {
                 let detail = match self {
                     Self::NoRoute { .. } => "No route matches this request".to_owned(),
                     // Upstream details stay in the logs, not in the answer.
-                    Self::UpstreamConnect(_) => "The upstream server could not be reached".to_owned(),
-                    Self::UpstreamTimeout(d) => format!("The upstream server did not answer within {} ms", d.as_millis()),
+                    Self::UpstreamConnect(_) => {
+                        "The upstream server could not be reached".to_owned()
+                    }
+                    Self::UpstreamTimeout(d) => format!(
+                        "The upstream server did not answer within {} ms",
+                        d.as_millis()
+                    ),
                     _ => "The upstream connection failed".to_owned(),
                 };
                 push_field(&mut body, "detail", &detail);
@@ -161,7 +174,10 @@ mod tests {
 
     #[test]
     fn limited_body() {
-        let e = GatewayError::Limited { policies: vec!["demo".into()], retry_after: Some(7) };
+        let e = GatewayError::Limited {
+            policies: vec!["demo".into()],
+            retry_after: Some(7),
+        };
         assert_eq!(
             e.problem(),
             "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rate limit exceeded for demo; retry in 7 s\",\"violated-policies\":[\"demo\"]}"

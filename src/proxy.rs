@@ -79,12 +79,16 @@ pub struct Hop<'a> {
 /// # Errors
 /// The combined URI is invalid (cannot happen for validated upstreams and a
 /// request hyper accepted, but it is not assumed).
-pub fn rewrite<B>(req: &mut Request<B>, upstream: &Upstream, hop: Hop<'_>) -> Result<(), http::Error> {
-    let host = req
-        .headers()
-        .get(HOST)
-        .cloned()
-        .or_else(|| req.uri().authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+pub fn rewrite<B>(
+    req: &mut Request<B>,
+    upstream: &Upstream,
+    hop: Hop<'_>,
+) -> Result<(), http::Error> {
+    let host = req.headers().get(HOST).cloned().or_else(|| {
+        req.uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
     let base = upstream.uri.path().trim_end_matches('/');
     let pq = req.uri().path_and_query().map_or("/", PathAndQuery::as_str);
     let pq: PathAndQuery = if base.is_empty() {
@@ -126,7 +130,10 @@ pub fn rewrite<B>(req: &mut Request<B>, upstream: &Upstream, hop: Hop<'_>) -> Re
         headers.insert(X_FORWARDED_FOR.clone(), v);
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(hop.scheme_static()));
+        headers.insert(
+            X_FORWARDED_PROTO.clone(),
+            HeaderValue::from_static(hop.scheme_static()),
+        );
     }
     if let Some(h) = host {
         if !headers.contains_key(&X_FORWARDED_HOST) {
@@ -141,7 +148,11 @@ pub fn rewrite<B>(req: &mut Request<B>, upstream: &Upstream, hop: Hop<'_>) -> Re
 
 impl Hop<'_> {
     fn scheme_static(&self) -> &'static str {
-        if self.scheme == "https" { "https" } else { "http" }
+        if self.scheme == "https" {
+            "https"
+        } else {
+            "http"
+        }
     }
 }
 
@@ -172,7 +183,11 @@ impl Forwarder {
     /// [`GatewayError::UpstreamConnect`] when no connection could be made,
     /// [`GatewayError::UpstreamTimeout`] past `timeout`, and
     /// [`GatewayError::UpstreamFailed`] when the connection broke.
-    pub async fn send(&self, req: Request<Incoming>, timeout: Duration) -> Result<Response<Incoming>, GatewayError> {
+    pub async fn send(
+        &self,
+        req: Request<Incoming>,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, GatewayError> {
         match tokio::time::timeout(timeout, self.client.request(req)).await {
             Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
             Ok(Err(e)) if e.is_connect() => Err(GatewayError::UpstreamConnect(error_chain(&e))),
@@ -214,7 +229,10 @@ mod tests {
 
     #[test]
     fn rewrite_sets_forwarding_headers() {
-        let up = Upstream { uri: "http://127.0.0.1:9000/base/".parse().unwrap(), timeout: Duration::from_secs(1) };
+        let up = Upstream {
+            uri: "http://127.0.0.1:9000/base/".parse().unwrap(),
+            timeout: Duration::from_secs(1),
+        };
         let user = HeaderName::from_static("x-user");
         let mut req = Request::builder()
             .uri("/a?b=1")
@@ -223,7 +241,12 @@ mod tests {
             .header("x-user", "admin")
             .body(())
             .unwrap();
-        let hop = Hop { peer: "1.2.3.4".parse().unwrap(), trusted: false, scheme: "http", user_header: &user };
+        let hop = Hop {
+            peer: "1.2.3.4".parse().unwrap(),
+            trusted: false,
+            scheme: "http",
+            user_header: &user,
+        };
         rewrite(&mut req, &up, hop).unwrap();
         assert_eq!(req.uri(), "http://127.0.0.1:9000/base/a?b=1");
         assert_eq!(req.headers()["x-forwarded-for"], "1.2.3.4");
@@ -237,8 +260,14 @@ mod tests {
             .header("x-forwarded-for", "7.7.7.7")
             .body(())
             .unwrap();
-        let hop = Hop { trusted: true, ..hop };
+        let hop = Hop {
+            trusted: true,
+            ..hop
+        };
         rewrite(&mut req, &up, hop).unwrap();
-        assert_eq!(req.headers()["x-forwarded-for"], "6.6.6.6, 7.7.7.7, 1.2.3.4");
+        assert_eq!(
+            req.headers()["x-forwarded-for"],
+            "6.6.6.6, 7.7.7.7, 1.2.3.4"
+        );
     }
 }

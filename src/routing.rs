@@ -52,7 +52,12 @@ impl Router {
 
     /// The first route that takes a request with this method, host (without
     /// port) and path.
-    pub fn find(&self, method: &Method, host: Option<&str>, path: &str) -> Option<&Arc<CompiledRoute>> {
+    pub fn find(
+        &self,
+        method: &Method,
+        host: Option<&str>,
+        path: &str,
+    ) -> Option<&Arc<CompiledRoute>> {
         self.routes.iter().find(|c| {
             let m = &c.route.matcher;
             (m.methods.is_empty() || m.methods.contains(method))
@@ -75,7 +80,8 @@ fn host_matches(want: &str, got: &str) -> bool {
     match want.strip_prefix('*') {
         Some(suffix) => {
             got.len() > suffix.len()
-                && got.as_bytes()[got.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+                && got.as_bytes()[got.len() - suffix.len()..]
+                    .eq_ignore_ascii_case(suffix.as_bytes())
         }
         None => want.eq_ignore_ascii_case(got),
     }

@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
+use crate::headers;
 use crate::identity::{self, IdentityConfig};
 use crate::limit::LimitRequest;
 use crate::limit::limiter::{Limiter, Verdict};
@@ -34,7 +35,6 @@ use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
 use crate::routing::{self, Router};
 use crate::store::StoreError;
-use crate::headers;
 
 /// How long in-flight requests may take to finish after shutdown begins.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
@@ -67,7 +67,9 @@ pub struct Gateway {
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gateway").field("limiter", &self.limiter).finish_non_exhaustive()
+        f.debug_struct("Gateway")
+            .field("limiter", &self.limiter)
+            .finish_non_exhaustive()
     }
 }
 
@@ -159,12 +161,16 @@ impl Gateway {
             debug!(route = %route.route.name, "limited");
             let mut res = error_response(&err);
             if let Some(ms) = retry_ms {
-                res.headers_mut().insert(
-                    RETRY_AFTER,
-                    HeaderValue::from(headers::ceil_secs(ms)),
-                );
+                res.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(headers::ceil_secs(ms)));
             }
-            headers::apply(cfg.headers, res.headers_mut(), route.policy_header.as_ref(), limits, decision);
+            headers::apply(
+                cfg.headers,
+                res.headers_mut(),
+                route.policy_header.as_ref(),
+                limits,
+                decision,
+            );
             return res;
         }
 
@@ -198,7 +204,13 @@ impl Gateway {
                 }
             }
         };
-        headers::apply(cfg.headers, res.headers_mut(), route.policy_header.as_ref(), limits, decision);
+        headers::apply(
+            cfg.headers,
+            res.headers_mut(),
+            route.policy_header.as_ref(),
+            limits,
+            decision,
+        );
         res
     }
 }
@@ -226,7 +238,11 @@ pub async fn run(
 }
 
 /// Serves an existing gateway on `listeners` until `shutdown` completes.
-pub async fn serve(gateway: Arc<Gateway>, listeners: Vec<TcpListener>, shutdown: impl Future<Output = ()> + Send) {
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    listeners: Vec<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     let header_read = gateway.runtime.load().config.timeouts.header_read;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -291,7 +307,10 @@ pub async fn serve(gateway: Arc<Gateway>, listeners: Vec<TcpListener>, shutdown:
         drop(g);
         GracefulShutdown::new()
     });
-    if tokio::time::timeout(DRAIN_DEADLINE, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(DRAIN_DEADLINE, graceful.shutdown())
+        .await
+        .is_err()
+    {
         warn!("drain deadline passed; closing remaining connections");
     }
 }

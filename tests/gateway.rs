@@ -66,9 +66,15 @@ async fn demo_route_sends_headers_then_429_with_problem_json() {
     );
     // One second early is still denied; exactly Retry-After later is admitted.
     clock.advance(6000);
-    assert_eq!(send(gw.addr, get("/demo", &[])).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        send(gw.addr, get("/demo", &[])).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     clock.advance(1000);
-    assert_eq!(send(gw.addr, get("/demo", &[])).await.status, StatusCode::OK);
+    assert_eq!(
+        send(gw.addr, get("/demo", &[])).await.status,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
@@ -100,13 +106,18 @@ routes:
 }
 
 async fn status_from(gw: &Gateway, from: &str, headers: &[(&str, &str)]) -> StatusCode {
-    send_from(ip(from), gw.addr, get("/x", headers)).await.status
+    send_from(ip(from), gw.addr, get("/x", headers))
+        .await
+        .status
 }
 
 #[tokio::test]
 async fn spoofed_forwarded_for_from_untrusted_peer_is_ignored() {
     let (gw, up) = one_per_hour("ip", "[]", clock()).await;
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "1.1.1.1")]).await, StatusCode::OK);
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "1.1.1.1")]).await,
+        StatusCode::OK
+    );
     // Same peer, another claimed client: still the same bucket.
     assert_eq!(
         status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "2.2.2.2")]).await,
@@ -128,30 +139,76 @@ async fn trusted_peer_rightmost_untrusted_address_is_the_client() {
     let ok = StatusCode::OK;
     let limited = StatusCode::TOO_MANY_REQUESTS;
     // The client forged the left part; the proxy at 10.0.0.2 appended 1.1.1.1.
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "6.6.6.6, 1.1.1.1, 10.0.0.2")]).await, ok);
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "7.7.7.7, 1.1.1.1")]).await, limited);
-    // Several header lines are one list.
     assert_eq!(
-        status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "8.8.8.8"), ("x-forwarded-for", "1.1.1.1")]).await,
+        status_from(
+            &gw,
+            "127.0.0.2",
+            &[("x-forwarded-for", "6.6.6.6, 1.1.1.1, 10.0.0.2")]
+        )
+        .await,
+        ok
+    );
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "7.7.7.7, 1.1.1.1")]).await,
         limited
     );
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "1.1.1.2")]).await, ok);
+    // Several header lines are one list.
+    assert_eq!(
+        status_from(
+            &gw,
+            "127.0.0.2",
+            &[
+                ("x-forwarded-for", "8.8.8.8"),
+                ("x-forwarded-for", "1.1.1.1")
+            ]
+        )
+        .await,
+        limited
+    );
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "1.1.1.2")]).await,
+        ok
+    );
     // The upstream sees the chain with the peer appended.
     assert_eq!(up.last().headers["x-forwarded-for"], "1.1.1.2, 127.0.0.2");
     // Garbage ends the walk: the hop to its right (here the peer) is used.
-    assert_eq!(status_from(&gw, "127.0.0.5", &[("x-forwarded-for", "9.9.9.9, not-an-ip")]).await, ok);
-    assert_eq!(status_from(&gw, "127.0.0.5", &[("x-forwarded-for", "5.5.5.5, garbage")]).await, limited);
+    assert_eq!(
+        status_from(
+            &gw,
+            "127.0.0.5",
+            &[("x-forwarded-for", "9.9.9.9, not-an-ip")]
+        )
+        .await,
+        ok
+    );
+    assert_eq!(
+        status_from(&gw, "127.0.0.5", &[("x-forwarded-for", "5.5.5.5, garbage")]).await,
+        limited
+    );
     // `Forwarded` with a quoted IPv6 address and port.
     let fwd = r#"for="[2001:db8:cafe::17]:4711";proto=https"#;
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("forwarded", fwd)]).await, ok);
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("forwarded", fwd)]).await,
+        ok
+    );
     // Same /64, another address: same bucket.
     assert_eq!(
-        status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "2001:db8:cafe::99")]).await,
+        status_from(
+            &gw,
+            "127.0.0.2",
+            &[("x-forwarded-for", "2001:db8:cafe::99")]
+        )
+        .await,
         limited
     );
     // Another /64: its own bucket.
     assert_eq!(
-        status_from(&gw, "127.0.0.2", &[("x-forwarded-for", "2001:db8:cafe:1::17")]).await,
+        status_from(
+            &gw,
+            "127.0.0.2",
+            &[("x-forwarded-for", "2001:db8:cafe:1::17")]
+        )
+        .await,
         ok
     );
 }
@@ -160,17 +217,29 @@ async fn trusted_peer_rightmost_untrusted_address_is_the_client() {
 async fn user_header_is_honoured_only_from_trusted_peers() {
     // Untrusted: x-user is ignored and the chain falls through to the IP.
     let (gw, up) = one_per_hour("user | ip", "[]", clock()).await;
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-user", "alice")]).await, StatusCode::OK);
-    assert!(!up.last().headers.contains_key("x-user"), "spoofed user header reached the upstream");
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-user", "alice")]).await,
+        StatusCode::OK
+    );
+    assert!(
+        !up.last().headers.contains_key("x-user"),
+        "spoofed user header reached the upstream"
+    );
     assert_eq!(
         status_from(&gw, "127.0.0.2", &[("x-user", "bob")]).await,
         StatusCode::TOO_MANY_REQUESTS
     );
     // Trusted: each user has a bucket.
     let (gw, up) = one_per_hour("user | ip", "[127.0.0.2/32]", clock()).await;
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-user", "alice")]).await, StatusCode::OK);
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-user", "alice")]).await,
+        StatusCode::OK
+    );
     assert_eq!(up.last().headers["x-user"], "alice");
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-user", "bob")]).await, StatusCode::OK);
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-user", "bob")]).await,
+        StatusCode::OK
+    );
     assert_eq!(
         status_from(&gw, "127.0.0.2", &[("x-user", "alice")]).await,
         StatusCode::TOO_MANY_REQUESTS
@@ -181,26 +250,44 @@ async fn user_header_is_honoured_only_from_trusted_peers() {
 async fn compound_keys_absent_values_and_api_keys() {
     let c = clock();
     let (gw, _up) = one_per_hour("api_key", "[]", c.clone()).await;
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-api-key", "k1")]).await, StatusCode::OK);
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-api-key", "k1")]).await,
+        StatusCode::OK
+    );
     assert_eq!(
         status_from(&gw, "127.0.0.3", &[("authorization", "Bearer k1")]).await,
         StatusCode::TOO_MANY_REQUESTS
     );
     // Requests without a key share one bucket instead of bypassing the limit.
     assert_eq!(status_from(&gw, "127.0.0.2", &[]).await, StatusCode::OK);
-    assert_eq!(status_from(&gw, "127.0.0.3", &[]).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        status_from(&gw, "127.0.0.3", &[]).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     // A 64 KB key is hashed, not stored raw, and still counted.
     let huge = "k".repeat(65_536);
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-api-key", &huge)]).await, StatusCode::OK);
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-api-key", &huge)]).await,
+        StatusCode::OK
+    );
     assert_eq!(
         status_from(&gw, "127.0.0.2", &[("x-api-key", &huge)]).await,
         StatusCode::TOO_MANY_REQUESTS
     );
 
     let (gw, _up) = one_per_hour("[ip, header:x-username]", "[]", c).await;
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-username", "a")]).await, StatusCode::OK);
-    assert_eq!(status_from(&gw, "127.0.0.2", &[("x-username", "b")]).await, StatusCode::OK);
-    assert_eq!(status_from(&gw, "127.0.0.3", &[("x-username", "a")]).await, StatusCode::OK);
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-username", "a")]).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(&gw, "127.0.0.2", &[("x-username", "b")]).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(&gw, "127.0.0.3", &[("x-username", "a")]).await,
+        StatusCode::OK
+    );
     assert_eq!(
         status_from(&gw, "127.0.0.2", &[("x-username", "a")]).await,
         StatusCode::TOO_MANY_REQUESTS
@@ -301,7 +388,10 @@ async fn upstream_down_is_502_and_slow_upstream_is_504() {
     assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
     // The gateway still serves.
-    assert_eq!(send(gw.addr, get("/slow?ms=1", &[])).await.status, StatusCode::OK);
+    assert_eq!(
+        send(gw.addr, get("/slow?ms=1", &[])).await.status,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
@@ -390,8 +480,14 @@ impl Binary {
             .expect("start tollgate");
         // Ready when the port accepts connections.
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(std::time::Instant::now() < deadline, "tollgate did not start listening");
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tollgate did not start listening"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Binary { child, port }
@@ -475,9 +571,18 @@ fn check_reports_every_mistake_and_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("3 error(s)"), "{err}");
-    assert!(err.contains("routes[0].limits[0].window") && err.contains("line 6"), "{err}");
-    assert!(err.contains("routes[1]") && err.contains("timout") && err.contains("line 9"), "{err}");
-    assert!(err.contains("routes[2].limits[0].key") && err.contains("line 12"), "{err}");
+    assert!(
+        err.contains("routes[0].limits[0].window") && err.contains("line 6"),
+        "{err}"
+    );
+    assert!(
+        err.contains("routes[1]") && err.contains("timout") && err.contains("line 9"),
+        "{err}"
+    );
+    assert!(
+        err.contains("routes[2].limits[0].key") && err.contains("line 12"),
+        "{err}"
+    );
 
     let good = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("gateway.yaml");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -485,5 +590,10 @@ fn check_reports_every_mistake_and_exits_2() {
         .arg(&good)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -503,9 +503,15 @@ async fn malformed_url_is_refused() {
         "redis://",
         "localhost:6379",
         "redis://h:99999",
+        "rediss://user:s3cret@localhost",
     ] {
         let r = RedisStore::connect(&config(url.into())).await;
         assert!(matches!(r, Err(StoreError::Unavailable(_))), "{url}: {r:?}");
+        let message = r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            !message.contains("s3cret"),
+            "the error repeats the password: {message}"
+        );
     }
 }
 

@@ -621,6 +621,15 @@ impl Check<'_> {
         let max = self.required(&limit.limit, path, "limit", positive);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
+        if let (Ok(l), Ok(w)) = (&max, &window) {
+            // The Redis script computes in doubles: keep 3·L·w below 2^53.
+            if u128::from(*l) * u128::from(w.get()) * 3 >= 1u128 << 53 {
+                return Err(self.value_error(
+                    &child_key(path, "limit"),
+                    "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
+                ));
+            }
+        }
         Ok(Limit {
             name: name?,
             key: key?,

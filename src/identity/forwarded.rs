@@ -72,7 +72,10 @@ fn parse_node(s: &str) -> Option<IpAddr> {
         return Some(sa.ip());
     }
     // `[v6]` without a port.
-    s.strip_prefix('[')?.strip_suffix(']')?.parse::<IpAddr>().ok()
+    s.strip_prefix('[')?
+        .strip_suffix(']')?
+        .parse::<IpAddr>()
+        .ok()
 }
 
 /// Appends the `for=` node of every element of one `Forwarded` line to
@@ -208,7 +211,9 @@ mod tests {
         let mut h = HeaderMap::new();
         h.append(
             FORWARDED,
-            HeaderValue::from_static(r#"for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.5"#),
+            HeaderValue::from_static(
+                r#"for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.5"#,
+            ),
         );
         assert_eq!(client_ip(&h, ip(PEER), &t), ip("2001:db8:cafe::17"));
     }
@@ -217,10 +222,16 @@ mod tests {
     fn forwarded_unknown_and_obfuscated_end_the_walk() {
         let t = nets(&["10.0.0.0/8"]);
         let mut h = HeaderMap::new();
-        h.append(FORWARDED, HeaderValue::from_static("for=1.2.3.4, for=_hidden, for=10.0.0.5"));
+        h.append(
+            FORWARDED,
+            HeaderValue::from_static("for=1.2.3.4, for=_hidden, for=10.0.0.5"),
+        );
         assert_eq!(client_ip(&h, ip(PEER), &t), ip("10.0.0.5"));
         let mut h = HeaderMap::new();
-        h.append(FORWARDED, HeaderValue::from_static(r#"for="1.2.3.4, for=10.0.0.5"#));
+        h.append(
+            FORWARDED,
+            HeaderValue::from_static(r#"for="1.2.3.4, for=10.0.0.5"#),
+        );
         assert_eq!(client_ip(&h, ip(PEER), &t), ip(PEER));
     }
 

@@ -99,8 +99,12 @@ impl Limiter {
             Err(e) => {
                 if !self.degraded.swap(true, Ordering::Relaxed) {
                     match self.on_error {
-                        OnError::Allow => warn!(error = %e, "redis unavailable; admitting requests unchecked (on_error: allow)"),
-                        OnError::Local => warn!(error = %e, "redis unavailable; deciding in process (on_error: local)"),
+                        OnError::Allow => {
+                            warn!(error = %e, "redis unavailable; admitting requests unchecked (on_error: allow)")
+                        }
+                        OnError::Local => {
+                            warn!(error = %e, "redis unavailable; deciding in process (on_error: local)")
+                        }
                     }
                 }
                 match self.on_error {

@@ -10,8 +10,10 @@
 //! window, never by more than `prev`.
 //!
 //! Products are computed in `u128` here; the Lua script uses doubles, which
-//! are exact while `L · w < 2^53` (for example a limit of one million per
-//! 30-day window).
+//! are exact while `(prev + cur + c) · w < 2^53`, at most `3 · L · w`. The
+//! configuration refuses limits with `3 · L · w ≥ 2^53` (a limit of one
+//! million per 30-day window is fine) and the script answers an error rather
+//! than a wrong number if it ever sees one.
 
 use super::LimitOutcome;
 
@@ -29,8 +31,14 @@ pub struct State {
 
 impl State {
     /// The counts as seen from window `i`: older state rolls forward.
+    ///
+    /// State written in a *later* window — by a gateway whose clock is
+    /// ahead of this one's — is kept as it is rather than reset, so clock
+    /// skew between instances never wipes counts; the estimate then uses
+    /// this gateway's position in its own window, which errs by at most the
+    /// skew.
     pub fn at(self, i: u64) -> State {
-        if self.window == i {
+        if self.window >= i {
             self
         } else if self.window + 1 == i {
             State {
@@ -117,16 +125,50 @@ mod tests {
                     for cur in 0..=l {
                         for e in [0u64, 1, 250, 999] {
                             let now = 10 * w + e;
-                            let s = State { window: 10, prev, cur };
+                            let s = State {
+                                window: 10,
+                                prev,
+                                cur,
+                            };
                             let o = check(s, now, l, w, c);
                             if !o.admits {
-                                assert_eq!(o.retry_after_ms, brute(s, now, l, w, c), "l={l} c={c} prev={prev} cur={cur} e={e}");
+                                assert_eq!(
+                                    o.retry_after_ms,
+                                    brute(s, now, l, w, c),
+                                    "l={l} c={c} prev={prev} cur={cur} e={e}"
+                                );
                             }
                         }
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn state_from_a_clock_ahead_is_kept() {
+        let s = State {
+            window: 11,
+            prev: 2,
+            cur: 3,
+        };
+        assert_eq!(s.at(10), s);
+        assert_eq!(
+            s.at(12),
+            State {
+                window: 12,
+                prev: 3,
+                cur: 0
+            }
+        );
+        assert_eq!(
+            s.at(13),
+            State {
+                window: 13,
+                prev: 0,
+                cur: 0
+            }
+        );
     }
 
     #[test]
@@ -138,13 +180,22 @@ mod tests {
 
     #[test]
     fn remaining_and_reset() {
-        let s = State { window: 0, prev: 0, cur: 0 };
+        let s = State {
+            window: 0,
+            prev: 0,
+            cur: 0,
+        };
         let o = check(s, 0, 5, 10_000, 1);
         assert!(o.admits);
         assert_eq!(o.remaining, 4);
         assert_eq!(o.reset_ms, 20_000);
         // Half-way through the next window, half of prev still counts.
-        let s = State { window: 0, prev: 0, cur: 4 }.at(1);
+        let s = State {
+            window: 0,
+            prev: 0,
+            cur: 4,
+        }
+        .at(1);
         let o = check(s, 15_000, 5, 10_000, 1);
         assert!(o.admits);
         assert_eq!(o.remaining, 2); // 5 − (4·0.5 + 1) = 2

@@ -87,7 +87,13 @@ impl MemoryStore {
                 .get(&r.key)
                 .map_or_else(State::default, |e| e.state)
                 .at(window);
-            outcomes.push(sliding_window::check(st, now_ms, r.limit, r.window_ms, r.cost));
+            outcomes.push(sliding_window::check(
+                st,
+                now_ms,
+                r.limit,
+                r.window_ms,
+                r.cost,
+            ));
             states.push(st);
         }
         let allowed = outcomes.iter().all(|o| o.admits);

@@ -10,14 +10,14 @@
 //! keep serving when Redis is down, and a decision must never wait for a
 //! reconnect:
 //! - [`RedisStore::connect`] only starts the client's connection task and
-//!   returns; the task reconnects forever with an exponential backoff capped
-//!   at one second ([`RECONNECT_MIN_MS`], [`RECONNECT_MAX_MS`]).
+//!   returns; the task reconnects forever with an exponential backoff from
+//!   100 ms, capped at one second.
 //! - While the link is down a decision is answered at once with
 //!   [`StoreError::Unavailable`] instead of being queued until a reconnect.
 //!   fred's client state alone is not enough: after a connection drops it
 //!   still reads `Connected` while the router sleeps its first backoff, and
 //!   commands sent then wait in its queue. So the store also watches fred's
-//!   error and (re)connect events ([`watch_link`]) and counts the link down
+//!   error and (re)connect events (`watch_link`) and counts the link down
 //!   from the first error until the next connection. Commands also carry
 //!   fred's per-command `fail_fast` for the instant in between.
 //! - Every command is sent at most once (`max_attempts = 1`): an `EVALSHA`
@@ -58,11 +58,13 @@ use crate::limit::{Decision, LimitOutcome, LimitRequest};
 pub const SCRIPT: &str = include_str!("redis/sliding_window.lua");
 
 /// First reconnect delay (ms); doubled on each failed attempt.
-pub const RECONNECT_MIN_MS: u32 = 100;
+const RECONNECT_MIN_MS: u32 = 100;
 /// Longest reconnect delay (ms): Redis coming back is noticed within a second.
-pub const RECONNECT_MAX_MS: u32 = 1_000;
+const RECONNECT_MAX_MS: u32 = 1_000;
 /// Bound on opening a TCP connection and on the handshake commands.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longer call timeouts are clamped to this, so deadlines cannot overflow.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 
 /// Arguments at or above 2^53 are refused: the script computes in doubles.
 const MAX_ARG: u64 = 1 << 53;
@@ -110,8 +112,8 @@ impl RedisStore {
     /// [`StoreError::Unavailable`] when `cfg.url` is not a usable Redis URL.
     /// Never because the server is down or unreachable.
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
-        let invalid =
-            |why: &str| StoreError::Unavailable(format!("invalid Redis URL {:?}: {why}", cfg.url));
+        // The URL may hold a password: it is not repeated in the error.
+        let invalid = |why: &str| StoreError::Unavailable(format!("invalid Redis URL: {why}"));
         // fred would also take `rediss://` (TLS, not built in), cluster and
         // sentinel URLs; this store speaks plain RESP to one server.
         if cfg.url.split_once("://").map(|(scheme, _)| scheme) != Some("redis") {
@@ -122,7 +124,8 @@ impl RedisStore {
         // Run the reconnect policy for the first connection too, instead of
         // giving up when Redis is down at startup.
         config.fail_fast = false;
-        let unresponsive = (cfg.timeout * 4).max(Duration::from_secs(1));
+        let timeout = cfg.timeout.min(MAX_TIMEOUT);
+        let unresponsive = (timeout * 4).max(Duration::from_secs(1));
         let client = Builder::from_config(config)
             .set_policy(ReconnectPolicy::new_exponential(
                 0, // retry forever
@@ -158,7 +161,7 @@ impl RedisStore {
             task,
             watcher,
             link_up,
-            timeout: cfg.timeout,
+            timeout,
             sha: OnceLock::new(),
         })
     }
@@ -206,14 +209,15 @@ impl RedisStore {
         Ok(sha)
     }
 
-    /// One `EVALSHA` of the script.
+    /// One `EVALSHA` of the script; `None` when the server does not know
+    /// it (`NOSCRIPT`).
     async fn evalsha(
         &self,
         sha: &Str,
         requests: &[LimitRequest],
         argv: &[Value],
         deadline: Instant,
-    ) -> Result<Value, FredError> {
+    ) -> Result<Option<Value>, StoreError> {
         // EVALSHA sha numkeys key... arg...; route by the first key (offset 2)
         // so a future cluster client lands on the keys' slot.
         let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
@@ -222,17 +226,20 @@ impl RedisStore {
         args.push(Value::Integer(requests.len() as i64));
         args.extend(requests.iter().map(|r| Value::from(r.key.as_str())));
         args.extend(argv.iter().cloned());
-        let options =
-            Self::options(deadline).map_err(|_| FredError::new(ErrorKind::Timeout, ""))?;
-        self.client.with_options(&options).custom(cmd, args).await
+        let options = Self::options(deadline)?;
+        match self.client.with_options(&options).custom(cmd, args).await {
+            Ok(reply) => Ok(Some(reply)),
+            Err(e) if e.details().starts_with("NOSCRIPT") => Ok(None),
+            Err(e) => Err(store_error(e)),
+        }
     }
 
-    async fn decide_inner(
+    async fn decide_by(
         &self,
+        deadline: Instant,
         now_ms: u64,
         requests: &[LimitRequest],
     ) -> Result<Decision, StoreError> {
-        let deadline = Instant::now() + self.timeout;
         let argv = script_args(now_ms, requests)?;
         if !self.is_connected() {
             return Err(StoreError::Unavailable("not connected to Redis".into()));
@@ -241,14 +248,18 @@ impl RedisStore {
             Some(sha) => sha.clone(),
             None => self.load_script(deadline).await?,
         };
-        let reply = match self.evalsha(&sha, requests, &argv, deadline).await {
-            Err(e) if is_noscript(&e) => {
+        let reply = match self.evalsha(&sha, requests, &argv, deadline).await? {
+            Some(reply) => reply,
+            // Flushed or a new server: load and retry, once.
+            None => {
                 let sha = self.load_script(deadline).await?;
-                self.evalsha(&sha, requests, &argv, deadline).await
+                self.evalsha(&sha, requests, &argv, deadline)
+                    .await?
+                    .ok_or_else(|| {
+                        StoreError::Protocol("NOSCRIPT right after SCRIPT LOAD".into())
+                    })?
             }
-            other => other,
-        }
-        .map_err(store_error)?;
+        };
         parse_reply(reply, requests.len())
     }
 }
@@ -262,8 +273,10 @@ impl Store for RedisStore {
                 outcomes: Vec::new(),
             });
         }
-        // fred bounds each command; this bounds the decision as a whole.
-        tokio::time::timeout(self.timeout, self.decide_inner(now_ms, requests))
+        // fred bounds each command by what is left until the deadline; this
+        // bounds the decision as a whole.
+        let deadline = Instant::now() + self.timeout;
+        tokio::time::timeout_at(deadline, self.decide_by(deadline, now_ms, requests))
             .await
             .unwrap_or(Err(StoreError::Timeout))
     }
@@ -321,10 +334,6 @@ fn arg(v: u64, what: &str) -> Result<Value, StoreError> {
             "{what} {v} is not below 2^53, beyond what the script computes exactly"
         )))
     }
-}
-
-fn is_noscript(e: &FredError) -> bool {
-    e.details().starts_with("NOSCRIPT")
 }
 
 /// Classifies a fred error. No catch-all arm: a new error kind must be placed.

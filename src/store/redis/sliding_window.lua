@@ -92,6 +92,7 @@ for i = 1, n do
 
   -- The stored counts, rolled forward to window idx (State::at).
   local prev, cur = 0, 0
+  local widx = idx
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' and raw.err then
     return fail(key .. ': ' .. raw.err)
@@ -102,8 +103,10 @@ for i = 1, n do
     if sw == nil or kw == nil or kp == nil or kc == nil then
       return fail(key .. ' does not hold a "<window>:<prev>:<cur>" counter')
     end
-    if kw == idx then
-      prev, cur = kp, kc
+    if kw >= idx then
+      -- kw > idx: a gateway whose clock is ahead wrote this; keep its
+      -- window rather than resetting the counts (State::at).
+      prev, cur, widx = kp, kc, kw
     elseif kw + 1 == idx then
       prev, cur = kc, 0
     end
@@ -153,7 +156,7 @@ for i = 1, n do
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset
   reply[#reply + 1] = retry
-  writes[i] = { str(idx) .. ':' .. str(prev) .. ':' .. str(cur_after), reset }
+  writes[i] = { str(widx) .. ':' .. str(prev) .. ':' .. str(cur_after), reset }
 end
 
 if not allowed then
