@@ -22,8 +22,8 @@ pub use load::{ConfigError, ConfigErrors, load_file, parse_str};
 /// A whole, validated gateway configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Addresses the proxy listens on.
-    pub listen: Vec<SocketAddr>,
+    /// Addresses the proxy listens on, each optionally with TLS.
+    pub listen: Vec<Listen>,
     /// Where limiter state lives and what to do when it is unreachable.
     pub store: StoreConfig,
     /// How the client IP is read.
@@ -38,6 +38,47 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// Routes, in match order (the first match wins).
     pub routes: Vec<Route>,
+    /// Caps on connections, header and body sizes.
+    pub server: ServerSettings,
+}
+
+/// One listening address.
+#[derive(Debug, Clone)]
+pub struct Listen {
+    /// The address to bind.
+    pub addr: SocketAddr,
+    /// TLS termination, read from the PEM files when the file was loaded
+    /// (so a reload re-reads certificates).
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+}
+
+impl From<SocketAddr> for Listen {
+    fn from(addr: SocketAddr) -> Self {
+        Self { addr, tls: None }
+    }
+}
+
+/// Caps that bound what one client can make the gateway hold.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerSettings {
+    /// Connections served at once; further ones wait in the kernel's
+    /// accept backlog.
+    pub max_connections: usize,
+    /// Largest request header block in bytes (HTTP/1.1 read buffer, HTTP/2
+    /// `SETTINGS_MAX_HEADER_LIST_SIZE`); larger gets 431.
+    pub max_header_size: usize,
+    /// Largest request body in bytes; larger gets 413. `None`: no cap.
+    pub max_body_size: Option<u64>,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            max_header_size: 64 * 1024,
+            max_body_size: None,
+        }
+    }
 }
 
 /// The limiter store.
@@ -110,6 +151,11 @@ pub struct Timeouts {
     pub upstream_connect: Duration,
     /// Waiting for an upstream's response head.
     pub upstream_response: Duration,
+    /// A connection with no request in flight and no bytes moving for this
+    /// long is closed (keep-alive idle).
+    pub idle: Duration,
+    /// After SIGTERM, how long in-flight requests may take to finish.
+    pub drain: Duration,
 }
 
 /// One route.
@@ -166,6 +212,11 @@ pub struct Upstream {
     pub uri: Uri,
     /// Upstream response timeout for this route.
     pub timeout: Duration,
+    /// TLS settings for an `https://` upstream with its own CA file;
+    /// `None` uses the webpki roots.
+    pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    /// Whether `Upgrade` requests (WebSocket) are passed through.
+    pub upgrade: bool,
 }
 
 /// A fixed local answer.
@@ -230,6 +281,8 @@ impl Default for Timeouts {
             header_read: Duration::from_secs(10),
             upstream_connect: Duration::from_secs(5),
             upstream_response: Duration::from_secs(30),
+            idle: Duration::from_secs(60),
+            drain: Duration::from_secs(30),
         }
     }
 }

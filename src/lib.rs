@@ -11,14 +11,17 @@
 
 pub mod clock;
 pub mod config;
+pub mod guard;
 pub mod headers;
 pub mod identity;
 pub mod limit;
+pub mod listener;
 pub mod problem;
 pub mod proxy;
 pub mod routing;
 pub mod server;
 pub mod store;
+pub mod tls;
 
 pub use config::Config;
 pub use server::{Gateway, run};

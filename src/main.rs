@@ -64,7 +64,8 @@ fn main() -> ExitCode {
     }
 
     if !cli.listen.is_empty() {
-        config.listen = cli.listen.clone();
+        // Plain listeners: TLS settings belong to the file's entries.
+        config.listen = cli.listen.iter().copied().map(Into::into).collect();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -78,7 +79,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         let mut listeners = Vec::new();
-        for addr in &config.listen {
+        for addr in config.listen.iter().map(|l| l.addr) {
             match TcpListener::bind(addr).await {
                 Ok(l) => listeners.push(l),
                 Err(e) => {

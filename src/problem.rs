@@ -53,13 +53,23 @@ pub enum GatewayError {
     /// The upstream connection failed after connecting.
     #[error("upstream failed: {0}")]
     UpstreamFailed(String),
+    /// The request is malformed in a way hyper lets through (RFC 9112 §3.2:
+    /// more than one `Host`).
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The request body is larger than `server.max_body_size` (RFC 9110 §15.5.14).
+    #[error("request body larger than {0} bytes")]
+    PayloadTooLarge(u64),
 }
 
 impl GatewayError {
     /// Where the error came from.
     pub fn source_kind(&self) -> ErrorSource {
         match self {
-            Self::NoRoute { .. } | Self::Limited { .. } => ErrorSource::Downstream,
+            Self::NoRoute { .. }
+            | Self::Limited { .. }
+            | Self::BadRequest(_)
+            | Self::PayloadTooLarge(_) => ErrorSource::Downstream,
             Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => {
                 ErrorSource::Upstream
             }
@@ -73,6 +83,8 @@ impl GatewayError {
             Self::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UpstreamConnect(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
@@ -114,7 +126,9 @@ impl GatewayError {
             Self::NoRoute { .. }
             | Self::UpstreamConnect(_)
             | Self::UpstreamTimeout(_)
-            | Self::UpstreamFailed(_) => {
+            | Self::UpstreamFailed(_)
+            | Self::BadRequest(_)
+            | Self::PayloadTooLarge(_) => {
                 push_field(&mut body, "type", "about:blank");
                 body.push(',');
                 push_common(&mut body, title, status);
@@ -129,7 +143,12 @@ impl GatewayError {
                         "The upstream server did not answer within {} ms",
                         d.as_millis()
                     ),
-                    _ => "The upstream connection failed".to_owned(),
+                    Self::UpstreamFailed(_) => "The upstream connection failed".to_owned(),
+                    Self::BadRequest(why) => format!("The request is malformed: {why}"),
+                    Self::PayloadTooLarge(max) => {
+                        format!("The request body is larger than {max} bytes")
+                    }
+                    Self::Limited { .. } => String::new(),
                 };
                 push_field(&mut body, "detail", &detail);
             }

@@ -3,10 +3,25 @@
 //!
 //! Bodies are never buffered: the client's `Incoming` body is handed to the
 //! upstream request and the upstream's `Incoming` body is handed back to the
-//! client, so both directions stream with hyper's back-pressure.
+//! client, so both directions stream with hyper's back-pressure. The request
+//! body is wrapped in [`Limited`], so a body past `server.max_body_size`
+//! that was not announced by `Content-Length` is cut off while it streams
+//! and answered 413.
+//!
+//! `https://` upstreams go through hyper-rustls: SNI and certificate checks
+//! against the upstream's host name, the webpki roots or the route's
+//! `upstream_ca`, and HTTP/2 when the upstream offers it by ALPN. Clients
+//! for routes with their own CA are built on first use and cached by the
+//! identity of their TLS settings, which a reload replaces.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use http_body_util::{LengthLimitError, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use tokio_rustls::rustls::ClientConfig;
 
 use bytes::Bytes;
 use http::header::{CONNECTION, HOST, HeaderName, HeaderValue};
@@ -156,41 +171,83 @@ impl Hop<'_> {
     }
 }
 
+/// The request body sent upstream: the client's body, capped.
+pub type UpstreamBody = Limited<Incoming>;
+
+type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpstreamBody>;
+
 /// The pooled keep-alive client to upstreams.
 #[derive(Clone, Debug)]
 pub struct Forwarder {
-    client: Client<HttpConnector, Incoming>,
+    /// For `http://` upstreams and `https://` ones checked against the
+    /// webpki roots.
+    client: UpstreamClient,
+    /// Clients for routes with their own CA file, by their TLS settings.
+    custom: Arc<ArcSwap<Vec<(Arc<ClientConfig>, UpstreamClient)>>>,
+    connect_timeout: Duration,
 }
 
 impl Forwarder {
     /// A client with the connect timeout of `timeouts`.
-    pub fn new(timeouts: &Timeouts) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(timeouts.upstream_connect));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .build(connector);
-        Self { client }
+    ///
+    /// # Errors
+    /// The TLS settings for https upstreams cannot be built.
+    pub fn new(timeouts: &Timeouts) -> Result<Self, crate::tls::TlsError> {
+        let tls = crate::tls::client_config(None)?;
+        Ok(Self {
+            client: build_client(&tls, timeouts.upstream_connect),
+            custom: Arc::default(),
+            connect_timeout: timeouts.upstream_connect,
+        })
     }
 
-    /// Sends the rewritten request and waits at most `timeout` for the
-    /// response head; the body then streams without a deadline.
+    fn client_for(&self, upstream: &Upstream) -> UpstreamClient {
+        let Some(tls) = &upstream.tls else {
+            return self.client.clone();
+        };
+        if let Some((_, c)) = self.custom.load().iter().find(|(t, _)| Arc::ptr_eq(t, tls)) {
+            return c.clone();
+        }
+        let client = build_client(tls, self.connect_timeout);
+        self.custom.rcu(|cached| {
+            // Settings only this cache still holds belong to a configuration
+            // that was replaced: drop their clients.
+            let mut next: Vec<_> = cached
+                .iter()
+                .filter(|(t, _)| Arc::strong_count(t) > 1)
+                .cloned()
+                .collect();
+            next.push((tls.clone(), client.clone()));
+            next
+        });
+        client
+    }
+
+    /// Sends the rewritten request to `upstream` and waits at most its
+    /// timeout for the response head; the body then streams without a
+    /// deadline. The request body is cut off past `max_body` bytes.
     ///
     /// # Errors
     /// [`GatewayError::UpstreamConnect`] when no connection could be made,
-    /// [`GatewayError::UpstreamTimeout`] past `timeout`, and
-    /// [`GatewayError::UpstreamFailed`] when the connection broke.
+    /// [`GatewayError::UpstreamTimeout`] past the timeout,
+    /// [`GatewayError::PayloadTooLarge`] when the body passed `max_body`,
+    /// and [`GatewayError::UpstreamFailed`] when the connection broke.
     pub async fn send(
         &self,
         req: Request<Incoming>,
-        timeout: Duration,
+        upstream: &Upstream,
+        max_body: Option<u64>,
     ) -> Result<Response<Incoming>, GatewayError> {
-        match tokio::time::timeout(timeout, self.client.request(req)).await {
+        let limit = max_body.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
+        let req = req.map(|b| Limited::new(b, limit));
+        let timeout = upstream.timeout;
+        let client = self.client_for(upstream);
+        match tokio::time::timeout(timeout, client.request(req)).await {
             Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
             Ok(Err(e)) if e.is_connect() => Err(GatewayError::UpstreamConnect(error_chain(&e))),
+            Ok(Err(e)) if caused_by::<LengthLimitError>(&e) => {
+                Err(GatewayError::PayloadTooLarge(max_body.unwrap_or(0)))
+            }
             Ok(Err(e)) => Err(GatewayError::UpstreamFailed(error_chain(&e))),
             Ok(Ok(mut res)) => {
                 strip_hop_by_hop(res.headers_mut());
@@ -198,6 +255,40 @@ impl Forwarder {
             }
         }
     }
+}
+
+fn build_client(tls: &ClientConfig, connect_timeout: Duration) -> UpstreamClient {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    // The https connector wraps this one and needs `https://` passed down.
+    http.enforce_http(false);
+    let mut config = tls.clone();
+    // The connector sets ALPN itself and insists the list is empty.
+    config.alpn_protocols.clear();
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(256)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .build(connector)
+}
+
+/// Whether an error of type `E` is somewhere in `e`'s source chain.
+fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<E>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -232,6 +323,8 @@ mod tests {
         let up = Upstream {
             uri: "http://127.0.0.1:9000/base/".parse().unwrap(),
             timeout: Duration::from_secs(1),
+            tls: None,
+            upgrade: false,
         };
         let user = HeaderName::from_static("x-user");
         let mut req = Request::builder()

@@ -6,11 +6,9 @@
 //! accepting and lets in-flight requests finish. [`Gateway::handle`] is the
 //! whole per-request pipeline; each phase returns a value to the next.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -18,9 +16,6 @@ use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
@@ -28,6 +23,7 @@ use tracing::{debug, info, warn};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::headers;
+use crate::{guard, listener};
 use crate::identity::{self, IdentityConfig};
 use crate::limit::LimitRequest;
 use crate::limit::limiter::{Limiter, Verdict};
@@ -35,9 +31,6 @@ use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
 use crate::routing::{self, Router};
 use crate::store::StoreError;
-
-/// How long in-flight requests may take to finish after shutdown begins.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +41,9 @@ pub enum StartError {
     /// A listener failed.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// TLS settings for upstreams cannot be built.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// Configuration-derived state, swapped as a whole on reload.
@@ -88,7 +84,7 @@ impl Gateway {
     /// The store configuration cannot be used.
     pub async fn with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
         let limiter = Limiter::new(&config.store).await?;
-        let forwarder = Forwarder::new(&config.timeouts);
+        let forwarder = Forwarder::new(&config.timeouts)?;
         let router = Router::new(&config);
         Ok(Self {
             runtime: ArcSwap::from_pointee(Runtime { config, router }),
@@ -98,11 +94,24 @@ impl Gateway {
         })
     }
 
+    /// Runs `f` on the configuration currently served.
+    pub fn with_config<R>(&self, f: impl FnOnce(&Config) -> R) -> R {
+        f(&self.runtime.load().config)
+    }
+
     /// Handles one request from `peer`; never fails — every error becomes a
     /// response.
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let rt = self.runtime.load_full();
         let cfg = &rt.config;
+        if let Err(e) = guard::check(&req, &cfg.server) {
+            let mut res = error_response(&e);
+            // RFC 9112 §6.1: close after answering a request whose framing
+            // is in doubt; the other refusals keep nothing worth reusing.
+            res.headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            return res;
+        }
         let host = routing::request_host(&req);
         let Some(route) = rt.router.find(req.method(), host, req.uri().path()) else {
             return error_response(&GatewayError::NoRoute {
@@ -188,14 +197,18 @@ impl Gateway {
                 let hop = Hop {
                     peer: peer.ip(),
                     trusted: identity::is_trusted(&cfg.client_ip.trusted_proxies, peer.ip()),
-                    scheme: "http",
+                    scheme: if req.extensions().get::<listener::Secure>().is_some() {
+                        "https"
+                    } else {
+                        "http"
+                    },
                     user_header: &cfg.users.header,
                 };
                 if let Err(e) = proxy::rewrite(&mut req, up, hop) {
                     warn!(error = %e, "cannot build upstream request");
                     return error_response(&GatewayError::UpstreamFailed(e.to_string()));
                 }
-                match self.forwarder.send(req, up.timeout).await {
+                match self.forwarder.send(req, up, cfg.server.max_body_size).await {
                     Ok(res) => res.map(Either::Left),
                     Err(e) => {
                         warn!(route = %route.route.name, error = %e, "upstream error");
@@ -238,61 +251,38 @@ pub async fn run(
 }
 
 /// Serves an existing gateway on `listeners` until `shutdown` completes.
+///
+/// `listeners[i]` serves with the TLS settings of the configuration's
+/// `listen[i]` (plain when there is none). On shutdown the listeners are
+/// closed at once — new connections are refused — and in-flight requests get
+/// `timeouts.drain` to finish; see [`listener`] for the per-connection caps.
 pub async fn serve(
     gateway: Arc<Gateway>,
     listeners: Vec<TcpListener>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let header_read = gateway.runtime.load().config.timeouts.header_read;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read)
-        .keep_alive(true);
-    builder.http2().timer(TokioTimer::new());
-    let builder = Arc::new(builder);
+    let (shared, drain) = gateway.with_config(|c| {
+        (
+            Arc::new(listener::Shared::new(&c.server, &c.timeouts)),
+            c.timeouts.drain,
+        )
+    });
     let graceful = Arc::new(GracefulShutdown::new());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     let mut tasks = Vec::new();
-    for listener in listeners {
-        if let Ok(addr) = listener.local_addr() {
+    for (index, l) in listeners.into_iter().enumerate() {
+        if let Ok(addr) = l.local_addr() {
             info!(%addr, "listening");
         }
-        let gateway = gateway.clone();
-        let builder = builder.clone();
-        let graceful = graceful.clone();
-        let mut stop = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let (stream, peer) = tokio::select! {
-                    _ = stop.changed() => break,
-                    accepted = listener.accept() => match accepted {
-                        Ok(a) => a,
-                        Err(e) => {
-                            // EMFILE and friends: back off instead of spinning.
-                            warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    },
-                };
-                let _ = stream.set_nodelay(true);
-                let gw = gateway.clone();
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let gw = gw.clone();
-                    async move { Ok::<_, Infallible>(gw.handle(req, peer).await) }
-                });
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                let conn = graceful.watch(conn.into_owned());
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                });
-            }
-        }));
+        tasks.push(tokio::spawn(listener::accept_loop(
+            index,
+            l,
+            gateway.clone(),
+            shared.clone(),
+            graceful.clone(),
+            stop_rx.clone(),
+        )));
     }
 
     shutdown.await;
@@ -307,7 +297,7 @@ pub async fn serve(
         drop(g);
         GracefulShutdown::new()
     });
-    if tokio::time::timeout(DRAIN_DEADLINE, graceful.shutdown())
+    if tokio::time::timeout(drain, graceful.shutdown())
         .await
         .is_err()
     {

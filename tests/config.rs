@@ -79,7 +79,7 @@ routes:
 fn full_file_maps_onto_the_model() {
     let c = valid(FULL);
     assert_eq!(
-        c.listen,
+        c.listen.iter().map(|l| l.addr).collect::<Vec<_>>(),
         [
             "127.0.0.1:8080".parse::<SocketAddr>().expect("addr"),
             "[::1]:8081".parse().expect("addr")
@@ -113,7 +113,7 @@ fn full_file_maps_onto_the_model() {
     assert_eq!(login.matcher.host.as_deref(), Some("api.example.com"));
     assert!(matches!(&login.matcher.path, PathMatch::Exact(p) if p == "/api/auth/login"));
     assert_eq!(login.matcher.methods, [Method::POST, Method::GET]);
-    let Action::Upstream(Upstream { uri, timeout }) = &login.action else {
+    let Action::Upstream(Upstream { uri, timeout, .. }) = &login.action else {
         panic!("login forwards: {:?}", login.action)
     };
     assert_eq!(uri.to_string(), "http://127.0.0.1:9000/");
@@ -142,7 +142,7 @@ fn full_file_maps_onto_the_model() {
     assert_eq!(api.matcher.host.as_deref(), Some("*.example.com"));
     assert!(matches!(&api.matcher.path, PathMatch::Prefix(p) if p == "/api/"));
     assert!(api.matcher.methods.is_empty());
-    let Action::Upstream(Upstream { uri, timeout }) = &api.action else {
+    let Action::Upstream(Upstream { uri, timeout, .. }) = &api.action else {
         panic!("api forwards: {:?}", api.action)
     };
     assert_eq!(uri.to_string(), "http://127.0.0.1:9000/base");
@@ -253,7 +253,7 @@ fn unknown_top_level_field() {
     let src = "listen: 127.0.0.1:8080\nlisen: 127.0.0.1:8081\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
-        r#"unknown field "lisen"; expected one of listen, store, client_ip, headers, api_keys, users, timeouts, routes (line 2, col 1)"#
+        r#"unknown field "lisen"; expected one of listen, store, client_ip, headers, api_keys, users, timeouts, routes, server (line 2, col 1)"#
     );
 }
 
@@ -274,7 +274,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
     assert_eq!(
         errors(&src),
         [
-            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits (line 4, col 5)"#,
+            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade (line 4, col 5)"#,
             r#"routes[0].limits[0]: unknown field "burst"; expected one of name, key, limit, window, cost (line 11, col 9)"#,
         ]
     );
@@ -501,8 +501,24 @@ routes[1].cost: must be at least 1, found 0 (line 10, col 11)"#
 fn more_rules() {
     let cases: &[(&str, &str)] = &[
         (
-            "  - { name: a, upstream: 'https://secure:443' }\n",
-            r#"routes[0].upstream: "https://secure:443": https upstreams come later; use http:// for now (line 3, col 26)"#,
+            "  - { name: a, upstream: 'ftp://secure:443' }\n",
+            r#"routes[0].upstream: "ftp://secure:443" has unsupported scheme "ftp"; write e.g. http://127.0.0.1:9000 (line 3, col 26)"#,
+        ),
+        (
+            "  - { name: a, upstream: 'http://up:80', upstream_ca: ca.pem }\n",
+            "routes[0].upstream_ca: applies only to https:// upstreams; remove it or use https:// (line 3, col 55)",
+        ),
+        (
+            "  - { name: a, upstream: 'https://up', upstream_ca: /nonexistent/ca.pem }\n",
+            "routes[0].upstream_ca: cannot read /nonexistent/ca.pem: No such file or directory (os error 2) (line 3, col 53)",
+        ),
+        (
+            "  - { name: a, respond: {}, upgrade: true }\n",
+            "routes[0].upgrade: applies only to routes with an upstream; remove it or use upstream (line 3, col 29)",
+        ),
+        (
+            "  - { name: a, upstream: 'http://up', upgrade: yes }\n",
+            r#"routes[0].upgrade: expected a boolean, found the string "yes" (line 3, col 49)"#,
         ),
         (
             "  - { name: a, upstream: '127.0.0.1:9000' }\n",
@@ -587,6 +603,28 @@ fn more_top_level_rules() {
         (
             "listen: 127.0.0.1:1\ntimeouts: { upstream_connect: 0s }\n",
             r#"timeouts.upstream_connect: "0s" is too short; a timeout must be more than 0 (line 2, col 31)"#,
+        ),
+        (
+            "listen: 127.0.0.1:1\ntimeouts: { idle: 1 minute, drain: -1s }\n",
+            "timeouts.idle: \"1 minute\" is not a duration; write 1m or 60s (line 2, col 19)\n\
+             timeouts.drain: \"-1s\" is not a duration; write a whole number and a unit (ms, s, m, h or d), e.g. 5m or 300s (line 2, col 36)",
+        ),
+        (
+            "listen: 127.0.0.1:1\nserver: { max_connections: 0, max_header_size: 1KiB, max_body_size: 10MB, nope: 1 }\n",
+            "server.max_connections: must be between 1 and 1000000, found 0 (line 2, col 28)\n\
+             server.max_header_size: \"1KiB\" is out of range; write 8KiB to 16MiB (line 2, col 48)\n\
+             server.max_body_size: \"10MB\" is not a size; write bytes or a whole number with KiB, MiB or GiB, e.g. 64KiB (line 2, col 69)\n\
+             server: unknown field \"nope\"; expected one of max_connections, max_header_size, max_body_size (line 2, col 75)",
+        ),
+        (
+            "listen: [ 127.0.0.1:1, { addr: 127.0.0.1:2, tls: { cert: /nonexistent/c.pem } }, { adr: x }, [1] ]\n",
+            "listen[1].tls: missing required field \"key\" (line 1, col 50)\n\
+             listen[2]: unknown field `adr`, expected `addr` or `tls` (line 1, col 82)\n\
+             listen[3]: expected an address or a mapping { addr, tls }, found a list (line 1, col 94)",
+        ),
+        (
+            "listen: { addr: 127.0.0.1:2, tls: { cert: /nonexistent/c.pem, key: /nonexistent/k.pem } }\n",
+            "listen.tls: cannot read /nonexistent/c.pem: No such file or directory (os error 2) (line 1, col 35)",
         ),
     ];
     for (top, expected) in cases {

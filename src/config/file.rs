@@ -201,8 +201,8 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct Root {
-    /// `listen: ADDR` or a list of them.
-    pub listen: Field<OneOrMany<Text>>,
+    /// `listen: ADDR`, `{ addr, tls: { cert, key } }`, or a list of them.
+    pub listen: Field<OneOrMany<Listen>>,
     /// `store:`
     pub store: Field<Store>,
     /// `client_ip:`
@@ -217,6 +217,70 @@ pub struct Root {
     pub timeouts: Field<Timeouts>,
     /// `routes:`
     pub routes: Field<Vec<Field<Route>>>,
+    /// `server: { max_connections, max_header_size, max_body_size }`
+    pub server: Field<Server>,
+}
+
+/// One `listen` entry: `127.0.0.1:8080` or `{ addr: …, tls: { cert, key } }`.
+///
+/// Read from an owned value (it is a [`OneOrMany`] item), so the mapping
+/// form checks its own unknown fields with `deny_unknown_fields`: the first
+/// unknown key of that small mapping is reported, with the fields allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// `127.0.0.1:8080`
+    Addr(Text),
+    /// `{ addr, tls }`
+    Map(ListenMap),
+}
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            map @ Value::Mapping(_) => ListenMap::deserialize(map)
+                .map(Self::Map)
+                .map_err(|e| de::Error::custom(tidy(&e.to_string()))),
+            seq @ Value::Sequence(_) => Err(de::Error::custom(format_args!(
+                "expected an address or a mapping {{ addr, tls }}, found {}",
+                describe(&seq)
+            ))),
+            other => Text::deserialize(other)
+                .map(Self::Addr)
+                .map_err(|e| de::Error::custom(e.to_string())),
+        }
+    }
+}
+
+/// `listen: { addr, tls }`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, expecting = "a mapping")]
+pub struct ListenMap {
+    /// `addr: 127.0.0.1:8443`
+    pub addr: Field<Text>,
+    /// `tls: { cert, key }`
+    pub tls: Field<Tls>,
+}
+
+/// `listen[i].tls:`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, expecting = "a mapping")]
+pub struct Tls {
+    /// `cert: /path/to/chain.pem`
+    pub cert: Field<Text>,
+    /// `key: /path/to/key.pem`
+    pub key: Field<Text>,
+}
+
+/// `server:` — caps on what one client may hold or send.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping")]
+pub struct Server {
+    /// `max_connections: 10000`
+    pub max_connections: Field<Int>,
+    /// `max_header_size: 64KiB`
+    pub max_header_size: Field<Text>,
+    /// `max_body_size: 10MiB`
+    pub max_body_size: Field<Text>,
 }
 
 /// `store:`
@@ -269,6 +333,10 @@ pub struct Timeouts {
     pub upstream_connect: Field<Text>,
     /// `upstream_response: 30s`
     pub upstream_response: Field<Text>,
+    /// `idle: 60s`
+    pub idle: Field<Text>,
+    /// `drain: 30s`
+    pub drain: Field<Text>,
 }
 
 /// One item of `routes:`.
@@ -290,6 +358,10 @@ pub struct Route {
     pub cost: Field<Int>,
     /// `limits:`
     pub limits: Field<Vec<Field<Limit>>>,
+    /// `upstream_ca: /path/to/ca.pem` (https upstreams)
+    pub upstream_ca: Field<Text>,
+    /// `upgrade: true` (pass `Upgrade` requests such as WebSocket through)
+    pub upgrade: Field<bool>,
 }
 
 /// `routes[i].match:`
@@ -402,6 +474,7 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         ["client_ip"] => fields_of::<ClientIp>(),
         ["api_keys" | "users"] => fields_of::<HeaderSource>(),
         ["timeouts"] => fields_of::<Timeouts>(),
+        ["server"] => fields_of::<Server>(),
         ["routes"] => fields_of::<Route>(),
         ["routes", "match"] => fields_of::<Match>(),
         ["routes", "respond"] => fields_of::<Respond>(),
@@ -460,7 +533,15 @@ mod tests {
         assert_eq!(
             fields_of::<Route>(),
             [
-                "name", "match", "upstream", "respond", "timeout", "cost", "limits"
+                "name",
+                "match",
+                "upstream",
+                "respond",
+                "timeout",
+                "cost",
+                "limits",
+                "upstream_ca",
+                "upgrade"
             ]
         );
         assert_eq!(fields_at(&["routes", "limits"]), fields_of::<Limit>());
@@ -507,14 +588,17 @@ mod tests {
 
     #[test]
     fn one_or_many() {
-        let (root, _) = read("listen: [a, {b: 1}, ~]\n");
+        let (root, _) = read("listen: [a, [b], ~, {addr: c, b: 1}]\n");
         let root = root.expect("root reads");
         assert_eq!(
             root.listen,
             Field::Valid(OneOrMany::Many(vec![
-                Field::Valid(Text("a".into())),
-                Field::Invalid("expected a string, found a mapping".into()),
+                Field::Valid(Listen::Addr(Text("a".into()))),
+                Field::Invalid(
+                    "expected an address or a mapping { addr, tls }, found a list".into()
+                ),
                 Field::Absent,
+                Field::Invalid("unknown field `b`, expected `addr` or `tls`".into()),
             ]))
         );
     }

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU64;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,9 +26,9 @@ use ipnet::IpNet;
 use super::file::{self, Field, Int, OneOrMany, Text};
 use super::position::{Pos, Positions, child_index, child_key};
 use super::{
-    Action, ApiKeyConfig, ClientIpConfig, Config, HeaderMode, KeySource, KeySpec, Limit, OnError,
-    PathMatch, RedisConfig, Respond, Route, RouteMatch, StoreConfig, Timeouts, Upstream,
-    UserConfig,
+    Action, ApiKeyConfig, ClientIpConfig, Config, HeaderMode, KeySource, KeySpec, Limit, Listen,
+    OnError, PathMatch, RedisConfig, Respond, Route, RouteMatch, ServerSettings, StoreConfig,
+    Timeouts, Upstream, UserConfig,
 };
 
 /// One problem in a configuration file.
@@ -80,6 +80,12 @@ impl std::error::Error for ConfigErrors {}
 /// # Errors
 /// Every problem found, each with its field path and position.
 pub fn parse_str(src: &str) -> Result<Config, ConfigErrors> {
+    parse_in(src, None)
+}
+
+/// [`parse_str`] with relative file paths (TLS certificates and keys, CA
+/// files) taken from `base` instead of the working directory.
+fn parse_in(src: &str, base: Option<&Path>) -> Result<Config, ConfigErrors> {
     // Some editors save a byte order mark; the YAML loader would misread it.
     let src = src.strip_prefix('\u{feff}').unwrap_or(src);
     let mut value: yaml_serde::Value = yaml_serde::from_str(src).map_err(|e| syntax_error(&e))?;
@@ -91,6 +97,7 @@ pub fn parse_str(src: &str) -> Result<Config, ConfigErrors> {
     let mut check = Check {
         positions: &positions,
         errors: Vec::new(),
+        base,
     };
     let (root, unknown) = file::from_value(value);
     for field in unknown {
@@ -130,7 +137,9 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
             column: None,
         }])
     })?;
-    parse_str(&src)
+    // Relative certificate and key paths are relative to the file that
+    // names them, as nginx and Envoy read theirs.
+    parse_in(&src, path.parent())
 }
 
 fn error(path: &str, message: impl Into<String>, pos: Option<Pos>) -> ConfigError {
@@ -167,6 +176,8 @@ type Checked<T> = Result<T, Reported>;
 struct Check<'p> {
     positions: &'p Positions,
     errors: Vec<ConfigError>,
+    /// Directory that relative file paths are resolved against.
+    base: Option<&'p Path>,
 }
 
 /// Adapts a parser of one leaf into a check that reports at the value.
@@ -303,7 +314,7 @@ impl Check<'_> {
 
     fn config(&mut self, root: &file::Root) -> Checked<Config> {
         let listen = self.required(&root.listen, "", "listen", |check, items, path| {
-            let addrs = check.each(items, path, text(parse_socket_addr))?;
+            let addrs = check.each(items, path, Self::listen)?;
             if addrs.is_empty() {
                 return Err(check.value_error(path, "needs at least one address"));
             }
@@ -315,6 +326,7 @@ impl Check<'_> {
         let api_keys = self.optional(&root.api_keys, "api_keys", Self::header_source);
         let users = self.optional(&root.users, "users", Self::header_source);
         let timeouts = self.optional(&root.timeouts, "timeouts", Self::timeouts);
+        let server = self.optional(&root.server, "server", Self::server);
         // Routes are checked even when `timeouts` is not, with the default.
         let default_timeout = match &timeouts {
             Ok(Some(t)) => t.upstream_response,
@@ -341,6 +353,72 @@ impl Check<'_> {
             },
             timeouts: timeouts?.unwrap_or_default(),
             routes: routes?,
+            server: server?.unwrap_or_default(),
+        })
+    }
+
+    /// One `listen` entry: an address, or `{ addr, tls: { cert, key } }`.
+    fn listen(&mut self, item: &file::Listen, path: &str) -> Checked<Listen> {
+        let map = match item {
+            file::Listen::Addr(t) => {
+                return text(parse_socket_addr)(self, t, path).map(Listen::from);
+            }
+            file::Listen::Map(map) => map,
+        };
+        let addr = self.required(&map.addr, path, "addr", text(parse_socket_addr));
+        let tls = self.optional(&map.tls, &child_key(path, "tls"), |check, tls, path| {
+            let cert = check.required(&tls.cert, path, "cert", text(|s| Ok(s.to_owned())));
+            let key = check.required(&tls.key, path, "key", text(|s| Ok(s.to_owned())));
+            let (cert, key) = (cert?, key?);
+            crate::tls::server_config(&check.file(&cert), &check.file(&key))
+                .map_err(|e| check.value_error(path, e.to_string()))
+        });
+        Ok(Listen {
+            addr: addr?,
+            tls: tls?,
+        })
+    }
+
+    /// `path` as written, resolved against the configuration file's directory.
+    fn file(&self, path: &str) -> PathBuf {
+        match self.base {
+            Some(base) if Path::new(path).is_relative() => base.join(path),
+            _ => PathBuf::from(path),
+        }
+    }
+
+    fn server(&mut self, server: &file::Server, path: &str) -> Checked<ServerSettings> {
+        let defaults = ServerSettings::default();
+        let max_connections = self.optional(
+            &server.max_connections,
+            &child_key(path, "max_connections"),
+            int(1, 1_000_000),
+        );
+        let max_header_size = self.optional(
+            &server.max_header_size,
+            &child_key(path, "max_header_size"),
+            text(|s| {
+                let n = parse_size(s)?;
+                // hyper's HTTP/1.1 read buffer cannot be smaller than 8 KiB.
+                if !(8 * 1024..=16 * 1024 * 1024).contains(&n) {
+                    return Err(format!("{s:?} is out of range; write 8KiB to 16MiB"));
+                }
+                Ok(n)
+            }),
+        );
+        let max_body_size = self.optional(
+            &server.max_body_size,
+            &child_key(path, "max_body_size"),
+            text(parse_size),
+        );
+        Ok(ServerSettings {
+            max_connections: max_connections?
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(defaults.max_connections),
+            max_header_size: max_header_size?
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(defaults.max_header_size),
+            max_body_size: max_body_size?.or(defaults.max_body_size),
         })
     }
 
@@ -418,10 +496,14 @@ impl Check<'_> {
             "upstream_response",
             defaults.upstream_response,
         );
+        let idle = one(&timeouts.idle, "idle", defaults.idle);
+        let drain = one(&timeouts.drain, "drain", defaults.drain);
         Ok(Timeouts {
             header_read: header_read?,
             upstream_connect: upstream_connect?,
             upstream_response: upstream_response?,
+            idle: idle?,
+            drain: drain?,
         })
     }
 
@@ -515,6 +597,22 @@ impl Check<'_> {
         let upstream = self.optional(&route.upstream, &upstream_path, text(parse_upstream));
         let respond = self.optional(&route.respond, &respond_path, Self::respond);
         let timeout = self.optional(&route.timeout, &timeout_path, text(parse_timeout));
+        let ca_path = child_key(path, "upstream_ca");
+        let is_https =
+            matches!(&route.upstream, Field::Valid(Text(u)) if u.starts_with("https://"));
+        let tls = self.optional(&route.upstream_ca, &ca_path, |check, ca, path| {
+            if !is_https {
+                return Err(check.value_error(
+                    path,
+                    "applies only to https:// upstreams; remove it or use https://",
+                ));
+            }
+            crate::tls::client_config(Some(&check.file(&ca.0)))
+                .map_err(|e| check.value_error(path, e.to_string()))
+        });
+        let upgrade = self.optional(&route.upgrade, &child_key(path, "upgrade"), |_, b, _| {
+            Ok(*b)
+        });
 
         let has_upstream = !route.upstream.is_absent();
         let has_respond = !route.respond.is_absent();
@@ -530,6 +628,19 @@ impl Check<'_> {
                 pos,
             ));
         }
+        for (field, name) in [
+            (!route.upstream_ca.is_absent(), "upstream_ca"),
+            (!route.upgrade.is_absent(), "upgrade"),
+        ] {
+            if has_respond && field {
+                let pos = self.positions.key(&child_key(path, name));
+                return Err(self.push(
+                    &child_key(path, name),
+                    "applies only to routes with an upstream; remove it or use upstream",
+                    pos,
+                ));
+            }
+        }
         if has_respond && !route.timeout.is_absent() {
             let pos = self.positions.key(&timeout_path);
             return Err(self.push(
@@ -542,6 +653,8 @@ impl Check<'_> {
             (Some(uri), _) => Ok(Action::Upstream(Upstream {
                 uri,
                 timeout: timeout?.unwrap_or(default_timeout),
+                tls: tls?,
+                upgrade: upgrade?.unwrap_or(false),
             })),
             (None, Some(respond)) => Ok(Action::Respond(respond)),
             // Both absent was reported above.
@@ -860,7 +973,30 @@ fn parse_method(s: &str) -> Result<Method, String> {
         })
 }
 
-/// `http://host[:port][/base]`.
+/// A size in bytes: a whole number, optionally with a binary unit
+/// (`512`, `8KiB`, `10MiB`, `1GiB`).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = s.split_at(digits);
+    let factor: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "{s:?} is not a size; write bytes or a whole number with KiB, MiB or GiB, e.g. 64KiB"
+            ));
+        }
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(factor))
+        .ok_or_else(|| format!("{s:?} is not a size; write e.g. 64KiB or 10MiB"))
+}
+
+/// `http://host[:port][/base]` or `https://…`.
 fn parse_upstream(s: &str) -> Result<Uri, String> {
     let example = "e.g. http://127.0.0.1:9000";
     if !s.contains("://") {
@@ -870,12 +1006,7 @@ fn parse_upstream(s: &str) -> Result<Uri, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a URL; write {example}"))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(format!(
-                "{s:?}: https upstreams come later; use http:// for now"
-            ));
-        }
+        Some("http" | "https") => {}
         Some(other) => {
             return Err(format!(
                 "{s:?} has unsupported scheme {other:?}; write {example}"
@@ -1001,7 +1132,13 @@ mod tests {
         assert_eq!(parse_method("post"), Ok(Method::POST));
         assert!(parse_method("GTE").is_err());
         assert!(parse_upstream("http://127.0.0.1:9000/base").is_ok());
-        assert!(parse_upstream("https://x").is_err());
+        assert!(parse_upstream("https://x").is_ok());
+        assert!(parse_upstream("ftp://x").is_err());
+        assert_eq!(parse_size("64KiB"), Ok(65_536));
+        assert_eq!(parse_size("10MiB"), Ok(10 << 20));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert!(parse_size("10MB").is_err());
+        assert!(parse_size("99999999999GiB").is_err());
         assert!(parse_upstream("http:///x").is_err());
         assert!(parse_upstream("127.0.0.1:9000").is_err());
         assert!(parse_upstream("http://x/?q=1").is_err());

@@ -1,0 +1,331 @@
+//! Accepting and serving client connections: the connection cap, TLS
+//! termination, the idle timeout, and the HTTP settings that bound what one
+//! client can make the gateway hold.
+//!
+//! The gateway faces the clients it throttles, which are exactly the ones
+//! that misbehave, so every resource a connection takes is bounded:
+//!
+//! - **connections**: a semaphore permit is taken *before* `accept`, so at
+//!   `server.max_connections` the gateway stops accepting and further
+//!   clients wait in the kernel's backlog instead of each costing a task;
+//! - **header block**: `timeouts.header_read` (slowloris) and
+//!   `server.max_header_size` (431, RFC 6585 §5), both enforced by hyper;
+//! - **TLS handshake**: bounded by `timeouts.header_read` too, since a
+//!   handshake that never completes is the TLS form of slowloris;
+//! - **idle**: a connection with no request in flight and no byte moving
+//!   for `timeouts.idle` is closed (RFC 9112 §9.5 lets a server close idle
+//!   keep-alive connections at any time). Requests waiting on a slow
+//!   upstream are not idle; a response body that stops moving is.
+//!
+//! Listener settings are read once when serving starts; the TLS settings of
+//! each listener are read from the current configuration at every
+//! handshake, so a reload that re-reads the certificate files takes effect
+//! for new connections.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Request;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::config::{ServerSettings, Timeouts};
+use crate::server::Gateway;
+
+/// Request extension marking a request that arrived over TLS; the pipeline
+/// reads it to set `X-Forwarded-Proto: https`.
+#[derive(Debug, Clone, Copy)]
+pub struct Secure;
+
+/// What every connection of every listener shares.
+pub struct Shared {
+    builder: auto::Builder<TokioExecutor>,
+    permits: Arc<Semaphore>,
+    idle: Duration,
+    handshake: Duration,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("permits", &self.permits.available_permits())
+            .field("idle", &self.idle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Connection settings from the configuration's caps and timeouts.
+    pub fn new(settings: &ServerSettings, timeouts: &Timeouts) -> Self {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(timeouts.header_read)
+            // The read buffer bounds the header block: a head that does not
+            // fit is answered 431.
+            .max_buf_size(settings.max_header_size)
+            .keep_alive(true);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(settings.max_header_size).unwrap_or(u32::MAX));
+        Self {
+            builder,
+            permits: Arc::new(Semaphore::new(settings.max_connections)),
+            idle: timeouts.idle,
+            handshake: timeouts.header_read,
+        }
+    }
+}
+
+/// Accepts on `listener` (the `index`-th of the configuration's `listen`)
+/// until `stop` changes, serving each connection on its own task under a
+/// watcher of `graceful`, which the caller drains once every accept loop
+/// has ended.
+pub async fn accept_loop(
+    index: usize,
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shared: Arc<Shared>,
+    graceful: Arc<GracefulShutdown>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let permit = tokio::select! {
+            _ = stop.changed() => break,
+            permit = shared.permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let (stream, peer) = tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let tls = gateway.with_config(|c| c.listen.get(index).and_then(|l| l.tls.clone()));
+        let gateway = gateway.clone();
+        let shared = shared.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let conn = Conn {
+                peer,
+                gateway,
+                watcher,
+                permit,
+            };
+            match tls {
+                None => conn.serve(stream, false, &shared).await,
+                Some(tls) => {
+                    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+                    match tokio::time::timeout(shared.handshake, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => conn.serve(stream, true, &shared).await,
+                        Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// One accepted connection and what it holds while it is served.
+struct Conn {
+    peer: SocketAddr,
+    gateway: Arc<Gateway>,
+    watcher: Watcher,
+    /// Released when the connection ends.
+    permit: OwnedSemaphorePermit,
+}
+
+impl Conn {
+    /// Serves the connection until it ends, goes idle, or the drain ends it.
+    async fn serve<I>(self, io: I, secure: bool, shared: &Shared)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Self {
+            peer,
+            gateway,
+            watcher,
+            permit,
+        } = self;
+        let activity = Arc::new(Activity::new());
+        let io = Tracked {
+            inner: io,
+            activity: activity.clone(),
+        };
+        let in_flight = activity.clone();
+        let service = service_fn(move |mut req: Request<Incoming>| {
+            let gateway = gateway.clone();
+            let guard = InFlight::begin(in_flight.clone());
+            async move {
+                if secure {
+                    req.extensions_mut().insert(Secure);
+                }
+                let res = gateway.handle(req, peer).await;
+                drop(guard);
+                Ok::<_, Infallible>(res)
+            }
+        });
+        let conn = shared
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), service)
+            .into_owned();
+        let conn = watcher.watch(conn);
+        tokio::select! {
+            ended = conn => {
+                if let Err(e) = ended {
+                    debug!(%peer, error = %e, "connection ended with an error");
+                }
+            }
+            () = activity.idle(shared.idle) => debug!(%peer, "closing idle connection"),
+        }
+        drop(permit);
+    }
+}
+
+/// When a connection last moved a byte, and how many of its requests are
+/// being handled.
+#[derive(Debug)]
+struct Activity {
+    start: Instant,
+    /// Milliseconds after `start` of the last read or write.
+    last_ms: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+
+    /// Completes once the connection has been idle for `limit`.
+    async fn idle(&self, limit: Duration) {
+        let mut wake = self.last() + limit;
+        loop {
+            tokio::time::sleep_until(wake).await;
+            if self.in_flight.load(Ordering::Acquire) > 0 {
+                wake = Instant::now() + limit;
+                continue;
+            }
+            let deadline = self.last() + limit;
+            if Instant::now() >= deadline {
+                return;
+            }
+            wake = deadline;
+        }
+    }
+}
+
+/// Counts one request as in flight until dropped.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn begin(activity: Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An I/O stream that records its last activity.
+struct Tracked<I> {
+    inner: I,
+    activity: Arc<Activity>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Tracked<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Tracked<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
