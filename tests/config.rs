@@ -518,7 +518,7 @@ fn more_rules() {
         ),
         (
             "  - { name: a, upstream: 'http://up', upgrade: yes }\n",
-            r#"routes[0].upgrade: expected a boolean, found the string "yes" (line 3, col 49)"#,
+            r#"routes[0].upgrade: expected a boolean, found the string "yes" (line 3, col 48)"#,
         ),
         (
             "  - { name: a, upstream: '127.0.0.1:9000' }\n",
