@@ -9,9 +9,11 @@
 //!
 //! - more than one `Host` (RFC 9112 §3.2: a server MUST answer 400);
 //! - `Content-Length` together with `Transfer-Encoding` (RFC 9112 §6.1: the
-//!   classic request-smuggling shape; a server MAY reject it and MUST close
-//!   the connection after responding, which the `Connection: close` on
-//!   every 400 here does);
+//!   classic request-smuggling shape). hyper's HTTP/1.1 reader already reads
+//!   such a request by `Transfer-Encoding` alone and closes the connection
+//!   after it, as the RFC requires; the check here is the second line, for
+//!   any path where both reach the pipeline, and answers 400 with
+//!   `Connection: close`;
 //! - a `Content-Length` over `server.max_body_size`: answered 413 before a
 //!   byte is forwarded (bodies without a length are cut off while they
 //!   stream, see [`proxy`](crate::proxy)).

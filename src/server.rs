@@ -23,7 +23,6 @@ use tracing::{debug, info, warn};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::headers;
-use crate::{guard, listener};
 use crate::identity::{self, IdentityConfig};
 use crate::limit::LimitRequest;
 use crate::limit::limiter::{Limiter, Verdict};
@@ -31,6 +30,7 @@ use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
 use crate::routing::{self, Router};
 use crate::store::StoreError;
+use crate::{guard, listener};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,735 @@
+//! The edge: hostile input on raw sockets, connection caps and timeouts,
+//! identity hygiene, TLS on both sides, upgrades and graceful shutdown.
+//!
+//! Every hostile case asserts the status the gateway answers *and* that the
+//! same gateway then serves a normal request: an attack that is refused but
+//! leaves the gateway wedged has still succeeded. Malformed HTTP is written
+//! byte for byte on a raw TCP socket, because a well-behaved client library
+//! cannot send it.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use support::gateway::{Gateway, Upstream, get, send, send_from};
+
+/// What came back on a raw connection.
+#[derive(Debug)]
+struct RawReply {
+    /// Status code of the first response; 0 when the gateway closed the
+    /// connection without answering.
+    status: u16,
+    /// The response head as text.
+    head: String,
+    /// The body (as far as it came).
+    body: Vec<u8>,
+}
+
+impl RawReply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// Reads one response from `stream`: the head, then a `Content-Length`
+/// body, or everything until the peer closes.
+async fn read_reply(stream: &mut TcpStream) -> RawReply {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let work = async {
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break Some(i + 4);
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break None,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let Some(head_end) = head_end else {
+            return RawReply {
+                status: 0,
+                head: String::from_utf8_lossy(&buf).into_owned(),
+                body: Vec::new(),
+            };
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let mut reply = RawReply {
+            status,
+            head,
+            body: buf[head_end..].to_vec(),
+        };
+        let length: Option<usize> = reply.header("content-length").and_then(|v| v.parse().ok());
+        if status == 101 {
+            return reply;
+        }
+        loop {
+            if length.is_some_and(|n| reply.body.len() >= n) {
+                break;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => reply.body.extend_from_slice(&chunk[..n]),
+            }
+        }
+        reply
+    };
+    tokio::time::timeout(Duration::from_secs(15), work)
+        .await
+        .expect("the gateway answered or closed within 15 s")
+}
+
+/// Writes `request` on a new connection and reads the answer.
+async fn raw(addr: SocketAddr, request: &[u8]) -> RawReply {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    // The gateway may answer and close before everything is written (an
+    // oversized head); that is an answer, not a test failure.
+    let _ = stream.write_all(request).await;
+    read_reply(&mut stream).await
+}
+
+/// Whether the peer closed `stream` (EOF or reset) within `within`.
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let until = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, until).await.is_ok()
+}
+
+/// The gateway still serves a normal request.
+async fn still_serves(gw: &Gateway) {
+    let r = send(gw.addr, get("/ok", &[])).await;
+    assert_eq!(r.status, StatusCode::OK, "the gateway stopped serving");
+    assert_eq!(r.text(), "fine\n");
+}
+
+/// A gateway in front of `up` with a local `/ok`, a route limited to one
+/// request per hour per API key, one per client IP, and everything else
+/// forwarded. `extra` is added at the top level.
+async fn edge_gateway(up: &Upstream, extra: &str) -> Gateway {
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+{extra}
+routes:
+  - name: ok
+    match: {{ path: /ok }}
+    respond: {{ body: "fine\n" }}
+  - name: per_key
+    match: {{ path_prefix: /key }}
+    upstream: {up}
+    limits: [ {{ name: key, key: api_key, limit: 1, window: 1h }} ]
+  - name: per_ip
+    match: {{ path_prefix: /ip }}
+    upstream: {up}
+    limits: [ {{ name: ip, key: ip, limit: 1, window: 1h }} ]
+  - name: forward
+    match: {{ path_prefix: / }}
+    upstream: {up}
+"#,
+        up = up.url()
+    );
+    Gateway::start(&yaml).await
+}
+
+fn request(head: &str) -> Vec<u8> {
+    head.replace('\n', "\r\n").into_bytes()
+}
+
+// ---------------------------------------------------------------------------
+// Hostile input
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn spoofed_forwarded_for_from_an_untrusted_peer_buys_no_new_bucket() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    let first = send(gw.addr, get("/ip", &[("x-forwarded-for", "1.1.1.1")])).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(up.last().headers["x-forwarded-for"], "127.0.0.1");
+    let spoofed = send(gw.addr, get("/ip", &[("x-forwarded-for", "2.2.2.2")])).await;
+    assert_eq!(spoofed.status, StatusCode::TOO_MANY_REQUESTS);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn thousand_entry_forwarded_for_line_from_a_trusted_proxy() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "client_ip: { trusted_proxies: [127.0.0.0/8] }").await;
+    // 999 forged entries on the left, then the real client.
+    let mut xff: Vec<String> = (0..999)
+        .map(|i| format!("10.{}.{}.1", i / 250, i % 250))
+        .collect();
+    xff.push("203.0.113.9".to_owned());
+    let line = xff.join(", ");
+    let r = send(gw.addr, get("/ip", &[("x-forwarded-for", &line)])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // The walk stopped at the right-most untrusted hop: the same client with
+    // a different forged left part is the same bucket.
+    let r = send(
+        gw.addr,
+        get("/ip", &[("x-forwarded-for", "6.6.6.6, 203.0.113.9")]),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn thousand_forwarded_for_header_lines_are_431() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    let mut head = String::from("GET /x HTTP/1.1\nHost: gateway.test\n");
+    for i in 0..1000 {
+        head.push_str(&format!("X-Forwarded-For: 10.0.{}.{}\n", i / 250, i % 250));
+    }
+    head.push('\n');
+    let r = raw(gw.addr, &request(&head)).await;
+    assert_eq!(r.status, 431, "{}", r.head);
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn sixty_four_kilobyte_api_key_is_431_under_the_default_cap() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    let key = "k".repeat(64 * 1024);
+    let head = format!("GET /key HTTP/1.1\nHost: gateway.test\nX-Api-Key: {key}\n\n");
+    let r = raw(gw.addr, &request(&head)).await;
+    assert_eq!(r.status, 431, "{}", r.head);
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn sixty_four_kilobyte_api_key_under_a_larger_cap_is_one_hashed_bucket() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "server: { max_header_size: 256KiB }").await;
+    let key = "k".repeat(64 * 1024);
+    let r = send(gw.addr, get("/key", &[("x-api-key", &key)])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = send(gw.addr, get("/key", &[("x-api-key", &key)])).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    // A different long key is a different bucket.
+    let other = format!("{}j", "k".repeat(64 * 1024 - 1));
+    let r = send(gw.addr, get("/key", &[("x-api-key", &other)])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn invalid_utf8_in_an_api_key_is_one_bucket_not_a_crash() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    let mut req =
+        b"GET /key HTTP/1.1\r\nHost: gateway.test\r\nX-Api-Key: \xff\xfe\xc3\x28\r\n\r\n".to_vec();
+    let r = raw(gw.addr, &req).await;
+    assert_eq!(r.status, 200, "{}", r.head);
+    let r = raw(gw.addr, &req).await;
+    assert_eq!(r.status, 429, "{}", r.head);
+    // One different byte: another caller.
+    let first = req.iter().position(|&b| b == 0xff).expect("the key byte");
+    req[first] = 0xfd;
+    let r = raw(gw.addr, &req).await;
+    assert_eq!(r.status, 200, "{}", r.head);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn control_characters_in_header_values_are_400() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    for bad in [&b"\x01"[..], b"\x00", b"\x7f", b"a\rb", b"\x1b[31m"] {
+        let mut req = b"GET /x HTTP/1.1\r\nHost: gateway.test\r\nX-Thing: a".to_vec();
+        req.extend_from_slice(bad);
+        req.extend_from_slice(b"z\r\n\r\n");
+        let r = raw(gw.addr, &req).await;
+        assert_eq!(r.status, 400, "{bad:?}: {}", r.head);
+    }
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn duplicate_host_is_400_problem_and_closes() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(&request(
+            "GET /x HTTP/1.1\nHost: a.example\nHost: b.example\n\n",
+        ))
+        .await
+        .expect("write");
+    let r = read_reply(&mut stream).await;
+    assert_eq!(r.status, 400, "{}", r.head);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert!(String::from_utf8_lossy(&r.body).contains("more than one Host"));
+    assert!(closed_within(&mut stream, Duration::from_secs(5)).await);
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn missing_host_on_http11_is_400() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    let r = raw(gw.addr, &request("GET /x HTTP/1.1\n\n")).await;
+    assert_eq!(r.status, 400, "{}", r.head);
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn content_length_with_transfer_encoding_is_read_as_chunked_and_closed() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    // The classic CL.TE smuggling shape: a proxy that trusts Content-Length
+    // would forward "0\r\n\r\nGET /smuggled" as a second request.
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(&request(
+            "POST /echo HTTP/1.1\nHost: gateway.test\nContent-Length: 30\nTransfer-Encoding: chunked\n\n0\n\nGET /smuggled HTTP/1.1\n\n",
+        ))
+        .await
+        .expect("write");
+    // RFC 9112 §6.1: Transfer-Encoding wins and the connection is closed
+    // after the response (hyper does both before the request reaches the
+    // pipeline), so the tail is never read as a second request.
+    let r = read_reply(&mut stream).await;
+    assert_eq!(r.status, 200, "{}", r.head);
+    // The echo of an empty body: the last-chunk marker and nothing else.
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.body, b"0\r\n\r\n");
+    assert!(!up.last().headers.contains_key("content-length"));
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(closed_within(&mut stream, Duration::from_secs(5)).await);
+    assert!(
+        up.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|s| s.uri.path() != "/smuggled"),
+        "a smuggled request reached the upstream"
+    );
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn conflicting_content_lengths_are_400() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    let r = raw(
+        gw.addr,
+        &request("POST /echo HTTP/1.1\nHost: gateway.test\nContent-Length: 3\nContent-Length: 5\n\nabcde"),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.head);
+    let r = raw(
+        gw.addr,
+        &request("POST /echo HTTP/1.1\nHost: gateway.test\nContent-Length: 99999999999999999999999\n\n"),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.head);
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn oversized_header_block_is_431() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "server: { max_header_size: 16KiB }").await;
+    let big = "v".repeat(20 * 1024);
+    let r = raw(
+        gw.addr,
+        &request(&format!(
+            "GET /x HTTP/1.1\nHost: gateway.test\nX-Big: {big}\n\n"
+        )),
+    )
+    .await;
+    assert_eq!(r.status, 431, "{}", r.head);
+    // Many small headers that add up past the cap too.
+    let mut head = String::from("GET /x HTTP/1.1\nHost: gateway.test\n");
+    for i in 0..90 {
+        head.push_str(&format!("X-H{i}: {}\n", "v".repeat(250)));
+    }
+    head.push('\n');
+    let r = raw(gw.addr, &request(&head)).await;
+    assert_eq!(r.status, 431, "{}", r.head);
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn overlong_uri_is_refused() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "server: { max_header_size: 1MiB }").await;
+    let path = format!("/{}", "a".repeat(70_000));
+    let r = raw(
+        gw.addr,
+        &request(&format!("GET {path} HTTP/1.1\nHost: gateway.test\n\n")),
+    )
+    .await;
+    assert_eq!(r.status, 414, "{}", r.head);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn garbage_request_lines_are_400() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    for bad in [
+        &b"HELLO\r\n\r\n"[..],
+        b"GET /x HTTP/9.9\r\nHost: a\r\n\r\n",
+        b"GET\t/x\tHTTP/1.1\r\nHost: a\r\n\r\n",
+        b"G@T /x HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET /x HTTP/1.1\r\nHost a\r\n\r\n",
+        b"GET /x HTTP/1.1\r\n Host: a\r\n\r\n",
+    ] {
+        let r = raw(gw.addr, bad).await;
+        assert!(
+            r.status == 400 || r.status == 505,
+            "{:?}: {}",
+            String::from_utf8_lossy(bad),
+            r.head
+        );
+    }
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn broken_h2_preface_is_dropped() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04\x00\x00\x00\x00\x00garbage-garbage-garbage")
+        .await
+        .expect("write");
+    assert!(closed_within(&mut stream, Duration::from_secs(5)).await);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn slowloris_one_byte_a_second_is_cut_off_at_header_read() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "timeouts: { header_read: 2s }").await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let started = Instant::now();
+    let head =
+        b"GET /x HTTP/1.1\r\nHost: gateway.test\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut cut_after = None;
+    for &b in head {
+        if stream.write_all(&[b]).await.is_err() {
+            cut_after = Some(started.elapsed());
+            break;
+        }
+        // One byte a second, but stop writing as soon as the gateway hangs up.
+        if closed_within(&mut stream, Duration::from_secs(1)).await {
+            cut_after = Some(started.elapsed());
+            break;
+        }
+    }
+    let cut_after = cut_after.expect("the gateway kept a slowloris connection open");
+    assert!(
+        cut_after >= Duration::from_millis(1900) && cut_after < Duration::from_secs(6),
+        "cut after {cut_after:?}, header_read is 2s"
+    );
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn client_disconnecting_mid_body() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    for _ in 0..5 {
+        let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+        stream
+            .write_all(&request(
+                "POST /echo HTTP/1.1\nHost: gateway.test\nContent-Length: 100000\n\nonly-a-little",
+            ))
+            .await
+            .expect("write");
+        drop(stream);
+    }
+    still_serves(&gw).await;
+    let r = send(gw.addr, get("/plain", &[])).await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+/// An upstream that announces 1000 bytes, sends 10 and hangs up.
+async fn truncating_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789")
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn upstream_closing_mid_response() {
+    let up = Upstream::start().await;
+    let cut = truncating_upstream().await;
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: ok
+    match: {{ path: /ok }}
+    respond: {{ body: "fine\n" }}
+  - name: cut
+    match: {{ path_prefix: /cut }}
+    upstream: http://{cut}
+  - name: rest
+    match: {{ path_prefix: / }}
+    upstream: {up}
+"#,
+        up = up.url()
+    );
+    let gw = Gateway::start(&yaml).await;
+    let r = raw(
+        gw.addr,
+        &request("GET /cut HTTP/1.1\nHost: gateway.test\n\n"),
+    )
+    .await;
+    // The head was already on its way: the client sees 200 and a body that
+    // ends early, never a complete-looking response.
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(r.header("content-length"), Some("1000"));
+    assert!(r.body.len() < 1000, "the truncated body was padded");
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn unmatched_route_is_404_problem_json() {
+    let yaml = r#"
+listen: 127.0.0.1:0
+routes:
+  - name: ok
+    match: { path: /ok }
+    respond: { body: "fine\n" }
+"#;
+    let gw = Gateway::start(yaml).await;
+    let r = raw(
+        gw.addr,
+        &request("DELETE /nowhere HTTP/1.1\nHost: gateway.test\n\n"),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(body.contains("\"status\":404"), "{body}");
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn body_over_the_cap_is_413_whether_announced_or_chunked() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "server: { max_body_size: 1KiB }").await;
+    let announced = Request::post("/echo")
+        .header("host", "gateway.test")
+        .body(Full::new(Bytes::from(vec![b'x'; 2048])))
+        .expect("request");
+    let r = send(gw.addr, announced).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        up.count(),
+        0,
+        "an announced oversized body is never forwarded"
+    );
+
+    let mut chunked =
+        String::from("POST /echo HTTP/1.1\nHost: gateway.test\nTransfer-Encoding: chunked\n\n");
+    for _ in 0..4 {
+        chunked.push_str(&format!("200\n{}\n", "y".repeat(512)));
+    }
+    chunked.push_str("0\n\n");
+    let r = raw(gw.addr, &request(&chunked)).await;
+    assert_eq!(r.status, 413, "{}", r.head);
+
+    let fits = Request::post("/echo")
+        .header("host", "gateway.test")
+        .body(Full::new(Bytes::from(vec![b'x'; 1024])))
+        .expect("request");
+    let r = send(gw.addr, fits).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body.len(), 1024);
+    still_serves(&gw).await;
+}
+
+// ---------------------------------------------------------------------------
+// Connection caps and timeouts
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn connections_beyond_the_cap_wait_for_a_free_slot() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "server: { max_connections: 2 }").await;
+    // Two connections that each complete a request and stay open.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+        s.write_all(&request("GET /ok HTTP/1.1\nHost: gateway.test\n\n"))
+            .await
+            .expect("write");
+        assert_eq!(read_reply(&mut s).await.status, 200);
+        held.push(s);
+    }
+    // A third connection is accepted by the kernel but not served.
+    let mut third = TcpStream::connect(gw.addr).await.expect("connect");
+    third
+        .write_all(&request("GET /ok HTTP/1.1\nHost: gateway.test\n\n"))
+        .await
+        .expect("write");
+    let mut byte = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), third.read(&mut byte))
+            .await
+            .is_err(),
+        "a third connection was served past max_connections: 2"
+    );
+    // Closing one frees its slot, and the waiting request is answered.
+    drop(held.pop());
+    let r = read_reply(&mut third).await;
+    assert_eq!(r.status, 200, "{}", r.head);
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connections_are_closed_but_slow_requests_are_not() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "timeouts: { idle: 1s }").await;
+    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+    // A request waiting 2.5 s on its upstream is not idle.
+    s.write_all(&request(
+        "GET /slow?ms=2500 HTTP/1.1\nHost: gateway.test\n\n",
+    ))
+    .await
+    .expect("write");
+    let r = read_reply(&mut s).await;
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(r.body, b"slow ok");
+    // Then nothing moves: closed after about a second.
+    let started = Instant::now();
+    assert!(closed_within(&mut s, Duration::from_secs(5)).await);
+    let after = started.elapsed();
+    assert!(
+        after >= Duration::from_millis(900),
+        "closed after {after:?}, idle is 1s"
+    );
+    still_serves(&gw).await;
+}
+
+// ---------------------------------------------------------------------------
+// Identity hygiene
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn identity_headers_from_untrusted_peers_never_reach_the_upstream() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(
+        &up,
+        "client_ip: { trusted_proxies: [127.0.0.2] }\nusers: { header: x-user }",
+    )
+    .await;
+    let lies = [
+        ("x-forwarded-for", "1.1.1.1"),
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "bank.example"),
+        ("forwarded", "for=1.1.1.1;proto=https"),
+        ("x-user", "admin"),
+    ];
+    // 127.0.0.1 is not trusted: every lie is dropped or overwritten.
+    let r = send_from(
+        "127.0.0.1".parse().expect("ip"),
+        gw.addr,
+        get("/who", &lies),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let seen = up.last();
+    assert_eq!(seen.headers["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(seen.headers["x-forwarded-proto"], "http");
+    assert_eq!(seen.headers["x-forwarded-host"], "gateway.test");
+    assert!(!seen.headers.contains_key("forwarded"));
+    assert!(!seen.headers.contains_key("x-user"));
+
+    // 127.0.0.2 is a trusted proxy: its headers are kept and appended to.
+    let r = send_from(
+        "127.0.0.2".parse().expect("ip"),
+        gw.addr,
+        get("/who", &lies),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let seen = up.last();
+    assert_eq!(seen.headers["x-forwarded-for"], "1.1.1.1, 127.0.0.2");
+    assert_eq!(seen.headers["x-forwarded-proto"], "https");
+    assert_eq!(seen.headers["x-forwarded-host"], "bank.example");
+    assert_eq!(seen.headers["x-user"], "admin");
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn connection_header_cannot_strip_the_forwarding_headers() {
+    // `Connection: X-Forwarded-For` asks a proxy to drop the header it just
+    // set; the gateway strips what Connection names *before* adding its own.
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    let r = send(
+        gw.addr,
+        get(
+            "/who",
+            &[
+                ("connection", "x-forwarded-for, x-forwarded-proto"),
+                ("x-forwarded-for", "9.9.9.9"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let seen = up.last();
+    assert_eq!(seen.headers["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(seen.headers["x-forwarded-proto"], "http");
+    still_serves(&gw).await;
+}
