@@ -350,7 +350,9 @@ async fn conflicting_content_lengths_are_400() {
     assert_eq!(r.status, 400, "{}", r.head);
     let r = raw(
         gw.addr,
-        &request("POST /echo HTTP/1.1\nHost: gateway.test\nContent-Length: 99999999999999999999999\n\n"),
+        &request(
+            "POST /echo HTTP/1.1\nHost: gateway.test\nContent-Length: 99999999999999999999999\n\n",
+        ),
     )
     .await;
     assert_eq!(r.status, 400, "{}", r.head);
@@ -440,8 +442,7 @@ async fn slowloris_one_byte_a_second_is_cut_off_at_header_read() {
     let gw = edge_gateway(&up, "timeouts: { header_read: 2s }").await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     let started = Instant::now();
-    let head =
-        b"GET /x HTTP/1.1\r\nHost: gateway.test\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let head = b"GET /x HTTP/1.1\r\nHost: gateway.test\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     let mut cut_after = None;
     for &b in head {
         if stream.write_all(&[b]).await.is_err() {
@@ -732,4 +733,104 @@ async fn connection_header_cannot_strip_the_forwarding_headers() {
     assert_eq!(seen.headers["x-forwarded-for"], "127.0.0.1");
     assert_eq!(seen.headers["x-forwarded-proto"], "http");
     still_serves(&gw).await;
+}
+
+// ---------------------------------------------------------------------------
+// Graceful shutdown of the built binary
+// ---------------------------------------------------------------------------
+
+/// Kills the child on drop, so a failed assertion leaves no process behind.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn sigterm_drains_a_slow_response_refuses_new_connections_and_exits_0() {
+    let up = Upstream::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen: 127.0.0.1:0\ntimeouts: {{ drain: 20s }}\nroutes:\n  - {{ name: all, upstream: {} }}\n",
+            up.url()
+        ),
+    )
+    .expect("write config");
+    let port = support::gateway::free_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut child = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .arg("--config")
+            .arg(&path)
+            .arg("--listen")
+            .arg(addr.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start tollgate"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(addr).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "tollgate did not start listening"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // A request the upstream answers only after 1.5 s.
+    let slow = tokio::spawn(send(addr, get("/slow?ms=1500", &[])));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while up.count() == 0 {
+        assert!(Instant::now() < deadline, "the slow request never arrived");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.0.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+
+    // New connections are refused while the slow one drains.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match TcpStream::connect(addr).await {
+            Err(e) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+                break;
+            }
+            Ok(_) => {
+                assert!(Instant::now() < deadline, "still accepting after SIGTERM");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    assert!(
+        !slow.is_finished(),
+        "the slow response ended before the listener closed"
+    );
+
+    let r = slow.await.expect("slow request task");
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.text(), "slow ok");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(s) = child.0.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tollgate did not exit after draining"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(exit.code(), Some(0));
 }
