@@ -22,6 +22,7 @@ pub mod routing;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod upgrade;
 
 pub use config::Config;
 pub use server::{Gateway, run};

@@ -30,7 +30,7 @@ use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
 use crate::routing::{self, Router};
 use crate::store::StoreError;
-use crate::{guard, listener};
+use crate::{guard, listener, upgrade};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -194,6 +194,11 @@ impl Gateway {
             }
             Action::Upstream(up) => {
                 let mut req = req;
+                let upgrade = if up.upgrade {
+                    upgrade::take(&mut req)
+                } else {
+                    None
+                };
                 let hop = Hop {
                     peer: peer.ip(),
                     trusted: identity::is_trusted(&cfg.client_ip.trusted_proxies, peer.ip()),
@@ -208,8 +213,16 @@ impl Gateway {
                     warn!(error = %e, "cannot build upstream request");
                     return error_response(&GatewayError::UpstreamFailed(e.to_string()));
                 }
+                if let Some(u) = &upgrade {
+                    u.restore(req.headers_mut());
+                }
                 match self.forwarder.send(req, up, cfg.server.max_body_size).await {
-                    Ok(res) => res.map(Either::Left),
+                    Ok(mut res) => {
+                        if let Some(u) = upgrade {
+                            u.finish(&mut res);
+                        }
+                        res.map(Either::Left)
+                    }
                     Err(e) => {
                         warn!(route = %route.route.name, error = %e, "upstream error");
                         error_response(&e)

@@ -834,3 +834,120 @@ async fn sigterm_drains_a_slow_response_refuses_new_connections_and_exits_0() {
     };
     assert_eq!(exit.code(), Some(0));
 }
+
+// ---------------------------------------------------------------------------
+// Upgrade (WebSocket) passthrough
+// ---------------------------------------------------------------------------
+
+/// An upstream that accepts `Upgrade: websocket` with a 101 and then echoes
+/// every byte; a request without an upgrade gets `200 no upgrade`.
+async fn upgrading_upstream() -> SocketAddr {
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let svc = service_fn(|mut req: Request<hyper::body::Incoming>| async move {
+                    let wants = req
+                        .headers()
+                        .get("upgrade")
+                        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+                    if !wants {
+                        return Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from_static(b"no upgrade"),
+                        )));
+                    }
+                    let on = hyper::upgrade::on(&mut req);
+                    tokio::spawn(async move {
+                        let Ok(upgraded) = on.await else { return };
+                        let mut io = TokioIo::new(upgraded);
+                        let mut buf = [0u8; 1024];
+                        loop {
+                            match io.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => {
+                                    if io.write_all(&buf[..n]).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    });
+                    let res = http::Response::builder()
+                        .status(StatusCode::SWITCHING_PROTOCOLS)
+                        .header("connection", "upgrade")
+                        .header("upgrade", "websocket")
+                        .body(Full::new(Bytes::new()))
+                        .expect("101");
+                    Ok(res)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+const UPGRADE_REQUEST: &str = "GET /ws HTTP/1.1\nHost: gateway.test\nConnection: Upgrade\nUpgrade: websocket\nSec-WebSocket-Version: 13\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\n\n";
+
+#[tokio::test]
+async fn websocket_upgrade_passes_through_and_the_limiter_decides_at_the_upgrade() {
+    let up = upgrading_upstream().await;
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: ok
+    match: {{ path: /ok }}
+    respond: {{ body: "fine\n" }}
+  - name: ws
+    match: {{ path: /ws, host: gateway.test }}
+    upstream: http://{up}
+    upgrade: true
+    limits: [ {{ name: ws, key: ip, limit: 1, window: 1h }} ]
+  - name: plain
+    match: {{ path: /ws }}
+    upstream: http://{up}
+"#
+    );
+    let gw = Gateway::start(&yaml).await;
+
+    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+    s.write_all(&request(UPGRADE_REQUEST)).await.expect("write");
+    let r = read_reply(&mut s).await;
+    assert_eq!(r.status, 101, "{}", r.head);
+    assert!(
+        r.header("upgrade")
+            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+    );
+    assert!(r.header("ratelimit").is_some());
+    // Bytes flow both ways through the tunnel.
+    for msg in [&b"ping"[..], b"\x81\x05hello", &[0u8; 3000][..]] {
+        s.write_all(msg).await.expect("write through tunnel");
+        let mut back = vec![0u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut back))
+            .await
+            .expect("echo in time")
+            .expect("echo");
+        assert_eq!(back, msg);
+    }
+
+    // The second upgrade from the same client is over the limit.
+    let r = raw(gw.addr, &request(UPGRADE_REQUEST)).await;
+    assert_eq!(r.status, 429, "{}", r.head);
+    drop(s);
+
+    // A route without `upgrade: true` forwards the request without the
+    // upgrade headers: the upstream answers it as a plain request.
+    let plain = UPGRADE_REQUEST.replace("gateway.test", "other.test");
+    let r = raw(gw.addr, &request(&plain)).await;
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(r.body, b"no upgrade");
+    still_serves(&gw).await;
+}
