@@ -951,3 +951,30 @@ routes:
     assert_eq!(r.body, b"no upgrade");
     still_serves(&gw).await;
 }
+
+#[tokio::test]
+async fn the_drain_deadline_bounds_shutdown() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "timeouts: { drain: 500ms }").await;
+    let addr = gw.addr;
+    let slow = tokio::spawn(async move {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(&request("GET /slow?ms=10000 HTTP/1.1\nHost: gateway.test\n\n"))
+            .await
+            .expect("write");
+        read_reply(&mut s).await
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while up.count() == 0 {
+        assert!(Instant::now() < deadline, "the slow request never arrived");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    gw.stop().await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(5),
+        "shutdown took {took:?} with drain: 500ms and a 10 s response in flight"
+    );
+    drop(slow);
+}
