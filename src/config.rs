@@ -75,7 +75,9 @@ impl Default for ServerSettings {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
-            max_header_size: 64 * 1024,
+            // Room for a 64 KB credential plus ordinary headers; Envoy's
+            // default is 60 KiB, hyper's own read buffer about 400 KiB.
+            max_header_size: 128 * 1024,
             max_body_size: None,
         }
     }

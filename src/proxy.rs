@@ -176,6 +176,10 @@ pub type UpstreamBody = Limited<Incoming>;
 
 type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpstreamBody>;
 
+/// A client for one route's own CA, keyed by the TLS settings it was built
+/// from.
+type CustomClient = (Arc<ClientConfig>, UpstreamClient);
+
 /// The pooled keep-alive client to upstreams.
 #[derive(Clone, Debug)]
 pub struct Forwarder {
@@ -183,7 +187,7 @@ pub struct Forwarder {
     /// webpki roots.
     client: UpstreamClient,
     /// Clients for routes with their own CA file, by their TLS settings.
-    custom: Arc<ArcSwap<Vec<(Arc<ClientConfig>, UpstreamClient)>>>,
+    custom: Arc<ArcSwap<Vec<CustomClient>>>,
     connect_timeout: Duration,
 }
 

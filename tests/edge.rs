@@ -213,9 +213,9 @@ async fn thousand_forwarded_for_header_lines_are_431() {
 }
 
 #[tokio::test]
-async fn sixty_four_kilobyte_api_key_is_431_under_the_default_cap() {
+async fn sixty_four_kilobyte_api_key_is_431_under_a_64_kib_cap() {
     let up = Upstream::start().await;
-    let gw = edge_gateway(&up, "").await;
+    let gw = edge_gateway(&up, "server: { max_header_size: 64KiB }").await;
     let key = "k".repeat(64 * 1024);
     let head = format!("GET /key HTTP/1.1\nHost: gateway.test\nX-Api-Key: {key}\n\n");
     let r = raw(gw.addr, &request(&head)).await;
@@ -225,9 +225,9 @@ async fn sixty_four_kilobyte_api_key_is_431_under_the_default_cap() {
 }
 
 #[tokio::test]
-async fn sixty_four_kilobyte_api_key_under_a_larger_cap_is_one_hashed_bucket() {
+async fn sixty_four_kilobyte_api_key_under_the_default_cap_is_one_hashed_bucket() {
     let up = Upstream::start().await;
-    let gw = edge_gateway(&up, "server: { max_header_size: 256KiB }").await;
+    let gw = edge_gateway(&up, "").await;
     let key = "k".repeat(64 * 1024);
     let r = send(gw.addr, get("/key", &[("x-api-key", &key)])).await;
     assert_eq!(r.status, StatusCode::OK);

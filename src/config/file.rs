@@ -277,7 +277,7 @@ pub struct Tls {
 pub struct Server {
     /// `max_connections: 10000`
     pub max_connections: Field<Int>,
-    /// `max_header_size: 64KiB`
+    /// `max_header_size: 128KiB`
     pub max_header_size: Field<Text>,
     /// `max_body_size: 10MiB`
     pub max_body_size: Field<Text>,
