@@ -959,9 +959,11 @@ async fn the_drain_deadline_bounds_shutdown() {
     let addr = gw.addr;
     let slow = tokio::spawn(async move {
         let mut s = TcpStream::connect(addr).await.expect("connect");
-        s.write_all(&request("GET /slow?ms=10000 HTTP/1.1\nHost: gateway.test\n\n"))
-            .await
-            .expect("write");
+        s.write_all(&request(
+            "GET /slow?ms=10000 HTTP/1.1\nHost: gateway.test\n\n",
+        ))
+        .await
+        .expect("write");
         read_reply(&mut s).await
     });
     let deadline = Instant::now() + Duration::from_secs(10);
