@@ -68,11 +68,27 @@ pub enum TlsError {
     Provider(rustls::Error),
 }
 
+/// PEM files larger than this are refused unread: a long chain is tens of
+/// kilobytes, and a path such as `/dev/zero` must not exhaust memory.
+const MAX_PEM_BYTES: u64 = 4 * 1024 * 1024;
+
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    use std::io::Read as _;
+    let failed = |source| TlsError::Read {
         path: path.to_owned(),
         source,
-    })
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(failed)?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
+        return Err(TlsError::Pem {
+            path: path.to_owned(),
+            what: format!("is larger than {MAX_PEM_BYTES} bytes; not a PEM file"),
+        });
+    }
+    Ok(bytes)
 }
 
 /// Every certificate in the PEM file at `path`, in order (leaf first for a
@@ -178,6 +194,8 @@ mod tests {
         let e = client_config(Some(&empty)).expect_err("no CA");
         assert!(e.to_string().contains("empty.pem"), "{e}");
         assert!(client_config(None).is_ok());
+        let e = client_config(Some(Path::new("/dev/zero"))).expect_err("endless file");
+        assert!(e.to_string().contains("larger than"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -80,8 +80,13 @@ fn client(pki: &Pki, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
 }
 
 async fn tls_gateway(pki: &Pki, up: &Upstream) -> Gateway {
+    tls_gateway_with(pki, up, "").await
+}
+
+async fn tls_gateway_with(pki: &Pki, up: &Upstream, extra: &str) -> Gateway {
     let yaml = format!(
         r#"
+{extra}
 listen:
   - {{ addr: 127.0.0.1:0, tls: {{ cert: "{cert}", key: "{key}" }} }}
 routes:
@@ -313,5 +318,37 @@ fn bad_key_or_certificate_is_a_config_error_naming_the_file() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_tls_handshake_is_cut_off_at_header_read() {
+    use tokio::io::AsyncReadExt;
+
+    let pki = new_pki();
+    let up = Upstream::start().await;
+    let gw = tls_gateway_with(&pki, &up, "timeouts: { header_read: 1s }").await;
+    // Connects and never says hello.
+    let mut tcp = TcpStream::connect(gw.addr).await.expect("connect");
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(5), tcp.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "a silent TLS client was kept: {closed:?}"
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+    // The listener still completes real handshakes.
+    let tls = connect(&pki, gw.addr, &[b"http/1.1"]).await;
+    let (mut h1, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .expect("h1 handshake");
+    tokio::spawn(conn);
+    assert_eq!(
+        h1.send_request(get("/after"))
+            .await
+            .expect("response")
+            .status(),
+        StatusCode::OK
     );
 }
