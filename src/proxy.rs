@@ -158,6 +158,19 @@ pub fn rewrite<B>(
         // send `:authority` instead, which becomes `Host` here.
         headers.insert(HOST, h);
     }
+    if upstream.uri.scheme() == Some(&Scheme::HTTPS) {
+        // An https upstream is addressed by its own name: the certificate
+        // and SNI are checked against it, and over HTTP/2 the `:authority`
+        // is that name, which `Host` must not contradict (RFC 9113 §8.3.1).
+        // The client's host travels in X-Forwarded-Host.
+        if let Some(authority) = upstream
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            req.headers_mut().insert(HOST, authority);
+        }
+    }
     Ok(())
 }
 

@@ -209,7 +209,23 @@ async fn tls_upstream(pki: &Pki) -> SocketAddr {
                 };
                 let sni = tls.get_ref().1.server_name().unwrap_or("-").to_owned();
                 let svc = service_fn(move |req: Request<Incoming>| {
-                    let text = format!("{:?} sni={sni} path={}", req.version(), req.uri().path());
+                    let host = req
+                        .headers()
+                        .get("host")
+                        .and_then(|h| h.to_str().ok())
+                        .unwrap_or("-")
+                        .to_owned();
+                    let xfh = req
+                        .headers()
+                        .get("x-forwarded-host")
+                        .and_then(|h| h.to_str().ok())
+                        .unwrap_or("-")
+                        .to_owned();
+                    let text = format!(
+                        "{:?} sni={sni} path={} host={host} xfh={xfh}",
+                        req.version(),
+                        req.uri().path()
+                    );
                     async move { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(text)))) }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -243,10 +259,21 @@ routes:
     let gw = Gateway::start(&yaml).await;
     let r = support::gateway::send(gw.addr, support::gateway::get("/trusted/x", &[])).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
-    assert_eq!(r.text(), "HTTP/2.0 sni=localhost path=/trusted/x");
+    // Host names the upstream (as :authority does over h2); the client's
+    // host is in X-Forwarded-Host.
+    assert_eq!(
+        r.text(),
+        format!(
+            "HTTP/2.0 sni=localhost path=/trusted/x host=localhost:{} xfh=gateway.test",
+            up.port()
+        )
+    );
     // Pooled: a second request reuses the h2 connection and still works.
     let r = support::gateway::send(gw.addr, support::gateway::get("/trusted/y", &[])).await;
-    assert_eq!(r.text(), "HTTP/2.0 sni=localhost path=/trusted/y");
+    assert!(
+        r.text()
+            .starts_with("HTTP/2.0 sni=localhost path=/trusted/y ")
+    );
 
     // Without the CA the upstream's certificate is not trusted: 502.
     let r = support::gateway::send(gw.addr, support::gateway::get("/untrusted", &[])).await;
