@@ -679,3 +679,47 @@ fn odd_inputs() {
         r#"invalid YAML: duplicate entry with key "listen" (line 1, col 1)"#
     );
 }
+
+#[test]
+fn edge_fields_map_onto_the_model() {
+    let c = valid(
+        "listen: [ { addr: 127.0.0.1:1 }, 127.0.0.1:2 ]
+timeouts: { idle: 5s, drain: 250ms }
+server: { max_connections: 3, max_header_size: 16KiB, max_body_size: 1MiB }
+routes:
+  - { name: a, upstream: 'https://api.example:8443/v1', upgrade: true }
+",
+    );
+    let addrs: Vec<SocketAddr> = c.listen.iter().map(|l| l.addr).collect();
+    assert_eq!(
+        addrs,
+        [
+            "127.0.0.1:1".parse::<SocketAddr>().expect("addr"),
+            "127.0.0.1:2".parse().expect("addr")
+        ]
+    );
+    assert!(c.listen.iter().all(|l| l.tls.is_none()));
+    assert_eq!(c.timeouts.idle, Duration::from_secs(5));
+    assert_eq!(c.timeouts.drain, Duration::from_millis(250));
+    assert_eq!(c.server.max_connections, 3);
+    assert_eq!(c.server.max_header_size, 16 * 1024);
+    assert_eq!(c.server.max_body_size, Some(1024 * 1024));
+    let Action::Upstream(up) = &c.routes[0].action else {
+        panic!("an upstream route")
+    };
+    assert_eq!(up.uri, "https://api.example:8443/v1");
+    assert!(up.upgrade);
+    assert!(up.tls.is_none(), "no upstream_ca: the webpki roots");
+
+    // Defaults.
+    let c = valid("listen: 127.0.0.1:1\nroutes: [{ name: a, upstream: 'http://up' }]\n");
+    assert_eq!(c.timeouts.idle, Duration::from_secs(60));
+    assert_eq!(c.timeouts.drain, Duration::from_secs(30));
+    assert_eq!(c.server.max_connections, 10_000);
+    assert_eq!(c.server.max_header_size, 128 * 1024);
+    assert_eq!(c.server.max_body_size, None);
+    let Action::Upstream(up) = &c.routes[0].action else {
+        panic!("an upstream route")
+    };
+    assert!(!up.upgrade);
+}
