@@ -980,3 +980,38 @@ async fn the_drain_deadline_bounds_shutdown() {
     );
     drop(slow);
 }
+
+#[tokio::test]
+async fn oversized_h2_header_list_is_refused_and_the_connection_survives() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "server: { max_header_size: 16KiB }").await;
+    let stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2c handshake");
+    tokio::spawn(conn);
+    let big = "v".repeat(32 * 1024);
+    let req = Request::get(format!("http://{}/x", gw.addr))
+        .header("x-big", big.as_str())
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let refused = h2.send_request(req).await.expect("an answer, not a reset");
+    assert_eq!(
+        refused.status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    assert_eq!(up.count(), 0);
+    // The same h2 connection carries the next request.
+    let req = Request::get(format!("http://{}/ok", gw.addr))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let ok = h2
+        .send_request(req)
+        .await
+        .expect("next request on the connection");
+    assert_eq!(ok.status(), StatusCode::OK);
+    still_serves(&gw).await;
+}
