@@ -2,8 +2,9 @@
 //! forward or answer.
 //!
 //! [`run`] accepts on the given listeners (HTTP/1.1 and h2c on the same
-//! port), serves each connection with hyper-util, and on shutdown stops
-//! accepting and lets in-flight requests finish. [`Gateway::handle`] is the
+//! port, or TLS with ALPN), serves each connection with hyper-util under the
+//! caps of [`listener`](crate::listener), and on shutdown stops accepting
+//! and lets in-flight requests finish. [`Gateway::handle`] is the
 //! whole per-request pipeline; each phase returns a value to the next.
 
 use std::future::Future;
