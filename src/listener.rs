@@ -77,8 +77,9 @@ impl Shared {
             .timer(TokioTimer::new())
             .header_read_timeout(timeouts.header_read)
             // The read buffer bounds the header block: a head that does not
-            // fit is answered 431.
-            .max_buf_size(settings.max_header_size)
+            // fit is answered 431. hyper asserts a buffer of at least 8 KiB;
+            // the loader refuses less, and a hand-built setting is raised.
+            .max_buf_size(settings.max_header_size.max(8 * 1024))
             .keep_alive(true);
         builder
             .http2()
