@@ -87,7 +87,9 @@ impl Shared {
             .max_header_list_size(u32::try_from(settings.max_header_size).unwrap_or(u32::MAX));
         Self {
             builder,
-            permits: Arc::new(Semaphore::new(settings.max_connections)),
+            permits: Arc::new(Semaphore::new(
+                settings.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+            )),
             idle: timeouts.idle,
             handshake: timeouts.header_read,
         }
