@@ -68,8 +68,8 @@ pub enum TlsError {
     Provider(rustls::Error),
 }
 
-/// PEM files larger than this are refused unread: a long chain is tens of
-/// kilobytes, and a path such as `/dev/zero` must not exhaust memory.
+/// PEM files larger than this are refused: a long chain is tens of
+/// kilobytes, and a mistaken path must not exhaust memory.
 const MAX_PEM_BYTES: u64 = 4 * 1024 * 1024;
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
@@ -78,9 +78,17 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
         path: path.to_owned(),
         source,
     };
+    let file = std::fs::File::open(path).map_err(failed)?;
+    // A FIFO or a device (`/dev/stdin`) could block the loader for ever.
+    if !file.metadata().map_err(failed)?.is_file() {
+        return Err(TlsError::Pem {
+            path: path.to_owned(),
+            what: "is not a regular file".to_owned(),
+        });
+    }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes))
+    file.take(MAX_PEM_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(failed)?;
     if bytes.len() as u64 > MAX_PEM_BYTES {
         return Err(TlsError::Pem {
@@ -194,7 +202,11 @@ mod tests {
         let e = client_config(Some(&empty)).expect_err("no CA");
         assert!(e.to_string().contains("empty.pem"), "{e}");
         assert!(client_config(None).is_ok());
-        let e = client_config(Some(Path::new("/dev/zero"))).expect_err("endless file");
+        let e = client_config(Some(Path::new("/dev/zero"))).expect_err("a device");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let big = dir.join("big.pem");
+        std::fs::write(&big, vec![b'x'; 4 * 1024 * 1024 + 1]).expect("write");
+        let e = client_config(Some(&big)).expect_err("too large");
         assert!(e.to_string().contains("larger than"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
