@@ -15,7 +15,10 @@
 //! - **idle**: a connection with no request in flight and no byte moving
 //!   for `timeouts.idle` is closed (RFC 9112 §9.5 lets a server close idle
 //!   keep-alive connections at any time). Requests waiting on a slow
-//!   upstream are not idle; a response body that stops moving is.
+//!   upstream are not idle; a response body that stops moving is. For
+//!   HTTP/1.1 hyper's header-read clock also runs while a keep-alive
+//!   connection waits for its next head, so there the shorter of the two
+//!   applies; `idle` is what bounds HTTP/2 connections and stalled bodies.
 //!
 //! Listener settings are read once when serving starts; the TLS settings of
 //! each listener are read from the current configuration at every

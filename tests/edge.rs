@@ -1015,3 +1015,21 @@ async fn oversized_h2_header_list_is_refused_and_the_connection_survives() {
     assert_eq!(ok.status(), StatusCode::OK);
     still_serves(&gw).await;
 }
+
+#[tokio::test]
+async fn http11_keep_alive_waits_for_the_next_head_at_most_header_read() {
+    // hyper starts the header-read clock when it starts waiting for a head,
+    // which on a keep-alive connection is right after the last response:
+    // for HTTP/1.1 the shorter of header_read and idle closes the connection.
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "timeouts: { header_read: 1s, idle: 60s }").await;
+    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+    s.write_all(&request("GET /ok HTTP/1.1\nHost: gateway.test\n\n"))
+        .await
+        .expect("write");
+    assert_eq!(read_reply(&mut s).await.status, 200);
+    let started = Instant::now();
+    assert!(closed_within(&mut s, Duration::from_secs(5)).await);
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    still_serves(&gw).await;
+}
