@@ -1033,3 +1033,33 @@ async fn http11_keep_alive_waits_for_the_next_head_at_most_header_read() {
     assert!(started.elapsed() >= Duration::from_millis(900));
     still_serves(&gw).await;
 }
+
+#[tokio::test]
+async fn idle_h2_connections_are_closed() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "timeouts: { idle: 1s }").await;
+    let stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2c handshake");
+    let conn = tokio::spawn(conn);
+    let req = Request::get(format!("http://{}/ok", gw.addr))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    assert_eq!(
+        h2.send_request(req).await.expect("response").status(),
+        StatusCode::OK
+    );
+    // With nothing in flight the gateway drops the connection after ~1 s;
+    // the client's connection task then ends.
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("the idle h2 connection was closed within 5 s")
+        .expect("connection task");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    still_serves(&gw).await;
+}
