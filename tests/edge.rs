@@ -1063,3 +1063,29 @@ async fn idle_h2_connections_are_closed() {
     assert!(started.elapsed() >= Duration::from_millis(900));
     still_serves(&gw).await;
 }
+
+#[tokio::test]
+async fn absolute_form_and_connect_never_make_an_open_proxy() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    // An absolute-form target names another host: the request still goes
+    // to the configured upstream only, with the path it asked for.
+    let r = raw(
+        gw.addr,
+        &request("GET http://evil.example/x?q=1 HTTP/1.1\nHost: gateway.test\n\n"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(r.body, b"upstream ok");
+    assert_eq!(up.last().uri, "/x?q=1");
+    // CONNECT (authority-form) and OPTIONS * (asterisk-form) match no route.
+    for target in [
+        "CONNECT evil.example:443 HTTP/1.1\nHost: evil.example:443\n\n",
+        "OPTIONS * HTTP/1.1\nHost: gateway.test\n\n",
+    ] {
+        let r = raw(gw.addr, &request(target)).await;
+        assert_eq!(r.status, 404, "{target}: {}", r.head);
+    }
+    assert_eq!(up.count(), 1);
+    still_serves(&gw).await;
+}
