@@ -1089,3 +1089,19 @@ async fn absolute_form_and_connect_never_make_an_open_proxy() {
     assert_eq!(up.count(), 1);
     still_serves(&gw).await;
 }
+
+#[tokio::test]
+async fn expect_continue_with_an_oversized_body_gets_413_without_100() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "server: { max_body_size: 1MiB }").await;
+    let r = raw(
+        gw.addr,
+        &request("POST /echo HTTP/1.1\nHost: gateway.test\nContent-Length: 1073741824\nExpect: 100-continue\n\n"),
+    )
+    .await;
+    // The first (and only) answer is the refusal: the client is never
+    // invited to send its gigabyte.
+    assert_eq!(r.status, 413, "{}", r.head);
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
