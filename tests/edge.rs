@@ -802,12 +802,14 @@ async fn sigterm_drains_a_slow_response_refuses_new_connections_and_exits_0() {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match TcpStream::connect(addr).await {
-            Err(e) => {
-                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
-                break;
-            }
-            Ok(_) => {
-                assert!(Instant::now() < deadline, "still accepting after SIGTERM");
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+            // Accepted or reset (a connect racing the listener's close):
+            // ask again until the port refuses.
+            other => {
+                assert!(
+                    Instant::now() < deadline,
+                    "still accepting after SIGTERM: {other:?}"
+                );
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -1056,10 +1058,13 @@ async fn idle_h2_connections_are_closed() {
     // With nothing in flight the gateway drops the connection after ~1 s;
     // the client's connection task then ends.
     let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), conn)
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn)
         .await
         .expect("the idle h2 connection was closed within 5 s")
         .expect("connection task");
+    // A close without GOAWAY may end the client's task with an error; either
+    // way the connection is gone.
+    drop(ended);
     assert!(started.elapsed() >= Duration::from_millis(900));
     still_serves(&gw).await;
 }
