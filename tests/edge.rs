@@ -784,8 +784,8 @@ async fn sigterm_drains_a_slow_response_refuses_new_connections_and_exits_0() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    // A request the upstream answers only after 1.5 s.
-    let slow = tokio::spawn(send(addr, get("/slow?ms=1500", &[])));
+    // A request the upstream answers only after 3 s.
+    let slow = tokio::spawn(send(addr, get("/slow?ms=3000", &[])));
     let deadline = Instant::now() + Duration::from_secs(10);
     while up.count() == 0 {
         assert!(Instant::now() < deadline, "the slow request never arrived");
