@@ -309,6 +309,7 @@ impl Check<'_> {
             }
             Ok(addrs)
         });
+        let admin = self.optional(&root.admin, "admin", text(parse_socket_addr));
         let store = self.optional(&root.store, "store", Self::store);
         let client_ip = self.optional(&root.client_ip, "client_ip", Self::client_ip);
         let headers = self.optional(&root.headers, "headers", text(parse_header_mode));
@@ -326,6 +327,7 @@ impl Check<'_> {
 
         Ok(Config {
             listen: listen?,
+            admin: admin?,
             store: store?.unwrap_or_else(|| StoreConfig {
                 redis: None,
                 on_error: OnError::Local,
@@ -493,12 +495,14 @@ impl Check<'_> {
             &child_key(path, "limits"),
             |check, limits, path| check.limits(limits, path),
         );
+        let shadow = self.optional(&route.shadow, &child_key(path, "shadow"), text(parse_bool));
         Ok(Route {
             name: name?,
             matcher: matcher?.unwrap_or_default(),
             action: action?,
             cost: cost?.unwrap_or(1),
             limits: limits?.unwrap_or_default(),
+            shadow: shadow?.unwrap_or(false),
         })
     }
 
@@ -621,6 +625,7 @@ impl Check<'_> {
         let max = self.required(&limit.limit, path, "limit", positive);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
+        let shadow = self.optional(&limit.shadow, &child_key(path, "shadow"), text(parse_bool));
         if let (Ok(l), Ok(w)) = (&max, &window) {
             // The Redis script computes in doubles: keep 3·L·w below 2^53.
             if u128::from(*l) * u128::from(w.get()) * 3 >= 1u128 << 53 {
@@ -636,6 +641,7 @@ impl Check<'_> {
             limit: NonZeroU64::new(max?).ok_or(Reported)?,
             window_ms: window?,
             cost: cost?,
+            shadow: shadow?.unwrap_or(false),
         })
     }
 
@@ -666,6 +672,11 @@ fn one_of<T: Copy>(s: &str, choices: &[(&str, T)]) -> Result<T, String> {
             let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
             format!("unknown value {s:?}; expected one of {}", names.join(", "))
         })
+}
+
+/// `true` or `false` (YAML booleans reach here in their spelling).
+fn parse_bool(s: &str) -> Result<bool, String> {
+    one_of(s, &[("true", true), ("false", false)])
 }
 
 fn parse_header_mode(s: &str) -> Result<HeaderMode, String> {
