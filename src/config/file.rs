@@ -173,6 +173,23 @@ impl<'de> Deserialize<'de> for Int {
     }
 }
 
+/// A YAML boolean (`true` / `false`), nothing else: `yes` or `"true"` is
+/// more likely a mistake than a choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flag(pub bool);
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::Bool(b) => Ok(Self(b)),
+            other => Err(de::Error::custom(format_args!(
+                "expected true or false, found {}",
+                describe(&other)
+            ))),
+        }
+    }
+}
+
 /// One scalar or a list of them (`key: ip` or `key: [ip, user]`).
 ///
 /// Each item is its own [`Field`], so one bad item does not hide the others.
@@ -308,8 +325,7 @@ pub struct Route {
     /// `limits:`
     pub limits: Field<Vec<Field<Limit>>>,
     /// `shadow: true`
-    #[schemars(with = "Option<bool>")]
-    pub shadow: Field<Text>,
+    pub shadow: Field<Flag>,
 }
 
 /// `routes[i].match:`
@@ -357,8 +373,7 @@ pub struct Limit {
     /// `cost: 2`
     pub cost: Field<Int>,
     /// `shadow: true`
-    #[schemars(with = "Option<bool>")]
-    pub shadow: Field<Text>,
+    pub shadow: Field<Flag>,
 }
 
 /// A key the structs do not know.

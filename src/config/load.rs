@@ -23,7 +23,7 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 use ipnet::IpNet;
 
-use super::file::{self, Field, Int, OneOrMany, Text};
+use super::file::{self, Field, Flag, Int, OneOrMany, Text};
 use super::position::{Pos, Positions, child_index, child_key};
 use super::{
     Action, ApiKeyConfig, ClientIpConfig, Config, HeaderMode, KeySource, KeySpec, Limit, OnError,
@@ -495,7 +495,7 @@ impl Check<'_> {
             &child_key(path, "limits"),
             |check, limits, path| check.limits(limits, path),
         );
-        let shadow = self.optional(&route.shadow, &child_key(path, "shadow"), text(parse_bool));
+        let shadow = self.optional(&route.shadow, &child_key(path, "shadow"), leaf(|&Flag(b): &Flag| Ok::<_, String>(b)));
         Ok(Route {
             name: name?,
             matcher: matcher?.unwrap_or_default(),
@@ -625,7 +625,7 @@ impl Check<'_> {
         let max = self.required(&limit.limit, path, "limit", positive);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
-        let shadow = self.optional(&limit.shadow, &child_key(path, "shadow"), text(parse_bool));
+        let shadow = self.optional(&limit.shadow, &child_key(path, "shadow"), leaf(|&Flag(b): &Flag| Ok::<_, String>(b)));
         if let (Ok(l), Ok(w)) = (&max, &window) {
             // The Redis script computes in doubles: keep 3·L·w below 2^53.
             if u128::from(*l) * u128::from(w.get()) * 3 >= 1u128 << 53 {
@@ -672,11 +672,6 @@ fn one_of<T: Copy>(s: &str, choices: &[(&str, T)]) -> Result<T, String> {
             let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
             format!("unknown value {s:?}; expected one of {}", names.join(", "))
         })
-}
-
-/// `true` or `false` (YAML booleans reach here in their spelling).
-fn parse_bool(s: &str) -> Result<bool, String> {
-    one_of(s, &[("true", true), ("false", false)])
 }
 
 fn parse_header_mode(s: &str) -> Result<HeaderMode, String> {

@@ -15,7 +15,7 @@ use std::borrow::Cow;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
-use super::file::{Field, Int, OneOrMany, Root, Text};
+use super::file::{Field, Flag, Int, OneOrMany, Root, Text};
 
 /// What a duration looks like: a whole number and a unit.
 pub const DURATION: &str = "^[0-9]+(ms|s|m|h|d)$";
@@ -61,6 +61,20 @@ impl JsonSchema for Int {
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({ "type": "integer" })
+    }
+}
+
+impl JsonSchema for Flag {
+    fn schema_name() -> Cow<'static, str> {
+        "Flag".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "boolean" })
     }
 }
 
