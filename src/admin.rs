@@ -102,7 +102,11 @@ pub async fn serve_admin(
     }
 }
 
-fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+fn reply(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
     let mut res = Response::new(Full::new(body.into()));
     *res.status_mut() = status;
     res.headers_mut()

@@ -447,7 +447,10 @@ mod tests {
             "tollgate_config_reloads_total{result=\"failure\"} 1",
             "tollgate_store_fallback 0",
         ] {
-            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
         }
         // A second resolution (a reload) shares the series.
         let again = m.routes(&config);

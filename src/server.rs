@@ -6,10 +6,10 @@
 //! accepting and lets in-flight requests finish. [`Gateway::handle`] is the
 //! whole per-request pipeline; each phase returns a value to the next.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,11 +26,11 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
+use crate::access::{self, Note};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::headers;
 use crate::identity::{self, IdentityConfig};
-use crate::access::{self, Note};
 use crate::limit::LimitRequest;
 use crate::limit::limiter::Limiter;
 use crate::metrics::{Metrics, Outcome, RouteMetrics, UpstreamErrorKind};

@@ -50,18 +50,19 @@ pub struct RouteDecision {
 impl RouteDecision {
     /// Whether a shadow limit would have denied this request.
     pub fn shadow_denied(&self) -> bool {
-        self.verdicts
-            .iter()
-            .any(|v| *v == Some(LimitVerdict::ShadowLimited))
+        self.verdicts.contains(&Some(LimitVerdict::ShadowLimited))
     }
 
     /// Indices of the limits that denied (enforced or shadow).
     pub fn denied(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
-        self.verdicts.iter().enumerate().filter_map(|(i, v)| match v {
-            Some(LimitVerdict::Limited) => Some((i, false)),
-            Some(LimitVerdict::ShadowLimited) => Some((i, true)),
-            _ => None,
-        })
+        self.verdicts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| match v {
+                Some(LimitVerdict::Limited) => Some((i, false)),
+                Some(LimitVerdict::ShadowLimited) => Some((i, true)),
+                _ => None,
+            })
     }
 
     /// Names of the enforced limits that denied, for the problem body.
@@ -133,7 +134,8 @@ pub async fn decide(
     }
 
     // Mixed: enforced first, then the shadow limits.
-    let (enforced, shadowed): (Vec<usize>, Vec<usize>) = (0..limits.len()).partition(|&i| !shadow[i]);
+    let (enforced, shadowed): (Vec<usize>, Vec<usize>) =
+        (0..limits.len()).partition(|&i| !shadow[i]);
     let pick = |idx: &[usize], cost_zero: bool| -> Vec<LimitRequest> {
         idx.iter()
             .filter_map(|&i| requests.get(i).cloned())
@@ -157,10 +159,7 @@ pub async fn decide(
     }
     // Admitted: decide the shadow limits for real. Denied: only read them.
     let read_only = !de.allowed;
-    if let Verdict::Decided(ds) = limiter
-        .decide(now_ms, &pick(&shadowed, read_only))
-        .await
-    {
+    if let Verdict::Decided(ds) = limiter.decide(now_ms, &pick(&shadowed, read_only)).await {
         for (&i, o) in shadowed.iter().zip(&ds.outcomes) {
             if !read_only {
                 verdicts[i] = Some(verdict(o, true));

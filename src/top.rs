@@ -98,10 +98,13 @@ pub struct LimitTop {
     top: Vec<Entry>,
 }
 
+/// A route and limit name.
+type LimitId = (Arc<str>, Arc<str>);
+
 /// Summaries for every limit that has denied something.
 #[derive(Debug, Default)]
 pub struct TopOffenders {
-    limits: RwLock<HashMap<(Arc<str>, Arc<str>), Arc<Mutex<Summary>>>>,
+    limits: RwLock<HashMap<LimitId, Arc<Mutex<Summary>>>>,
 }
 
 impl TopOffenders {
@@ -174,7 +177,14 @@ mod tests {
         assert_eq!(first.identity, hash_identity("key=heavy"));
         // Never under-counted, over-counted by at most `error`.
         assert!(first.count >= 1000 && first.count - first.error <= 1000);
-        assert_eq!(top.limits.read().unwrap()[&(r, l)].lock().unwrap().entries.len(), CAPACITY);
+        assert_eq!(
+            top.limits.read().unwrap()[&(r, l)]
+                .lock()
+                .unwrap()
+                .entries
+                .len(),
+            CAPACITY
+        );
     }
 
     #[test]

@@ -651,7 +651,9 @@ fn admin_and_shadow_fields() {
     assert!(c.routes[0].shadow);
     assert!(!c.routes[0].limits[0].shadow);
     assert!(c.routes[0].limits[1].shadow);
-    let d = valid("listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: 1, window: 1s } ] } ]\n");
+    let d = valid(
+        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: 1, window: 1s } ] } ]\n",
+    );
     assert_eq!(d.admin, None);
     assert!(!d.routes[0].shadow && !d.routes[0].limits[0].shadow);
 

@@ -37,7 +37,11 @@ fn assert_series(text: &str, expected: &[(&str, f64)]) {
             wrong.push(format!("{series}: want {want}, got {got:?}"));
         }
     }
-    assert!(wrong.is_empty(), "{}\n--- scraped:\n{text}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{}\n--- scraped:\n{text}",
+        wrong.join("\n")
+    );
 }
 
 #[tokio::test]
@@ -67,7 +71,7 @@ routes:
     for path in [
         "/api", "/api", "/api", "/api", "/api", // 3 allowed, 2 limited
         "/trial", "/trial", "/trial", // 1 allowed, 2 shadow-limited (forwarded)
-        "/down", "/down", // 2 upstream errors
+        "/down", "/down",    // 2 upstream errors
         "/nowhere", // no route
     ] {
         statuses.push(send(gw.addr, get(path, &[])).await.status.as_u16());
@@ -82,29 +86,95 @@ routes:
     assert_series(
         &text,
         &[
-            (r#"tollgate_requests_total{route="api",outcome="allowed"}"#, 3.0),
-            (r#"tollgate_requests_total{route="api",outcome="limited"}"#, 2.0),
-            (r#"tollgate_requests_total{route="api",outcome="shadow_limited"}"#, 0.0),
-            (r#"tollgate_requests_total{route="api",outcome="error"}"#, 0.0),
-            (r#"tollgate_requests_total{route="trial",outcome="allowed"}"#, 1.0),
-            (r#"tollgate_requests_total{route="trial",outcome="shadow_limited"}"#, 2.0),
-            (r#"tollgate_requests_total{route="trial",outcome="limited"}"#, 0.0),
-            (r#"tollgate_requests_total{route="down",outcome="error"}"#, 2.0),
-            (r#"tollgate_requests_total{route="down",outcome="allowed"}"#, 0.0),
+            (
+                r#"tollgate_requests_total{route="api",outcome="allowed"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="shadow_limited"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="error"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="trial",outcome="allowed"}"#,
+                1.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="trial",outcome="shadow_limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="trial",outcome="limited"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="down",outcome="error"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="down",outcome="allowed"}"#,
+                0.0,
+            ),
             ("tollgate_unmatched_requests_total", 1.0),
-            (r#"tollgate_decisions_total{route="api",limit="per_ip",outcome="allowed"}"#, 3.0),
-            (r#"tollgate_decisions_total{route="api",limit="per_ip",outcome="limited"}"#, 2.0),
-            (r#"tollgate_decisions_total{route="trial",limit="new_limit",outcome="allowed"}"#, 1.0),
-            (r#"tollgate_decisions_total{route="trial",limit="new_limit",outcome="shadow_limited"}"#, 2.0),
-            (r#"tollgate_upstream_responses_total{route="api",class="2xx"}"#, 3.0),
-            (r#"tollgate_upstream_responses_total{route="trial",class="2xx"}"#, 3.0),
-            (r#"tollgate_upstream_responses_total{route="down",class="2xx"}"#, 0.0),
-            (r#"tollgate_upstream_errors_total{route="down",kind="connect"}"#, 2.0),
-            (r#"tollgate_upstream_errors_total{route="api",kind="connect"}"#, 0.0),
-            (r#"tollgate_upstream_duration_seconds_count{route="api"}"#, 3.0),
-            (r#"tollgate_upstream_duration_seconds_count{route="trial"}"#, 3.0),
-            (r#"tollgate_store_call_duration_seconds_count{store="memory"}"#, 8.0),
-            (r#"tollgate_store_call_duration_seconds_count{store="redis"}"#, 0.0),
+            (
+                r#"tollgate_decisions_total{route="api",limit="per_ip",outcome="allowed"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="per_ip",outcome="limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="trial",limit="new_limit",outcome="allowed"}"#,
+                1.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="trial",limit="new_limit",outcome="shadow_limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_upstream_responses_total{route="api",class="2xx"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_upstream_responses_total{route="trial",class="2xx"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_upstream_responses_total{route="down",class="2xx"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_upstream_errors_total{route="down",kind="connect"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_upstream_errors_total{route="api",kind="connect"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_upstream_duration_seconds_count{route="api"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_upstream_duration_seconds_count{route="trial"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="memory"}"#,
+                8.0,
+            ),
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="redis"}"#,
+                0.0,
+            ),
             ("tollgate_store_errors_total", 0.0),
             ("tollgate_store_fallback", 0.0),
         ],
@@ -149,7 +219,12 @@ async fn health_readiness_and_admin_errors() {
         send(gw.addr, get("/metrics", &[])).await.status,
         StatusCode::OK, // the catch-all route answers it, not the admin handler
     );
-    assert!(!send(gw.addr, get("/metrics", &[])).await.text().contains("tollgate_"));
+    assert!(
+        !send(gw.addr, get("/metrics", &[]))
+            .await
+            .text()
+            .contains("tollgate_")
+    );
 }
 
 /// Polls `/readyz` until its body contains `want`.
@@ -160,7 +235,11 @@ async fn wait_ready_body(gw: &AdminGateway, want: &str) -> Reply {
         if r.text().contains(want) {
             return r;
         }
-        assert!(Instant::now() < deadline, "readyz never said {want:?}: {}", r.text());
+        assert!(
+            Instant::now() < deadline,
+            "readyz never said {want:?}: {}",
+            r.text()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -185,7 +264,10 @@ routes:
     assert_series(
         &gw.scrape().await,
         &[
-            (r#"tollgate_store_call_duration_seconds_count{store="redis"}"#, 1.0),
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="redis"}"#,
+                1.0,
+            ),
             ("tollgate_store_errors_total", 0.0),
             ("tollgate_store_fallback", 0.0),
         ],
@@ -197,12 +279,22 @@ routes:
         assert_eq!(send(gw.addr, get("/", &[])).await.status, StatusCode::OK);
     }
     let r = wait_ready_body(&gw, "unreachable").await;
-    assert_eq!(r.status, StatusCode::OK, "the fallback is active: still ready");
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "the fallback is active: still ready"
+    );
     assert_series(
         &gw.scrape().await,
         &[
-            (r#"tollgate_store_call_duration_seconds_count{store="redis"}"#, 3.0),
-            (r#"tollgate_store_call_duration_seconds_count{store="memory"}"#, 2.0),
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="redis"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="memory"}"#,
+                2.0,
+            ),
             ("tollgate_store_errors_total", 2.0),
             ("tollgate_store_fallback", 1.0),
         ],
@@ -248,9 +340,17 @@ routes:
             Some(r#""per_caller";q=2;w=3600"#)
         );
         let v = r.header("ratelimit").expect("RateLimit header").to_owned();
-        remaining.push(v.split(";r=").nth(1).and_then(|s| s.split(';').next()).map(str::to_owned));
+        remaining.push(
+            v.split(";r=")
+                .nth(1)
+                .and_then(|s| s.split(';').next())
+                .map(str::to_owned),
+        );
     }
-    let r: Vec<&str> = remaining.iter().map(|s| s.as_deref().unwrap_or("?")).collect();
+    let r: Vec<&str> = remaining
+        .iter()
+        .map(|s| s.as_deref().unwrap_or("?"))
+        .collect();
     assert_eq!(r, ["1", "0", "0", "0", "0", "0"]);
     // Two other callers, one request each: never over.
     send(gw.addr, get("/x", &[("x-api-key", "light")])).await;
@@ -261,10 +361,22 @@ routes:
     assert_series(
         &text,
         &[
-            (r#"tollgate_requests_total{route="api",outcome="shadow_limited"}"#, 4.0),
-            (r#"tollgate_requests_total{route="api",outcome="allowed"}"#, 4.0),
-            (r#"tollgate_requests_total{route="api",outcome="limited"}"#, 0.0),
-            (r#"tollgate_decisions_total{route="api",limit="per_caller",outcome="shadow_limited"}"#, 4.0),
+            (
+                r#"tollgate_requests_total{route="api",outcome="shadow_limited"}"#,
+                4.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="allowed"}"#,
+                4.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="limited"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="per_caller",outcome="shadow_limited"}"#,
+                4.0,
+            ),
         ],
     );
     assert!(!text.contains("heavy-key-123"));
@@ -307,7 +419,10 @@ routes:
     let mut seen = Vec::new();
     for _ in 0..6 {
         let r = send(gw.addr, get("/x", &[])).await;
-        seen.push((r.status.as_u16(), r.header("ratelimit").unwrap_or("").to_owned()));
+        seen.push((
+            r.status.as_u16(),
+            r.header("ratelimit").unwrap_or("").to_owned(),
+        ));
     }
     assert_eq!(
         seen,
@@ -327,17 +442,42 @@ routes:
     assert_series(
         &text,
         &[
-            (r#"tollgate_requests_total{route="api",outcome="allowed"}"#, 2.0),
-            (r#"tollgate_requests_total{route="api",outcome="shadow_limited"}"#, 2.0),
-            (r#"tollgate_requests_total{route="api",outcome="limited"}"#, 2.0),
-            (r#"tollgate_decisions_total{route="api",limit="old",outcome="allowed"}"#, 4.0),
-            (r#"tollgate_decisions_total{route="api",limit="old",outcome="limited"}"#, 2.0),
-            (r#"tollgate_decisions_total{route="api",limit="new",outcome="allowed"}"#, 2.0),
-            (r#"tollgate_decisions_total{route="api",limit="new",outcome="shadow_limited"}"#, 2.0),
+            (
+                r#"tollgate_requests_total{route="api",outcome="allowed"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="shadow_limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="old",outcome="allowed"}"#,
+                4.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="old",outcome="limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="new",outcome="allowed"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="new",outcome="shadow_limited"}"#,
+                2.0,
+            ),
         ],
     );
     let r = send(gw.addr, get("/x", &[])).await;
-    assert!(r.text().contains(r#""violated-policies":["old"]"#), "{}", r.text());
+    assert!(
+        r.text().contains(r#""violated-policies":["old"]"#),
+        "{}",
+        r.text()
+    );
 }
 
 #[tokio::test]
@@ -355,7 +495,11 @@ async fn library_reload_keeps_counters_and_switches_new_requests() {
         .reload(tollgate::config::parse_str(&yaml(5)).expect("valid"));
     let r = send(gw.addr, get("/", &[])).await;
     assert_eq!(r.header("ratelimit-policy"), Some(r#""demo";q=5;w=3600"#));
-    assert_eq!(r.header("ratelimit"), Some(r#""demo";r=2;t=7200"#), "3 counted of 5");
+    assert_eq!(
+        r.header("ratelimit"),
+        Some(r#""demo";r=2;t=7200"#),
+        "3 counted of 5"
+    );
 }
 
 // ---- the built binary ----
@@ -385,8 +529,14 @@ impl Binary {
             .expect("start tollgate");
         let deadline = Instant::now() + Duration::from_secs(20);
         for p in [port, admin] {
-            while tokio::net::TcpStream::connect(("127.0.0.1", p)).await.is_err() {
-                assert!(Instant::now() < deadline, "tollgate did not start listening on {p}");
+            while tokio::net::TcpStream::connect(("127.0.0.1", p))
+                .await
+                .is_err()
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "tollgate did not start listening on {p}"
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -490,11 +640,7 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                let r = send(
-                    ([127, 0, 0, 1], port).into(),
-                    get("/slow?ms=30", &[]),
-                )
-                .await;
+                let r = send(([127, 0, 0, 1], port).into(), get("/slow?ms=30", &[])).await;
                 if r.status != StatusCode::OK {
                     failures.push(r.status);
                 }
@@ -509,7 +655,11 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
         assert_eq!(r.status, StatusCode::OK);
         assert_eq!(r.header("ratelimit-policy"), Some(r#""demo";q=10;w=86400"#));
         let want = format!(r#""demo";r={};"#, 9 - i);
-        assert!(r.header("ratelimit").is_some_and(|v| v.starts_with(&want)), "{:?}", r.header("ratelimit"));
+        assert!(
+            r.header("ratelimit").is_some_and(|v| v.starts_with(&want)),
+            "{:?}",
+            r.header("ratelimit")
+        );
     }
 
     // 1. A changed limit: 10 → 6.
@@ -523,7 +673,8 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
     // Four counted before the reload and this one: 6 − 5 = 1 left. A reset
     // counter would say 5.
     assert!(
-        r.header("ratelimit").is_some_and(|v| v.starts_with(r#""demo";r=1;"#)),
+        r.header("ratelimit")
+            .is_some_and(|v| v.starts_with(r#""demo";r=1;"#)),
         "{:?}",
         r.header("ratelimit")
     );
@@ -547,8 +698,14 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
         .await;
     let log = bin.log();
     assert!(log.contains("configuration reload refused"), "{log}");
-    assert!(log.contains(r#"routes[0].limits[0].window: "1 day" is not a duration"#), "{log}");
-    assert!(log.contains(r#"unknown field \"respnd\""#) || log.contains(r#"unknown field "respnd""#), "{log}");
+    assert!(
+        log.contains(r#"routes[0].limits[0].window: "1 day" is not a duration"#),
+        "{log}"
+    );
+    assert!(
+        log.contains(r#"unknown field \"respnd\""#) || log.contains(r#"unknown field "respnd""#),
+        "{log}"
+    );
     let r = bin.get("/demo", &[]).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(r.header("ratelimit-policy"), Some(r#""demo";q=6;w=86400"#));
@@ -566,7 +723,10 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
     assert!(done.load(Ordering::Relaxed) >= 3);
     assert_series(
         &bin.scrape().await,
-        &[(r#"tollgate_requests_total{route="slow",outcome="error"}"#, 0.0)],
+        &[(
+            r#"tollgate_requests_total{route="slow",outcome="error"}"#,
+            0.0,
+        )],
     );
 }
 
@@ -607,7 +767,11 @@ async fn json_access_log_names_the_identity_kind_never_the_key() {
         if lines.len() >= 2 {
             break lines;
         }
-        assert!(Instant::now() < deadline, "no access log lines:\n{}", bin.log());
+        assert!(
+            Instant::now() < deadline,
+            "no access log lines:\n{}",
+            bin.log()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let fields: Vec<_> = lines
@@ -626,8 +790,20 @@ async fn json_access_log_names_the_identity_kind_never_the_key() {
     assert_eq!(
         fields,
         [
-            ("demo".into(), "api_key".into(), "allowed".into(), 200.into(), true),
-            ("demo".into(), "api_key".into(), "limited".into(), 429.into(), true),
+            (
+                "demo".into(),
+                "api_key".into(),
+                "allowed".into(),
+                200.into(),
+                true
+            ),
+            (
+                "demo".into(),
+                "api_key".into(),
+                "limited".into(),
+                429.into(),
+                true
+            ),
         ]
     );
     assert!(!bin.log().contains("secret-key-42"), "{}", bin.log());
@@ -644,15 +820,17 @@ fn schema_validates_the_shipped_gateway_yaml_and_rejects_mistakes() {
     let validator = jsonschema::validator_for(&schema).expect("schema is a valid JSON Schema");
 
     let yaml = |src: &str| -> serde_json::Value { yaml_serde::from_str(src).expect("YAML parses") };
-    let shipped = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("gateway.yaml"),
-    )
-    .unwrap();
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("gateway.yaml"))
+            .unwrap();
     let errors: Vec<String> = validator
         .iter_errors(&yaml(&shipped))
         .map(|e| format!("{e} at {}", e.instance_path()))
         .collect();
-    assert!(errors.is_empty(), "gateway.yaml does not validate: {errors:#?}");
+    assert!(
+        errors.is_empty(),
+        "gateway.yaml does not validate: {errors:#?}"
+    );
 
     let good = "listen: [127.0.0.1:8080]\nadmin: 127.0.0.1:9090\nstore: { on_error: allow }\nroutes:\n  - name: a\n    match: { path_prefix: / }\n    respond: { status: 200 }\n    shadow: true\n    limits: [ { name: l, key: [ip, 'header:x-a'], limit: 1, window: 10s, shadow: false } ]\n";
     assert!(validator.is_valid(&yaml(good)));

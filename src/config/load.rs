@@ -495,7 +495,11 @@ impl Check<'_> {
             &child_key(path, "limits"),
             |check, limits, path| check.limits(limits, path),
         );
-        let shadow = self.optional(&route.shadow, &child_key(path, "shadow"), leaf(|&Flag(b): &Flag| Ok::<_, String>(b)));
+        let shadow = self.optional(
+            &route.shadow,
+            &child_key(path, "shadow"),
+            leaf(|&Flag(b): &Flag| Ok::<_, String>(b)),
+        );
         Ok(Route {
             name: name?,
             matcher: matcher?.unwrap_or_default(),
@@ -625,7 +629,11 @@ impl Check<'_> {
         let max = self.required(&limit.limit, path, "limit", positive);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
-        let shadow = self.optional(&limit.shadow, &child_key(path, "shadow"), leaf(|&Flag(b): &Flag| Ok::<_, String>(b)));
+        let shadow = self.optional(
+            &limit.shadow,
+            &child_key(path, "shadow"),
+            leaf(|&Flag(b): &Flag| Ok::<_, String>(b)),
+        );
         if let (Ok(l), Ok(w)) = (&max, &window) {
             // The Redis script computes in doubles: keep 3·L·w below 2^53.
             if u128::from(*l) * u128::from(w.get()) * 3 >= 1u128 << 53 {
