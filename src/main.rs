@@ -19,6 +19,9 @@ struct Cli {
     /// Listen on these addresses instead of the file's `listen` (repeatable).
     #[arg(long, value_name = "ADDR")]
     listen: Vec<std::net::SocketAddr>,
+    /// Serve the admin listener on this address instead of the file's `admin`.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<std::net::SocketAddr>,
     /// Log lines as human-readable text or as one JSON object per line.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     log_format: LogFormat,
@@ -84,6 +87,9 @@ fn main() -> ExitCode {
     if !cli.listen.is_empty() {
         config.listen = cli.listen.clone();
     }
+    if cli.admin.is_some() {
+        config.admin = cli.admin;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -125,7 +131,10 @@ fn main() -> ExitCode {
         tokio::spawn(tollgate::reload::on_sighup(
             gateway.clone(),
             path.clone(),
-            cli.listen.clone(),
+            tollgate::reload::Overrides {
+                listen: cli.listen.clone(),
+                admin: cli.admin,
+            },
         ));
         tollgate::admin::serve_with_admin(gateway, listeners, admin, shutdown_signal()).await;
         ExitCode::SUCCESS

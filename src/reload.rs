@@ -26,12 +26,21 @@ use tracing::{error, info, warn};
 use crate::config::{Config, ConfigErrors, load_file};
 use crate::server::Gateway;
 
-/// Reads `path` and, when it is valid, serves it. `listen` overrides the
-/// file's `listen` as `--listen` did at start.
+/// What the command line put in place of the file's values (`--listen`,
+/// `--admin`); applied to every reloaded file as at start.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--listen`; empty keeps the file's.
+    pub listen: Vec<SocketAddr>,
+    /// `--admin`.
+    pub admin: Option<SocketAddr>,
+}
+
+/// Reads `path` and, when it is valid, serves it with `overrides` applied.
 ///
 /// # Errors
 /// Every problem in the file; the running configuration is unchanged then.
-pub fn reload_file(gw: &Gateway, path: &Path, listen: &[SocketAddr]) -> Result<(), ConfigErrors> {
+pub fn reload_file(gw: &Gateway, path: &Path, overrides: &Overrides) -> Result<(), ConfigErrors> {
     let mut new = match load_file(path) {
         Ok(c) => c,
         Err(errors) => {
@@ -47,8 +56,11 @@ pub fn reload_file(gw: &Gateway, path: &Path, listen: &[SocketAddr]) -> Result<(
             return Err(errors);
         }
     };
-    if !listen.is_empty() {
-        new.listen = listen.to_vec();
+    if !overrides.listen.is_empty() {
+        new.listen = overrides.listen.clone();
+    }
+    if overrides.admin.is_some() {
+        new.admin = overrides.admin;
     }
     let old = gw.config();
     keep_fixed(&old, &mut new);
@@ -88,7 +100,7 @@ fn keep_fixed(old: &Config, new: &mut Config) {
 
 /// Reloads `path` on every SIGHUP, forever. On systems without SIGHUP it
 /// never completes and does nothing.
-pub async fn on_sighup(gw: Arc<Gateway>, path: PathBuf, listen: Vec<SocketAddr>) {
+pub async fn on_sighup(gw: Arc<Gateway>, path: PathBuf, overrides: Overrides) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -101,12 +113,12 @@ pub async fn on_sighup(gw: Arc<Gateway>, path: PathBuf, listen: Vec<SocketAddr>)
         };
         while hup.recv().await.is_some() {
             info!(file = %path.display(), "SIGHUP: reloading configuration");
-            let _ = reload_file(&gw, &path, &listen);
+            let _ = reload_file(&gw, &path, &overrides);
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = (gw, path, listen);
+        let _ = (gw, path, overrides);
         std::future::pending::<()>().await;
     }
 }
