@@ -101,6 +101,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        let hangups = tollgate::reload::Hangups::catch();
         let mut listeners = Vec::new();
         for addr in &config.listen {
             match TcpListener::bind(addr).await {
@@ -128,7 +129,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        tokio::spawn(tollgate::reload::on_sighup(
+        tokio::spawn(hangups.reload_on_each(
             gateway.clone(),
             path.clone(),
             tollgate::reload::Overrides {

@@ -98,26 +98,43 @@ fn keep_fixed(old: &Config, new: &mut Config) {
     }
 }
 
-/// Reloads `path` on every SIGHUP, forever. On systems without SIGHUP it
-/// never completes and does nothing.
-pub async fn on_sighup(gw: Arc<Gateway>, path: PathBuf, overrides: Overrides) {
+/// SIGHUP, caught from the moment [`Hangups::catch`] returns: until then
+/// the default action of SIGHUP ends the process, so `main` calls it before
+/// anything slow (binding, connecting to Redis).
+#[derive(Debug)]
+pub struct Hangups {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = match signal(SignalKind::hangup()) {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(error = %e, "cannot listen for SIGHUP; hot reload is off");
-                return std::future::pending().await;
-            }
-        };
-        while hup.recv().await.is_some() {
-            info!(file = %path.display(), "SIGHUP: reloading configuration");
-            let _ = reload_file(&gw, &path, &overrides);
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    /// Starts catching SIGHUP. Must be called inside a Tokio runtime.
+    pub fn catch() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let signal = match signal(SignalKind::hangup()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    warn!(error = %e, "cannot catch SIGHUP; hot reload is off");
+                    None
+                }
+            };
+            Self { signal }
         }
+        #[cfg(not(unix))]
+        Self {}
     }
-    #[cfg(not(unix))]
-    {
+
+    /// Reloads `path` on every SIGHUP, forever (never completes).
+    pub async fn reload_on_each(self, gw: Arc<Gateway>, path: PathBuf, overrides: Overrides) {
+        #[cfg(unix)]
+        if let Some(mut hup) = self.signal {
+            while hup.recv().await.is_some() {
+                info!(file = %path.display(), "SIGHUP: reloading configuration");
+                let _ = reload_file(&gw, &path, &overrides);
+            }
+        }
         let _ = (gw, path, overrides);
         std::future::pending::<()>().await;
     }

@@ -227,6 +227,37 @@ async fn health_readiness_and_admin_errors() {
     );
 }
 
+#[tokio::test]
+async fn readyz_fails_while_draining_and_in_flight_requests_finish() {
+    let up = Upstream::start().await;
+    let mut gw = AdminGateway::start(
+        &format!(
+            "listen: 127.0.0.1:0\nroutes: [ {{ name: a, upstream: {} }} ]\n",
+            up.url()
+        ),
+        clock(),
+    )
+    .await;
+    let addr = gw.addr;
+    let slow = tokio::spawn(async move { send(addr, get("/slow?ms=1500", &[])).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while up.count() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the slow request never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    gw.shut_down();
+    let r = wait_ready_body(&gw, "draining").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let done = slow.await.expect("slow request task");
+    assert_eq!(
+        (done.status, done.text().as_str()),
+        (StatusCode::OK, "slow ok")
+    );
+}
+
 /// Polls `/readyz` until its body contains `want`.
 async fn wait_ready_body(gw: &AdminGateway, want: &str) -> Reply {
     let deadline = Instant::now() + Duration::from_secs(10);

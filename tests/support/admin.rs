@@ -50,6 +50,13 @@ impl AdminGateway {
         }
     }
 
+    /// Begins the shutdown: no new proxy connections, in-flight requests drain.
+    pub fn shut_down(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
     /// GET on the admin listener.
     pub async fn admin_get(&self, path: &str) -> Reply {
         send(self.admin, get(path, &[])).await
