@@ -109,8 +109,7 @@ pub async fn decide(
     route_shadow: bool,
     requests: &[LimitRequest],
 ) -> RouteDecision {
-    let shadow: Vec<bool> = limits.iter().map(|l| is_shadow(route_shadow, l)).collect();
-    let n_shadow = shadow.iter().filter(|&&s| s).count();
+    let n_shadow = limits.iter().filter(|l| is_shadow(route_shadow, l)).count();
 
     // All enforced, or all shadow: one call, exactly as enforcement decides.
     if n_shadow == 0 || n_shadow == limits.len() {
@@ -135,7 +134,7 @@ pub async fn decide(
 
     // Mixed: enforced first, then the shadow limits.
     let (enforced, shadowed): (Vec<usize>, Vec<usize>) =
-        (0..limits.len()).partition(|&i| !shadow[i]);
+        (0..limits.len()).partition(|&i| !is_shadow(route_shadow, &limits[i]));
     let pick = |idx: &[usize], cost_zero: bool| -> Vec<LimitRequest> {
         idx.iter()
             .filter_map(|&i| requests.get(i).cloned())

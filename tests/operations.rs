@@ -63,24 +63,36 @@ routes:
   - name: down
     match: {{ path_prefix: /down }}
     upstream: http://127.0.0.1:{dead}
+  - name: sluggish
+    match: {{ path_prefix: /slow }}
+    upstream: {up}
+    timeout: 100ms
 "#,
         up = up.url()
     );
     let gw = AdminGateway::start(&yaml, clock()).await;
     let mut statuses = Vec::new();
     for path in [
-        "/api", "/api", "/api", "/api", "/api", // 3 allowed, 2 limited
-        "/trial", "/trial", "/trial", // 1 allowed, 2 shadow-limited (forwarded)
-        "/down", "/down",    // 2 upstream errors
-        "/nowhere", // no route
+        "/api",
+        "/api",
+        "/api",
+        "/api",
+        "/api", // 3 allowed, 2 limited
+        "/trial",
+        "/trial",
+        "/trial", // 1 allowed, 2 shadow-limited (forwarded)
+        "/down",
+        "/down",         // 2 upstream errors
+        "/slow?ms=2000", // 1 upstream timeout
+        "/nowhere",      // no route
     ] {
         statuses.push(send(gw.addr, get(path, &[])).await.status.as_u16());
     }
     assert_eq!(
         statuses,
-        [200, 200, 200, 429, 429, 200, 200, 200, 502, 502, 404]
+        [200, 200, 200, 429, 429, 200, 200, 200, 502, 502, 504, 404]
     );
-    assert_eq!(up.count(), 6);
+    assert_eq!(up.count(), 7);
 
     let text = gw.scrape().await;
     assert_series(
@@ -157,6 +169,18 @@ routes:
             ),
             (
                 r#"tollgate_upstream_errors_total{route="api",kind="connect"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_upstream_errors_total{route="sluggish",kind="timeout"}"#,
+                1.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="sluggish",outcome="error"}"#,
+                1.0,
+            ),
+            (
+                r#"tollgate_upstream_duration_seconds_count{route="sluggish"}"#,
                 0.0,
             ),
             (
@@ -340,6 +364,50 @@ routes:
         &[
             ("tollgate_store_errors_total", 2.0),
             ("tollgate_store_fallback", 0.0),
+        ],
+    );
+}
+
+#[tokio::test]
+async fn failing_open_counts_unchecked_decisions() {
+    // Nothing listens on this port: Redis is down from the start.
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+store: {{ redis: {{ url: "redis://127.0.0.1:{}", timeout: 100ms }}, on_error: allow }}
+routes:
+  - name: demo
+    respond: {{ body: "hi" }}
+    limits: [ {{ name: demo, key: ip, limit: 1, window: 1h }} ]
+"#,
+        free_port()
+    );
+    let gw = AdminGateway::start(&yaml, clock()).await;
+    for _ in 0..3 {
+        let r = send(gw.addr, get("/", &[])).await;
+        assert_eq!(r.status, StatusCode::OK, "on_error: allow admits");
+        assert_eq!(r.header("ratelimit"), None, "no count is known");
+    }
+    let r = gw.admin_get("/readyz").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.text().contains("redis unreachable"), "{}", r.text());
+    assert_series(
+        &gw.scrape().await,
+        &[
+            (
+                r#"tollgate_requests_total{route="demo",outcome="allowed"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="demo",limit="demo",outcome="error"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="demo",limit="demo",outcome="allowed"}"#,
+                0.0,
+            ),
+            ("tollgate_store_errors_total", 3.0),
+            ("tollgate_store_fallback", 1.0),
         ],
     );
 }
