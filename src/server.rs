@@ -331,6 +331,9 @@ pub fn error_response(err: &GatewayError) -> Response<Body> {
 }
 
 /// Serves `config` on `listeners` until `shutdown` completes, then drains.
+/// Without an admin listener and without reload; the binary uses
+/// [`Gateway::new`], [`crate::admin::serve_with_admin`] and
+/// [`crate::reload::Hangups`] for those.
 ///
 /// # Errors
 /// The gateway cannot be built (see [`Gateway::new`]).
