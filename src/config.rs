@@ -8,6 +8,7 @@
 pub mod file;
 pub mod load;
 mod position;
+pub mod schema;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU64;
@@ -24,6 +25,8 @@ pub use load::{ConfigError, ConfigErrors, load_file, parse_str};
 pub struct Config {
     /// Addresses the proxy listens on, each optionally with TLS.
     pub listen: Vec<Listen>,
+    /// Admin listener (`/metrics`, `/healthz`, `/readyz`, `/admin/top`); none when absent.
+    pub admin: Option<SocketAddr>,
     /// Where limiter state lives and what to do when it is unreachable.
     pub store: StoreConfig,
     /// How the client IP is read.
@@ -84,7 +87,7 @@ impl Default for ServerSettings {
 }
 
 /// The limiter store.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
     /// Redis; `None` keeps all state in process.
     pub redis: Option<RedisConfig>,
@@ -95,7 +98,7 @@ pub struct StoreConfig {
 }
 
 /// A standalone Redis server.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// `redis://[user:password@]host:port[/db]`.
     pub url: String,
@@ -145,7 +148,7 @@ pub struct UserConfig {
 }
 
 /// Gateway-wide timeouts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// Reading a request's header block (slowloris bound).
     pub header_read: Duration,
@@ -173,6 +176,8 @@ pub struct Route {
     pub cost: u64,
     /// Limits, all of which must admit.
     pub limits: Vec<Limit>,
+    /// Every limit of the route only counts and logs what it would deny.
+    pub shadow: bool,
 }
 
 /// Request matching.
@@ -245,6 +250,8 @@ pub struct Limit {
     pub window_ms: NonZeroU64,
     /// Cost override for this limit; `None` uses the route's cost.
     pub cost: Option<u64>,
+    /// The limit only counts and logs what it would deny (see [`crate::shadow`]).
+    pub shadow: bool,
 }
 
 /// An identity key: the parts of a compound key (`[ip, header:x-user]`),

@@ -9,6 +9,8 @@
 //! calls it. See `docs/request-lifecycle.md` for the phase chart.
 #![forbid(unsafe_code)]
 
+pub mod access;
+pub mod admin;
 pub mod clock;
 pub mod config;
 pub mod guard;
@@ -16,12 +18,16 @@ pub mod headers;
 pub mod identity;
 pub mod limit;
 pub mod listener;
+pub mod metrics;
 pub mod problem;
 pub mod proxy;
+pub mod reload;
 pub mod routing;
 pub mod server;
+pub mod shadow;
 pub mod store;
 pub mod tls;
+pub mod top;
 pub mod upgrade;
 
 pub use config::Config;

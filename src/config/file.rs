@@ -26,6 +26,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use yaml_serde::Value;
@@ -172,6 +173,23 @@ impl<'de> Deserialize<'de> for Int {
     }
 }
 
+/// A YAML boolean (`true` / `false`), nothing else: `yes` or `"true"` is
+/// more likely a mistake than a choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flag(pub bool);
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::Bool(b) => Ok(Self(b)),
+            other => Err(de::Error::custom(format_args!(
+                "expected true or false, found {}",
+                describe(&other)
+            ))),
+        }
+    }
+}
+
 /// One scalar or a list of them (`key: ip` or `key: [ip, user]`).
 ///
 /// Each item is its own [`Field`], so one bad item does not hide the others.
@@ -198,16 +216,20 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 }
 
 /// The whole file.
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Root {
     /// `listen: ADDR`, `{ addr, tls: { cert, key } }`, or a list of them.
     pub listen: Field<OneOrMany<Listen>>,
+    /// `admin: ADDR`
+    pub admin: Field<Text>,
     /// `store:`
     pub store: Field<Store>,
     /// `client_ip:`
     pub client_ip: Field<ClientIp>,
     /// `headers: ietf | none`
+    #[schemars(extend("enum" = ["ietf", "none", null]))]
     pub headers: Field<Text>,
     /// `api_keys: { header }`
     pub api_keys: Field<HeaderSource>,
@@ -252,7 +274,7 @@ impl<'de> Deserialize<'de> for Listen {
 }
 
 /// `listen: { addr, tls }`
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, expecting = "a mapping")]
 pub struct ListenMap {
     /// `addr: 127.0.0.1:8443`
@@ -262,7 +284,7 @@ pub struct ListenMap {
 }
 
 /// `listen[i].tls:`
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, expecting = "a mapping")]
 pub struct Tls {
     /// `cert: /path/to/chain.pem`
@@ -272,42 +294,50 @@ pub struct Tls {
 }
 
 /// `server:` — caps on what one client may hold or send.
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Server {
     /// `max_connections: 10000`
     pub max_connections: Field<Int>,
     /// `max_header_size: 128KiB`
+    #[schemars(extend("pattern" = super::schema::SIZE))]
     pub max_header_size: Field<Text>,
     /// `max_body_size: 10MiB`
+    #[schemars(extend("pattern" = super::schema::SIZE))]
     pub max_body_size: Field<Text>,
 }
 
 /// `store:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Store {
     /// `redis: { url, timeout }`
     pub redis: Field<Redis>,
     /// `on_error: allow | local`
+    #[schemars(extend("enum" = ["allow", "local", null]))]
     pub on_error: Field<Text>,
     /// `prefix: "tollgate:"`
     pub prefix: Field<Text>,
 }
 
 /// `store.redis:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Redis {
     /// `url: redis://host:port`
     pub url: Field<Text>,
     /// `timeout: 25ms`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub timeout: Field<Text>,
 }
 
 /// `client_ip:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct ClientIp {
     /// `trusted_proxies: [CIDR or IP, ...]`
     pub trusted_proxies: Field<OneOrMany<Text>>,
@@ -316,32 +346,40 @@ pub struct ClientIp {
 }
 
 /// `api_keys:` and `users:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct HeaderSource {
     /// `header: NAME`
     pub header: Field<Text>,
 }
 
 /// `timeouts:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Timeouts {
     /// `header_read: 10s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub header_read: Field<Text>,
     /// `upstream_connect: 5s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub upstream_connect: Field<Text>,
     /// `upstream_response: 30s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub upstream_response: Field<Text>,
     /// `idle: 60s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub idle: Field<Text>,
     /// `drain: 30s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub drain: Field<Text>,
 }
 
 /// One item of `routes:`.
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Route {
     /// `name: api`
     pub name: Field<Text>,
@@ -353,6 +391,7 @@ pub struct Route {
     /// `respond: { status, body, content_type }`
     pub respond: Field<Respond>,
     /// `timeout: 30s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub timeout: Field<Text>,
     /// `cost: 1`
     pub cost: Field<Int>,
@@ -361,12 +400,15 @@ pub struct Route {
     /// `upstream_ca: /path/to/ca.pem` (https upstreams)
     pub upstream_ca: Field<Text>,
     /// `upgrade: true` (pass `Upgrade` requests such as WebSocket through)
-    pub upgrade: Field<bool>,
+    pub upgrade: Field<Flag>,
+    /// `shadow: true`
+    pub shadow: Field<Flag>,
 }
 
 /// `routes[i].match:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Match {
     /// `host: api.example.com`
     pub host: Field<Text>,
@@ -379,8 +421,9 @@ pub struct Match {
 }
 
 /// `routes[i].respond:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Respond {
     /// `status: 200`
     pub status: Field<Int>,
@@ -391,8 +434,9 @@ pub struct Respond {
 }
 
 /// One item of `routes[i].limits:`.
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Limit {
     /// `name: per_ip`
     pub name: Field<Text>,
@@ -401,9 +445,12 @@ pub struct Limit {
     /// `limit: 100`
     pub limit: Field<Int>,
     /// `window: 1m`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub window: Field<Text>,
     /// `cost: 2`
     pub cost: Field<Int>,
+    /// `shadow: true`
+    pub shadow: Field<Flag>,
 }
 
 /// A key the structs do not know.
@@ -541,7 +588,8 @@ mod tests {
                 "cost",
                 "limits",
                 "upstream_ca",
-                "upgrade"
+                "upgrade",
+                "shadow"
             ]
         );
         assert_eq!(fields_at(&["routes", "limits"]), fields_of::<Limit>());

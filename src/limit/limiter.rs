@@ -14,6 +14,7 @@ use tracing::{info, warn};
 
 use super::{Decision, LimitRequest};
 use crate::config::{OnError, StoreConfig};
+use crate::metrics::StoreMetrics;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
 
 /// How long startup waits for the first Redis connection.
@@ -33,6 +34,7 @@ pub struct Limiter {
     redis: Option<RedisStore>,
     on_error: OnError,
     degraded: AtomicBool,
+    metrics: StoreMetrics,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -81,23 +83,67 @@ impl Limiter {
             redis,
             on_error: cfg.on_error,
             degraded: AtomicBool::new(false),
+            metrics: StoreMetrics::default(),
         })
+    }
+
+    /// Records store latency, errors and the fallback state in `metrics`.
+    pub fn with_metrics(mut self, metrics: StoreMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Whether decisions can be made: no Redis is configured, Redis is
+    /// connected, or the `on_error` fallback answers while it is not.
+    pub fn is_ready(&self) -> bool {
+        match &self.redis {
+            None => true,
+            Some(r) => r.is_connected() || matches!(self.on_error, OnError::Allow | OnError::Local),
+        }
+    }
+
+    /// Whether Redis is configured and currently answering.
+    pub fn redis_connected(&self) -> Option<bool> {
+        self.redis.as_ref().map(RedisStore::is_connected)
+    }
+
+    /// Whether the last Redis call failed, so `on_error` is deciding.
+    pub fn fallback_active(&self) -> bool {
+        self.degraded.load(Ordering::Relaxed)
+    }
+
+    /// Decides in process, timing the call.
+    fn decide_memory(&self, now_ms: u64, requests: &[LimitRequest]) -> Decision {
+        let start = std::time::Instant::now();
+        let d = self.memory.decide_now(now_ms, requests);
+        self.metrics
+            .memory_duration
+            .observe(start.elapsed().as_secs_f64());
+        d
     }
 
     /// Decides one request at `now_ms`.
     pub async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Verdict {
         let Some(redis) = &self.redis else {
-            return Verdict::Decided(self.memory.decide_now(now_ms, requests));
+            return Verdict::Decided(self.decide_memory(now_ms, requests));
         };
-        match redis.decide(now_ms, requests).await {
+        let start = std::time::Instant::now();
+        let result = redis.decide(now_ms, requests).await;
+        self.metrics
+            .redis_duration
+            .observe(start.elapsed().as_secs_f64());
+        match result {
             Ok(d) => {
                 if self.degraded.swap(false, Ordering::Relaxed) {
+                    self.metrics.fallback.set(0);
                     info!("redis answers again; limits are shared again");
                 }
                 Verdict::Decided(d)
             }
             Err(e) => {
+                self.metrics.errors.inc();
                 if !self.degraded.swap(true, Ordering::Relaxed) {
+                    self.metrics.fallback.set(1);
                     match self.on_error {
                         OnError::Allow => {
                             warn!(error = %e, "redis unavailable; admitting requests unchecked (on_error: allow)")
@@ -109,7 +155,7 @@ impl Limiter {
                 }
                 match self.on_error {
                     OnError::Allow => Verdict::FailedOpen,
-                    OnError::Local => Verdict::Decided(self.memory.decide_now(now_ms, requests)),
+                    OnError::Local => Verdict::Decided(self.decide_memory(now_ms, requests)),
                 }
             }
         }

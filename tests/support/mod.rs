@@ -2,5 +2,6 @@
 //! loopback ports, cleaned up on drop.
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod gateway;
 pub mod redis;
