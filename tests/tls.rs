@@ -379,3 +379,67 @@ async fn a_stalled_tls_handshake_is_cut_off_at_header_read() {
         StatusCode::OK
     );
 }
+
+#[tokio::test]
+async fn a_reload_reads_renewed_certificates_for_new_connections() {
+    let first = new_pki();
+    let path = first.dir.path().join("gateway.yaml");
+    // Relative paths: read next to the file, on start and on reload.
+    std::fs::write(
+        &path,
+        "listen: [ { addr: 127.0.0.1:0, tls: { cert: cert.pem, key: key.pem } } ]\nroutes: [ { name: ok, respond: { body: ok } } ]\n",
+    )
+    .expect("write config");
+    let config = tollgate::config::load_file(&path).expect("valid config");
+    let gateway = Arc::new(tollgate::Gateway::new(config).await.expect("gateway"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(tollgate::server::serve(
+        gateway.clone(),
+        vec![listener],
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    let handshake = |pki: &Pki| {
+        let connector = client(pki, &[b"http/1.1"]);
+        async move {
+            let tcp = TcpStream::connect(addr).await.expect("connect");
+            connector
+                .connect(ServerName::try_from("localhost").expect("name"), tcp)
+                .await
+                .is_ok()
+        }
+    };
+    assert!(handshake(&first).await, "the first certificate is served");
+
+    // The certificate is renewed under another CA, in the same files.
+    let renewed = new_pki();
+    std::fs::copy(&renewed.cert, &first.cert).expect("replace cert");
+    std::fs::copy(&renewed.key, &first.key).expect("replace key");
+    assert!(handshake(&first).await, "nothing changes before the reload");
+    tollgate::reload::reload_file(&gateway, &path, &tollgate::reload::Overrides::default())
+        .expect("reload");
+    assert!(
+        handshake(&renewed).await,
+        "the renewed certificate is served"
+    );
+    assert!(!handshake(&first).await, "the old certificate is gone");
+
+    // A broken key is refused by the reload, naming the file; the running
+    // certificate keeps serving.
+    std::fs::write(&first.key, "not a key\n").expect("break key");
+    let refused =
+        tollgate::reload::reload_file(&gateway, &path, &tollgate::reload::Overrides::default())
+            .expect_err("a broken key is refused");
+    assert!(refused.to_string().contains("key.pem"), "{refused}");
+    assert!(
+        handshake(&renewed).await,
+        "the running certificate still serves"
+    );
+
+    let _ = stop.send(());
+    serving.await.expect("serve ends");
+}
