@@ -750,3 +750,32 @@ fn admin_and_shadow_fields() {
         ]
     );
 }
+
+#[test]
+fn schema_covers_the_edge_fields() {
+    let schema = serde_json::to_value(tollgate::config::schema::schema()).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let yaml = |src: &str| -> serde_json::Value { yaml_serde::from_str(src).expect("YAML parses") };
+    let good =
+        "listen: [ 127.0.0.1:8080, { addr: 127.0.0.1:8443, tls: { cert: c.pem, key: k.pem } } ]
+timeouts: { idle: 60s, drain: 30s }
+server: { max_connections: 100, max_header_size: 64KiB, max_body_size: 1048576 }
+routes:
+  - { name: a, upstream: 'https://up', upstream_ca: ca.pem, upgrade: true }
+";
+    let errors: Vec<String> = validator
+        .iter_errors(&yaml(good))
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    for bad in [
+        "listen: [ { adr: 127.0.0.1:1 } ]\nroutes: [ { name: a, respond: {} } ]\n",
+        "listen: { addr: 127.0.0.1:1, tls: { cert: c, key: k, ca: x } }\nroutes: [ { name: a, respond: {} } ]\n",
+        "listen: 127.0.0.1:1\nserver: { max_body_size: 10MB }\nroutes: [ { name: a, respond: {} } ]\n",
+        "listen: 127.0.0.1:1\nserver: { max_conns: 1 }\nroutes: [ { name: a, respond: {} } ]\n",
+        "listen: 127.0.0.1:1\ntimeouts: { idle: 1 minute }\nroutes: [ { name: a, respond: {} } ]\n",
+        "listen: 127.0.0.1:1\nroutes: [ { name: a, upstream: 'http://up', upgrade: yes } ]\n",
+    ] {
+        assert!(!validator.is_valid(&yaml(bad)), "accepted:\n{bad}");
+    }
+}
