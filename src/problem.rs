@@ -53,6 +53,9 @@ pub enum GatewayError {
     /// The upstream connection failed after connecting.
     #[error("upstream failed: {0}")]
     UpstreamFailed(String),
+    /// The limiter store cannot decide and `on_error: deny` refuses.
+    #[error("rate limiter unavailable")]
+    StoreUnavailable,
 }
 
 impl GatewayError {
@@ -63,6 +66,7 @@ impl GatewayError {
             Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => {
                 ErrorSource::Upstream
             }
+            Self::StoreUnavailable => ErrorSource::Store,
         }
     }
 
@@ -73,6 +77,7 @@ impl GatewayError {
             Self::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UpstreamConnect(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -114,7 +119,8 @@ impl GatewayError {
             Self::NoRoute { .. }
             | Self::UpstreamConnect(_)
             | Self::UpstreamTimeout(_)
-            | Self::UpstreamFailed(_) => {
+            | Self::UpstreamFailed(_)
+            | Self::StoreUnavailable => {
                 push_field(&mut body, "type", "about:blank");
                 body.push(',');
                 push_common(&mut body, title, status);
@@ -129,6 +135,7 @@ impl GatewayError {
                         "The upstream server did not answer within {} ms",
                         d.as_millis()
                     ),
+                    Self::StoreUnavailable => "The rate limiter cannot decide right now and this route fails closed; retry shortly".to_owned(),
                     _ => "The upstream connection failed".to_owned(),
                 };
                 push_field(&mut body, "detail", &detail);
@@ -171,6 +178,16 @@ fn push_json_string(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_unavailable_is_a_503_problem() {
+        let e = GatewayError::StoreUnavailable;
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.source_kind(), ErrorSource::Store);
+        let body = String::from_utf8_lossy(&e.problem()).into_owned();
+        assert!(body.contains("\"status\":503"), "{body}");
+        assert!(body.contains("\"title\":\"Service Unavailable\""), "{body}");
+    }
 
     #[test]
     fn limited_body() {

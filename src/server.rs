@@ -98,6 +98,16 @@ impl Gateway {
         })
     }
 
+    /// Whether limiter decisions go to Redis (for metrics).
+    pub fn breaker_state(&self) -> crate::store::BreakerState {
+        self.limiter.breaker_state()
+    }
+
+    /// The last known number of live gateway instances sharing Redis.
+    pub fn live_instances(&self) -> u64 {
+        self.limiter.live_instances()
+    }
+
     /// Handles one request from `peer`; never fails — every error becomes a
     /// response.
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
@@ -140,8 +150,16 @@ impl Gateway {
                     }
                 })
                 .collect();
-            Some(self.limiter.decide(self.clock.now_ms(), &requests).await)
+            Some(
+                self.limiter
+                    .decide_with(self.clock.now_ms(), &requests, route.route.on_error)
+                    .await,
+            )
         };
+        if let Some(Verdict::Unavailable) = verdict {
+            debug!(route = %route.route.name, "limiter unavailable; failing closed");
+            return error_response(&GatewayError::StoreUnavailable);
+        }
         let decision = match &verdict {
             Some(Verdict::Decided(d)) => Some(d),
             _ => None,

@@ -5,6 +5,8 @@
 //! the same conformance table (`tests/limiter.rs`), driven with an injected
 //! time: `now_ms` is an argument, never read inside a store.
 
+pub mod breaker;
+pub mod heartbeat;
 pub mod memory;
 pub mod redis;
 
@@ -12,6 +14,7 @@ use std::future::Future;
 
 use crate::limit::{Decision, LimitRequest};
 
+pub use breaker::{Breaker, BreakerState};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 

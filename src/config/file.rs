@@ -225,10 +225,14 @@ pub struct Root {
 pub struct Store {
     /// `redis: { url, timeout }`
     pub redis: Field<Redis>,
-    /// `on_error: allow | local`
+    /// `on_error: allow | deny | local`
     pub on_error: Field<Text>,
     /// `prefix: "tollgate:"`
     pub prefix: Field<Text>,
+    /// `clock: gateway | redis`
+    pub clock: Field<Text>,
+    /// `breaker: { failures, probe_interval }`
+    pub breaker: Field<Breaker>,
 }
 
 /// `store.redis:`
@@ -237,8 +241,66 @@ pub struct Store {
 pub struct Redis {
     /// `url: redis://host:port`
     pub url: Field<Text>,
+    /// `cluster: [host:port, ...]` (seed nodes)
+    pub cluster: Field<OneOrMany<Text>>,
+    /// `sentinel: { service_name, nodes }`
+    pub sentinel: Field<Sentinel>,
+    /// `username: tollgate`
+    pub username: Field<Text>,
+    /// `password: s3cret`
+    pub password: Field<Text>,
+    /// `database: 0`
+    pub database: Field<Int>,
+    /// `tls: { ca_file }`
+    pub tls: Field<RedisTls>,
     /// `timeout: 25ms`
     pub timeout: Field<Text>,
+    /// `connect_timeout: 1s`
+    pub connect_timeout: Field<Text>,
+    /// `reconnect: { min, max, jitter }`
+    pub reconnect: Field<Reconnect>,
+    /// `pool_size: 1`
+    pub pool_size: Field<Int>,
+}
+
+/// `store.redis.sentinel:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping")]
+pub struct Sentinel {
+    /// `service_name: mymaster`
+    pub service_name: Field<Text>,
+    /// `nodes: [host:port, ...]`
+    pub nodes: Field<OneOrMany<Text>>,
+}
+
+/// `store.redis.tls:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping")]
+pub struct RedisTls {
+    /// `ca_file: /etc/tollgate/redis-ca.pem`
+    pub ca_file: Field<Text>,
+}
+
+/// `store.redis.reconnect:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping")]
+pub struct Reconnect {
+    /// `min: 100ms`
+    pub min: Field<Text>,
+    /// `max: 1s`
+    pub max: Field<Text>,
+    /// `jitter: 100ms`
+    pub jitter: Field<Text>,
+}
+
+/// `store.breaker:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping")]
+pub struct Breaker {
+    /// `failures: 3`
+    pub failures: Field<Int>,
+    /// `probe_interval: 200ms`
+    pub probe_interval: Field<Text>,
 }
 
 /// `client_ip:`
@@ -290,6 +352,8 @@ pub struct Route {
     pub cost: Field<Int>,
     /// `limits:`
     pub limits: Field<Vec<Field<Limit>>>,
+    /// `on_error: allow | deny | local` (overrides `store.on_error`)
+    pub on_error: Field<Text>,
 }
 
 /// `routes[i].match:`
@@ -399,6 +463,10 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         [] => fields_of::<Root>(),
         ["store"] => fields_of::<Store>(),
         ["store", "redis"] => fields_of::<Redis>(),
+        ["store", "redis", "sentinel"] => fields_of::<Sentinel>(),
+        ["store", "redis", "tls"] => fields_of::<RedisTls>(),
+        ["store", "redis", "reconnect"] => fields_of::<Reconnect>(),
+        ["store", "breaker"] => fields_of::<Breaker>(),
         ["client_ip"] => fields_of::<ClientIp>(),
         ["api_keys" | "users"] => fields_of::<HeaderSource>(),
         ["timeouts"] => fields_of::<Timeouts>(),
@@ -460,7 +528,7 @@ mod tests {
         assert_eq!(
             fields_of::<Route>(),
             [
-                "name", "match", "upstream", "respond", "timeout", "cost", "limits"
+                "name", "match", "upstream", "respond", "timeout", "cost", "limits", "on_error"
             ]
         );
         assert_eq!(fields_at(&["routes", "limits"]), fields_of::<Limit>());

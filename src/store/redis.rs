@@ -34,7 +34,11 @@
 //! (fred's own SHA-1 needs its `sha-1` feature) and kept; a `NOSCRIPT` reply
 //! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+mod cluster;
+mod commands;
+pub mod topology;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -43,7 +47,7 @@ use fred::clients::Client;
 use fred::error::{Error as FredError, ErrorKind};
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{
-    Config as FredConfig, ConnectionConfig, Options, ReconnectPolicy, TcpConfig, UnresponsiveConfig,
+    ConnectionConfig, Options, ReconnectPolicy, TcpConfig, UnresponsiveConfig,
 };
 use fred::types::{Builder, ClusterHash, ConnectHandle, CustomCommand, Value};
 use tokio::sync::broadcast::error::RecvError;
@@ -51,18 +55,14 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{Store, StoreError};
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, RedisTopology};
 use crate::limit::{Decision, LimitOutcome, LimitRequest};
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
 pub const SCRIPT: &str = include_str!("redis/sliding_window.lua");
 
-/// First reconnect delay (ms); doubled on each failed attempt.
-const RECONNECT_MIN_MS: u32 = 100;
-/// Longest reconnect delay (ms): Redis coming back is noticed within a second.
-const RECONNECT_MAX_MS: u32 = 1_000;
-/// Bound on opening a TCP connection and on the handshake commands.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// `now` argument that makes the scripts read Redis `TIME` (`clock: redis`).
+const SERVER_CLOCK: &str = "TIME";
 /// Longer call timeouts are clamped to this, so deadlines cannot overflow.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 
@@ -70,17 +70,39 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 const MAX_ARG: u64 = 1 << 53;
 
 /// The Redis-backed store. Cheap to share behind an `Arc`; dropping it stops
-/// the connection task.
+/// the connection tasks.
 pub struct RedisStore {
+    /// `pool_size` clients; decisions take them in turn (see [`Self::client`]).
+    links: Vec<Link>,
+    /// Round-robin position in `links`.
+    next: AtomicUsize,
+    timeout: Duration,
+    sha: OnceLock<Str>,
+    /// `clock: redis`: the scripts read `TIME` instead of taking `now`.
+    server_clock: AtomicBool,
+    /// A Redis Cluster: one request's keys may sit in several slots.
+    clustered: bool,
+}
+
+/// One client of the pool and its link watcher.
+struct Link {
     client: Client,
     /// fred's connection task.
     task: ConnectHandle,
     /// The [`watch_link`] task.
     watcher: JoinHandle<()>,
     /// No connection error since the last (re)connect.
-    link_up: Arc<AtomicBool>,
-    timeout: Duration,
-    sha: OnceLock<Str>,
+    up: Arc<AtomicBool>,
+}
+
+impl Link {
+    fn client_ref(&self) -> &Client {
+        &self.client
+    }
+
+    fn is_connected(&self) -> bool {
+        self.up.load(Ordering::Acquire) && self.client.is_connected()
+    }
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -94,81 +116,107 @@ impl std::fmt::Debug for RedisStore {
 
 impl Drop for RedisStore {
     fn drop(&mut self) {
-        // The client is private to this store, so nothing else can use the
-        // connection task once the store is gone.
-        self.task.abort();
-        self.watcher.abort();
+        // The clients are private to this store, so nothing else can use the
+        // connection tasks once the store is gone.
+        for link in &self.links {
+            link.task.abort();
+            link.watcher.abort();
+        }
     }
 }
 
 impl RedisStore {
-    /// Starts a client for `cfg.url` and returns at once, connected or not:
-    /// the connection is made, and remade after failures, in the background.
-    /// Until it is up, [`Store::decide`] answers [`StoreError::Unavailable`].
+    /// Starts clients for `cfg` (standalone, Cluster or Sentinel; see
+    /// [`topology`]) and returns at once, connected or not: connections are
+    /// made, and remade after failures, in the background. Until one is up,
+    /// [`Store::decide`] answers [`StoreError::Unavailable`].
     ///
     /// Must be called inside a Tokio runtime.
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when `cfg.url` is not a usable Redis URL.
-    /// Never because the server is down or unreachable.
+    /// [`StoreError::Unavailable`] when `cfg` is not usable (a malformed
+    /// URL, an unreadable CA file). Never because the server is down or
+    /// unreachable.
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
-        // The URL may hold a password: it is not repeated in the error.
-        let invalid = |why: &str| StoreError::Unavailable(format!("invalid Redis URL: {why}"));
-        // fred would also take `rediss://` (TLS, not built in), cluster and
-        // sentinel URLs; this store speaks plain RESP to one server.
-        if cfg.url.split_once("://").map(|(scheme, _)| scheme) != Some("redis") {
-            return Err(invalid("expected redis://[user:password@]host:port[/db]"));
-        }
-        let mut config =
-            FredConfig::from_url_centralized(&cfg.url).map_err(|e| invalid(e.details()))?;
+        let mut config = topology::fred_config(cfg)?;
         // Run the reconnect policy for the first connection too, instead of
         // giving up when Redis is down at startup.
         config.fail_fast = false;
         let timeout = cfg.timeout.min(MAX_TIMEOUT);
         let unresponsive = (timeout * 4).max(Duration::from_secs(1));
-        let client = Builder::from_config(config)
-            .set_policy(ReconnectPolicy::new_exponential(
-                0, // retry forever
-                RECONNECT_MIN_MS,
-                RECONNECT_MAX_MS,
-                2,
-            ))
-            .with_connection_config(|c| {
-                *c = ConnectionConfig {
-                    connection_timeout: CONNECT_TIMEOUT,
-                    internal_command_timeout: CONNECT_TIMEOUT,
-                    max_command_attempts: 1,
-                    unresponsive: UnresponsiveConfig {
-                        max_timeout: Some(unresponsive),
-                        interval: unresponsive / 4,
-                    },
-                    tcp: TcpConfig {
-                        nodelay: Some(true),
-                        ..TcpConfig::default()
-                    },
-                    ..ConnectionConfig::default()
-                };
-            })
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
-        // Subscribe before connecting, so the first connect event is seen.
-        let link_up = Arc::new(AtomicBool::new(false));
-        let watcher = watch_link(&client, Arc::clone(&link_up));
-        // `connect` spawns the connection task and does not wait for it.
-        let task = client.connect();
+        let connect_timeout = cfg.connect_timeout.min(MAX_TIMEOUT);
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        let mut policy = ReconnectPolicy::new_exponential(
+            0, // retry forever
+            ms(cfg.reconnect_min).max(1),
+            ms(cfg.reconnect_max).max(1),
+            2,
+        );
+        policy.set_jitter(ms(cfg.reconnect_jitter));
+        let clustered = matches!(cfg.topology, RedisTopology::Cluster { .. });
+        let mut links = Vec::with_capacity(cfg.pool_size.max(1));
+        for _ in 0..cfg.pool_size.max(1) {
+            let client = Builder::from_config(config.clone())
+                .set_policy(policy.clone())
+                .with_connection_config(|c| {
+                    *c = ConnectionConfig {
+                        connection_timeout: connect_timeout,
+                        internal_command_timeout: connect_timeout,
+                        max_command_attempts: 1,
+                        unresponsive: UnresponsiveConfig {
+                            max_timeout: Some(unresponsive),
+                            interval: unresponsive / 4,
+                        },
+                        tcp: TcpConfig {
+                            nodelay: Some(true),
+                            ..TcpConfig::default()
+                        },
+                        ..ConnectionConfig::default()
+                    };
+                })
+                .build()
+                .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
+            // Subscribe before connecting, so the first connect event is seen.
+            let up = Arc::new(AtomicBool::new(false));
+            let watcher = watch_link(&client, Arc::clone(&up));
+            // `connect` spawns the connection task and does not wait for it.
+            let task = client.connect();
+            links.push(Link {
+                client,
+                task,
+                watcher,
+                up,
+            });
+        }
         Ok(RedisStore {
-            client,
-            task,
-            watcher,
-            link_up,
+            links,
+            next: AtomicUsize::new(0),
             timeout,
             sha: OnceLock::new(),
+            server_clock: AtomicBool::new(false),
+            clustered,
         })
     }
 
-    /// Whether the connection to Redis is up right now.
+    /// Whether a connection to Redis is up right now.
     pub fn is_connected(&self) -> bool {
-        self.link_up.load(Ordering::Acquire) && self.client.is_connected()
+        self.links.iter().any(Link::is_connected)
+    }
+
+    /// The next connected client of the pool (the first one when none is).
+    fn client(&self) -> &Client {
+        let n = self.links.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|i| &self.links[(start + i) % n])
+            .find(|l| l.is_connected())
+            .unwrap_or(&self.links[start % n])
+            .client_ref()
+    }
+
+    /// `clock: redis`: from now on the scripts read Redis `TIME`.
+    pub fn use_server_clock(&self, on: bool) {
+        self.server_clock.store(on, Ordering::Relaxed);
     }
 
     /// Options for one command that must finish by `deadline`.
@@ -187,10 +235,14 @@ impl RedisStore {
 
     /// `SCRIPT LOAD`s the script and remembers the SHA-1 the server returns.
     async fn load_script(&self, deadline: Instant) -> Result<Str, StoreError> {
+        // issue 4: in a Cluster the script is loaded on every primary.
+        if self.clustered {
+            return self.load_script_everywhere(deadline).await;
+        }
         let cmd = CustomCommand::new_static("SCRIPT", ClusterHash::Random, false);
         let args = vec![Value::from("LOAD"), Value::from(SCRIPT)];
         let reply: Value = self
-            .client
+            .client()
             .with_options(&Self::options(deadline)?)
             .custom(cmd, args)
             .await
@@ -227,7 +279,7 @@ impl RedisStore {
         args.extend(requests.iter().map(|r| Value::from(r.key.as_str())));
         args.extend(argv.iter().cloned());
         let options = Self::options(deadline)?;
-        match self.client.with_options(&options).custom(cmd, args).await {
+        match self.client().with_options(&options).custom(cmd, args).await {
             Ok(reply) => Ok(Some(reply)),
             Err(e) if e.details().starts_with("NOSCRIPT") => Ok(None),
             Err(e) => Err(store_error(e)),
@@ -240,7 +292,11 @@ impl RedisStore {
         now_ms: u64,
         requests: &[LimitRequest],
     ) -> Result<Decision, StoreError> {
-        let argv = script_args(now_ms, requests)?;
+        let mut argv = script_args(now_ms, requests)?;
+        // issue 4 (clock: redis): the script reads TIME when `now` is "TIME".
+        if self.server_clock.load(Ordering::Relaxed) {
+            argv[0] = Value::from(SERVER_CLOCK);
+        }
         if !self.is_connected() {
             return Err(StoreError::Unavailable("not connected to Redis".into()));
         }
@@ -276,6 +332,10 @@ impl Store for RedisStore {
         // fred bounds each command by what is left until the deadline; this
         // bounds the decision as a whole.
         let deadline = Instant::now() + self.timeout;
+        // issue 4: keys in several Cluster slots, reserved slot by slot.
+        if self.clustered && cluster::spans_slots(requests) {
+            return self.decide_across_slots(deadline, now_ms, requests).await;
+        }
         tokio::time::timeout_at(deadline, self.decide_by(deadline, now_ms, requests))
             .await
             .unwrap_or(Err(StoreError::Timeout))
@@ -350,6 +410,7 @@ fn store_error(e: FredError) -> StoreError {
         | ErrorKind::Url
         | ErrorKind::Auth
         | ErrorKind::Cluster
+        | ErrorKind::Tls
         | ErrorKind::Sentinel => StoreError::Unavailable(format!("{:?}: {detail}", e.kind())),
         // Server error replies arrive as Unknown; the ones that mean "not
         // now" are outages, the rest (script errors) are garbage answers.
