@@ -4,3 +4,4 @@
 
 pub mod gateway;
 pub mod redis;
+pub mod redis_topologies;
