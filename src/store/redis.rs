@@ -270,9 +270,11 @@ impl RedisStore {
         argv: &[Value],
         deadline: Instant,
     ) -> Result<Option<Value>, StoreError> {
-        // EVALSHA sha numkeys key... arg...; route by the first key (offset 2)
-        // so a future cluster client lands on the keys' slot.
-        let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+        // EVALSHA sha numkeys key... arg...; routed to the first key's slot.
+        // issue 4: fred applies only `ClusterHash::Custom` to custom commands
+        // (an `Offset` is ignored and the SHA-1 would be hashed), so the slot
+        // is computed here.
+        let cmd = CustomCommand::new_static("EVALSHA", cluster::first_key_slot(requests), false);
         let mut args = Vec::with_capacity(2 + requests.len() + argv.len());
         args.push(Value::String(sha.clone()));
         args.push(Value::Integer(requests.len() as i64));

@@ -167,6 +167,10 @@ impl RedisCluster {
                     "nodes.conf".into(),
                     "--cluster-node-timeout".into(),
                     "2000".into(),
+                    // The default bus port (port + 10000) may be taken or
+                    // beyond 65535; pick a free one as well.
+                    "--cluster-port".into(),
+                    free_port().to_string(),
                 ],
             ));
         }

@@ -59,6 +59,16 @@ pub(super) fn spans_slots(requests: &[LimitRequest]) -> bool {
     }
 }
 
+/// The hash slot of the first key, as fred's routing for a custom command
+/// (`ClusterHash::Custom`); a random node when there is no key.
+pub(super) fn first_key_slot(requests: &[LimitRequest]) -> ClusterHash {
+    requests
+        .first()
+        .map_or(ClusterHash::Random, |r| {
+            ClusterHash::Custom(redis_keyslot(r.key.as_bytes()))
+        })
+}
+
 /// Request indices grouped by slot, in ascending slot order.
 fn slot_groups(requests: &[LimitRequest]) -> Vec<Vec<usize>> {
     let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();

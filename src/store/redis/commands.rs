@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
 use super::{RedisStore, store_error};
@@ -70,8 +71,12 @@ impl RedisStore {
         if !self.is_connected() {
             return Err(StoreError::Unavailable("not connected to Redis".into()));
         }
-        // EVAL script numkeys key... arg...; routed by the first key.
-        let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
+        // EVAL script numkeys key... arg...; routed to the first key's slot
+        // (fred honours only `ClusterHash::Custom` on custom commands).
+        let slot = keys
+            .first()
+            .map_or(ClusterHash::Random, |k| ClusterHash::Custom(redis_keyslot(k.as_bytes())));
+        let cmd = CustomCommand::new_static("EVAL", slot, false);
         let mut all = Vec::with_capacity(2 + keys.len() + args.len());
         all.push(Value::from(script));
         all.push(Value::Integer(keys.len() as i64));
