@@ -116,8 +116,7 @@ impl Load {
         for t in self.tasks {
             t.await.expect("a load worker panicked");
         }
-        let samples = self.samples.lock().expect("samples").clone();
-        samples
+        self.samples.lock().expect("samples").clone()
     }
 }
 
@@ -206,7 +205,10 @@ async fn outage_under_load(on_error: &str) {
         assert_eq!(s.status, StatusCode::OK, "{s:?}");
     }
     assert!(worst <= TIMEOUT + SLACK, "a response took {worst:?}");
-    assert!(back <= BACK_WITHIN, "decisions back in Redis after {back:?}");
+    assert!(
+        back <= BACK_WITHIN,
+        "decisions back in Redis after {back:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +242,10 @@ async fn outage_with_a_deny_route_answers_503_then_recovers() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(reply.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
     assert!(reply.text().contains("\"status\":503"), "{}", reply.text());
     tokio::time::sleep(Duration::from_secs(2)).await;
     server.restart().await;
@@ -426,12 +431,24 @@ async fn garbage_in_redis_goes_through_the_failure_policy() {
         .expect("KEYS");
     assert_eq!(keys.len(), 2, "{keys:?}");
     for (i, key) in keys.iter().enumerate() {
-        let _: () = redis::cmd("DEL").arg(key).query_async(&mut conn).await.expect("DEL");
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
         // One key of the wrong type, one string that is not a counter.
         let _: () = if i == 0 {
-            redis::cmd("RPUSH").arg(key).arg("x").query_async(&mut conn).await
+            redis::cmd("RPUSH")
+                .arg(key)
+                .arg("x")
+                .query_async(&mut conn)
+                .await
         } else {
-            redis::cmd("SET").arg(key).arg("1:2").query_async(&mut conn).await
+            redis::cmd("SET")
+                .arg(key)
+                .arg("1:2")
+                .query_async(&mut conn)
+                .await
         }
         .expect("write garbage");
     }
@@ -511,9 +528,16 @@ async fn cluster_decides_many_keys_and_limits_across_slots() {
         let key = format!("tg:{{id{i}}}:r:l");
         let reqs = [one(&key, 2)];
         let first = store.decide(T0, &reqs).await;
-        assert!(first.as_ref().is_ok_and(|d| d.allowed), "{key}: {first:?} {:?}", cluster.get(&key).await);
+        assert!(
+            first.as_ref().is_ok_and(|d| d.allowed),
+            "{key}: {first:?} {:?}",
+            cluster.get(&key).await
+        );
         assert!(store.decide(T0, &reqs).await.expect("decide").allowed);
-        assert!(!store.decide(T0, &reqs).await.expect("decide").allowed, "{key}");
+        assert!(
+            !store.decide(T0, &reqs).await.expect("decide").allowed,
+            "{key}"
+        );
         let (port, value) = cluster.get(&key).await;
         assert_eq!(value.as_deref(), Some("28333333:0:2"), "{key}");
         nodes.insert(port);
@@ -538,13 +562,34 @@ async fn cluster_decides_many_keys_and_limits_across_slots() {
     let denied = store.decide(T0, &both).await.expect("decide");
     assert!(!denied.allowed);
     assert!(denied.outcomes[0].admits && !denied.outcomes[1].admits);
-    assert_eq!(denied.outcomes[0].remaining, 2, "reported as before the reservation");
+    assert_eq!(
+        denied.outcomes[0].remaining, 2,
+        "reported as before the reservation"
+    );
     // `a` was reserved in its slot, then given back when `b` denied.
     assert_eq!(cluster.get(a).await.1.as_deref(), Some("28333333:0:3"));
     assert_eq!(cluster.get(b).await.1.as_deref(), Some("28333333:0:3"));
-    assert!(store.decide(T0, &[one(a, 5)]).await.expect("decide").allowed);
-    assert!(store.decide(T0, &[one(a, 5)]).await.expect("decide").allowed);
-    assert!(!store.decide(T0, &[one(a, 5)]).await.expect("decide").allowed);
+    assert!(
+        store
+            .decide(T0, &[one(a, 5)])
+            .await
+            .expect("decide")
+            .allowed
+    );
+    assert!(
+        store
+            .decide(T0, &[one(a, 5)])
+            .await
+            .expect("decide")
+            .allowed
+    );
+    assert!(
+        !store
+            .decide(T0, &[one(a, 5)])
+            .await
+            .expect("decide")
+            .allowed
+    );
 }
 
 #[tokio::test]
@@ -560,16 +605,23 @@ async fn sentinel_failover_is_followed_without_a_restart() {
     .await;
     assert!(decide_eventually(&store, T0, &[one("tg:{before}:r:l", 5)]).await);
     assert_eq!(
-        query_string(setup.master.port, &["GET", "tg:{before}:r:l"]).await.as_deref(),
+        query_string(setup.master.port, &["GET", "tg:{before}:r:l"])
+            .await
+            .as_deref(),
         Some("28333333:0:1")
     );
 
     setup.fail_over().await;
     let failed_over = Instant::now();
     assert!(decide_eventually(&store, T0, &[one("tg:{after}:r:l", 5)]).await);
-    eprintln!("sentinel: decisions through the new master {:?} after the promotion", failed_over.elapsed());
+    eprintln!(
+        "sentinel: decisions through the new master {:?} after the promotion",
+        failed_over.elapsed()
+    );
     assert_eq!(
-        query_string(setup.replica.port, &["GET", "tg:{after}:r:l"]).await.as_deref(),
+        query_string(setup.replica.port, &["GET", "tg:{after}:r:l"])
+            .await
+            .as_deref(),
         Some("28333333:0:1"),
         "written through the promoted replica"
     );
@@ -633,7 +685,11 @@ async fn acl_user_and_database_number() {
         .query_async(&mut db3.expect("db 3"))
         .await
         .expect("GET");
-    assert_eq!(value.as_deref(), Some("28333333:0:1"), "written in database 3");
+    assert_eq!(
+        value.as_deref(),
+        Some("28333333:0:1"),
+        "written in database 3"
+    );
     // The user's key pattern is in force: other keys are refused, and that
     // is an error for the failure policy, not a decision.
     assert!(matches!(
@@ -642,7 +698,10 @@ async fn acl_user_and_database_number() {
     ));
 
     // Credentials as fields.
-    let mut cfg = config(RedisTopology::Standalone, &format!("redis://127.0.0.1:{port}/3"));
+    let mut cfg = config(
+        RedisTopology::Standalone,
+        &format!("redis://127.0.0.1:{port}/3"),
+    );
     cfg.username = Some("tollgate".into());
     cfg.password = Some("s3cret".into());
     let fields = connected(&cfg).await;
@@ -651,7 +710,9 @@ async fn acl_user_and_database_number() {
 
     // A wrong password never connects.
     cfg.password = Some("wrong".into());
-    let wrong = RedisStore::connect(&cfg).await.expect("connect returns at once");
+    let wrong = RedisStore::connect(&cfg)
+        .await
+        .expect("connect returns at once");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!wrong.is_connected());
     assert!(wrong.decide(T0, &reqs).await.is_err());
@@ -670,7 +731,11 @@ async fn redis_clock_makes_skewed_gateways_agree() {
     let reqs = [one("tg:{skew}:r:gw", 3)];
     let mut admitted = 0;
     for i in 0..6 {
-        let (store, t) = if i % 2 == 0 { (&a, now) } else { (&b, now + skew) };
+        let (store, t) = if i % 2 == 0 {
+            (&a, now)
+        } else {
+            (&b, now + skew)
+        };
         admitted += u32::from(store.decide(t, &reqs).await.expect("decide").allowed);
     }
     assert!(admitted > 3, "skewed clocks admitted only {admitted}");
@@ -681,7 +746,11 @@ async fn redis_clock_makes_skewed_gateways_agree() {
     let reqs = [one("tg:{skew}:r:redis", 3)];
     let mut admitted = 0;
     for i in 0..6 {
-        let (store, t) = if i % 2 == 0 { (&a, now) } else { (&b, now + skew) };
+        let (store, t) = if i % 2 == 0 {
+            (&a, now)
+        } else {
+            (&b, now + skew)
+        };
         admitted += u32::from(store.decide(t, &reqs).await.expect("decide").allowed);
     }
     assert_eq!(admitted, 3);

@@ -358,11 +358,7 @@ impl Check<'_> {
             &child_key(path, "prefix"),
             text(|s| Ok(s.to_owned())),
         );
-        let clock = self.optional(
-            &store.clock,
-            &child_key(path, "clock"),
-            text(parse_clock),
-        );
+        let clock = self.optional(&store.clock, &child_key(path, "clock"), text(parse_clock));
         let breaker = self.optional(&store.breaker, &child_key(path, "breaker"), Self::breaker);
         Ok(StoreConfig {
             redis: redis?,
@@ -408,7 +404,11 @@ impl Check<'_> {
                 Ok(seeds)
             },
         );
-        let sentinel = self.optional(&redis.sentinel, &child_key(path, "sentinel"), Self::sentinel);
+        let sentinel = self.optional(
+            &redis.sentinel,
+            &child_key(path, "sentinel"),
+            Self::sentinel,
+        );
         let username = self.optional(
             &redis.username,
             &child_key(path, "username"),
@@ -483,7 +483,10 @@ impl Check<'_> {
             let message = if given.is_empty() {
                 "missing required field \"url\" (or cluster, or sentinel)".to_owned()
             } else {
-                format!("set one of url, cluster and sentinel, not {}", given.join(" and "))
+                format!(
+                    "set one of url, cluster and sentinel, not {}",
+                    given.join(" and ")
+                )
             };
             return Err(self.push(path, message, pos));
         }
@@ -872,12 +875,18 @@ fn parse_on_error(s: &str) -> Result<OnError, String> {
 fn parse_clock(s: &str) -> Result<ClockSource, String> {
     one_of(
         s,
-        &[("gateway", ClockSource::Gateway), ("redis", ClockSource::Redis)],
+        &[
+            ("gateway", ClockSource::Gateway),
+            ("redis", ClockSource::Redis),
+        ],
     )
 }
 
 fn parse_redis_url(s: &str) -> Result<String, String> {
-    match s.strip_prefix("redis://").or_else(|| s.strip_prefix("rediss://")) {
+    match s
+        .strip_prefix("redis://")
+        .or_else(|| s.strip_prefix("rediss://"))
+    {
         Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(s.to_owned()),
         Some(_) => Err(format!("{s:?} has no host; write redis://HOST:PORT")),
         None => Err(format!(

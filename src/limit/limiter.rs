@@ -90,9 +90,7 @@ impl Limiter {
                 if !store.is_connected() {
                     warn!(redis = %r.describe(), "redis not reachable at startup; serving by on_error until it is");
                 }
-                tasks.push(tokio::spawn(
-                    Arc::clone(&breaker).probe(Arc::clone(&store)),
-                ));
+                tasks.push(tokio::spawn(Arc::clone(&breaker).probe(Arc::clone(&store))));
                 tasks.push(tokio::spawn(heartbeat::run(
                     Arc::clone(&store),
                     heartbeat::key(&cfg.prefix),

@@ -135,7 +135,11 @@ mod tests {
         b.record(Ok(()));
         b.record(Err(&down));
         b.record(Err(&down));
-        assert_eq!(b.state(), BreakerState::Closed, "a success resets the count");
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "a success resets the count"
+        );
         for _ in 0..10 {
             b.record(Err(&StoreError::Protocol("garbage".into())));
         }

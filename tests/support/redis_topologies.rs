@@ -372,9 +372,8 @@ impl TlsRedis {
             .push(DnType::CommonName, "tollgate test CA");
         let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
         let key = KeyPair::generate().expect("server key");
-        let params =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-                .expect("server params");
+        let params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .expect("server params");
         let issuer = Issuer::from_params(&ca_params, &ca_key);
         let cert = params.signed_by(&key, &issuer).expect("server certificate");
         let ca_file = dir.path().join("ca.pem");

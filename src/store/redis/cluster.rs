@@ -62,11 +62,9 @@ pub(super) fn spans_slots(requests: &[LimitRequest]) -> bool {
 /// The hash slot of the first key, as fred's routing for a custom command
 /// (`ClusterHash::Custom`); a random node when there is no key.
 pub(super) fn first_key_slot(requests: &[LimitRequest]) -> ClusterHash {
-    requests
-        .first()
-        .map_or(ClusterHash::Random, |r| {
-            ClusterHash::Custom(redis_keyslot(r.key.as_bytes()))
-        })
+    requests.first().map_or(ClusterHash::Random, |r| {
+        ClusterHash::Custom(redis_keyslot(r.key.as_bytes()))
+    })
 }
 
 /// Request indices grouped by slot, in ascending slot order.
@@ -95,9 +93,10 @@ impl RedisStore {
         let mut failure = None;
         for group in slot_groups(requests) {
             let part: Vec<LimitRequest> = group.iter().map(|&i| requests[i].clone()).collect();
-            let decided = tokio::time::timeout_at(deadline, self.decide_by(deadline, now_ms, &part))
-                .await
-                .unwrap_or(Err(StoreError::Timeout));
+            let decided =
+                tokio::time::timeout_at(deadline, self.decide_by(deadline, now_ms, &part))
+                    .await
+                    .unwrap_or(Err(StoreError::Timeout));
             match decided {
                 Ok(d) => {
                     for (&i, o) in group.iter().zip(d.outcomes) {
@@ -151,14 +150,20 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         let keys: Vec<&str> = group.iter().map(|&i| requests[i].key.as_str()).collect();
         let mut args = Vec::with_capacity(1 + 2 * group.len());
-        args.push(if self.server_clock.load(std::sync::atomic::Ordering::Relaxed) {
-            Value::from(SERVER_CLOCK)
-        } else {
-            Value::Integer(i64::try_from(now_ms).unwrap_or(i64::MAX))
-        });
+        args.push(
+            if self.server_clock.load(std::sync::atomic::Ordering::Relaxed) {
+                Value::from(SERVER_CLOCK)
+            } else {
+                Value::Integer(i64::try_from(now_ms).unwrap_or(i64::MAX))
+            },
+        );
         for &i in group {
-            args.push(Value::Integer(i64::try_from(requests[i].window_ms).unwrap_or(i64::MAX)));
-            args.push(Value::Integer(i64::try_from(requests[i].cost).unwrap_or(i64::MAX)));
+            args.push(Value::Integer(
+                i64::try_from(requests[i].window_ms).unwrap_or(i64::MAX),
+            ));
+            args.push(Value::Integer(
+                i64::try_from(requests[i].cost).unwrap_or(i64::MAX),
+            ));
         }
         self.eval_by(deadline, REFUND, &keys, args).await.map(drop)
     }
@@ -173,11 +178,15 @@ impl RedisStore {
         let mut slots: BTreeMap<String, u16> = BTreeMap::new();
         if let Some(state) = client.cached_cluster_state() {
             for range in state.slots() {
-                slots.entry(range.primary.to_string()).or_insert(range.start);
+                slots
+                    .entry(range.primary.to_string())
+                    .or_insert(range.start);
             }
         }
         if slots.is_empty() {
-            return Err(StoreError::Unavailable("cluster slot map not known yet".into()));
+            return Err(StoreError::Unavailable(
+                "cluster slot map not known yet".into(),
+            ));
         }
         let options = Self::options(deadline)?;
         let loads = slots.values().map(|&slot| {

@@ -36,9 +36,7 @@ impl RedisStore {
         };
         match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(Value::String(s))) if &*s == "PONG" => Ok(()),
-            Ok(Ok(other)) => Err(StoreError::Protocol(format!(
-                "PING replied {other:?}"
-            ))),
+            Ok(Ok(other)) => Err(StoreError::Protocol(format!("PING replied {other:?}"))),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(StoreError::Timeout),
         }
@@ -73,9 +71,9 @@ impl RedisStore {
         }
         // EVAL script numkeys key... arg...; routed to the first key's slot
         // (fred honours only `ClusterHash::Custom` on custom commands).
-        let slot = keys
-            .first()
-            .map_or(ClusterHash::Random, |k| ClusterHash::Custom(redis_keyslot(k.as_bytes())));
+        let slot = keys.first().map_or(ClusterHash::Random, |k| {
+            ClusterHash::Custom(redis_keyslot(k.as_bytes()))
+        });
         let cmd = CustomCommand::new_static("EVAL", slot, false);
         let mut all = Vec::with_capacity(2 + keys.len() + args.len());
         all.push(Value::from(script));

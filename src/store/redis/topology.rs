@@ -88,8 +88,8 @@ fn tls_config(ca_file: Option<&Path>) -> Result<TlsConfig, StoreError> {
             let pem = std::fs::read(path)
                 .map_err(|e| tls_error(format!("cannot read {}: {e}", path.display())))?;
             for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert
-                    .map_err(|e| tls_error(format!("{}: not PEM: {e}", path.display())))?;
+                let cert =
+                    cert.map_err(|e| tls_error(format!("{}: not PEM: {e}", path.display())))?;
                 roots
                     .add(cert)
                     .map_err(|e| tls_error(format!("{}: {e}", path.display())))?;
@@ -144,9 +144,7 @@ mod tests {
         let dir = std::env::temp_dir().join("tollgate-no-such-ca.pem");
         let cfg = RedisConfig {
             url: "rediss://127.0.0.1:7".into(),
-            tls: Some(crate::config::RedisTls {
-                ca_file: Some(dir),
-            }),
+            tls: Some(crate::config::RedisTls { ca_file: Some(dir) }),
             ..RedisConfig::default()
         };
         assert!(fred_config(&cfg).is_err());
