@@ -4,14 +4,24 @@
 //! every limit of the request, so checking all limits and consuming from all
 //! of them is one atomic step on the server (DESIGN §4). The script takes
 //! `now` as an argument — the store never reads a clock — so the conformance
-//! table drives it exactly like the in-process store.
+//! table drives it exactly like the in-process store; with `clock: redis`
+//! ([`RedisStore::use_server_clock`]) it is passed the word `TIME` and reads
+//! the server's clock instead.
+//!
+//! Where Redis is — one server (TLS, ACL user, database), a Cluster, or a
+//! master behind Sentinel — is [`topology`]'s business; a request whose keys
+//! span several Cluster slots is decided by `cluster` (reserve in slot
+//! order, refund on a later deny). `pool_size` clients are kept, each with
+//! its own link watcher, and decisions take the next connected one.
 //!
 //! Availability is the other half of the design. The gateway must start and
 //! keep serving when Redis is down, and a decision must never wait for a
 //! reconnect:
-//! - [`RedisStore::connect`] only starts the client's connection task and
-//!   returns; the task reconnects forever with an exponential backoff from
-//!   100 ms, capped at one second.
+//! - [`RedisStore::connect`] only starts the clients' connection tasks and
+//!   returns; each reconnects forever with an exponential backoff from
+//!   `reconnect.min` (100 ms) to `reconnect.max` (one second), plus up to
+//!   `reconnect.jitter` (100 ms) at random so a fleet does not reconnect in
+//!   step.
 //! - While the link is down a decision is answered at once with
 //!   [`StoreError::Unavailable`] instead of being queued until a reconnect.
 //!   fred's client state alone is not enough: after a connection drops it
