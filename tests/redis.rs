@@ -755,3 +755,147 @@ async fn redis_clock_makes_skewed_gateways_agree() {
     }
     assert_eq!(admitted, 3);
 }
+
+#[tokio::test]
+async fn cluster_gateway_refunds_a_limit_denied_in_another_slot() {
+    let cluster = RedisCluster::start(3).await;
+    let seeds: Vec<String> = cluster
+        .seeds()
+        .iter()
+        .map(|(h, p)| format!("{h}:{p}"))
+        .collect();
+    let gw = Gateway::start(&format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {{ cluster: [{}], timeout: 2s }}
+  on_error: deny
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200 }}
+    limits:
+      - {{ name: per_ip, key: ip, limit: 5, window: 1m }}
+      - {{ name: per_user, key: 'header:x-user', limit: 3, window: 1m }}
+",
+        seeds.join(", ")
+    ))
+    .await;
+    let as_user = |user: &'static str| get("/t", &[("x-user", user)]);
+    // The cluster may need a moment after startup; deny answers 503 then.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while send(gw.addr, as_user("alice")).await.status != StatusCode::OK {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never decided in the cluster"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..2 {
+        assert_eq!(send(gw.addr, as_user("alice")).await.status, StatusCode::OK);
+    }
+    let limited = send(gw.addr, as_user("alice")).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        limited.text().contains("[\"per_user\"]"),
+        "{}",
+        limited.text()
+    );
+
+    // The two keys sit in different slots (and so were decided apart).
+    let mut keys = Vec::new();
+    for node in &cluster.nodes {
+        if let Ok(redis::Value::Array(found)) = query(node.port, &["KEYS", "*:t:per_*"]).await {
+            for k in found {
+                if let redis::Value::BulkString(k) = k {
+                    keys.push(String::from_utf8_lossy(&k).into_owned());
+                }
+            }
+        }
+    }
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let p0 = cluster.nodes[0].port;
+    let mut slots = Vec::new();
+    for k in &keys {
+        slots.push(format!("{:?}", query(p0, &["CLUSTER", "KEYSLOT", k]).await));
+    }
+    assert_ne!(slots[0], slots[1], "{keys:?}");
+
+    // alice's 4th request reserved per_ip, then was refunded: 3 of 5 used,
+    // so bob (same IP) gets exactly 2 more.
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(send(gw.addr, as_user("bob")).await.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+}
+
+#[tokio::test]
+async fn refund_script_gives_back_to_the_right_count() {
+    const REFUND: &str = include_str!("../src/store/redis/refund.lua");
+    let server = RedisServer::start().await;
+    let mut conn = server.connection().await;
+    // Window 1000 ms; the reservation was made at now = 100_500 (window 100).
+    let cases: &[(Option<&str>, u64, Option<&str>, i64)] = &[
+        (Some("100:4:7"), 2, Some("100:4:5"), 1), // still window 100: cur
+        (Some("101:7:1"), 2, Some("101:5:1"), 1), // rolled to 101: prev
+        (Some("102:7:1"), 2, Some("102:7:1"), 0), // two windows on: nothing
+        (Some("100:0:1"), 3, Some("100:0:0"), 1), // never below zero
+        (None, 1, None, 0),                       // expired: nothing
+    ];
+    for (before, cost, after, refunded) in cases {
+        let key = "tg:{refund}:r:l";
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+        if let Some(v) = before {
+            let _: () = redis::cmd("SET")
+                .arg(key)
+                .arg(*v)
+                .arg("PX")
+                .arg(60_000)
+                .query_async(&mut conn)
+                .await
+                .expect("SET");
+        }
+        let n: i64 = redis::Script::new(REFUND)
+            .key(key)
+            .arg(100_500)
+            .arg(1_000)
+            .arg(*cost)
+            .invoke_async(&mut conn)
+            .await
+            .expect("refund");
+        assert_eq!(n, *refunded, "{before:?}");
+        let value: Option<String> = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("GET");
+        assert_eq!(value.as_deref(), *after, "{before:?}");
+        if before.is_some() {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .expect("PTTL");
+            assert!(ttl > 0, "the expiry is kept");
+        }
+    }
+    let key = "tg:{refund}:r:l";
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("garbage")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let r: redis::RedisResult<i64> = redis::Script::new(REFUND)
+        .key(key)
+        .arg(100_500)
+        .arg(1_000)
+        .arg(1)
+        .invoke_async(&mut conn)
+        .await;
+    assert!(r.is_err(), "garbage is an error, not a guess");
+}
