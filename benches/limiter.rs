@@ -78,6 +78,7 @@ fn headers(c: &mut Criterion) {
         limit: NonZeroU64::new(100).unwrap(),
         window_ms: NonZeroU64::new(60_000).unwrap(),
         cost: None,
+        shadow: false,
     }];
     let store = MemoryStore::new();
     let d = store.decide_now(

@@ -8,6 +8,7 @@
 pub mod file;
 pub mod load;
 mod position;
+pub mod schema;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU64;
@@ -24,6 +25,8 @@ pub use load::{ConfigError, ConfigErrors, load_file, parse_str};
 pub struct Config {
     /// Addresses the proxy listens on.
     pub listen: Vec<SocketAddr>,
+    /// Admin listener (`/metrics`, `/healthz`, `/readyz`, `/admin/top`); none when absent.
+    pub admin: Option<SocketAddr>,
     /// Where limiter state lives and what to do when it is unreachable.
     pub store: StoreConfig,
     /// How the client IP is read.
@@ -41,7 +44,7 @@ pub struct Config {
 }
 
 /// The limiter store.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
     /// Redis; `None` keeps all state in process.
     pub redis: Option<RedisConfig>,
@@ -85,7 +88,7 @@ impl Default for BreakerConfig {
 }
 
 /// How to reach Redis: one server, a Cluster or a Sentinel-managed master.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// `redis://` or `rediss://[user:password@]host:port[/db]` for a
     /// standalone server; empty for [`RedisTopology::Cluster`] and
@@ -230,7 +233,7 @@ pub struct UserConfig {
 }
 
 /// Gateway-wide timeouts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// Reading a request's header block (slowloris bound).
     pub header_read: Duration,
@@ -255,6 +258,8 @@ pub struct Route {
     pub limits: Vec<Limit>,
     /// Overrides `store.on_error` for this route.
     pub on_error: Option<OnError>,
+    /// Every limit of the route only counts and logs what it would deny.
+    pub shadow: bool,
 }
 
 /// Request matching.
@@ -322,6 +327,8 @@ pub struct Limit {
     pub window_ms: NonZeroU64,
     /// Cost override for this limit; `None` uses the route's cost.
     pub cost: Option<u64>,
+    /// The limit only counts and logs what it would deny (see [`crate::shadow`]).
+    pub shadow: bool,
 }
 
 /// An identity key: the parts of a compound key (`[ip, header:x-user]`),

@@ -9,16 +9,22 @@
 //! calls it. See `docs/request-lifecycle.md` for the phase chart.
 #![forbid(unsafe_code)]
 
+pub mod access;
+pub mod admin;
 pub mod clock;
 pub mod config;
 pub mod headers;
 pub mod identity;
 pub mod limit;
+pub mod metrics;
 pub mod problem;
 pub mod proxy;
+pub mod reload;
 pub mod routing;
 pub mod server;
+pub mod shadow;
 pub mod store;
+pub mod top;
 
 pub use config::Config;
 pub use server::{Gateway, run};

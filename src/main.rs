@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
@@ -19,6 +19,12 @@ struct Cli {
     /// Listen on these addresses instead of the file's `listen` (repeatable).
     #[arg(long, value_name = "ADDR")]
     listen: Vec<std::net::SocketAddr>,
+    /// Serve the admin listener on this address instead of the file's `admin`.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<std::net::SocketAddr>,
+    /// Log lines as human-readable text or as one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -30,6 +36,14 @@ enum Command {
         /// The file to check (defaults to --config).
         file: Option<PathBuf>,
     },
+    /// Print the JSON Schema of the configuration file (for editor completion).
+    Schema,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// Exit status for a configuration that does not load.
@@ -37,12 +51,19 @@ const BAD_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    if matches!(cli.command, Some(Command::Schema)) {
+        println!("{}", tollgate::config::schema::json());
+        return ExitCode::SUCCESS;
+    }
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
 
     let path = match &cli.command {
         Some(Command::Check { file: Some(f) }) => f.clone(),
@@ -66,6 +87,9 @@ fn main() -> ExitCode {
     if !cli.listen.is_empty() {
         config.listen = cli.listen.clone();
     }
+    if cli.admin.is_some() {
+        config.admin = cli.admin;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -77,6 +101,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        let hangups = tollgate::reload::Hangups::catch();
         let mut listeners = Vec::new();
         for addr in &config.listen {
             match TcpListener::bind(addr).await {
@@ -87,13 +112,33 @@ fn main() -> ExitCode {
                 }
             }
         }
-        match tollgate::run(listeners, config, shutdown_signal()).await {
-            Ok(()) => ExitCode::SUCCESS,
+        let admin = match config.admin {
+            Some(addr) => match TcpListener::bind(addr).await {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    eprintln!("cannot listen on admin address {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => None,
+        };
+        let gateway = match tollgate::Gateway::new(config).await {
+            Ok(g) => std::sync::Arc::new(g),
             Err(e) => {
                 eprintln!("tollgate: {e}");
-                ExitCode::FAILURE
+                return ExitCode::FAILURE;
             }
-        }
+        };
+        tokio::spawn(hangups.reload_on_each(
+            gateway.clone(),
+            path.clone(),
+            tollgate::reload::Overrides {
+                listen: cli.listen.clone(),
+                admin: cli.admin,
+            },
+        ));
+        tollgate::admin::serve_with_admin(gateway, listeners, admin, shutdown_signal()).await;
+        ExitCode::SUCCESS
     })
 }
 

@@ -6,11 +6,12 @@
 //! accepting and lets in-flight requests finish. [`Gateway::handle`] is the
 //! whole per-request pipeline; each phase returns a value to the next.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -25,16 +26,20 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
+use crate::access::{self, Note};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::headers;
 use crate::identity::{self, IdentityConfig};
 use crate::limit::LimitRequest;
-use crate::limit::limiter::{Limiter, Verdict};
+use crate::limit::limiter::Limiter;
+use crate::metrics::{Metrics, Outcome, RouteMetrics, UpstreamErrorKind};
 use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
 use crate::routing::{self, Router};
+use crate::shadow;
 use crate::store::StoreError;
+use crate::top::TopOffenders;
 
 /// How long in-flight requests may take to finish after shutdown begins.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
@@ -55,6 +60,24 @@ pub enum StartError {
 struct Runtime {
     config: Config,
     router: Router,
+    /// Metric handles of every route, by route name.
+    route_metrics: HashMap<Arc<str>, Arc<RouteMetrics>>,
+}
+
+impl Runtime {
+    fn new(config: Config, metrics: &Metrics) -> Self {
+        let router = Router::new(&config);
+        let route_metrics = metrics
+            .routes(&config)
+            .into_iter()
+            .map(|(k, v)| (k, Arc::new(v)))
+            .collect();
+        Self {
+            config,
+            router,
+            route_metrics,
+        }
+    }
 }
 
 /// The gateway: configuration, limiter and upstream client.
@@ -63,6 +86,8 @@ pub struct Gateway {
     limiter: Limiter,
     forwarder: Forwarder,
     clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    top: TopOffenders,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -87,14 +112,18 @@ impl Gateway {
     /// # Errors
     /// The store configuration cannot be used.
     pub async fn with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
-        let limiter = Limiter::new(&config.store).await?;
+        let metrics = Arc::new(Metrics::new());
+        let limiter = Limiter::new(&config.store)
+            .await?
+            .with_metrics(metrics.store.clone());
         let forwarder = Forwarder::new(&config.timeouts);
-        let router = Router::new(&config);
         Ok(Self {
-            runtime: ArcSwap::from_pointee(Runtime { config, router }),
+            runtime: ArcSwap::from_pointee(Runtime::new(config, &metrics)),
             limiter,
             forwarder,
             clock,
+            metrics,
+            top: TopOffenders::default(),
         })
     }
 
@@ -108,9 +137,59 @@ impl Gateway {
         self.limiter.live_instances()
     }
 
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The top-offenders summaries.
+    pub fn top(&self) -> &TopOffenders {
+        &self.top
+    }
+
+    /// The limiter (for readiness).
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+
+    /// The configuration now serving.
+    pub fn config(&self) -> Config {
+        self.runtime.load().config.clone()
+    }
+
+    /// Serves `config` for every request that starts from now on; requests
+    /// already in flight finish with the configuration they started with.
+    /// Counters live in the store and are not touched. See
+    /// [`crate::reload`] for what a reload cannot change.
+    pub fn reload(&self, config: Config) {
+        self.runtime
+            .store(Arc::new(Runtime::new(config, &self.metrics)));
+    }
+
     /// Handles one request from `peer`; never fails — every error becomes a
-    /// response.
+    /// response. Counts it in the metrics and writes its access-log line.
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let start = Instant::now();
+        let method = req.method().clone();
+        let mut note = Note::default();
+        let res = self.route_request(req, peer, &mut note).await;
+        let status = res.status();
+        match &note.metrics {
+            Some(m) => m.count(note.outcome),
+            None => {
+                self.metrics.unmatched.inc();
+            }
+        }
+        access::log(&note, &method, status, start.elapsed());
+        res
+    }
+
+    async fn route_request(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        note: &mut Note,
+    ) -> Response<Body> {
         let rt = self.runtime.load_full();
         let cfg = &rt.config;
         let host = routing::request_host(&req);
@@ -121,9 +200,12 @@ impl Gateway {
             });
         };
         let limits = &route.route.limits;
+        note.route = Some(route.route.name.clone());
+        note.metrics = rt.route_metrics.get(&route.route.name).cloned();
+        let route_metrics = note.metrics.clone();
 
         // Identity and decision.
-        let verdict = if limits.is_empty() {
+        let checked = if limits.is_empty() {
             None
         } else {
             let idc = IdentityConfig {
@@ -132,6 +214,7 @@ impl Gateway {
                 users: &cfg.users,
             };
             let caller = identity::caller(idc, peer.ip(), req.headers());
+            note.identity = access::identity_kind(&caller);
             let requests: Vec<LimitRequest> = limits
                 .iter()
                 .zip(&route.key_suffixes)
@@ -150,32 +233,39 @@ impl Gateway {
                     }
                 })
                 .collect();
-            Some(
-                self.limiter
-                    .decide_with(self.clock.now_ms(), &requests, route.route.on_error)
-                    .await,
+            let rd = shadow::decide(
+                &self.limiter,
+                self.clock.now_ms(),
+                limits,
+                route.route.shadow,
+                &requests,
+                route.route.on_error,
             )
+            .await;
+            shadow::record(
+                &rd,
+                route,
+                &requests,
+                cfg.store.prefix.len(),
+                route_metrics.as_deref(),
+                &self.top,
+            );
+            note.decided(&rd);
+            Some(rd)
         };
-        if let Some(Verdict::Unavailable) = verdict {
-            debug!(route = %route.route.name, "limiter unavailable; failing closed");
+        let decision = checked.as_ref().and_then(|rd| rd.decision.as_ref());
+        if checked.as_ref().is_some_and(|rd| rd.unavailable) {
+            debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
             return error_response(&GatewayError::StoreUnavailable);
         }
-        let decision = match &verdict {
-            Some(Verdict::Decided(d)) => Some(d),
-            _ => None,
-        };
 
-        if let Some(d) = decision.filter(|d| !d.allowed) {
-            let retry_ms = d.retry_after_ms();
+        if let Some(rd) = checked.as_ref().filter(|rd| !rd.allowed) {
+            let retry_ms = rd.retry_after_ms();
             let err = GatewayError::Limited {
-                policies: limits
-                    .iter()
-                    .zip(&d.outcomes)
-                    .filter(|(_, o)| !o.admits)
-                    .map(|(l, _)| l.name.to_string())
-                    .collect(),
+                policies: rd.violated(limits),
                 retry_after: retry_ms.map(headers::ceil_secs),
             };
+            note.outcome = Outcome::Limited;
             debug!(route = %route.route.name, "limited");
             let mut res = error_response(&err);
             if let Some(ms) = retry_ms {
@@ -211,12 +301,26 @@ impl Gateway {
                 };
                 if let Err(e) = proxy::rewrite(&mut req, up, hop) {
                     warn!(error = %e, "cannot build upstream request");
+                    note.outcome = Outcome::Error;
+                    if let Some(m) = &route_metrics {
+                        m.upstream_error(UpstreamErrorKind::Failed);
+                    }
                     return error_response(&GatewayError::UpstreamFailed(e.to_string()));
                 }
+                let sent = Instant::now();
                 match self.forwarder.send(req, up.timeout).await {
-                    Ok(res) => res.map(Either::Left),
+                    Ok(res) => {
+                        if let Some(m) = &route_metrics {
+                            m.upstream_response(res.status(), sent.elapsed());
+                        }
+                        res.map(Either::Left)
+                    }
                     Err(e) => {
                         warn!(route = %route.route.name, error = %e, "upstream error");
+                        note.outcome = Outcome::Error;
+                        if let Some(m) = &route_metrics {
+                            m.upstream_error(access::upstream_error_kind(&e));
+                        }
                         error_response(&e)
                     }
                 }
@@ -242,6 +346,9 @@ pub fn error_response(err: &GatewayError) -> Response<Body> {
 }
 
 /// Serves `config` on `listeners` until `shutdown` completes, then drains.
+/// Without an admin listener and without reload; the binary uses
+/// [`Gateway::new`], [`crate::admin::serve_with_admin`] and
+/// [`crate::reload::Hangups`] for those.
 ///
 /// # Errors
 /// The gateway cannot be built (see [`Gateway::new`]).

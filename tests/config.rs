@@ -253,7 +253,7 @@ fn unknown_top_level_field() {
     let src = "listen: 127.0.0.1:8080\nlisen: 127.0.0.1:8081\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
-        r#"unknown field "lisen"; expected one of listen, store, client_ip, headers, api_keys, users, timeouts, routes (line 2, col 1)"#
+        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, api_keys, users, timeouts, routes (line 2, col 1)"#
     );
 }
 
@@ -274,8 +274,8 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
     assert_eq!(
         errors(&src),
         [
-            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, on_error (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "burst"; expected one of name, key, limit, window, cost (line 11, col 9)"#,
+            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, shadow, on_error (line 4, col 5)"#,
+            r#"routes[0].limits[0]: unknown field "burst"; expected one of name, key, limit, window, cost, shadow (line 11, col 9)"#,
         ]
     );
 }
@@ -774,4 +774,31 @@ routes: [{ name: a, respond: {}, on_error: ignore }]
         let src = format!("listen: 127.0.0.1:1\n{store}routes: [{{ name: a, respond: {{}} }}]\n");
         assert_eq!(errors(&src).join("\n"), *expected, "for:\n{src}");
     }
+}
+
+#[test]
+fn admin_and_shadow_fields() {
+    let c = valid(
+        "listen: 127.0.0.1:8080\nadmin: 127.0.0.1:9090\nroutes:\n  - name: a\n    respond: {}\n    shadow: true\n    limits:\n      - { name: l, key: ip, limit: 1, window: 1s, shadow: false }\n      - { name: m, key: ip, limit: 1, window: 1s, shadow: true }\n",
+    );
+    assert_eq!(c.admin, Some("127.0.0.1:9090".parse().unwrap()));
+    assert!(c.routes[0].shadow);
+    assert!(!c.routes[0].limits[0].shadow);
+    assert!(c.routes[0].limits[1].shadow);
+    let d = valid(
+        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: 1, window: 1s } ] } ]\n",
+    );
+    assert_eq!(d.admin, None);
+    assert!(!d.routes[0].shadow && !d.routes[0].limits[0].shadow);
+
+    assert_eq!(
+        errors(
+            "listen: 127.0.0.1:8080\nadmin: localhost:9090\nroutes:\n  - name: a\n    respond: {}\n    shadow: yes\n    limits:\n      - { name: l, key: ip, limit: 1, window: 1s, shadow: [true] }\n"
+        ),
+        [
+            r#"admin: "localhost:9090" is not a socket address; write IP:PORT, e.g. 127.0.0.1:8080 or [::1]:8080 (line 2, col 8)"#,
+            r#"routes[0].shadow: expected true or false, found the string "yes" (line 6, col 13)"#,
+            r#"routes[0].limits[0].shadow: expected true or false, found a list (line 8, col 59)"#,
+        ]
+    );
 }

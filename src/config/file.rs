@@ -26,6 +26,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use yaml_serde::Value;
@@ -172,6 +173,23 @@ impl<'de> Deserialize<'de> for Int {
     }
 }
 
+/// A YAML boolean (`true` / `false`), nothing else: `yes` or `"true"` is
+/// more likely a mistake than a choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flag(pub bool);
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::Bool(b) => Ok(Self(b)),
+            other => Err(de::Error::custom(format_args!(
+                "expected true or false, found {}",
+                describe(&other)
+            ))),
+        }
+    }
+}
+
 /// One scalar or a list of them (`key: ip` or `key: [ip, user]`).
 ///
 /// Each item is its own [`Field`], so one bad item does not hide the others.
@@ -198,16 +216,20 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 }
 
 /// The whole file.
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Root {
     /// `listen: ADDR` or a list of them.
     pub listen: Field<OneOrMany<Text>>,
+    /// `admin: ADDR`
+    pub admin: Field<Text>,
     /// `store:`
     pub store: Field<Store>,
     /// `client_ip:`
     pub client_ip: Field<ClientIp>,
     /// `headers: ietf | none`
+    #[schemars(extend("enum" = ["ietf", "none", null]))]
     pub headers: Field<Text>,
     /// `api_keys: { header }`
     pub api_keys: Field<HeaderSource>,
@@ -220,24 +242,28 @@ pub struct Root {
 }
 
 /// `store:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Store {
     /// `redis: { url, timeout }`
     pub redis: Field<Redis>,
     /// `on_error: allow | deny | local`
+    #[schemars(extend("enum" = ["allow", "deny", "local", null]))]
     pub on_error: Field<Text>,
     /// `prefix: "tollgate:"`
     pub prefix: Field<Text>,
     /// `clock: gateway | redis`
+    #[schemars(extend("enum" = ["gateway", "redis", null]))]
     pub clock: Field<Text>,
     /// `breaker: { failures, probe_interval }`
     pub breaker: Field<Breaker>,
 }
 
 /// `store.redis:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Redis {
     /// `url: redis://host:port`
     pub url: Field<Text>,
@@ -254,8 +280,10 @@ pub struct Redis {
     /// `tls: { ca_file }`
     pub tls: Field<RedisTls>,
     /// `timeout: 25ms`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub timeout: Field<Text>,
     /// `connect_timeout: 1s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub connect_timeout: Field<Text>,
     /// `reconnect: { min, max, jitter }`
     pub reconnect: Field<Reconnect>,
@@ -264,8 +292,9 @@ pub struct Redis {
 }
 
 /// `store.redis.sentinel:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Sentinel {
     /// `service_name: mymaster`
     pub service_name: Field<Text>,
@@ -274,38 +303,46 @@ pub struct Sentinel {
 }
 
 /// `store.redis.tls:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct RedisTls {
     /// `ca_file: /etc/tollgate/redis-ca.pem`
     pub ca_file: Field<Text>,
 }
 
 /// `store.redis.reconnect:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Reconnect {
     /// `min: 100ms`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub min: Field<Text>,
     /// `max: 1s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub max: Field<Text>,
     /// `jitter: 100ms`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub jitter: Field<Text>,
 }
 
 /// `store.breaker:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Breaker {
     /// `failures: 3`
     pub failures: Field<Int>,
     /// `probe_interval: 200ms`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub probe_interval: Field<Text>,
 }
 
 /// `client_ip:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct ClientIp {
     /// `trusted_proxies: [CIDR or IP, ...]`
     pub trusted_proxies: Field<OneOrMany<Text>>,
@@ -314,28 +351,34 @@ pub struct ClientIp {
 }
 
 /// `api_keys:` and `users:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct HeaderSource {
     /// `header: NAME`
     pub header: Field<Text>,
 }
 
 /// `timeouts:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Timeouts {
     /// `header_read: 10s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub header_read: Field<Text>,
     /// `upstream_connect: 5s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub upstream_connect: Field<Text>,
     /// `upstream_response: 30s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub upstream_response: Field<Text>,
 }
 
 /// One item of `routes:`.
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Route {
     /// `name: api`
     pub name: Field<Text>,
@@ -347,18 +390,23 @@ pub struct Route {
     /// `respond: { status, body, content_type }`
     pub respond: Field<Respond>,
     /// `timeout: 30s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub timeout: Field<Text>,
     /// `cost: 1`
     pub cost: Field<Int>,
     /// `limits:`
     pub limits: Field<Vec<Field<Limit>>>,
+    /// `shadow: true`
+    pub shadow: Field<Flag>,
     /// `on_error: allow | deny | local` (overrides `store.on_error`)
+    #[schemars(extend("enum" = ["allow", "deny", "local", null]))]
     pub on_error: Field<Text>,
 }
 
 /// `routes[i].match:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Match {
     /// `host: api.example.com`
     pub host: Field<Text>,
@@ -371,8 +419,9 @@ pub struct Match {
 }
 
 /// `routes[i].respond:`
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Respond {
     /// `status: 200`
     pub status: Field<Int>,
@@ -383,8 +432,9 @@ pub struct Respond {
 }
 
 /// One item of `routes[i].limits:`.
-#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
 pub struct Limit {
     /// `name: per_ip`
     pub name: Field<Text>,
@@ -393,9 +443,12 @@ pub struct Limit {
     /// `limit: 100`
     pub limit: Field<Int>,
     /// `window: 1m`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
     pub window: Field<Text>,
     /// `cost: 2`
     pub cost: Field<Int>,
+    /// `shadow: true`
+    pub shadow: Field<Flag>,
 }
 
 /// A key the structs do not know.
@@ -528,7 +581,8 @@ mod tests {
         assert_eq!(
             fields_of::<Route>(),
             [
-                "name", "match", "upstream", "respond", "timeout", "cost", "limits", "on_error"
+                "name", "match", "upstream", "respond", "timeout", "cost", "limits", "shadow",
+                "on_error"
             ]
         );
         assert_eq!(fields_at(&["routes", "limits"]), fields_of::<Limit>());

@@ -23,7 +23,7 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 use ipnet::IpNet;
 
-use super::file::{self, Field, Int, OneOrMany, Text};
+use super::file::{self, Field, Flag, Int, OneOrMany, Text};
 use super::position::{Pos, Positions, child_index, child_key};
 use super::{
     Action, ApiKeyConfig, BreakerConfig, ClientIpConfig, ClockSource, Config, HeaderMode,
@@ -309,6 +309,7 @@ impl Check<'_> {
             }
             Ok(addrs)
         });
+        let admin = self.optional(&root.admin, "admin", text(parse_socket_addr));
         let store = self.optional(&root.store, "store", Self::store);
         let client_ip = self.optional(&root.client_ip, "client_ip", Self::client_ip);
         let headers = self.optional(&root.headers, "headers", text(parse_header_mode));
@@ -326,6 +327,7 @@ impl Check<'_> {
 
         Ok(Config {
             listen: listen?,
+            admin: admin?,
             store: store?.unwrap_or_else(|| StoreConfig {
                 redis: None,
                 on_error: OnError::Local,
@@ -681,12 +683,18 @@ impl Check<'_> {
             &child_key(path, "on_error"),
             text(parse_on_error),
         );
+        let shadow = self.optional(
+            &route.shadow,
+            &child_key(path, "shadow"),
+            leaf(|&Flag(b): &Flag| Ok::<_, String>(b)),
+        );
         Ok(Route {
             name: name?,
             matcher: matcher?.unwrap_or_default(),
             action: action?,
             cost: cost?.unwrap_or(1),
             limits: limits?.unwrap_or_default(),
+            shadow: shadow?.unwrap_or(false),
             on_error: on_error?,
         })
     }
@@ -810,6 +818,11 @@ impl Check<'_> {
         let max = self.required(&limit.limit, path, "limit", positive);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
+        let shadow = self.optional(
+            &limit.shadow,
+            &child_key(path, "shadow"),
+            leaf(|&Flag(b): &Flag| Ok::<_, String>(b)),
+        );
         if let (Ok(l), Ok(w)) = (&max, &window) {
             // The Redis script computes in doubles: keep 3·L·w below 2^53.
             if u128::from(*l) * u128::from(w.get()) * 3 >= 1u128 << 53 {
@@ -825,6 +838,7 @@ impl Check<'_> {
             limit: NonZeroU64::new(max?).ok_or(Reported)?,
             window_ms: window?,
             cost: cost?,
+            shadow: shadow?.unwrap_or(false),
         })
     }
 

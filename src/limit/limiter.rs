@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use super::{Decision, LimitRequest};
 use crate::config::{ClockSource, OnError, StoreConfig};
+use crate::metrics::StoreMetrics;
 use crate::store::heartbeat::{self, Instances};
 use crate::store::{Breaker, BreakerState, MemoryStore, RedisStore, Store, StoreError};
 
@@ -36,6 +37,7 @@ pub struct Limiter {
     instances: Instances,
     /// The breaker's probe and the heartbeat; aborted on drop.
     tasks: Vec<JoinHandle<()>>,
+    metrics: StoreMetrics,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -109,7 +111,44 @@ impl Limiter {
             breaker,
             instances,
             tasks,
+            metrics: StoreMetrics::default(),
         })
+    }
+
+    /// Records store latency, errors and the fallback state in `metrics`.
+    pub fn with_metrics(mut self, metrics: StoreMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Whether decisions can be made: no Redis is configured, Redis is
+    /// connected, or the `on_error` fallback answers while it is not
+    /// (`deny` answers 503, so it does not count).
+    pub fn is_ready(&self) -> bool {
+        match &self.redis {
+            None => true,
+            Some(r) => r.is_connected() || matches!(self.on_error, OnError::Allow | OnError::Local),
+        }
+    }
+
+    /// Whether Redis is configured and currently answering.
+    pub fn redis_connected(&self) -> Option<bool> {
+        self.redis.as_ref().map(|r| r.is_connected())
+    }
+
+    /// Whether the last Redis call failed, so `on_error` is deciding.
+    pub fn fallback_active(&self) -> bool {
+        self.degraded.load(Ordering::Relaxed)
+    }
+
+    /// Decides in process, timing the call.
+    fn decide_memory(&self, now_ms: u64, requests: &[LimitRequest]) -> Decision {
+        let start = std::time::Instant::now();
+        let d = self.memory.decide_now(now_ms, requests);
+        self.metrics
+            .memory_duration
+            .observe(start.elapsed().as_secs_f64());
+        d
     }
 
     /// Whether decisions go to Redis (for metrics).
@@ -136,10 +175,14 @@ impl Limiter {
         on_error: Option<OnError>,
     ) -> Verdict {
         let Some(redis) = &self.redis else {
-            return Verdict::Decided(self.memory.decide_now(now_ms, requests));
+            return Verdict::Decided(self.decide_memory(now_ms, requests));
         };
         let result = if self.breaker.allows() {
+            let start = std::time::Instant::now();
             let r = redis.decide(now_ms, requests).await;
+            self.metrics
+                .redis_duration
+                .observe(start.elapsed().as_secs_f64());
             self.breaker.record(r.as_ref().map(drop));
             r
         } else {
@@ -148,12 +191,20 @@ impl Limiter {
         match result {
             Ok(d) => {
                 if self.degraded.swap(false, Ordering::Relaxed) {
+                    self.metrics.fallback.set(0);
                     info!("redis answers again; limits are shared again");
                 }
                 Verdict::Decided(d)
             }
             Err(e) => {
+                // A call skipped by the open breaker is not a store error.
+                if self.breaker.allows()
+                    || !matches!(&e, StoreError::Unavailable(m) if m == "breaker open")
+                {
+                    self.metrics.errors.inc();
+                }
                 if !self.degraded.swap(true, Ordering::Relaxed) {
+                    self.metrics.fallback.set(1);
                     warn!(error = %e, default_on_error = ?self.on_error, "redis cannot decide; deciding by on_error until it can");
                 }
                 match on_error.unwrap_or(self.on_error) {
@@ -170,7 +221,7 @@ impl Limiter {
     fn decide_locally(&self, now_ms: u64, requests: &[LimitRequest]) -> Decision {
         let n = self.instances.get();
         if n <= 1 {
-            return self.memory.decide_now(now_ms, requests);
+            return self.decide_memory(now_ms, requests);
         }
         let shares: Vec<LimitRequest> = requests
             .iter()
@@ -179,6 +230,6 @@ impl Limiter {
                 ..r.clone()
             })
             .collect();
-        self.memory.decide_now(now_ms, &shares)
+        self.decide_memory(now_ms, &shares)
     }
 }

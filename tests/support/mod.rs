@@ -2,6 +2,7 @@
 //! loopback ports, cleaned up on drop.
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod gateway;
 pub mod redis;
 pub mod redis_topologies;

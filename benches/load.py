@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Load benchmark: tollgate against its contenders, in one run, on loopback.
+
+Method
+------
+An nginx upstream (`return 200`, one worker) answers every request. Each
+contender sits in front of it (or is it) and receives the same load from
+`wrk -t1 -c50` for DURATION seconds. Contenders run one at a time, in
+interleaved rounds (A B C ... A B C ...), so slow drifts of this shared
+machine hit all of them alike. For every run the script records:
+
+* CPU time of the proxy process(es) (utime+stime from /proc/PID/stat) over
+  the run divided by the requests served: CPU microseconds per request. This
+  holds within a few percent on a noisy machine where requests/s does not;
+* the same for redis-server, when the contender uses it;
+* requests/s and p99 latency as wrk reports them;
+* Redis calls per request: EVALSHA/EVAL (and HGET) counts from INFO
+  commandstats before and after (commands a script runs inside Redis are
+  not round trips and are not counted).
+
+Each figure is the median over the rounds; ratios are to nginx `proxy_pass`
+measured in the same run. One worker/thread per proxy
+(`TOKIO_WORKER_THREADS=1` for tollgate, `worker_processes 1` for nginx).
+
+Contenders: direct upstream; nginx proxy_pass (keep-alive upstream); nginx
+limit_req (limit high enough that all pass); tollgate without limits;
+tollgate memory store; tollgate Redis store with 10,000 distinct keys all
+admitted; tollgate deny path (one key far over its limit).
+
+Usage: python3 benches/load.py [--rounds 3] [--duration 5] [--only NAME,...]
+Needs wrk, nginx and redis-server; installs them with apt-get when missing.
+Traffic goes only to 127.0.0.1.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def ensure_tools():
+    missing = [p for p, b in (("wrk", "wrk"), ("nginx", "nginx"), ("redis-server", "redis-server"))
+               if shutil.which(b) is None and not os.path.exists("/usr/sbin/" + b)]
+    if missing:
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        print(f"installing {' '.join(missing)} with apt-get", file=sys.stderr)
+        subprocess.run(sudo + ["apt-get", "update", "-qq"], check=True)
+        subprocess.run(sudo + ["apt-get", "install", "-y", "-qq"] + missing, check=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+
+
+def nginx_bin():
+    return shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def children(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+class Nginx:
+    """An nginx instance with one worker, from a generated config."""
+
+    def __init__(self, tmp, name, body):
+        self.dir = os.path.join(tmp, re.sub(r"\W+", "_", name))
+        os.makedirs(self.dir, exist_ok=True)
+        conf = os.path.join(self.dir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""
+worker_processes 1;
+daemon off;
+pid {self.dir}/nginx.pid;
+error_log {self.dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {self.dir};
+  proxy_temp_path {self.dir};
+  fastcgi_temp_path {self.dir};
+  uwsgi_temp_path {self.dir};
+  scgi_temp_path {self.dir};
+  {body}
+}}
+""")
+        self.proc = subprocess.Popen([nginx_bin(), "-c", conf, "-p", self.dir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def pids(self):
+        return [self.proc.pid] + children(self.proc.pid)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class Process:
+    def __init__(self, argv, env=None):
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env=dict(os.environ, **(env or {})))
+
+    def pids(self):
+        return [self.proc.pid]
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def redis_calls(port):
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"],
+                         capture_output=True, text=True).stdout
+    # Commands run inside a script are counted too; a client round trip is
+    # one EVALSHA/EVAL or one plain command, so count those at the top level.
+    total = 0
+    for m in re.finditer(r"^cmdstat_(\w+):calls=(\d+)", out, re.M):
+        if m.group(1) in ("evalsha", "eval", "hget"):
+            total += int(m.group(2))
+    return total
+
+
+def run_wrk(port, seconds, script):
+    argv = ["wrk", "-t1", "-c50", f"-d{seconds}s", "--latency"]
+    if script:
+        argv += ["-s", script]
+    argv.append(f"http://127.0.0.1:{port}/bench")
+    out = subprocess.run(argv, capture_output=True, text=True).stdout
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return reqs, rps, float(p99.group(1)) * scale, int(non2xx.group(1)) if non2xx else 0
+
+
+def tollgate_config(path, port, upstream, limits, redis_port=None):
+    store = ""
+    if redis_port:
+        store = f'store: {{ redis: {{ url: "redis://127.0.0.1:{redis_port}", timeout: 100ms }}, on_error: local }}\n'
+    with open(path, "w") as f:
+        f.write(f"""listen: 127.0.0.1:{port}
+{store}routes:
+  - name: bench
+    match: {{ path_prefix: / }}
+    upstream: http://127.0.0.1:{upstream}
+    limits: [{limits}]
+""")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--no-build", action="store_true", help="use the existing target/release/tollgate")
+    args = ap.parse_args()
+
+    ensure_tools()
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    binary = os.path.join(ROOT, "target", "release", "tollgate")
+    tmp = tempfile.mkdtemp(prefix="tollgate-load-")
+    started = []
+    try:
+        up_port = free_port()
+        upstream = Nginx(tmp, "upstream", f"server {{ listen 127.0.0.1:{up_port}; location / {{ return 200 'ok'; }} }}")
+        started.append(upstream)
+        wait_port(up_port)
+
+        redis_port = free_port()
+        redis = Process(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no",
+                         "--dir", tmp])
+        started.append(redis)
+        wait_port(redis_port)
+
+        keys_lua = os.path.join(tmp, "keys.lua")
+        with open(keys_lua, "w") as f:
+            f.write('math.randomseed(42)\nrequest = function()\n'
+                    '  return wrk.format(nil, nil, { ["x-api-key"] = "k" .. math.random(1, 10000) })\nend\n')
+        deny_lua = os.path.join(tmp, "deny.lua")
+        with open(deny_lua, "w") as f:
+            f.write('wrk.headers["x-api-key"] = "hot"\n')
+
+        contenders = []  # (name, port, pids_fn, uses_redis, wrk_script)
+
+        def add_nginx(name, body_fmt):
+            port = free_port()
+            n = Nginx(tmp, name, body_fmt.format(port=port, up=up_port))
+            started.append(n)
+            wait_port(port)
+            contenders.append((name, port, n.pids, False, None))
+
+        add_nginx("nginx proxy_pass",
+                  "upstream up {{ server 127.0.0.1:{up}; keepalive 64; }}\n"
+                  "server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://up; "
+                  "proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}")
+        add_nginx("nginx limit_req",
+                  "limit_req_zone $binary_remote_addr zone=z:10m rate=1000000r/s;\n"
+                  "upstream up {{ server 127.0.0.1:{up}; keepalive 64; }}\n"
+                  "server {{ listen 127.0.0.1:{port}; location / {{ limit_req zone=z burst=1000000 nodelay; "
+                  "proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}")
+
+        def add_tollgate(name, limits, use_redis, script):
+            port = free_port()
+            cfg = os.path.join(tmp, name.replace(" ", "_") + ".yaml")
+            tollgate_config(cfg, port, up_port, limits, redis_port if use_redis else None)
+            p = Process([binary, "--config", cfg], env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "warn"})
+            started.append(p)
+            wait_port(port)
+            contenders.append((name, port, p.pids, use_redis, script))
+
+        big = "{ name: all, key: api_key | ip, limit: 1000000000, window: 1h }"
+        add_tollgate("tollgate no limits", "", False, None)
+        add_tollgate("tollgate memory", big, False, keys_lua)
+        add_tollgate("tollgate redis 10k keys", big, True, keys_lua)
+        add_tollgate("tollgate deny path", "{ name: tiny, key: api_key, limit: 1, window: 1h }", True, deny_lua)
+        contenders.insert(0, ("direct upstream", up_port, upstream.pids, False, None))
+
+        if args.only:
+            wanted = set(args.only.split(","))
+            contenders = [c for c in contenders if c[0] in wanted or c[0] == "nginx proxy_pass"]
+
+        results = {c[0]: [] for c in contenders}
+        for r in range(args.rounds):
+            for name, port, pids, uses_redis, script in contenders:
+                run_wrk(port, 1, script)  # warm-up: pools, caches, script load
+                p0, r0, c0 = cpu_ticks(pids()), cpu_ticks(redis.pids()), redis_calls(redis_port)
+                reqs, rps, p99, non2xx = run_wrk(port, args.duration, script)
+                p1, r1, c1 = cpu_ticks(pids()), cpu_ticks(redis.pids()), redis_calls(redis_port)
+                us = lambda t: (t / TICK) * 1e6 / max(reqs, 1)
+                results[name].append({
+                    "cpu": us(p1 - p0), "redis_cpu": us(r1 - r0) if uses_redis else 0.0,
+                    "rps": rps, "p99": p99, "cmds": (c1 - c0) / max(reqs, 1) if uses_redis else 0.0,
+                    "non2xx": non2xx,
+                })
+                print(f"round {r + 1}: {name}: {rps:.0f} req/s, p99 {p99:.2f} ms", file=sys.stderr)
+
+        med = {n: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for n, rs in results.items()}
+        base = med["nginx proxy_pass"]
+        print(f"\n{args.rounds} interleaved rounds of {args.duration}s, wrk -t1 -c50; medians; "
+              f"ratios to nginx proxy_pass\n")
+        hdr = f"{'contender':26} {'CPU us/req':>10} {'redis us/req':>12} {'(sum)':>7} {'req/s':>9} " \
+              f"{'p99 ms':>7} {'redis call/req':>14} {'non-2xx':>8} {'CPU x':>6} {'req/s x':>7} {'p99 x':>6}"
+        print(hdr)
+        print("-" * len(hdr))
+        for n, m in med.items():
+            total = m["cpu"] + m["redis_cpu"]
+            print(f"{n:26} {m['cpu']:10.1f} {m['redis_cpu']:12.1f} {total:7.1f} {m['rps']:9.0f} "
+                  f"{m['p99']:7.2f} {m['cmds']:14.3f} {m['non2xx']:8.0f} {total / base['cpu']:6.2f} "
+                  f"{m['rps'] / base['rps']:7.2f} {m['p99'] / base['p99']:6.2f}")
+    finally:
+        for p in reversed(started):
+            try:
+                p.stop()
+            except Exception:  # best effort cleanup
+                pass
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

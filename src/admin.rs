@@ -1,0 +1,180 @@
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, `/admin/top`.
+//!
+//! It is a separate listener (`admin:` in the file) so that operators can
+//! keep it off the public network: the top-offenders view and the metrics
+//! describe traffic, and nothing here is rate limited. It speaks plain
+//! HTTP/1.1 and answers only `GET`/`HEAD`.
+//!
+//! - `/healthz`: the process is up and serving this listener (liveness).
+//! - `/readyz`: the configuration is loaded (it is, or nothing would run)
+//!   and the limiter can decide — no Redis is configured, Redis is
+//!   connected, or its `on_error` fallback answers — and the gateway is not
+//!   draining. A load balancer takes the instance out on 503.
+//! - `/metrics`: Prometheus/OpenMetrics text (see [`crate::metrics`]).
+//! - `/admin/top?n=10`: per limit, the identities (hashed) it denied most,
+//!   enforced or in shadow mode (see [`crate::top`]), as JSON.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tracing::{debug, info, warn};
+
+use crate::server::{self, Gateway};
+use crate::top::CAPACITY;
+
+/// Serves the proxy `listeners` and, when given, the `admin` listener until
+/// `shutdown` completes; `/readyz` answers 503 while the proxy drains, and
+/// the admin listener stops once the drain is over.
+pub async fn serve_with_admin(
+    gateway: Arc<Gateway>,
+    listeners: Vec<TcpListener>,
+    admin: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let draining = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let admin_task = admin.map(|listener| {
+        tokio::spawn(serve_admin(
+            gateway.clone(),
+            listener,
+            draining.clone(),
+            stop_rx,
+        ))
+    });
+    let flag = draining.clone();
+    server::serve(gateway, listeners, async move {
+        shutdown.await;
+        flag.store(true, Ordering::Relaxed);
+    })
+    .await;
+    let _ = stop_tx.send(true);
+    if let Some(task) = admin_task {
+        let _ = task.await;
+    }
+}
+
+/// Accepts admin connections until `stop` turns true.
+pub async fn serve_admin(
+    gateway: Arc<Gateway>,
+    listener: TcpListener,
+    draining: Arc<AtomicBool>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    if let Ok(addr) = listener.local_addr() {
+        info!(%addr, "admin listening");
+    }
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let gw = gateway.clone();
+        let draining = draining.clone();
+        let service = service_fn(move |req: Request<Incoming>| {
+            let res = answer(&gw, &req, draining.load(Ordering::Relaxed));
+            async move { Ok::<_, Infallible>(res) }
+        });
+        tokio::spawn(async move {
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                debug!(%peer, error = %e, "admin connection ended with an error");
+            }
+        });
+    }
+}
+
+fn reply(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(body.into()));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    res
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// The answer to one admin request.
+pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut res = reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "use GET\n");
+        res.headers_mut()
+            .insert(http::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return res;
+    }
+    match req.uri().path() {
+        "/healthz" => reply(StatusCode::OK, TEXT, "ok\n"),
+        "/readyz" => readyz(gw, draining),
+        "/metrics" => reply(
+            StatusCode::OK,
+            crate::metrics::CONTENT_TYPE,
+            gw.metrics().render(),
+        ),
+        "/admin/top" => {
+            let n = req
+                .uri()
+                .query()
+                .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("n=")))
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(10)
+                .min(CAPACITY);
+            let body = serde_json::json!({
+                "capacity": CAPACITY,
+                "limits": gw.top().snapshot(n),
+            });
+            reply(StatusCode::OK, "application/json", body.to_string())
+        }
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            TEXT,
+            "not found; try /metrics, /healthz, /readyz or /admin/top\n",
+        ),
+    }
+}
+
+fn readyz(gw: &Gateway, draining: bool) -> Response<Full<Bytes>> {
+    let limiter = gw.limiter();
+    let store = match limiter.redis_connected() {
+        None => "store: memory",
+        Some(true) => "store: redis connected",
+        Some(false) => "store: redis unreachable; on_error decides",
+    };
+    if draining {
+        return reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            format!("not ready: draining\n{store}\n"),
+        );
+    }
+    if limiter.is_ready() {
+        reply(StatusCode::OK, TEXT, format!("ready\n{store}\n"))
+    } else {
+        reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            format!("not ready\n{store}\n"),
+        )
+    }
+}

@@ -1,0 +1,120 @@
+//! The JSON Schema of the configuration file, for editors (`tollgate schema`).
+//!
+//! The schema is derived (`schemars`) from the [`file`](super::file)
+//! structs, so it cannot drift from what the loader reads. Those structs
+//! wrap every field in [`Field`] and read leaves through [`Text`], [`Int`]
+//! and [`OneOrMany`]; the impls below describe each wrapper as the YAML is
+//! written — a `Field<T>` is a `T` or `null`, a `Text` any scalar, a
+//! `OneOrMany<T>` one `T` or a list of them — rather than as Rust types.
+//! Unknown fields are refused (`additionalProperties: false`), as the loader
+//! does. The schema checks shape only: ranges, durations' units, routes'
+//! exclusive fields and the like stay with `tollgate check`, which also says
+//! how to fix them.
+
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+use super::file::{Field, Flag, Int, OneOrMany, Root, Text};
+
+/// What a duration looks like: a whole number and a unit.
+pub const DURATION: &str = "^[0-9]+(ms|s|m|h|d)$";
+
+impl<T: JsonSchema> JsonSchema for Field<T> {
+    fn schema_name() -> Cow<'static, str> {
+        format!("Nullable_{}", T::schema_name()).into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let inner = generator.subschema_for::<T>();
+        json_schema!({ "anyOf": [inner, { "type": "null" }] })
+    }
+}
+
+impl JsonSchema for Text {
+    fn schema_name() -> Cow<'static, str> {
+        "Text".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        // The loader reads numbers and booleans in their YAML spelling.
+        json_schema!({ "type": ["string", "number", "boolean"] })
+    }
+}
+
+impl JsonSchema for Int {
+    fn schema_name() -> Cow<'static, str> {
+        "Int".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "integer" })
+    }
+}
+
+impl JsonSchema for Flag {
+    fn schema_name() -> Cow<'static, str> {
+        "Flag".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "boolean" })
+    }
+}
+
+impl<T: JsonSchema> JsonSchema for OneOrMany<T> {
+    fn schema_name() -> Cow<'static, str> {
+        format!("OneOrMany_{}", T::schema_name()).into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let one = generator.subschema_for::<T>();
+        json_schema!({ "anyOf": [one, { "type": "array", "items": one }] })
+    }
+}
+
+/// The schema of the whole file, as a JSON value.
+pub fn schema() -> Schema {
+    let mut schema = schemars::schema_for!(Root);
+    schema.insert("title".into(), "tollgate configuration".into());
+    schema
+}
+
+/// The schema, pretty-printed.
+pub fn json() -> String {
+    serde_json::to_string_pretty(&schema()).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_refused_and_match_is_renamed() {
+        let s = serde_json::to_value(schema()).expect("schema is JSON");
+        assert_eq!(s["additionalProperties"], false);
+        let route = &s["$defs"]["Route"];
+        assert!(route["properties"]["match"].is_object(), "{route}");
+        assert_eq!(route["additionalProperties"], false);
+    }
+}

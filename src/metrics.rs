@@ -1,0 +1,463 @@
+//! Prometheus metrics, served as text on the admin listener (`/metrics`).
+//!
+//! Every label value comes from the configuration (route and limit names) or
+//! from a fixed list (outcomes, status classes, store kinds), so the number
+//! of series is bounded by the file, never by traffic. Identity values are
+//! never labels: who is hitting a limit is answered by the bounded
+//! top-offenders view ([`crate::top`]) instead.
+//!
+//! The hot path never formats a label set: [`RouteMetrics`] resolves every
+//! series a route can touch when the configuration is compiled (at start and
+//! on reload), and a request only bumps atomics through those handles.
+//! Series survive a reload — `prometheus-client` families keep them — so a
+//! reload never resets a counter (Prometheus would read a reset as a restart).
+//!
+//! Names follow the Prometheus conventions: base units (seconds), `_total`
+//! on counters (added by the encoder), one `tollgate_` prefix.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::config::Config;
+
+/// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What happened to one routed request, as counted by `tollgate_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted (or no limits) and answered by the upstream or the route.
+    Allowed,
+    /// Denied by an enforced limit: 429.
+    Limited,
+    /// Would have been denied by a shadow limit; forwarded anyway.
+    ShadowLimited,
+    /// The gateway answered an error of its own (upstream unreachable, timeout).
+    Error,
+}
+
+impl Outcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Limited => "limited",
+            Self::ShadowLimited => "shadow_limited",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// What one limit said about one request (`tollgate_decisions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitVerdict {
+    /// The limit admitted.
+    Allowed,
+    /// The enforced limit denied.
+    Limited,
+    /// The shadow limit would have denied.
+    ShadowLimited,
+    /// The store failed and `on_error: allow` admitted without a decision.
+    Error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    route: String,
+    limit: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabels {
+    store: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    route: String,
+    class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamErrorLabels {
+    route: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Store calls take microseconds (memory) to tens of milliseconds (Redis
+/// near its timeout): 50 µs · 2^k, k < 14, reaches 0.4 s.
+fn store_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 14))
+}
+
+/// Upstream answers: 1 ms · 2^k, k < 16, reaches 32 s (the default
+/// response timeout is 30 s).
+fn upstream_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// The limiter's own series, handed to [`crate::limit::limiter::Limiter`].
+#[derive(Debug, Clone)]
+pub struct StoreMetrics {
+    /// Latency of decisions in Redis.
+    pub redis_duration: Histogram,
+    /// Latency of decisions in process (no Redis, or its fallback).
+    pub memory_duration: Histogram,
+    /// Redis calls that failed or timed out.
+    pub errors: Counter,
+    /// 1 while Redis is configured but failing and `on_error` decides.
+    pub fallback: Gauge<i64, AtomicI64>,
+}
+
+impl Default for StoreMetrics {
+    fn default() -> Self {
+        Self {
+            redis_duration: store_histogram(),
+            memory_duration: store_histogram(),
+            errors: Counter::default(),
+            fallback: Gauge::default(),
+        }
+    }
+}
+
+/// Every series of one limit of one route.
+#[derive(Debug, Clone)]
+pub struct LimitMetrics {
+    allowed: Counter,
+    limited: Counter,
+    shadow_limited: Counter,
+    error: Counter,
+}
+
+impl LimitMetrics {
+    /// Counts one decision of this limit.
+    pub fn count(&self, verdict: LimitVerdict) {
+        match verdict {
+            LimitVerdict::Allowed => self.allowed.inc(),
+            LimitVerdict::Limited => self.limited.inc(),
+            LimitVerdict::ShadowLimited => self.shadow_limited.inc(),
+            LimitVerdict::Error => self.error.inc(),
+        };
+    }
+}
+
+/// Every series one route can touch, resolved once per configuration.
+#[derive(Debug, Clone)]
+pub struct RouteMetrics {
+    allowed: Counter,
+    limited: Counter,
+    shadow_limited: Counter,
+    error: Counter,
+    /// Per limit, in the route's limit order.
+    pub limits: Vec<LimitMetrics>,
+    classes: [Counter; 5],
+    upstream_connect: Counter,
+    upstream_timeout: Counter,
+    upstream_failed: Counter,
+    upstream_duration: Histogram,
+}
+
+/// Why forwarding failed, for `tollgate_upstream_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamErrorKind {
+    /// No connection could be made.
+    Connect,
+    /// No response head within the route's timeout.
+    Timeout,
+    /// The connection broke, or the request could not be built.
+    Failed,
+}
+
+impl RouteMetrics {
+    /// Counts one request's outcome.
+    pub fn count(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Allowed => self.allowed.inc(),
+            Outcome::Limited => self.limited.inc(),
+            Outcome::ShadowLimited => self.shadow_limited.inc(),
+            Outcome::Error => self.error.inc(),
+        };
+    }
+
+    /// Records an upstream response head: its status class and how long it took.
+    pub fn upstream_response(&self, status: http::StatusCode, took: Duration) {
+        let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
+        self.classes[class].inc();
+        self.upstream_duration.observe(took.as_secs_f64());
+    }
+
+    /// Records a failed forward.
+    pub fn upstream_error(&self, kind: UpstreamErrorKind) {
+        match kind {
+            UpstreamErrorKind::Connect => self.upstream_connect.inc(),
+            UpstreamErrorKind::Timeout => self.upstream_timeout.inc(),
+            UpstreamErrorKind::Failed => self.upstream_failed.inc(),
+        };
+    }
+}
+
+/// The registry and every family in it.
+pub struct Metrics {
+    registry: Registry,
+    /// The limiter's series; clones share the same values.
+    pub store: StoreMetrics,
+    requests: Family<RequestLabels, Counter>,
+    /// Requests no route takes (404); no route label exists for them.
+    pub unmatched: Counter,
+    decisions: Family<DecisionLabels, Counter>,
+    upstream_responses: Family<UpstreamLabels, Counter>,
+    upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    upstream_duration: HistogramFamily<RouteLabels>,
+    reloads: Family<ResultLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// A registry with every family.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "tollgate_requests",
+            "Routed requests by route and outcome (allowed, limited, shadow_limited, error)",
+            requests.clone(),
+        );
+        let unmatched = Counter::default();
+        registry.register(
+            "tollgate_unmatched_requests",
+            "Requests no route takes (answered 404)",
+            unmatched.clone(),
+        );
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "tollgate_decisions",
+            "Limit decisions by route, limit and outcome (allowed, limited, shadow_limited, error)",
+            decisions.clone(),
+        );
+        let store_duration: HistogramFamily<StoreLabels> =
+            Family::new_with_constructor(store_histogram);
+        registry.register(
+            "tollgate_store_call_duration_seconds",
+            "Latency of one limiter decision by store (redis, memory)",
+            store_duration.clone(),
+        );
+        let store_errors = Counter::default();
+        registry.register(
+            "tollgate_store_errors",
+            "Redis calls that failed or timed out",
+            store_errors.clone(),
+        );
+        let store_fallback = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "tollgate_store_fallback",
+            "1 while Redis is failing and on_error decides, else 0",
+            store_fallback.clone(),
+        );
+        let upstream_responses = Family::<UpstreamLabels, Counter>::default();
+        registry.register(
+            "tollgate_upstream_responses",
+            "Upstream response heads by route and status class (1xx..5xx)",
+            upstream_responses.clone(),
+        );
+        let upstream_errors = Family::<UpstreamErrorLabels, Counter>::default();
+        registry.register(
+            "tollgate_upstream_errors",
+            "Forwards that got no response by route and kind (connect, timeout, failed)",
+            upstream_errors.clone(),
+        );
+        let upstream_duration: HistogramFamily<RouteLabels> =
+            Family::new_with_constructor(upstream_histogram);
+        registry.register(
+            "tollgate_upstream_duration_seconds",
+            "Time from forwarding a request to the upstream's response head",
+            upstream_duration.clone(),
+        );
+        let reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "tollgate_config_reloads",
+            "Configuration reloads by result (success, failure)",
+            reloads.clone(),
+        );
+        let store = StoreMetrics {
+            redis_duration: store_duration.get_or_create_owned(&StoreLabels { store: "redis" }),
+            memory_duration: store_duration.get_or_create_owned(&StoreLabels { store: "memory" }),
+            errors: store_errors,
+            fallback: store_fallback,
+        };
+        Self {
+            registry,
+            store,
+            requests,
+            unmatched,
+            decisions,
+            upstream_responses,
+            upstream_errors,
+            upstream_duration,
+            reloads,
+        }
+    }
+
+    /// Resolves every series of every route of `config`.
+    pub fn routes(&self, config: &Config) -> HashMap<Arc<str>, RouteMetrics> {
+        config
+            .routes
+            .iter()
+            .map(|r| {
+                let route = r.name.to_string();
+                let req = |outcome: Outcome| {
+                    self.requests.get_or_create_owned(&RequestLabels {
+                        route: route.clone(),
+                        outcome: outcome.as_str(),
+                    })
+                };
+                let limits = r
+                    .limits
+                    .iter()
+                    .map(|l| {
+                        let dec = |outcome: &'static str| {
+                            self.decisions.get_or_create_owned(&DecisionLabels {
+                                route: route.clone(),
+                                limit: l.name.to_string(),
+                                outcome,
+                            })
+                        };
+                        LimitMetrics {
+                            allowed: dec("allowed"),
+                            limited: dec("limited"),
+                            shadow_limited: dec("shadow_limited"),
+                            error: dec("error"),
+                        }
+                    })
+                    .collect();
+                let class = |class: &'static str| {
+                    self.upstream_responses
+                        .get_or_create_owned(&UpstreamLabels {
+                            route: route.clone(),
+                            class,
+                        })
+                };
+                let uerr = |kind: &'static str| {
+                    self.upstream_errors
+                        .get_or_create_owned(&UpstreamErrorLabels {
+                            route: route.clone(),
+                            kind,
+                        })
+                };
+                let metrics = RouteMetrics {
+                    allowed: req(Outcome::Allowed),
+                    limited: req(Outcome::Limited),
+                    shadow_limited: req(Outcome::ShadowLimited),
+                    error: req(Outcome::Error),
+                    limits,
+                    classes: [
+                        class("1xx"),
+                        class("2xx"),
+                        class("3xx"),
+                        class("4xx"),
+                        class("5xx"),
+                    ],
+                    upstream_connect: uerr("connect"),
+                    upstream_timeout: uerr("timeout"),
+                    upstream_failed: uerr("failed"),
+                    upstream_duration: self.upstream_duration.get_or_create_owned(&RouteLabels {
+                        route: route.clone(),
+                    }),
+                };
+                (r.name.clone(), metrics)
+            })
+            .collect()
+    }
+
+    /// Counts one reload attempt.
+    pub fn reloaded(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.reloads.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// The text exposition of every series.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_get_series_before_any_request() {
+        let config = crate::config::parse_str(
+            "listen: 127.0.0.1:0\nroutes:\n  - name: r\n    respond: {}\n    limits: [ { name: l, key: ip, limit: 1, window: 1s } ]\n",
+        )
+        .expect("valid");
+        let m = Metrics::new();
+        let routes = m.routes(&config);
+        routes["r"].count(Outcome::Limited);
+        routes["r"].limits[0].count(LimitVerdict::ShadowLimited);
+        routes["r"].upstream_response(http::StatusCode::BAD_GATEWAY, Duration::from_millis(3));
+        m.reloaded(false);
+        let text = m.render();
+        for line in [
+            "tollgate_requests_total{route=\"r\",outcome=\"limited\"} 1",
+            "tollgate_requests_total{route=\"r\",outcome=\"allowed\"} 0",
+            "tollgate_decisions_total{route=\"r\",limit=\"l\",outcome=\"shadow_limited\"} 1",
+            "tollgate_upstream_responses_total{route=\"r\",class=\"5xx\"} 1",
+            "tollgate_config_reloads_total{result=\"failure\"} 1",
+            "tollgate_store_fallback 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        // A second resolution (a reload) shares the series.
+        let again = m.routes(&config);
+        again["r"].count(Outcome::Limited);
+        assert!(
+            m.render()
+                .contains("tollgate_requests_total{route=\"r\",outcome=\"limited\"} 2")
+        );
+    }
+}

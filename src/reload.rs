@@ -1,0 +1,166 @@
+//! Hot reload: on SIGHUP the file is read and validated again; a good file
+//! is swapped in for new requests, a bad one is logged with every error and
+//! the running configuration keeps serving.
+//!
+//! The swap is one `ArcSwap` store ([`Gateway::reload`]): a request holds
+//! the configuration it started with until it ends, so nothing in flight is
+//! dropped or changes route halfway. Counters live in the store, which a
+//! reload never rebuilds, so no count is reset: a changed `limit` applies to
+//! the counts already there (raising 5 to 10 after 5 requests leaves 5).
+//!
+//! Some settings belong to things built once at start and are kept from the
+//! running configuration, with a warning saying a restart applies them:
+//! `listen` and `admin` (bound sockets), the whole `store` section (the
+//! Redis connection and the key prefix — a new prefix would silently start
+//! every counter from zero), `timeouts.header_read` (the listener's HTTP
+//! settings) and `timeouts.upstream_connect` (the upstream client).
+//! Everything else — routes, limits, shadow flags, identity sources, header
+//! mode, per-route timeouts — takes effect on the next request.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tracing::{error, info, warn};
+
+use crate::config::{Config, ConfigErrors, load_file};
+use crate::server::Gateway;
+
+/// What the command line put in place of the file's values (`--listen`,
+/// `--admin`); applied to every reloaded file as at start.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--listen`; empty keeps the file's.
+    pub listen: Vec<SocketAddr>,
+    /// `--admin`.
+    pub admin: Option<SocketAddr>,
+}
+
+/// Reads `path` and, when it is valid, serves it with `overrides` applied.
+///
+/// # Errors
+/// Every problem in the file; the running configuration is unchanged then.
+pub fn reload_file(gw: &Gateway, path: &Path, overrides: &Overrides) -> Result<(), ConfigErrors> {
+    let mut new = match load_file(path) {
+        Ok(c) => c,
+        Err(errors) => {
+            error!(
+                file = %path.display(),
+                errors = errors.0.len(),
+                "configuration reload refused; the running configuration keeps serving"
+            );
+            for e in &errors.0 {
+                error!(file = %path.display(), "{e}");
+            }
+            gw.metrics().reloaded(false);
+            return Err(errors);
+        }
+    };
+    if !overrides.listen.is_empty() {
+        new.listen = overrides.listen.clone();
+    }
+    if overrides.admin.is_some() {
+        new.admin = overrides.admin;
+    }
+    let old = gw.config();
+    keep_fixed(&old, &mut new);
+    let routes = new.routes.len();
+    gw.reload(new);
+    gw.metrics().reloaded(true);
+    info!(file = %path.display(), routes, "configuration reloaded");
+    Ok(())
+}
+
+/// Puts back the settings a reload cannot change, warning about each that differs.
+fn keep_fixed(old: &Config, new: &mut Config) {
+    let restart = |what: &str| {
+        warn!("{what} changed; it takes effect on restart, the running value is kept");
+    };
+    if new.listen != old.listen {
+        restart("listen");
+        new.listen = old.listen.clone();
+    }
+    if new.admin != old.admin {
+        restart("admin");
+        new.admin = old.admin;
+    }
+    if new.store != old.store {
+        restart("store");
+        new.store = old.store.clone();
+    }
+    if new.timeouts.header_read != old.timeouts.header_read {
+        restart("timeouts.header_read");
+        new.timeouts.header_read = old.timeouts.header_read;
+    }
+    if new.timeouts.upstream_connect != old.timeouts.upstream_connect {
+        restart("timeouts.upstream_connect");
+        new.timeouts.upstream_connect = old.timeouts.upstream_connect;
+    }
+}
+
+/// SIGHUP, caught from the moment [`Hangups::catch`] returns: until then
+/// the default action of SIGHUP ends the process, so `main` calls it before
+/// anything slow (binding, connecting to Redis).
+#[derive(Debug)]
+pub struct Hangups {
+    #[cfg(unix)]
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    /// Starts catching SIGHUP. Must be called inside a Tokio runtime.
+    pub fn catch() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let signal = match signal(SignalKind::hangup()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    warn!(error = %e, "cannot catch SIGHUP; hot reload is off");
+                    None
+                }
+            };
+            Self { signal }
+        }
+        #[cfg(not(unix))]
+        Self {}
+    }
+
+    /// Reloads `path` on every SIGHUP, forever (never completes).
+    pub async fn reload_on_each(self, gw: Arc<Gateway>, path: PathBuf, overrides: Overrides) {
+        #[cfg(unix)]
+        if let Some(mut hup) = self.signal {
+            while hup.recv().await.is_some() {
+                info!(file = %path.display(), "SIGHUP: reloading configuration");
+                let _ = reload_file(&gw, &path, &overrides);
+            }
+        }
+        let _ = (gw, path, overrides);
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_settings_are_kept() {
+        let old = crate::config::parse_str(
+            "listen: 127.0.0.1:1\nstore: { prefix: a }\nroutes: [ { name: r, respond: {} } ]\n",
+        )
+        .expect("valid");
+        let mut new = crate::config::parse_str(
+            "listen: 127.0.0.1:2\nadmin: 127.0.0.1:3\nstore: { prefix: b }\ntimeouts: { header_read: 1s, upstream_response: 1s }\nroutes: [ { name: s, respond: {} } ]\n",
+        )
+        .expect("valid");
+        keep_fixed(&old, &mut new);
+        assert_eq!(new.listen, old.listen);
+        assert_eq!(new.admin, None);
+        assert_eq!(new.store.prefix, "a");
+        assert_eq!(new.timeouts.header_read, old.timeouts.header_read);
+        // Reloadable settings are the new ones.
+        assert_eq!(new.timeouts.upstream_response.as_secs(), 1);
+        assert_eq!(&*new.routes[0].name, "s");
+    }
+}

@@ -1,0 +1,270 @@
+//! The decision phase with shadow limits: `shadow: true` on a route or on
+//! one limit forwards every request but still decides, counts, logs and
+//! shows (in the `RateLimit` header) what the limit would have done.
+//!
+//! What a shadow limit does to counters is chosen so that its numbers are
+//! the ones enforcement would produce, and the enforced limits are untouched:
+//!
+//! - A route whose limits are all shadow is decided exactly as if enforced,
+//!   in one store call: a would-be-denied request consumes nothing, as an
+//!   enforced denial would not.
+//! - A route mixing enforced and shadow limits makes two calls. The enforced
+//!   limits are decided first, together, exactly as without the shadow ones.
+//!   Only when they admit are the shadow limits decided (together, so a
+//!   would-be-denied request consumes nothing from them); a request the
+//!   enforced limits deny is never counted by a shadow limit, since
+//!   enforcement would never have let it reach it. A shadow-denied request
+//!   has been forwarded and stays counted by the enforced limits — it did
+//!   use the upstream.
+//! - When the enforced limits deny, the shadow limits are read without
+//!   consuming (a call with cost 0) so the 429 still carries their
+//!   `RateLimit` entries; such a read is not counted as a decision.
+//!
+//! So a shadow limit costs one more store call per request on routes that
+//! mix the two; the roll-out recipe in the README flips it to enforced once
+//! its numbers look right.
+
+use tracing::info;
+
+use crate::config::{Limit, OnError};
+use crate::limit::limiter::{Limiter, Verdict};
+use crate::limit::{Decision, LimitOutcome, LimitRequest};
+use crate::metrics::{LimitVerdict, RouteMetrics};
+use crate::routing::CompiledRoute;
+use crate::top::{self, TopOffenders};
+
+/// What the decision phase found for one request.
+#[derive(Debug, Clone, Default)]
+pub struct RouteDecision {
+    /// False only when an enforced limit denied: answer 429.
+    pub allowed: bool,
+    /// One outcome per limit, in route order, for the `RateLimit` header;
+    /// `None` when some limit could not be decided (the store failed open).
+    pub decision: Option<Decision>,
+    /// Per limit: what it said, or `None` when it was only read (not decided).
+    pub verdicts: Vec<Option<LimitVerdict>>,
+    /// The store failed and `on_error: allow` admitted without deciding.
+    pub failed_open: bool,
+    /// The store failed and `on_error: deny` refuses: answer 503.
+    pub unavailable: bool,
+}
+
+impl RouteDecision {
+    /// Whether a shadow limit would have denied this request.
+    pub fn shadow_denied(&self) -> bool {
+        self.verdicts.contains(&Some(LimitVerdict::ShadowLimited))
+    }
+
+    /// Indices of the limits that denied (enforced or shadow).
+    pub fn denied(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
+        self.verdicts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| match v {
+                Some(LimitVerdict::Limited) => Some((i, false)),
+                Some(LimitVerdict::ShadowLimited) => Some((i, true)),
+                _ => None,
+            })
+    }
+
+    /// Names of the enforced limits that denied, for the problem body.
+    pub fn violated(&self, limits: &[Limit]) -> Vec<String> {
+        self.denied()
+            .filter(|&(_, shadow)| !shadow)
+            .filter_map(|(i, _)| limits.get(i).map(|l| l.name.to_string()))
+            .collect()
+    }
+
+    /// Milliseconds until the enforced limits admit the request; `None` if
+    /// one never can.
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        let mut wait = 0;
+        if let Some(d) = &self.decision {
+            for (o, v) in d.outcomes.iter().zip(&self.verdicts) {
+                if *v == Some(LimitVerdict::Limited) {
+                    wait = wait.max(o.retry_after_ms?);
+                }
+            }
+        }
+        Some(wait)
+    }
+}
+
+/// Whether limit `l` of a route is in shadow mode.
+pub fn is_shadow(route_shadow: bool, l: &Limit) -> bool {
+    route_shadow || l.shadow
+}
+
+fn verdict(o: &LimitOutcome, shadow: bool) -> LimitVerdict {
+    match (o.admits, shadow) {
+        (true, _) => LimitVerdict::Allowed,
+        (false, false) => LimitVerdict::Limited,
+        (false, true) => LimitVerdict::ShadowLimited,
+    }
+}
+
+/// Decides `requests` (one per limit of `limits`, same order) at `now_ms`.
+pub async fn decide(
+    limiter: &Limiter,
+    now_ms: u64,
+    limits: &[Limit],
+    route_shadow: bool,
+    requests: &[LimitRequest],
+    on_error: Option<OnError>,
+) -> RouteDecision {
+    let n_shadow = limits.iter().filter(|l| is_shadow(route_shadow, l)).count();
+
+    // All enforced, or all shadow: one call, exactly as enforcement decides.
+    if n_shadow == 0 || n_shadow == limits.len() {
+        let all_shadow = n_shadow > 0;
+        return match limiter.decide_with(now_ms, requests, on_error).await {
+            Verdict::Decided(d) => RouteDecision {
+                allowed: d.allowed || all_shadow,
+                verdicts: d
+                    .outcomes
+                    .iter()
+                    .map(|o| Some(verdict(o, all_shadow)))
+                    .collect(),
+                decision: Some(Decision {
+                    allowed: d.allowed || all_shadow,
+                    outcomes: d.outcomes,
+                }),
+                failed_open: false,
+                unavailable: false,
+            },
+            Verdict::FailedOpen => failed_open(limits.len()),
+            Verdict::Unavailable => unavailable(limits.len()),
+        };
+    }
+
+    // Mixed: enforced first, then the shadow limits.
+    let (enforced, shadowed): (Vec<usize>, Vec<usize>) =
+        (0..limits.len()).partition(|&i| !is_shadow(route_shadow, &limits[i]));
+    let pick = |idx: &[usize], cost_zero: bool| -> Vec<LimitRequest> {
+        idx.iter()
+            .filter_map(|&i| requests.get(i).cloned())
+            .map(|mut r| {
+                if cost_zero {
+                    r.cost = 0;
+                }
+                r
+            })
+            .collect()
+    };
+    let de = match limiter
+        .decide_with(now_ms, &pick(&enforced, false), on_error)
+        .await
+    {
+        Verdict::Decided(d) => d,
+        Verdict::FailedOpen => return failed_open(limits.len()),
+        Verdict::Unavailable => return unavailable(limits.len()),
+    };
+    let mut verdicts = vec![None; limits.len()];
+    let mut outcomes: Vec<Option<LimitOutcome>> = vec![None; limits.len()];
+    for (&i, o) in enforced.iter().zip(&de.outcomes) {
+        verdicts[i] = Some(verdict(o, false));
+        outcomes[i] = Some(*o);
+    }
+    // Admitted: decide the shadow limits for real. Denied: only read them.
+    let read_only = !de.allowed;
+    if let Verdict::Decided(ds) = limiter
+        .decide_with(now_ms, &pick(&shadowed, read_only), on_error)
+        .await
+    {
+        for (&i, o) in shadowed.iter().zip(&ds.outcomes) {
+            if !read_only {
+                verdicts[i] = Some(verdict(o, true));
+            }
+            outcomes[i] = Some(*o);
+        }
+    }
+    let outcomes: Option<Vec<LimitOutcome>> = outcomes.into_iter().collect();
+    RouteDecision {
+        allowed: de.allowed,
+        decision: outcomes.map(|outcomes| Decision {
+            allowed: de.allowed,
+            outcomes,
+        }),
+        verdicts,
+        failed_open: false,
+        unavailable: false,
+    }
+}
+
+/// The identity part of a store key built as
+/// `prefix{identity}suffix` (see `server.rs`).
+pub fn identity_of(key: &str, prefix_len: usize, suffix_len: usize) -> &str {
+    let end = key.len().saturating_sub(suffix_len + 1);
+    key.get(prefix_len + 1..end).unwrap_or("")
+}
+
+/// Counts each limit's verdict, feeds the top-offenders view with every
+/// denial, and logs each would-be denial of a shadow limit.
+pub fn record(
+    rd: &RouteDecision,
+    route: &CompiledRoute,
+    requests: &[LimitRequest],
+    prefix_len: usize,
+    metrics: Option<&RouteMetrics>,
+    top: &TopOffenders,
+) {
+    if let Some(m) = metrics {
+        for (lm, v) in m.limits.iter().zip(&rd.verdicts) {
+            if let Some(v) = v {
+                lm.count(*v);
+            }
+        }
+    }
+    for (i, shadow) in rd.denied() {
+        let (Some(limit), Some(req), Some(suffix)) = (
+            route.route.limits.get(i),
+            requests.get(i),
+            route.key_suffixes.get(i),
+        ) else {
+            continue;
+        };
+        let identity = identity_of(&req.key, prefix_len, suffix.len());
+        top.record(&route.route.name, &limit.name, identity, shadow);
+        if shadow {
+            info!(
+                route = %route.route.name,
+                limit = %limit.name,
+                identity = %top::hash_identity(identity),
+                "shadow limit would have denied this request"
+            );
+        }
+    }
+}
+
+fn failed_open(n: usize) -> RouteDecision {
+    RouteDecision {
+        allowed: true,
+        decision: None,
+        verdicts: vec![Some(LimitVerdict::Error); n],
+        failed_open: true,
+        unavailable: false,
+    }
+}
+
+/// The store failed and `on_error: deny` refuses every limit (503).
+fn unavailable(n: usize) -> RouteDecision {
+    RouteDecision {
+        allowed: false,
+        decision: None,
+        verdicts: vec![Some(LimitVerdict::Error); n],
+        failed_open: false,
+        unavailable: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_is_between_the_braces() {
+        let key = "tg:{ip=1.2.3.4/32}:r}o:l";
+        assert_eq!(identity_of(key, 3, ":r}o:l".len()), "ip=1.2.3.4/32");
+        assert_eq!(identity_of("x", 3, 10), "");
+    }
+}

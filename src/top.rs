@@ -1,0 +1,195 @@
+//! The bounded "top offenders" view: who a limit denies (or, in shadow
+//! mode, would deny), without a metric series per identity.
+//!
+//! Each limit keeps a Space-Saving summary (Metwally, Agrawal, El Abbadi,
+//! "Efficient Computation of Frequent and Top-k Elements in Data Streams",
+//! 2005) of at most [`CAPACITY`] entries. An identity already tracked is
+//! counted exactly from the moment it entered; a new identity, when the
+//! summary is full, replaces the smallest entry and inherits its count as an
+//! over-estimate (`error`). Every identity whose true count exceeds
+//! `denials / CAPACITY` is guaranteed to be in the summary, and a count is
+//! never below the truth nor above it by more than its `error`. Memory is
+//! `CAPACITY` entries per limit, whatever the traffic.
+//!
+//! Identities are kept and shown only as the first 16 hex digits of the
+//! SHA-256 of the identity part of the store key (`ip=192.0.2.7/32`,
+//! `key=…`, `user=…`). That is pseudonymous, not anonymous — an IPv4
+//! address can be found by hashing all of them — so the view lives on the
+//! admin listener only. An operator checks a suspect with
+//! `printf 'ip=192.0.2.7/32' | sha256sum | cut -c1-16`.
+//!
+//! Summaries are keyed by route and limit name and survive a reload; each
+//! has its own lock, taken only when that limit denies.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// Entries kept per limit.
+pub const CAPACITY: usize = 32;
+
+/// 16 hex digits of SHA-256 of `identity`.
+pub fn hash_identity(identity: &str) -> String {
+    let digest = Sha256::digest(identity.as_bytes());
+    let mut out = String::with_capacity(16);
+    for b in &digest[..8] {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Entry {
+    identity: String,
+    count: u64,
+    error: u64,
+}
+
+/// A Space-Saving summary of one limit's denials.
+#[derive(Debug, Default)]
+struct Summary {
+    shadow: bool,
+    denied: u64,
+    entries: Vec<Entry>,
+}
+
+impl Summary {
+    fn record(&mut self, hashed: String) {
+        self.denied += 1;
+        if let Some(e) = self.entries.iter_mut().find(|e| e.identity == hashed) {
+            e.count += 1;
+            return;
+        }
+        if self.entries.len() < CAPACITY {
+            self.entries.push(Entry {
+                identity: hashed,
+                count: 1,
+                error: 0,
+            });
+            return;
+        }
+        // Replace the smallest: the newcomer may have been counted there.
+        if let Some(min) = self.entries.iter_mut().min_by_key(|e| e.count) {
+            let floor = min.count;
+            *min = Entry {
+                identity: hashed,
+                count: floor + 1,
+                error: floor,
+            };
+        }
+    }
+}
+
+/// One limit's view, as `/admin/top` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitTop {
+    /// Route name.
+    pub route: String,
+    /// Limit name.
+    pub limit: String,
+    /// Whether the last recorded denial was a shadow one (would-be denial).
+    pub shadow: bool,
+    /// Every denial recorded for this limit.
+    pub denied: u64,
+    /// Heaviest identities first.
+    top: Vec<Entry>,
+}
+
+/// A route and limit name.
+type LimitId = (Arc<str>, Arc<str>);
+
+/// Summaries for every limit that has denied something.
+#[derive(Debug, Default)]
+pub struct TopOffenders {
+    limits: RwLock<HashMap<LimitId, Arc<Mutex<Summary>>>>,
+}
+
+impl TopOffenders {
+    /// Counts one denial of `identity` (the raw identity part of the key;
+    /// it is hashed here and never stored) by `limit` of `route`.
+    pub fn record(&self, route: &Arc<str>, limit: &Arc<str>, identity: &str, shadow: bool) {
+        let hashed = hash_identity(identity);
+        let key = (route.clone(), limit.clone());
+        let summary = {
+            let read = self.limits.read().unwrap_or_else(PoisonError::into_inner);
+            read.get(&key).cloned()
+        };
+        let summary = match summary {
+            Some(s) => s,
+            None => self
+                .limits
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(key)
+                .or_default()
+                .clone(),
+        };
+        let mut s = summary.lock().unwrap_or_else(PoisonError::into_inner);
+        s.shadow = shadow;
+        s.record(hashed);
+    }
+
+    /// Every limit's summary, heaviest identities first, at most `n` each.
+    pub fn snapshot(&self, n: usize) -> Vec<LimitTop> {
+        let read = self.limits.read().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<LimitTop> = read
+            .iter()
+            .map(|((route, limit), s)| {
+                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut top = s.entries.clone();
+                top.sort_by(|a, b| b.count.cmp(&a.count).then(a.identity.cmp(&b.identity)));
+                top.truncate(n);
+                LimitTop {
+                    route: route.to_string(),
+                    limit: limit.to_string(),
+                    shadow: s.shadow,
+                    denied: s.denied,
+                    top,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.route, &a.limit).cmp(&(&b.route, &b.limit)));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heavy_hitter_survives_a_flood_of_one_off_identities() {
+        let top = TopOffenders::default();
+        let (r, l): (Arc<str>, Arc<str>) = ("r".into(), "l".into());
+        for i in 0..10_000u32 {
+            top.record(&r, &l, &format!("ip=10.0.{}.{}/32", i / 256, i % 256), true);
+            if i % 10 == 0 {
+                top.record(&r, &l, "key=heavy", true);
+            }
+        }
+        let snap = top.snapshot(3);
+        assert_eq!(snap.len(), 1);
+        assert_eq!(snap[0].denied, 11_000);
+        let first = &snap[0].top[0];
+        assert_eq!(first.identity, hash_identity("key=heavy"));
+        // Never under-counted, over-counted by at most `error`.
+        assert!(first.count >= 1000 && first.count - first.error <= 1000);
+        assert_eq!(
+            top.limits.read().unwrap()[&(r, l)]
+                .lock()
+                .unwrap()
+                .entries
+                .len(),
+            CAPACITY
+        );
+    }
+
+    #[test]
+    fn hash_is_sha256_prefix() {
+        // printf 'abc' | sha256sum
+        assert_eq!(hash_identity("abc"), "ba7816bf8f01cfea");
+    }
+}

@@ -1,0 +1,950 @@
+//! Operating tollgate: the admin listener (`/metrics`, `/healthz`,
+//! `/readyz`, `/admin/top`), shadow limits, hot reload on SIGHUP, the access
+//! log and the configuration's JSON Schema. Real gateways, upstreams and
+//! `redis-server` on free loopback ports; the reload and log tests run the
+//! built binary as the README does.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::io::Read as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use tollgate::clock::ManualClock;
+
+use support::admin::{AdminGateway, value};
+use support::gateway::{Reply, Upstream, free_port, get, send};
+use support::redis::RedisServer;
+
+/// A fixed instant well inside a window, so no test straddles a boundary.
+const T0: u64 = 1_800_000_000_000;
+
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(T0))
+}
+
+/// Asserts that every `(series, value)` is in the exposition, exactly.
+fn assert_series(text: &str, expected: &[(&str, f64)]) {
+    let mut wrong = Vec::new();
+    for (series, want) in expected {
+        let got = value(text, series);
+        if got != Some(*want) {
+            wrong.push(format!("{series}: want {want}, got {got:?}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{}\n--- scraped:\n{text}",
+        wrong.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_a_mix_of_outcomes_exactly() {
+    let up = Upstream::start().await;
+    let dead = free_port(); // nothing listens there: connect errors
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: api
+    match: {{ path_prefix: /api }}
+    upstream: {up}
+    limits: [ {{ name: per_ip, key: ip, limit: 3, window: 1h }} ]
+  - name: trial
+    match: {{ path_prefix: /trial }}
+    upstream: {up}
+    limits: [ {{ name: new_limit, key: ip, limit: 1, window: 1h, shadow: true }} ]
+  - name: down
+    match: {{ path_prefix: /down }}
+    upstream: http://127.0.0.1:{dead}
+  - name: sluggish
+    match: {{ path_prefix: /slow }}
+    upstream: {up}
+    timeout: 100ms
+"#,
+        up = up.url()
+    );
+    let gw = AdminGateway::start(&yaml, clock()).await;
+    let mut statuses = Vec::new();
+    for path in [
+        "/api",
+        "/api",
+        "/api",
+        "/api",
+        "/api", // 3 allowed, 2 limited
+        "/trial",
+        "/trial",
+        "/trial", // 1 allowed, 2 shadow-limited (forwarded)
+        "/down",
+        "/down",         // 2 upstream errors
+        "/slow?ms=2000", // 1 upstream timeout
+        "/nowhere",      // no route
+    ] {
+        statuses.push(send(gw.addr, get(path, &[])).await.status.as_u16());
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 429, 429, 200, 200, 200, 502, 502, 504, 404]
+    );
+    assert_eq!(up.count(), 7);
+
+    let text = gw.scrape().await;
+    assert_series(
+        &text,
+        &[
+            (
+                r#"tollgate_requests_total{route="api",outcome="allowed"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="shadow_limited"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="error"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="trial",outcome="allowed"}"#,
+                1.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="trial",outcome="shadow_limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="trial",outcome="limited"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="down",outcome="error"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="down",outcome="allowed"}"#,
+                0.0,
+            ),
+            ("tollgate_unmatched_requests_total", 1.0),
+            (
+                r#"tollgate_decisions_total{route="api",limit="per_ip",outcome="allowed"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="per_ip",outcome="limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="trial",limit="new_limit",outcome="allowed"}"#,
+                1.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="trial",limit="new_limit",outcome="shadow_limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_upstream_responses_total{route="api",class="2xx"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_upstream_responses_total{route="trial",class="2xx"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_upstream_responses_total{route="down",class="2xx"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_upstream_errors_total{route="down",kind="connect"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_upstream_errors_total{route="api",kind="connect"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_upstream_errors_total{route="sluggish",kind="timeout"}"#,
+                1.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="sluggish",outcome="error"}"#,
+                1.0,
+            ),
+            (
+                r#"tollgate_upstream_duration_seconds_count{route="sluggish"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_upstream_duration_seconds_count{route="api"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_upstream_duration_seconds_count{route="trial"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="memory"}"#,
+                8.0,
+            ),
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="redis"}"#,
+                0.0,
+            ),
+            ("tollgate_store_errors_total", 0.0),
+            ("tollgate_store_fallback", 0.0),
+        ],
+    );
+    // No identity ever becomes a label.
+    assert!(!text.contains("127.0.0.1"), "{text}");
+}
+
+#[tokio::test]
+async fn health_readiness_and_admin_errors() {
+    let gw = AdminGateway::start(
+        "listen: 127.0.0.1:0\nroutes: [ { name: a, respond: {} } ]\n",
+        clock(),
+    )
+    .await;
+    let h = gw.admin_get("/healthz").await;
+    assert_eq!((h.status, h.text().as_str()), (StatusCode::OK, "ok\n"));
+    let r = gw.admin_get("/readyz").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.text(), "ready\nstore: memory\n");
+    let m = gw.admin_get("/metrics").await;
+    assert!(
+        m.header("content-type")
+            .is_some_and(|c| c.starts_with("application/openmetrics-text")),
+        "{:?}",
+        m.headers
+    );
+    assert!(m.text().ends_with("# EOF\n"));
+    assert_eq!(gw.admin_get("/nope").await.status, StatusCode::NOT_FOUND);
+    let post = http::Request::builder()
+        .method("POST")
+        .uri("/metrics")
+        .header("host", "admin")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    assert_eq!(
+        send(gw.admin, post).await.status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    // The admin paths are not served on the proxy listener.
+    assert_eq!(
+        send(gw.addr, get("/metrics", &[])).await.status,
+        StatusCode::OK, // the catch-all route answers it, not the admin handler
+    );
+    assert!(
+        !send(gw.addr, get("/metrics", &[]))
+            .await
+            .text()
+            .contains("tollgate_")
+    );
+}
+
+#[tokio::test]
+async fn readyz_fails_while_draining_and_in_flight_requests_finish() {
+    let up = Upstream::start().await;
+    let mut gw = AdminGateway::start(
+        &format!(
+            "listen: 127.0.0.1:0\nroutes: [ {{ name: a, upstream: {} }} ]\n",
+            up.url()
+        ),
+        clock(),
+    )
+    .await;
+    let addr = gw.addr;
+    let slow = tokio::spawn(async move { send(addr, get("/slow?ms=1500", &[])).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while up.count() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the slow request never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    gw.shut_down();
+    let r = wait_ready_body(&gw, "draining").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let done = slow.await.expect("slow request task");
+    assert_eq!(
+        (done.status, done.text().as_str()),
+        (StatusCode::OK, "slow ok")
+    );
+}
+
+/// Polls `/readyz` until its body contains `want`.
+async fn wait_ready_body(gw: &AdminGateway, want: &str) -> Reply {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = gw.admin_get("/readyz").await;
+        if r.text().contains(want) {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "readyz never said {want:?}: {}",
+            r.text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn store_errors_and_fallback_state_follow_redis() {
+    let mut redis = RedisServer::start().await;
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+store: {{ redis: {{ url: "{}", timeout: 200ms }}, on_error: local }}
+routes:
+  - name: demo
+    respond: {{ body: "hi" }}
+    limits: [ {{ name: demo, key: ip, limit: 100, window: 1h }} ]
+"#,
+        redis.url()
+    );
+    let gw = AdminGateway::start(&yaml, clock()).await;
+    wait_ready_body(&gw, "store: redis connected").await;
+    assert_eq!(send(gw.addr, get("/", &[])).await.status, StatusCode::OK);
+    assert_series(
+        &gw.scrape().await,
+        &[
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="redis"}"#,
+                1.0,
+            ),
+            ("tollgate_store_errors_total", 0.0),
+            ("tollgate_store_fallback", 0.0),
+        ],
+    );
+
+    redis.stop();
+    for _ in 0..2 {
+        // Decided in process (on_error: local): still answered.
+        assert_eq!(send(gw.addr, get("/", &[])).await.status, StatusCode::OK);
+    }
+    let r = wait_ready_body(&gw, "unreachable").await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "the fallback is active: still ready"
+    );
+    assert_series(
+        &gw.scrape().await,
+        &[
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="redis"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_store_call_duration_seconds_count{store="memory"}"#,
+                2.0,
+            ),
+            ("tollgate_store_errors_total", 2.0),
+            ("tollgate_store_fallback", 1.0),
+        ],
+    );
+
+    redis.restart().await;
+    wait_ready_body(&gw, "store: redis connected").await;
+    assert_eq!(send(gw.addr, get("/", &[])).await.status, StatusCode::OK);
+    let text = gw.scrape().await;
+    assert_series(
+        &text,
+        &[
+            ("tollgate_store_errors_total", 2.0),
+            ("tollgate_store_fallback", 0.0),
+        ],
+    );
+}
+
+#[tokio::test]
+async fn failing_open_counts_unchecked_decisions() {
+    // Nothing listens on this port: Redis is down from the start.
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+store: {{ redis: {{ url: "redis://127.0.0.1:{}", timeout: 100ms }}, on_error: allow }}
+routes:
+  - name: demo
+    respond: {{ body: "hi" }}
+    limits: [ {{ name: demo, key: ip, limit: 1, window: 1h }} ]
+"#,
+        free_port()
+    );
+    let gw = AdminGateway::start(&yaml, clock()).await;
+    for _ in 0..3 {
+        let r = send(gw.addr, get("/", &[])).await;
+        assert_eq!(r.status, StatusCode::OK, "on_error: allow admits");
+        assert_eq!(r.header("ratelimit"), None, "no count is known");
+    }
+    let r = gw.admin_get("/readyz").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.text().contains("redis unreachable"), "{}", r.text());
+    assert_series(
+        &gw.scrape().await,
+        &[
+            (
+                r#"tollgate_requests_total{route="demo",outcome="allowed"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="demo",limit="demo",outcome="error"}"#,
+                3.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="demo",limit="demo",outcome="allowed"}"#,
+                0.0,
+            ),
+            ("tollgate_store_errors_total", 3.0),
+            ("tollgate_store_fallback", 1.0),
+        ],
+    );
+}
+
+#[tokio::test]
+async fn shadow_limit_forwards_shows_r0_counts_and_tops_the_hashed_identity() {
+    let up = Upstream::start().await;
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: api
+    match: {{ path_prefix: / }}
+    upstream: {up}
+    limits:
+      - {{ name: per_caller, key: api_key | ip, limit: 2, window: 1h, shadow: true }}
+"#,
+        up = up.url()
+    );
+    let gw = AdminGateway::start(&yaml, clock()).await;
+    let heavy = [("x-api-key", "heavy-key-123")];
+    let mut remaining = Vec::new();
+    for _ in 0..6 {
+        let r = send(gw.addr, get("/x", &heavy)).await;
+        assert_eq!(r.status, StatusCode::OK, "shadow mode never denies");
+        assert_eq!(r.text(), "upstream ok");
+        assert_eq!(
+            r.header("ratelimit-policy"),
+            Some(r#""per_caller";q=2;w=3600"#)
+        );
+        let v = r.header("ratelimit").expect("RateLimit header").to_owned();
+        remaining.push(
+            v.split(";r=")
+                .nth(1)
+                .and_then(|s| s.split(';').next())
+                .map(str::to_owned),
+        );
+    }
+    let r: Vec<&str> = remaining
+        .iter()
+        .map(|s| s.as_deref().unwrap_or("?"))
+        .collect();
+    assert_eq!(r, ["1", "0", "0", "0", "0", "0"]);
+    // Two other callers, one request each: never over.
+    send(gw.addr, get("/x", &[("x-api-key", "light")])).await;
+    send(gw.addr, get("/x", &[])).await;
+    assert_eq!(up.count(), 8, "every request was forwarded");
+
+    let text = gw.scrape().await;
+    assert_series(
+        &text,
+        &[
+            (
+                r#"tollgate_requests_total{route="api",outcome="shadow_limited"}"#,
+                4.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="allowed"}"#,
+                4.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="limited"}"#,
+                0.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="per_caller",outcome="shadow_limited"}"#,
+                4.0,
+            ),
+        ],
+    );
+    assert!(!text.contains("heavy-key-123"));
+
+    let top = gw.admin_get("/admin/top").await;
+    assert_eq!(top.status, StatusCode::OK);
+    assert!(!top.text().contains("heavy-key-123"), "{}", top.text());
+    let v: serde_json::Value = serde_json::from_slice(&top.body).expect("top is JSON");
+    let limit = &v["limits"][0];
+    assert_eq!(limit["route"], "api");
+    assert_eq!(limit["limit"], "per_caller");
+    assert_eq!(limit["shadow"], true);
+    assert_eq!(limit["denied"], 4);
+    // printf 'key=heavy-key-123' | sha256sum | cut -c1-16
+    assert_eq!(
+        limit["top"][0]["identity"],
+        tollgate::top::hash_identity("key=heavy-key-123")
+    );
+    assert_eq!(limit["top"][0]["count"], 4);
+    assert_eq!(limit["top"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn shadow_limit_beside_an_enforced_one_leaves_enforcement_alone() {
+    let up = Upstream::start().await;
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: api
+    match: {{ path_prefix: / }}
+    upstream: {up}
+    limits:
+      - {{ name: old, key: ip, limit: 4, window: 1h }}
+      - {{ name: new, key: ip, limit: 2, window: 1h, shadow: true }}
+"#,
+        up = up.url()
+    );
+    let gw = AdminGateway::start(&yaml, clock()).await;
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let r = send(gw.addr, get("/x", &[])).await;
+        seen.push((
+            r.status.as_u16(),
+            r.header("ratelimit").unwrap_or("").to_owned(),
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            (200, r#""old";r=3;t=7200, "new";r=1;t=7200"#.to_owned()),
+            (200, r#""old";r=2;t=7200, "new";r=0;t=7200"#.to_owned()),
+            // The new limit would deny (t is its Retry-After); the old one
+            // still counts the request.
+            (200, r#""old";r=1;t=7200, "new";r=0;t=5400"#.to_owned()),
+            (200, r#""old";r=0;t=7200, "new";r=0;t=5400"#.to_owned()),
+            // Enforced denial: the shadow limit is only read, not counted.
+            (429, r#""old";r=0;t=4500, "new";r=0;t=7200"#.to_owned()),
+            (429, r#""old";r=0;t=4500, "new";r=0;t=7200"#.to_owned()),
+        ]
+    );
+    let text = gw.scrape().await;
+    assert_series(
+        &text,
+        &[
+            (
+                r#"tollgate_requests_total{route="api",outcome="allowed"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="shadow_limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_requests_total{route="api",outcome="limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="old",outcome="allowed"}"#,
+                4.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="old",outcome="limited"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="new",outcome="allowed"}"#,
+                2.0,
+            ),
+            (
+                r#"tollgate_decisions_total{route="api",limit="new",outcome="shadow_limited"}"#,
+                2.0,
+            ),
+        ],
+    );
+    let r = send(gw.addr, get("/x", &[])).await;
+    assert!(
+        r.text().contains(r#""violated-policies":["old"]"#),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test]
+async fn library_reload_keeps_counters_and_switches_new_requests() {
+    let yaml = |limit: u64| {
+        format!(
+            "listen: 127.0.0.1:0\nroutes:\n  - name: demo\n    respond: {{ body: hi }}\n    limits: [ {{ name: demo, key: ip, limit: {limit}, window: 1h }} ]\n"
+        )
+    };
+    let gw = AdminGateway::start(&yaml(3), clock()).await;
+    for _ in 0..2 {
+        assert_eq!(send(gw.addr, get("/", &[])).await.status, StatusCode::OK);
+    }
+    gw.gateway
+        .reload(tollgate::config::parse_str(&yaml(5)).expect("valid"));
+    let r = send(gw.addr, get("/", &[])).await;
+    assert_eq!(r.header("ratelimit-policy"), Some(r#""demo";q=5;w=3600"#));
+    assert_eq!(
+        r.header("ratelimit"),
+        Some(r#""demo";r=2;t=7200"#),
+        "3 counted of 5"
+    );
+}
+
+// ---- the built binary ----
+
+/// The binary, with its stderr written to a file the test reads.
+struct Binary {
+    child: Child,
+    port: u16,
+    admin: u16,
+    log: std::path::PathBuf,
+}
+
+impl Binary {
+    async fn start(config: &Path, args: &[&str], log: std::path::PathBuf, admin: u16) -> Binary {
+        let port = free_port();
+        let err = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .arg("--config")
+            .arg(config)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("start tollgate");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for p in [port, admin] {
+            while tokio::net::TcpStream::connect(("127.0.0.1", p))
+                .await
+                .is_err()
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "tollgate did not start listening on {p}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Binary {
+            child,
+            port,
+            admin,
+            log,
+        }
+    }
+
+    async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
+        send(([127, 0, 0, 1], self.port).into(), get(path, headers)).await
+    }
+
+    async fn scrape(&self) -> String {
+        send(([127, 0, 0, 1], self.admin).into(), get("/metrics", &[]))
+            .await
+            .text()
+    }
+
+    fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    fn sighup(&self) {
+        let status = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .expect("kill -HUP");
+        assert!(status.success());
+    }
+
+    /// Waits until `/metrics` shows `series` at `want`.
+    async fn wait_metric(&self, series: &str, want: f64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = self.scrape().await;
+            if value(&text, series) == Some(want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{series} never reached {want}:\n{text}\n--- log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn reload_yaml(admin: u16, up: &Upstream, limit: u64) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+admin: 127.0.0.1:{admin}
+routes:
+  - name: demo
+    match: {{ path_prefix: /demo }}
+    respond: {{ body: "hi\n" }}
+    limits: [ {{ name: demo, key: ip, limit: {limit}, window: 1d }} ]
+  - name: slow
+    match: {{ path_prefix: /slow }}
+    upstream: {up}
+"#,
+        up = up.url()
+    )
+}
+
+#[tokio::test]
+async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_request() {
+    let up = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    let admin = free_port();
+    std::fs::write(&path, reload_yaml(admin, &up, 10)).unwrap();
+    let bin = Binary::start(&path, &[], dir.path().join("stderr.log"), admin).await;
+
+    // A client streams requests, each in flight for 30 ms upstream, across
+    // both reloads. Every one must succeed.
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let streamer = {
+        let (stop, done) = (stop.clone(), done.clone());
+        let port = bin.port;
+        tokio::spawn(async move {
+            let mut failures = Vec::new();
+            // Bounded: at most 2000 requests, stopped by the test long before.
+            for _ in 0..2000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let r = send(([127, 0, 0, 1], port).into(), get("/slow?ms=30", &[])).await;
+                if r.status != StatusCode::OK {
+                    failures.push(r.status);
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            failures
+        })
+    };
+
+    for i in 0..4u64 {
+        let r = bin.get("/demo", &[]).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.header("ratelimit-policy"), Some(r#""demo";q=10;w=86400"#));
+        let want = format!(r#""demo";r={};"#, 9 - i);
+        assert!(
+            r.header("ratelimit").is_some_and(|v| v.starts_with(&want)),
+            "{:?}",
+            r.header("ratelimit")
+        );
+    }
+
+    // 1. A changed limit: 10 → 6.
+    std::fs::write(&path, reload_yaml(admin, &up, 6)).unwrap();
+    bin.sighup();
+    bin.wait_metric(r#"tollgate_config_reloads_total{result="success"}"#, 1.0)
+        .await;
+    let r = bin.get("/demo", &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("ratelimit-policy"), Some(r#""demo";q=6;w=86400"#));
+    // Four counted before the reload and this one: 6 − 5 = 1 left. A reset
+    // counter would say 5.
+    assert!(
+        r.header("ratelimit")
+            .is_some_and(|v| v.starts_with(r#""demo";r=1;"#)),
+        "{:?}",
+        r.header("ratelimit")
+    );
+    assert_eq!(bin.get("/demo", &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        bin.get("/demo", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the new, lower limit is enforced"
+    );
+
+    // 2. A broken file: refused, logged with every error, old config serves.
+    std::fs::write(
+        &path,
+        reload_yaml(admin, &up, 6)
+            .replace("window: 1d", "window: 1 day")
+            .replace("respond:", "respnd:"),
+    )
+    .unwrap();
+    bin.sighup();
+    bin.wait_metric(r#"tollgate_config_reloads_total{result="failure"}"#, 1.0)
+        .await;
+    let log = bin.log();
+    assert!(log.contains("configuration reload refused"), "{log}");
+    assert!(
+        log.contains(r#"routes[0].limits[0].window: "1 day" is not a duration"#),
+        "{log}"
+    );
+    assert!(
+        log.contains(r#"unknown field \"respnd\""#) || log.contains(r#"unknown field "respnd""#),
+        "{log}"
+    );
+    let r = bin.get("/demo", &[]).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("ratelimit-policy"), Some(r#""demo";q=6;w=86400"#));
+
+    // Let the streamer overlap both reloads, then stop it.
+    let before = done.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while done.load(Ordering::Relaxed) < before + 3 {
+        assert!(Instant::now() < deadline, "the streaming client stalled");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let failures = streamer.await.expect("streamer");
+    assert!(failures.is_empty(), "failed requests: {failures:?}");
+    assert!(done.load(Ordering::Relaxed) >= 3);
+    assert_series(
+        &bin.scrape().await,
+        &[(
+            r#"tollgate_requests_total{route="slow",outcome="error"}"#,
+            0.0,
+        )],
+    );
+}
+
+#[tokio::test]
+async fn json_access_log_names_the_identity_kind_never_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    let admin = free_port();
+    std::fs::write(
+        &path,
+        format!(
+            "listen: 127.0.0.1:0\nadmin: 127.0.0.1:{admin}\nroutes:\n  - name: demo\n    respond: {{ body: hi }}\n    limits: [ {{ name: demo, key: api_key | ip, limit: 1, window: 1h }} ]\n"
+        ),
+    )
+    .unwrap();
+    let bin = Binary::start(
+        &path,
+        &["--log-format", "json"],
+        dir.path().join("stderr.log"),
+        admin,
+    )
+    .await;
+    let key = [("x-api-key", "secret-key-42")];
+    assert_eq!(bin.get("/demo", &key).await.status, StatusCode::OK);
+    assert_eq!(
+        bin.get("/demo", &key).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Logs are written as requests end; poll for both lines.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lines: Vec<serde_json::Value> = loop {
+        let lines: Vec<serde_json::Value> = bin
+            .log()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .filter(|v: &serde_json::Value| v["target"] == "tollgate::access")
+            .collect();
+        if lines.len() >= 2 {
+            break lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no access log lines:\n{}",
+            bin.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let fields: Vec<_> = lines
+        .iter()
+        .map(|v| {
+            let f = &v["fields"];
+            (
+                f["route"].clone(),
+                f["identity"].clone(),
+                f["decision"].clone(),
+                f["status"].clone(),
+                f["latency_ms"].is_number(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            (
+                "demo".into(),
+                "api_key".into(),
+                "allowed".into(),
+                200.into(),
+                true
+            ),
+            (
+                "demo".into(),
+                "api_key".into(),
+                "limited".into(),
+                429.into(),
+                true
+            ),
+        ]
+    );
+    assert!(!bin.log().contains("secret-key-42"), "{}", bin.log());
+}
+
+#[test]
+fn schema_validates_the_shipped_gateway_yaml_and_rejects_mistakes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("schema")
+        .output()
+        .expect("run tollgate schema");
+    assert!(out.status.success());
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("schema is a valid JSON Schema");
+
+    let yaml = |src: &str| -> serde_json::Value { yaml_serde::from_str(src).expect("YAML parses") };
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("gateway.yaml"))
+            .unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&yaml(&shipped))
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "gateway.yaml does not validate: {errors:#?}"
+    );
+
+    let good = "listen: [127.0.0.1:8080]\nadmin: 127.0.0.1:9090\nstore: { on_error: allow }\nroutes:\n  - name: a\n    match: { path_prefix: / }\n    respond: { status: 200 }\n    shadow: true\n    limits: [ { name: l, key: [ip, 'header:x-a'], limit: 1, window: 10s, shadow: false } ]\n";
+    assert!(validator.is_valid(&yaml(good)));
+    for bad in [
+        // unknown field
+        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, timout: 1s } ]\n",
+        // a limit as a string
+        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: many, window: 1s } ] } ]\n",
+        // shadow: yes
+        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, shadow: yes } ]\n",
+        // a header mode that does not exist
+        "listen: 127.0.0.1:8080\nheaders: github2\nroutes: [ { name: a, respond: {} } ]\n",
+        // a window without a unit
+        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: 1, window: 5 minutes } ] } ]\n",
+    ] {
+        assert!(!validator.is_valid(&yaml(bad)), "accepted:\n{bad}");
+    }
+}
