@@ -322,7 +322,14 @@ async fn slow_redis_is_bounded_by_the_timeout_and_opens_the_breaker() {
         let reply = send(gw.addr, get("/t", &[])).await;
         worst = worst.max(started.elapsed());
         assert_eq!(reply.status, StatusCode::OK);
-        opened |= gw.inner.breaker_state() == BreakerState::Open;
+        if gw.inner.breaker_state() == BreakerState::Open {
+            opened = true;
+            let text = gw.inner.metrics().render();
+            assert!(
+                text.lines().any(|l| l == "tollgate_store_breaker_open 1"),
+                "{text}"
+            );
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(opened, "the breaker never opened while Redis was paused");
@@ -340,6 +347,11 @@ async fn slow_redis_is_bounded_by_the_timeout_and_opens_the_breaker() {
     assert!(worst <= TIMEOUT + SLACK, "a response took {worst:?}");
     assert!(since <= BACK_WITHIN);
     assert_eq!(gw.inner.breaker_state(), BreakerState::Closed);
+    let text = gw.inner.metrics().render();
+    assert!(
+        text.lines().any(|l| l == "tollgate_store_breaker_open 0"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

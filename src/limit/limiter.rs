@@ -117,6 +117,7 @@ impl Limiter {
 
     /// Records store latency, errors and the fallback state in `metrics`.
     pub fn with_metrics(mut self, metrics: StoreMetrics) -> Self {
+        self.breaker.export(metrics.breaker_open.clone());
         self.metrics = metrics;
         self
     }

@@ -21,10 +21,11 @@
 //! Each state change is logged once, and the state is readable through
 //! [`Breaker::state`] for metrics.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tracing::{info, warn};
 
 use super::{RedisStore, StoreError};
@@ -46,6 +47,8 @@ pub struct Breaker {
     config: BreakerConfig,
     consecutive: AtomicU32,
     open: AtomicBool,
+    /// `tollgate_store_breaker_open`, once the gateway's metrics are known.
+    gauge: OnceLock<Gauge<i64, AtomicI64>>,
 }
 
 impl Breaker {
@@ -55,6 +58,19 @@ impl Breaker {
             config,
             consecutive: AtomicU32::new(0),
             open: AtomicBool::new(false),
+            gauge: OnceLock::new(),
+        }
+    }
+
+    /// Mirrors the state in `gauge` (1 open, 0 closed) from now on.
+    pub fn export(&self, gauge: Gauge<i64, AtomicI64>) {
+        gauge.set(i64::from(!self.allows()));
+        let _ = self.gauge.set(gauge);
+    }
+
+    fn show(&self, open: bool) {
+        if let Some(g) = self.gauge.get() {
+            g.set(i64::from(open));
         }
     }
 
@@ -80,6 +96,7 @@ impl Breaker {
             Err(e @ (StoreError::Unavailable(_) | StoreError::Timeout)) => {
                 let n = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
                 if n >= self.config.failures && !self.open.swap(true, Ordering::AcqRel) {
+                    self.show(true);
                     warn!(
                         error = %e,
                         failures = n,
@@ -95,6 +112,7 @@ impl Breaker {
     fn close(&self) {
         self.consecutive.store(0, Ordering::Relaxed);
         if self.open.swap(false, Ordering::AcqRel) {
+            self.show(false);
             info!("redis breaker closed: redis answers again");
         }
     }
