@@ -911,3 +911,34 @@ async fn refund_script_gives_back_to_the_right_count() {
         .await;
     assert!(r.is_err(), "garbage is an error, not a guess");
 }
+
+#[tokio::test]
+async fn pool_spreads_decisions_over_its_connections() {
+    let server = RedisServer::start().await;
+    let mut cfg = config(RedisTopology::Standalone, &server.url());
+    cfg.pool_size = 3;
+    let store = connected(&cfg).await;
+    let reqs = [one("tg:{pool}:r:l", 10)];
+    let mut admitted = 0;
+    for _ in 0..15 {
+        admitted += u32::from(store.decide(T0, &reqs).await.expect("decide").allowed);
+    }
+    assert_eq!(admitted, 10, "one count, whichever connection decides");
+    // Three clients of the store, each connected (plus this test's own).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let clients = query_string(server.port(), &["INFO", "clients"])
+            .await
+            .unwrap_or_default();
+        let n: u32 = clients
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        if n > 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{clients}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

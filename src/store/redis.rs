@@ -427,6 +427,12 @@ fn store_error(e: FredError) -> StoreError {
         // Server error replies arrive as Unknown; the ones that mean "not
         // now" are outages, the rest (script errors) are garbage answers.
         ErrorKind::Unknown if is_transient_reply(&detail) => StoreError::Unavailable(detail),
+        // issue 4: a Cluster redirect (MOVED/ASK, a stale slot map during a
+        // failover or resharding) uses up the single attempt: an outage of
+        // that slot, not garbage.
+        ErrorKind::Unknown if detail.starts_with("Too many failed write attempts") => {
+            StoreError::Unavailable(detail)
+        }
         ErrorKind::Unknown
         | ErrorKind::InvalidCommand
         | ErrorKind::InvalidArgument
