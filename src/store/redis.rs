@@ -106,10 +106,6 @@ struct Link {
 }
 
 impl Link {
-    fn client_ref(&self) -> &Client {
-        &self.client
-    }
-
     fn is_connected(&self) -> bool {
         self.up.load(Ordering::Acquire) && self.client.is_connected()
     }
@@ -220,8 +216,7 @@ impl RedisStore {
         (0..n)
             .map(|i| &self.links[(start + i) % n])
             .find(|l| l.is_connected())
-            .unwrap_or(&self.links[start % n])
-            .client_ref()
+            .map_or(&self.links[start % n].client, |l| &l.client)
     }
 
     /// `clock: redis`: from now on the scripts read Redis `TIME`.
