@@ -178,7 +178,8 @@ impl Limiter {
         let Some(redis) = &self.redis else {
             return Verdict::Decided(self.decide_memory(now_ms, requests));
         };
-        let result = if self.breaker.allows() {
+        let called = self.breaker.allows();
+        let result = if called {
             let start = std::time::Instant::now();
             let r = redis.decide(now_ms, requests).await;
             self.metrics
@@ -198,10 +199,8 @@ impl Limiter {
                 Verdict::Decided(d)
             }
             Err(e) => {
-                // A call skipped by the open breaker is not a store error.
-                if self.breaker.allows()
-                    || !matches!(&e, StoreError::Unavailable(m) if m == "breaker open")
-                {
+                // A call the open breaker skipped is not a store error.
+                if called {
                     self.metrics.errors.inc();
                 }
                 if !self.degraded.swap(true, Ordering::Relaxed) {

@@ -13,6 +13,9 @@
 //!
 //! There is no half-open state letting real decisions through as probes: a
 //! `PING` is cheap, cannot consume quota, and keeps request latency flat.
+//! The price: a server that answers `PING` but not decisions (a script
+//! stuck `BUSY`) makes the breaker cycle, costing `failures` timed-out
+//! decisions per probe interval.
 //!
 //! Only outages count (`Unavailable`, `Timeout`). A garbage reply
 //! (`Protocol`) is about one key, not the server: it goes through the
