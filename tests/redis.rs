@@ -942,3 +942,85 @@ async fn pool_spreads_decisions_over_its_connections() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `/t` through a gateway whose store is `redis_yaml`, failing closed, so a
+/// 200 proves Redis decided.
+fn closed_gateway_yaml(redis_yaml: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {redis_yaml}
+  on_error: deny
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200 }}
+    limits: [ {{ name: per_ip, key: ip, limit: 1000, window: 1m }} ]
+"
+    )
+}
+
+/// Sends `/t` until it is answered 200 (Redis decided), within `within`.
+async fn until_ok(addr: std::net::SocketAddr, within: Duration) -> Duration {
+    let started = Instant::now();
+    while send(addr, get("/t", &[])).await.status != StatusCode::OK {
+        assert!(started.elapsed() < within, "Redis never decided");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn gateway_follows_a_sentinel_failover() {
+    let mut setup = SentinelSetup::start().await;
+    let gw = Gateway::start(&closed_gateway_yaml(&format!(
+        "{{ sentinel: {{ service_name: {}, nodes: [127.0.0.1:{}] }}, timeout: 1s }}",
+        support::redis_topologies::SERVICE,
+        setup.sentinel.port
+    )))
+    .await;
+    until_ok(gw.addr, Duration::from_secs(20)).await;
+    let on = |port: u16| async move {
+        match query(port, &["KEYS", "*:t:per_ip"]).await {
+            Ok(redis::Value::Array(keys)) => keys.len(),
+            _ => 0,
+        }
+    };
+    assert_eq!(on(setup.master.port).await, 1);
+
+    setup.fail_over().await;
+    // Forget what replication copied, so a key proves a write after the
+    // failover.
+    let _: redis::Value = query(setup.replica.port, &["FLUSHALL"])
+        .await
+        .expect("FLUSHALL on the new master");
+    let took = until_ok(gw.addr, Duration::from_secs(20)).await;
+    eprintln!("gateway: deciding through the new master {took:?} after the promotion");
+    assert_eq!(
+        on(setup.replica.port).await,
+        1,
+        "written through the new master"
+    );
+}
+
+#[tokio::test]
+async fn gateway_speaks_tls_with_an_acl_user() {
+    use support::redis_topologies::{TLS_PASSWORD, TLS_USER};
+    let tls = TlsRedis::start().await;
+    let port = tls.proc.port;
+    let yaml = |password: &str| {
+        closed_gateway_yaml(&format!(
+            "{{ url: 'rediss://127.0.0.1:{port}', username: {TLS_USER}, password: {password}, tls: {{ ca_file: '{}' }}, timeout: 1s }}",
+            tls.ca_file.display()
+        ))
+    };
+    let gw = Gateway::start(&yaml(TLS_PASSWORD)).await;
+    until_ok(gw.addr, Duration::from_secs(10)).await;
+
+    // The same server with a wrong password: never decided, 503.
+    let wrong = Gateway::start(&yaml("wrong")).await;
+    for _ in 0..3 {
+        let reply = send(wrong.addr, get("/t", &[])).await;
+        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+}

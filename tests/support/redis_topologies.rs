@@ -350,8 +350,12 @@ impl SentinelSetup {
     }
 }
 
+/// The ACL user [`TlsRedis`] knows, and its password.
+pub const TLS_USER: &str = "tollgate";
+pub const TLS_PASSWORD: &str = "s3cret";
+
 /// A `redis-server` that speaks only TLS, with a certificate for 127.0.0.1
-/// issued by a CA made for the test.
+/// issued by a CA made for the test, and an ACL user [`TLS_USER`].
 pub struct TlsRedis {
     pub proc: Proc,
     /// PEM file of the test CA.
@@ -402,6 +406,13 @@ impl TlsRedis {
                 path(&ca_file),
                 "--tls-auth-clients".into(),
                 "no".into(),
+                // An ACL user besides `default`, for the ACL tests.
+                "--user".into(),
+                TLS_USER.into(),
+                "on".into(),
+                format!(">{TLS_PASSWORD}"),
+                "~*".into(),
+                "+@all".into(),
             ],
         );
         proc.wait_log("Ready to accept connections").await;
