@@ -5,7 +5,8 @@
 //! `identity` — the *kind* of identity the caller presented (`api_key`,
 //! `user`, `ip`, or `none` on a route without limits), never its value —,
 //! `decision` (`allowed`, `limited`, `shadow_limited`, `unchecked` when the
-//! store failed open, `none` without limits) and `latency_ms` (to the
+//! store failed open, `unavailable` when it failed closed (503), `none`
+//! without limits) and `latency_ms` (to the
 //! response head; a streamed body may take longer). The request path is left
 //! out on purpose: paths carry tokens and user ids often enough. `main`
 //! renders the events as text or JSON (`--log-format`); `RUST_LOG` filters
@@ -53,7 +54,10 @@ impl Note {
     /// Takes the decision and, when a shadow limit would have denied, the
     /// `shadow_limited` outcome (an upstream error later overrides it).
     pub fn decided(&mut self, rd: &RouteDecision) {
-        self.decision = if rd.failed_open {
+        self.decision = if rd.unavailable {
+            self.outcome = Outcome::Error;
+            "unavailable"
+        } else if rd.failed_open {
             "unchecked"
         } else if !rd.allowed {
             "limited"
@@ -85,7 +89,8 @@ pub fn upstream_error_kind(e: &GatewayError) -> UpstreamErrorKind {
         GatewayError::UpstreamTimeout(_) => UpstreamErrorKind::Timeout,
         GatewayError::UpstreamFailed(_)
         | GatewayError::NoRoute { .. }
-        | GatewayError::Limited { .. } => UpstreamErrorKind::Failed,
+        | GatewayError::Limited { .. }
+        | GatewayError::StoreUnavailable => UpstreamErrorKind::Failed,
         // Refusals of the client's request. A forward ends so only when a
         // streamed body passed `server.max_body_size`, which the pipeline
         // does not count as an upstream error.

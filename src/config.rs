@@ -95,15 +95,140 @@ pub struct StoreConfig {
     pub on_error: OnError,
     /// Prefix of every Redis key tollgate writes.
     pub prefix: String,
+    /// Whose clock places requests in windows.
+    pub clock: ClockSource,
+    /// When to stop calling a failing Redis, and how often to probe it.
+    pub breaker: BreakerConfig,
 }
 
-/// A standalone Redis server.
+/// Whose clock the Redis scripts use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClockSource {
+    /// The gateway's own clock, passed to every script call.
+    #[default]
+    Gateway,
+    /// Redis `TIME`, read inside the script, so instances with skewed
+    /// clocks agree.
+    Redis,
+}
+
+/// The circuit breaker in front of Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive failures or timeouts that open the breaker.
+    pub failures: u32,
+    /// How often an open breaker pings Redis in the background.
+    pub probe_interval: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failures: 3,
+            probe_interval: Duration::from_millis(200),
+        }
+    }
+}
+
+/// How to reach Redis: one server, a Cluster or a Sentinel-managed master.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`.
+    /// `redis://` or `rediss://[user:password@]host:port[/db]` for a
+    /// standalone server; empty for [`RedisTopology::Cluster`] and
+    /// [`RedisTopology::Sentinel`].
     pub url: String,
     /// Bound on one limiter call; past it the `on_error` policy decides.
     pub timeout: Duration,
+    /// Which kind of deployment.
+    pub topology: RedisTopology,
+    /// ACL user; overrides the URL's.
+    pub username: Option<String>,
+    /// Password; overrides the URL's.
+    pub password: Option<String>,
+    /// Database number (standalone and Sentinel); overrides the URL's.
+    pub database: Option<u8>,
+    /// TLS to Redis; `rediss://` turns it on too.
+    pub tls: Option<RedisTls>,
+    /// Bound on opening one connection (TCP, TLS, AUTH).
+    pub connect_timeout: Duration,
+    /// First reconnect delay; doubled after each failed attempt.
+    pub reconnect_min: Duration,
+    /// Longest reconnect delay.
+    pub reconnect_max: Duration,
+    /// Random delay, up to this, added to each reconnect delay so a fleet
+    /// does not reconnect in step.
+    pub reconnect_jitter: Duration,
+    /// Connections (each a multiplexed client) decisions are spread over.
+    pub pool_size: usize,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            timeout: Duration::from_millis(25),
+            topology: RedisTopology::Standalone,
+            username: None,
+            password: None,
+            database: None,
+            tls: None,
+            connect_timeout: Duration::from_secs(1),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(1),
+            reconnect_jitter: Duration::from_millis(100),
+            pool_size: 1,
+        }
+    }
+}
+
+impl RedisConfig {
+    /// Where Redis is, without credentials, for logs.
+    pub fn describe(&self) -> String {
+        match &self.topology {
+            RedisTopology::Standalone => match (self.url.find("://"), self.url.rfind('@')) {
+                (Some(s), Some(at)) if at > s => {
+                    format!("{}***{}", &self.url[..s + 3], &self.url[at..])
+                }
+                _ => self.url.clone(),
+            },
+            RedisTopology::Cluster { seeds } => format!("cluster {}", join_hosts(seeds)),
+            RedisTopology::Sentinel {
+                service_name,
+                nodes,
+            } => format!("sentinel {service_name} via {}", join_hosts(nodes)),
+        }
+    }
+}
+
+fn join_hosts(hosts: &[(String, u16)]) -> String {
+    let all: Vec<String> = hosts.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+    all.join(",")
+}
+
+/// The kind of Redis deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTopology {
+    /// One server, at [`RedisConfig::url`].
+    Standalone,
+    /// A Redis Cluster, discovered from these seed nodes.
+    Cluster {
+        /// `(host, port)` of some cluster nodes.
+        seeds: Vec<(String, u16)>,
+    },
+    /// The master Redis Sentinel names for `service_name`.
+    Sentinel {
+        /// The monitored master's name.
+        service_name: String,
+        /// `(host, port)` of the sentinels.
+        nodes: Vec<(String, u16)>,
+    },
+}
+
+/// TLS settings for the connection to Redis.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisTls {
+    /// PEM file of the CA certificates to trust instead of the system's.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// Policy when the store fails or times out.
@@ -111,7 +236,10 @@ pub struct RedisConfig {
 pub enum OnError {
     /// Fail open: admit the request.
     Allow,
-    /// Enforce the limits in process until Redis is back.
+    /// Fail closed: answer 503.
+    Deny,
+    /// Enforce the limits in process until Redis is back, each divided by
+    /// the last known number of live gateway instances.
     Local,
 }
 
@@ -176,6 +304,8 @@ pub struct Route {
     pub cost: u64,
     /// Limits, all of which must admit.
     pub limits: Vec<Limit>,
+    /// Overrides `store.on_error` for this route.
+    pub on_error: Option<OnError>,
     /// Every limit of the route only counts and logs what it would deny.
     pub shadow: bool,
 }

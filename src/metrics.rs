@@ -135,6 +135,8 @@ pub struct StoreMetrics {
     pub errors: Counter,
     /// 1 while Redis is configured but failing and `on_error` decides.
     pub fallback: Gauge<i64, AtomicI64>,
+    /// 1 while the breaker is open (Redis is not called), else 0.
+    pub breaker_open: Gauge<i64, AtomicI64>,
 }
 
 impl Default for StoreMetrics {
@@ -144,6 +146,7 @@ impl Default for StoreMetrics {
             memory_duration: store_histogram(),
             errors: Counter::default(),
             fallback: Gauge::default(),
+            breaker_open: Gauge::default(),
         }
     }
 }
@@ -292,6 +295,12 @@ impl Metrics {
             "1 while Redis is failing and on_error decides, else 0",
             store_fallback.clone(),
         );
+        let store_breaker_open = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "tollgate_store_breaker_open",
+            "1 while the breaker in front of Redis is open (Redis is not called), else 0",
+            store_breaker_open.clone(),
+        );
         let upstream_responses = Family::<UpstreamLabels, Counter>::default();
         registry.register(
             "tollgate_upstream_responses",
@@ -322,6 +331,7 @@ impl Metrics {
             memory_duration: store_duration.get_or_create_owned(&StoreLabels { store: "memory" }),
             errors: store_errors,
             fallback: store_fallback,
+            breaker_open: store_breaker_open,
         };
         Self {
             registry,
@@ -446,6 +456,7 @@ mod tests {
             "tollgate_upstream_responses_total{route=\"r\",class=\"5xx\"} 1",
             "tollgate_config_reloads_total{result=\"failure\"} 1",
             "tollgate_store_fallback 0",
+            "tollgate_store_breaker_open 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -60,6 +60,9 @@ pub enum GatewayError {
     /// The request body is larger than `server.max_body_size` (RFC 9110 §15.5.14).
     #[error("request body larger than {0} bytes")]
     PayloadTooLarge(u64),
+    /// The limiter store cannot decide and `on_error: deny` refuses.
+    #[error("rate limiter unavailable")]
+    StoreUnavailable,
 }
 
 impl GatewayError {
@@ -73,6 +76,7 @@ impl GatewayError {
             Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => {
                 ErrorSource::Upstream
             }
+            Self::StoreUnavailable => ErrorSource::Store,
         }
     }
 
@@ -85,6 +89,7 @@ impl GatewayError {
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -128,7 +133,8 @@ impl GatewayError {
             | Self::UpstreamTimeout(_)
             | Self::UpstreamFailed(_)
             | Self::BadRequest(_)
-            | Self::PayloadTooLarge(_) => {
+            | Self::PayloadTooLarge(_)
+            | Self::StoreUnavailable => {
                 push_field(&mut body, "type", "about:blank");
                 body.push(',');
                 push_common(&mut body, title, status);
@@ -143,6 +149,7 @@ impl GatewayError {
                         "The upstream server did not answer within {} ms",
                         d.as_millis()
                     ),
+                    Self::StoreUnavailable => "The rate limiter cannot decide right now and this route fails closed; retry shortly".to_owned(),
                     Self::UpstreamFailed(_) => "The upstream connection failed".to_owned(),
                     Self::BadRequest(why) => format!("The request is malformed: {why}"),
                     Self::PayloadTooLarge(max) => {
@@ -190,6 +197,16 @@ fn push_json_string(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_unavailable_is_a_503_problem() {
+        let e = GatewayError::StoreUnavailable;
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.source_kind(), ErrorSource::Store);
+        let body = String::from_utf8_lossy(&e.problem()).into_owned();
+        assert!(body.contains("\"status\":503"), "{body}");
+        assert!(body.contains("\"title\":\"Service Unavailable\""), "{body}");
+    }
 
     #[test]
     fn limited_body() {

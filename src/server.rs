@@ -130,6 +130,16 @@ impl Gateway {
         f(&self.runtime.load().config)
     }
 
+    /// Whether limiter decisions go to Redis (for metrics).
+    pub fn breaker_state(&self) -> crate::store::BreakerState {
+        self.limiter.breaker_state()
+    }
+
+    /// The last known number of live gateway instances sharing Redis.
+    pub fn live_instances(&self) -> u64 {
+        self.limiter.live_instances()
+    }
+
     /// The metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
@@ -240,6 +250,7 @@ impl Gateway {
                 limits,
                 route.route.shadow,
                 &requests,
+                route.route.on_error,
             )
             .await;
             shadow::record(
@@ -254,6 +265,10 @@ impl Gateway {
             Some(rd)
         };
         let decision = checked.as_ref().and_then(|rd| rd.decision.as_ref());
+        if checked.as_ref().is_some_and(|rd| rd.unavailable) {
+            debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
+            return error_response(&GatewayError::StoreUnavailable);
+        }
 
         if let Some(rd) = checked.as_ref().filter(|rd| !rd.allowed) {
             let retry_ms = rd.retry_after_ms();

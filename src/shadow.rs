@@ -26,7 +26,7 @@
 
 use tracing::info;
 
-use crate::config::Limit;
+use crate::config::{Limit, OnError};
 use crate::limit::limiter::{Limiter, Verdict};
 use crate::limit::{Decision, LimitOutcome, LimitRequest};
 use crate::metrics::{LimitVerdict, RouteMetrics};
@@ -45,6 +45,8 @@ pub struct RouteDecision {
     pub verdicts: Vec<Option<LimitVerdict>>,
     /// The store failed and `on_error: allow` admitted without deciding.
     pub failed_open: bool,
+    /// The store failed and `on_error: deny` refuses: answer 503.
+    pub unavailable: bool,
 }
 
 impl RouteDecision {
@@ -108,13 +110,14 @@ pub async fn decide(
     limits: &[Limit],
     route_shadow: bool,
     requests: &[LimitRequest],
+    on_error: Option<OnError>,
 ) -> RouteDecision {
     let n_shadow = limits.iter().filter(|l| is_shadow(route_shadow, l)).count();
 
     // All enforced, or all shadow: one call, exactly as enforcement decides.
     if n_shadow == 0 || n_shadow == limits.len() {
         let all_shadow = n_shadow > 0;
-        return match limiter.decide(now_ms, requests).await {
+        return match limiter.decide_with(now_ms, requests, on_error).await {
             Verdict::Decided(d) => RouteDecision {
                 allowed: d.allowed || all_shadow,
                 verdicts: d
@@ -127,8 +130,10 @@ pub async fn decide(
                     outcomes: d.outcomes,
                 }),
                 failed_open: false,
+                unavailable: false,
             },
             Verdict::FailedOpen => failed_open(limits.len()),
+            Verdict::Unavailable => unavailable(limits.len()),
         };
     }
 
@@ -146,9 +151,13 @@ pub async fn decide(
             })
             .collect()
     };
-    let de = match limiter.decide(now_ms, &pick(&enforced, false)).await {
+    let de = match limiter
+        .decide_with(now_ms, &pick(&enforced, false), on_error)
+        .await
+    {
         Verdict::Decided(d) => d,
         Verdict::FailedOpen => return failed_open(limits.len()),
+        Verdict::Unavailable => return unavailable(limits.len()),
     };
     let mut verdicts = vec![None; limits.len()];
     let mut outcomes: Vec<Option<LimitOutcome>> = vec![None; limits.len()];
@@ -158,7 +167,10 @@ pub async fn decide(
     }
     // Admitted: decide the shadow limits for real. Denied: only read them.
     let read_only = !de.allowed;
-    if let Verdict::Decided(ds) = limiter.decide(now_ms, &pick(&shadowed, read_only)).await {
+    if let Verdict::Decided(ds) = limiter
+        .decide_with(now_ms, &pick(&shadowed, read_only), on_error)
+        .await
+    {
         for (&i, o) in shadowed.iter().zip(&ds.outcomes) {
             if !read_only {
                 verdicts[i] = Some(verdict(o, true));
@@ -175,6 +187,7 @@ pub async fn decide(
         }),
         verdicts,
         failed_open: false,
+        unavailable: false,
     }
 }
 
@@ -229,6 +242,18 @@ fn failed_open(n: usize) -> RouteDecision {
         decision: None,
         verdicts: vec![Some(LimitVerdict::Error); n],
         failed_open: true,
+        unavailable: false,
+    }
+}
+
+/// The store failed and `on_error: deny` refuses every limit (503).
+fn unavailable(n: usize) -> RouteDecision {
+    RouteDecision {
+        allowed: false,
+        decision: None,
+        verdicts: vec![Some(LimitVerdict::Error); n],
+        failed_open: false,
+        unavailable: true,
     }
 }
 

@@ -4,7 +4,13 @@
 //! in process and [`redis`] shares it between gateway instances. Both pass
 //! the same conformance table (`tests/limiter.rs`), driven with an injected
 //! time: `now_ms` is an argument, never read inside a store.
+//!
+//! Around Redis: [`breaker`] stops calling it after repeated failures and
+//! probes it in the background; [`heartbeat`] counts the live gateway
+//! instances, which `on_error: local` divides each limit by.
 
+pub mod breaker;
+pub mod heartbeat;
 pub mod memory;
 pub mod redis;
 
@@ -12,6 +18,7 @@ use std::future::Future;
 
 use crate::limit::{Decision, LimitRequest};
 
+pub use breaker::{Breaker, BreakerState};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 

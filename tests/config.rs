@@ -274,7 +274,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
     assert_eq!(
         errors(&src),
         [
-            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, shadow (line 4, col 5)"#,
+            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, shadow, on_error (line 4, col 5)"#,
             r#"routes[0].limits[0]: unknown field "burst"; expected one of name, key, limit, window, cost, shadow (line 11, col 9)"#,
         ]
     );
@@ -425,10 +425,10 @@ fn bad_listen_address() {
 
 #[test]
 fn bad_on_error() {
-    let src = format!("store:\n  on_error: deny\n{HEAD}  - {{ name: a, respond: {{}} }}\n");
+    let src = format!("store:\n  on_error: drop\n{HEAD}  - {{ name: a, respond: {{}} }}\n");
     assert_eq!(
         error(&src),
-        r#"store.on_error: unknown value "deny"; expected one of allow, local (line 2, col 13)"#
+        r#"store.on_error: unknown value "drop"; expected one of allow, deny, local (line 2, col 13)"#
     );
 }
 
@@ -590,7 +590,7 @@ fn more_top_level_rules() {
         ),
         (
             "listen: 127.0.0.1:1\nstore: { redis: { timeout: 1s } }\n",
-            r#"store.redis: missing required field "url" (line 2, col 17)"#,
+            r#"store.redis: missing required field "url" (or cluster, or sentinel) (line 2, col 17)"#,
         ),
         (
             "listen: 127.0.0.1:1\nclient_ip: { ipv6_prefix: 129 }\n",
@@ -678,6 +678,140 @@ fn odd_inputs() {
         error("listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\nroutes: [{ name: a, respond: {} }]\n"),
         r#"invalid YAML: duplicate entry with key "listen" (line 1, col 1)"#
     );
+}
+
+// --- Redis topologies, failure policy, breaker, clock (issue 4) -------------
+
+#[test]
+fn redis_cluster_sentinel_and_failure_policy() {
+    use tollgate::config::{ClockSource, RedisTopology};
+    let c = valid(
+        "listen: 127.0.0.1:1
+store:
+  redis:
+    cluster: [127.0.0.1:7000, '[::1]:7001']
+    username: tollgate
+    password: s3cret
+    tls: { ca_file: /etc/tollgate/redis-ca.pem }
+    timeout: 10ms
+    connect_timeout: 2s
+    reconnect: { min: 50ms, max: 2s, jitter: 0ms }
+    pool_size: 4
+  on_error: deny
+  clock: redis
+  breaker: { failures: 5, probe_interval: 100ms }
+routes:
+  - { name: a, respond: {}, on_error: local }
+  - { name: b, respond: {} }
+",
+    );
+    let r = c.store.redis.as_ref().expect("redis");
+    assert_eq!(
+        r.topology,
+        RedisTopology::Cluster {
+            seeds: vec![("127.0.0.1".into(), 7000), ("::1".into(), 7001)]
+        }
+    );
+    assert_eq!(r.username.as_deref(), Some("tollgate"));
+    assert_eq!(r.password.as_deref(), Some("s3cret"));
+    assert_eq!(
+        r.tls.as_ref().and_then(|t| t.ca_file.as_ref()),
+        Some(&std::path::PathBuf::from("/etc/tollgate/redis-ca.pem"))
+    );
+    assert_eq!(r.timeout, Duration::from_millis(10));
+    assert_eq!(r.connect_timeout, Duration::from_secs(2));
+    assert_eq!(r.reconnect_min, Duration::from_millis(50));
+    assert_eq!(r.reconnect_max, Duration::from_secs(2));
+    assert_eq!(r.reconnect_jitter, Duration::ZERO);
+    assert_eq!(r.pool_size, 4);
+    assert!(!r.describe().contains("s3cret"));
+    assert_eq!(c.store.on_error, OnError::Deny);
+    assert_eq!(c.store.clock, ClockSource::Redis);
+    assert_eq!(c.store.breaker.failures, 5);
+    assert_eq!(c.store.breaker.probe_interval, Duration::from_millis(100));
+    assert_eq!(c.routes[0].on_error, Some(OnError::Local));
+    assert_eq!(c.routes[1].on_error, None);
+
+    let c = valid(
+        "listen: 127.0.0.1:1
+store:
+  redis:
+    sentinel: { service_name: mymaster, nodes: [127.0.0.1:26379, 127.0.0.1:26380] }
+    database: 3
+routes: [{ name: a, respond: {} }]
+",
+    );
+    let r = c.store.redis.as_ref().expect("redis");
+    assert_eq!(
+        r.topology,
+        RedisTopology::Sentinel {
+            service_name: "mymaster".into(),
+            nodes: vec![("127.0.0.1".into(), 26379), ("127.0.0.1".into(), 26380)]
+        }
+    );
+    assert_eq!(r.database, Some(3));
+    assert_eq!(r.timeout, Duration::from_millis(25), "the default timeout");
+    assert_eq!(r.pool_size, 1);
+    assert_eq!(c.store.clock, ClockSource::Gateway);
+
+    let c = valid(
+        "listen: 127.0.0.1:1\nstore: { redis: { url: 'rediss://u:p@127.0.0.1:6380/1' } }\nroutes: [{ name: a, respond: {} }]\n",
+    );
+    let r = c.store.redis.as_ref().expect("redis");
+    assert_eq!(r.topology, RedisTopology::Standalone);
+    assert_eq!(r.describe(), "rediss://***@127.0.0.1:6380/1");
+}
+
+#[test]
+fn bad_redis_topologies_are_all_reported() {
+    let src = "listen: 127.0.0.1:1
+store:
+  redis:
+    url: redis://127.0.0.1:6379
+    cluster: [127.0.0.1, 'h:0']
+    database: 300
+    tls: { ca_file: '', verify: no }
+    reconnect: { min: 2s, max: 1s }
+    pool_size: 0
+  clock: server
+  breaker: { failures: 0, probe_interval: soon }
+routes: [{ name: a, respond: {}, on_error: ignore }]
+";
+    assert_eq!(
+        errors(src),
+        [
+            "store.redis: set one of url, cluster and sentinel, not url and cluster (line 4, col 5)",
+            r#"store.redis.cluster[0]: "127.0.0.1" is not HOST:PORT; write e.g. 127.0.0.1:7000 (line 5, col 15)"#,
+            r#"store.redis.cluster[1]: "h:0" is not HOST:PORT; write e.g. 127.0.0.1:7000 (line 5, col 26)"#,
+            "store.redis.database: must be between 0 and 255, found 300 (line 6, col 15)",
+            "store.redis.tls.ca_file: must not be empty; write the path of a PEM file (line 7, col 21)",
+            r#"store.redis.tls: unknown field "verify"; expected one of ca_file (line 7, col 25)"#,
+            "store.redis.reconnect.min: 2s is longer than max 1s (line 8, col 23)",
+            "store.redis.pool_size: must be between 1 and 64, found 0 (line 9, col 16)",
+            r#"store.clock: unknown value "server"; expected one of gateway, redis (line 10, col 10)"#,
+            "store.breaker.failures: must be between 1 and 1000000, found 0 (line 11, col 24)",
+            r#"store.breaker.probe_interval: "soon" is not a duration; write a whole number and a unit (ms, s, m, h or d), e.g. 5m or 300s (line 11, col 43)"#,
+            r#"routes[0].on_error: unknown value "ignore"; expected one of allow, deny, local (line 12, col 44)"#,
+        ]
+    );
+    let cases: &[(&str, &str)] = &[
+        (
+            "store: { redis: { sentinel: { nodes: [] } } }\n",
+            "store.redis.sentinel: missing required field \"service_name\" (line 2, col 29)\nstore.redis.sentinel.nodes: needs at least one sentinel (line 2, col 38)",
+        ),
+        (
+            "store: { redis: { cluster: [127.0.0.1:7000], database: 1 } }\n",
+            "store.redis.database: a Redis Cluster has only database 0 (line 2, col 56)",
+        ),
+        (
+            "store: { redis: { url: 'redis://127.0.0.1:1', tls: {} } }\n",
+            "store.redis.tls: applies to rediss:// URLs; write the url as rediss://HOST:PORT (line 2, col 52)",
+        ),
+    ];
+    for (store, expected) in cases {
+        let src = format!("listen: 127.0.0.1:1\n{store}routes: [{{ name: a, respond: {{}} }}]\n");
+        assert_eq!(errors(&src).join("\n"), *expected, "for:\n{src}");
+    }
 }
 
 #[test]

@@ -315,11 +315,16 @@ pub struct Server {
 pub struct Store {
     /// `redis: { url, timeout }`
     pub redis: Field<Redis>,
-    /// `on_error: allow | local`
-    #[schemars(extend("enum" = ["allow", "local", null]))]
+    /// `on_error: allow | deny | local`
+    #[schemars(extend("enum" = ["allow", "deny", "local", null]))]
     pub on_error: Field<Text>,
     /// `prefix: "tollgate:"`
     pub prefix: Field<Text>,
+    /// `clock: gateway | redis`
+    #[schemars(extend("enum" = ["gateway", "redis", null]))]
+    pub clock: Field<Text>,
+    /// `breaker: { failures, probe_interval }`
+    pub breaker: Field<Breaker>,
 }
 
 /// `store.redis:`
@@ -329,9 +334,76 @@ pub struct Store {
 pub struct Redis {
     /// `url: redis://host:port`
     pub url: Field<Text>,
+    /// `cluster: [host:port, ...]` (seed nodes)
+    pub cluster: Field<OneOrMany<Text>>,
+    /// `sentinel: { service_name, nodes }`
+    pub sentinel: Field<Sentinel>,
+    /// `username: tollgate`
+    pub username: Field<Text>,
+    /// `password: s3cret`
+    pub password: Field<Text>,
+    /// `database: 0`
+    pub database: Field<Int>,
+    /// `tls: { ca_file }`
+    pub tls: Field<RedisTls>,
     /// `timeout: 25ms`
     #[schemars(extend("pattern" = super::schema::DURATION))]
     pub timeout: Field<Text>,
+    /// `connect_timeout: 1s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
+    pub connect_timeout: Field<Text>,
+    /// `reconnect: { min, max, jitter }`
+    pub reconnect: Field<Reconnect>,
+    /// `pool_size: 1`
+    pub pool_size: Field<Int>,
+}
+
+/// `store.redis.sentinel:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Sentinel {
+    /// `service_name: mymaster`
+    pub service_name: Field<Text>,
+    /// `nodes: [host:port, ...]`
+    pub nodes: Field<OneOrMany<Text>>,
+}
+
+/// `store.redis.tls:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct RedisTls {
+    /// `ca_file: /etc/tollgate/redis-ca.pem`
+    pub ca_file: Field<Text>,
+}
+
+/// `store.redis.reconnect:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Reconnect {
+    /// `min: 100ms`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
+    pub min: Field<Text>,
+    /// `max: 1s`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
+    pub max: Field<Text>,
+    /// `jitter: 100ms`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
+    pub jitter: Field<Text>,
+}
+
+/// `store.breaker:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Breaker {
+    /// `failures: 3`
+    pub failures: Field<Int>,
+    /// `probe_interval: 200ms`
+    #[schemars(extend("pattern" = super::schema::DURATION))]
+    pub probe_interval: Field<Text>,
 }
 
 /// `client_ip:`
@@ -403,6 +475,9 @@ pub struct Route {
     pub upgrade: Field<Flag>,
     /// `shadow: true`
     pub shadow: Field<Flag>,
+    /// `on_error: allow | deny | local` (overrides `store.on_error`)
+    #[schemars(extend("enum" = ["allow", "deny", "local", null]))]
+    pub on_error: Field<Text>,
 }
 
 /// `routes[i].match:`
@@ -518,6 +593,10 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         [] => fields_of::<Root>(),
         ["store"] => fields_of::<Store>(),
         ["store", "redis"] => fields_of::<Redis>(),
+        ["store", "redis", "sentinel"] => fields_of::<Sentinel>(),
+        ["store", "redis", "tls"] => fields_of::<RedisTls>(),
+        ["store", "redis", "reconnect"] => fields_of::<Reconnect>(),
+        ["store", "breaker"] => fields_of::<Breaker>(),
         ["client_ip"] => fields_of::<ClientIp>(),
         ["api_keys" | "users"] => fields_of::<HeaderSource>(),
         ["timeouts"] => fields_of::<Timeouts>(),
@@ -589,7 +668,8 @@ mod tests {
                 "limits",
                 "upstream_ca",
                 "upgrade",
-                "shadow"
+                "shadow",
+                "on_error"
             ]
         );
         assert_eq!(fields_at(&["routes", "limits"]), fields_of::<Limit>());

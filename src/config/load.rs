@@ -26,9 +26,9 @@ use ipnet::IpNet;
 use super::file::{self, Field, Flag, Int, OneOrMany, Text};
 use super::position::{Pos, Positions, child_index, child_key};
 use super::{
-    Action, ApiKeyConfig, ClientIpConfig, Config, HeaderMode, KeySource, KeySpec, Limit, Listen,
-    OnError, PathMatch, RedisConfig, Respond, Route, RouteMatch, ServerSettings, StoreConfig,
-    Timeouts, Upstream, UserConfig,
+    Action, ApiKeyConfig, BreakerConfig, ClientIpConfig, ClockSource, Config, HeaderMode,
+    KeySource, KeySpec, Limit, Listen, OnError, PathMatch, RedisConfig, RedisTls, RedisTopology,
+    Respond, Route, RouteMatch, ServerSettings, StoreConfig, Timeouts, Upstream, UserConfig,
 };
 
 /// One problem in a configuration file.
@@ -344,6 +344,8 @@ impl Check<'_> {
                 redis: None,
                 on_error: OnError::Local,
                 prefix: DEFAULT_PREFIX.to_owned(),
+                clock: ClockSource::Gateway,
+                breaker: BreakerConfig::default(),
             }),
             client_ip: client_ip?.unwrap_or_default(),
             headers: headers?.unwrap_or(HeaderMode::Ietf),
@@ -436,24 +438,205 @@ impl Check<'_> {
             &child_key(path, "prefix"),
             text(|s| Ok(s.to_owned())),
         );
+        let clock = self.optional(&store.clock, &child_key(path, "clock"), text(parse_clock));
+        let breaker = self.optional(&store.breaker, &child_key(path, "breaker"), Self::breaker);
         Ok(StoreConfig {
             redis: redis?,
             on_error: on_error?.unwrap_or(OnError::Local),
             prefix: prefix?.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+            clock: clock?.unwrap_or_default(),
+            breaker: breaker?.unwrap_or_default(),
+        })
+    }
+
+    fn breaker(&mut self, breaker: &file::Breaker, path: &str) -> Checked<BreakerConfig> {
+        let defaults = BreakerConfig::default();
+        let failures = self.optional(
+            &breaker.failures,
+            &child_key(path, "failures"),
+            int(1, 1_000_000),
+        );
+        let probe_interval = self.optional(
+            &breaker.probe_interval,
+            &child_key(path, "probe_interval"),
+            text(parse_timeout),
+        );
+        Ok(BreakerConfig {
+            failures: match failures? {
+                Some(n) => u32::try_from(n).unwrap_or(defaults.failures),
+                None => defaults.failures,
+            },
+            probe_interval: probe_interval?.unwrap_or(defaults.probe_interval),
         })
     }
 
     fn redis(&mut self, redis: &file::Redis, path: &str) -> Checked<RedisConfig> {
-        let url = self.required(&redis.url, path, "url", text(parse_redis_url));
+        let defaults = RedisConfig::default();
+        let url = self.optional(&redis.url, &child_key(path, "url"), text(parse_redis_url));
+        let cluster = self.optional(
+            &redis.cluster,
+            &child_key(path, "cluster"),
+            |check, items, path| {
+                let seeds = check.each(items, path, text(parse_host_port))?;
+                if seeds.is_empty() {
+                    return Err(check.value_error(path, "needs at least one seed node"));
+                }
+                Ok(seeds)
+            },
+        );
+        let sentinel = self.optional(
+            &redis.sentinel,
+            &child_key(path, "sentinel"),
+            Self::sentinel,
+        );
+        let username = self.optional(
+            &redis.username,
+            &child_key(path, "username"),
+            text(|s| Ok(s.to_owned())),
+        );
+        let password = self.optional(
+            &redis.password,
+            &child_key(path, "password"),
+            text(|s| Ok(s.to_owned())),
+        );
+        let database = self.optional(&redis.database, &child_key(path, "database"), int(0, 255));
+        let tls = self.optional(&redis.tls, &child_key(path, "tls"), |check, tls, path| {
+            let ca_file = check.optional(
+                &tls.ca_file,
+                &child_key(path, "ca_file"),
+                text(|s| {
+                    if s.is_empty() {
+                        Err("must not be empty; write the path of a PEM file".to_owned())
+                    } else {
+                        Ok(std::path::PathBuf::from(s))
+                    }
+                }),
+            )?;
+            Ok(RedisTls { ca_file })
+        });
         let timeout = self.optional(
             &redis.timeout,
             &child_key(path, "timeout"),
             text(parse_timeout),
         );
+        let connect_timeout = self.optional(
+            &redis.connect_timeout,
+            &child_key(path, "connect_timeout"),
+            text(parse_timeout),
+        );
+        let reconnect = self.optional(
+            &redis.reconnect,
+            &child_key(path, "reconnect"),
+            |check, r, path| {
+                let min = check.optional(&r.min, &child_key(path, "min"), text(parse_timeout));
+                let max = check.optional(&r.max, &child_key(path, "max"), text(parse_timeout));
+                let jitter =
+                    check.optional(&r.jitter, &child_key(path, "jitter"), text(parse_duration));
+                let (min, max, jitter) = (
+                    min?.unwrap_or(defaults.reconnect_min),
+                    max?.unwrap_or(defaults.reconnect_max),
+                    jitter?.unwrap_or(defaults.reconnect_jitter),
+                );
+                if min > max {
+                    return Err(check.value_error(
+                        &child_key(path, "min"),
+                        format!("{min:?} is longer than max {max:?}"),
+                    ));
+                }
+                Ok((min, max, jitter))
+            },
+        );
+        let pool_size = self.optional(&redis.pool_size, &child_key(path, "pool_size"), int(1, 64));
+
+        // Exactly one of url, cluster and sentinel.
+        let given: Vec<&str> = [
+            ("url", !redis.url.is_absent()),
+            ("cluster", !redis.cluster.is_absent()),
+            ("sentinel", !redis.sentinel.is_absent()),
+        ]
+        .iter()
+        .filter(|(_, present)| *present)
+        .map(|(name, _)| *name)
+        .collect();
+        if given.len() != 1 {
+            let pos = self.positions.value(path);
+            let message = if given.is_empty() {
+                "missing required field \"url\" (or cluster, or sentinel)".to_owned()
+            } else {
+                format!(
+                    "set one of url, cluster and sentinel, not {}",
+                    given.join(" and ")
+                )
+            };
+            return Err(self.push(path, message, pos));
+        }
+        if !redis.database.is_absent() && !redis.cluster.is_absent() {
+            let db_path = child_key(path, "database");
+            return Err(self.value_error(&db_path, "a Redis Cluster has only database 0"));
+        }
+        let url = url?;
+        let topology = match (cluster?, sentinel?) {
+            (Some(seeds), _) => RedisTopology::Cluster { seeds },
+            (None, Some((service_name, nodes))) => RedisTopology::Sentinel {
+                service_name,
+                nodes,
+            },
+            (None, None) => RedisTopology::Standalone,
+        };
+        let tls = tls?;
+        if let (Some(u), Some(_)) = (&url, &tls) {
+            if !u.starts_with("rediss://") {
+                let tls_path = child_key(path, "tls");
+                return Err(self.value_error(
+                    &tls_path,
+                    "applies to rediss:// URLs; write the url as rediss://HOST:PORT",
+                ));
+            }
+        }
+        let reconnect = reconnect?;
         Ok(RedisConfig {
-            url: url?,
-            timeout: timeout?.unwrap_or(Duration::from_millis(25)),
+            url: url.unwrap_or_default(),
+            timeout: timeout?.unwrap_or(defaults.timeout),
+            topology,
+            username: username?,
+            password: password?,
+            database: database?.and_then(|d| u8::try_from(d).ok()),
+            tls,
+            connect_timeout: connect_timeout?.unwrap_or(defaults.connect_timeout),
+            reconnect_min: reconnect.map_or(defaults.reconnect_min, |r| r.0),
+            reconnect_max: reconnect.map_or(defaults.reconnect_max, |r| r.1),
+            reconnect_jitter: reconnect.map_or(defaults.reconnect_jitter, |r| r.2),
+            pool_size: pool_size?
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(defaults.pool_size),
         })
+    }
+
+    fn sentinel(
+        &mut self,
+        sentinel: &file::Sentinel,
+        path: &str,
+    ) -> Checked<(String, Vec<(String, u16)>)> {
+        let name = self.required(
+            &sentinel.service_name,
+            path,
+            "service_name",
+            text(|s| {
+                if s.is_empty() {
+                    Err("must not be empty; write the master's name, e.g. mymaster".to_owned())
+                } else {
+                    Ok(s.to_owned())
+                }
+            }),
+        );
+        let nodes = self.required(&sentinel.nodes, path, "nodes", |check, items, path| {
+            let nodes = check.each(items, path, text(parse_host_port))?;
+            if nodes.is_empty() {
+                return Err(check.value_error(path, "needs at least one sentinel"));
+            }
+            Ok(nodes)
+        });
+        Ok((name?, nodes?))
     }
 
     fn client_ip(&mut self, client_ip: &file::ClientIp, path: &str) -> Checked<ClientIpConfig> {
@@ -577,6 +760,11 @@ impl Check<'_> {
             &child_key(path, "limits"),
             |check, limits, path| check.limits(limits, path),
         );
+        let on_error = self.optional(
+            &route.on_error,
+            &child_key(path, "on_error"),
+            text(parse_on_error),
+        );
         let shadow = self.optional(
             &route.shadow,
             &child_key(path, "shadow"),
@@ -589,6 +777,7 @@ impl Check<'_> {
             cost: cost?.unwrap_or(1),
             limits: limits?.unwrap_or_default(),
             shadow: shadow?.unwrap_or(false),
+            on_error: on_error?,
         })
     }
 
@@ -800,22 +989,52 @@ fn parse_header_mode(s: &str) -> Result<HeaderMode, String> {
 }
 
 fn parse_on_error(s: &str) -> Result<OnError, String> {
-    one_of(s, &[("allow", OnError::Allow), ("local", OnError::Local)])
+    one_of(
+        s,
+        &[
+            ("allow", OnError::Allow),
+            ("deny", OnError::Deny),
+            ("local", OnError::Local),
+        ],
+    )
+}
+
+fn parse_clock(s: &str) -> Result<ClockSource, String> {
+    one_of(
+        s,
+        &[
+            ("gateway", ClockSource::Gateway),
+            ("redis", ClockSource::Redis),
+        ],
+    )
 }
 
 fn parse_redis_url(s: &str) -> Result<String, String> {
-    if s.starts_with("rediss://") {
-        return Err(format!(
-            "{s:?}: TLS to Redis (rediss://) is not supported yet; write redis://HOST:PORT"
-        ));
-    }
-    match s.strip_prefix("redis://") {
+    match s
+        .strip_prefix("redis://")
+        .or_else(|| s.strip_prefix("rediss://"))
+    {
         Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(s.to_owned()),
         Some(_) => Err(format!("{s:?} has no host; write redis://HOST:PORT")),
         None => Err(format!(
             "{s:?} is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379"
         )),
     }
+}
+
+/// `host:port` or `[v6]:port`, as a `(host, port)` pair.
+fn parse_host_port(s: &str) -> Result<(String, u16), String> {
+    let bad = || format!("{s:?} is not HOST:PORT; write e.g. 127.0.0.1:7000");
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if host.is_empty() || port == 0 || host.contains(['/', ' ', '@']) {
+        return Err(bad());
+    }
+    Ok((host.to_owned(), port))
 }
 
 /// `10.0.0.0/8`, `::1/128`, or a bare address (a /32 or /128 network).
@@ -1157,5 +1376,11 @@ mod tests {
         assert!(parse_upstream("127.0.0.1:9000").is_err());
         assert!(parse_upstream("http://x/?q=1").is_err());
         assert!(parse_redis_url("redis://").is_err());
+        assert!(parse_redis_url("rediss://h:6380").is_ok());
+        assert_eq!(parse_host_port("[::1]:7000"), Ok(("::1".into(), 7000)));
+        assert_eq!(parse_host_port("h:7000"), Ok(("h".into(), 7000)));
+        for bad in ["h", "h:0", ":7000", "h:x", "h:70000"] {
+            assert!(parse_host_port(bad).is_err(), "{bad}");
+        }
     }
 }

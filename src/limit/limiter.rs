@@ -1,39 +1,42 @@
 //! The decision phase: asks the configured store and applies the failure
 //! policy when it cannot answer.
 //!
-//! With Redis configured every decision goes to Redis. When Redis fails or
-//! times out, `on_error` decides: `allow` admits without a decision (no
-//! `RateLimit` header is sent, since no count is known) and `local` decides
-//! in an in-process store. The switch to and from the fallback is logged
-//! once each way, not per request.
+//! With Redis configured every decision goes to Redis, through a
+//! [`Breaker`] that stops calling it after repeated failures and lets a
+//! background probe find it again. When Redis fails, times out, answers
+//! garbage, or the breaker is open, `on_error` decides — the store's, or the
+//! route's override: `allow` admits without a decision (no `RateLimit`
+//! header is sent, since no count is known), `deny` answers 503, and `local`
+//! decides in an in-process store with each limit divided by the last known
+//! number of live gateway instances ([`heartbeat`]). The switch to and from
+//! the fallback is logged once each way, not per request.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::{Decision, LimitRequest};
-use crate::config::{OnError, StoreConfig};
+use crate::config::{ClockSource, OnError, StoreConfig};
 use crate::metrics::StoreMetrics;
-use crate::store::{MemoryStore, RedisStore, Store, StoreError};
+use crate::store::heartbeat::{self, Instances};
+use crate::store::{Breaker, BreakerState, MemoryStore, RedisStore, Store, StoreError};
 
 /// How long startup waits for the first Redis connection.
 const STARTUP_WAIT: Duration = Duration::from_secs(1);
 
-/// A Redis URL without its password, for logs.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
-        _ => url.to_owned(),
-    }
-}
-
 /// Decides requests against the configured store.
 pub struct Limiter {
     memory: MemoryStore,
-    redis: Option<RedisStore>,
+    redis: Option<Arc<RedisStore>>,
     on_error: OnError,
     degraded: AtomicBool,
+    breaker: Arc<Breaker>,
+    instances: Instances,
+    /// The breaker's probe and the heartbeat; aborted on drop.
+    tasks: Vec<JoinHandle<()>>,
     metrics: StoreMetrics,
 }
 
@@ -42,17 +45,28 @@ impl std::fmt::Debug for Limiter {
         f.debug_struct("Limiter")
             .field("redis", &self.redis.is_some())
             .field("on_error", &self.on_error)
+            .field("breaker", &self.breaker.state())
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
     }
 }
 
 /// How a decision was reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// The store decided.
+    /// The store decided (Redis, or in process by `on_error: local`).
     Decided(Decision),
     /// The store failed and `on_error: allow` admitted the request.
     FailedOpen,
+    /// The store failed and `on_error: deny` refuses the request (503).
+    Unavailable,
 }
 
 impl Limiter {
@@ -62,9 +76,13 @@ impl Limiter {
     /// # Errors
     /// The Redis configuration cannot be used at all (a malformed URL).
     pub async fn new(cfg: &StoreConfig) -> Result<Self, StoreError> {
+        let breaker = Arc::new(Breaker::new(cfg.breaker));
+        let instances = Instances::default();
+        let mut tasks = Vec::new();
         let redis = match &cfg.redis {
             Some(r) => {
-                let store = RedisStore::connect(r).await?;
+                let store = Arc::new(RedisStore::connect(r).await?);
+                store.use_server_clock(cfg.clock == ClockSource::Redis);
                 // Give the first connection a moment so the first requests
                 // are not decided locally for nothing; never wait longer.
                 let deadline = tokio::time::Instant::now() + STARTUP_WAIT;
@@ -72,8 +90,15 @@ impl Limiter {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 if !store.is_connected() {
-                    warn!(url = %redact(&r.url), "redis not reachable at startup; serving by on_error until it is");
+                    warn!(redis = %r.describe(), "redis not reachable at startup; serving by on_error until it is");
                 }
+                tasks.push(tokio::spawn(Arc::clone(&breaker).probe(Arc::clone(&store))));
+                tasks.push(tokio::spawn(heartbeat::run(
+                    Arc::clone(&store),
+                    heartbeat::key(&cfg.prefix),
+                    heartbeat::instance_id(),
+                    instances.clone(),
+                )));
                 Some(store)
             }
             None => None,
@@ -83,18 +108,23 @@ impl Limiter {
             redis,
             on_error: cfg.on_error,
             degraded: AtomicBool::new(false),
+            breaker,
+            instances,
+            tasks,
             metrics: StoreMetrics::default(),
         })
     }
 
     /// Records store latency, errors and the fallback state in `metrics`.
     pub fn with_metrics(mut self, metrics: StoreMetrics) -> Self {
+        self.breaker.export(metrics.breaker_open.clone());
         self.metrics = metrics;
         self
     }
 
     /// Whether decisions can be made: no Redis is configured, Redis is
-    /// connected, or the `on_error` fallback answers while it is not.
+    /// connected, or the `on_error` fallback answers while it is not
+    /// (`deny` answers 503, so it does not count).
     pub fn is_ready(&self) -> bool {
         match &self.redis {
             None => true,
@@ -104,7 +134,7 @@ impl Limiter {
 
     /// Whether Redis is configured and currently answering.
     pub fn redis_connected(&self) -> Option<bool> {
-        self.redis.as_ref().map(RedisStore::is_connected)
+        self.redis.as_ref().map(|r| r.is_connected())
     }
 
     /// Whether the last Redis call failed, so `on_error` is deciding.
@@ -122,16 +152,44 @@ impl Limiter {
         d
     }
 
-    /// Decides one request at `now_ms`.
+    /// Whether decisions go to Redis (for metrics).
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// The last known number of live gateway instances sharing Redis.
+    pub fn live_instances(&self) -> u64 {
+        self.instances.get()
+    }
+
+    /// Decides one request at `now_ms` with the store's `on_error`.
     pub async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Verdict {
+        self.decide_with(now_ms, requests, None).await
+    }
+
+    /// Decides one request at `now_ms`; `on_error` overrides the store's
+    /// policy (a route's own `on_error`).
+    pub async fn decide_with(
+        &self,
+        now_ms: u64,
+        requests: &[LimitRequest],
+        on_error: Option<OnError>,
+    ) -> Verdict {
         let Some(redis) = &self.redis else {
             return Verdict::Decided(self.decide_memory(now_ms, requests));
         };
-        let start = std::time::Instant::now();
-        let result = redis.decide(now_ms, requests).await;
-        self.metrics
-            .redis_duration
-            .observe(start.elapsed().as_secs_f64());
+        let called = self.breaker.allows();
+        let result = if called {
+            let start = std::time::Instant::now();
+            let r = redis.decide(now_ms, requests).await;
+            self.metrics
+                .redis_duration
+                .observe(start.elapsed().as_secs_f64());
+            self.breaker.record(r.as_ref().map(drop));
+            r
+        } else {
+            Err(StoreError::Unavailable("breaker open".into()))
+        };
         match result {
             Ok(d) => {
                 if self.degraded.swap(false, Ordering::Relaxed) {
@@ -141,23 +199,37 @@ impl Limiter {
                 Verdict::Decided(d)
             }
             Err(e) => {
-                self.metrics.errors.inc();
+                // A call the open breaker skipped is not a store error.
+                if called {
+                    self.metrics.errors.inc();
+                }
                 if !self.degraded.swap(true, Ordering::Relaxed) {
                     self.metrics.fallback.set(1);
-                    match self.on_error {
-                        OnError::Allow => {
-                            warn!(error = %e, "redis unavailable; admitting requests unchecked (on_error: allow)")
-                        }
-                        OnError::Local => {
-                            warn!(error = %e, "redis unavailable; deciding in process (on_error: local)")
-                        }
-                    }
+                    warn!(error = %e, default_on_error = ?self.on_error, "redis cannot decide; deciding by on_error until it can");
                 }
-                match self.on_error {
+                match on_error.unwrap_or(self.on_error) {
                     OnError::Allow => Verdict::FailedOpen,
-                    OnError::Local => Verdict::Decided(self.decide_memory(now_ms, requests)),
+                    OnError::Deny => Verdict::Unavailable,
+                    OnError::Local => Verdict::Decided(self.decide_locally(now_ms, requests)),
                 }
             }
         }
+    }
+
+    /// `on_error: local`: each limit divided by the live instances (at
+    /// least 1 left), so the fleet as a whole stays near the limit.
+    fn decide_locally(&self, now_ms: u64, requests: &[LimitRequest]) -> Decision {
+        let n = self.instances.get();
+        if n <= 1 {
+            return self.decide_memory(now_ms, requests);
+        }
+        let shares: Vec<LimitRequest> = requests
+            .iter()
+            .map(|r| LimitRequest {
+                limit: (r.limit / n).max(1),
+                ..r.clone()
+            })
+            .collect();
+        self.decide_memory(now_ms, &shares)
     }
 }

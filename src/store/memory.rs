@@ -101,6 +101,14 @@ impl MemoryStore {
             for ((r, &si), mut st) in requests.iter().zip(&idx).zip(states) {
                 st.cur += r.cost;
                 let g = guard(&mut guards, si);
+                if st.cur == 0 && st.prev == 0 {
+                    // Nothing to decay (cost 0 on an empty counter): absent
+                    // is the same state, as the Redis script DELs it. Kept,
+                    // an empty entry would pin its window for a caller whose
+                    // clock is behind, unlike Redis.
+                    g.map.remove(&r.key);
+                    continue;
+                }
                 match g.map.get_mut(&r.key) {
                     Some(e) => {
                         e.state = st;

@@ -4,14 +4,24 @@
 //! every limit of the request, so checking all limits and consuming from all
 //! of them is one atomic step on the server (DESIGN §4). The script takes
 //! `now` as an argument — the store never reads a clock — so the conformance
-//! table drives it exactly like the in-process store.
+//! table drives it exactly like the in-process store; with `clock: redis`
+//! ([`RedisStore::use_server_clock`]) it is passed the word `TIME` and reads
+//! the server's clock instead.
+//!
+//! Where Redis is — one server (TLS, ACL user, database), a Cluster, or a
+//! master behind Sentinel — is [`topology`]'s business; a request whose keys
+//! span several Cluster slots is decided by `cluster` (reserve in slot
+//! order, refund on a later deny). `pool_size` clients are kept, each with
+//! its own link watcher, and decisions take the next connected one.
 //!
 //! Availability is the other half of the design. The gateway must start and
 //! keep serving when Redis is down, and a decision must never wait for a
 //! reconnect:
-//! - [`RedisStore::connect`] only starts the client's connection task and
-//!   returns; the task reconnects forever with an exponential backoff from
-//!   100 ms, capped at one second.
+//! - [`RedisStore::connect`] only starts the clients' connection tasks and
+//!   returns; each reconnects forever with an exponential backoff from
+//!   `reconnect.min` (100 ms) to `reconnect.max` (one second), plus up to
+//!   `reconnect.jitter` (100 ms) at random so a fleet does not reconnect in
+//!   step.
 //! - While the link is down a decision is answered at once with
 //!   [`StoreError::Unavailable`] instead of being queued until a reconnect.
 //!   fred's client state alone is not enough: after a connection drops it
@@ -34,7 +44,11 @@
 //! (fred's own SHA-1 needs its `sha-1` feature) and kept; a `NOSCRIPT` reply
 //! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+mod cluster;
+mod commands;
+pub mod topology;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -43,7 +57,7 @@ use fred::clients::Client;
 use fred::error::{Error as FredError, ErrorKind};
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{
-    Config as FredConfig, ConnectionConfig, Options, ReconnectPolicy, TcpConfig, UnresponsiveConfig,
+    ConnectionConfig, Options, ReconnectPolicy, TcpConfig, UnresponsiveConfig,
 };
 use fred::types::{Builder, ClusterHash, ConnectHandle, CustomCommand, Value};
 use tokio::sync::broadcast::error::RecvError;
@@ -51,18 +65,14 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{Store, StoreError};
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, RedisTopology};
 use crate::limit::{Decision, LimitOutcome, LimitRequest};
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
 pub const SCRIPT: &str = include_str!("redis/sliding_window.lua");
 
-/// First reconnect delay (ms); doubled on each failed attempt.
-const RECONNECT_MIN_MS: u32 = 100;
-/// Longest reconnect delay (ms): Redis coming back is noticed within a second.
-const RECONNECT_MAX_MS: u32 = 1_000;
-/// Bound on opening a TCP connection and on the handshake commands.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// `now` argument that makes the scripts read Redis `TIME` (`clock: redis`).
+const SERVER_CLOCK: &str = "TIME";
 /// Longer call timeouts are clamped to this, so deadlines cannot overflow.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 
@@ -70,17 +80,35 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 const MAX_ARG: u64 = 1 << 53;
 
 /// The Redis-backed store. Cheap to share behind an `Arc`; dropping it stops
-/// the connection task.
+/// the connection tasks.
 pub struct RedisStore {
+    /// `pool_size` clients; decisions take them in turn (see [`Self::client`]).
+    links: Vec<Link>,
+    /// Round-robin position in `links`.
+    next: AtomicUsize,
+    timeout: Duration,
+    sha: OnceLock<Str>,
+    /// `clock: redis`: the scripts read `TIME` instead of taking `now`.
+    server_clock: AtomicBool,
+    /// A Redis Cluster: one request's keys may sit in several slots.
+    clustered: bool,
+}
+
+/// One client of the pool and its link watcher.
+struct Link {
     client: Client,
     /// fred's connection task.
     task: ConnectHandle,
     /// The [`watch_link`] task.
     watcher: JoinHandle<()>,
     /// No connection error since the last (re)connect.
-    link_up: Arc<AtomicBool>,
-    timeout: Duration,
-    sha: OnceLock<Str>,
+    up: Arc<AtomicBool>,
+}
+
+impl Link {
+    fn is_connected(&self) -> bool {
+        self.up.load(Ordering::Acquire) && self.client.is_connected()
+    }
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -94,81 +122,106 @@ impl std::fmt::Debug for RedisStore {
 
 impl Drop for RedisStore {
     fn drop(&mut self) {
-        // The client is private to this store, so nothing else can use the
-        // connection task once the store is gone.
-        self.task.abort();
-        self.watcher.abort();
+        // The clients are private to this store, so nothing else can use the
+        // connection tasks once the store is gone.
+        for link in &self.links {
+            link.task.abort();
+            link.watcher.abort();
+        }
     }
 }
 
 impl RedisStore {
-    /// Starts a client for `cfg.url` and returns at once, connected or not:
-    /// the connection is made, and remade after failures, in the background.
-    /// Until it is up, [`Store::decide`] answers [`StoreError::Unavailable`].
+    /// Starts clients for `cfg` (standalone, Cluster or Sentinel; see
+    /// [`topology`]) and returns at once, connected or not: connections are
+    /// made, and remade after failures, in the background. Until one is up,
+    /// [`Store::decide`] answers [`StoreError::Unavailable`].
     ///
     /// Must be called inside a Tokio runtime.
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when `cfg.url` is not a usable Redis URL.
-    /// Never because the server is down or unreachable.
+    /// [`StoreError::Unavailable`] when `cfg` is not usable (a malformed
+    /// URL, an unreadable CA file). Never because the server is down or
+    /// unreachable.
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
-        // The URL may hold a password: it is not repeated in the error.
-        let invalid = |why: &str| StoreError::Unavailable(format!("invalid Redis URL: {why}"));
-        // fred would also take `rediss://` (TLS, not built in), cluster and
-        // sentinel URLs; this store speaks plain RESP to one server.
-        if cfg.url.split_once("://").map(|(scheme, _)| scheme) != Some("redis") {
-            return Err(invalid("expected redis://[user:password@]host:port[/db]"));
-        }
-        let mut config =
-            FredConfig::from_url_centralized(&cfg.url).map_err(|e| invalid(e.details()))?;
+        let mut config = topology::fred_config(cfg)?;
         // Run the reconnect policy for the first connection too, instead of
         // giving up when Redis is down at startup.
         config.fail_fast = false;
         let timeout = cfg.timeout.min(MAX_TIMEOUT);
         let unresponsive = (timeout * 4).max(Duration::from_secs(1));
-        let client = Builder::from_config(config)
-            .set_policy(ReconnectPolicy::new_exponential(
-                0, // retry forever
-                RECONNECT_MIN_MS,
-                RECONNECT_MAX_MS,
-                2,
-            ))
-            .with_connection_config(|c| {
-                *c = ConnectionConfig {
-                    connection_timeout: CONNECT_TIMEOUT,
-                    internal_command_timeout: CONNECT_TIMEOUT,
-                    max_command_attempts: 1,
-                    unresponsive: UnresponsiveConfig {
-                        max_timeout: Some(unresponsive),
-                        interval: unresponsive / 4,
-                    },
-                    tcp: TcpConfig {
-                        nodelay: Some(true),
-                        ..TcpConfig::default()
-                    },
-                    ..ConnectionConfig::default()
-                };
-            })
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
-        // Subscribe before connecting, so the first connect event is seen.
-        let link_up = Arc::new(AtomicBool::new(false));
-        let watcher = watch_link(&client, Arc::clone(&link_up));
-        // `connect` spawns the connection task and does not wait for it.
-        let task = client.connect();
+        let connect_timeout = cfg.connect_timeout.min(MAX_TIMEOUT);
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        let mut policy = ReconnectPolicy::new_exponential(
+            0, // retry forever
+            ms(cfg.reconnect_min).max(1),
+            ms(cfg.reconnect_max).max(1),
+            2,
+        );
+        policy.set_jitter(ms(cfg.reconnect_jitter));
+        let clustered = matches!(cfg.topology, RedisTopology::Cluster { .. });
+        let mut links = Vec::with_capacity(cfg.pool_size.max(1));
+        for _ in 0..cfg.pool_size.max(1) {
+            let client = Builder::from_config(config.clone())
+                .set_policy(policy.clone())
+                .with_connection_config(|c| {
+                    *c = ConnectionConfig {
+                        connection_timeout: connect_timeout,
+                        internal_command_timeout: connect_timeout,
+                        max_command_attempts: 1,
+                        unresponsive: UnresponsiveConfig {
+                            max_timeout: Some(unresponsive),
+                            interval: unresponsive / 4,
+                        },
+                        tcp: TcpConfig {
+                            nodelay: Some(true),
+                            ..TcpConfig::default()
+                        },
+                        ..ConnectionConfig::default()
+                    };
+                })
+                .build()
+                .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
+            // Subscribe before connecting, so the first connect event is seen.
+            let up = Arc::new(AtomicBool::new(false));
+            let watcher = watch_link(&client, Arc::clone(&up));
+            // `connect` spawns the connection task and does not wait for it.
+            let task = client.connect();
+            links.push(Link {
+                client,
+                task,
+                watcher,
+                up,
+            });
+        }
         Ok(RedisStore {
-            client,
-            task,
-            watcher,
-            link_up,
+            links,
+            next: AtomicUsize::new(0),
             timeout,
             sha: OnceLock::new(),
+            server_clock: AtomicBool::new(false),
+            clustered,
         })
     }
 
-    /// Whether the connection to Redis is up right now.
+    /// Whether a connection to Redis is up right now.
     pub fn is_connected(&self) -> bool {
-        self.link_up.load(Ordering::Acquire) && self.client.is_connected()
+        self.links.iter().any(Link::is_connected)
+    }
+
+    /// The next connected client of the pool (the first one when none is).
+    fn client(&self) -> &Client {
+        let n = self.links.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|i| &self.links[(start + i) % n])
+            .find(|l| l.is_connected())
+            .map_or(&self.links[start % n].client, |l| &l.client)
+    }
+
+    /// `clock: redis`: from now on the scripts read Redis `TIME`.
+    pub fn use_server_clock(&self, on: bool) {
+        self.server_clock.store(on, Ordering::Relaxed);
     }
 
     /// Options for one command that must finish by `deadline`.
@@ -187,10 +240,14 @@ impl RedisStore {
 
     /// `SCRIPT LOAD`s the script and remembers the SHA-1 the server returns.
     async fn load_script(&self, deadline: Instant) -> Result<Str, StoreError> {
+        // issue 4: in a Cluster the script is loaded on every primary.
+        if self.clustered {
+            return self.load_script_everywhere(deadline).await;
+        }
         let cmd = CustomCommand::new_static("SCRIPT", ClusterHash::Random, false);
         let args = vec![Value::from("LOAD"), Value::from(SCRIPT)];
         let reply: Value = self
-            .client
+            .client()
             .with_options(&Self::options(deadline)?)
             .custom(cmd, args)
             .await
@@ -218,16 +275,18 @@ impl RedisStore {
         argv: &[Value],
         deadline: Instant,
     ) -> Result<Option<Value>, StoreError> {
-        // EVALSHA sha numkeys key... arg...; route by the first key (offset 2)
-        // so a future cluster client lands on the keys' slot.
-        let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+        // EVALSHA sha numkeys key... arg...; routed to the first key's slot.
+        // issue 4: fred applies only `ClusterHash::Custom` to custom commands
+        // (an `Offset` is ignored and the SHA-1 would be hashed), so the slot
+        // is computed here.
+        let cmd = CustomCommand::new_static("EVALSHA", cluster::first_key_slot(requests), false);
         let mut args = Vec::with_capacity(2 + requests.len() + argv.len());
         args.push(Value::String(sha.clone()));
         args.push(Value::Integer(requests.len() as i64));
         args.extend(requests.iter().map(|r| Value::from(r.key.as_str())));
         args.extend(argv.iter().cloned());
         let options = Self::options(deadline)?;
-        match self.client.with_options(&options).custom(cmd, args).await {
+        match self.client().with_options(&options).custom(cmd, args).await {
             Ok(reply) => Ok(Some(reply)),
             Err(e) if e.details().starts_with("NOSCRIPT") => Ok(None),
             Err(e) => Err(store_error(e)),
@@ -240,7 +299,11 @@ impl RedisStore {
         now_ms: u64,
         requests: &[LimitRequest],
     ) -> Result<Decision, StoreError> {
-        let argv = script_args(now_ms, requests)?;
+        let mut argv = script_args(now_ms, requests)?;
+        // issue 4 (clock: redis): the script reads TIME when `now` is "TIME".
+        if self.server_clock.load(Ordering::Relaxed) {
+            argv[0] = Value::from(SERVER_CLOCK);
+        }
         if !self.is_connected() {
             return Err(StoreError::Unavailable("not connected to Redis".into()));
         }
@@ -276,6 +339,10 @@ impl Store for RedisStore {
         // fred bounds each command by what is left until the deadline; this
         // bounds the decision as a whole.
         let deadline = Instant::now() + self.timeout;
+        // issue 4: keys in several Cluster slots, reserved slot by slot.
+        if self.clustered && cluster::spans_slots(requests) {
+            return self.decide_across_slots(deadline, now_ms, requests).await;
+        }
         tokio::time::timeout_at(deadline, self.decide_by(deadline, now_ms, requests))
             .await
             .unwrap_or(Err(StoreError::Timeout))
@@ -350,10 +417,17 @@ fn store_error(e: FredError) -> StoreError {
         | ErrorKind::Url
         | ErrorKind::Auth
         | ErrorKind::Cluster
+        | ErrorKind::Tls
         | ErrorKind::Sentinel => StoreError::Unavailable(format!("{:?}: {detail}", e.kind())),
         // Server error replies arrive as Unknown; the ones that mean "not
         // now" are outages, the rest (script errors) are garbage answers.
         ErrorKind::Unknown if is_transient_reply(&detail) => StoreError::Unavailable(detail),
+        // issue 4: a Cluster redirect (MOVED/ASK, a stale slot map during a
+        // failover or resharding) uses up the single attempt: an outage of
+        // that slot, not garbage.
+        ErrorKind::Unknown if detail.starts_with("Too many failed write attempts") => {
+            StoreError::Unavailable(detail)
+        }
         ErrorKind::Unknown
         | ErrorKind::InvalidCommand
         | ErrorKind::InvalidArgument

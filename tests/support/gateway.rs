@@ -145,6 +145,8 @@ impl Drop for Upstream {
 /// A gateway running in this process through the library API.
 pub struct Gateway {
     pub addr: SocketAddr,
+    /// The gateway itself, for its getters (breaker state, instances).
+    pub inner: Arc<tollgate::Gateway>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -170,6 +172,7 @@ impl Gateway {
                 .await
                 .expect("gateway starts"),
         );
+        let inner = Arc::clone(&gw);
         let task = tokio::spawn(async move {
             tollgate::server::serve(gw, vec![listener], async {
                 let _ = rx.await;
@@ -178,6 +181,7 @@ impl Gateway {
         });
         Gateway {
             addr,
+            inner,
             stop: Some(tx),
             task: Some(task),
         }

@@ -5,3 +5,4 @@
 pub mod admin;
 pub mod gateway;
 pub mod redis;
+pub mod redis_topologies;

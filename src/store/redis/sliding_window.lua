@@ -3,7 +3,8 @@
 -- KEYS[i]   the counter of limit i for this identity: one string
 --           "<window>:<prev>:<cur>" (window index, count of window-1, count
 --           of window), so an identity costs one small key per limit.
--- ARGV[1]   now, integer ms since the epoch (the caller's clock).
+-- ARGV[1]   now, integer ms since the epoch (the caller's clock), or the
+--           string TIME to read the server's clock (`clock: redis`).
 -- ARGV[3i-1], ARGV[3i], ARGV[3i+1]
 --           limit L, window w (ms, >= 1) and cost c of KEYS[i].
 --
@@ -70,7 +71,14 @@ local n = #KEYS
 if #ARGV ~= 1 + 3 * n then
   return fail('expected 1 + 3 * #KEYS arguments')
 end
-local now = int(ARGV[1])
+-- tollgate issue 4 (clock: redis): begin
+local now_arg = ARGV[1]
+if now_arg == 'TIME' then
+  local t = redis.call('TIME')
+  now_arg = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local now = int(now_arg)
+-- tollgate issue 4 (clock: redis): end
 if now == nil then
   return fail('now must be an integer in [0, 2^53)')
 end

@@ -1,0 +1,254 @@
+//! Redis Cluster: requests whose limits sit in several hash slots.
+//!
+//! Every script call must touch one slot. Keys carry the caller's identity
+//! as a hash tag (`tollgate:{ip:…}…`), so the limits of one identity share a
+//! slot and are decided together, atomically, by one `EVALSHA` as on a
+//! single server. A request whose limits count different identities (say
+//! `ip` and `api_key`) has keys in different slots, often on different
+//! nodes, and no single script can decide them.
+//!
+//! Such a request is decided slot group by slot group, **in ascending slot
+//! order** (a fixed order, so two requests contending for the same groups
+//! meet them in the same sequence). Each group's call consumes ("reserves")
+//! when that group admits. When every group admits the request is admitted.
+//! When a group denies, or a call fails, the groups that reserved are given
+//! back with [`refund.lua`](REFUND) and the request is denied (or the error
+//! goes to the failure policy).
+//!
+//! The bound this leaves, compared with one atomic decision:
+//! - **Never more admitted than the limit.** A reservation is counted by
+//!   everyone while it stands, so concurrent requests can only be denied
+//!   because of it, not admitted.
+//! - **Spurious denials while a reservation stands.** Between a reservation
+//!   and its refund (one to a few round trips) another request of the same
+//!   identity can be denied by units that are about to be given back: at
+//!   most the cost of the requests in flight across slots.
+//! - **A refund that cannot be delivered** (Redis failed or the deadline
+//!   passed between the calls) leaves its units consumed: the limit admits
+//!   up to that cost less until the window has decayed (at most two
+//!   windows). The refund has its own timeout, so a denied cross-slot
+//!   request takes at most twice `store.redis.timeout`.
+//! - With `clock: redis` the refund reads `TIME` again; a window boundary
+//!   between the reservation and the refund can put the refund into the
+//!   other count of the two (an error of at most the cost, for one window).
+//! - A refunded limit reports its remaining quota as it was before the
+//!   reservation; its reset time is the one seen with the reservation.
+
+use std::collections::BTreeMap;
+
+use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::util::redis_keyslot;
+use futures_util::future::join_all;
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::{RedisStore, SCRIPT, SERVER_CLOCK, store_error};
+use crate::limit::{Decision, LimitOutcome, LimitRequest};
+use crate::store::StoreError;
+
+/// Gives back a reservation; its header comment names `KEYS` and `ARGV`.
+pub const REFUND: &str = include_str!("refund.lua");
+
+/// Whether the keys of `requests` fall in more than one hash slot.
+pub(super) fn spans_slots(requests: &[LimitRequest]) -> bool {
+    let mut slots = requests.iter().map(|r| redis_keyslot(r.key.as_bytes()));
+    match slots.next() {
+        Some(first) => slots.any(|s| s != first),
+        None => false,
+    }
+}
+
+/// The hash slot of the first key, as fred's routing for a custom command
+/// (`ClusterHash::Custom`); a random node when there is no key.
+pub(super) fn first_key_slot(requests: &[LimitRequest]) -> ClusterHash {
+    requests.first().map_or(ClusterHash::Random, |r| {
+        ClusterHash::Custom(redis_keyslot(r.key.as_bytes()))
+    })
+}
+
+/// Request indices grouped by slot, in ascending slot order.
+fn slot_groups(requests: &[LimitRequest]) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (i, r) in requests.iter().enumerate() {
+        groups
+            .entry(redis_keyslot(r.key.as_bytes()))
+            .or_default()
+            .push(i);
+    }
+    groups.into_values().collect()
+}
+
+impl RedisStore {
+    /// Decides a request whose keys span several slots: reserve slot group
+    /// by slot group in ascending order, refund on a deny (module docs).
+    pub(super) async fn decide_across_slots(
+        &self,
+        deadline: Instant,
+        now_ms: u64,
+        requests: &[LimitRequest],
+    ) -> Result<Decision, StoreError> {
+        let mut outcomes: Vec<Option<LimitOutcome>> = vec![None; requests.len()];
+        let mut reserved: Vec<Vec<usize>> = Vec::new();
+        let mut failure = None;
+        for group in slot_groups(requests) {
+            let part: Vec<LimitRequest> = group.iter().map(|&i| requests[i].clone()).collect();
+            let decided =
+                tokio::time::timeout_at(deadline, self.decide_by(deadline, now_ms, &part))
+                    .await
+                    .unwrap_or(Err(StoreError::Timeout));
+            match decided {
+                Ok(d) => {
+                    for (&i, o) in group.iter().zip(d.outcomes) {
+                        outcomes[i] = Some(o);
+                    }
+                    if d.allowed {
+                        reserved.push(group);
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let allowed = failure.is_none() && outcomes.iter().all(|o| o.is_some_and(|o| o.admits));
+        if !allowed && !reserved.is_empty() {
+            // Its own budget: the decision's deadline may be spent.
+            let refund_by = Instant::now() + self.timeout;
+            for group in &reserved {
+                if let Err(e) = self.refund(refund_by, now_ms, requests, group).await {
+                    warn!(error = %e, "could not refund a cross-slot reservation; those units stay consumed until the window decays");
+                }
+                for &i in group {
+                    if let Some(o) = outcomes[i].as_mut() {
+                        o.remaining = o
+                            .remaining
+                            .saturating_add(requests[i].cost)
+                            .min(requests[i].limit);
+                    }
+                }
+            }
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let outcomes = outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| StoreError::Protocol("a slot group went undecided".into())))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Decision { allowed, outcomes })
+    }
+
+    /// Gives back what the decision script consumed for `group` at `now_ms`.
+    async fn refund(
+        &self,
+        deadline: Instant,
+        now_ms: u64,
+        requests: &[LimitRequest],
+        group: &[usize],
+    ) -> Result<(), StoreError> {
+        let keys: Vec<&str> = group.iter().map(|&i| requests[i].key.as_str()).collect();
+        let mut args = Vec::with_capacity(1 + 2 * group.len());
+        args.push(
+            if self.server_clock.load(std::sync::atomic::Ordering::Relaxed) {
+                Value::from(SERVER_CLOCK)
+            } else {
+                Value::Integer(i64::try_from(now_ms).unwrap_or(i64::MAX))
+            },
+        );
+        for &i in group {
+            args.push(Value::Integer(
+                i64::try_from(requests[i].window_ms).unwrap_or(i64::MAX),
+            ));
+            args.push(Value::Integer(
+                i64::try_from(requests[i].cost).unwrap_or(i64::MAX),
+            ));
+        }
+        self.eval_by(deadline, REFUND, &keys, args).await.map(drop)
+    }
+
+    /// `SCRIPT LOAD` on every primary of the cluster: `EVALSHA` goes to the
+    /// keys' node, and a script is cached per node.
+    pub(super) async fn load_script_everywhere(
+        &self,
+        deadline: Instant,
+    ) -> Result<fred::bytes_utils::Str, StoreError> {
+        let client = self.client();
+        let mut slots: BTreeMap<String, u16> = BTreeMap::new();
+        if let Some(state) = client.cached_cluster_state() {
+            for range in state.slots() {
+                slots
+                    .entry(range.primary.to_string())
+                    .or_insert(range.start);
+            }
+        }
+        if slots.is_empty() {
+            return Err(StoreError::Unavailable(
+                "cluster slot map not known yet".into(),
+            ));
+        }
+        let options = Self::options(deadline)?;
+        let loads = slots.values().map(|&slot| {
+            let cmd = CustomCommand::new_static("SCRIPT", ClusterHash::Custom(slot), false);
+            let args = vec![Value::from("LOAD"), Value::from(SCRIPT)];
+            let options = options.clone();
+            async move {
+                client
+                    .with_options(&options)
+                    .custom::<Value, Value>(cmd, args)
+                    .await
+                    .map_err(store_error)
+            }
+        });
+        let mut sha = None;
+        for reply in join_all(loads).await {
+            match reply? {
+                Value::String(s) if s.len() == 40 => sha = Some(s),
+                other => {
+                    return Err(StoreError::Protocol(format!(
+                        "SCRIPT LOAD replied {other:?}, not a SHA-1"
+                    )));
+                }
+            }
+        }
+        let sha = sha.ok_or_else(|| StoreError::Unavailable("no cluster primary".into()))?;
+        let _ = self.sha.set(sha.clone());
+        Ok(sha)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(key: &str) -> LimitRequest {
+        LimitRequest {
+            key: key.into(),
+            limit: 1,
+            window_ms: 1_000,
+            cost: 1,
+        }
+    }
+
+    #[test]
+    fn hash_tags_keep_one_identity_in_one_slot() {
+        let same = [req("t:{ip:1.2.3.4}:r:a"), req("t:{ip:1.2.3.4}:r:b")];
+        assert!(!spans_slots(&same));
+        let split = [req("t:{ip:1.2.3.4}:r:a"), req("t:{key:abc}:r:b")];
+        assert!(spans_slots(&split));
+        assert!(!spans_slots(&[]));
+    }
+
+    #[test]
+    fn groups_come_in_ascending_slot_order() {
+        let reqs: Vec<LimitRequest> = (0..20).map(|i| req(&format!("{{id{i}}}"))).collect();
+        let groups = slot_groups(&reqs);
+        let slots: Vec<u16> = groups
+            .iter()
+            .map(|g| redis_keyslot(reqs[g[0]].key.as_bytes()))
+            .collect();
+        assert!(slots.windows(2).all(|w| w[0] < w[1]), "{slots:?}");
+        assert_eq!(groups.iter().map(Vec::len).sum::<usize>(), 20);
+    }
+}

@@ -1,0 +1,84 @@
+-- Gives back what an earlier call of sliding_window.lua consumed, when a
+-- request's limits sit in several Redis Cluster slots and a limit decided
+-- in a later slot denied it (see cluster.rs for the order and the bound).
+--
+-- KEYS[i]   a counter "<window>:<prev>:<cur>" written by sliding_window.lua;
+--           every key of one call shares a slot.
+-- ARGV[1]   now as passed to the reserving call: integer ms, or TIME to
+--           read the server's clock (`clock: redis`).
+-- ARGV[2i], ARGV[2i+1]
+--           window w (ms) and cost c of KEYS[i].
+--
+-- The reservation went into window R = floor(now / w). If the key still
+-- holds window R, its current count loses c; if a later write rolled it to
+-- R + 1, the reserved units sit in its previous count, which loses c.
+-- Otherwise (absent, expired, older, or two windows on) nothing is left to
+-- give back. Counts never go below 0; the expiry is kept (KEEPTTL).
+-- Returns the number of keys refunded. Garbage in a key is an error reply.
+
+local function int(s)
+  local n = tonumber(s)
+  if n == nil or n < 0 or n >= 9007199254740992 or n ~= math.floor(n) then
+    return nil
+  end
+  return n
+end
+
+-- floor(a / b), corrected for the rounding of the double quotient (as
+-- idiv in sliding_window.lua).
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function str(n)
+  return string.format('%.0f', n)
+end
+
+if #ARGV ~= 1 + 2 * #KEYS then
+  return redis.error_reply('ERR tollgate refund: expected 1 + 2 * #KEYS arguments')
+end
+local now_arg = ARGV[1]
+if now_arg == 'TIME' then
+  local t = redis.call('TIME')
+  now_arg = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local now = int(now_arg)
+if now == nil then
+  return redis.error_reply('ERR tollgate refund: now must be an integer')
+end
+
+local refunded = 0
+for i = 1, #KEYS do
+  local w = int(ARGV[2 * i])
+  local c = int(ARGV[2 * i + 1])
+  if w == nil or w == 0 or c == nil then
+    return redis.error_reply('ERR tollgate refund: bad window or cost for ' .. KEYS[i])
+  end
+  local raw = redis.call('GET', KEYS[i])
+  if raw then
+    local sw, sp, sc = string.match(raw, '^(%d+):(%d+):(%d+)$')
+    local kw, kp, kc = int(sw), int(sp), int(sc)
+    if kw == nil or kp == nil or kc == nil then
+      return redis.error_reply('ERR tollgate refund: ' .. KEYS[i] .. ' does not hold a counter')
+    end
+    local r = idiv(now, w)
+    if kw == r then
+      kc = math.max(0, kc - c)
+    elseif kw == r + 1 then
+      kp = math.max(0, kp - c)
+    else
+      kw = nil
+    end
+    if kw ~= nil then
+      redis.call('SET', KEYS[i], str(kw) .. ':' .. str(kp) .. ':' .. str(kc), 'KEEPTTL')
+      refunded = refunded + 1
+    end
+  end
+end
+return refunded

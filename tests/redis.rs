@@ -1,0 +1,1026 @@
+//! Redis in production: outages, slow servers and garbage under the failure
+//! policy and the breaker; the instance heartbeat behind `on_error: local`;
+//! standalone with TLS and ACL users, a real 3-master Cluster, a real
+//! Sentinel failover; `clock: redis`.
+//!
+//! Every test starts its own `redis-server` processes on free loopback
+//! ports and its gateways through the library API. Load is bounded (a few
+//! workers, one request every few milliseconds, a few seconds); waits are
+//! polls against deadlines. The phases of an outage (healthy, down, back)
+//! last a fixed time because "keep sending for several seconds" is what is
+//! being tested, not a stand-in for synchronisation.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use tollgate::config::{RedisConfig, RedisTls, RedisTopology};
+use tollgate::limit::LimitRequest;
+use tollgate::store::{BreakerState, RedisStore, Store, StoreError};
+
+use support::gateway::{Gateway, get, send};
+use support::redis::RedisServer;
+use support::redis_topologies::{RedisCluster, SentinelSetup, TlsRedis, query, query_string};
+
+/// The default command timeout (`store.redis.timeout`).
+const TIMEOUT: Duration = Duration::from_millis(25);
+/// What a response may take beyond the command timeout: loopback HTTP on a
+/// small, shared test machine. Waiting for Redis would take seconds.
+const SLACK: Duration = Duration::from_millis(300);
+/// Decisions must be back in Redis this soon after it returns.
+const BACK_WITHIN: Duration = Duration::from_secs(2);
+
+/// A gateway file with one route `/t` answering 200 under one per-IP limit.
+fn yaml(url: &str, on_error: &str, limit: u64, route_extra: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {{ url: '{url}' }}
+  on_error: {on_error}
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200, body: ok }}
+    limits: [ {{ name: per_ip, key: ip, limit: {limit}, window: 1m }} ]
+    {route_extra}
+"
+    )
+}
+
+/// The limit keys of route `t` in `server` (the heartbeat key excluded).
+async fn limit_keys(server: &RedisServer) -> Vec<String> {
+    let mut conn = server.connection().await;
+    redis::cmd("KEYS")
+        .arg("*:t:per_ip")
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default()
+}
+
+/// One response: when it was sent, its status, how long it took.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    status: StatusCode,
+    took: Duration,
+}
+
+/// Steady load on `/t`: `workers` tasks each sending one request every
+/// `every` until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addr: std::net::SocketAddr, workers: usize, every: Duration) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let tasks = (0..workers)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                let samples = Arc::clone(&samples);
+                tokio::spawn(async move {
+                    // One keep-alive connection per worker: a new connection
+                    // per request would sweep the ephemeral port range and
+                    // leave TIME_WAIT sockets on the port Redis restarts on.
+                    let mut conn = None;
+                    let mut tick = tokio::time::interval(every);
+                    while !stop.load(Ordering::Relaxed) {
+                        tick.tick().await;
+                        let at = Instant::now();
+                        let status = send_kept(&mut conn, addr).await;
+                        let s = Sample {
+                            at,
+                            status,
+                            took: at.elapsed(),
+                        };
+                        samples.lock().expect("samples").push(s);
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            samples,
+            tasks,
+        }
+    }
+
+    async fn finish(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.expect("a load worker panicked");
+        }
+        self.samples.lock().expect("samples").clone()
+    }
+}
+
+/// `GET /t` on the kept connection `conn`, opened (again) when needed.
+async fn send_kept(
+    conn: &mut Option<hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>>,
+    addr: std::net::SocketAddr,
+) -> StatusCode {
+    use http_body_util::BodyExt;
+    for _ in 0..2 {
+        let sender = match conn {
+            Some(s) if !s.is_closed() => s,
+            _ => {
+                let stream = tokio::net::TcpStream::connect(addr)
+                    .await
+                    .expect("connect to the gateway");
+                let (sender, connection) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                        .await
+                        .expect("handshake");
+                tokio::spawn(connection);
+                conn.insert(sender)
+            }
+        };
+        if sender.ready().await.is_err() {
+            *conn = None;
+            continue;
+        }
+        match sender.send_request(get("/t", &[])).await {
+            Ok(res) => {
+                let status = res.status();
+                res.into_body().collect().await.expect("body");
+                return status;
+            }
+            Err(_) => *conn = None,
+        }
+    }
+    panic!("the gateway closed two connections in a row");
+}
+
+/// Polls until `server` holds a limit key; how long that took.
+async fn until_keys_appear(server: &RedisServer, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        if !limit_keys(server).await.is_empty() {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "no decision reached Redis within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Kills Redis under steady load, keeps sending, restarts it; checks
+/// latency, statuses, and that decisions go back to Redis.
+async fn outage_under_load(on_error: &str) {
+    let mut server = RedisServer::start().await;
+    let gw = Gateway::start(&yaml(&server.url(), on_error, 1_000_000, "")).await;
+    // Healthy: decisions are in Redis.
+    assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
+    until_keys_appear(&server, Duration::from_secs(5)).await;
+
+    let load = Load::start(gw.addr, 4, Duration::from_millis(5));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.stop();
+    let killed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.restart().await;
+    let back = until_keys_appear(&server, BACK_WITHIN + Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let samples = load.finish().await;
+
+    let during = samples
+        .iter()
+        .filter(|s| s.at > killed && s.at < killed + Duration::from_secs(3))
+        .count();
+    assert!(during >= 100, "only {during} requests during the outage");
+    let worst = samples.iter().map(|s| s.took).max().unwrap_or_default();
+    eprintln!(
+        "on_error {on_error}: {} requests, {during} during the outage, slowest {worst:?}, back in Redis {back:?} after restart",
+        samples.len()
+    );
+    for s in &samples {
+        assert_eq!(s.status, StatusCode::OK, "{s:?}");
+    }
+    assert!(worst <= TIMEOUT + SLACK, "a response took {worst:?}");
+    assert!(
+        back <= BACK_WITHIN,
+        "decisions back in Redis after {back:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_under_load_with_allow_costs_nothing() {
+    outage_under_load("allow").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_under_load_with_local_costs_nothing() {
+    outage_under_load("local").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_with_a_deny_route_answers_503_then_recovers() {
+    let mut server = RedisServer::start().await;
+    // The store fails open; the route's own policy fails closed.
+    let gw = Gateway::start(&yaml(&server.url(), "allow", 1_000_000, "on_error: deny")).await;
+    assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
+
+    let load = Load::start(gw.addr, 2, Duration::from_millis(5));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.stop();
+    let killed = Instant::now();
+    // A request during the outage: 503 problem+json.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let reply = loop {
+        let reply = send(gw.addr, get("/t", &[])).await;
+        if reply.status != StatusCode::OK || Instant::now() > deadline {
+            break reply;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(reply.text().contains("\"status\":503"), "{}", reply.text());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.restart().await;
+    let restarted = Instant::now();
+    let back = until_keys_appear(&server, BACK_WITHIN + Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let samples = load.finish().await;
+
+    // Once the link was seen down (well within 100 ms), every answer until
+    // the restart is a 503; nothing else but 200 and 503 ever.
+    let outage: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.at > killed + Duration::from_millis(100) && s.at + s.took < restarted)
+        .collect();
+    assert!(outage.len() >= 50, "only {} outage samples", outage.len());
+    assert!(
+        outage
+            .iter()
+            .all(|s| s.status == StatusCode::SERVICE_UNAVAILABLE),
+        "{outage:?}"
+    );
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.status == StatusCode::OK || s.status == StatusCode::SERVICE_UNAVAILABLE)
+    );
+    // Recovered: after the first 200 past the restart, only 200s.
+    let first_ok = samples
+        .iter()
+        .filter(|s| s.at > restarted && s.status == StatusCode::OK)
+        .map(|s| s.at)
+        .min()
+        .expect("a 200 after the restart");
+    let relapses: Vec<(Duration, u16)> = samples
+        .iter()
+        .filter(|s| s.at > first_ok && s.status != StatusCode::OK)
+        .map(|s| (s.at - restarted, s.status.as_u16()))
+        .collect();
+    assert!(
+        relapses.is_empty(),
+        "first 200 {:?} after the restart, then {relapses:?}",
+        first_ok - restarted
+    );
+    let worst = samples.iter().map(|s| s.took).max().unwrap_or_default();
+    eprintln!("on_error deny: slowest {worst:?}, back in Redis {back:?} after restart");
+    assert!(worst <= TIMEOUT + SLACK, "a response took {worst:?}");
+    assert!(back <= BACK_WITHIN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_redis_is_bounded_by_the_timeout_and_opens_the_breaker() {
+    let server = RedisServer::start().await;
+    let gw = Gateway::start(&yaml(&server.url(), "allow", 1_000_000, "")).await;
+    assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
+    until_keys_appear(&server, Duration::from_secs(5)).await;
+    assert_eq!(gw.inner.breaker_state(), BreakerState::Closed);
+
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("DEL")
+        .arg(limit_keys(&server).await)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "2500", "ALL"][..])
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT PAUSE");
+    let paused = Instant::now();
+    let mut worst = Duration::ZERO;
+    let mut opened = false;
+    while paused.elapsed() < Duration::from_millis(2000) {
+        let started = Instant::now();
+        let reply = send(gw.addr, get("/t", &[])).await;
+        worst = worst.max(started.elapsed());
+        assert_eq!(reply.status, StatusCode::OK);
+        if gw.inner.breaker_state() == BreakerState::Open {
+            opened = true;
+            let text = gw.inner.metrics().render();
+            assert!(
+                text.lines().any(|l| l == "tollgate_store_breaker_open 1"),
+                "{text}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(opened, "the breaker never opened while Redis was paused");
+    // The pause ends; decisions return to Redis.
+    let _: String = redis::cmd("PING")
+        .query_async(&mut conn)
+        .await
+        .expect("PING after the pause");
+    let resumed = Instant::now();
+    let load = Load::start(gw.addr, 1, Duration::from_millis(5));
+    let back = until_keys_appear(&server, BACK_WITHIN + Duration::from_secs(3)).await;
+    load.finish().await;
+    let since = resumed.elapsed().min(back);
+    eprintln!("paused Redis: slowest response {worst:?}, back in Redis {back:?} after the pause");
+    assert!(worst <= TIMEOUT + SLACK, "a response took {worst:?}");
+    assert!(since <= BACK_WITHIN);
+    assert_eq!(gw.inner.breaker_state(), BreakerState::Closed);
+    let text = gw.inner.metrics().render();
+    assert!(
+        text.lines().any(|l| l == "tollgate_store_breaker_open 0"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn gateway_starts_while_redis_is_down_and_serves_by_policy() {
+    let mut server = RedisServer::start().await;
+    server.stop();
+    let started = Instant::now();
+    let local = Gateway::start(&yaml(&server.url(), "local", 3, "")).await;
+    let allow = Gateway::start(&yaml(&server.url(), "allow", 3, "")).await;
+    let deny = Gateway::start(&yaml(&server.url(), "deny", 3, "")).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "startup waited for Redis"
+    );
+    let statuses = |gw: std::net::SocketAddr| async move {
+        let mut all = Vec::new();
+        for _ in 0..5 {
+            all.push(send(gw, get("/t", &[])).await.status.as_u16());
+        }
+        all
+    };
+    assert_eq!(statuses(local.addr).await, [200, 200, 200, 429, 429]);
+    let allowed = send(allow.addr, get("/t", &[])).await;
+    assert_eq!(allowed.status, StatusCode::OK);
+    assert_eq!(allowed.header("ratelimit"), None, "no count is known");
+    assert_eq!(statuses(allow.addr).await, [200; 5]);
+    assert_eq!(statuses(deny.addr).await, [503; 5]);
+
+    server.restart().await;
+    let load = Load::start(deny.addr, 1, Duration::from_millis(5));
+    let back = until_keys_appear(&server, BACK_WITHIN + Duration::from_secs(3)).await;
+    load.finish().await;
+    assert!(back <= BACK_WITHIN, "back after {back:?}");
+    // Decided in Redis now: at most 3 admitted there, then 429 with headers.
+    let statuses = statuses(deny.addr).await;
+    assert_eq!(statuses[4], 429, "{statuses:?}");
+    let limited = send(deny.addr, get("/t", &[])).await;
+    assert!(limited.header("ratelimit").is_some());
+}
+
+#[tokio::test]
+async fn local_fallback_divides_limits_by_live_instances() {
+    let mut server = RedisServer::start().await;
+    let src = yaml(&server.url(), "local", 10, "");
+    let a = Gateway::start(&src).await;
+    let b = Gateway::start(&src).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.inner.live_instances() != 2 || b.inner.live_instances() != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "instances: {} and {}",
+            a.inner.live_instances(),
+            b.inner.live_instances()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.stop();
+    // 10 per minute for the fleet: 5 each while they cannot share counts.
+    for gw in [&a, &b] {
+        let mut statuses = Vec::new();
+        for _ in 0..7 {
+            statuses.push(send(gw.addr, get("/t", &[])).await.status.as_u16());
+        }
+        assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+    }
+    assert_eq!(a.inner.live_instances(), 2, "the last known count is kept");
+}
+
+#[tokio::test]
+async fn garbage_in_redis_goes_through_the_failure_policy() {
+    let server = RedisServer::start().await;
+    let src = format!(
+        "{}  - name: d
+    match: {{ path: /d }}
+    respond: {{ status: 200 }}
+    on_error: deny
+    limits: [ {{ name: per_ip, key: ip, limit: 100, window: 1m }} ]
+",
+        yaml(&server.url(), "local", 100, "")
+    );
+    let gw = Gateway::start(&src).await;
+    assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
+    assert_eq!(send(gw.addr, get("/d", &[])).await.status, StatusCode::OK);
+    let mut conn = server.connection().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*:per_ip")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for (i, key) in keys.iter().enumerate() {
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+        // One key of the wrong type, one string that is not a counter.
+        let _: () = if i == 0 {
+            redis::cmd("RPUSH")
+                .arg(key)
+                .arg("x")
+                .query_async(&mut conn)
+                .await
+        } else {
+            redis::cmd("SET")
+                .arg(key)
+                .arg("1:2")
+                .query_async(&mut conn)
+                .await
+        }
+        .expect("write garbage");
+    }
+    for _ in 0..6 {
+        assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
+        let reply = send(gw.addr, get("/d", &[])).await;
+        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert_eq!(
+        gw.inner.breaker_state(),
+        BreakerState::Closed,
+        "garbage in one key does not cut Redis off for everyone"
+    );
+}
+
+// --- Topologies, through the store --------------------------------------------
+
+const T0: u64 = 1_700_000_000_000;
+
+fn one(key: &str, limit: u64) -> LimitRequest {
+    LimitRequest {
+        key: key.into(),
+        limit,
+        window_ms: 60_000,
+        cost: 1,
+    }
+}
+
+/// Debug builds on a busy machine: generous, the timeout is not under test.
+fn config(topology: RedisTopology, url: &str) -> RedisConfig {
+    RedisConfig {
+        url: url.into(),
+        topology,
+        timeout: Duration::from_secs(2),
+        ..RedisConfig::default()
+    }
+}
+
+async fn connected(cfg: &RedisConfig) -> RedisStore {
+    let store = RedisStore::connect(cfg).await.expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !store.is_connected() {
+        assert!(Instant::now() < deadline, "store did not connect");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    store
+}
+
+/// Decides until the store answers (a fresh cluster or failover may need a
+/// moment), then returns that answer.
+async fn decide_eventually(store: &RedisStore, now: u64, reqs: &[LimitRequest]) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match store.decide(now, reqs).await {
+            Ok(d) => return d.allowed,
+            Err(e) => assert!(Instant::now() < deadline, "store never answered: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn cluster_decides_many_keys_and_limits_across_slots() {
+    let cluster = RedisCluster::start(3).await;
+    let store = connected(&config(
+        RedisTopology::Cluster {
+            seeds: cluster.seeds()[..1].to_vec(),
+        },
+        "",
+    ))
+    .await;
+    decide_eventually(&store, T0, &[one("tg:{warmup}:r:l", 100)]).await;
+
+    // Many identities, spread over every node: each admits 2, then denies.
+    let mut nodes = std::collections::BTreeSet::new();
+    for i in 0..60 {
+        let key = format!("tg:{{id{i}}}:r:l");
+        let reqs = [one(&key, 2)];
+        let first = store.decide(T0, &reqs).await;
+        assert!(
+            first.as_ref().is_ok_and(|d| d.allowed),
+            "{key}: {first:?} {:?}",
+            cluster.get(&key).await
+        );
+        assert!(store.decide(T0, &reqs).await.expect("decide").allowed);
+        assert!(
+            !store.decide(T0, &reqs).await.expect("decide").allowed,
+            "{key}"
+        );
+        let (port, value) = cluster.get(&key).await;
+        assert_eq!(value.as_deref(), Some("28333333:0:2"), "{key}");
+        nodes.insert(port);
+    }
+    assert_eq!(nodes.len(), 3, "keys on every master");
+
+    // One request, two limits in two slots on two different nodes.
+    let (a, b) = ("tg:{alpha}:r:a", "tg:{beta}:r:b");
+    let p0 = cluster.nodes[0].port;
+    let slot = |k: &'static str| async move {
+        match query(p0, &["CLUSTER", "KEYSLOT", k]).await {
+            Ok(redis::Value::Int(s)) => s,
+            other => panic!("CLUSTER KEYSLOT: {other:?}"),
+        }
+    };
+    assert_ne!(slot(a).await, slot(b).await);
+    assert_ne!(cluster.get(a).await.0, cluster.get(b).await.0);
+    let both = [one(a, 5), one(b, 3)];
+    for _ in 0..3 {
+        assert!(store.decide(T0, &both).await.expect("decide").allowed);
+    }
+    let denied = store.decide(T0, &both).await.expect("decide");
+    assert!(!denied.allowed);
+    assert!(denied.outcomes[0].admits && !denied.outcomes[1].admits);
+    assert_eq!(
+        denied.outcomes[0].remaining, 2,
+        "reported as before the reservation"
+    );
+    // `a` was reserved in its slot, then given back when `b` denied.
+    assert_eq!(cluster.get(a).await.1.as_deref(), Some("28333333:0:3"));
+    assert_eq!(cluster.get(b).await.1.as_deref(), Some("28333333:0:3"));
+    assert!(
+        store
+            .decide(T0, &[one(a, 5)])
+            .await
+            .expect("decide")
+            .allowed
+    );
+    assert!(
+        store
+            .decide(T0, &[one(a, 5)])
+            .await
+            .expect("decide")
+            .allowed
+    );
+    assert!(
+        !store
+            .decide(T0, &[one(a, 5)])
+            .await
+            .expect("decide")
+            .allowed
+    );
+}
+
+#[tokio::test]
+async fn sentinel_failover_is_followed_without_a_restart() {
+    let mut setup = SentinelSetup::start().await;
+    let store = connected(&config(
+        RedisTopology::Sentinel {
+            service_name: support::redis_topologies::SERVICE.into(),
+            nodes: vec![("127.0.0.1".into(), setup.sentinel.port)],
+        },
+        "",
+    ))
+    .await;
+    assert!(decide_eventually(&store, T0, &[one("tg:{before}:r:l", 5)]).await);
+    assert_eq!(
+        query_string(setup.master.port, &["GET", "tg:{before}:r:l"])
+            .await
+            .as_deref(),
+        Some("28333333:0:1")
+    );
+
+    setup.fail_over().await;
+    let failed_over = Instant::now();
+    assert!(decide_eventually(&store, T0, &[one("tg:{after}:r:l", 5)]).await);
+    eprintln!(
+        "sentinel: decisions through the new master {:?} after the promotion",
+        failed_over.elapsed()
+    );
+    assert_eq!(
+        query_string(setup.replica.port, &["GET", "tg:{after}:r:l"])
+            .await
+            .as_deref(),
+        Some("28333333:0:1"),
+        "written through the promoted replica"
+    );
+}
+
+#[tokio::test]
+async fn tls_with_a_test_ca() {
+    let tls = TlsRedis::start().await;
+    let url = format!("rediss://127.0.0.1:{}", tls.proc.port);
+    let mut cfg = config(RedisTopology::Standalone, &url);
+    cfg.tls = Some(RedisTls {
+        ca_file: Some(tls.ca_file.clone()),
+    });
+    let store = connected(&cfg).await;
+    let reqs = [one("tg:{tls}:r:l", 2)];
+    assert!(store.decide(T0, &reqs).await.expect("decide").allowed);
+    assert!(store.decide(T0, &reqs).await.expect("decide").allowed);
+    assert!(!store.decide(T0, &reqs).await.expect("decide").allowed);
+    drop(store);
+    // The counts live in Redis: a new client sees them.
+    let again = connected(&cfg).await;
+    assert!(!again.decide(T0, &reqs).await.expect("decide").allowed);
+
+    // Without the test CA the server's certificate is not trusted.
+    let untrusted = RedisStore::connect(&config(RedisTopology::Standalone, &url))
+        .await
+        .expect("connect returns at once");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!untrusted.is_connected());
+    assert!(matches!(
+        untrusted.decide(T0, &reqs).await,
+        Err(StoreError::Unavailable(_))
+    ));
+}
+
+#[tokio::test]
+async fn acl_user_and_database_number() {
+    let server = RedisServer::start().await;
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "tollgate", "on", ">s3cret", "~tg:*", "+@all"][..])
+        .query_async(&mut conn)
+        .await
+        .expect("ACL SETUSER");
+    let port = server.port();
+    let reqs = [one("tg:{acl}:r:l", 2)];
+
+    // Credentials and database in the URL.
+    let store = connected(&config(
+        RedisTopology::Standalone,
+        &format!("redis://tollgate:s3cret@127.0.0.1:{port}/3"),
+    ))
+    .await;
+    assert!(store.decide(T0, &reqs).await.expect("decide").allowed);
+    let db3 = redis::Client::open(format!("redis://127.0.0.1:{port}/3"))
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await;
+    let value: Option<String> = redis::cmd("GET")
+        .arg("tg:{acl}:r:l")
+        .query_async(&mut db3.expect("db 3"))
+        .await
+        .expect("GET");
+    assert_eq!(
+        value.as_deref(),
+        Some("28333333:0:1"),
+        "written in database 3"
+    );
+    // The user's key pattern is in force: other keys are refused, and that
+    // is an error for the failure policy, not a decision.
+    assert!(matches!(
+        store.decide(T0, &[one("other:{acl}:r:l", 2)]).await,
+        Err(StoreError::Protocol(_))
+    ));
+
+    // Credentials as fields.
+    let mut cfg = config(
+        RedisTopology::Standalone,
+        &format!("redis://127.0.0.1:{port}/3"),
+    );
+    cfg.username = Some("tollgate".into());
+    cfg.password = Some("s3cret".into());
+    let fields = connected(&cfg).await;
+    assert!(fields.decide(T0, &reqs).await.expect("decide").allowed);
+    assert!(!fields.decide(T0, &reqs).await.expect("decide").allowed);
+
+    // A wrong password never connects.
+    cfg.password = Some("wrong".into());
+    let wrong = RedisStore::connect(&cfg)
+        .await
+        .expect("connect returns at once");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!wrong.is_connected());
+    assert!(wrong.decide(T0, &reqs).await.is_err());
+}
+
+#[tokio::test]
+async fn redis_clock_makes_skewed_gateways_agree() {
+    let server = RedisServer::start().await;
+    let cfg = config(RedisTopology::Standalone, &server.url());
+    let a = connected(&cfg).await;
+    let b = connected(&cfg).await;
+    let skew = 10 * 60_000; // b's clock runs ten windows ahead
+    let now = T0;
+
+    // Gateway clocks: b lives in a later window and resets a's counts.
+    let reqs = [one("tg:{skew}:r:gw", 3)];
+    let mut admitted = 0;
+    for i in 0..6 {
+        let (store, t) = if i % 2 == 0 {
+            (&a, now)
+        } else {
+            (&b, now + skew)
+        };
+        admitted += u32::from(store.decide(t, &reqs).await.expect("decide").allowed);
+    }
+    assert!(admitted > 3, "skewed clocks admitted only {admitted}");
+
+    // Redis clock: both count in the server's window, `now` is ignored.
+    a.use_server_clock(true);
+    b.use_server_clock(true);
+    let reqs = [one("tg:{skew}:r:redis", 3)];
+    let mut admitted = 0;
+    for i in 0..6 {
+        let (store, t) = if i % 2 == 0 {
+            (&a, now)
+        } else {
+            (&b, now + skew)
+        };
+        admitted += u32::from(store.decide(t, &reqs).await.expect("decide").allowed);
+    }
+    assert_eq!(admitted, 3);
+}
+
+#[tokio::test]
+async fn cluster_gateway_refunds_a_limit_denied_in_another_slot() {
+    let cluster = RedisCluster::start(3).await;
+    let seeds: Vec<String> = cluster
+        .seeds()
+        .iter()
+        .map(|(h, p)| format!("{h}:{p}"))
+        .collect();
+    let gw = Gateway::start(&format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {{ cluster: [{}], timeout: 2s }}
+  on_error: deny
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200 }}
+    limits:
+      - {{ name: per_ip, key: ip, limit: 5, window: 1m }}
+      - {{ name: per_user, key: 'header:x-user', limit: 3, window: 1m }}
+",
+        seeds.join(", ")
+    ))
+    .await;
+    let as_user = |user: &'static str| get("/t", &[("x-user", user)]);
+    // The cluster may need a moment after startup; deny answers 503 then.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while send(gw.addr, as_user("alice")).await.status != StatusCode::OK {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never decided in the cluster"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..2 {
+        assert_eq!(send(gw.addr, as_user("alice")).await.status, StatusCode::OK);
+    }
+    let limited = send(gw.addr, as_user("alice")).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        limited.text().contains("[\"per_user\"]"),
+        "{}",
+        limited.text()
+    );
+
+    // The two keys sit in different slots (and so were decided apart).
+    let mut keys = Vec::new();
+    for node in &cluster.nodes {
+        if let Ok(redis::Value::Array(found)) = query(node.port, &["KEYS", "*:t:per_*"]).await {
+            for k in found {
+                if let redis::Value::BulkString(k) = k {
+                    keys.push(String::from_utf8_lossy(&k).into_owned());
+                }
+            }
+        }
+    }
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let p0 = cluster.nodes[0].port;
+    let mut slots = Vec::new();
+    for k in &keys {
+        slots.push(format!("{:?}", query(p0, &["CLUSTER", "KEYSLOT", k]).await));
+    }
+    assert_ne!(slots[0], slots[1], "{keys:?}");
+
+    // alice's 4th request reserved per_ip, then was refunded: 3 of 5 used,
+    // so bob (same IP) gets exactly 2 more.
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(send(gw.addr, as_user("bob")).await.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+}
+
+#[tokio::test]
+async fn refund_script_gives_back_to_the_right_count() {
+    const REFUND: &str = include_str!("../src/store/redis/refund.lua");
+    let server = RedisServer::start().await;
+    let mut conn = server.connection().await;
+    // Window 1000 ms; the reservation was made at now = 100_500 (window 100).
+    let cases: &[(Option<&str>, u64, Option<&str>, i64)] = &[
+        (Some("100:4:7"), 2, Some("100:4:5"), 1), // still window 100: cur
+        (Some("101:7:1"), 2, Some("101:5:1"), 1), // rolled to 101: prev
+        (Some("102:7:1"), 2, Some("102:7:1"), 0), // two windows on: nothing
+        (Some("100:0:1"), 3, Some("100:0:0"), 1), // never below zero
+        (None, 1, None, 0),                       // expired: nothing
+    ];
+    for (before, cost, after, refunded) in cases {
+        let key = "tg:{refund}:r:l";
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+        if let Some(v) = before {
+            let _: () = redis::cmd("SET")
+                .arg(key)
+                .arg(*v)
+                .arg("PX")
+                .arg(60_000)
+                .query_async(&mut conn)
+                .await
+                .expect("SET");
+        }
+        let n: i64 = redis::Script::new(REFUND)
+            .key(key)
+            .arg(100_500)
+            .arg(1_000)
+            .arg(*cost)
+            .invoke_async(&mut conn)
+            .await
+            .expect("refund");
+        assert_eq!(n, *refunded, "{before:?}");
+        let value: Option<String> = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("GET");
+        assert_eq!(value.as_deref(), *after, "{before:?}");
+        if before.is_some() {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .expect("PTTL");
+            assert!(ttl > 0, "the expiry is kept");
+        }
+    }
+    let key = "tg:{refund}:r:l";
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("garbage")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let r: redis::RedisResult<i64> = redis::Script::new(REFUND)
+        .key(key)
+        .arg(100_500)
+        .arg(1_000)
+        .arg(1)
+        .invoke_async(&mut conn)
+        .await;
+    assert!(r.is_err(), "garbage is an error, not a guess");
+}
+
+#[tokio::test]
+async fn pool_spreads_decisions_over_its_connections() {
+    let server = RedisServer::start().await;
+    let mut cfg = config(RedisTopology::Standalone, &server.url());
+    cfg.pool_size = 3;
+    let store = connected(&cfg).await;
+    let reqs = [one("tg:{pool}:r:l", 10)];
+    let mut admitted = 0;
+    for _ in 0..15 {
+        admitted += u32::from(store.decide(T0, &reqs).await.expect("decide").allowed);
+    }
+    assert_eq!(admitted, 10, "one count, whichever connection decides");
+    // Three clients of the store, each connected (plus this test's own).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let clients = query_string(server.port(), &["INFO", "clients"])
+            .await
+            .unwrap_or_default();
+        let n: u32 = clients
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        if n > 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{clients}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `/t` through a gateway whose store is `redis_yaml`, failing closed, so a
+/// 200 proves Redis decided.
+fn closed_gateway_yaml(redis_yaml: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {redis_yaml}
+  on_error: deny
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200 }}
+    limits: [ {{ name: per_ip, key: ip, limit: 1000, window: 1m }} ]
+"
+    )
+}
+
+/// Sends `/t` until it is answered 200 (Redis decided), within `within`.
+async fn until_ok(addr: std::net::SocketAddr, within: Duration) -> Duration {
+    let started = Instant::now();
+    while send(addr, get("/t", &[])).await.status != StatusCode::OK {
+        assert!(started.elapsed() < within, "Redis never decided");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn gateway_follows_a_sentinel_failover() {
+    let mut setup = SentinelSetup::start().await;
+    let gw = Gateway::start(&closed_gateway_yaml(&format!(
+        "{{ sentinel: {{ service_name: {}, nodes: [127.0.0.1:{}] }}, timeout: 1s }}",
+        support::redis_topologies::SERVICE,
+        setup.sentinel.port
+    )))
+    .await;
+    until_ok(gw.addr, Duration::from_secs(20)).await;
+    let on = |port: u16| async move {
+        match query(port, &["KEYS", "*:t:per_ip"]).await {
+            Ok(redis::Value::Array(keys)) => keys.len(),
+            _ => 0,
+        }
+    };
+    assert_eq!(on(setup.master.port).await, 1);
+
+    setup.fail_over().await;
+    // Forget what replication copied, so a key proves a write after the
+    // failover.
+    let _: redis::Value = query(setup.replica.port, &["FLUSHALL"])
+        .await
+        .expect("FLUSHALL on the new master");
+    let took = until_ok(gw.addr, Duration::from_secs(20)).await;
+    eprintln!("gateway: deciding through the new master {took:?} after the promotion");
+    assert_eq!(
+        on(setup.replica.port).await,
+        1,
+        "written through the new master"
+    );
+}
+
+#[tokio::test]
+async fn gateway_speaks_tls_with_an_acl_user() {
+    use support::redis_topologies::{TLS_PASSWORD, TLS_USER};
+    let tls = TlsRedis::start().await;
+    let port = tls.proc.port;
+    let yaml = |password: &str| {
+        closed_gateway_yaml(&format!(
+            "{{ url: 'rediss://127.0.0.1:{port}', username: {TLS_USER}, password: {password}, tls: {{ ca_file: '{}' }}, timeout: 1s }}",
+            tls.ca_file.display()
+        ))
+    };
+    let gw = Gateway::start(&yaml(TLS_PASSWORD)).await;
+    until_ok(gw.addr, Duration::from_secs(10)).await;
+
+    // The same server with a wrong password: never decided, 503.
+    let wrong = Gateway::start(&yaml("wrong")).await;
+    for _ in 0..3 {
+        let reply = send(wrong.addr, get("/t", &[])).await;
+        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+}

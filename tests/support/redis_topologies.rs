@@ -1,0 +1,421 @@
+//! Real Redis deployments for tests: a 3-master Cluster, a master with a
+//! replica watched by a Sentinel, and a TLS-only server with a CA made by
+//! rcgen. Every process runs on a free loopback port in its own temporary
+//! directory and is killed on drop. Readiness is polled (a `PING` answered,
+//! `cluster_state:ok`, a log line), never slept for.
+#![allow(dead_code)] // each test crate uses a different part of this module
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a deployment may take to become ready.
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+/// One `redis-server` process (plain, cluster node, sentinel or TLS).
+pub struct Proc {
+    pub port: u16,
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Proc {
+    /// Runs `redis-server` with `args` after the common ones (port, bind,
+    /// no persistence, directory, log file). `config` is passed first when
+    /// given (a sentinel needs a config file).
+    fn spawn(port: u16, config: Option<&Path>, args: &[String]) -> Proc {
+        let dir = tempfile::tempdir().expect("temporary directory for redis-server");
+        Self::spawn_in(port, dir, config, args)
+    }
+
+    fn spawn_in(port: u16, dir: tempfile::TempDir, config: Option<&Path>, args: &[String]) -> Proc {
+        let mut cmd = Command::new("redis-server");
+        if let Some(c) = config {
+            cmd.arg(c);
+        }
+        cmd.args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--logfile")
+            .arg(dir.path().join("redis.log"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().expect("run redis-server");
+        Proc {
+            port,
+            child: Some(child),
+            dir,
+        }
+    }
+
+    /// The server's log so far, for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    /// Kills the process (as a crash would) and waits for it to end.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(Some(_))),
+            None => true,
+        }
+    }
+
+    /// Waits until the process answers `PING` on its plain port.
+    pub async fn wait_ping(&mut self) {
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            assert!(!self.exited(), "redis-server exited:\n{}", self.log());
+            if query(self.port, &["PING"]).await.is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no PONG on port {}:\n{}",
+                self.port,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the log holds `line`.
+    pub async fn wait_log(&mut self, line: &str) {
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            assert!(!self.exited(), "redis-server exited:\n{}", self.log());
+            if self.log().contains(line) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{line:?} never logged:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One command on a fresh plain connection to `port`.
+pub async fn query(port: u16, args: &[&str]) -> redis::RedisResult<redis::Value> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(&mut conn).await
+}
+
+/// `query` read as a string (bulk or status reply), `None` otherwise.
+pub async fn query_string(port: u16, args: &[&str]) -> Option<String> {
+    match query(port, args).await.ok()? {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        redis::Value::SimpleString(s) | redis::Value::VerbatimString { text: s, .. } => Some(s),
+        _ => None,
+    }
+}
+
+/// A Redis Cluster of masters without replicas, made with
+/// `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<Proc>,
+}
+
+impl RedisCluster {
+    /// Starts `n` (at least 3) cluster nodes and joins them.
+    pub async fn start(n: usize) -> RedisCluster {
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            let port = free_port();
+            nodes.push(Proc::spawn(
+                port,
+                None,
+                &[
+                    "--port".into(),
+                    port.to_string(),
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    "nodes.conf".into(),
+                    "--cluster-node-timeout".into(),
+                    "2000".into(),
+                    // The default bus port (port + 10000) may be taken or
+                    // beyond 65535; pick a free one as well.
+                    "--cluster-port".into(),
+                    free_port().to_string(),
+                ],
+            ));
+        }
+        for node in &mut nodes {
+            node.wait_ping().await;
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|p| format!("127.0.0.1:{}", p.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deadline = Instant::now() + READY_WITHIN;
+        for node in &nodes {
+            loop {
+                let info = query_string(node.port, &["CLUSTER", "INFO"])
+                    .await
+                    .unwrap_or_default();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster never ok:\n{info}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// `(host, port)` of every node.
+    pub fn seeds(&self) -> Vec<(String, u16)> {
+        self.nodes
+            .iter()
+            .map(|p| ("127.0.0.1".to_owned(), p.port))
+            .collect()
+    }
+
+    /// The port of the node that owns `key`'s slot, and the key's value.
+    pub async fn get(&self, key: &str) -> (u16, Option<String>) {
+        for node in &self.nodes {
+            match query(node.port, &["GET", key]).await {
+                Ok(redis::Value::BulkString(b)) => {
+                    return (node.port, Some(String::from_utf8_lossy(&b).into_owned()));
+                }
+                Ok(redis::Value::Nil) => return (node.port, None),
+                _ => {} // MOVED: another node owns it
+            }
+        }
+        panic!("no cluster node owns {key}");
+    }
+}
+
+/// A master, one replica, and one Sentinel watching them as `mymaster`.
+pub struct SentinelSetup {
+    pub master: Proc,
+    pub replica: Proc,
+    pub sentinel: Proc,
+}
+
+/// The service name the sentinel monitors.
+pub const SERVICE: &str = "mymaster";
+
+impl SentinelSetup {
+    /// Starts all three and waits until the sentinel knows the replica.
+    pub async fn start() -> SentinelSetup {
+        let mport = free_port();
+        let mut master = Proc::spawn(mport, None, &["--port".into(), mport.to_string()]);
+        master.wait_ping().await;
+        let rport = free_port();
+        let mut replica = Proc::spawn(
+            rport,
+            None,
+            &[
+                "--port".into(),
+                rport.to_string(),
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                mport.to_string(),
+            ],
+        );
+        replica.wait_ping().await;
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            let info = query_string(rport, &["INFO", "replication"])
+                .await
+                .unwrap_or_default();
+            if info.contains("master_link_status:up") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "replica never synced:\n{info}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        let sport = free_port();
+        let dir = tempfile::tempdir().expect("temporary directory for the sentinel");
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {sport}\n\
+                 sentinel monitor {SERVICE} 127.0.0.1 {mport} 1\n\
+                 sentinel down-after-milliseconds {SERVICE} 400\n\
+                 sentinel failover-timeout {SERVICE} 2000\n\
+                 sentinel parallel-syncs {SERVICE} 1\n"
+            ),
+        )
+        .expect("write sentinel.conf");
+        let mut sentinel = Proc::spawn_in(sport, dir, Some(&conf), &["--sentinel".into()]);
+        sentinel.wait_ping().await;
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            let replicas = query(sport, &["SENTINEL", "REPLICAS", SERVICE]).await;
+            if format!("{replicas:?}").contains(&rport.to_string()) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sentinel never saw the replica: {replicas:?}\n{}",
+                sentinel.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        SentinelSetup {
+            master,
+            replica,
+            sentinel,
+        }
+    }
+
+    /// The port the sentinel names as the master right now.
+    pub async fn master_port(&self) -> Option<u16> {
+        match query(
+            self.sentinel.port,
+            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE],
+        )
+        .await
+        .ok()?
+        {
+            redis::Value::Array(parts) => match parts.get(1) {
+                Some(redis::Value::BulkString(p)) => String::from_utf8_lossy(p).parse().ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Kills the master and waits until the sentinel has promoted the
+    /// replica (and the replica says it is a master).
+    pub async fn fail_over(&mut self) {
+        self.master.kill();
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            let promoted = self.master_port().await == Some(self.replica.port);
+            let role = query_string(self.replica.port, &["INFO", "replication"])
+                .await
+                .unwrap_or_default();
+            if promoted && role.contains("role:master") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no failover:\n{}",
+                self.sentinel.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The ACL user [`TlsRedis`] knows, and its password.
+pub const TLS_USER: &str = "tollgate";
+pub const TLS_PASSWORD: &str = "s3cret";
+
+/// A `redis-server` that speaks only TLS, with a certificate for 127.0.0.1
+/// issued by a CA made for the test, and an ACL user [`TLS_USER`].
+pub struct TlsRedis {
+    pub proc: Proc,
+    /// PEM file of the test CA.
+    pub ca_file: PathBuf,
+}
+
+impl TlsRedis {
+    /// Makes the CA and server certificate, starts the server, and waits
+    /// until it logs that it accepts connections.
+    pub async fn start() -> TlsRedis {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let dir = tempfile::tempdir().expect("temporary directory for redis-server");
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "tollgate test CA");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+        let key = KeyPair::generate().expect("server key");
+        let params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .expect("server params");
+        let issuer = Issuer::from_params(&ca_params, &ca_key);
+        let cert = params.signed_by(&key, &issuer).expect("server certificate");
+        let ca_file = dir.path().join("ca.pem");
+        let cert_file = dir.path().join("server.pem");
+        let key_file = dir.path().join("server.key");
+        std::fs::write(&ca_file, ca_cert.pem()).expect("write CA");
+        std::fs::write(&cert_file, cert.pem()).expect("write certificate");
+        std::fs::write(&key_file, key.serialize_pem()).expect("write key");
+
+        let port = free_port();
+        let path = |p: &Path| p.to_string_lossy().into_owned();
+        let mut proc = Proc::spawn_in(
+            port,
+            dir,
+            None,
+            &[
+                "--port".into(),
+                "0".into(),
+                "--tls-port".into(),
+                port.to_string(),
+                "--tls-cert-file".into(),
+                path(&cert_file),
+                "--tls-key-file".into(),
+                path(&key_file),
+                "--tls-ca-cert-file".into(),
+                path(&ca_file),
+                "--tls-auth-clients".into(),
+                "no".into(),
+                // An ACL user besides `default`, for the ACL tests.
+                "--user".into(),
+                TLS_USER.into(),
+                "on".into(),
+                format!(">{TLS_PASSWORD}"),
+                "~*".into(),
+                "+@all".into(),
+            ],
+        );
+        proc.wait_log("Ready to accept connections").await;
+        TlsRedis { proc, ca_file }
+    }
+}
