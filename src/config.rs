@@ -192,6 +192,8 @@ pub struct Limit {
     pub window_ms: NonZeroU64,
     /// Cost override for this limit; `None` uses the route's cost.
     pub cost: Option<u64>,
+    /// How the limit counts (`algorithm:`, default `sliding_window`).
+    pub algorithm: crate::limit::Algorithm,
 }
 
 /// An identity key: the parts of a compound key (`[ip, header:x-user]`),

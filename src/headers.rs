@@ -102,6 +102,7 @@ mod tests {
             limit: NonZeroU64::new(q).unwrap(),
             window_ms: NonZeroU64::new(w_ms).unwrap(),
             cost: None,
+            algorithm: Default::default(),
         }
     }
 

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use http::{HeaderValue, Method};
 
-use crate::config::{Config, PathMatch, Route};
+use crate::config::{Config, Limit, PathMatch, Route};
+use crate::limit::Algorithm;
 use crate::headers;
 
 /// A route with what is pre-computed for it.
@@ -41,7 +42,7 @@ impl Router {
                     key_suffixes: r
                         .limits
                         .iter()
-                        .map(|l| format!(":{}:{}", r.name, l.name))
+                        .map(|l| key_suffix(&r.name, l))
                         .collect(),
                     route: r.clone(),
                 })
@@ -72,6 +73,17 @@ impl Router {
                     PathMatch::Prefix(p) => path.starts_with(p.as_str()),
                 }
         })
+    }
+}
+
+/// `:<route>:<limit>`, and `:<algorithm>` for all but the default sliding
+/// window: each algorithm keeps state of its own shape, so a limit whose
+/// algorithm changes on reload starts a fresh key instead of misreading the
+/// old one (and sliding-window keys stay what they always were).
+fn key_suffix(route: &str, limit: &Limit) -> String {
+    match limit.algorithm {
+        Algorithm::SlidingWindow => format!(":{route}:{}", limit.name),
+        other => format!(":{route}:{}:{}", limit.name, other.name()),
     }
 }
 

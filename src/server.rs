@@ -137,6 +137,7 @@ impl Gateway {
                         limit: l.limit.get(),
                         window_ms: l.window_ms.get(),
                         cost: l.cost.unwrap_or(route.route.cost),
+                        algorithm: l.algorithm,
                     }
                 })
                 .collect();

@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use redis::AsyncCommands;
 use support::redis::RedisServer;
 use tollgate::config::RedisConfig;
-use tollgate::limit::{Decision, LimitOutcome, LimitRequest};
+use tollgate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest};
 use tollgate::store::{MemoryStore, RedisStore, Store, StoreError};
 
 /// A realistic epoch instant that every window in the table divides
@@ -62,16 +62,29 @@ const fn step(at: u64, cost: u64, expect: &'static [Expect]) -> Step {
 
 struct Scenario {
     name: &'static str,
+    /// The algorithm of every limit; a gcra burst of 0 stands for "the
+    /// limit" (the configuration's default).
+    alg: Algorithm,
     /// (limit, window_ms) per limit of every request.
     limits: &'static [(u64, u64)],
     steps: &'static [Step],
 }
 
+const SW: Algorithm = Algorithm::SlidingWindow;
+const FW: Algorithm = Algorithm::FixedWindow;
+const LOG: Algorithm = Algorithm::SlidingLog;
+/// GCRA with burst = limit.
+const GCRA: Algorithm = Algorithm::Gcra { burst: 0 };
+
+/// Every algorithm's scenarios.
+const TABLES: &[&[Scenario]] = &[SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, GCRA_TABLE];
+
 // In the comments: w window, e elapsed in window, E the estimate; all
 // quantities times w as in the code (E·w = prev·(w−e) + cur·w).
-const TABLE: &[Scenario] = &[
+const SLIDING_WINDOW: &[Scenario] = &[
     Scenario {
         name: "fill, deny, readmit after the previous window decays",
+        alg: SW,
         limits: &[(3, 10_000)],
         steps: &[
             step(0, 1, &[ok(2, 20_000)]),
@@ -93,6 +106,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "exact boundary and prev weighting",
+        alg: SW,
         limits: &[(2, 10_000)],
         steps: &[
             step(0, 2, &[ok(0, 20_000)]),
@@ -110,6 +124,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "roll-over weights prev by the unelapsed fraction",
+        alg: SW,
         limits: &[(10, 10_000)],
         steps: &[
             step(9_999, 8, &[ok(2, 10_001)]),
@@ -131,6 +146,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "cost above one",
+        alg: SW,
         limits: &[(10, 60_000)],
         steps: &[
             step(0, 4, &[ok(6, 120_000)]),
@@ -148,6 +164,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "cost above the limit is never admitted and consumes nothing",
+        alg: SW,
         limits: &[(5, 10_000)],
         steps: &[
             step(0, 6, &[no(5, 0, None)]),
@@ -157,6 +174,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "two limits, one denies: the other is not consumed",
+        alg: SW,
         limits: &[(2, 10_000), (10, 60_000)],
         steps: &[
             step(0, 1, &[ok(1, 20_000), ok(9, 120_000)]),
@@ -170,6 +188,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "cost zero probes without consuming",
+        alg: SW,
         limits: &[(1, 10_000)],
         steps: &[
             // Nothing stored and nothing added: nothing to reset.
@@ -183,15 +202,304 @@ const TABLE: &[Scenario] = &[
     },
 ];
 
+// Fixed window: count per window index; reset and retry are the window's end.
+const FIXED_WINDOW: &[Scenario] = &[
+    Scenario {
+        name: "fill, deny until the window ends",
+        alg: FW,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(2, 10_000)]),
+            step(1_000, 1, &[ok(1, 9_000)]),
+            step(2_000, 1, &[ok(0, 8_000)]),
+            step(3_000, 1, &[no(0, 7_000, Some(7_000))]),
+            step(9_999, 1, &[no(0, 1, Some(1))]),
+            step(10_000, 1, &[ok(2, 10_000)]),
+        ],
+    },
+    Scenario {
+        name: "the boundary burst: 2·L in three milliseconds",
+        alg: FW,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(9_998, 2, &[ok(1, 2)]),
+            step(9_999, 1, &[ok(0, 1)]),
+            step(10_000, 3, &[ok(0, 10_000)]),
+            step(10_001, 1, &[no(0, 9_999, Some(9_999))]),
+        ],
+    },
+    Scenario {
+        name: "cost above one, and above the limit",
+        alg: FW,
+        limits: &[(10, 60_000)],
+        steps: &[
+            step(0, 4, &[ok(6, 60_000)]),
+            step(30_000, 5, &[ok(1, 30_000)]),
+            step(40_000, 2, &[no(1, 20_000, Some(20_000))]),
+            step(40_000, 1, &[ok(0, 20_000)]),
+            step(40_000, 11, &[no(0, 20_000, None)]),
+            step(60_000, 10, &[ok(0, 60_000)]),
+        ],
+    },
+    Scenario {
+        name: "two limits, one denies: the other is not consumed",
+        alg: FW,
+        limits: &[(2, 10_000), (10, 60_000)],
+        steps: &[
+            step(0, 1, &[ok(1, 10_000), ok(9, 60_000)]),
+            step(1_000, 1, &[ok(0, 9_000), ok(8, 59_000)]),
+            step(2_000, 1, &[no(0, 8_000, Some(8_000)), ok(7, 58_000)]),
+            // The second holds 2, not 3: 7 left after this one.
+            step(10_000, 1, &[ok(1, 10_000), ok(7, 50_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost zero probes without consuming",
+        alg: FW,
+        limits: &[(1, 10_000)],
+        steps: &[
+            step(0, 0, &[ok(1, 0)]),
+            step(0, 1, &[ok(0, 10_000)]),
+            step(5_000, 0, &[ok(0, 5_000)]),
+            step(5_000, 1, &[no(0, 5_000, Some(5_000))]),
+        ],
+    },
+];
+
+// Sliding log: a unit admitted at s counts at t iff s > t − w. Reset is the
+// newest unit's s + w − now; a denied request waits for the k-th oldest
+// unit, k = used − (L − c), to leave: s_k + w − now.
+const SLIDING_LOG: &[Scenario] = &[
+    Scenario {
+        name: "fill, deny, readmit as units leave",
+        alg: LOG,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(2, 10_000)]),
+            step(1_000, 1, &[ok(1, 10_000)]),
+            step(2_000, 1, &[ok(0, 10_000)]),
+            // k = 1, s_1 = 0: 10000 − 3000; reset 2000 + w − 3000.
+            step(3_000, 1, &[no(0, 9_000, Some(7_000))]),
+            step(9_999, 1, &[no(0, 2_001, Some(1))]),
+            // The unit at 0 left at 10000 exactly.
+            step(10_000, 1, &[ok(0, 10_000)]),
+            // Log 1000, 2000, 10000; c = 2: k = 2, s_2 = 2000.
+            step(10_500, 2, &[no(0, 9_500, Some(1_500))]),
+            step(12_000, 2, &[ok(0, 10_000)]),
+        ],
+    },
+    Scenario {
+        name: "no boundary burst: L per any window",
+        alg: LOG,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(9_998, 2, &[ok(1, 10_000)]),
+            step(9_999, 1, &[ok(0, 10_000)]),
+            // k = 3, s_3 = 9999.
+            step(10_000, 3, &[no(0, 9_999, Some(9_999))]),
+            // k = 1, s_1 = 9998.
+            step(10_001, 1, &[no(0, 9_998, Some(9_997))]),
+            step(19_998, 1, &[ok(1, 10_000)]),
+        ],
+    },
+    Scenario {
+        name: "same millisecond, units of several requests",
+        alg: LOG,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(2, 10_000)]),
+            step(0, 2, &[ok(0, 10_000)]),
+            step(0, 1, &[no(0, 10_000, Some(10_000))]),
+            step(10_000, 3, &[ok(0, 10_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost above one, and above the limit",
+        alg: LOG,
+        limits: &[(10, 60_000)],
+        steps: &[
+            step(0, 4, &[ok(6, 60_000)]),
+            step(30_000, 5, &[ok(1, 60_000)]),
+            // used 9, c = 2: k = 1, s_1 = 0.
+            step(40_000, 2, &[no(1, 50_000, Some(20_000))]),
+            step(40_000, 1, &[ok(0, 60_000)]),
+            step(40_000, 11, &[no(0, 60_000, None)]),
+            // The four units at 0 leave: 6 + 4.
+            step(60_000, 4, &[ok(0, 60_000)]),
+        ],
+    },
+    Scenario {
+        name: "two limits, one denies: the other is not consumed",
+        alg: LOG,
+        limits: &[(2, 10_000), (10, 60_000)],
+        steps: &[
+            step(0, 1, &[ok(1, 10_000), ok(9, 60_000)]),
+            step(1_000, 1, &[ok(0, 10_000), ok(8, 60_000)]),
+            step(2_000, 1, &[no(0, 9_000, Some(8_000)), ok(7, 60_000)]),
+            step(10_000, 1, &[ok(0, 10_000), ok(7, 60_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost zero probes without consuming",
+        alg: LOG,
+        limits: &[(1, 10_000)],
+        steps: &[
+            step(0, 0, &[ok(1, 0)]),
+            step(0, 1, &[ok(0, 10_000)]),
+            step(5_000, 0, &[ok(0, 5_000)]),
+            step(5_000, 1, &[no(0, 5_000, Some(5_000))]),
+        ],
+    },
+];
+
+// GCRA: one unit is T = w/L ms; the bucket holds B units. In the comments
+// d = (max(TAT, now) − now)·L, so one unit is w and the cap is B·w; admit
+// iff d + c·w ≤ B·w; remaining floor((B·w − d')/w), reset ceil(d'/L),
+// retry ceil((d + c·w − B·w)/L).
+const GCRA_TABLE: &[Scenario] = &[
+    Scenario {
+        name: "3 per 10 s: a burst of 3, then one every 3333.3 ms",
+        alg: GCRA,
+        limits: &[(3, 10_000)],
+        steps: &[
+            // d' = 10000: reset ceil(10000/3).
+            step(0, 1, &[ok(2, 3_334)]),
+            // TAT 3333⅓: d = 7000, d' = 17000.
+            step(1_000, 1, &[ok(1, 5_667)]),
+            // TAT 6666⅔: d = 14000, d' = 24000.
+            step(2_000, 1, &[ok(0, 8_000)]),
+            // TAT 10000: d = 21000; 31000 > 30000: ceil(1000/3) = 334.
+            step(3_000, 1, &[no(0, 7_000, Some(334))]),
+            // d = 20001; 30001 > 30000: one ms.
+            step(3_333, 1, &[no(0, 6_667, Some(1))]),
+            // d = 19998; d' = 29998.
+            step(3_334, 1, &[ok(0, 10_000)]),
+            // The TAT has passed: a full bucket.
+            step(30_000, 1, &[ok(2, 3_334)]),
+        ],
+    },
+    Scenario {
+        name: "burst above the rate: 5 at once, then one per second",
+        alg: Algorithm::Gcra { burst: 5 },
+        limits: &[(1, 1_000)],
+        steps: &[
+            step(0, 5, &[ok(0, 5_000)]),
+            step(0, 1, &[no(0, 5_000, Some(1_000))]),
+            // TAT 5000: d = 2500, d' = 4500.
+            step(2_500, 2, &[ok(0, 4_500)]),
+            // Cost above the burst: never.
+            step(2_500, 6, &[no(0, 4_500, None)]),
+            step(10_000, 1, &[ok(4, 1_000)]),
+        ],
+    },
+    Scenario {
+        name: "two limits, one denies: the other is not consumed",
+        alg: GCRA,
+        limits: &[(2, 10_000), (10, 60_000)],
+        steps: &[
+            step(0, 1, &[ok(1, 5_000), ok(9, 6_000)]),
+            // TAT 5000 and 6000: d 8000 and 50000.
+            step(1_000, 1, &[ok(0, 9_000), ok(8, 11_000)]),
+            // TAT 10000 and 12000: d 16000 and 100000; the first denies
+            // (26000 > 20000: ceil(6000/2)).
+            step(2_000, 1, &[no(0, 8_000, Some(3_000)), ok(7, 16_000)]),
+            // Had the second been consumed, its TAT would be 18000 and 6
+            // would remain.
+            step(5_000, 1, &[ok(0, 10_000), ok(7, 13_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost zero probes without consuming",
+        alg: GCRA,
+        limits: &[(1, 10_000)],
+        steps: &[
+            step(0, 0, &[ok(1, 0)]),
+            step(0, 1, &[ok(0, 10_000)]),
+            step(5_000, 0, &[ok(0, 5_000)]),
+            step(5_000, 1, &[no(0, 5_000, Some(5_000))]),
+        ],
+    },
+];
+
+/// Every algorithm: requests of `cost` every `step_ms` until one is denied;
+/// then waiting exactly its Retry-After admits it and one ms less does not,
+/// and the same with Retry-After in whole seconds, rounded up, as sent.
+async fn check_retry_after_all(store: &impl Store, tag: &str) {
+    // (limit, window, step, cost)
+    const CASES: &[(u64, u64, u64, u64)] = &[
+        (3, 10_000, 1_000, 1),
+        (10, 60_000, 7_000, 3),
+        (7, 1_000, 10, 2),
+        (100, 3_600_000, 1_000, 9),
+        (1, 1_000, 1, 1),
+    ];
+    for alg in [SW, FW, LOG, GCRA, Algorithm::Gcra { burst: 3 }] {
+        for (n, &(limit, window_ms, step_ms, cost)) in CASES.iter().enumerate() {
+            let algorithm = resolve(alg, limit);
+            if matches!(algorithm, Algorithm::Gcra { burst } if cost > burst) {
+                continue; // never admissible; the tables cover it
+            }
+            let decide = |copy: &'static str, at: u64| {
+                let req = [LimitRequest {
+                    key: format!("test:{{{tag}:retry-all:{algorithm:?}:{n}}}:{copy}"),
+                    limit,
+                    window_ms,
+                    cost,
+                    algorithm,
+                }];
+                async move {
+                    store
+                        .decide(T0 + at, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{tag}: {algorithm:?} case {n}: {e}"))
+                }
+            };
+            let mut at = 0;
+            let denied = loop {
+                let a = decide("ms", at).await;
+                let b = decide("s", at).await;
+                assert_eq!(a, b, "two copies agree");
+                if !a.allowed {
+                    break a;
+                }
+                at += step_ms;
+                assert!(at < 1_000 * step_ms, "{algorithm:?} case {n}: never denied");
+            };
+            let retry = denied.retry_after_ms().expect("admissible later");
+            assert!(retry > 0);
+            let what = format!("{tag}: {algorithm:?} case {n}, denied at +{at}, retry {retry}");
+            assert!(!decide("ms", at + retry - 1).await.allowed, "{what}: 1 ms early");
+            assert!(decide("ms", at + retry).await.allowed, "{what}: at Retry-After");
+            let secs = retry.div_ceil(1000);
+            if secs > 1 {
+                assert!(
+                    !decide("s", at + (secs - 1) * 1000).await.allowed,
+                    "{what}: a second early"
+                );
+            }
+            assert!(decide("s", at + secs * 1000).await.allowed, "{what}: at {secs} s");
+        }
+    }
+}
+
+/// The algorithm as a request carries it: a gcra burst of 0 is the limit.
+fn resolve(alg: Algorithm, limit: u64) -> Algorithm {
+    match alg {
+        Algorithm::Gcra { burst: 0 } => Algorithm::Gcra { burst: limit },
+        other => other,
+    }
+}
+
 fn requests(tag: &str, sc: &Scenario, cost: u64) -> Vec<LimitRequest> {
     sc.limits
         .iter()
         .enumerate()
         .map(|(i, &(limit, window_ms))| LimitRequest {
-            key: format!("test:{{{tag}:{}}}:{i}", sc.name),
+            key: format!("test:{{{tag}:{}:{}}}:{i}", sc.alg.name(), sc.name),
             limit,
             window_ms,
             cost,
+            algorithm: resolve(sc.alg, limit),
         })
         .collect()
 }
@@ -216,7 +524,7 @@ fn expected(step: &Step) -> Decision {
 }
 
 async fn run_table(store: &impl Store, tag: &str) {
-    for sc in TABLE {
+    for sc in TABLES.iter().flat_map(|t| t.iter()) {
         for (n, st) in sc.steps.iter().enumerate() {
             let got = store
                 .decide(T0 + st.at, &requests(tag, sc, st.cost))
@@ -225,7 +533,8 @@ async fn run_table(store: &impl Store, tag: &str) {
             assert_eq!(
                 got,
                 expected(st),
-                "{tag}: {}: step {n} (at +{} ms, cost {})",
+                "{tag}: {} {}: step {n} (at +{} ms, cost {})",
+                sc.alg.name(),
                 sc.name,
                 st.at,
                 st.cost
@@ -262,6 +571,7 @@ async fn check_retry_after(store: &impl Store, tag: &str) {
                 limit,
                 window_ms,
                 cost,
+                algorithm: Algorithm::SlidingWindow,
             }];
             async move {
                 store
@@ -332,6 +642,18 @@ async fn retry_after_redis() {
     check_retry_after(&store, "redis").await;
 }
 
+#[tokio::test]
+async fn retry_after_every_algorithm_memory() {
+    check_retry_after_all(&MemoryStore::new(), "memory").await;
+}
+
+#[tokio::test]
+async fn retry_after_every_algorithm_redis() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    check_retry_after_all(&store, "redis").await;
+}
+
 // --- Redis only -------------------------------------------------------------
 
 fn config(url: String) -> RedisConfig {
@@ -364,6 +686,7 @@ fn one(key: &str, limit: u64, window_ms: u64, cost: u64) -> LimitRequest {
         limit,
         window_ms,
         cost,
+        algorithm: Algorithm::SlidingWindow,
     }
 }
 

@@ -332,6 +332,10 @@ pub struct Limit {
     pub window: Field<Text>,
     /// `cost: 2`
     pub cost: Field<Int>,
+    /// `algorithm: sliding_window | fixed_window | sliding_log | gcra`
+    pub algorithm: Field<Text>,
+    /// `burst: 20` (gcra only)
+    pub burst: Field<Int>,
 }
 
 /// A key the structs do not know.

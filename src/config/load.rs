@@ -24,6 +24,7 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 use ipnet::IpNet;
 
 use super::file::{self, Field, Int, OneOrMany, Text};
+use crate::limit::Algorithm;
 use super::position::{Pos, Positions, child_index, child_key};
 use super::{
     Action, ApiKeyConfig, ClientIpConfig, Config, HeaderMode, KeySource, KeySpec, Limit, OnError,
@@ -621,12 +622,48 @@ impl Check<'_> {
         let max = self.required(&limit.limit, path, "limit", positive);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
-        if let (Ok(l), Ok(w)) = (&max, &window) {
-            // The Redis script computes in doubles: keep 3·L·w below 2^53.
-            if u128::from(*l) * u128::from(w.get()) * 3 >= 1u128 << 53 {
+        let algorithm = self.optional(
+            &limit.algorithm,
+            &child_key(path, "algorithm"),
+            text(parse_algorithm),
+        );
+        let burst_path = child_key(path, "burst");
+        let burst = self.optional(&limit.burst, &burst_path, positive);
+        // gcra takes its burst (default: the limit); the others have none.
+        let algorithm = match (algorithm, &burst, &max) {
+            (Ok(Some(Algorithm::Gcra { .. })), Ok(b), Ok(l)) => Ok(Algorithm::Gcra {
+                burst: b.unwrap_or(*l),
+            }),
+            (Ok(Some(Algorithm::Gcra { .. })), _, _) => Err(Reported),
+            (Ok(other), Ok(Some(_)), _) => Err(self.value_error(
+                &burst_path,
+                format!(
+                    "only a gcra limit takes a burst; this one is {}",
+                    other.unwrap_or_default().name()
+                ),
+            )),
+            (Ok(other), _, _) => Ok(other.unwrap_or_default()),
+            (Err(r), _, _) => Err(r),
+        };
+        if let (Ok(l), Ok(w), Ok(alg)) = (&max, &window, &algorithm) {
+            // The Redis script computes in doubles: keep 3·max(L, B)·w below 2^53.
+            let units = match alg {
+                Algorithm::Gcra { burst } => (*l).max(*burst),
+                _ => *l,
+            };
+            if u128::from(units) * u128::from(w.get()) * 3 >= 1u128 << 53 {
+                let field = if units == *l { "limit" } else { "burst" };
+                return Err(self.value_error(
+                    &child_key(path, field),
+                    "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
+                ));
+            }
+            if *alg == Algorithm::SlidingLog && *l > MAX_LOG_LIMIT {
                 return Err(self.value_error(
                     &child_key(path, "limit"),
-                    "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
+                    format!(
+                        "is too large for sliding_log, which keeps one entry per unit (at most {MAX_LOG_LIMIT}); use sliding_window or gcra"
+                    ),
                 ));
             }
         }
@@ -636,6 +673,7 @@ impl Check<'_> {
             limit: NonZeroU64::new(max?).ok_or(Reported)?,
             window_ms: window?,
             cost: cost?,
+            algorithm: algorithm?,
         })
     }
 
@@ -649,6 +687,9 @@ impl Check<'_> {
 }
 
 const DEFAULT_PREFIX: &str = "tollgate:";
+/// A sliding log keeps one entry per admitted unit; past this, memory per
+/// identity (tens of bytes per entry in Redis) is better spent elsewhere.
+const MAX_LOG_LIMIT: u64 = 100_000;
 const DEFAULT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
 fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
@@ -670,6 +711,18 @@ fn one_of<T: Copy>(s: &str, choices: &[(&str, T)]) -> Result<T, String> {
 
 fn parse_header_mode(s: &str) -> Result<HeaderMode, String> {
     one_of(s, &[("ietf", HeaderMode::Ietf), ("none", HeaderMode::None)])
+}
+
+fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
+    one_of(
+        s,
+        &[
+            ("sliding_window", Algorithm::SlidingWindow),
+            ("fixed_window", Algorithm::FixedWindow),
+            ("sliding_log", Algorithm::SlidingLog),
+            ("gcra", Algorithm::Gcra { burst: 0 }),
+        ],
+    )
 }
 
 fn parse_on_error(s: &str) -> Result<OnError, String> {

@@ -7,15 +7,99 @@
 //! Idle keys are swept from a shard when it has doubled since its last sweep,
 //! so memory stays bounded by the keys active in the last two windows.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{Store, StoreError};
-use crate::limit::sliding_window::{self, State};
-use crate::limit::{Decision, LimitRequest};
+use crate::limit::{
+    Algorithm, Decision, LimitOutcome, LimitRequest, fixed_window, gcra, sliding_log,
+    sliding_window,
+};
 
 const SHARDS: usize = 64;
+
+/// The state of one key, in the shape of its algorithm.
+#[derive(Debug, Clone)]
+enum State {
+    Sliding(sliding_window::State),
+    Fixed(fixed_window::State),
+    Log(VecDeque<u64>),
+    Gcra(gcra::State),
+}
+
+impl State {
+    /// The state as `r`'s algorithm sees it at `now`: a key written by
+    /// another algorithm (the limit's algorithm changed) starts empty.
+    fn for_request(stored: Option<&State>, r: &LimitRequest, now: u64) -> State {
+        let window = now / r.window_ms;
+        match (r.algorithm, stored) {
+            (Algorithm::SlidingWindow, Some(State::Sliding(s))) => State::Sliding(s.at(window)),
+            (Algorithm::SlidingWindow, _) => {
+                State::Sliding(sliding_window::State::default().at(window))
+            }
+            (Algorithm::FixedWindow, Some(State::Fixed(s))) => State::Fixed(s.at(window)),
+            (Algorithm::FixedWindow, _) => State::Fixed(fixed_window::State::default().at(window)),
+            (Algorithm::SlidingLog, Some(State::Log(log))) => {
+                let mut log = log.clone();
+                sliding_log::prune(&mut log, now, r.window_ms);
+                State::Log(log)
+            }
+            (Algorithm::SlidingLog, _) => State::Log(VecDeque::new()),
+            (Algorithm::Gcra { .. }, Some(State::Gcra(s))) => State::Gcra(*s),
+            (Algorithm::Gcra { .. }, _) => State::Gcra(gcra::State::default()),
+        }
+    }
+
+    /// Decides `r` and returns the state to keep if the request is admitted.
+    fn check(&self, r: &LimitRequest, now: u64) -> (LimitOutcome, State) {
+        let (l, w, c) = (r.limit, r.window_ms, r.cost);
+        match (self, r.algorithm) {
+            (State::Sliding(s), _) => {
+                let o = sliding_window::check(*s, now, l, w, c);
+                let mut after = *s;
+                if o.admits {
+                    after.cur += c;
+                }
+                (o, State::Sliding(after))
+            }
+            (State::Fixed(s), _) => {
+                let o = fixed_window::check(*s, now, l, w, c);
+                let mut after = *s;
+                if o.admits {
+                    after.count += c;
+                }
+                (o, State::Fixed(after))
+            }
+            (State::Log(log), _) => {
+                let o = sliding_log::check(log, now, l, w, c);
+                let mut after = log.clone();
+                if o.admits {
+                    sliding_log::add(&mut after, now, c);
+                }
+                (o, State::Log(after))
+            }
+            (State::Gcra(s), alg) => {
+                let burst = match alg {
+                    Algorithm::Gcra { burst } => burst,
+                    _ => l,
+                };
+                let checked = gcra::check(*s, now, l, w, burst, c);
+                (checked.outcome, State::Gcra(checked.after))
+            }
+        }
+    }
+
+    /// Whether the key holds nothing that still counts at `now`.
+    fn is_idle(&self, now: u64, window_ms: u64) -> bool {
+        match self {
+            State::Sliding(s) => s.window + 1 < now / window_ms,
+            State::Fixed(s) => s.window < now / window_ms,
+            State::Log(log) => log.back().is_none_or(|&s| s + window_ms <= now),
+            State::Gcra(s) => s.tat < now,
+        }
+    }
+}
 
 struct Entry {
     state: State,
@@ -81,25 +165,14 @@ impl MemoryStore {
         let mut outcomes = Vec::with_capacity(requests.len());
         for (r, &si) in requests.iter().zip(&idx) {
             let g = guard(&mut guards, si);
-            let window = now_ms / r.window_ms;
-            let st = g
-                .map
-                .get(&r.key)
-                .map_or_else(State::default, |e| e.state)
-                .at(window);
-            outcomes.push(sliding_window::check(
-                st,
-                now_ms,
-                r.limit,
-                r.window_ms,
-                r.cost,
-            ));
-            states.push(st);
+            let st = State::for_request(g.map.get(&r.key).map(|e| &e.state), r, now_ms);
+            let (outcome, after) = st.check(r, now_ms);
+            outcomes.push(outcome);
+            states.push(after);
         }
         let allowed = outcomes.iter().all(|o| o.admits);
         if allowed {
-            for ((r, &si), mut st) in requests.iter().zip(&idx).zip(states) {
-                st.cur += r.cost;
+            for ((r, &si), st) in requests.iter().zip(&idx).zip(states) {
                 let g = guard(&mut guards, si);
                 match g.map.get_mut(&r.key) {
                     Some(e) => {
@@ -143,7 +216,7 @@ fn guard<'a, 'b>(guards: &'a mut [(usize, MutexGuard<'b, Shard>)], shard: usize)
 fn sweep(shard: &mut Shard, now_ms: u64) {
     shard
         .map
-        .retain(|_, e| e.state.window + 1 >= now_ms / e.window_ms);
+        .retain(|_, e| !e.state.is_idle(now_ms, e.window_ms));
     shard.swept_at_len = shard.map.len().max(512);
 }
 

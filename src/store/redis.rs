@@ -1,7 +1,7 @@
 //! Redis store: counters shared by every gateway instance.
 //!
-//! A decision is one `EVALSHA` of [`sliding_window.lua`](SCRIPT) carrying
-//! every limit of the request, so checking all limits and consuming from all
+//! A decision is one `EVALSHA` of [`limits.lua`](SCRIPT) carrying every
+//! limit of the request, whatever its algorithm, so checking all limits and consuming from all
 //! of them is one atomic step on the server (DESIGN §4). The script takes
 //! `now` as an argument — the store never reads a clock — so the conformance
 //! table drives it exactly like the in-process store.
@@ -52,10 +52,10 @@ use tokio::time::Instant;
 
 use super::{Store, StoreError};
 use crate::config::RedisConfig;
-use crate::limit::{Decision, LimitOutcome, LimitRequest};
+use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest};
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
-pub const SCRIPT: &str = include_str!("redis/sliding_window.lua");
+pub const SCRIPT: &str = include_str!("redis/limits.lua");
 
 /// First reconnect delay (ms); doubled on each failed attempt.
 const RECONNECT_MIN_MS: u32 = 100;
@@ -313,14 +313,21 @@ fn watch_link(client: &Client, link_up: Arc<AtomicBool>) -> JoinHandle<()> {
     })
 }
 
-/// `ARGV` of the script: now, then limit, window and cost per request.
+/// `ARGV` of the script: now, then algorithm, limit, window, cost and burst
+/// per request.
 fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, StoreError> {
-    let mut argv = Vec::with_capacity(1 + 3 * requests.len());
+    let mut argv = Vec::with_capacity(1 + 5 * requests.len());
     argv.push(arg(now_ms, "now")?);
     for r in requests {
+        let burst = match r.algorithm {
+            Algorithm::Gcra { burst } => burst,
+            _ => r.limit,
+        };
+        argv.push(arg(r.algorithm.code(), "algorithm")?);
         argv.push(arg(r.limit, "limit")?);
         argv.push(arg(r.window_ms, "window")?);
         argv.push(arg(r.cost, "cost")?);
+        argv.push(arg(burst, "burst")?);
     }
     Ok(argv)
 }
