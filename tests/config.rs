@@ -268,14 +268,14 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
         key: ip
         limit: 100
         window: 1m
-        burst: 5
+        bursts: 5
 "
     );
     assert_eq!(
         errors(&src),
         [
             r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "burst"; expected one of name, key, limit, window, cost (line 11, col 9)"#,
+            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, algorithm, burst (line 11, col 9)"#,
         ]
     );
 }
@@ -390,6 +390,63 @@ fn duplicate_limit_name() {
     assert_eq!(
         error(&src),
         r#"routes[0].limits[1].name: duplicate limit name "per_ip"; it is already used by routes[0].limits[0] (line 7, col 17)"#
+    );
+}
+
+#[test]
+fn algorithms_and_burst() {
+    use tollgate::limit::Algorithm;
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits:
+      - {{ name: a, key: ip, limit: 5, window: 1s }}
+      - {{ name: b, key: ip, limit: 5, window: 1s, algorithm: fixed_window }}
+      - {{ name: c, key: ip, limit: 5, window: 1s, algorithm: sliding_log }}
+      - {{ name: d, key: ip, limit: 5, window: 1s, algorithm: gcra }}
+      - {{ name: e, key: ip, limit: 5, window: 1s, algorithm: gcra, burst: 20 }}
+      - {{ name: f, key: ip, limit: 5, window: 1s, algorithm: sliding_window }}
+"
+    );
+    let algs: Vec<Algorithm> = valid(&src).routes[0]
+        .limits
+        .iter()
+        .map(|l| l.algorithm)
+        .collect();
+    assert_eq!(
+        algs,
+        [
+            Algorithm::SlidingWindow,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingLog,
+            Algorithm::Gcra { burst: 5 },
+            Algorithm::Gcra { burst: 20 },
+            Algorithm::SlidingWindow,
+        ]
+    );
+
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits:
+      - {{ name: a, key: ip, limit: 5, window: 1s, algorithm: leaky }}
+      - {{ name: b, key: ip, limit: 5, window: 1s, burst: 3 }}
+      - {{ name: c, key: ip, limit: 5, window: 1s, algorithm: gcra, burst: 0 }}
+      - {{ name: d, key: ip, limit: 200000, window: 1s, algorithm: sliding_log }}
+      - {{ name: e, key: ip, limit: 5, window: 30d, algorithm: gcra, burst: 100000000 }}
+      - {{ name: f, key: ip, limit: 5, window: 1s, algorithm: fixed_window, burst: 2 }}
+"
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            r#"routes[0].limits[0].algorithm: unknown value "leaky"; expected one of sliding_window, fixed_window, sliding_log, gcra (line 6, col 62)"#,
+            "routes[0].limits[1].burst: only a gcra limit takes a burst; this one is sliding_window (line 7, col 58)",
+            "routes[0].limits[2].burst: must be at least 1, found 0 (line 8, col 75)",
+            "routes[0].limits[3].limit: is too large for sliding_log, which keeps one entry per unit (at most 100000); use sliding_window or gcra (line 9, col 36)",
+            "routes[0].limits[4].burst: is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit (line 10, col 76)",
+            "routes[0].limits[5].burst: only a gcra limit takes a burst; this one is fixed_window (line 11, col 83)",
+        ]
     );
 }
 

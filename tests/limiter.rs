@@ -898,19 +898,32 @@ async fn a_stalled_server_is_a_timeout() {
 
 // --- the stores agree -------------------------------------------------------
 
-/// (limit, window_ms) per limit; (time step in ms, cost) per request.
-type Trace = (Vec<(u64, u64)>, Vec<(i64, u64)>);
+/// (limit, window_ms, algorithm) per limit; (time step in ms, cost) per request.
+type Trace = (Vec<(u64, u64, Algorithm)>, Vec<(i64, u64)>);
+
+/// Any algorithm; gcra with a small burst, or a burst of the limit.
+fn algorithm() -> impl Strategy<Value = Algorithm> {
+    prop_oneof![
+        Just(SW),
+        Just(FW),
+        Just(LOG),
+        Just(GCRA),
+        (1u64..=8).prop_map(|burst| Algorithm::Gcra { burst }),
+    ]
+}
 
 /// Random limits and a random trace of (time step, cost); times may step
 /// back a little, as clocks of a fleet do. Two regimes: small numbers, where
 /// every branch is hit often, and large ones (a million per 30 days, costs in
-/// the hundred thousands), where the script's doubles must stay exact.
+/// the hundred thousands), where the script's doubles must stay exact. A
+/// sliding log keeps one entry per unit, so its limits stay small.
 fn trace() -> impl Strategy<Value = Trace> {
     let small = (
         prop::collection::vec(
             (
                 0u64..=6,
                 prop::sample::select(vec![2_000u64, 5_000, 10_000]),
+                algorithm(),
             ),
             1..=3,
         ),
@@ -928,6 +941,7 @@ fn trace() -> impl Strategy<Value = Trace> {
             (
                 0u64..=1_000_000,
                 prop::sample::select(vec![60_000u64, DAY, 30 * DAY]),
+                prop_oneof![Just(SW), Just(FW), Just(LOG), Just(GCRA)],
             ),
             1..=3,
         ),
@@ -943,7 +957,31 @@ fn trace() -> impl Strategy<Value = Trace> {
             1..=40,
         ),
     );
-    prop_oneof![small, large]
+    prop_oneof![small, large].prop_map(|(limits, steps)| {
+        let limits = limits
+            .into_iter()
+            .map(|(limit, w, alg)| match alg {
+                Algorithm::SlidingLog => (limit.min(200), w, alg),
+                Algorithm::Gcra { .. } => (limit.max(1), w, resolve(alg, limit.max(1))),
+                _ => (limit, w, alg),
+            })
+            .collect();
+        (limits, steps)
+    })
+}
+
+fn trace_requests(tag: &str, limits: &[(u64, u64, Algorithm)], cost: u64) -> Vec<LimitRequest> {
+    limits
+        .iter()
+        .enumerate()
+        .map(|(i, &(limit, window_ms, algorithm))| LimitRequest {
+            key: format!("prop:{{{tag}}}:{i}"),
+            limit,
+            window_ms,
+            cost,
+            algorithm,
+        })
+        .collect()
 }
 
 #[test]
@@ -959,16 +997,143 @@ fn memory_and_redis_agree_on_random_traces() {
         let mut now = T0;
         for (n, &(dt, cost)) in steps.iter().enumerate() {
             now = now.saturating_add_signed(dt).max(T0);
-            let reqs: Vec<LimitRequest> = limits
-                .iter()
-                .enumerate()
-                .map(|(i, &(limit, window_ms))| {
-                    one(&format!("prop:{{{case}}}:{i}"), limit, window_ms, cost)
-                })
-                .collect();
+            let reqs = trace_requests(&case.to_string(), &limits, cost);
             let want = memory.decide_now(now, &reqs);
             let got = rt.block_on(redis.decide(now, &reqs)).map_err(|e| e.to_string());
             prop_assert_eq!(got, Ok(want), "step {} at T0+{}", n, now - T0);
         }
     });
+}
+
+// --- invariants of each algorithm -------------------------------------------
+
+/// One limit, an algorithm, and a trace of (time step ≥ 0, cost).
+fn single() -> impl Strategy<Value = (u64, u64, Algorithm, Vec<(u64, u64)>)> {
+    (
+        1u64..=6,
+        prop::sample::select(vec![1_000u64, 5_000, 10_000]),
+        algorithm(),
+        prop::collection::vec(
+            (prop_oneof![0u64..=20, 0u64..=3_000, 0u64..=12_000], 0u64..=4),
+            1..=60,
+        ),
+    )
+        .prop_map(|(l, w, alg, steps)| (l, w, resolve(alg, l), steps))
+}
+
+/// Runs a trace on a fresh memory store: (time, cost, decision) per step.
+fn run_trace(limits: &[(u64, u64, Algorithm)], steps: &[(u64, u64)]) -> Vec<(u64, u64, Decision)> {
+    let store = MemoryStore::new();
+    let mut now = T0;
+    steps
+        .iter()
+        .map(|&(dt, cost)| {
+            now += dt;
+            let d = store.decide_now(now, &trace_requests("inv", limits, cost));
+            (now, cost, d)
+        })
+        .collect()
+}
+
+/// Admitted units with times in `from..=to`.
+fn admitted_in(run: &[(u64, u64, Decision)], from: u64, to: u64) -> u64 {
+    run.iter()
+        .filter(|(t, _, d)| d.allowed && (from..=to).contains(t))
+        .map(|(_, c, _)| c)
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// No window of length w, wherever it starts, holds more admitted units
+    /// than each algorithm's definition allows: L for the sliding log; L per
+    /// window index for the fixed window; B + d·L/w in any span d for GCRA;
+    /// and for the sliding-window counter its documented bound L + prev·f,
+    /// below 2·L.
+    #[test]
+    fn admission_never_exceeds_the_definition((l, w, alg, steps) in single()) {
+        let run = run_trace(&[(l, w, alg)], &steps);
+        for &(tj, _, _) in &run {
+            let last_window = admitted_in(&run, (tj + 1).saturating_sub(w), tj);
+            match alg {
+                Algorithm::SlidingLog => prop_assert!(last_window <= l, "{} > {}", last_window, l),
+                Algorithm::SlidingWindow => prop_assert!(last_window < 2 * l),
+                Algorithm::FixedWindow => {
+                    let start = tj / w * w;
+                    prop_assert!(admitted_in(&run, start, tj) <= l);
+                }
+                Algorithm::Gcra { burst } => {
+                    for &(ti, _, _) in run.iter().filter(|(ti, _, _)| *ti <= tj) {
+                        let units = admitted_in(&run, ti, tj);
+                        prop_assert!(
+                            units * w <= burst * w + (tj - ti) * l,
+                            "{} units in {} ms", units, tj - ti
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waiting Retry-After is enough, and one millisecond less is not:
+    /// replaying what was admitted, then the denied request at
+    /// now + Retry-After, admits it.
+    #[test]
+    fn waiting_retry_after_is_always_enough(
+        limits in prop::collection::vec(
+            (1u64..=6, prop::sample::select(vec![1_000u64, 5_000, 10_000]), algorithm()),
+            1..=3,
+        ),
+        steps in prop::collection::vec((prop_oneof![0u64..=20, 0u64..=3_000], 0u64..=4), 1..=30),
+    ) {
+        let limits: Vec<_> = limits.into_iter().map(|(l, w, a)| (l, w, resolve(a, l))).collect();
+        let run = run_trace(&limits, &steps);
+        for (j, (tj, cj, d)) in run.iter().enumerate() {
+            let Some(retry) = d.retry_after_ms().filter(|_| !d.allowed) else { continue };
+            let replay = |at: u64| {
+                let store = MemoryStore::new();
+                for (t, c, d) in &run[..j] {
+                    if d.allowed {
+                        let again = store.decide_now(*t, &trace_requests("inv", &limits, *c));
+                        assert!(again.allowed, "replay diverged");
+                    }
+                }
+                store.decide_now(at, &trace_requests("inv", &limits, *cj)).allowed
+            };
+            prop_assert!(replay(tj + retry), "step {}: not admitted after {} ms", j, retry);
+            prop_assert!(!replay(tj + retry - 1), "step {}: admitted before {} ms", j, retry);
+        }
+    }
+
+    /// A request denied by one limit leaves every other limit as it was: at
+    /// each step, the second limit answers exactly as it does when only the
+    /// requests admitted as a whole were ever counted against it.
+    #[test]
+    fn a_denial_never_changes_another_limit(
+        a in (1u64..=4, prop::sample::select(vec![1_000u64, 5_000]), algorithm()),
+        b in (1u64..=8, prop::sample::select(vec![5_000u64, 10_000]), algorithm()),
+        steps in prop::collection::vec((prop_oneof![0u64..=20, 0u64..=3_000], 0u64..=3), 1..=30),
+    ) {
+        let a = (a.0, a.1, resolve(a.2, a.0));
+        let b = (b.0, b.1, resolve(b.2, b.0));
+        let run = run_trace(&[a, b], &steps);
+        let alone = MemoryStore::new();
+        for (j, (t, c, d)) in run.iter().enumerate() {
+            let only_b = trace_requests("inv", &[b], *c);
+            let want = if d.allowed {
+                alone.decide_now(*t, &only_b)
+            } else {
+                // Ask without consuming: a fresh copy of `alone`'s history.
+                let copy = MemoryStore::new();
+                for (t2, c2, d2) in &run[..j] {
+                    if d2.allowed {
+                        copy.decide_now(*t2, &trace_requests("inv", &[b], *c2));
+                    }
+                }
+                copy.decide_now(*t, &only_b)
+            };
+            prop_assert_eq!(want.outcomes[0], d.outcomes[1], "step {}", j);
+        }
+    }
 }

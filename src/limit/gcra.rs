@@ -36,12 +36,15 @@ pub struct Checked {
 
 /// Decides one limit at `now` (ms).
 ///
+/// A limit or window of 0 counts as 1 (the configuration refuses both).
 /// A `rem` of `L` or more (the limit was lowered since it was written) is
 /// rounded up to the next millisecond: the new limit errs towards denying.
 pub fn check(state: State, now: u64, limit: u64, window: u64, burst: u64, cost: u64) -> Checked {
+    // The configuration refuses a limit or window of 0; were one to reach
+    // here, it counts as 1 rather than dividing by zero.
     let (l, w, b, c) = (
-        u128::from(limit),
-        u128::from(window),
+        u128::from(limit.max(1)),
+        u128::from(window.max(1)),
         u128::from(burst),
         u128::from(cost),
     );

@@ -172,8 +172,16 @@ impl MemoryStore {
         }
         let allowed = outcomes.iter().all(|o| o.admits);
         if allowed {
-            for ((r, &si), st) in requests.iter().zip(&idx).zip(states) {
+            for (((r, &si), st), o) in requests.iter().zip(&idx).zip(states).zip(&outcomes) {
                 let g = guard(&mut guards, si);
+                if o.reset_ms == 0 {
+                    // Nothing counts any more: absent is the same state, as
+                    // the Redis script deletes the key. Keeping an empty
+                    // state would also keep its window index, which a
+                    // request from a clock behind would then honour.
+                    g.map.remove(&r.key);
+                    continue;
+                }
                 match g.map.get_mut(&r.key) {
                     Some(e) => {
                         e.state = st;

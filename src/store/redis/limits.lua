@@ -277,6 +277,8 @@ local function sliding_log(key, now, l, w, c)
 end
 
 local function gcra(key, now, l, w, c, b)
+  -- A limit of 0 (refused by the configuration) counts as 1, as in gcra.rs.
+  l = math.max(l, 1)
   local tat, rem = 0, 0
   local raw, err = get(key)
   if err then
@@ -359,7 +361,7 @@ for i = 1, n do
   if alg == nil or ALGORITHMS[alg] == nil then
     return fail('unknown algorithm for ' .. key)
   end
-  if l == nil or w == nil or c == nil or b == nil or w == 0 or (alg == 3 and (l == 0 or b == 0)) then
+  if l == nil or w == nil or c == nil or b == nil or w == 0 then
     return fail('limit, window, cost and burst of ' .. key .. ' must be integers in [0, 2^53), window >= 1')
   end
   local admits, remaining, reset, retry, write = ALGORITHMS[alg](key, now, l, w, c, b)
