@@ -49,6 +49,8 @@ pub struct StoreConfig {
     pub on_error: OnError,
     /// Prefix of every Redis key tollgate writes.
     pub prefix: String,
+    /// Denied requests remembered in process (entries; 0 turns it off).
+    pub deny_cache: usize,
 }
 
 /// A standalone Redis server.
@@ -83,6 +85,12 @@ pub struct ClientIpConfig {
 pub enum HeaderMode {
     /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11).
     Ietf,
+    /// GitHub's `X-RateLimit-Limit/Remaining/Used/Reset/Resource` for the
+    /// limit closest to exhaustion; `Reset` is in epoch seconds.
+    Github,
+    /// The older draft's `RateLimit-Limit/Remaining/Reset` (seconds from
+    /// now) for the limit closest to exhaustion.
+    Legacy,
     /// No rate-limit headers (429 still carries `Retry-After`).
     None,
 }

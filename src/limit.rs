@@ -7,6 +7,7 @@
 //! remaining quota, reset and Retry-After per limit — so the header phase
 //! never asks the store again.
 
+pub mod deny_cache;
 pub mod fixed_window;
 pub mod gcra;
 pub mod limiter;
@@ -58,7 +59,7 @@ impl Algorithm {
 }
 
 /// One limit to check for one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LimitRequest {
     /// Full store key: prefix, route, limit and identity.
     pub key: String,

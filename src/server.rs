@@ -111,6 +111,7 @@ impl Gateway {
             });
         };
         let limits = &route.route.limits;
+        let now_ms = self.clock.now_ms();
 
         // Identity and decision.
         let verdict = if limits.is_empty() {
@@ -141,7 +142,7 @@ impl Gateway {
                     }
                 })
                 .collect();
-            Some(self.limiter.decide(self.clock.now_ms(), &requests).await)
+            Some(self.limiter.decide(now_ms, &requests).await)
         };
         let decision = match &verdict {
             Some(Verdict::Decided(d)) => Some(d),
@@ -171,6 +172,7 @@ impl Gateway {
                 route.policy_header.as_ref(),
                 limits,
                 decision,
+                now_ms,
             );
             return res;
         }
@@ -211,6 +213,7 @@ impl Gateway {
             route.policy_header.as_ref(),
             limits,
             decision,
+            now_ms,
         );
         res
     }

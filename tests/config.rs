@@ -507,11 +507,11 @@ fn wrong_type_does_not_hide_later_errors() {
     );
     // A list where a mapping belongs, and a mapping where a list belongs.
     assert_eq!(
-        errors("listen: 127.0.0.1:1\nstore: [redis]\nroutes: { name: a }\nheaders: github\n"),
+        errors("listen: 127.0.0.1:1\nstore: [redis]\nroutes: { name: a }\nheaders: gitlab\n"),
         [
             "store: expected a mapping, found a list (line 2, col 8)",
             "routes: expected a list, found a mapping (line 3, col 9)",
-            r#"headers: unknown value "github"; expected one of ietf, none (line 4, col 10)"#,
+            r#"headers: unknown value "gitlab"; expected one of ietf, github, legacy, none (line 4, col 10)"#,
         ]
     );
 }
@@ -531,7 +531,7 @@ fn yaml_syntax_error() {
 #[test]
 fn three_mistakes_three_errors() {
     let src = "listen: 127.0.0.1:8080
-headers: github
+headers: gitlab
 routes:
   - name: api
     upstream: http://127.0.0.1:9000
@@ -544,7 +544,7 @@ routes:
     let err = parse_str(src).expect_err("three mistakes");
     assert_eq!(
         err.to_string(),
-        r#"headers: unknown value "github"; expected one of ietf, none (line 2, col 10)
+        r#"headers: unknown value "gitlab"; expected one of ietf, github, legacy, none (line 2, col 10)
 routes[0].limits[0].window: "5 minutes" is not a duration; write 5m or 300s (line 7, col 54)
 routes[1].cost: must be at least 1, found 0 (line 10, col 11)"#
     );
@@ -640,6 +640,14 @@ fn more_top_level_rules() {
         (
             "listen: 127.0.0.1:1\napi_keys: { header: 'x api key' }\n",
             r#"api_keys.header: "x api key" is not a valid header name; use letters, digits and '-', e.g. x-api-key (line 2, col 21)"#,
+        ),
+        (
+            "listen: 127.0.0.1:1\nstore: { deny_cache: -1 }\n",
+            "store.deny_cache: must be between 0 and 10000000, found -1 (line 2, col 22)",
+        ),
+        (
+            "listen: 127.0.0.1:1\nheaders: gitlab\n",
+            r#"headers: unknown value "gitlab"; expected one of ietf, github, legacy, none (line 2, col 10)"#,
         ),
         (
             "listen: 127.0.0.1:1\ntimeouts: { upstream_connect: 0s }\n",

@@ -229,6 +229,8 @@ pub struct Store {
     pub on_error: Field<Text>,
     /// `prefix: "tollgate:"`
     pub prefix: Field<Text>,
+    /// `deny_cache: 10000` (entries; 0 turns it off)
+    pub deny_cache: Field<Int>,
 }
 
 /// `store.redis:`

@@ -331,6 +331,7 @@ impl Check<'_> {
                 redis: None,
                 on_error: OnError::Local,
                 prefix: DEFAULT_PREFIX.to_owned(),
+                deny_cache: DEFAULT_DENY_CACHE,
             }),
             client_ip: client_ip?.unwrap_or_default(),
             headers: headers?.unwrap_or(HeaderMode::Ietf),
@@ -357,10 +358,16 @@ impl Check<'_> {
             &child_key(path, "prefix"),
             text(|s| Ok(s.to_owned())),
         );
+        let deny_cache = self.optional(
+            &store.deny_cache,
+            &child_key(path, "deny_cache"),
+            int(0, 10_000_000),
+        );
         Ok(StoreConfig {
             redis: redis?,
             on_error: on_error?.unwrap_or(OnError::Local),
             prefix: prefix?.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+            deny_cache: deny_cache?.map_or(DEFAULT_DENY_CACHE, |n| n as usize),
         })
     }
 
@@ -687,6 +694,8 @@ impl Check<'_> {
 }
 
 const DEFAULT_PREFIX: &str = "tollgate:";
+/// Denied requests remembered in process: a few MB at most.
+const DEFAULT_DENY_CACHE: usize = 10_000;
 /// A sliding log keeps one entry per admitted unit; past this, memory per
 /// identity (tens of bytes per entry in Redis) is better spent elsewhere.
 const MAX_LOG_LIMIT: u64 = 100_000;
@@ -710,7 +719,15 @@ fn one_of<T: Copy>(s: &str, choices: &[(&str, T)]) -> Result<T, String> {
 }
 
 fn parse_header_mode(s: &str) -> Result<HeaderMode, String> {
-    one_of(s, &[("ietf", HeaderMode::Ietf), ("none", HeaderMode::None)])
+    one_of(
+        s,
+        &[
+            ("ietf", HeaderMode::Ietf),
+            ("github", HeaderMode::Github),
+            ("legacy", HeaderMode::Legacy),
+            ("none", HeaderMode::None),
+        ],
+    )
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {

@@ -6,12 +6,17 @@
 //! `RateLimit` header is sent, since no count is known) and `local` decides
 //! in an in-process store. The switch to and from the fallback is logged
 //! once each way, not per request.
+//!
+//! In front of Redis sits the [deny cache](super::deny_cache): a request
+//! Redis denied is denied again locally until its Retry-After, so a caller
+//! hammering a closed limit costs no Redis call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tracing::{info, warn};
 
+use super::deny_cache::DenyCache;
 use super::{Decision, LimitRequest};
 use crate::config::{OnError, StoreConfig};
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
@@ -31,6 +36,8 @@ fn redact(url: &str) -> String {
 pub struct Limiter {
     memory: MemoryStore,
     redis: Option<RedisStore>,
+    /// Denials Redis answered, replayed locally until their Retry-After.
+    deny_cache: Option<DenyCache>,
     on_error: OnError,
     degraded: AtomicBool,
 }
@@ -76,9 +83,11 @@ impl Limiter {
             }
             None => None,
         };
+        let deny_cache = (redis.is_some() && cfg.deny_cache > 0).then(|| DenyCache::new(cfg.deny_cache));
         Ok(Self {
             memory: MemoryStore::new(),
             redis,
+            deny_cache,
             on_error: cfg.on_error,
             degraded: AtomicBool::new(false),
         })
@@ -89,8 +98,14 @@ impl Limiter {
         let Some(redis) = &self.redis else {
             return Verdict::Decided(self.memory.decide_now(now_ms, requests));
         };
+        if let Some(d) = self.deny_cache.as_ref().and_then(|c| c.get(now_ms, requests)) {
+            return Verdict::Decided(d);
+        }
         match redis.decide(now_ms, requests).await {
             Ok(d) => {
+                if let Some(c) = &self.deny_cache {
+                    c.insert(now_ms, requests, &d);
+                }
                 if self.degraded.swap(false, Ordering::Relaxed) {
                     info!("redis answers again; limits are shared again");
                 }

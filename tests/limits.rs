@@ -1,0 +1,233 @@
+//! The limits operators configure, end to end: algorithms through the
+//! gateway, costs, header modes and the deny cache — real gateways, a real
+//! upstream-less `respond` route and a real `redis-server`.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+
+use http::StatusCode;
+use redis::aio::MultiplexedConnection;
+use tollgate::clock::ManualClock;
+
+use support::gateway::{Gateway, get, send};
+use support::redis::RedisServer;
+
+/// A fixed instant at the start of a minute (and of a 10 s window).
+const T0: u64 = 1_800_000_000_000;
+
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(T0))
+}
+
+/// One `respond` route at `/r` with `limits` (a YAML flow list), cost
+/// `cost`, headers `headers`, and `store` (YAML, may be empty).
+fn yaml(store: &str, headers: &str, cost: u64, limits: &str) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+{store}
+headers: {headers}
+routes:
+  - name: r
+    match: {{ path_prefix: /r }}
+    respond: {{ status: 200, body: "ok\n" }}
+    cost: {cost}
+    limits: {limits}
+"#
+    )
+}
+
+fn redis_store(url: &str) -> String {
+    format!("store:\n  redis: {{ url: \"{url}\", timeout: 500ms }}\n  on_error: local\n")
+}
+
+/// How many times Redis ran `command` (from `INFO commandstats`).
+async fn calls(conn: &mut MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_denied_caller_costs_redis_nothing_until_retry_after() {
+    let redis = RedisServer::start().await;
+    let mut conn = redis.connection().await;
+    let clock = clock();
+    let limits = "[ { name: five, key: ip, limit: 5, window: 10s } ]";
+    let gw = Gateway::start_with_clock(
+        &yaml(&redis_store(&redis.url()), "ietf", 1, limits),
+        clock.clone(),
+    )
+    .await;
+    for _ in 0..5 {
+        assert_eq!(send(gw.addr, get("/r", &[])).await.status, StatusCode::OK);
+        clock.advance(1_000);
+    }
+    // Denied by Redis: five in window 0 at e = 5 s; 7 s to wait (see the
+    // sliding-window arithmetic in tests/gateway.rs).
+    let before = calls(&mut conn, "evalsha").await;
+    let first = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(first.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(first.header("retry-after"), Some("7"));
+    assert_eq!(calls(&mut conn, "evalsha").await, before + 1);
+
+    // 1,000 more from the same caller before T: answered by the gateway.
+    for i in 0..1_000u64 {
+        if i % 100 == 0 {
+            clock.advance(50);
+        }
+        let r = send(gw.addr, get("/r", &[])).await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert_eq!(
+        calls(&mut conn, "evalsha").await,
+        before + 1,
+        "denied requests before Retry-After must not reach Redis"
+    );
+    // The replayed answer counts down like Redis's would: 7 s − 0.5 s.
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.header("retry-after"), Some("7"));
+    assert_eq!(r.header("ratelimit"), Some(r#""five";r=0;t=7"#));
+    clock.advance(1_000);
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.header("retry-after"), Some("6"));
+
+    // At T (7 s after the first denial) the request reaches Redis and is
+    // admitted.
+    clock.set(T0 + 5_000 + 7_000);
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(calls(&mut conn, "evalsha").await, before + 2);
+}
+
+#[tokio::test]
+async fn the_deny_cache_never_answers_for_a_cheaper_request() {
+    let redis = RedisServer::start().await;
+    let mut conn = redis.connection().await;
+    let clock = clock();
+    // Route /r costs 3, route /cheap (same identity, same limit name but
+    // another route) is a different key anyway; so this checks a reload
+    // that lowers the cost: a new gateway on the same Redis.
+    let limits = "[ { name: ten, key: ip, limit: 10, window: 1m, algorithm: fixed_window } ]";
+    let gw = Gateway::start_with_clock(
+        &yaml(&redis_store(&redis.url()), "ietf", 3, limits),
+        clock.clone(),
+    )
+    .await;
+    for _ in 0..3 {
+        assert_eq!(send(gw.addr, get("/r", &[])).await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        send(gw.addr, get("/r", &[])).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    gw.stop().await;
+    let before = calls(&mut conn, "evalsha").await;
+    let gw = Gateway::start_with_clock(
+        &yaml(&redis_store(&redis.url()), "ietf", 1, limits),
+        clock.clone(),
+    )
+    .await;
+    // 9 used of 10: a cost-1 request fits.
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(calls(&mut conn, "evalsha").await, before + 1);
+}
+
+#[tokio::test]
+async fn a_cost_above_the_limit_is_refused_for_good() {
+    let limits = "[ { name: small, key: ip, limit: 5, window: 10s } ]";
+    let gw = Gateway::start_with_clock(&yaml("", "ietf", 6, limits), clock()).await;
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("retry-after"), None);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert!(
+        r.text().contains(
+            r#""detail":"The request costs more than the limit small allows in a window; it can never be admitted""#
+        ),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test]
+async fn every_algorithm_limits_through_the_gateway_on_redis() {
+    let redis = RedisServer::start().await;
+    for (alg, admitted) in [
+        ("sliding_window", 3),
+        ("fixed_window", 3),
+        ("sliding_log", 3),
+        ("gcra", 3),
+        ("gcra, burst: 1", 1),
+    ] {
+        let limits = format!("[ {{ name: three, key: ip, limit: 3, window: 1m, algorithm: {alg} }} ]");
+        let gw = Gateway::start_with_clock(&yaml(&redis_store(&redis.url()), "ietf", 1, &limits), clock()).await;
+        let mut ok = 0;
+        for _ in 0..6 {
+            if send(gw.addr, get("/r", &[])).await.status == StatusCode::OK {
+                ok += 1;
+            }
+        }
+        assert_eq!(ok, admitted, "{alg}");
+        gw.stop().await;
+        let mut conn = redis.connection().await;
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn github_headers_describe_the_limit_closest_to_exhaustion() {
+    let limits = "[ { name: per_minute, key: ip, limit: 100, window: 1m }, { name: per_second, key: ip, limit: 2, window: 1s, algorithm: fixed_window } ]";
+    let clock = clock();
+    let gw = Gateway::start_with_clock(&yaml("", "github", 1, limits), clock.clone()).await;
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // per_second has 1 of 2 left (50 %), per_minute 99 of 100.
+    assert_eq!(r.header("x-ratelimit-limit"), Some("2"));
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("1"));
+    assert_eq!(r.header("x-ratelimit-used"), Some("1"));
+    assert_eq!(r.header("x-ratelimit-resource"), Some("per_second"));
+    // Epoch seconds: the fixed window ends at T0 + 1 s.
+    let reset = (T0 + 1_000) / 1_000;
+    assert_eq!(r.header("x-ratelimit-reset"), Some(reset.to_string().as_str()));
+    assert_eq!(r.header("ratelimit"), None);
+    assert_eq!(r.header("ratelimit-policy"), None);
+    send(gw.addr, get("/r", &[])).await;
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("x-ratelimit-resource"), Some("per_second"));
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(r.header("retry-after"), Some("1"));
+}
+
+#[tokio::test]
+async fn legacy_headers() {
+    let limits = "[ { name: per_10s, key: ip, limit: 3, window: 10s, algorithm: sliding_log } ]";
+    let clock = clock();
+    let gw = Gateway::start_with_clock(&yaml("", "legacy", 1, limits), clock.clone()).await;
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.header("ratelimit-limit"), Some("3"));
+    assert_eq!(r.header("ratelimit-remaining"), Some("2"));
+    assert_eq!(r.header("ratelimit-reset"), Some("10"));
+    assert_eq!(r.header("ratelimit"), None);
+    assert_eq!(r.header("x-ratelimit-limit"), None);
+    clock.advance(2_500);
+    send(gw.addr, get("/r", &[])).await;
+    send(gw.addr, get("/r", &[])).await;
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    // The first unit leaves at T0 + 10 s: 7.5 s from now, rounded up.
+    assert_eq!(r.header("ratelimit-reset"), Some("8"));
+    assert_eq!(r.header("retry-after"), Some("8"));
+}
