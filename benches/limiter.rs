@@ -81,6 +81,7 @@ fn headers(c: &mut Criterion) {
         window_ms: NonZeroU64::new(60_000).unwrap(),
         cost: None,
         algorithm: Default::default(),
+        plan: false,
     }];
     let store = MemoryStore::new();
     let d = store.decide_now(

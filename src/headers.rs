@@ -181,6 +181,7 @@ mod tests {
             window_ms: NonZeroU64::new(w_ms).unwrap(),
             cost: None,
             algorithm: Default::default(),
+            plan: false,
         }
     }
 

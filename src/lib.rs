@@ -14,6 +14,7 @@ pub mod config;
 pub mod headers;
 pub mod identity;
 pub mod limit;
+pub mod plans;
 pub mod problem;
 pub mod proxy;
 pub mod routing;

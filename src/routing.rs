@@ -5,11 +5,12 @@
 //! does not depend on the request (its `RateLimit-Policy` value, the key
 //! prefix of each limit) is built here once, at load time.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::{HeaderValue, Method};
 
-use crate::config::{Config, Limit, PathMatch, Route};
+use crate::config::{Config, Limit, PathMatch, Plan, Route};
 use crate::limit::Algorithm;
 use crate::headers;
 
@@ -22,6 +23,58 @@ pub struct CompiledRoute {
     pub policy_header: Option<HeaderValue>,
     /// Per limit: the key suffix `:<route>:<limit>` appended after the identity.
     pub key_suffixes: Vec<String>,
+    /// For a route with `plan: true` limits: per plan name, the route's
+    /// limits with each plan limit expanded into the plan's limits. Empty
+    /// when no limit takes its numbers from a plan.
+    pub plan_views: HashMap<Arc<str>, Arc<LimitView>>,
+}
+
+/// The limits of a route as one caller sees them, ready to decide.
+#[derive(Debug)]
+pub struct LimitView {
+    /// The limits.
+    pub limits: Vec<Limit>,
+    /// Key suffix per limit.
+    pub key_suffixes: Vec<String>,
+    /// `RateLimit-Policy` for these limits.
+    pub policy_header: Option<HeaderValue>,
+}
+
+/// The route's limits with every `plan: true` limit replaced by `plan`'s
+/// limits, keyed `:<route>:<limit>.<plan limit>` — without the plan's name,
+/// so a caller moved to another plan keeps what it has used.
+fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
+    let mut limits = Vec::new();
+    let mut key_suffixes = Vec::new();
+    for l in &route.limits {
+        if !l.plan {
+            key_suffixes.push(key_suffix(&route.name, l));
+            limits.push(l.clone());
+            continue;
+        }
+        for pl in &plan.limits {
+            let limit = Limit {
+                name: pl.name.clone(),
+                key: l.key.clone(),
+                limit: pl.limit,
+                window_ms: pl.window_ms,
+                cost: l.cost,
+                algorithm: pl.algorithm,
+                plan: false,
+            };
+            let stored = Limit {
+                name: Arc::from(format!("{}.{}", l.name, pl.name)),
+                ..limit.clone()
+            };
+            key_suffixes.push(key_suffix(&route.name, &stored));
+            limits.push(limit);
+        }
+    }
+    LimitView {
+        policy_header: headers::policy_header(config.headers, &limits),
+        limits,
+        key_suffixes,
+    }
 }
 
 /// All routes of one configuration.
@@ -44,6 +97,15 @@ impl Router {
                         .iter()
                         .map(|l| key_suffix(&r.name, l))
                         .collect(),
+                    plan_views: if r.limits.iter().any(|l| l.plan) {
+                        config
+                            .plans
+                            .iter()
+                            .map(|p| (p.name.clone(), Arc::new(plan_view(config, r, p))))
+                            .collect()
+                    } else {
+                        HashMap::new()
+                    },
                     route: r.clone(),
                 })
             })

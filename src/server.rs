@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -33,7 +33,8 @@ use crate::limit::LimitRequest;
 use crate::limit::limiter::{Limiter, Verdict};
 use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
-use crate::routing::{self, Router};
+use crate::plans::{PlanChoice, PlanResolver};
+use crate::routing::{self, LimitView, Router};
 use crate::store::StoreError;
 
 /// How long in-flight requests may take to finish after shutdown begins.
@@ -55,6 +56,7 @@ pub enum StartError {
 struct Runtime {
     config: Config,
     router: Router,
+    plans: PlanResolver,
 }
 
 /// The gateway: configuration, limiter and upstream client.
@@ -90,8 +92,13 @@ impl Gateway {
         let limiter = Limiter::new(&config.store).await?;
         let forwarder = Forwarder::new(&config.timeouts);
         let router = Router::new(&config);
+        let plans = PlanResolver::new(&config.api_keys, &config.plans, &config.store.prefix);
         Ok(Self {
-            runtime: ArcSwap::from_pointee(Runtime { config, router }),
+            runtime: ArcSwap::from_pointee(Runtime {
+                config,
+                router,
+                plans,
+            }),
             limiter,
             forwarder,
             clock,
@@ -110,11 +117,11 @@ impl Gateway {
                 path: req.uri().path().to_owned(),
             });
         };
-        let limits = &route.route.limits;
         let now_ms = self.clock.now_ms();
 
-        // Identity and decision.
-        let verdict = if limits.is_empty() {
+        // Identity, the caller's plan, and the decision.
+        let mut view: Option<Arc<LimitView>> = None;
+        let verdict = if route.route.limits.is_empty() {
             None
         } else {
             let idc = IdentityConfig {
@@ -123,9 +130,30 @@ impl Gateway {
                 users: &cfg.users,
             };
             let caller = identity::caller(idc, peer.ip(), req.headers());
+            if !route.plan_views.is_empty() {
+                let choice = rt
+                    .plans
+                    .plan_of(caller.api_key, self.limiter.redis(), now_ms)
+                    .await;
+                view = match choice {
+                    PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
+                    PlanChoice::Reject => None,
+                };
+                if view.is_none() {
+                    debug!(route = %route.route.name, "no plan for this caller");
+                    let mut res = error_response(&GatewayError::UnknownApiKey);
+                    res.headers_mut()
+                        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                    return res;
+                }
+            }
+            let (limits, suffixes) = match &view {
+                Some(v) => (&v.limits[..], &v.key_suffixes[..]),
+                None => (&route.route.limits[..], &route.key_suffixes[..]),
+            };
             let requests: Vec<LimitRequest> = limits
                 .iter()
-                .zip(&route.key_suffixes)
+                .zip(suffixes)
                 .map(|(l, suffix)| {
                     let mut key = String::with_capacity(cfg.store.prefix.len() + 48 + suffix.len());
                     key.push_str(&cfg.store.prefix);
@@ -143,6 +171,10 @@ impl Gateway {
                 })
                 .collect();
             Some(self.limiter.decide(now_ms, &requests).await)
+        };
+        let (limits, policy_header) = match &view {
+            Some(v) => (&v.limits[..], v.policy_header.as_ref()),
+            None => (&route.route.limits[..], route.policy_header.as_ref()),
         };
         let decision = match &verdict {
             Some(Verdict::Decided(d)) => Some(d),
@@ -169,7 +201,7 @@ impl Gateway {
             headers::apply(
                 cfg.headers,
                 res.headers_mut(),
-                route.policy_header.as_ref(),
+                policy_header,
                 limits,
                 decision,
                 now_ms,
@@ -210,7 +242,7 @@ impl Gateway {
         headers::apply(
             cfg.headers,
             res.headers_mut(),
-            route.policy_header.as_ref(),
+            policy_header,
             limits,
             decision,
             now_ms,

@@ -253,7 +253,7 @@ fn unknown_top_level_field() {
     let src = "listen: 127.0.0.1:8080\nlisen: 127.0.0.1:8081\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
-        r#"unknown field "lisen"; expected one of listen, store, client_ip, headers, api_keys, users, timeouts, routes (line 2, col 1)"#
+        r#"unknown field "lisen"; expected one of listen, store, client_ip, headers, plans, api_keys, users, timeouts, routes (line 2, col 1)"#
     );
 }
 
@@ -275,7 +275,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
         errors(&src),
         [
             r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, algorithm, burst (line 11, col 9)"#,
+            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, algorithm, burst, plan (line 11, col 9)"#,
         ]
     );
 }
@@ -447,6 +447,51 @@ fn algorithms_and_burst() {
             "routes[0].limits[4].burst: is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit (line 10, col 76)",
             "routes[0].limits[5].burst: only a gcra limit takes a burst; this one is fixed_window (line 11, col 83)",
         ]
+    );
+}
+
+#[test]
+fn plans_and_api_keys() {
+    let src = r#"listen: 127.0.0.1:1
+plans:
+  free: [ { name: per_minute, limit: 2, window: 1m } ]
+  pro: [ { name: per_minute, limit: 5, window: 1m, algorithm: gcra, burst: 9 } ]
+api_keys: { keys: { k1: pro }, unknown: free, cache: 2s }
+routes:
+  - name: api
+    respond: {}
+    limits: [ { name: caller, key: api_key | ip, plan: true } ]
+"#;
+    let cfg = valid(src);
+    assert_eq!(cfg.plans.len(), 2);
+    assert_eq!(cfg.api_keys.keys.get("k1").map(|p| &**p), Some("pro"));
+    assert_eq!(cfg.api_keys.cache, Duration::from_secs(2));
+    assert!(cfg.routes[0].limits[0].plan);
+
+    let src = r#"listen: 127.0.0.1:1
+plans:
+  free: [ { name: per_minute, limit: 2, window: 1m, key: ip } ]
+  "bad plan": [ { name: a, limit: 1, window: 1s } ]
+api_keys: { keys: { k1: gold }, unknown: silver, redis_hash: true }
+routes:
+  - name: api
+    respond: {}
+    limits: [ { name: caller, key: api_key, plan: true, limit: 5 } ]
+"#;
+    assert_eq!(
+        errors(src),
+        [
+            r#"plans.free[0]: unknown field "key"; expected one of name, limit, window, algorithm, burst (line 3, col 53)"#,
+            r#"plans.bad plan: "bad plan" is not a valid plan name; use letters, digits, '_', '.' and '-' (and not "reject") (line 4, col 15)"#,
+            r#"api_keys.keys.k1: plan "gold" is not defined under plans (line 5, col 25)"#,
+            r#"api_keys.unknown: plan "silver" is not defined under plans; name a plan or write reject (line 5, col 42)"#,
+            "api_keys.redis_hash: needs store.redis: the key hash lives in Redis (line 5, col 62)",
+            "routes[0].limits[0].limit: a limit with plan: true takes its numbers from the caller's plan; remove this (line 9, col 64)",
+        ]
+    );
+    assert_eq!(
+        error("listen: 127.0.0.1:1\nroutes: [ { name: a, respond: {}, limits: [ { name: c, key: ip, plan: true } ] } ]\n"),
+        "routes[0].limits[0].plan: no plans are defined; add plans: or give this limit its own limit and window (line 2, col 71)"
     );
 }
 

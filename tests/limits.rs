@@ -231,3 +231,138 @@ async fn legacy_headers() {
     assert_eq!(r.header("ratelimit-reset"), Some("8"));
     assert_eq!(r.header("retry-after"), Some("8"));
 }
+
+// --- plans ------------------------------------------------------------------
+
+/// Plans free (2/min) and pro (5/min, and 1000/day), a route whose
+/// per-caller limit comes from the plan, and `api_keys` as given.
+fn plans_yaml(store: &str, api_keys: &str) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+{store}
+plans:
+  free: [ {{ name: per_minute, limit: 2, window: 1m }} ]
+  pro:
+    - {{ name: per_minute, limit: 5, window: 1m }}
+    - {{ name: per_day, limit: 1000, window: 1d, algorithm: fixed_window }}
+api_keys: {api_keys}
+routes:
+  - name: api
+    match: {{ path_prefix: /api }}
+    respond: {{ status: 200, body: "ok\n" }}
+    limits: [ {{ name: per_caller, key: api_key | ip, plan: true }} ]
+"#
+    )
+}
+
+/// How many of `n` requests with API key `key` are admitted.
+async fn admitted(gw: &Gateway, key: Option<&str>, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        let headers: Vec<(&str, &str)> = key.map(|k| ("x-api-key", k)).into_iter().collect();
+        if send(gw.addr, get("/api/x", &headers)).await.status == StatusCode::OK {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+#[tokio::test]
+async fn static_keys_select_their_plan_and_unknown_keys_the_unknown_plan() {
+    let gw = Gateway::start_with_clock(
+        &plans_yaml("", "{ keys: { k-pro: pro, k-free: free }, unknown: free }"),
+        clock(),
+    )
+    .await;
+    let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-pro")])).await;
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(r#""per_minute";q=5;w=60, "per_day";q=1000;w=86400"#)
+    );
+    assert_eq!(admitted(&gw, Some("k-pro"), 10).await, 4);
+    assert_eq!(admitted(&gw, Some("k-free"), 10).await, 2);
+    // Unknown keys get the free plan, each key its own bucket.
+    let r = send(gw.addr, get("/api/x", &[("x-api-key", "nobody")])).await;
+    assert_eq!(r.header("ratelimit-policy"), Some(r#""per_minute";q=2;w=60"#));
+    assert_eq!(admitted(&gw, Some("nobody"), 10).await, 1);
+    // No key at all: the unknown plan, by IP.
+    assert_eq!(admitted(&gw, None, 10).await, 2);
+}
+
+#[tokio::test]
+async fn unknown_keys_can_be_rejected() {
+    let gw = Gateway::start_with_clock(
+        &plans_yaml("", "{ keys: { k-pro: pro }, unknown: reject }"),
+        clock(),
+    )
+    .await;
+    for headers in [vec![("x-api-key", "wrong")], vec![]] {
+        let r = send(gw.addr, get("/api/x", &headers)).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+        assert!(r.text().contains("\"status\":401"), "{}", r.text());
+    }
+    // Authorization: Bearer works as well as the header.
+    let r = send(gw.addr, get("/api/x", &[("authorization", "Bearer k-pro")])).await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_key_added_to_the_redis_hash_gets_its_plan_within_the_cache_time() {
+    let redis = RedisServer::start().await;
+    let mut conn = redis.connection().await;
+    let clock = clock();
+    let gw = Gateway::start_with_clock(
+        &plans_yaml(
+            &redis_store(&redis.url()),
+            "{ redis_hash: true, cache: 5s, unknown: free }",
+        ),
+        clock.clone(),
+    )
+    .await;
+    // Not in the hash yet: the free plan.
+    let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-new")])).await;
+    assert_eq!(r.header("ratelimit-policy"), Some(r#""per_minute";q=2;w=60"#));
+
+    // The operator adds the key while the gateway runs.
+    let _: () = redis::cmd("HSET")
+        .arg("tollgate:keys")
+        .arg("k-new")
+        .arg("pro")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Within the cache time the old answer may still be used ...
+    clock.advance(4_999);
+    let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-new")])).await;
+    assert_eq!(r.header("ratelimit-policy"), Some(r#""per_minute";q=2;w=60"#));
+    // ... and once it has passed, the new plan applies.
+    clock.advance(1);
+    let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-new")])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(r#""per_minute";q=5;w=60, "per_day";q=1000;w=86400"#)
+    );
+    // Two used of pro's five (the counts carry over between plans).
+    assert_eq!(admitted(&gw, Some("k-new"), 10).await, 2);
+
+    // A busy key costs one HGET per cache period, not one per request.
+    let before = calls(&mut conn, "hget").await;
+    admitted(&gw, Some("k-new"), 20).await;
+    assert_eq!(calls(&mut conn, "hget").await, before);
+
+    // Re-planned down: free again after the cache time.
+    let _: () = redis::cmd("HSET")
+        .arg("tollgate:keys")
+        .arg("k-new")
+        .arg("free")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    clock.advance(5_000);
+    let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-new")])).await;
+    assert_eq!(r.header("ratelimit-policy"), Some(r#""per_minute";q=2;w=60"#));
+}

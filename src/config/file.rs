@@ -23,6 +23,7 @@
 //! streaming deserializer would be left mid-node, which is why
 //! [`from_value`] is the only entry point.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -209,8 +210,10 @@ pub struct Root {
     pub client_ip: Field<ClientIp>,
     /// `headers: ietf | none`
     pub headers: Field<Text>,
-    /// `api_keys: { header }`
-    pub api_keys: Field<HeaderSource>,
+    /// `plans: { free: [limits], pro: [limits] }`
+    pub plans: Field<BTreeMap<String, Field<Vec<Field<PlanLimit>>>>>,
+    /// `api_keys: { header, keys, unknown, redis_hash, cache }`
+    pub api_keys: Field<ApiKeys>,
     /// `users: { header }`
     pub users: Field<HeaderSource>,
     /// `timeouts:`
@@ -253,7 +256,39 @@ pub struct ClientIp {
     pub ipv6_prefix: Field<Int>,
 }
 
-/// `api_keys:` and `users:`
+/// `api_keys:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping")]
+pub struct ApiKeys {
+    /// `header: x-api-key`
+    pub header: Field<Text>,
+    /// `keys: { KEY: PLAN }`
+    pub keys: Field<BTreeMap<String, Field<Text>>>,
+    /// `unknown: PLAN | reject`
+    pub unknown: Field<Text>,
+    /// `redis_hash: true` — look keys up with `HGET <prefix>keys KEY`
+    pub redis_hash: Field<bool>,
+    /// `cache: 10s` — how long a Redis answer is reused
+    pub cache: Field<Text>,
+}
+
+/// One item of `plans.NAME:`.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping")]
+pub struct PlanLimit {
+    /// `name: per_minute`
+    pub name: Field<Text>,
+    /// `limit: 100`
+    pub limit: Field<Int>,
+    /// `window: 1m`
+    pub window: Field<Text>,
+    /// `algorithm: gcra`
+    pub algorithm: Field<Text>,
+    /// `burst: 20`
+    pub burst: Field<Int>,
+}
+
+/// `users:`
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct HeaderSource {
@@ -338,6 +373,8 @@ pub struct Limit {
     pub algorithm: Field<Text>,
     /// `burst: 20` (gcra only)
     pub burst: Field<Int>,
+    /// `plan: true` — the numbers come from the caller's plan
+    pub plan: Field<bool>,
 }
 
 /// A key the structs do not know.
@@ -406,7 +443,9 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         ["store"] => fields_of::<Store>(),
         ["store", "redis"] => fields_of::<Redis>(),
         ["client_ip"] => fields_of::<ClientIp>(),
-        ["api_keys" | "users"] => fields_of::<HeaderSource>(),
+        ["api_keys"] => fields_of::<ApiKeys>(),
+        ["users"] => fields_of::<HeaderSource>(),
+        ["plans", _] => fields_of::<PlanLimit>(),
         ["timeouts"] => fields_of::<Timeouts>(),
         ["routes"] => fields_of::<Route>(),
         ["routes", "match"] => fields_of::<Match>(),

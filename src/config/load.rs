@@ -28,8 +28,8 @@ use crate::limit::Algorithm;
 use super::position::{Pos, Positions, child_index, child_key};
 use super::{
     Action, ApiKeyConfig, ClientIpConfig, Config, HeaderMode, KeySource, KeySpec, Limit, OnError,
-    PathMatch, RedisConfig, Respond, Route, RouteMatch, StoreConfig, Timeouts, Upstream,
-    UserConfig,
+    PathMatch, Plan, PlanLimit, RedisConfig, Respond, Route, RouteMatch, StoreConfig, Timeouts,
+    UnknownKey, Upstream, UserConfig,
 };
 
 /// One problem in a configuration file.
@@ -313,7 +313,8 @@ impl Check<'_> {
         let store = self.optional(&root.store, "store", Self::store);
         let client_ip = self.optional(&root.client_ip, "client_ip", Self::client_ip);
         let headers = self.optional(&root.headers, "headers", text(parse_header_mode));
-        let api_keys = self.optional(&root.api_keys, "api_keys", Self::header_source);
+        let plans = self.optional(&root.plans, "plans", Self::plans);
+        let api_keys = self.optional(&root.api_keys, "api_keys", Self::api_keys);
         let users = self.optional(&root.users, "users", Self::header_source);
         let timeouts = self.optional(&root.timeouts, "timeouts", Self::timeouts);
         // Routes are checked even when `timeouts` is not, with the default.
@@ -325,6 +326,53 @@ impl Check<'_> {
             check.routes(routes, path, default_timeout)
         });
 
+        // Cross-field rules: plan names used exist, plan limits have plans,
+        // the Redis hash has a Redis.
+        // Plan names as written, so these checks run even when a plan's
+        // limits have errors of their own.
+        let plan_names: Vec<Arc<str>> = match &root.plans {
+            Field::Valid(map) => map.keys().map(|k| Arc::from(k.as_str())).collect(),
+            _ => Vec::new(),
+        };
+        let plans_ok = !matches!(root.plans, Field::Invalid(_));
+        if let (Ok(Some(keys)), true) = (&api_keys, plans_ok) {
+            for (key, plan) in &keys.keys {
+                if !plan_names.contains(plan) {
+                    self.value_error(
+                        &child_key("api_keys.keys", key),
+                        format!("plan {plan:?} is not defined under plans"),
+                    );
+                }
+            }
+            if let UnknownKey::Plan(plan) = &keys.unknown {
+                if !plan_names.contains(plan) {
+                    self.value_error(
+                        "api_keys.unknown",
+                        format!("plan {plan:?} is not defined under plans; name a plan or write reject"),
+                    );
+                }
+            }
+            let has_redis = matches!(&store, Ok(Some(s)) if s.redis.is_some());
+            if keys.redis_hash && !has_redis && matches!(store, Ok(_)) {
+                self.value_error(
+                    "api_keys.redis_hash",
+                    "needs store.redis: the key hash lives in Redis",
+                );
+            }
+        }
+        if let (Ok(routes), true) = (&routes, plans_ok) {
+            for (i, route) in routes.iter().enumerate() {
+                for (j, limit) in route.limits.iter().enumerate() {
+                    if limit.plan && plan_names.is_empty() {
+                        self.value_error(
+                            &format!("routes[{i}].limits[{j}].plan"),
+                            "no plans are defined; add plans: or give this limit its own limit and window",
+                        );
+                    }
+                }
+            }
+        }
+
         Ok(Config {
             listen: listen?,
             store: store?.unwrap_or_else(|| StoreConfig {
@@ -335,9 +383,8 @@ impl Check<'_> {
             }),
             client_ip: client_ip?.unwrap_or_default(),
             headers: headers?.unwrap_or(HeaderMode::Ietf),
-            api_keys: ApiKeyConfig {
-                header: api_keys?.unwrap_or_else(|| HeaderName::from_static("x-api-key")),
-            },
+            plans: plans?.unwrap_or_default(),
+            api_keys: api_keys?.unwrap_or_else(default_api_keys),
             users: UserConfig {
                 header: users?.unwrap_or_else(|| HeaderName::from_static("x-user")),
             },
@@ -402,6 +449,84 @@ impl Check<'_> {
                 Some(n) => u8::try_from(n).unwrap_or(defaults.ipv6_prefix),
                 None => defaults.ipv6_prefix,
             },
+        })
+    }
+
+    fn plans(
+        &mut self,
+        plans: &std::collections::BTreeMap<String, Field<Vec<Field<file::PlanLimit>>>>,
+        path: &str,
+    ) -> Checked<Vec<Plan>> {
+        let read: Vec<Checked<Plan>> = plans
+            .iter()
+            .map(|(name, limits)| {
+                let plan_path = child_key(path, name);
+                let name = parse_plan_name(name).map_err(|m| self.value_error(&plan_path, m));
+                let limits = match limits {
+                    Field::Absent => Err(self.value_error(&plan_path, "needs at least one limit")),
+                    Field::Invalid(m) => Err(self.value_error(&plan_path, m.clone())),
+                    Field::Valid(items) => {
+                        let checked = self.list(items, &plan_path, Self::plan_limit);
+                        let unique = self.unique(items, |l| &l.name, &plan_path, "limit name");
+                        unique.and(checked)
+                    }
+                };
+                Ok(Plan {
+                    name: name?,
+                    limits: limits?,
+                })
+            })
+            .collect();
+        read.into_iter().collect()
+    }
+
+    fn plan_limit(&mut self, limit: &file::PlanLimit, path: &str) -> Checked<PlanLimit> {
+        let name = self.required(&limit.name, path, "name", text(parse_limit_name));
+        let max = self.required(&limit.limit, path, "limit", positive);
+        let window = self.required(&limit.window, path, "window", text(parse_window));
+        let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, path);
+        Ok(PlanLimit {
+            name: name?,
+            limit: NonZeroU64::new(max?).ok_or(Reported)?,
+            window_ms: window?,
+            algorithm: algorithm?,
+        })
+    }
+
+    fn api_keys(&mut self, keys: &file::ApiKeys, path: &str) -> Checked<ApiKeyConfig> {
+        let defaults = default_api_keys();
+        let header = self.optional(&keys.header, &child_key(path, "header"), text(parse_header_name));
+        let map = self.optional(&keys.keys, &child_key(path, "keys"), |check, map, path| {
+            let read: Vec<Checked<(String, Arc<str>)>> = map
+                .iter()
+                .map(|(key, plan)| {
+                    let key_path = child_key(path, key);
+                    if key.is_empty() {
+                        return Err(check.value_error(&key_path, "an API key must not be empty"));
+                    }
+                    match plan {
+                        Field::Valid(Text(plan)) => Ok((key.clone(), Arc::from(plan.as_str()))),
+                        Field::Invalid(m) => Err(check.value_error(&key_path, m.clone())),
+                        Field::Absent => Err(check.value_error(&key_path, "needs a plan name")),
+                    }
+                })
+                .collect();
+            read.into_iter().collect::<Checked<std::collections::HashMap<_, _>>>()
+        });
+        let unknown = self.optional(&keys.unknown, &child_key(path, "unknown"), text(|s| {
+            Ok(match s {
+                "reject" => UnknownKey::Reject,
+                plan => UnknownKey::Plan(Arc::from(plan)),
+            })
+        }));
+        let redis_hash = self.optional(&keys.redis_hash, &child_key(path, "redis_hash"), |_, b: &bool, _| Ok(*b));
+        let cache = self.optional(&keys.cache, &child_key(path, "cache"), text(parse_timeout));
+        Ok(ApiKeyConfig {
+            header: header?.unwrap_or(defaults.header),
+            keys: map?.unwrap_or_default(),
+            unknown: unknown?.unwrap_or(defaults.unknown),
+            redis_hash: redis_hash?.unwrap_or(defaults.redis_hash),
+            cache: cache?.unwrap_or(defaults.cache),
         })
     }
 
@@ -626,18 +751,68 @@ impl Check<'_> {
     fn limit(&mut self, limit: &file::Limit, path: &str) -> Checked<Limit> {
         let name = self.required(&limit.name, path, "name", text(parse_limit_name));
         let key = self.required(&limit.key, path, "key", Self::key);
+        let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
+        let plan = self
+            .optional(&limit.plan, &child_key(path, "plan"), |_, b: &bool, _| Ok(*b))
+            .map(|p| p.unwrap_or(false));
+        if let Ok(true) = plan {
+            // The numbers come from the caller's plan; any written here
+            // would be silently ignored, so they are refused.
+            let mut numbers = Ok(());
+            for (field, absent) in [
+                ("limit", limit.limit.is_absent()),
+                ("window", limit.window.is_absent()),
+                ("algorithm", limit.algorithm.is_absent()),
+                ("burst", limit.burst.is_absent()),
+            ] {
+                if !absent {
+                    numbers = Err(self.value_error(
+                        &child_key(path, field),
+                        "a limit with plan: true takes its numbers from the caller's plan; remove this",
+                    ));
+                }
+            }
+            numbers?;
+            return Ok(Limit {
+                name: name?,
+                key: key?,
+                limit: NonZeroU64::MIN,
+                window_ms: NonZeroU64::MIN,
+                cost: cost?,
+                algorithm: Algorithm::default(),
+                plan: true,
+            });
+        }
         let max = self.required(&limit.limit, path, "limit", positive);
         let window = self.required(&limit.window, path, "window", text(parse_window));
-        let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
-        let algorithm = self.optional(
-            &limit.algorithm,
-            &child_key(path, "algorithm"),
-            text(parse_algorithm),
-        );
+        let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, path);
+        plan?;
+        Ok(Limit {
+            name: name?,
+            key: key?,
+            limit: NonZeroU64::new(max?).ok_or(Reported)?,
+            window_ms: window?,
+            cost: cost?,
+            algorithm: algorithm?,
+            plan: false,
+        })
+    }
+
+    /// `algorithm` and `burst` of a limit with limit `max` and `window`,
+    /// and the bounds that depend on them.
+    fn algorithm(
+        &mut self,
+        algorithm: &Field<Text>,
+        burst: &Field<Int>,
+        max: &Checked<u64>,
+        window: &Checked<NonZeroU64>,
+        path: &str,
+    ) -> Checked<Algorithm> {
+        let algorithm = self.optional(algorithm, &child_key(path, "algorithm"), text(parse_algorithm));
         let burst_path = child_key(path, "burst");
-        let burst = self.optional(&limit.burst, &burst_path, positive);
+        let burst = self.optional(burst, &burst_path, positive);
         // gcra takes its burst (default: the limit); the others have none.
-        let algorithm = match (algorithm, &burst, &max) {
+        let algorithm = match (algorithm, &burst, max) {
             (Ok(Some(Algorithm::Gcra { .. })), Ok(b), Ok(l)) => Ok(Algorithm::Gcra {
                 burst: b.unwrap_or(*l),
             }),
@@ -652,7 +827,7 @@ impl Check<'_> {
             (Ok(other), _, _) => Ok(other.unwrap_or_default()),
             (Err(r), _, _) => Err(r),
         };
-        if let (Ok(l), Ok(w), Ok(alg)) = (&max, &window, &algorithm) {
+        if let (Ok(l), Ok(w), Ok(alg)) = (max, window, &algorithm) {
             // The Redis script computes in doubles: keep 3·max(L, B)·w below 2^53.
             let units = match alg {
                 Algorithm::Gcra { burst } => (*l).max(*burst),
@@ -674,14 +849,7 @@ impl Check<'_> {
                 ));
             }
         }
-        Ok(Limit {
-            name: name?,
-            key: key?,
-            limit: NonZeroU64::new(max?).ok_or(Reported)?,
-            window_ms: window?,
-            cost: cost?,
-            algorithm: algorithm?,
-        })
+        algorithm
     }
 
     fn key(&mut self, key: &OneOrMany<Text>, path: &str) -> Checked<KeySpec> {
@@ -728,6 +896,27 @@ fn parse_header_mode(s: &str) -> Result<HeaderMode, String> {
             ("none", HeaderMode::None),
         ],
     )
+}
+
+/// Plan names appear in key maps and the Redis hash.
+fn parse_plan_name(s: &str) -> Result<Arc<str>, String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if s.is_empty() || !s.chars().all(ok) || s == "reject" {
+        return Err(format!(
+            "{s:?} is not a valid plan name; use letters, digits, '_', '.' and '-' (and not \"reject\")"
+        ));
+    }
+    Ok(Arc::from(s))
+}
+
+fn default_api_keys() -> ApiKeyConfig {
+    ApiKeyConfig {
+        header: HeaderName::from_static("x-api-key"),
+        keys: HashMap::new(),
+        unknown: UnknownKey::Reject,
+        redis_hash: false,
+        cache: Duration::from_secs(10),
+    }
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {

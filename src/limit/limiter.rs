@@ -93,6 +93,11 @@ impl Limiter {
         })
     }
 
+    /// The Redis store, when one is configured (for the API-key hash).
+    pub fn redis(&self) -> Option<&RedisStore> {
+        self.redis.as_ref()
+    }
+
     /// Decides one request at `now_ms`.
     pub async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Verdict {
         let Some(redis) = &self.redis else {

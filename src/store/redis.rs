@@ -264,6 +264,42 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// `HGET key field`, bounded by the store's timeout like a decision.
+    /// Used for the dynamic API-key → plan hash.
+    ///
+    /// # Errors
+    /// [`StoreError`] when Redis cannot answer, or answers something other
+    /// than a string or nil.
+    pub async fn hget(&self, key: &str, field: &str) -> Result<Option<String>, StoreError> {
+        if !self.is_connected() {
+            return Err(StoreError::Unavailable("not connected to Redis".into()));
+        }
+        let deadline = Instant::now() + self.timeout;
+        let cmd = CustomCommand::new_static("HGET", ClusterHash::FirstKey, false);
+        let call = async {
+            self.client
+                .with_options(&Self::options(deadline)?)
+                .custom::<Value, Value>(cmd, vec![Value::from(key), Value::from(field)])
+                .await
+                .map_err(store_error)
+        };
+        let reply = tokio::time::timeout_at(deadline, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))?;
+        match reply {
+            Value::Null => Ok(None),
+            Value::String(s) => Ok(Some(s.to_string())),
+            Value::Bytes(b) => String::from_utf8(b.to_vec())
+                .map(Some)
+                .map_err(|_| StoreError::Protocol("HGET replied bytes that are not UTF-8".into())),
+            other => Err(StoreError::Protocol(format!(
+                "HGET replied {other:?}, not a string"
+            ))),
+        }
+    }
+}
+
 impl Store for RedisStore {
     async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
         if requests.is_empty() {
