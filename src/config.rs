@@ -148,6 +148,8 @@ pub struct PlanLimit {
 pub struct UserConfig {
     /// Header set by a trusted auth layer; ignored from untrusted peers.
     pub header: HeaderName,
+    /// Verifier of `Authorization: Bearer` JWTs; the user is one claim.
+    pub jwt: Option<crate::identity::jwt::JwtVerifier>,
 }
 
 /// Gateway-wide timeouts.

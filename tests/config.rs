@@ -496,6 +496,46 @@ routes:
 }
 
 #[test]
+fn jwt_settings() {
+    let route = "routes: [{ name: a, respond: {} }]\n";
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let ok = format!(
+        "listen: 127.0.0.1:1\nusers: {{ jwt: {{ algorithm: ES256, public_key: \"{dir}/tests/fixtures/es256-public.pem\" }} }}\n{route}"
+    );
+    assert!(valid(&ok).users.jwt.is_some());
+    let cases: &[(&str, &str)] = &[
+        (
+            "users: { jwt: { secret: short } }\n",
+            "users.jwt.secret: is shorter than 32 bytes; an HS256 secret should be at least as long as its hash (RFC 7518 §3.2) (line 2, col 25)",
+        ),
+        (
+            "users: { jwt: { algorithm: RS256 } }\n",
+            "users.jwt: RS256 and ES256 need public_key: the path of a PEM public key (line 2, col 15)",
+        ),
+        (
+            "users: { jwt: { public_key: /nonexistent.pem } }\n",
+            r#"users.jwt.public_key: cannot read "/nonexistent.pem": No such file or directory (os error 2) (line 2, col 29)"#,
+        ),
+        (
+            "users: { jwt: { algorithm: PS512, secret: x } }\n",
+            r#"users.jwt.algorithm: unknown value "PS512"; expected one of HS256, RS256, ES256 (line 2, col 28)"#,
+        ),
+        (
+            "users: { jwt: { secret: 0123456789012345678901234567890123, claims: sub } }\n",
+            r#"users.jwt: unknown field "claims"; expected one of algorithm, secret, public_key, claim (line 2, col 61)"#,
+        ),
+    ];
+    for (users, expected) in cases {
+        let src = format!("listen: 127.0.0.1:1\n{users}{route}");
+        assert_eq!(errors(&src).join("\n"), *expected, "for:\n{src}");
+    }
+    let not_pem = format!(
+        "listen: 127.0.0.1:1\nusers: {{ jwt: {{ algorithm: RS256, public_key: \"{dir}/Cargo.toml\" }} }}\n{route}"
+    );
+    assert!(error(&not_pem).starts_with("users.jwt.public_key: not an RSA public key in PEM"));
+}
+
+#[test]
 fn limit_zero() {
     let src = format!(
         "{HEAD}  - name: api

@@ -366,3 +366,157 @@ async fn a_key_added_to_the_redis_hash_gets_its_plan_within_the_cache_time() {
     let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-new")])).await;
     assert_eq!(r.header("ratelimit-policy"), Some(r#""per_minute";q=2;w=60"#));
 }
+
+// --- users from JWTs --------------------------------------------------------
+
+const SECRET: &str = "a-test-secret-that-is-32-bytes-long!";
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn claims(sub: &str, exp: u64) -> serde_json::Value {
+    serde_json::json!({ "sub": sub, "exp": exp })
+}
+
+fn hs256(secret: &[u8], claims: &serde_json::Value) -> String {
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    encode(&Header::default(), claims, &EncodingKey::from_secret(secret)).unwrap()
+}
+
+fn signed(alg: jsonwebtoken::Algorithm, key: &jsonwebtoken::EncodingKey, claims: &serde_json::Value) -> String {
+    jsonwebtoken::encode(&jsonwebtoken::Header::new(alg), claims, key).unwrap()
+}
+
+/// base64url without padding (RFC 7515 §2), for hand-made tokens.
+fn b64url(data: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            out.push(ABC[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// A route limited to one request per hour per `user | ip`.
+fn jwt_yaml(jwt: &str) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+users: {{ jwt: {jwt} }}
+routes:
+  - name: r
+    match: {{ path_prefix: /r }}
+    respond: {{ status: 200, body: "ok\n" }}
+    limits: [ {{ name: one, key: user | ip, limit: 1, window: 1h }} ]
+"#
+    )
+}
+
+async fn status_with_token(gw: &Gateway, from: &str, token: &str) -> StatusCode {
+    let auth = format!("Bearer {token}");
+    support::gateway::send_from(from.parse().unwrap(), gw.addr, get("/r", &[("authorization", &auth)]))
+        .await
+        .status
+}
+
+#[tokio::test]
+async fn a_valid_hs256_token_limits_by_its_sub() {
+    let gw = Gateway::start_with_clock(&jwt_yaml(&format!("{{ secret: \"{SECRET}\" }}")), clock()).await;
+    let exp = now_secs() + 600;
+    let alice = hs256(SECRET.as_bytes(), &claims("alice", exp));
+    let bob = hs256(SECRET.as_bytes(), &claims("bob", exp));
+    // Same IP, different users: separate buckets.
+    assert_eq!(status_with_token(&gw, "127.0.0.1", &alice).await, StatusCode::OK);
+    assert_eq!(status_with_token(&gw, "127.0.0.1", &bob).await, StatusCode::OK);
+    // Alice from another IP is still alice.
+    assert_eq!(
+        status_with_token(&gw, "127.0.0.2", &alice).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn forged_expired_and_unsigned_tokens_never_become_a_user() {
+    let gw = Gateway::start_with_clock(&jwt_yaml(&format!("{{ secret: \"{SECRET}\" }}")), clock()).await;
+    let exp = now_secs() + 600;
+    let forged = |sub: &str| hs256(b"another-secret-that-is-also-32-bytes!", &claims(sub, exp));
+    let expired = |sub: &str| hs256(SECRET.as_bytes(), &claims(sub, now_secs() - 3_600));
+    let unsigned = |sub: &str| {
+        format!(
+            "{}.{}.",
+            b64url(br#"{"alg":"none","typ":"JWT"}"#),
+            b64url(claims(sub, exp).to_string().as_bytes())
+        )
+    };
+    let tampered = |sub: &str| {
+        // A valid token for "x" whose payload is swapped for another sub.
+        let good = hs256(SECRET.as_bytes(), &claims("x", exp));
+        let parts: Vec<&str> = good.split('.').collect();
+        format!("{}.{}.{}", parts[0], b64url(claims(sub, exp).to_string().as_bytes()), parts[2])
+    };
+    let makers: [(&str, &dyn Fn(&str) -> String); 4] = [
+        ("forged", &forged),
+        ("expired", &expired),
+        ("alg none", &unsigned),
+        ("tampered", &tampered),
+    ];
+    for (i, (what, make)) in makers.iter().enumerate() {
+        // Each kind from its own IP. Were the token believed, every new sub
+        // would get a fresh bucket; it is not, so the chain falls through
+        // to the IP, which allows one.
+        let from = format!("127.0.1.{}", i + 1);
+        assert_eq!(status_with_token(&gw, &from, &make("m1")).await, StatusCode::OK, "{what}");
+        assert_eq!(
+            status_with_token(&gw, &from, &make("m2")).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{what}: a token that does not verify must not become a user"
+        );
+    }
+}
+
+#[tokio::test]
+async fn rs256_and_es256_tokens_verify_with_their_public_keys() {
+    use jsonwebtoken::{Algorithm, EncodingKey};
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let exp = now_secs() + 600;
+    for (alg, name, private) in [
+        (Algorithm::RS256, "RS256", "rs256"),
+        (Algorithm::ES256, "ES256", "es256"),
+    ] {
+        let yaml = jwt_yaml(&format!(
+            "{{ algorithm: {name}, public_key: \"{dir}/tests/fixtures/{private}-public.pem\", claim: uid }}"
+        ));
+        let gw = Gateway::start_with_clock(&yaml, clock()).await;
+        let pem = std::fs::read(format!("{dir}/tests/fixtures/{private}-private.pem")).unwrap();
+        let key = match alg {
+            Algorithm::RS256 => EncodingKey::from_rsa_pem(&pem).unwrap(),
+            _ => EncodingKey::from_ec_pem(&pem).unwrap(),
+        };
+        let token = |uid: &str| signed(alg, &key, &serde_json::json!({ "uid": uid, "exp": exp }));
+        assert_eq!(status_with_token(&gw, "127.0.2.1", &token("u1")).await, StatusCode::OK, "{name}");
+        assert_eq!(status_with_token(&gw, "127.0.2.1", &token("u2")).await, StatusCode::OK, "{name}");
+        assert_eq!(
+            status_with_token(&gw, "127.0.2.2", &token("u1")).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{name}"
+        );
+        // Algorithm confusion: HS256 signed with the public key as secret.
+        let public = std::fs::read(format!("{dir}/tests/fixtures/{private}-public.pem")).unwrap();
+        let confused = |uid: &str| hs256(&public, &serde_json::json!({ "uid": uid, "exp": exp }));
+        assert_eq!(status_with_token(&gw, "127.0.2.3", &confused("c1")).await, StatusCode::OK);
+        assert_eq!(
+            status_with_token(&gw, "127.0.2.3", &confused("c2")).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{name}: an HS256 token must not verify against a public key"
+        );
+        gw.stop().await;
+    }
+}

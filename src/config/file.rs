@@ -214,8 +214,8 @@ pub struct Root {
     pub plans: Field<BTreeMap<String, Field<Vec<Field<PlanLimit>>>>>,
     /// `api_keys: { header, keys, unknown, redis_hash, cache }`
     pub api_keys: Field<ApiKeys>,
-    /// `users: { header }`
-    pub users: Field<HeaderSource>,
+    /// `users: { header, jwt }`
+    pub users: Field<Users>,
     /// `timeouts:`
     pub timeouts: Field<Timeouts>,
     /// `routes:`
@@ -289,6 +289,30 @@ pub struct PlanLimit {
 }
 
 /// `users:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping")]
+pub struct Users {
+    /// `header: x-user`
+    pub header: Field<Text>,
+    /// `jwt: { algorithm, secret | public_key, claim }`
+    pub jwt: Field<Jwt>,
+}
+
+/// `users.jwt:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping")]
+pub struct Jwt {
+    /// `algorithm: HS256 | RS256 | ES256`
+    pub algorithm: Field<Text>,
+    /// `secret: "..."` (HS256)
+    pub secret: Field<Text>,
+    /// `public_key: /path/key.pem` (RS256, ES256)
+    pub public_key: Field<Text>,
+    /// `claim: sub`
+    pub claim: Field<Text>,
+}
+
+/// A mapping with one `header:` field.
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping")]
 pub struct HeaderSource {
@@ -444,7 +468,8 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         ["store", "redis"] => fields_of::<Redis>(),
         ["client_ip"] => fields_of::<ClientIp>(),
         ["api_keys"] => fields_of::<ApiKeys>(),
-        ["users"] => fields_of::<HeaderSource>(),
+        ["users"] => fields_of::<Users>(),
+        ["users", "jwt"] => fields_of::<Jwt>(),
         ["plans", _] => fields_of::<PlanLimit>(),
         ["timeouts"] => fields_of::<Timeouts>(),
         ["routes"] => fields_of::<Route>(),

@@ -24,6 +24,7 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 use ipnet::IpNet;
 
 use super::file::{self, Field, Int, OneOrMany, Text};
+use crate::identity::jwt::{JwtAlgorithm, JwtVerifier};
 use crate::limit::Algorithm;
 use super::position::{Pos, Positions, child_index, child_key};
 use super::{
@@ -315,7 +316,7 @@ impl Check<'_> {
         let headers = self.optional(&root.headers, "headers", text(parse_header_mode));
         let plans = self.optional(&root.plans, "plans", Self::plans);
         let api_keys = self.optional(&root.api_keys, "api_keys", Self::api_keys);
-        let users = self.optional(&root.users, "users", Self::header_source);
+        let users = self.optional(&root.users, "users", Self::users);
         let timeouts = self.optional(&root.timeouts, "timeouts", Self::timeouts);
         // Routes are checked even when `timeouts` is not, with the default.
         let default_timeout = match &timeouts {
@@ -385,9 +386,10 @@ impl Check<'_> {
             headers: headers?.unwrap_or(HeaderMode::Ietf),
             plans: plans?.unwrap_or_default(),
             api_keys: api_keys?.unwrap_or_else(default_api_keys),
-            users: UserConfig {
-                header: users?.unwrap_or_else(|| HeaderName::from_static("x-user")),
-            },
+            users: users?.unwrap_or_else(|| UserConfig {
+                header: HeaderName::from_static("x-user"),
+                jwt: None,
+            }),
             timeouts: timeouts?.unwrap_or_default(),
             routes: routes?,
         })
@@ -530,8 +532,67 @@ impl Check<'_> {
         })
     }
 
-    fn header_source(&mut self, source: &file::HeaderSource, path: &str) -> Checked<HeaderName> {
-        self.required(&source.header, path, "header", text(parse_header_name))
+    fn users(&mut self, users: &file::Users, path: &str) -> Checked<UserConfig> {
+        let header = self.optional(&users.header, &child_key(path, "header"), text(parse_header_name));
+        let jwt = self.optional(&users.jwt, &child_key(path, "jwt"), Self::jwt);
+        Ok(UserConfig {
+            header: header?.unwrap_or_else(|| HeaderName::from_static("x-user")),
+            jwt: jwt?,
+        })
+    }
+
+    fn jwt(&mut self, jwt: &file::Jwt, path: &str) -> Checked<JwtVerifier> {
+        let alg_path = child_key(path, "algorithm");
+        let algorithm = self.optional(&jwt.algorithm, &alg_path, text(|s| {
+            one_of(
+                s,
+                &[
+                    ("HS256", JwtAlgorithm::Hs256),
+                    ("RS256", JwtAlgorithm::Rs256),
+                    ("ES256", JwtAlgorithm::Es256),
+                ],
+            )
+        }));
+        let secret = self.optional(&jwt.secret, &child_key(path, "secret"), text(|s| Ok(s.to_owned())));
+        let key_path = child_key(path, "public_key");
+        let public_key = self.optional(&jwt.public_key, &key_path, text(|s| {
+            std::fs::read(s).map_err(|e| format!("cannot read {s:?}: {e}"))
+        }));
+        let claim = self.optional(&jwt.claim, &child_key(path, "claim"), text(|s| {
+            if s.is_empty() {
+                Err("must name a claim, e.g. sub".to_owned())
+            } else {
+                Ok(s.to_owned())
+            }
+        }));
+        let claim = claim?.unwrap_or_else(|| "sub".to_owned());
+        let (algorithm, secret, public_key) = (algorithm?, secret?, public_key?);
+        let (alg, key) = match (algorithm, secret, public_key) {
+            (None | Some(JwtAlgorithm::Hs256), Some(secret), None) => {
+                if secret.len() < 32 {
+                    return Err(self.value_error(
+                        &child_key(path, "secret"),
+                        "is shorter than 32 bytes; an HS256 secret should be at least as long as its hash (RFC 7518 §3.2)",
+                    ));
+                }
+                (JwtAlgorithm::Hs256, secret.into_bytes())
+            }
+            (Some(alg @ (JwtAlgorithm::Rs256 | JwtAlgorithm::Es256)), None, Some(pem)) => (alg, pem),
+            (_, Some(_), Some(_)) => {
+                return Err(self.value_error(path, "set either secret (HS256) or public_key (RS256, ES256), not both"));
+            }
+            (None, None, Some(_)) => {
+                return Err(self.value_error(path, "a public_key needs algorithm: RS256 or ES256"));
+            }
+            (None | Some(JwtAlgorithm::Hs256), None, _) => {
+                return Err(self.value_error(path, "HS256 needs a secret"));
+            }
+            (Some(_), _, None) => {
+                return Err(self.value_error(path, "RS256 and ES256 need public_key: the path of a PEM public key"));
+            }
+
+        };
+        JwtVerifier::new(alg, &key, &claim).map_err(|m| self.value_error(&key_path, m))
     }
 
     fn timeouts(&mut self, timeouts: &file::Timeouts, path: &str) -> Checked<Timeouts> {
