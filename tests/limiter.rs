@@ -1137,3 +1137,58 @@ proptest! {
         }
     }
 }
+
+// --- memory per key ---------------------------------------------------------
+
+/// `MEMORY USAGE` of each algorithm's key after `n` admitted requests on a
+/// limit of 100 per minute; printed for the README's table
+/// (`cargo test --test limiter memory_per_key -- --nocapture`). The
+/// counters stay one small string whatever the traffic; the log grows with
+/// what it holds.
+#[tokio::test]
+async fn redis_memory_per_key_by_algorithm() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let conn = server.connection().await;
+    let usage = |key: String| {
+        let mut conn = conn.clone();
+        async move {
+            let bytes: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&key)
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            bytes.unwrap_or(0)
+        }
+    };
+    for alg in [SW, FW, LOG, GCRA] {
+        let mut line = format!("{:>15}:", alg.name());
+        let mut sizes = Vec::new();
+        for n in [1u64, 10, 100] {
+            let key = format!("tollgate:{{ip=10.0.0.1/32}}:api:per_minute:{}:{n}", alg.name());
+            let req = [LimitRequest {
+                key: key.clone(),
+                limit: 100,
+                window_ms: 60_000,
+                cost: 1,
+                algorithm: resolve(alg, 100),
+            }];
+            for i in 0..n {
+                assert!(store.decide(T0 + i, &req).await.unwrap().allowed);
+            }
+            let bytes = usage(key).await;
+            sizes.push(bytes);
+            line.push_str(&format!(" {bytes} B after {n};"));
+        }
+        println!("{line}");
+        if alg == LOG {
+            assert!(sizes[2] > 5 * sizes[0], "the log grows with its entries: {sizes:?}");
+        } else {
+            // Only the digits of the counts change.
+            assert!(sizes[2] <= sizes[0] + 32, "{}: a counter does not grow: {sizes:?}", alg.name());
+        }
+    }
+}
