@@ -140,7 +140,10 @@ pub fn apply(
         if mode == HeaderMode::Github {
             headers.insert(X_LIMIT.clone(), HeaderValue::from(q));
             headers.insert(X_REMAINING.clone(), HeaderValue::from(remaining));
-            headers.insert(X_USED.clone(), HeaderValue::from(q.saturating_sub(remaining)));
+            headers.insert(
+                X_USED.clone(),
+                HeaderValue::from(q.saturating_sub(remaining)),
+            );
             headers.insert(
                 X_RESET.clone(),
                 HeaderValue::from(ceil_secs(now_ms.saturating_add(t_ms))),

@@ -44,11 +44,14 @@ pub struct PlanResolver {
     redis_hash: Option<String>,
     ttl_ms: u64,
     /// Sharded so concurrent lookups of different keys do not queue.
-    cache: Box<[Mutex<LruCache<String, (Option<Arc<str>>, u64)>>]>,
+    cache: Box<[Mutex<Cache>]>,
     hasher: RandomState,
 }
 
 const SHARDS: usize = 16;
+
+/// Key → (plan, or none found; expiry in ms by the gateway's clock).
+type Cache = LruCache<String, (Option<Arc<str>>, u64)>;
 
 impl std::fmt::Debug for PlanResolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -75,7 +78,7 @@ impl PlanResolver {
         }
     }
 
-    fn shard(&self, key: &str) -> std::sync::MutexGuard<'_, LruCache<String, (Option<Arc<str>>, u64)>> {
+    fn shard(&self, key: &str) -> std::sync::MutexGuard<'_, Cache> {
         // One insert or lookup per lock: a poisoned shard is consistent.
         self.cache[(self.hasher.hash_one(key) as usize) % SHARDS]
             .lock()
@@ -123,7 +126,10 @@ impl PlanResolver {
                         }
                         known
                     });
-                    self.shard(key).insert(key.to_owned(), (plan.clone(), now_ms.saturating_add(self.ttl_ms)));
+                    self.shard(key).insert(
+                        key.to_owned(),
+                        (plan.clone(), now_ms.saturating_add(self.ttl_ms)),
+                    );
                     plan
                 }
                 Err(e) => {

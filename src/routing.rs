@@ -11,8 +11,8 @@ use std::sync::Arc;
 use http::{HeaderValue, Method};
 
 use crate::config::{Config, Limit, PathMatch, Plan, Route};
-use crate::limit::Algorithm;
 use crate::headers;
+use crate::limit::Algorithm;
 
 /// A route with what is pre-computed for it.
 #[derive(Debug)]
@@ -92,11 +92,7 @@ impl Router {
             .map(|r| {
                 Arc::new(CompiledRoute {
                     policy_header: headers::policy_header(config.headers, &r.limits),
-                    key_suffixes: r
-                        .limits
-                        .iter()
-                        .map(|l| key_suffix(&r.name, l))
-                        .collect(),
+                    key_suffixes: r.limits.iter().map(|l| key_suffix(&r.name, l)).collect(),
                     plan_views: if r.limits.iter().any(|l| l.plan) {
                         config
                             .plans

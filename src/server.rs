@@ -31,9 +31,9 @@ use crate::headers;
 use crate::identity::{self, IdentityConfig};
 use crate::limit::LimitRequest;
 use crate::limit::limiter::{Limiter, Verdict};
+use crate::plans::{PlanChoice, PlanResolver};
 use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
-use crate::plans::{PlanChoice, PlanResolver};
 use crate::routing::{self, LimitView, Router};
 use crate::store::StoreError;
 

@@ -490,7 +490,9 @@ routes:
         ]
     );
     assert_eq!(
-        error("listen: 127.0.0.1:1\nroutes: [ { name: a, respond: {}, limits: [ { name: c, key: ip, plan: true } ] } ]\n"),
+        error(
+            "listen: 127.0.0.1:1\nroutes: [ { name: a, respond: {}, limits: [ { name: c, key: ip, plan: true } ] } ]\n"
+        ),
         "routes[0].limits[0].plan: no plans are defined; add plans: or give this limit its own limit and window (line 2, col 71)"
     );
 }

@@ -468,8 +468,14 @@ async fn check_retry_after_all(store: &impl Store, tag: &str) {
             let retry = denied.retry_after_ms().expect("admissible later");
             assert!(retry > 0);
             let what = format!("{tag}: {algorithm:?} case {n}, denied at +{at}, retry {retry}");
-            assert!(!decide("ms", at + retry - 1).await.allowed, "{what}: 1 ms early");
-            assert!(decide("ms", at + retry).await.allowed, "{what}: at Retry-After");
+            assert!(
+                !decide("ms", at + retry - 1).await.allowed,
+                "{what}: 1 ms early"
+            );
+            assert!(
+                decide("ms", at + retry).await.allowed,
+                "{what}: at Retry-After"
+            );
             let secs = retry.div_ceil(1000);
             if secs > 1 {
                 assert!(
@@ -477,7 +483,10 @@ async fn check_retry_after_all(store: &impl Store, tag: &str) {
                     "{what}: a second early"
                 );
             }
-            assert!(decide("s", at + secs * 1000).await.allowed, "{what}: at {secs} s");
+            assert!(
+                decide("s", at + secs * 1000).await.allowed,
+                "{what}: at {secs} s"
+            );
         }
     }
 }
@@ -1014,7 +1023,10 @@ fn single() -> impl Strategy<Value = (u64, u64, Algorithm, Vec<(u64, u64)>)> {
         prop::sample::select(vec![1_000u64, 5_000, 10_000]),
         algorithm(),
         prop::collection::vec(
-            (prop_oneof![0u64..=20, 0u64..=3_000, 0u64..=12_000], 0u64..=4),
+            (
+                prop_oneof![0u64..=20, 0u64..=3_000, 0u64..=12_000],
+                0u64..=4,
+            ),
             1..=60,
         ),
     )
@@ -1168,7 +1180,10 @@ async fn redis_memory_per_key_by_algorithm() {
         let mut line = format!("{:>15}:", alg.name());
         let mut sizes = Vec::new();
         for n in [1u64, 10, 100] {
-            let key = format!("tollgate:{{ip=10.0.0.1/32}}:api:per_minute:{}:{n}", alg.name());
+            let key = format!(
+                "tollgate:{{ip=10.0.0.1/32}}:api:per_minute:{}:{n}",
+                alg.name()
+            );
             let req = [LimitRequest {
                 key: key.clone(),
                 limit: 100,
@@ -1185,10 +1200,17 @@ async fn redis_memory_per_key_by_algorithm() {
         }
         println!("{line}");
         if alg == LOG {
-            assert!(sizes[2] > 5 * sizes[0], "the log grows with its entries: {sizes:?}");
+            assert!(
+                sizes[2] > 5 * sizes[0],
+                "the log grows with its entries: {sizes:?}"
+            );
         } else {
             // Only the digits of the counts change.
-            assert!(sizes[2] <= sizes[0] + 32, "{}: a counter does not grow: {sizes:?}", alg.name());
+            assert!(
+                sizes[2] <= sizes[0] + 32,
+                "{}: a counter does not grow: {sizes:?}",
+                alg.name()
+            );
         }
     }
 }

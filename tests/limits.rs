@@ -171,8 +171,13 @@ async fn every_algorithm_limits_through_the_gateway_on_redis() {
         ("gcra", 3),
         ("gcra, burst: 1", 1),
     ] {
-        let limits = format!("[ {{ name: three, key: ip, limit: 3, window: 1m, algorithm: {alg} }} ]");
-        let gw = Gateway::start_with_clock(&yaml(&redis_store(&redis.url()), "ietf", 1, &limits), clock()).await;
+        let limits =
+            format!("[ {{ name: three, key: ip, limit: 3, window: 1m, algorithm: {alg} }} ]");
+        let gw = Gateway::start_with_clock(
+            &yaml(&redis_store(&redis.url()), "ietf", 1, &limits),
+            clock(),
+        )
+        .await;
         let mut ok = 0;
         for _ in 0..6 {
             if send(gw.addr, get("/r", &[])).await.status == StatusCode::OK {
@@ -200,7 +205,10 @@ async fn github_headers_describe_the_limit_closest_to_exhaustion() {
     assert_eq!(r.header("x-ratelimit-resource"), Some("per_second"));
     // Epoch seconds: the fixed window ends at T0 + 1 s.
     let reset = (T0 + 1_000) / 1_000;
-    assert_eq!(r.header("x-ratelimit-reset"), Some(reset.to_string().as_str()));
+    assert_eq!(
+        r.header("x-ratelimit-reset"),
+        Some(reset.to_string().as_str())
+    );
     assert_eq!(r.header("ratelimit"), None);
     assert_eq!(r.header("ratelimit-policy"), None);
     send(gw.addr, get("/r", &[])).await;
@@ -284,7 +292,10 @@ async fn static_keys_select_their_plan_and_unknown_keys_the_unknown_plan() {
     assert_eq!(admitted(&gw, Some("k-free"), 10).await, 2);
     // Unknown keys get the free plan, each key its own bucket.
     let r = send(gw.addr, get("/api/x", &[("x-api-key", "nobody")])).await;
-    assert_eq!(r.header("ratelimit-policy"), Some(r#""per_minute";q=2;w=60"#));
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(r#""per_minute";q=2;w=60"#)
+    );
     assert_eq!(admitted(&gw, Some("nobody"), 10).await, 1);
     // No key at all: the unknown plan, by IP.
     assert_eq!(admitted(&gw, None, 10).await, 2);
@@ -324,7 +335,10 @@ async fn a_key_added_to_the_redis_hash_gets_its_plan_within_the_cache_time() {
     .await;
     // Not in the hash yet: the free plan.
     let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-new")])).await;
-    assert_eq!(r.header("ratelimit-policy"), Some(r#""per_minute";q=2;w=60"#));
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(r#""per_minute";q=2;w=60"#)
+    );
 
     // The operator adds the key while the gateway runs.
     let _: () = redis::cmd("HSET")
@@ -337,7 +351,10 @@ async fn a_key_added_to_the_redis_hash_gets_its_plan_within_the_cache_time() {
     // Within the cache time the old answer may still be used ...
     clock.advance(4_999);
     let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-new")])).await;
-    assert_eq!(r.header("ratelimit-policy"), Some(r#""per_minute";q=2;w=60"#));
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(r#""per_minute";q=2;w=60"#)
+    );
     // ... and once it has passed, the new plan applies.
     clock.advance(1);
     let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-new")])).await;
@@ -364,7 +381,10 @@ async fn a_key_added_to_the_redis_hash_gets_its_plan_within_the_cache_time() {
         .unwrap();
     clock.advance(5_000);
     let r = send(gw.addr, get("/api/x", &[("x-api-key", "k-new")])).await;
-    assert_eq!(r.header("ratelimit-policy"), Some(r#""per_minute";q=2;w=60"#));
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(r#""per_minute";q=2;w=60"#)
+    );
 }
 
 // --- users from JWTs --------------------------------------------------------
@@ -384,10 +404,19 @@ fn claims(sub: &str, exp: u64) -> serde_json::Value {
 
 fn hs256(secret: &[u8], claims: &serde_json::Value) -> String {
     use jsonwebtoken::{EncodingKey, Header, encode};
-    encode(&Header::default(), claims, &EncodingKey::from_secret(secret)).unwrap()
+    encode(
+        &Header::default(),
+        claims,
+        &EncodingKey::from_secret(secret),
+    )
+    .unwrap()
 }
 
-fn signed(alg: jsonwebtoken::Algorithm, key: &jsonwebtoken::EncodingKey, claims: &serde_json::Value) -> String {
+fn signed(
+    alg: jsonwebtoken::Algorithm,
+    key: &jsonwebtoken::EncodingKey,
+    claims: &serde_json::Value,
+) -> String {
     jsonwebtoken::encode(&jsonwebtoken::Header::new(alg), claims, key).unwrap()
 }
 
@@ -396,7 +425,11 @@ fn b64url(data: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::new();
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..=chunk.len() {
             out.push(ABC[((n >> (18 - 6 * i)) & 63) as usize] as char);
@@ -422,20 +455,31 @@ routes:
 
 async fn status_with_token(gw: &Gateway, from: &str, token: &str) -> StatusCode {
     let auth = format!("Bearer {token}");
-    support::gateway::send_from(from.parse().unwrap(), gw.addr, get("/r", &[("authorization", &auth)]))
-        .await
-        .status
+    support::gateway::send_from(
+        from.parse().unwrap(),
+        gw.addr,
+        get("/r", &[("authorization", &auth)]),
+    )
+    .await
+    .status
 }
 
 #[tokio::test]
 async fn a_valid_hs256_token_limits_by_its_sub() {
-    let gw = Gateway::start_with_clock(&jwt_yaml(&format!("{{ secret: \"{SECRET}\" }}")), clock()).await;
+    let gw =
+        Gateway::start_with_clock(&jwt_yaml(&format!("{{ secret: \"{SECRET}\" }}")), clock()).await;
     let exp = now_secs() + 600;
     let alice = hs256(SECRET.as_bytes(), &claims("alice", exp));
     let bob = hs256(SECRET.as_bytes(), &claims("bob", exp));
     // Same IP, different users: separate buckets.
-    assert_eq!(status_with_token(&gw, "127.0.0.1", &alice).await, StatusCode::OK);
-    assert_eq!(status_with_token(&gw, "127.0.0.1", &bob).await, StatusCode::OK);
+    assert_eq!(
+        status_with_token(&gw, "127.0.0.1", &alice).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_with_token(&gw, "127.0.0.1", &bob).await,
+        StatusCode::OK
+    );
     // Alice from another IP is still alice.
     assert_eq!(
         status_with_token(&gw, "127.0.0.2", &alice).await,
@@ -445,7 +489,8 @@ async fn a_valid_hs256_token_limits_by_its_sub() {
 
 #[tokio::test]
 async fn forged_expired_and_unsigned_tokens_never_become_a_user() {
-    let gw = Gateway::start_with_clock(&jwt_yaml(&format!("{{ secret: \"{SECRET}\" }}")), clock()).await;
+    let gw =
+        Gateway::start_with_clock(&jwt_yaml(&format!("{{ secret: \"{SECRET}\" }}")), clock()).await;
     let exp = now_secs() + 600;
     let forged = |sub: &str| hs256(b"another-secret-that-is-also-32-bytes!", &claims(sub, exp));
     let expired = |sub: &str| hs256(SECRET.as_bytes(), &claims(sub, now_secs() - 3_600));
@@ -460,9 +505,15 @@ async fn forged_expired_and_unsigned_tokens_never_become_a_user() {
         // A valid token for "x" whose payload is swapped for another sub.
         let good = hs256(SECRET.as_bytes(), &claims("x", exp));
         let parts: Vec<&str> = good.split('.').collect();
-        format!("{}.{}.{}", parts[0], b64url(claims(sub, exp).to_string().as_bytes()), parts[2])
+        format!(
+            "{}.{}.{}",
+            parts[0],
+            b64url(claims(sub, exp).to_string().as_bytes()),
+            parts[2]
+        )
     };
-    let makers: [(&str, &dyn Fn(&str) -> String); 4] = [
+    type Maker<'a> = &'a dyn Fn(&str) -> String;
+    let makers: [(&str, Maker<'_>); 4] = [
         ("forged", &forged),
         ("expired", &expired),
         ("alg none", &unsigned),
@@ -473,7 +524,11 @@ async fn forged_expired_and_unsigned_tokens_never_become_a_user() {
         // would get a fresh bucket; it is not, so the chain falls through
         // to the IP, which allows one.
         let from = format!("127.0.1.{}", i + 1);
-        assert_eq!(status_with_token(&gw, &from, &make("m1")).await, StatusCode::OK, "{what}");
+        assert_eq!(
+            status_with_token(&gw, &from, &make("m1")).await,
+            StatusCode::OK,
+            "{what}"
+        );
         assert_eq!(
             status_with_token(&gw, &from, &make("m2")).await,
             StatusCode::TOO_MANY_REQUESTS,
@@ -501,8 +556,16 @@ async fn rs256_and_es256_tokens_verify_with_their_public_keys() {
             _ => EncodingKey::from_ec_pem(&pem).unwrap(),
         };
         let token = |uid: &str| signed(alg, &key, &serde_json::json!({ "uid": uid, "exp": exp }));
-        assert_eq!(status_with_token(&gw, "127.0.2.1", &token("u1")).await, StatusCode::OK, "{name}");
-        assert_eq!(status_with_token(&gw, "127.0.2.1", &token("u2")).await, StatusCode::OK, "{name}");
+        assert_eq!(
+            status_with_token(&gw, "127.0.2.1", &token("u1")).await,
+            StatusCode::OK,
+            "{name}"
+        );
+        assert_eq!(
+            status_with_token(&gw, "127.0.2.1", &token("u2")).await,
+            StatusCode::OK,
+            "{name}"
+        );
         assert_eq!(
             status_with_token(&gw, "127.0.2.2", &token("u1")).await,
             StatusCode::TOO_MANY_REQUESTS,
@@ -511,7 +574,10 @@ async fn rs256_and_es256_tokens_verify_with_their_public_keys() {
         // Algorithm confusion: HS256 signed with the public key as secret.
         let public = std::fs::read(format!("{dir}/tests/fixtures/{private}-public.pem")).unwrap();
         let confused = |uid: &str| hs256(&public, &serde_json::json!({ "uid": uid, "exp": exp }));
-        assert_eq!(status_with_token(&gw, "127.0.2.3", &confused("c1")).await, StatusCode::OK);
+        assert_eq!(
+            status_with_token(&gw, "127.0.2.3", &confused("c1")).await,
+            StatusCode::OK
+        );
         assert_eq!(
             status_with_token(&gw, "127.0.2.3", &confused("c2")).await,
             StatusCode::TOO_MANY_REQUESTS,

@@ -24,14 +24,14 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 use ipnet::IpNet;
 
 use super::file::{self, Field, Int, OneOrMany, Text};
-use crate::identity::jwt::{JwtAlgorithm, JwtVerifier};
-use crate::limit::Algorithm;
 use super::position::{Pos, Positions, child_index, child_key};
 use super::{
     Action, ApiKeyConfig, ClientIpConfig, Config, HeaderMode, KeySource, KeySpec, Limit, OnError,
     PathMatch, Plan, PlanLimit, RedisConfig, Respond, Route, RouteMatch, StoreConfig, Timeouts,
     UnknownKey, Upstream, UserConfig,
 };
+use crate::identity::jwt::{JwtAlgorithm, JwtVerifier};
+use crate::limit::Algorithm;
 
 /// One problem in a configuration file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -349,12 +349,14 @@ impl Check<'_> {
                 if !plan_names.contains(plan) {
                     self.value_error(
                         "api_keys.unknown",
-                        format!("plan {plan:?} is not defined under plans; name a plan or write reject"),
+                        format!(
+                            "plan {plan:?} is not defined under plans; name a plan or write reject"
+                        ),
                     );
                 }
             }
             let has_redis = matches!(&store, Ok(Some(s)) if s.redis.is_some());
-            if keys.redis_hash && !has_redis && matches!(store, Ok(_)) {
+            if keys.redis_hash && !has_redis && store.is_ok() {
                 self.value_error(
                     "api_keys.redis_hash",
                     "needs store.redis: the key hash lives in Redis",
@@ -497,7 +499,11 @@ impl Check<'_> {
 
     fn api_keys(&mut self, keys: &file::ApiKeys, path: &str) -> Checked<ApiKeyConfig> {
         let defaults = default_api_keys();
-        let header = self.optional(&keys.header, &child_key(path, "header"), text(parse_header_name));
+        let header = self.optional(
+            &keys.header,
+            &child_key(path, "header"),
+            text(parse_header_name),
+        );
         let map = self.optional(&keys.keys, &child_key(path, "keys"), |check, map, path| {
             let read: Vec<Checked<(String, Arc<str>)>> = map
                 .iter()
@@ -513,15 +519,24 @@ impl Check<'_> {
                     }
                 })
                 .collect();
-            read.into_iter().collect::<Checked<std::collections::HashMap<_, _>>>()
+            read.into_iter()
+                .collect::<Checked<std::collections::HashMap<_, _>>>()
         });
-        let unknown = self.optional(&keys.unknown, &child_key(path, "unknown"), text(|s| {
-            Ok(match s {
-                "reject" => UnknownKey::Reject,
-                plan => UnknownKey::Plan(Arc::from(plan)),
-            })
-        }));
-        let redis_hash = self.optional(&keys.redis_hash, &child_key(path, "redis_hash"), |_, b: &bool, _| Ok(*b));
+        let unknown = self.optional(
+            &keys.unknown,
+            &child_key(path, "unknown"),
+            text(|s| {
+                Ok(match s {
+                    "reject" => UnknownKey::Reject,
+                    plan => UnknownKey::Plan(Arc::from(plan)),
+                })
+            }),
+        );
+        let redis_hash = self.optional(
+            &keys.redis_hash,
+            &child_key(path, "redis_hash"),
+            |_, b: &bool, _| Ok(*b),
+        );
         let cache = self.optional(&keys.cache, &child_key(path, "cache"), text(parse_timeout));
         Ok(ApiKeyConfig {
             header: header?.unwrap_or(defaults.header),
@@ -533,7 +548,11 @@ impl Check<'_> {
     }
 
     fn users(&mut self, users: &file::Users, path: &str) -> Checked<UserConfig> {
-        let header = self.optional(&users.header, &child_key(path, "header"), text(parse_header_name));
+        let header = self.optional(
+            &users.header,
+            &child_key(path, "header"),
+            text(parse_header_name),
+        );
         let jwt = self.optional(&users.jwt, &child_key(path, "jwt"), Self::jwt);
         Ok(UserConfig {
             header: header?.unwrap_or_else(|| HeaderName::from_static("x-user")),
@@ -543,28 +562,42 @@ impl Check<'_> {
 
     fn jwt(&mut self, jwt: &file::Jwt, path: &str) -> Checked<JwtVerifier> {
         let alg_path = child_key(path, "algorithm");
-        let algorithm = self.optional(&jwt.algorithm, &alg_path, text(|s| {
-            one_of(
-                s,
-                &[
-                    ("HS256", JwtAlgorithm::Hs256),
-                    ("RS256", JwtAlgorithm::Rs256),
-                    ("ES256", JwtAlgorithm::Es256),
-                ],
-            )
-        }));
-        let secret = self.optional(&jwt.secret, &child_key(path, "secret"), text(|s| Ok(s.to_owned())));
+        let algorithm = self.optional(
+            &jwt.algorithm,
+            &alg_path,
+            text(|s| {
+                one_of(
+                    s,
+                    &[
+                        ("HS256", JwtAlgorithm::Hs256),
+                        ("RS256", JwtAlgorithm::Rs256),
+                        ("ES256", JwtAlgorithm::Es256),
+                    ],
+                )
+            }),
+        );
+        let secret = self.optional(
+            &jwt.secret,
+            &child_key(path, "secret"),
+            text(|s| Ok(s.to_owned())),
+        );
         let key_path = child_key(path, "public_key");
-        let public_key = self.optional(&jwt.public_key, &key_path, text(|s| {
-            std::fs::read(s).map_err(|e| format!("cannot read {s:?}: {e}"))
-        }));
-        let claim = self.optional(&jwt.claim, &child_key(path, "claim"), text(|s| {
-            if s.is_empty() {
-                Err("must name a claim, e.g. sub".to_owned())
-            } else {
-                Ok(s.to_owned())
-            }
-        }));
+        let public_key = self.optional(
+            &jwt.public_key,
+            &key_path,
+            text(|s| std::fs::read(s).map_err(|e| format!("cannot read {s:?}: {e}"))),
+        );
+        let claim = self.optional(
+            &jwt.claim,
+            &child_key(path, "claim"),
+            text(|s| {
+                if s.is_empty() {
+                    Err("must name a claim, e.g. sub".to_owned())
+                } else {
+                    Ok(s.to_owned())
+                }
+            }),
+        );
         let claim = claim?.unwrap_or_else(|| "sub".to_owned());
         let (algorithm, secret, public_key) = (algorithm?, secret?, public_key?);
         let (alg, key) = match (algorithm, secret, public_key) {
@@ -577,9 +610,14 @@ impl Check<'_> {
                 }
                 (JwtAlgorithm::Hs256, secret.into_bytes())
             }
-            (Some(alg @ (JwtAlgorithm::Rs256 | JwtAlgorithm::Es256)), None, Some(pem)) => (alg, pem),
+            (Some(alg @ (JwtAlgorithm::Rs256 | JwtAlgorithm::Es256)), None, Some(pem)) => {
+                (alg, pem)
+            }
             (_, Some(_), Some(_)) => {
-                return Err(self.value_error(path, "set either secret (HS256) or public_key (RS256, ES256), not both"));
+                return Err(self.value_error(
+                    path,
+                    "set either secret (HS256) or public_key (RS256, ES256), not both",
+                ));
             }
             (None, None, Some(_)) => {
                 return Err(self.value_error(path, "a public_key needs algorithm: RS256 or ES256"));
@@ -588,9 +626,11 @@ impl Check<'_> {
                 return Err(self.value_error(path, "HS256 needs a secret"));
             }
             (Some(_), _, None) => {
-                return Err(self.value_error(path, "RS256 and ES256 need public_key: the path of a PEM public key"));
+                return Err(self.value_error(
+                    path,
+                    "RS256 and ES256 need public_key: the path of a PEM public key",
+                ));
             }
-
         };
         JwtVerifier::new(alg, &key, &claim).map_err(|m| self.value_error(&key_path, m))
     }
@@ -814,7 +854,9 @@ impl Check<'_> {
         let key = self.required(&limit.key, path, "key", Self::key);
         let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
         let plan = self
-            .optional(&limit.plan, &child_key(path, "plan"), |_, b: &bool, _| Ok(*b))
+            .optional(&limit.plan, &child_key(path, "plan"), |_, b: &bool, _| {
+                Ok(*b)
+            })
             .map(|p| p.unwrap_or(false));
         if let Ok(true) = plan {
             // The numbers come from the caller's plan; any written here
@@ -869,7 +911,11 @@ impl Check<'_> {
         window: &Checked<NonZeroU64>,
         path: &str,
     ) -> Checked<Algorithm> {
-        let algorithm = self.optional(algorithm, &child_key(path, "algorithm"), text(parse_algorithm));
+        let algorithm = self.optional(
+            algorithm,
+            &child_key(path, "algorithm"),
+            text(parse_algorithm),
+        );
         let burst_path = child_key(path, "burst");
         let burst = self.optional(burst, &burst_path, positive);
         // gcra takes its burst (default: the limit); the others have none.

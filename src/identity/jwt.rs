@@ -61,11 +61,13 @@ impl JwtVerifier {
             JwtAlgorithm::Hs256 => (Algorithm::HS256, DecodingKey::from_secret(key)),
             JwtAlgorithm::Rs256 => (
                 Algorithm::RS256,
-                DecodingKey::from_rsa_pem(key).map_err(|e| format!("not an RSA public key in PEM: {e}"))?,
+                DecodingKey::from_rsa_pem(key)
+                    .map_err(|e| format!("not an RSA public key in PEM: {e}"))?,
             ),
             JwtAlgorithm::Es256 => (
                 Algorithm::ES256,
-                DecodingKey::from_ec_pem(key).map_err(|e| format!("not an EC public key in PEM: {e}"))?,
+                DecodingKey::from_ec_pem(key)
+                    .map_err(|e| format!("not an EC public key in PEM: {e}"))?,
             ),
         };
         let mut validation = Validation::new(alg);
@@ -112,7 +114,11 @@ impl JwtVerifier {
     fn refuse(&self, why: &str) {
         let n = self.rejected.fetch_add(1, Ordering::Relaxed) + 1;
         if n.is_power_of_two() {
-            warn!(rejected_total = n, reason = why, "JWT not accepted; the request has no user identity");
+            warn!(
+                rejected_total = n,
+                reason = why,
+                "JWT not accepted; the request has no user identity"
+            );
         }
     }
 }

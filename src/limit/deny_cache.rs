@@ -19,7 +19,7 @@
 //! Memory is bounded: a fixed number of entries in LRU order, spread over
 //! shards so no global lock is taken.
 
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, PoisonError};
 
 use hashlink::LruCache;
@@ -64,9 +64,7 @@ impl DenyCache {
     }
 
     fn hash(&self, requests: &[LimitRequest]) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        requests.hash(&mut h);
-        h.finish()
+        self.hasher.hash_one(requests)
     }
 
     fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, LruCache<u64, Entry>> {

@@ -120,7 +120,12 @@ mod tests {
 
     #[test]
     fn retry_after_is_exact() {
-        for (l, w, b) in [(3u64, 10_000u64, 3u64), (7, 1_000, 2), (1, 60_000, 5), (100, 1_000, 10)] {
+        for (l, w, b) in [
+            (3u64, 10_000u64, 3u64),
+            (7, 1_000, 2),
+            (1, 60_000, 5),
+            (100, 1_000, 10),
+        ] {
             for c in 1..=b {
                 let mut s = State::default();
                 let mut now = 5_000_000;
@@ -132,7 +137,10 @@ mod tests {
                         continue;
                     }
                     let d = r.outcome.retry_after_ms.unwrap();
-                    assert!(check(s, now + d, l, w, b, c).outcome.admits, "l={l} b={b} c={c}");
+                    assert!(
+                        check(s, now + d, l, w, b, c).outcome.admits,
+                        "l={l} b={b} c={c}"
+                    );
                     assert!(!check(s, now + d - 1, l, w, b, c).outcome.admits);
                     now += d;
                 }

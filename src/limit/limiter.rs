@@ -83,7 +83,8 @@ impl Limiter {
             }
             None => None,
         };
-        let deny_cache = (redis.is_some() && cfg.deny_cache > 0).then(|| DenyCache::new(cfg.deny_cache));
+        let deny_cache =
+            (redis.is_some() && cfg.deny_cache > 0).then(|| DenyCache::new(cfg.deny_cache));
         Ok(Self {
             memory: MemoryStore::new(),
             redis,
@@ -103,7 +104,11 @@ impl Limiter {
         let Some(redis) = &self.redis else {
             return Verdict::Decided(self.memory.decide_now(now_ms, requests));
         };
-        if let Some(d) = self.deny_cache.as_ref().and_then(|c| c.get(now_ms, requests)) {
+        if let Some(d) = self
+            .deny_cache
+            .as_ref()
+            .and_then(|c| c.get(now_ms, requests))
+        {
             return Verdict::Decided(d);
         }
         match redis.decide(now_ms, requests).await {
