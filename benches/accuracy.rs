@@ -148,8 +148,8 @@ fn judge(events: &[(u64, u32)], admitted: &[bool]) -> Judged {
 fn main() {
     // `cargo bench` passes --bench; under `cargo test` (no flag) this runs
     // as a quick smoke test on a short trace.
-    let full = std::env::args().any(|a| a == "--bench")
-        && !std::env::args().any(|a| a == "--quick");
+    let full =
+        std::env::args().any(|a| a == "--bench") && !std::env::args().any(|a| a == "--quick");
     let duration_ms = if full { 900_000 } else { 30_000 };
     for (mix, cap) in [("abusive", 20.0), ("near-limit", 0.5)] {
         let mut rng = Rng(0x70_11_6a_7e);

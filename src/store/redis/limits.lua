@@ -24,7 +24,8 @@
 -- admit the request (c > L, or c > B for gcra). allowed = 1 only when every
 -- limit admits, and only then is anything written: each key gets its new
 -- state and an expiry at the instant nothing in it counts any more
--- (reset_ms), so idle identities vanish. A denied request writes nothing
+-- (reset_ms; at least MIN_TTL for fixed_window and gcra, see below), so idle
+-- identities vanish. A denied request writes nothing
 -- (a sliding log drops members that stopped counting; that changes no
 -- decision).
 --
@@ -39,6 +40,14 @@
 -- integer one.
 
 local EXACT = 9007199254740992 -- 2^53
+
+-- Keys whose state runs out sooner (a GCRA bucket refills in c*w/L ms, a
+-- fixed window may end a millisecond after a write) still live this long.
+-- State that no longer counts is the same as no state, so keeping it is
+-- harmless; expiring it sooner is not when clocks disagree: Redis expires by
+-- its own clock, decisions use the gateway's, and a gateway a little behind
+-- must still see what one a little ahead wrote.
+local MIN_TTL = 60000
 
 local function fail(msg)
   return redis.error_reply('ERR tollgate limits: ' .. msg)
@@ -203,7 +212,7 @@ local function fixed_window(key, now, l, w, c)
   local value = str(widx) .. ':' .. str(after)
   return admits, math.max(0, l - after), reset, retry, function()
     if reset > 0 then
-      redis.call('SET', key, value, 'PX', str(reset))
+      redis.call('SET', key, value, 'PX', str(math.max(reset, MIN_TTL)))
     else
       redis.call('DEL', key)
     end
@@ -328,7 +337,7 @@ local function gcra(key, now, l, w, c, b)
     local q = idiv(total, l)
     local value = str(base_ms + q) .. ':' .. str(total - q * l)
     if reset > 0 then
-      redis.call('SET', key, value, 'PX', str(reset))
+      redis.call('SET', key, value, 'PX', str(math.max(reset, MIN_TTL)))
     else
       redis.call('DEL', key)
     end
