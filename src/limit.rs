@@ -7,6 +7,7 @@
 //! remaining quota, reset and Retry-After per limit — so the header phase
 //! never asks the store again.
 
+pub mod calendar;
 pub mod deny_cache;
 pub mod fixed_window;
 pub mod gcra;
@@ -28,6 +29,9 @@ pub enum Algorithm {
     /// Sliding log: one timestamp per admitted unit ([`sliding_log`]).
     /// Exact, O(L) memory.
     SlidingLog,
+    /// A fixed window that is the calendar month in UTC ([`calendar`]);
+    /// `window: month` in the configuration.
+    CalendarMonth,
     /// GCRA / token bucket: one theoretical arrival time per key ([`gcra`]).
     /// `burst` units may arrive at once; the bucket refills at L per window.
     Gcra {
@@ -43,6 +47,7 @@ impl Algorithm {
             Self::SlidingWindow => "sliding_window",
             Self::FixedWindow => "fixed_window",
             Self::SlidingLog => "sliding_log",
+            Self::CalendarMonth => "calendar_month",
             Self::Gcra { .. } => "gcra",
         }
     }
@@ -54,6 +59,7 @@ impl Algorithm {
             Self::FixedWindow => 1,
             Self::SlidingLog => 2,
             Self::Gcra { .. } => 3,
+            Self::CalendarMonth => 4,
         }
     }
 }

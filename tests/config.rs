@@ -406,6 +406,8 @@ fn algorithms_and_burst() {
       - {{ name: d, key: ip, limit: 5, window: 1s, algorithm: gcra }}
       - {{ name: e, key: ip, limit: 5, window: 1s, algorithm: gcra, burst: 20 }}
       - {{ name: f, key: ip, limit: 5, window: 1s, algorithm: sliding_window }}
+      - {{ name: g, key: ip, limit: 5, window: month }}
+      - {{ name: h, key: ip, limit: 5, window: month, algorithm: fixed_window }}
 "
     );
     let algs: Vec<Algorithm> = valid(&src).routes[0]
@@ -422,7 +424,15 @@ fn algorithms_and_burst() {
             Algorithm::Gcra { burst: 5 },
             Algorithm::Gcra { burst: 20 },
             Algorithm::SlidingWindow,
+            Algorithm::CalendarMonth,
+            Algorithm::CalendarMonth,
         ]
+    );
+    assert_eq!(
+        error(&format!(
+            "{HEAD}  - name: api\n    respond: {{}}\n    limits: [ {{ name: m, key: ip, limit: 5, window: month, algorithm: gcra }} ]\n"
+        )),
+        "routes[0].limits[0].algorithm: a window of one calendar month is counted as a fixed window; remove gcra, or write a window like 30d (line 5, col 71)"
     );
 
     let src = format!(

@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use redis::AsyncCommands;
 use support::redis::RedisServer;
 use tollgate::config::RedisConfig;
-use tollgate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest};
+use tollgate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, calendar};
 use tollgate::store::{MemoryStore, RedisStore, Store, StoreError};
 
 /// A realistic epoch instant that every window in the table divides
@@ -75,9 +75,55 @@ const FW: Algorithm = Algorithm::FixedWindow;
 const LOG: Algorithm = Algorithm::SlidingLog;
 /// GCRA with burst = limit.
 const GCRA: Algorithm = Algorithm::Gcra { burst: 0 };
+/// `window: month`.
+const MONTH: Algorithm = Algorithm::CalendarMonth;
 
 /// Every algorithm's scenarios.
-const TABLES: &[&[Scenario]] = &[SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, GCRA_TABLE];
+const TABLES: &[&[Scenario]] = &[
+    SLIDING_WINDOW,
+    FIXED_WINDOW,
+    SLIDING_LOG,
+    GCRA_TABLE,
+    CALENDAR_MONTH,
+];
+
+// A calendar month: T0 is 2023-11-14T22:00:00Z; November ends at
+// 2023-12-01T00:00:00Z, 1,389,600,000 ms later; December has 31 days.
+const CALENDAR_MONTH: &[Scenario] = &[
+    Scenario {
+        name: "monthly quota: resets on the first of the month, UTC",
+        alg: MONTH,
+        limits: &[(3, 2_592_000_000)],
+        steps: &[
+            step(0, 2, &[ok(1, 1_389_600_000)]),
+            step(1_000, 2, &[no(1, 1_389_599_000, Some(1_389_599_000))]),
+            step(1_389_599_999, 1, &[ok(0, 1)]),
+            step(1_389_600_000, 3, &[ok(0, 2_678_400_000)]),
+            step(1_389_600_000, 4, &[no(0, 2_678_400_000, None)]),
+        ],
+    },
+    Scenario {
+        name: "two monthly limits, one denies: the other is not consumed",
+        alg: MONTH,
+        limits: &[(2, 2_592_000_000), (10, 2_592_000_000)],
+        steps: &[
+            step(0, 2, &[ok(0, 1_389_600_000), ok(8, 1_389_600_000)]),
+            step(
+                5,
+                1,
+                &[
+                    no(0, 1_389_599_995, Some(1_389_599_995)),
+                    ok(7, 1_389_599_995),
+                ],
+            ),
+            step(
+                1_389_600_000,
+                1,
+                &[ok(1, 2_678_400_000), ok(9, 2_678_400_000)],
+            ),
+        ],
+    },
+];
 
 // In the comments: w window, e elapsed in window, E the estimate; all
 // quantities times w as in the code (E·w = prev·(w−e) + cur·w).
@@ -433,7 +479,7 @@ async fn check_retry_after_all(store: &impl Store, tag: &str) {
         (100, 3_600_000, 1_000, 9),
         (1, 1_000, 1, 1),
     ];
-    for alg in [SW, FW, LOG, GCRA, Algorithm::Gcra { burst: 3 }] {
+    for alg in [SW, FW, LOG, GCRA, Algorithm::Gcra { burst: 3 }, MONTH] {
         for (n, &(limit, window_ms, step_ms, cost)) in CASES.iter().enumerate() {
             let algorithm = resolve(alg, limit);
             if matches!(algorithm, Algorithm::Gcra { burst } if cost > burst) {
@@ -918,6 +964,7 @@ fn algorithm() -> impl Strategy<Value = Algorithm> {
         Just(LOG),
         Just(GCRA),
         (1u64..=8).prop_map(|burst| Algorithm::Gcra { burst }),
+        Just(MONTH),
     ]
 }
 
@@ -1073,6 +1120,10 @@ proptest! {
                 Algorithm::SlidingWindow => prop_assert!(last_window < 2 * l),
                 Algorithm::FixedWindow => {
                     let start = tj / w * w;
+                    prop_assert!(admitted_in(&run, start, tj) <= l);
+                }
+                Algorithm::CalendarMonth => {
+                    let start = calendar::month_start_ms(calendar::month_index(tj));
                     prop_assert!(admitted_in(&run, start, tj) <= l);
                 }
                 Algorithm::Gcra { burst } => {

@@ -192,6 +192,41 @@ async fn every_algorithm_limits_through_the_gateway_on_redis() {
 }
 
 #[tokio::test]
+async fn daily_and_monthly_quotas_sit_beside_a_per_second_limit() {
+    let redis = RedisServer::start().await;
+    let limits = "[ { name: per_second, key: ip, limit: 10, window: 1s }, { name: per_day, key: ip, limit: 3, window: 1d, algorithm: fixed_window }, { name: per_month, key: ip, limit: 5, window: month } ]";
+    // T0 is 2027-01-15T08:00:00Z.
+    let clock = clock();
+    let gw = Gateway::start_with_clock(
+        &yaml(&redis_store(&redis.url()), "ietf", 1, limits),
+        clock.clone(),
+    )
+    .await;
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(r#""per_second";q=10;w=1, "per_day";q=3;w=86400, "per_month";q=5;w=2592000"#)
+    );
+    // The day ends at midnight UTC (16 h), the month on Feb 1 (16 d 16 h).
+    assert_eq!(
+        r.header("ratelimit"),
+        Some(r#""per_second";r=9;t=2, "per_day";r=2;t=57600, "per_month";r=4;t=1440000"#)
+    );
+    send(gw.addr, get("/r", &[])).await;
+    send(gw.addr, get("/r", &[])).await;
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("retry-after"), Some("57600"));
+    // Next day: two more fit the month, then the month is spent.
+    clock.advance(57_600_000);
+    assert_eq!(send(gw.addr, get("/r", &[])).await.status, StatusCode::OK);
+    assert_eq!(send(gw.addr, get("/r", &[])).await.status, StatusCode::OK);
+    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("retry-after"), Some("1382400"));
+}
+
+#[tokio::test]
 async fn github_headers_describe_the_limit_closest_to_exhaustion() {
     let limits = "[ { name: per_minute, key: ip, limit: 100, window: 1m }, { name: per_second, key: ip, limit: 2, window: 1s, algorithm: fixed_window } ]";
     let clock = clock();

@@ -487,8 +487,9 @@ impl Check<'_> {
     fn plan_limit(&mut self, limit: &file::PlanLimit, path: &str) -> Checked<PlanLimit> {
         let name = self.required(&limit.name, path, "name", text(parse_limit_name));
         let max = self.required(&limit.limit, path, "limit", positive);
+        let month = is_month(&limit.window);
         let window = self.required(&limit.window, path, "window", text(parse_window));
-        let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, path);
+        let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
         Ok(PlanLimit {
             name: name?,
             limit: NonZeroU64::new(max?).ok_or(Reported)?,
@@ -887,8 +888,9 @@ impl Check<'_> {
             });
         }
         let max = self.required(&limit.limit, path, "limit", positive);
+        let month = is_month(&limit.window);
         let window = self.required(&limit.window, path, "window", text(parse_window));
-        let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, path);
+        let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
         plan?;
         Ok(Limit {
             name: name?,
@@ -909,13 +911,25 @@ impl Check<'_> {
         burst: &Field<Int>,
         max: &Checked<u64>,
         window: &Checked<NonZeroU64>,
+        month: bool,
         path: &str,
     ) -> Checked<Algorithm> {
-        let algorithm = self.optional(
-            algorithm,
-            &child_key(path, "algorithm"),
-            text(parse_algorithm),
-        );
+        let alg_path = child_key(path, "algorithm");
+        let mut algorithm = self.optional(algorithm, &alg_path, text(parse_algorithm));
+        if month {
+            // A calendar month is counted as a fixed window.
+            algorithm = match algorithm {
+                Ok(None | Some(Algorithm::FixedWindow)) => Ok(Some(Algorithm::CalendarMonth)),
+                Ok(Some(other)) => Err(self.value_error(
+                    &alg_path,
+                    format!(
+                        "a window of one calendar month is counted as a fixed window; remove {}, or write a window like 30d",
+                        other.name()
+                    ),
+                )),
+                Err(r) => Err(r),
+            };
+        }
         let burst_path = child_key(path, "burst");
         let burst = self.optional(burst, &burst_path, positive);
         // gcra takes its burst (default: the limit); the others have none.
@@ -1136,8 +1150,21 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// A limit window: a duration of at least one second, in milliseconds.
+/// Whether a window is written as `month` (a calendar month in UTC).
+fn is_month(window: &Field<Text>) -> bool {
+    matches!(window, Field::Valid(Text(s)) if s == "month")
+}
+
+/// The nominal length of `window: month` (30 days), shown as the policy's
+/// `w`; the count itself follows calendar months.
+const MONTH_MS: u64 = 30 * 86_400_000;
+
+/// A limit window: a duration of at least one second, in milliseconds, or
+/// `month` (nominally 30 days; see [`is_month`]).
 fn parse_window(s: &str) -> Result<NonZeroU64, String> {
+    if s == "month" {
+        return NonZeroU64::new(MONTH_MS).ok_or_else(|| "month".to_owned());
+    }
     let d = parse_duration(s)?;
     if d < Duration::from_secs(1) {
         return Err(format!("{s:?} is too short; a window must be at least 1s"));

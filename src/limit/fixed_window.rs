@@ -38,15 +38,26 @@ impl State {
 /// [`State::at`]). The caller adds `cost` to `count` when the whole request
 /// is admitted.
 pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+    // The window this count belongs to ends here (later than now's window
+    // only for state from a clock ahead).
+    check_until(
+        state,
+        now,
+        limit,
+        (state.window + 1).saturating_mul(window),
+        cost,
+    )
+}
+
+/// [`check`] for a window that ends at `end` (ms): calendar months, whose
+/// length varies.
+pub fn check_until(state: State, now: u64, limit: u64, end: u64, cost: u64) -> LimitOutcome {
     let admits = cost <= limit && state.count.saturating_add(cost) <= limit;
     let after = if admits {
         state.count + cost
     } else {
         state.count
     };
-    // The window this count belongs to ends here (later than now's window
-    // only for state from a clock ahead).
-    let end = (state.window + 1).saturating_mul(window);
     let to_end = end.saturating_sub(now);
     LimitOutcome {
         admits,

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{Store, StoreError};
 use crate::limit::{
-    Algorithm, Decision, LimitOutcome, LimitRequest, fixed_window, gcra, sliding_log,
+    Algorithm, Decision, LimitOutcome, LimitRequest, calendar, fixed_window, gcra, sliding_log,
     sliding_window,
 };
 
@@ -24,6 +24,8 @@ const SHARDS: usize = 64;
 enum State {
     Sliding(sliding_window::State),
     Fixed(fixed_window::State),
+    /// A fixed window that is a calendar month; `window` is the month index.
+    Month(fixed_window::State),
     Log(VecDeque<u64>),
     Gcra(gcra::State),
 }
@@ -40,6 +42,12 @@ impl State {
             }
             (Algorithm::FixedWindow, Some(State::Fixed(s))) => State::Fixed(s.at(window)),
             (Algorithm::FixedWindow, _) => State::Fixed(fixed_window::State::default().at(window)),
+            (Algorithm::CalendarMonth, Some(State::Month(s))) => {
+                State::Month(s.at(calendar::month_index(now)))
+            }
+            (Algorithm::CalendarMonth, _) => {
+                State::Month(fixed_window::State::default().at(calendar::month_index(now)))
+            }
             (Algorithm::SlidingLog, Some(State::Log(log))) => {
                 let mut log = log.clone();
                 sliding_log::prune(&mut log, now, r.window_ms);
@@ -62,6 +70,16 @@ impl State {
                     after.cur += c;
                 }
                 (o, State::Sliding(after))
+            }
+            (State::Month(s), _) => {
+                // The end of now's month, also for state written by a clock
+                // ahead (as the Redis script, which is told only now's month).
+                let o = fixed_window::check_until(*s, now, l, calendar::month(now).1, c);
+                let mut after = *s;
+                if o.admits {
+                    after.count += c;
+                }
+                (o, State::Month(after))
             }
             (State::Fixed(s), _) => {
                 let o = fixed_window::check(*s, now, l, w, c);
@@ -95,6 +113,7 @@ impl State {
         match self {
             State::Sliding(s) => s.window + 1 < now / window_ms,
             State::Fixed(s) => s.window < now / window_ms,
+            State::Month(s) => s.window < calendar::month_index(now),
             State::Log(log) => log.back().is_none_or(|&s| s + window_ms <= now),
             State::Gcra(s) => s.tat < now,
         }

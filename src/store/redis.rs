@@ -52,7 +52,7 @@ use tokio::time::Instant;
 
 use super::{Store, StoreError};
 use crate::config::RedisConfig;
-use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest};
+use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, calendar};
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
 pub const SCRIPT: &str = include_str!("redis/limits.lua");
@@ -350,18 +350,24 @@ fn watch_link(client: &Client, link_up: Arc<AtomicBool>) -> JoinHandle<()> {
 }
 
 /// `ARGV` of the script: now, then algorithm, limit, window, cost and burst
-/// per request.
+/// per request (for a calendar month: the month's end and its index).
 fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, StoreError> {
     let mut argv = Vec::with_capacity(1 + 5 * requests.len());
     argv.push(arg(now_ms, "now")?);
     for r in requests {
-        let burst = match r.algorithm {
-            Algorithm::Gcra { burst } => burst,
-            _ => r.limit,
+        // A calendar month is computed here, once, for both stores' sake:
+        // the script is told the month index and when it ends.
+        let (window, burst) = match r.algorithm {
+            Algorithm::Gcra { burst } => (r.window_ms, burst),
+            Algorithm::CalendarMonth => {
+                let (index, end) = calendar::month(now_ms);
+                (end, index)
+            }
+            _ => (r.window_ms, r.limit),
         };
         argv.push(arg(r.algorithm.code(), "algorithm")?);
         argv.push(arg(r.limit, "limit")?);
-        argv.push(arg(r.window_ms, "window")?);
+        argv.push(arg(window, "window")?);
         argv.push(arg(r.cost, "cost")?);
         argv.push(arg(burst, "burst")?);
     }

@@ -4,7 +4,8 @@
 --           the limit's algorithm (the key name carries the algorithm, so
 --           one key never changes shape):
 --             sliding_window  string "<window>:<prev>:<cur>"
---             fixed_window    string "<window>:<count>"
+--             fixed_window    string "<window>:<count>" (calendar months
+--                             too, with the month index as window)
 --             sliding_log     sorted set, one member per admitted unit,
 --                             scored by its time in ms; members are
 --                             "<ms>:<n>" with n counting the members already
@@ -15,8 +16,9 @@
 -- ARGV[1]   now, integer ms since the epoch (the caller's clock).
 -- ARGV[5i-3 .. 5i+1]
 --           algorithm (0 sliding_window, 1 fixed_window, 2 sliding_log,
---           3 gcra), limit L, window w (ms, >= 1), cost c and burst B (gcra;
---           ignored otherwise) of KEYS[i].
+--           3 gcra, 4 calendar month), limit L, window w (ms, >= 1), cost c
+--           and burst B (gcra; ignored otherwise) of KEYS[i]. For a
+--           calendar month, w is the month's end (ms) and B its index.
 --
 -- Returns a flat integer array:
 --   { allowed, admits_1, remaining_1, reset_ms_1, retry_after_ms_1, ... }
@@ -171,8 +173,9 @@ local function sliding_window(key, now, l, w, c)
   end
 end
 
-local function fixed_window(key, now, l, w, c)
-  local idx = idiv(now, w)
+-- A fixed window: index idx for now, ending at end_of(widx) for the window
+-- widx the count belongs to.
+local function fixed(key, now, l, c, idx, end_of)
   local widx, count = idx, 0
   local raw, err = get(key)
   if err then
@@ -188,7 +191,8 @@ local function fixed_window(key, now, l, w, c)
       widx, count = kw, kc
     end
   end
-  if (widx + 1) * w >= EXACT or count + math.min(c, l) >= EXACT then
+  local window_end = end_of(widx)
+  if window_end >= EXACT or count + math.min(c, l) >= EXACT then
     return nil, fail(key .. ': window or count reach 2^53, beyond exact arithmetic')
   end
   local admits = c <= l and count + c <= l
@@ -196,7 +200,7 @@ local function fixed_window(key, now, l, w, c)
   if admits then
     after = count + c
   end
-  local to_end = math.max(0, (widx + 1) * w - now)
+  local to_end = math.max(0, window_end - now)
   local reset = 0
   if after > 0 then
     reset = to_end
@@ -217,6 +221,22 @@ local function fixed_window(key, now, l, w, c)
       redis.call('DEL', key)
     end
   end
+end
+
+local function fixed_window(key, now, l, w, c)
+  return fixed(key, now, l, c, idiv(now, w), function(widx)
+    return (widx + 1) * w
+  end)
+end
+
+-- A calendar month: the caller sends the month's end in the window slot and
+-- its index (months since January 1970) in the burst slot, computed once in
+-- Rust (src/limit/calendar.rs). State from a clock ahead is measured to the
+-- end of now's month, as the in-process store does.
+local function calendar_month(key, now, l, month_end, c, index)
+  return fixed(key, now, l, c, index, function(_)
+    return month_end
+  end)
 end
 
 local function sliding_log(key, now, l, w, c)
@@ -344,7 +364,13 @@ local function gcra(key, now, l, w, c, b)
   end
 end
 
-local ALGORITHMS = { [0] = sliding_window, [1] = fixed_window, [2] = sliding_log, [3] = gcra }
+local ALGORITHMS = {
+  [0] = sliding_window,
+  [1] = fixed_window,
+  [2] = sliding_log,
+  [3] = gcra,
+  [4] = calendar_month,
+}
 
 local n = #KEYS
 if #ARGV ~= 1 + 5 * n then
