@@ -180,14 +180,30 @@ impl MemoryStore {
         order.dedup();
         let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
-        let mut states = Vec::with_capacity(requests.len());
+        // Per request, the state to store if all admit; `None` for a sliding
+        // log, which is pruned in place (as the script's ZREMRANGEBYSCORE)
+        // and grown in place, never copied: it holds up to L entries.
+        let mut states: Vec<Option<State>> = Vec::with_capacity(requests.len());
         let mut outcomes = Vec::with_capacity(requests.len());
         for (r, &si) in requests.iter().zip(&idx) {
             let g = guard(&mut guards, si);
+            if r.algorithm == Algorithm::SlidingLog {
+                if let Some(Entry {
+                    state: State::Log(log),
+                    ..
+                }) = g.map.get_mut(&r.key)
+                {
+                    sliding_log::prune(log, now_ms, r.window_ms);
+                    let o = sliding_log::check(log, now_ms, r.limit, r.window_ms, r.cost);
+                    outcomes.push(o);
+                    states.push(None);
+                    continue;
+                }
+            }
             let st = State::for_request(g.map.get(&r.key).map(|e| &e.state), r, now_ms);
             let (outcome, after) = st.check(r, now_ms);
             outcomes.push(outcome);
-            states.push(after);
+            states.push(Some(after));
         }
         let allowed = outcomes.iter().all(|o| o.admits);
         if allowed {
@@ -201,6 +217,18 @@ impl MemoryStore {
                     g.map.remove(&r.key);
                     continue;
                 }
+                let Some(st) = st else {
+                    // A sliding log already held: add this request's units.
+                    if let Some(Entry {
+                        state: State::Log(log),
+                        window_ms,
+                    }) = g.map.get_mut(&r.key)
+                    {
+                        sliding_log::add(log, now_ms, r.cost);
+                        *window_ms = r.window_ms;
+                    }
+                    continue;
+                };
                 match g.map.get_mut(&r.key) {
                     Some(e) => {
                         e.state = st;
