@@ -6,6 +6,8 @@
 //! that makes a multi-limit decision atomic like the Redis script.
 //! Idle keys are swept from a shard when it has doubled since its last sweep,
 //! so memory stays bounded by the keys active in the last two windows.
+//! Each key holds its algorithm's state; a sliding log (up to L timestamps)
+//! is pruned and grown in place, never copied.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
