@@ -1265,3 +1265,49 @@ async fn redis_memory_per_key_by_algorithm() {
         }
     }
 }
+
+/// Every algorithm's key expires once nothing in it counts; fixed windows
+/// and GCRA buckets, which can run out within milliseconds of a write, live
+/// at least one window or 60 s, whichever is shorter.
+#[tokio::test]
+async fn every_key_expires_with_a_floor_for_short_lived_state() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let mut conn = server.connection().await;
+    // (algorithm, limit, window, at, expected PTTL range)
+    let cases: &[(Algorithm, u64, u64, u64, std::ops::RangeInclusive<i64>)] = &[
+        // GCRA 1000 per minute: one unit refills in 60 ms; floor 60 s.
+        (
+            Algorithm::Gcra { burst: 1_000 },
+            1_000,
+            60_000,
+            0,
+            59_000..=60_000,
+        ),
+        // GCRA 10 per second: floor one window.
+        (Algorithm::Gcra { burst: 10 }, 10, 1_000, 0, 900..=1_000),
+        // Fixed 1 h window written 1 ms before its end: floor 60 s.
+        (FW, 5, 3_600_000, 3_599_999, 59_000..=60_000),
+        // Fixed 1 h window written at its start: the window's end.
+        (FW, 5, 3_600_000, 0, 3_599_000..=3_600_000),
+        // Sliding log: newest + w − now.
+        (LOG, 5, 10_000, 0, 9_000..=10_000),
+    ];
+    for (n, (alg, limit, window_ms, at, range)) in cases.iter().enumerate() {
+        let key = format!("ttl:{{{n}}}");
+        let req = [LimitRequest {
+            key: key.clone(),
+            limit: *limit,
+            window_ms: *window_ms,
+            cost: 1,
+            algorithm: *alg,
+        }];
+        assert!(store.decide(T0 + at, &req).await.unwrap().allowed);
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(range.contains(&ttl), "{alg:?}: PTTL {ttl} not in {range:?}");
+    }
+}

@@ -26,7 +26,8 @@
 -- admit the request (c > L, or c > B for gcra). allowed = 1 only when every
 -- limit admits, and only then is anything written: each key gets its new
 -- state and an expiry at the instant nothing in it counts any more
--- (reset_ms; at least MIN_TTL for fixed_window and gcra, see below), so idle
+-- (reset_ms; for fixed windows and gcra at least min(w, MIN_TTL), see
+-- below), so idle
 -- identities vanish. A denied request writes nothing
 -- (a sliding log drops members that stopped counting; that changes no
 -- decision).
@@ -44,7 +45,8 @@
 local EXACT = 9007199254740992 -- 2^53
 
 -- Keys whose state runs out sooner (a GCRA bucket refills in c*w/L ms, a
--- fixed window may end a millisecond after a write) still live this long.
+-- fixed window may end a millisecond after a write) still live this long,
+-- or one window if that is shorter.
 -- State that no longer counts is the same as no state, so keeping it is
 -- harmless; expiring it sooner is not when clocks disagree: Redis expires by
 -- its own clock, decisions use the gateway's, and a gateway a little behind
@@ -175,7 +177,7 @@ end
 
 -- A fixed window: index idx for now, ending at end_of(widx) for the window
 -- widx the count belongs to.
-local function fixed(key, now, l, c, idx, end_of)
+local function fixed(key, now, l, c, idx, end_of, min_ttl)
   local widx, count = idx, 0
   local raw, err = get(key)
   if err then
@@ -216,7 +218,7 @@ local function fixed(key, now, l, c, idx, end_of)
   local value = str(widx) .. ':' .. str(after)
   return admits, math.max(0, l - after), reset, retry, function()
     if reset > 0 then
-      redis.call('SET', key, value, 'PX', str(math.max(reset, MIN_TTL)))
+      redis.call('SET', key, value, 'PX', str(math.max(reset, min_ttl)))
     else
       redis.call('DEL', key)
     end
@@ -226,7 +228,7 @@ end
 local function fixed_window(key, now, l, w, c)
   return fixed(key, now, l, c, idiv(now, w), function(widx)
     return (widx + 1) * w
-  end)
+  end, math.min(w, MIN_TTL))
 end
 
 -- A calendar month: the caller sends the month's end in the window slot and
@@ -236,7 +238,7 @@ end
 local function calendar_month(key, now, l, month_end, c, index)
   return fixed(key, now, l, c, index, function(_)
     return month_end
-  end)
+  end, MIN_TTL)
 end
 
 local function sliding_log(key, now, l, w, c)
@@ -357,7 +359,7 @@ local function gcra(key, now, l, w, c, b)
     local q = idiv(total, l)
     local value = str(base_ms + q) .. ':' .. str(total - q * l)
     if reset > 0 then
-      redis.call('SET', key, value, 'PX', str(math.max(reset, MIN_TTL)))
+      redis.call('SET', key, value, 'PX', str(math.max(reset, math.min(w, MIN_TTL))))
     else
       redis.call('DEL', key)
     end
