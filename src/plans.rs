@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use hashlink::LruCache;
@@ -46,6 +47,8 @@ pub struct PlanResolver {
     /// Sharded so concurrent lookups of different keys do not queue.
     cache: Box<[Mutex<Cache>]>,
     hasher: RandomState,
+    /// Redis lookups that failed.
+    failures: AtomicU64,
 }
 
 const SHARDS: usize = 16;
@@ -75,6 +78,7 @@ impl PlanResolver {
                 .map(|_| Mutex::new(LruCache::new(CACHE_ENTRIES / SHARDS)))
                 .collect(),
             hasher: RandomState::new(),
+            failures: AtomicU64::new(0),
         }
     }
 
@@ -133,7 +137,12 @@ impl PlanResolver {
                     plan
                 }
                 Err(e) => {
-                    warn!(error = %e, "API-key lookup in Redis failed; treating the key as unknown");
+                    // Logged at the 1st, 2nd, 4th, 8th … failure, so an
+                    // outage does not flood the log.
+                    let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_power_of_two() {
+                        warn!(error = %e, failures_total = n, "API-key lookup in Redis failed; treating the key as unknown");
+                    }
                     None
                 }
             },
