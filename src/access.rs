@@ -90,7 +90,8 @@ pub fn upstream_error_kind(e: &GatewayError) -> UpstreamErrorKind {
         GatewayError::UpstreamFailed(_)
         | GatewayError::NoRoute { .. }
         | GatewayError::Limited { .. }
-        | GatewayError::StoreUnavailable => UpstreamErrorKind::Failed,
+        | GatewayError::StoreUnavailable
+        | GatewayError::UnknownApiKey => UpstreamErrorKind::Failed,
     }
 }
 

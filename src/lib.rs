@@ -17,6 +17,7 @@ pub mod headers;
 pub mod identity;
 pub mod limit;
 pub mod metrics;
+pub mod plans;
 pub mod problem;
 pub mod proxy;
 pub mod reload;

@@ -43,6 +43,8 @@ pub enum Outcome {
     ShadowLimited,
     /// The gateway answered an error of its own (upstream unreachable, timeout).
     Error,
+    /// Refused before any limit: an API key without a plan (401).
+    Rejected,
 }
 
 impl Outcome {
@@ -53,6 +55,7 @@ impl Outcome {
             Self::Limited => "limited",
             Self::ShadowLimited => "shadow_limited",
             Self::Error => "error",
+            Self::Rejected => "rejected",
         }
     }
 }
@@ -179,6 +182,7 @@ pub struct RouteMetrics {
     limited: Counter,
     shadow_limited: Counter,
     error: Counter,
+    rejected: Counter,
     /// Per limit, in the route's limit order.
     pub limits: Vec<LimitMetrics>,
     classes: [Counter; 5],
@@ -207,6 +211,7 @@ impl RouteMetrics {
             Outcome::Limited => self.limited.inc(),
             Outcome::ShadowLimited => self.shadow_limited.inc(),
             Outcome::Error => self.error.inc(),
+            Outcome::Rejected => self.rejected.inc(),
         };
     }
 
@@ -397,6 +402,7 @@ impl Metrics {
                     limited: req(Outcome::Limited),
                     shadow_limited: req(Outcome::ShadowLimited),
                     error: req(Outcome::Error),
+                    rejected: req(Outcome::Rejected),
                     limits,
                     classes: [
                         class("1xx"),
