@@ -140,6 +140,8 @@ pub struct StoreMetrics {
     pub fallback: Gauge<i64, AtomicI64>,
     /// 1 while the breaker is open (Redis is not called), else 0.
     pub breaker_open: Gauge<i64, AtomicI64>,
+    /// Requests answered from the deny cache, without a Redis call.
+    pub deny_cache_hits: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -150,6 +152,7 @@ impl Default for StoreMetrics {
             errors: Counter::default(),
             fallback: Gauge::default(),
             breaker_open: Gauge::default(),
+            deny_cache_hits: Counter::default(),
         }
     }
 }
@@ -306,6 +309,12 @@ impl Metrics {
             "1 while the breaker in front of Redis is open (Redis is not called), else 0",
             store_breaker_open.clone(),
         );
+        let deny_cache_hits = Counter::default();
+        registry.register(
+            "tollgate_deny_cache_hits",
+            "Requests denied from the local deny cache, without a Redis call",
+            deny_cache_hits.clone(),
+        );
         let upstream_responses = Family::<UpstreamLabels, Counter>::default();
         registry.register(
             "tollgate_upstream_responses",
@@ -337,6 +346,7 @@ impl Metrics {
             errors: store_errors,
             fallback: store_fallback,
             breaker_open: store_breaker_open,
+            deny_cache_hits,
         };
         Self {
             registry,

@@ -94,6 +94,11 @@ async fn a_denied_caller_costs_redis_nothing_until_retry_after() {
         before + 1,
         "denied requests before Retry-After must not reach Redis"
     );
+    let metrics = gw.inner.metrics().render();
+    assert!(
+        metrics.contains("tollgate_deny_cache_hits_total 1000\n"),
+        "deny-cache hits are exported:\n{metrics}"
+    );
     // The replayed answer counts down like Redis's would: 7 s − 0.5 s.
     let r = send(gw.addr, get("/r", &[])).await;
     assert_eq!(r.header("retry-after"), Some("7"));

@@ -198,6 +198,7 @@ impl Limiter {
             .as_ref()
             .and_then(|c| c.get(now_ms, requests))
         {
+            self.metrics.deny_cache_hits.inc();
             return Verdict::Decided(d);
         }
         let called = self.breaker.allows();
