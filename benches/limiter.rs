@@ -19,6 +19,7 @@ fn memory_store(c: &mut Criterion) {
         limit: u64::MAX / 4,
         window_ms: 60_000,
         cost: 1,
+        algorithm: Default::default(),
     }];
     let mut now = 1_800_000_000_000u64;
     c.bench_function("memory/hot_key", |b| {
@@ -40,6 +41,7 @@ fn memory_store(c: &mut Criterion) {
             limit: 1_000_000,
             window_ms: 60_000,
             cost: 1,
+            algorithm: Default::default(),
         })
         .collect();
     let mut i = 0usize;
@@ -79,6 +81,8 @@ fn headers(c: &mut Criterion) {
         window_ms: NonZeroU64::new(60_000).unwrap(),
         cost: None,
         shadow: false,
+        algorithm: Default::default(),
+        plan: false,
     }];
     let store = MemoryStore::new();
     let d = store.decide_now(
@@ -88,6 +92,7 @@ fn headers(c: &mut Criterion) {
             limit: 100,
             window_ms: 60_000,
             cost: 1,
+            algorithm: Default::default(),
         }],
     );
     c.bench_function("headers/ratelimit_value", |b| {

@@ -90,7 +90,8 @@ pub fn upstream_error_kind(e: &GatewayError) -> UpstreamErrorKind {
         GatewayError::UpstreamFailed(_)
         | GatewayError::NoRoute { .. }
         | GatewayError::Limited { .. }
-        | GatewayError::StoreUnavailable => UpstreamErrorKind::Failed,
+        | GatewayError::StoreUnavailable
+        | GatewayError::UnknownApiKey => UpstreamErrorKind::Failed,
         // Refusals of the client's request. A forward ends so only when a
         // streamed body passed `server.max_body_size`, which the pipeline
         // does not count as an upstream error.

@@ -33,7 +33,9 @@ pub struct Config {
     pub client_ip: ClientIpConfig,
     /// Which rate-limit header set responses carry.
     pub headers: HeaderMode,
-    /// Where API keys are read from.
+    /// Pricing tiers: named sets of limits, chosen per API key.
+    pub plans: Vec<Plan>,
+    /// Where API keys are read from and which plan each has.
     pub api_keys: ApiKeyConfig,
     /// Where the authenticated user is read from.
     pub users: UserConfig,
@@ -99,6 +101,8 @@ pub struct StoreConfig {
     pub clock: ClockSource,
     /// When to stop calling a failing Redis, and how often to probe it.
     pub breaker: BreakerConfig,
+    /// Denied requests remembered in process (entries; 0 turns it off).
+    pub deny_cache: usize,
 }
 
 /// Whose clock the Redis scripts use.
@@ -257,6 +261,12 @@ pub struct ClientIpConfig {
 pub enum HeaderMode {
     /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11).
     Ietf,
+    /// GitHub's `X-RateLimit-Limit/Remaining/Used/Reset/Resource` for the
+    /// limit closest to exhaustion; `Reset` is in epoch seconds.
+    Github,
+    /// The older draft's `RateLimit-Limit/Remaining/Reset` (seconds from
+    /// now) for the limit closest to exhaustion.
+    Legacy,
     /// No rate-limit headers (429 still carries `Retry-After`).
     None,
 }
@@ -266,6 +276,45 @@ pub enum HeaderMode {
 pub struct ApiKeyConfig {
     /// Header holding the key (`Authorization: Bearer` is also read).
     pub header: HeaderName,
+    /// Static key → plan map.
+    pub keys: std::collections::HashMap<String, Arc<str>>,
+    /// What callers with an unknown (or no) key get on plan routes.
+    pub unknown: UnknownKey,
+    /// Look keys missing from `keys` up in the Redis hash `<prefix>keys`.
+    pub redis_hash: bool,
+    /// How long a Redis hash answer is reused in process.
+    pub cache: Duration,
+}
+
+/// The plan of callers whose API key is not known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnknownKey {
+    /// This plan.
+    Plan(Arc<str>),
+    /// `401 Unauthorized` on routes whose limits come from plans.
+    Reject,
+}
+
+/// A pricing tier.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Name used in `api_keys.keys` and the Redis hash.
+    pub name: Arc<str>,
+    /// Its limits; a route limit with `plan: true` becomes these.
+    pub limits: Vec<PlanLimit>,
+}
+
+/// One limit of a plan: numbers without an identity key.
+#[derive(Debug, Clone)]
+pub struct PlanLimit {
+    /// Policy name shown in headers.
+    pub name: Arc<str>,
+    /// Units per window.
+    pub limit: NonZeroU64,
+    /// Window length in milliseconds.
+    pub window_ms: NonZeroU64,
+    /// How the limit counts.
+    pub algorithm: crate::limit::Algorithm,
 }
 
 /// Authenticated user source.
@@ -273,6 +322,8 @@ pub struct ApiKeyConfig {
 pub struct UserConfig {
     /// Header set by a trusted auth layer; ignored from untrusted peers.
     pub header: HeaderName,
+    /// Verifier of `Authorization: Bearer` JWTs; the user is one claim.
+    pub jwt: Option<crate::identity::jwt::JwtVerifier>,
 }
 
 /// Gateway-wide timeouts.
@@ -382,6 +433,11 @@ pub struct Limit {
     pub cost: Option<u64>,
     /// The limit only counts and logs what it would deny (see [`crate::shadow`]).
     pub shadow: bool,
+    /// How the limit counts (`algorithm:`, default `sliding_window`).
+    pub algorithm: crate::limit::Algorithm,
+    /// `plan: true`: the numbers above are placeholders; each request uses
+    /// the limits of its caller's plan, keyed by `key`.
+    pub plan: bool,
 }
 
 /// An identity key: the parts of a compound key (`[ip, header:x-user]`),

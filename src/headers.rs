@@ -9,6 +9,15 @@
 //! 429 the violated policy's `t` is its Retry-After. Seconds are rounded up
 //! so a client that waits `t` is never early. The policy value does not
 //! depend on the request and is rendered once per route at load time.
+//!
+//! Two older header sets are offered for clients that already parse them;
+//! both describe one limit only, the one closest to exhaustion (on a 429,
+//! the violated limit with the longest wait):
+//! - `github`: `X-RateLimit-Limit`, `-Remaining`, `-Used`, `-Reset` (epoch
+//!   seconds, as GitHub's REST API sends it) and `-Resource` (the limit name);
+//! - `legacy`: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
+//!   (seconds from now) of draft-ietf-httpapi-ratelimit-headers-03 and
+//!   earlier.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -19,6 +28,22 @@ use crate::limit::Decision;
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`.
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit` (github).
+pub static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining` (github).
+pub static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Used` (github).
+pub static X_USED: HeaderName = HeaderName::from_static("x-ratelimit-used");
+/// `X-RateLimit-Reset` (github; epoch seconds).
+pub static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `X-RateLimit-Resource` (github).
+pub static X_RESOURCE: HeaderName = HeaderName::from_static("x-ratelimit-resource");
+/// `RateLimit-Limit` (legacy).
+pub static LEGACY_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+/// `RateLimit-Remaining` (legacy).
+pub static LEGACY_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+/// `RateLimit-Reset` (legacy; seconds from now).
+pub static LEGACY_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
 
 /// Milliseconds to whole seconds, rounded up.
 pub fn ceil_secs(ms: u64) -> u64 {
@@ -28,7 +53,7 @@ pub fn ceil_secs(ms: u64) -> u64 {
 /// The `RateLimit-Policy` value for a route's limits, or `None` when there
 /// are no limits or headers are off.
 pub fn policy_header(mode: HeaderMode, limits: &[Limit]) -> Option<HeaderValue> {
-    if mode == HeaderMode::None || limits.is_empty() {
+    if mode != HeaderMode::Ietf || limits.is_empty() {
         return None;
     }
     let mut out = String::new();
@@ -69,15 +94,71 @@ pub fn ratelimit_value(limits: &[Limit], decision: &Decision) -> Option<HeaderVa
     HeaderValue::from_str(&out).ok()
 }
 
-/// Adds the rate-limit headers of `mode` to a response.
+/// The limit the single-limit header sets describe, with the milliseconds
+/// until it is restored (its Retry-After on a deny): on a 429 the violated
+/// limit with the longest wait, otherwise the one with the smallest share of
+/// its quota left.
+fn closest<'a>(limits: &'a [Limit], decision: &Decision) -> Option<(&'a Limit, u64, u64)> {
+    let pairs = limits.iter().zip(&decision.outcomes);
+    let pick = if decision.allowed {
+        // remaining/limit smallest: compare r1·l2 < r2·l1.
+        pairs.min_by(|(l1, o1), (l2, o2)| {
+            (u128::from(o1.remaining) * u128::from(l2.limit.get()))
+                .cmp(&(u128::from(o2.remaining) * u128::from(l1.limit.get())))
+        })
+    } else {
+        pairs
+            .filter(|(_, o)| !o.admits)
+            .max_by_key(|(_, o)| o.retry_after_ms.unwrap_or(u64::MAX))
+    };
+    pick.map(|(l, o)| {
+        let t = match (o.admits, o.retry_after_ms) {
+            (false, Some(ms)) => ms,
+            _ => o.reset_ms,
+        };
+        (l, o.remaining, t)
+    })
+}
+
+/// Adds the rate-limit headers of `mode` to a response; `now_ms` is the
+/// time the decision was made at (for GitHub's epoch `Reset`).
 pub fn apply(
     mode: HeaderMode,
     headers: &mut HeaderMap,
     policy: Option<&HeaderValue>,
     limits: &[Limit],
     decision: Option<&Decision>,
+    now_ms: u64,
 ) {
-    if mode == HeaderMode::None {
+    let single = match mode {
+        HeaderMode::None => return,
+        HeaderMode::Ietf => None,
+        HeaderMode::Github | HeaderMode::Legacy => decision.and_then(|d| closest(limits, d)),
+    };
+    if let Some((limit, remaining, t_ms)) = single {
+        let q = limit.limit.get();
+        if mode == HeaderMode::Github {
+            headers.insert(X_LIMIT.clone(), HeaderValue::from(q));
+            headers.insert(X_REMAINING.clone(), HeaderValue::from(remaining));
+            headers.insert(
+                X_USED.clone(),
+                HeaderValue::from(q.saturating_sub(remaining)),
+            );
+            headers.insert(
+                X_RESET.clone(),
+                HeaderValue::from(ceil_secs(now_ms.saturating_add(t_ms))),
+            );
+            if let Ok(v) = HeaderValue::from_str(&limit.name) {
+                headers.insert(X_RESOURCE.clone(), v);
+            }
+        } else {
+            headers.insert(LEGACY_LIMIT.clone(), HeaderValue::from(q));
+            headers.insert(LEGACY_REMAINING.clone(), HeaderValue::from(remaining));
+            headers.insert(LEGACY_RESET.clone(), HeaderValue::from(ceil_secs(t_ms)));
+        }
+        return;
+    }
+    if mode != HeaderMode::Ietf {
         return;
     }
     if let Some(p) = policy {
@@ -103,6 +184,8 @@ mod tests {
             window_ms: NonZeroU64::new(w_ms).unwrap(),
             cost: None,
             shadow: false,
+            algorithm: Default::default(),
+            plan: false,
         }
     }
 

@@ -8,7 +8,9 @@
 //! hash tag, or make two different identities collide through separators.
 
 pub mod forwarded;
+pub mod jwt;
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -33,8 +35,9 @@ pub struct Caller<'a> {
     pub ip: IpNet,
     /// The API key, if any.
     pub api_key: Option<&'a [u8]>,
-    /// The authenticated user, if any (only from trusted peers).
-    pub user: Option<&'a [u8]>,
+    /// The authenticated user, if any: from a verified JWT, or from the
+    /// user header of a trusted peer.
+    pub user: Option<Cow<'a, [u8]>>,
     /// The request headers, for `header:NAME` sources.
     pub headers: &'a HeaderMap,
 }
@@ -86,19 +89,28 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
     } else {
         canonical(peer)
     };
+    // With JWTs configured, `Authorization: Bearer` carries the JWT and the
+    // API key comes from its own header only.
+    let jwt = cfg.users.jwt.as_ref();
     let api_key = headers
         .get(&cfg.api_keys.header)
         .map(|v| v.as_bytes())
         .filter(|v| !v.is_empty())
-        .or_else(|| bearer(headers));
-    let user = if trusted {
-        headers
-            .get(&cfg.users.header)
-            .map(|v| v.as_bytes())
-            .filter(|v| !v.is_empty())
-    } else {
-        None
-    };
+        .or_else(|| if jwt.is_some() { None } else { bearer(headers) });
+    let from_token = jwt
+        .and_then(|v| Some((v, bearer(headers)?)))
+        .and_then(|(v, token)| v.user(token))
+        .map(Cow::Owned);
+    let user = from_token.or_else(|| {
+        if trusted {
+            headers
+                .get(&cfg.users.header)
+                .map(|v| Cow::Borrowed(v.as_bytes()))
+                .filter(|v| !v.is_empty())
+        } else {
+            None
+        }
+    });
     Caller {
         ip: group(client, cfg.client_ip.ipv6_prefix),
         api_key,
@@ -146,7 +158,7 @@ pub fn write_key(out: &mut String, spec: &KeySpec, caller: &Caller<'_>) {
                     }
                 }
                 KeySource::User => {
-                    if let Some(v) = caller.user {
+                    if let Some(v) = &caller.user {
                         out.push_str("user=");
                         push_value(out, v);
                         found = true;
@@ -223,7 +235,7 @@ mod tests {
         let c = Caller {
             ip: group("1.2.3.4".parse().unwrap(), 64),
             api_key: None,
-            user: Some(b"alice"),
+            user: Some(Cow::Borrowed(b"alice")),
             headers: &headers,
         };
         let s = spec(vec![vec![
@@ -266,7 +278,7 @@ mod tests {
         let exact64 = vec![b'k'; 64];
         let c2 = Caller {
             api_key: Some(&exact64),
-            ..c
+            ..c.clone()
         };
         assert_eq!(
             key(&spec(vec![vec![KeySource::ApiKey]]), &c2),

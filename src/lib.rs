@@ -19,6 +19,7 @@ pub mod identity;
 pub mod limit;
 pub mod listener;
 pub mod metrics;
+pub mod plans;
 pub mod problem;
 pub mod proxy;
 pub mod reload;

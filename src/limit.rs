@@ -7,11 +7,65 @@
 //! remaining quota, reset and Retry-After per limit — so the header phase
 //! never asks the store again.
 
+pub mod calendar;
+pub mod deny_cache;
+pub mod fixed_window;
+pub mod gcra;
 pub mod limiter;
+pub mod sliding_log;
 pub mod sliding_window;
 
+/// How a limit counts (DESIGN §4). Every store implements all four with the
+/// same numbers; see each module for the arithmetic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Sliding-window counter: two counts per key, weighted estimate
+    /// ([`sliding_window`]). Approximate, O(1) memory.
+    #[default]
+    SlidingWindow,
+    /// Fixed window: one count per window ([`fixed_window`]). Exact within a
+    /// window, admits up to 2·L across a boundary.
+    FixedWindow,
+    /// Sliding log: one timestamp per admitted unit ([`sliding_log`]).
+    /// Exact, O(L) memory.
+    SlidingLog,
+    /// A fixed window that is the calendar month in UTC ([`calendar`]);
+    /// `window: month` in the configuration.
+    CalendarMonth,
+    /// GCRA / token bucket: one theoretical arrival time per key ([`gcra`]).
+    /// `burst` units may arrive at once; the bucket refills at L per window.
+    Gcra {
+        /// Bucket capacity in cost units.
+        burst: u64,
+    },
+}
+
+impl Algorithm {
+    /// The name used in the configuration file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SlidingWindow => "sliding_window",
+            Self::FixedWindow => "fixed_window",
+            Self::SlidingLog => "sliding_log",
+            Self::CalendarMonth => "calendar_month",
+            Self::Gcra { .. } => "gcra",
+        }
+    }
+
+    /// The number the Redis script dispatches on.
+    pub fn code(self) -> u64 {
+        match self {
+            Self::SlidingWindow => 0,
+            Self::FixedWindow => 1,
+            Self::SlidingLog => 2,
+            Self::Gcra { .. } => 3,
+            Self::CalendarMonth => 4,
+        }
+    }
+}
+
 /// One limit to check for one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LimitRequest {
     /// Full store key: prefix, route, limit and identity.
     pub key: String,
@@ -21,6 +75,8 @@ pub struct LimitRequest {
     pub window_ms: u64,
     /// Units this request consumes (`c`).
     pub cost: u64,
+    /// How the limit counts.
+    pub algorithm: Algorithm,
 }
 
 /// The answer for one limit.

@@ -43,6 +43,8 @@ pub enum Outcome {
     ShadowLimited,
     /// The gateway answered an error of its own (upstream unreachable, timeout).
     Error,
+    /// Refused before any limit: an API key without a plan (401).
+    Rejected,
 }
 
 impl Outcome {
@@ -53,6 +55,7 @@ impl Outcome {
             Self::Limited => "limited",
             Self::ShadowLimited => "shadow_limited",
             Self::Error => "error",
+            Self::Rejected => "rejected",
         }
     }
 }
@@ -137,6 +140,8 @@ pub struct StoreMetrics {
     pub fallback: Gauge<i64, AtomicI64>,
     /// 1 while the breaker is open (Redis is not called), else 0.
     pub breaker_open: Gauge<i64, AtomicI64>,
+    /// Requests answered from the deny cache, without a Redis call.
+    pub deny_cache_hits: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -147,6 +152,7 @@ impl Default for StoreMetrics {
             errors: Counter::default(),
             fallback: Gauge::default(),
             breaker_open: Gauge::default(),
+            deny_cache_hits: Counter::default(),
         }
     }
 }
@@ -179,6 +185,7 @@ pub struct RouteMetrics {
     limited: Counter,
     shadow_limited: Counter,
     error: Counter,
+    rejected: Counter,
     /// Per limit, in the route's limit order.
     pub limits: Vec<LimitMetrics>,
     classes: [Counter; 5],
@@ -207,6 +214,7 @@ impl RouteMetrics {
             Outcome::Limited => self.limited.inc(),
             Outcome::ShadowLimited => self.shadow_limited.inc(),
             Outcome::Error => self.error.inc(),
+            Outcome::Rejected => self.rejected.inc(),
         };
     }
 
@@ -301,6 +309,12 @@ impl Metrics {
             "1 while the breaker in front of Redis is open (Redis is not called), else 0",
             store_breaker_open.clone(),
         );
+        let deny_cache_hits = Counter::default();
+        registry.register(
+            "tollgate_deny_cache_hits",
+            "Requests denied from the local deny cache, without a Redis call",
+            deny_cache_hits.clone(),
+        );
         let upstream_responses = Family::<UpstreamLabels, Counter>::default();
         registry.register(
             "tollgate_upstream_responses",
@@ -332,6 +346,7 @@ impl Metrics {
             errors: store_errors,
             fallback: store_fallback,
             breaker_open: store_breaker_open,
+            deny_cache_hits,
         };
         Self {
             registry,
@@ -397,6 +412,7 @@ impl Metrics {
                     limited: req(Outcome::Limited),
                     shadow_limited: req(Outcome::ShadowLimited),
                     error: req(Outcome::Error),
+                    rejected: req(Outcome::Rejected),
                     limits,
                     classes: [
                         class("1xx"),

@@ -44,6 +44,10 @@ pub enum GatewayError {
         /// Seconds until the request would be admitted; `None` if never.
         retry_after: Option<u64>,
     },
+    /// The route's limits come from plans and the caller has none: no API
+    /// key, or one that is not known, with `api_keys.unknown: reject`.
+    #[error("no known API key")]
+    UnknownApiKey,
     /// The upstream could not be reached.
     #[error("upstream unreachable: {0}")]
     UpstreamConnect(String),
@@ -71,6 +75,7 @@ impl GatewayError {
         match self {
             Self::NoRoute { .. }
             | Self::Limited { .. }
+            | Self::UnknownApiKey
             | Self::BadRequest(_)
             | Self::PayloadTooLarge(_) => ErrorSource::Downstream,
             Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => {
@@ -85,6 +90,7 @@ impl GatewayError {
         match self {
             Self::NoRoute { .. } => StatusCode::NOT_FOUND,
             Self::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::UnknownApiKey => StatusCode::UNAUTHORIZED,
             Self::UpstreamConnect(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
@@ -129,6 +135,7 @@ impl GatewayError {
                 body.push(']');
             }
             Self::NoRoute { .. }
+            | Self::UnknownApiKey
             | Self::UpstreamConnect(_)
             | Self::UpstreamTimeout(_)
             | Self::UpstreamFailed(_)
@@ -141,6 +148,9 @@ impl GatewayError {
                 body.push(',');
                 let detail = match self {
                     Self::NoRoute { .. } => "No route matches this request".to_owned(),
+                    Self::UnknownApiKey => {
+                        "This route needs an API key known to the gateway".to_owned()
+                    }
                     // Upstream details stay in the logs, not in the answer.
                     Self::UpstreamConnect(_) => {
                         "The upstream server could not be reached".to_owned()

@@ -5,12 +5,14 @@
 //! does not depend on the request (its `RateLimit-Policy` value, the key
 //! prefix of each limit) is built here once, at load time.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::{HeaderValue, Method};
 
-use crate::config::{Config, PathMatch, Route};
+use crate::config::{Config, Limit, PathMatch, Plan, Route};
 use crate::headers;
+use crate::limit::Algorithm;
 
 /// A route with what is pre-computed for it.
 #[derive(Debug)]
@@ -21,6 +23,60 @@ pub struct CompiledRoute {
     pub policy_header: Option<HeaderValue>,
     /// Per limit: the key suffix `:<route>:<limit>` appended after the identity.
     pub key_suffixes: Vec<String>,
+    /// For a route with `plan: true` limits: per plan name, the route's
+    /// limits with each plan limit expanded into the plan's limits. Empty
+    /// when no limit takes its numbers from a plan.
+    pub plan_views: HashMap<Arc<str>, Arc<LimitView>>,
+}
+
+/// The limits of a route as one caller sees them, ready to decide.
+#[derive(Debug)]
+pub struct LimitView {
+    /// The limits.
+    pub limits: Vec<Limit>,
+    /// Key suffix per limit.
+    pub key_suffixes: Vec<String>,
+    /// `RateLimit-Policy` for these limits.
+    pub policy_header: Option<HeaderValue>,
+}
+
+/// The route's limits with every `plan: true` limit replaced by `plan`'s
+/// limits, keyed `:<route>:<limit>.<plan limit>` — without the plan's name,
+/// so a caller moved to another plan keeps what it has used.
+fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
+    let mut limits = Vec::new();
+    let mut key_suffixes = Vec::new();
+    for l in &route.limits {
+        if !l.plan {
+            key_suffixes.push(key_suffix(&route.name, l));
+            limits.push(l.clone());
+            continue;
+        }
+        for pl in &plan.limits {
+            let limit = Limit {
+                name: pl.name.clone(),
+                key: l.key.clone(),
+                limit: pl.limit,
+                window_ms: pl.window_ms,
+                cost: l.cost,
+                algorithm: pl.algorithm,
+                plan: false,
+                // A plan limit inherits the shadow flag of the limit it expands.
+                shadow: l.shadow,
+            };
+            let stored = Limit {
+                name: Arc::from(format!("{}.{}", l.name, pl.name)),
+                ..limit.clone()
+            };
+            key_suffixes.push(key_suffix(&route.name, &stored));
+            limits.push(limit);
+        }
+    }
+    LimitView {
+        policy_header: headers::policy_header(config.headers, &limits),
+        limits,
+        key_suffixes,
+    }
 }
 
 /// All routes of one configuration.
@@ -38,11 +94,16 @@ impl Router {
             .map(|r| {
                 Arc::new(CompiledRoute {
                     policy_header: headers::policy_header(config.headers, &r.limits),
-                    key_suffixes: r
-                        .limits
-                        .iter()
-                        .map(|l| format!(":{}:{}", r.name, l.name))
-                        .collect(),
+                    key_suffixes: r.limits.iter().map(|l| key_suffix(&r.name, l)).collect(),
+                    plan_views: if r.limits.iter().any(|l| l.plan) {
+                        config
+                            .plans
+                            .iter()
+                            .map(|p| (p.name.clone(), Arc::new(plan_view(config, r, p))))
+                            .collect()
+                    } else {
+                        HashMap::new()
+                    },
                     route: r.clone(),
                 })
             })
@@ -72,6 +133,17 @@ impl Router {
                     PathMatch::Prefix(p) => path.starts_with(p.as_str()),
                 }
         })
+    }
+}
+
+/// `:<route>:<limit>`, and `:<algorithm>` for all but the default sliding
+/// window: each algorithm keeps state of its own shape, so a limit whose
+/// algorithm changes on reload starts a fresh key instead of misreading the
+/// old one (and sliding-window keys stay what they always were).
+fn key_suffix(route: &str, limit: &Limit) -> String {
+    match limit.algorithm {
+        Algorithm::SlidingWindow => format!(":{route}:{}", limit.name),
+        other => format!(":{route}:{}:{}", limit.name, other.name()),
     }
 }
 

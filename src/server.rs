@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -31,9 +31,10 @@ use crate::identity::{self, IdentityConfig};
 use crate::limit::LimitRequest;
 use crate::limit::limiter::Limiter;
 use crate::metrics::{Metrics, Outcome, RouteMetrics, UpstreamErrorKind};
+use crate::plans::{PlanChoice, PlanResolver};
 use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
-use crate::routing::{self, Router};
+use crate::routing::{self, LimitView, Router};
 use crate::shadow;
 use crate::store::StoreError;
 use crate::top::TopOffenders;
@@ -60,6 +61,8 @@ struct Runtime {
     router: Router,
     /// Metric handles of every route, by route name.
     route_metrics: HashMap<Arc<str>, Arc<RouteMetrics>>,
+    /// API key → plan, static and from the Redis hash.
+    plans: PlanResolver,
 }
 
 impl Runtime {
@@ -70,10 +73,12 @@ impl Runtime {
             .into_iter()
             .map(|(k, v)| (k, Arc::new(v)))
             .collect();
+        let plans = PlanResolver::new(&config.api_keys, &config.plans, &config.store.prefix);
         Self {
             config,
             router,
             route_metrics,
+            plans,
         }
     }
 }
@@ -210,13 +215,14 @@ impl Gateway {
                 path: req.uri().path().to_owned(),
             });
         };
-        let limits = &route.route.limits;
         note.route = Some(route.route.name.clone());
         note.metrics = rt.route_metrics.get(&route.route.name).cloned();
         let route_metrics = note.metrics.clone();
+        let now_ms = self.clock.now_ms();
 
-        // Identity and decision.
-        let checked = if limits.is_empty() {
+        // Identity, the caller's plan, and the decision.
+        let mut view: Option<Arc<LimitView>> = None;
+        let checked = if route.route.limits.is_empty() {
             None
         } else {
             let idc = IdentityConfig {
@@ -226,9 +232,31 @@ impl Gateway {
             };
             let caller = identity::caller(idc, peer.ip(), req.headers());
             note.identity = access::identity_kind(&caller);
+            if !route.plan_views.is_empty() {
+                let choice = rt
+                    .plans
+                    .plan_of(caller.api_key, self.limiter.redis(), now_ms)
+                    .await;
+                view = match choice {
+                    PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
+                    PlanChoice::Reject => None,
+                };
+                if view.is_none() {
+                    debug!(route = %route.route.name, "no plan for this caller");
+                    note.outcome = Outcome::Rejected;
+                    let mut res = error_response(&GatewayError::UnknownApiKey);
+                    res.headers_mut()
+                        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                    return res;
+                }
+            }
+            let (limits, suffixes) = match &view {
+                Some(v) => (&v.limits[..], &v.key_suffixes[..]),
+                None => (&route.route.limits[..], &route.key_suffixes[..]),
+            };
             let requests: Vec<LimitRequest> = limits
                 .iter()
-                .zip(&route.key_suffixes)
+                .zip(suffixes)
                 .map(|(l, suffix)| {
                     let mut key = String::with_capacity(cfg.store.prefix.len() + 48 + suffix.len());
                     key.push_str(&cfg.store.prefix);
@@ -241,12 +269,13 @@ impl Gateway {
                         limit: l.limit.get(),
                         window_ms: l.window_ms.get(),
                         cost: l.cost.unwrap_or(route.route.cost),
+                        algorithm: l.algorithm,
                     }
                 })
                 .collect();
             let rd = shadow::decide(
                 &self.limiter,
-                self.clock.now_ms(),
+                now_ms,
                 limits,
                 route.route.shadow,
                 &requests,
@@ -255,7 +284,9 @@ impl Gateway {
             .await;
             shadow::record(
                 &rd,
-                route,
+                &route.route.name,
+                limits,
+                suffixes,
                 &requests,
                 cfg.store.prefix.len(),
                 route_metrics.as_deref(),
@@ -263,6 +294,10 @@ impl Gateway {
             );
             note.decided(&rd);
             Some(rd)
+        };
+        let (limits, policy_header) = match &view {
+            Some(v) => (&v.limits[..], v.policy_header.as_ref()),
+            None => (&route.route.limits[..], route.policy_header.as_ref()),
         };
         let decision = checked.as_ref().and_then(|rd| rd.decision.as_ref());
         if checked.as_ref().is_some_and(|rd| rd.unavailable) {
@@ -286,9 +321,10 @@ impl Gateway {
             headers::apply(
                 cfg.headers,
                 res.headers_mut(),
-                route.policy_header.as_ref(),
+                policy_header,
                 limits,
                 decision,
+                now_ms,
             );
             return res;
         }
@@ -357,9 +393,10 @@ impl Gateway {
         headers::apply(
             cfg.headers,
             res.headers_mut(),
-            route.policy_header.as_ref(),
+            policy_header,
             limits,
             decision,
+            now_ms,
         );
         res
     }

@@ -30,8 +30,8 @@ use crate::config::{Limit, OnError};
 use crate::limit::limiter::{Limiter, Verdict};
 use crate::limit::{Decision, LimitOutcome, LimitRequest};
 use crate::metrics::{LimitVerdict, RouteMetrics};
-use crate::routing::CompiledRoute;
 use crate::top::{self, TopOffenders};
+use std::sync::Arc;
 
 /// What the decision phase found for one request.
 #[derive(Debug, Clone, Default)]
@@ -200,34 +200,40 @@ pub fn identity_of(key: &str, prefix_len: usize, suffix_len: usize) -> &str {
 
 /// Counts each limit's verdict, feeds the top-offenders view with every
 /// denial, and logs each would-be denial of a shadow limit.
+#[allow(clippy::too_many_arguments)]
 pub fn record(
     rd: &RouteDecision,
-    route: &CompiledRoute,
+    route_name: &Arc<str>,
+    limits: &[Limit],
+    key_suffixes: &[String],
     requests: &[LimitRequest],
     prefix_len: usize,
     metrics: Option<&RouteMetrics>,
     top: &TopOffenders,
 ) {
     if let Some(m) = metrics {
-        for (lm, v) in m.limits.iter().zip(&rd.verdicts) {
-            if let Some(v) = v {
-                lm.count(*v);
+        // Per-limit series exist for the route's configured limits; a plan
+        // view (`plan: true` expanded) has other limits and is not counted
+        // per limit.
+        if m.limits.len() == rd.verdicts.len() {
+            for (lm, v) in m.limits.iter().zip(&rd.verdicts) {
+                if let Some(v) = v {
+                    lm.count(*v);
+                }
             }
         }
     }
     for (i, shadow) in rd.denied() {
-        let (Some(limit), Some(req), Some(suffix)) = (
-            route.route.limits.get(i),
-            requests.get(i),
-            route.key_suffixes.get(i),
-        ) else {
+        let (Some(limit), Some(req), Some(suffix)) =
+            (limits.get(i), requests.get(i), key_suffixes.get(i))
+        else {
             continue;
         };
         let identity = identity_of(&req.key, prefix_len, suffix.len());
-        top.record(&route.route.name, &limit.name, identity, shadow);
+        top.record(route_name, &limit.name, identity, shadow);
         if shadow {
             info!(
-                route = %route.route.name,
+                route = %route_name,
                 limit = %limit.name,
                 identity = %top::hash_identity(identity),
                 "shadow limit would have denied this request"

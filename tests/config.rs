@@ -253,7 +253,7 @@ fn unknown_top_level_field() {
     let src = "listen: 127.0.0.1:8080\nlisen: 127.0.0.1:8081\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
-        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, api_keys, users, timeouts, routes, server (line 2, col 1)"#
+        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, users, timeouts, routes, server (line 2, col 1)"#
     );
 }
 
@@ -268,14 +268,14 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
         key: ip
         limit: 100
         window: 1m
-        burst: 5
+        bursts: 5
 "
     );
     assert_eq!(
         errors(&src),
         [
             r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, shadow, on_error (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "burst"; expected one of name, key, limit, window, cost, shadow (line 11, col 9)"#,
+            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, shadow, algorithm, burst, plan (line 11, col 9)"#,
         ]
     );
 }
@@ -394,6 +394,160 @@ fn duplicate_limit_name() {
 }
 
 #[test]
+fn algorithms_and_burst() {
+    use tollgate::limit::Algorithm;
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits:
+      - {{ name: a, key: ip, limit: 5, window: 1s }}
+      - {{ name: b, key: ip, limit: 5, window: 1s, algorithm: fixed_window }}
+      - {{ name: c, key: ip, limit: 5, window: 1s, algorithm: sliding_log }}
+      - {{ name: d, key: ip, limit: 5, window: 1s, algorithm: gcra }}
+      - {{ name: e, key: ip, limit: 5, window: 1s, algorithm: gcra, burst: 20 }}
+      - {{ name: f, key: ip, limit: 5, window: 1s, algorithm: sliding_window }}
+      - {{ name: g, key: ip, limit: 5, window: month }}
+      - {{ name: h, key: ip, limit: 5, window: month, algorithm: fixed_window }}
+"
+    );
+    let algs: Vec<Algorithm> = valid(&src).routes[0]
+        .limits
+        .iter()
+        .map(|l| l.algorithm)
+        .collect();
+    assert_eq!(
+        algs,
+        [
+            Algorithm::SlidingWindow,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingLog,
+            Algorithm::Gcra { burst: 5 },
+            Algorithm::Gcra { burst: 20 },
+            Algorithm::SlidingWindow,
+            Algorithm::CalendarMonth,
+            Algorithm::CalendarMonth,
+        ]
+    );
+    assert_eq!(
+        error(&format!(
+            "{HEAD}  - name: api\n    respond: {{}}\n    limits: [ {{ name: m, key: ip, limit: 5, window: month, algorithm: gcra }} ]\n"
+        )),
+        "routes[0].limits[0].algorithm: a window of one calendar month is counted as a fixed window; remove gcra, or write a window like 30d (line 5, col 71)"
+    );
+
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits:
+      - {{ name: a, key: ip, limit: 5, window: 1s, algorithm: leaky }}
+      - {{ name: b, key: ip, limit: 5, window: 1s, burst: 3 }}
+      - {{ name: c, key: ip, limit: 5, window: 1s, algorithm: gcra, burst: 0 }}
+      - {{ name: d, key: ip, limit: 200000, window: 1s, algorithm: sliding_log }}
+      - {{ name: e, key: ip, limit: 5, window: 30d, algorithm: gcra, burst: 100000000 }}
+      - {{ name: f, key: ip, limit: 5, window: 1s, algorithm: fixed_window, burst: 2 }}
+"
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            r#"routes[0].limits[0].algorithm: unknown value "leaky"; expected one of sliding_window, fixed_window, sliding_log, gcra (line 6, col 62)"#,
+            "routes[0].limits[1].burst: only a gcra limit takes a burst; this one is sliding_window (line 7, col 58)",
+            "routes[0].limits[2].burst: must be at least 1, found 0 (line 8, col 75)",
+            "routes[0].limits[3].limit: is too large for sliding_log, which keeps one entry per unit (at most 100000); use sliding_window or gcra (line 9, col 36)",
+            "routes[0].limits[4].burst: is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit (line 10, col 76)",
+            "routes[0].limits[5].burst: only a gcra limit takes a burst; this one is fixed_window (line 11, col 83)",
+        ]
+    );
+}
+
+#[test]
+fn plans_and_api_keys() {
+    let src = r#"listen: 127.0.0.1:1
+plans:
+  free: [ { name: per_minute, limit: 2, window: 1m } ]
+  pro: [ { name: per_minute, limit: 5, window: 1m, algorithm: gcra, burst: 9 } ]
+api_keys: { keys: { k1: pro }, unknown: free, cache: 2s }
+routes:
+  - name: api
+    respond: {}
+    limits: [ { name: caller, key: api_key | ip, plan: true } ]
+"#;
+    let cfg = valid(src);
+    assert_eq!(cfg.plans.len(), 2);
+    assert_eq!(cfg.api_keys.keys.get("k1").map(|p| &**p), Some("pro"));
+    assert_eq!(cfg.api_keys.cache, Duration::from_secs(2));
+    assert!(cfg.routes[0].limits[0].plan);
+
+    let src = r#"listen: 127.0.0.1:1
+plans:
+  free: [ { name: per_minute, limit: 2, window: 1m, key: ip } ]
+  "bad plan": [ { name: a, limit: 1, window: 1s } ]
+api_keys: { keys: { k1: gold }, unknown: silver, redis_hash: true }
+routes:
+  - name: api
+    respond: {}
+    limits: [ { name: caller, key: api_key, plan: true, limit: 5 } ]
+"#;
+    assert_eq!(
+        errors(src),
+        [
+            r#"plans.free[0]: unknown field "key"; expected one of name, limit, window, algorithm, burst (line 3, col 53)"#,
+            r#"plans.bad plan: "bad plan" is not a valid plan name; use letters, digits, '_', '.' and '-' (and not "reject") (line 4, col 15)"#,
+            r#"api_keys.keys.k1: plan "gold" is not defined under plans (line 5, col 25)"#,
+            r#"api_keys.unknown: plan "silver" is not defined under plans; name a plan or write reject (line 5, col 42)"#,
+            "api_keys.redis_hash: needs store.redis: the key hash lives in Redis (line 5, col 62)",
+            "routes[0].limits[0].limit: a limit with plan: true takes its numbers from the caller's plan; remove this (line 9, col 64)",
+        ]
+    );
+    assert_eq!(
+        error(
+            "listen: 127.0.0.1:1\nroutes: [ { name: a, respond: {}, limits: [ { name: c, key: ip, plan: true } ] } ]\n"
+        ),
+        "routes[0].limits[0].plan: no plans are defined; add plans: or give this limit its own limit and window (line 2, col 71)"
+    );
+}
+
+#[test]
+fn jwt_settings() {
+    let route = "routes: [{ name: a, respond: {} }]\n";
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let ok = format!(
+        "listen: 127.0.0.1:1\nusers: {{ jwt: {{ algorithm: ES256, public_key: \"{dir}/tests/fixtures/es256-public.pem\" }} }}\n{route}"
+    );
+    assert!(valid(&ok).users.jwt.is_some());
+    let cases: &[(&str, &str)] = &[
+        (
+            "users: { jwt: { secret: short } }\n",
+            "users.jwt.secret: is shorter than 32 bytes; an HS256 secret should be at least as long as its hash (RFC 7518 §3.2) (line 2, col 25)",
+        ),
+        (
+            "users: { jwt: { algorithm: RS256 } }\n",
+            "users.jwt: RS256 and ES256 need public_key: the path of a PEM public key (line 2, col 15)",
+        ),
+        (
+            "users: { jwt: { public_key: /nonexistent.pem } }\n",
+            r#"users.jwt.public_key: cannot read "/nonexistent.pem": No such file or directory (os error 2) (line 2, col 29)"#,
+        ),
+        (
+            "users: { jwt: { algorithm: PS512, secret: x } }\n",
+            r#"users.jwt.algorithm: unknown value "PS512"; expected one of HS256, RS256, ES256 (line 2, col 28)"#,
+        ),
+        (
+            "users: { jwt: { secret: 0123456789012345678901234567890123, claims: sub } }\n",
+            r#"users.jwt: unknown field "claims"; expected one of algorithm, secret, public_key, claim (line 2, col 61)"#,
+        ),
+    ];
+    for (users, expected) in cases {
+        let src = format!("listen: 127.0.0.1:1\n{users}{route}");
+        assert_eq!(errors(&src).join("\n"), *expected, "for:\n{src}");
+    }
+    let not_pem = format!(
+        "listen: 127.0.0.1:1\nusers: {{ jwt: {{ algorithm: RS256, public_key: \"{dir}/Cargo.toml\" }} }}\n{route}"
+    );
+    assert!(error(&not_pem).starts_with("users.jwt.public_key: not an RSA public key in PEM"));
+}
+
+#[test]
 fn limit_zero() {
     let src = format!(
         "{HEAD}  - name: api
@@ -450,11 +604,11 @@ fn wrong_type_does_not_hide_later_errors() {
     );
     // A list where a mapping belongs, and a mapping where a list belongs.
     assert_eq!(
-        errors("listen: 127.0.0.1:1\nstore: [redis]\nroutes: { name: a }\nheaders: github\n"),
+        errors("listen: 127.0.0.1:1\nstore: [redis]\nroutes: { name: a }\nheaders: gitlab\n"),
         [
             "store: expected a mapping, found a list (line 2, col 8)",
             "routes: expected a list, found a mapping (line 3, col 9)",
-            r#"headers: unknown value "github"; expected one of ietf, none (line 4, col 10)"#,
+            r#"headers: unknown value "gitlab"; expected one of ietf, github, legacy, none (line 4, col 10)"#,
         ]
     );
 }
@@ -474,7 +628,7 @@ fn yaml_syntax_error() {
 #[test]
 fn three_mistakes_three_errors() {
     let src = "listen: 127.0.0.1:8080
-headers: github
+headers: gitlab
 routes:
   - name: api
     upstream: http://127.0.0.1:9000
@@ -487,7 +641,7 @@ routes:
     let err = parse_str(src).expect_err("three mistakes");
     assert_eq!(
         err.to_string(),
-        r#"headers: unknown value "github"; expected one of ietf, none (line 2, col 10)
+        r#"headers: unknown value "gitlab"; expected one of ietf, github, legacy, none (line 2, col 10)
 routes[0].limits[0].window: "5 minutes" is not a duration; write 5m or 300s (line 7, col 54)
 routes[1].cost: must be at least 1, found 0 (line 10, col 11)"#
     );
@@ -599,6 +753,14 @@ fn more_top_level_rules() {
         (
             "listen: 127.0.0.1:1\napi_keys: { header: 'x api key' }\n",
             r#"api_keys.header: "x api key" is not a valid header name; use letters, digits and '-', e.g. x-api-key (line 2, col 21)"#,
+        ),
+        (
+            "listen: 127.0.0.1:1\nstore: { deny_cache: -1 }\n",
+            "store.deny_cache: must be between 0 and 10000000, found -1 (line 2, col 22)",
+        ),
+        (
+            "listen: 127.0.0.1:1\nheaders: gitlab\n",
+            r#"headers: unknown value "gitlab"; expected one of ietf, github, legacy, none (line 2, col 10)"#,
         ),
         (
             "listen: 127.0.0.1:1\ntimeouts: { upstream_connect: 0s }\n",

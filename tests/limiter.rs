@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use redis::AsyncCommands;
 use support::redis::RedisServer;
 use tollgate::config::RedisConfig;
-use tollgate::limit::{Decision, LimitOutcome, LimitRequest};
+use tollgate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, calendar};
 use tollgate::store::{MemoryStore, RedisStore, Store, StoreError};
 
 /// A realistic epoch instant that every window in the table divides
@@ -62,16 +62,75 @@ const fn step(at: u64, cost: u64, expect: &'static [Expect]) -> Step {
 
 struct Scenario {
     name: &'static str,
+    /// The algorithm of every limit; a gcra burst of 0 stands for "the
+    /// limit" (the configuration's default).
+    alg: Algorithm,
     /// (limit, window_ms) per limit of every request.
     limits: &'static [(u64, u64)],
     steps: &'static [Step],
 }
 
+const SW: Algorithm = Algorithm::SlidingWindow;
+const FW: Algorithm = Algorithm::FixedWindow;
+const LOG: Algorithm = Algorithm::SlidingLog;
+/// GCRA with burst = limit.
+const GCRA: Algorithm = Algorithm::Gcra { burst: 0 };
+/// `window: month`.
+const MONTH: Algorithm = Algorithm::CalendarMonth;
+
+/// Every algorithm's scenarios.
+const TABLES: &[&[Scenario]] = &[
+    SLIDING_WINDOW,
+    FIXED_WINDOW,
+    SLIDING_LOG,
+    GCRA_TABLE,
+    CALENDAR_MONTH,
+];
+
+// A calendar month: T0 is 2023-11-14T22:00:00Z; November ends at
+// 2023-12-01T00:00:00Z, 1,389,600,000 ms later; December has 31 days.
+const CALENDAR_MONTH: &[Scenario] = &[
+    Scenario {
+        name: "monthly quota: resets on the first of the month, UTC",
+        alg: MONTH,
+        limits: &[(3, 2_592_000_000)],
+        steps: &[
+            step(0, 2, &[ok(1, 1_389_600_000)]),
+            step(1_000, 2, &[no(1, 1_389_599_000, Some(1_389_599_000))]),
+            step(1_389_599_999, 1, &[ok(0, 1)]),
+            step(1_389_600_000, 3, &[ok(0, 2_678_400_000)]),
+            step(1_389_600_000, 4, &[no(0, 2_678_400_000, None)]),
+        ],
+    },
+    Scenario {
+        name: "two monthly limits, one denies: the other is not consumed",
+        alg: MONTH,
+        limits: &[(2, 2_592_000_000), (10, 2_592_000_000)],
+        steps: &[
+            step(0, 2, &[ok(0, 1_389_600_000), ok(8, 1_389_600_000)]),
+            step(
+                5,
+                1,
+                &[
+                    no(0, 1_389_599_995, Some(1_389_599_995)),
+                    ok(7, 1_389_599_995),
+                ],
+            ),
+            step(
+                1_389_600_000,
+                1,
+                &[ok(1, 2_678_400_000), ok(9, 2_678_400_000)],
+            ),
+        ],
+    },
+];
+
 // In the comments: w window, e elapsed in window, E the estimate; all
 // quantities times w as in the code (E·w = prev·(w−e) + cur·w).
-const TABLE: &[Scenario] = &[
+const SLIDING_WINDOW: &[Scenario] = &[
     Scenario {
         name: "fill, deny, readmit after the previous window decays",
+        alg: SW,
         limits: &[(3, 10_000)],
         steps: &[
             step(0, 1, &[ok(2, 20_000)]),
@@ -93,6 +152,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "exact boundary and prev weighting",
+        alg: SW,
         limits: &[(2, 10_000)],
         steps: &[
             step(0, 2, &[ok(0, 20_000)]),
@@ -110,6 +170,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "roll-over weights prev by the unelapsed fraction",
+        alg: SW,
         limits: &[(10, 10_000)],
         steps: &[
             step(9_999, 8, &[ok(2, 10_001)]),
@@ -131,6 +192,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "cost above one",
+        alg: SW,
         limits: &[(10, 60_000)],
         steps: &[
             step(0, 4, &[ok(6, 120_000)]),
@@ -148,6 +210,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "cost above the limit is never admitted and consumes nothing",
+        alg: SW,
         limits: &[(5, 10_000)],
         steps: &[
             step(0, 6, &[no(5, 0, None)]),
@@ -157,6 +220,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "two limits, one denies: the other is not consumed",
+        alg: SW,
         limits: &[(2, 10_000), (10, 60_000)],
         steps: &[
             step(0, 1, &[ok(1, 20_000), ok(9, 120_000)]),
@@ -170,6 +234,7 @@ const TABLE: &[Scenario] = &[
     },
     Scenario {
         name: "cost zero probes without consuming",
+        alg: SW,
         limits: &[(1, 10_000)],
         steps: &[
             // Nothing stored and nothing added: nothing to reset.
@@ -183,15 +248,313 @@ const TABLE: &[Scenario] = &[
     },
 ];
 
+// Fixed window: count per window index; reset and retry are the window's end.
+const FIXED_WINDOW: &[Scenario] = &[
+    Scenario {
+        name: "fill, deny until the window ends",
+        alg: FW,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(2, 10_000)]),
+            step(1_000, 1, &[ok(1, 9_000)]),
+            step(2_000, 1, &[ok(0, 8_000)]),
+            step(3_000, 1, &[no(0, 7_000, Some(7_000))]),
+            step(9_999, 1, &[no(0, 1, Some(1))]),
+            step(10_000, 1, &[ok(2, 10_000)]),
+        ],
+    },
+    Scenario {
+        name: "the boundary burst: 2·L in three milliseconds",
+        alg: FW,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(9_998, 2, &[ok(1, 2)]),
+            step(9_999, 1, &[ok(0, 1)]),
+            step(10_000, 3, &[ok(0, 10_000)]),
+            step(10_001, 1, &[no(0, 9_999, Some(9_999))]),
+        ],
+    },
+    Scenario {
+        name: "cost above one, and above the limit",
+        alg: FW,
+        limits: &[(10, 60_000)],
+        steps: &[
+            step(0, 4, &[ok(6, 60_000)]),
+            step(30_000, 5, &[ok(1, 30_000)]),
+            step(40_000, 2, &[no(1, 20_000, Some(20_000))]),
+            step(40_000, 1, &[ok(0, 20_000)]),
+            step(40_000, 11, &[no(0, 20_000, None)]),
+            step(60_000, 10, &[ok(0, 60_000)]),
+        ],
+    },
+    Scenario {
+        name: "two limits, one denies: the other is not consumed",
+        alg: FW,
+        limits: &[(2, 10_000), (10, 60_000)],
+        steps: &[
+            step(0, 1, &[ok(1, 10_000), ok(9, 60_000)]),
+            step(1_000, 1, &[ok(0, 9_000), ok(8, 59_000)]),
+            step(2_000, 1, &[no(0, 8_000, Some(8_000)), ok(7, 58_000)]),
+            // The second holds 2, not 3: 7 left after this one.
+            step(10_000, 1, &[ok(1, 10_000), ok(7, 50_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost zero probes without consuming",
+        alg: FW,
+        limits: &[(1, 10_000)],
+        steps: &[
+            step(0, 0, &[ok(1, 0)]),
+            step(0, 1, &[ok(0, 10_000)]),
+            step(5_000, 0, &[ok(0, 5_000)]),
+            step(5_000, 1, &[no(0, 5_000, Some(5_000))]),
+        ],
+    },
+];
+
+// Sliding log: a unit admitted at s counts at t iff s > t − w. Reset is the
+// newest unit's s + w − now; a denied request waits for the k-th oldest
+// unit, k = used − (L − c), to leave: s_k + w − now.
+const SLIDING_LOG: &[Scenario] = &[
+    Scenario {
+        name: "fill, deny, readmit as units leave",
+        alg: LOG,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(2, 10_000)]),
+            step(1_000, 1, &[ok(1, 10_000)]),
+            step(2_000, 1, &[ok(0, 10_000)]),
+            // k = 1, s_1 = 0: 10000 − 3000; reset 2000 + w − 3000.
+            step(3_000, 1, &[no(0, 9_000, Some(7_000))]),
+            step(9_999, 1, &[no(0, 2_001, Some(1))]),
+            // The unit at 0 left at 10000 exactly.
+            step(10_000, 1, &[ok(0, 10_000)]),
+            // Log 1000, 2000, 10000; c = 2: k = 2, s_2 = 2000.
+            step(10_500, 2, &[no(0, 9_500, Some(1_500))]),
+            step(12_000, 2, &[ok(0, 10_000)]),
+        ],
+    },
+    Scenario {
+        name: "no boundary burst: L per any window",
+        alg: LOG,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(9_998, 2, &[ok(1, 10_000)]),
+            step(9_999, 1, &[ok(0, 10_000)]),
+            // k = 3, s_3 = 9999.
+            step(10_000, 3, &[no(0, 9_999, Some(9_999))]),
+            // k = 1, s_1 = 9998.
+            step(10_001, 1, &[no(0, 9_998, Some(9_997))]),
+            step(19_998, 1, &[ok(1, 10_000)]),
+        ],
+    },
+    Scenario {
+        name: "same millisecond, units of several requests",
+        alg: LOG,
+        limits: &[(3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(2, 10_000)]),
+            step(0, 2, &[ok(0, 10_000)]),
+            step(0, 1, &[no(0, 10_000, Some(10_000))]),
+            step(10_000, 3, &[ok(0, 10_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost above one, and above the limit",
+        alg: LOG,
+        limits: &[(10, 60_000)],
+        steps: &[
+            step(0, 4, &[ok(6, 60_000)]),
+            step(30_000, 5, &[ok(1, 60_000)]),
+            // used 9, c = 2: k = 1, s_1 = 0.
+            step(40_000, 2, &[no(1, 50_000, Some(20_000))]),
+            step(40_000, 1, &[ok(0, 60_000)]),
+            step(40_000, 11, &[no(0, 60_000, None)]),
+            // The four units at 0 leave: 6 + 4.
+            step(60_000, 4, &[ok(0, 60_000)]),
+        ],
+    },
+    Scenario {
+        name: "two limits, one denies: the other is not consumed",
+        alg: LOG,
+        limits: &[(2, 10_000), (10, 60_000)],
+        steps: &[
+            step(0, 1, &[ok(1, 10_000), ok(9, 60_000)]),
+            step(1_000, 1, &[ok(0, 10_000), ok(8, 60_000)]),
+            step(2_000, 1, &[no(0, 9_000, Some(8_000)), ok(7, 60_000)]),
+            step(10_000, 1, &[ok(0, 10_000), ok(7, 60_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost zero probes without consuming",
+        alg: LOG,
+        limits: &[(1, 10_000)],
+        steps: &[
+            step(0, 0, &[ok(1, 0)]),
+            step(0, 1, &[ok(0, 10_000)]),
+            step(5_000, 0, &[ok(0, 5_000)]),
+            step(5_000, 1, &[no(0, 5_000, Some(5_000))]),
+        ],
+    },
+];
+
+// GCRA: one unit is T = w/L ms; the bucket holds B units. In the comments
+// d = (max(TAT, now) − now)·L, so one unit is w and the cap is B·w; admit
+// iff d + c·w ≤ B·w; remaining floor((B·w − d')/w), reset ceil(d'/L),
+// retry ceil((d + c·w − B·w)/L).
+const GCRA_TABLE: &[Scenario] = &[
+    Scenario {
+        name: "3 per 10 s: a burst of 3, then one every 3333.3 ms",
+        alg: GCRA,
+        limits: &[(3, 10_000)],
+        steps: &[
+            // d' = 10000: reset ceil(10000/3).
+            step(0, 1, &[ok(2, 3_334)]),
+            // TAT 3333⅓: d = 7000, d' = 17000.
+            step(1_000, 1, &[ok(1, 5_667)]),
+            // TAT 6666⅔: d = 14000, d' = 24000.
+            step(2_000, 1, &[ok(0, 8_000)]),
+            // TAT 10000: d = 21000; 31000 > 30000: ceil(1000/3) = 334.
+            step(3_000, 1, &[no(0, 7_000, Some(334))]),
+            // d = 20001; 30001 > 30000: one ms.
+            step(3_333, 1, &[no(0, 6_667, Some(1))]),
+            // d = 19998; d' = 29998.
+            step(3_334, 1, &[ok(0, 10_000)]),
+            // The TAT has passed: a full bucket.
+            step(30_000, 1, &[ok(2, 3_334)]),
+        ],
+    },
+    Scenario {
+        name: "burst above the rate: 5 at once, then one per second",
+        alg: Algorithm::Gcra { burst: 5 },
+        limits: &[(1, 1_000)],
+        steps: &[
+            step(0, 5, &[ok(0, 5_000)]),
+            step(0, 1, &[no(0, 5_000, Some(1_000))]),
+            // TAT 5000: d = 2500, d' = 4500.
+            step(2_500, 2, &[ok(0, 4_500)]),
+            // Cost above the burst: never.
+            step(2_500, 6, &[no(0, 4_500, None)]),
+            step(10_000, 1, &[ok(4, 1_000)]),
+        ],
+    },
+    Scenario {
+        name: "two limits, one denies: the other is not consumed",
+        alg: GCRA,
+        limits: &[(2, 10_000), (10, 60_000)],
+        steps: &[
+            step(0, 1, &[ok(1, 5_000), ok(9, 6_000)]),
+            // TAT 5000 and 6000: d 8000 and 50000.
+            step(1_000, 1, &[ok(0, 9_000), ok(8, 11_000)]),
+            // TAT 10000 and 12000: d 16000 and 100000; the first denies
+            // (26000 > 20000: ceil(6000/2)).
+            step(2_000, 1, &[no(0, 8_000, Some(3_000)), ok(7, 16_000)]),
+            // Had the second been consumed, its TAT would be 18000 and 6
+            // would remain.
+            step(5_000, 1, &[ok(0, 10_000), ok(7, 13_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost zero probes without consuming",
+        alg: GCRA,
+        limits: &[(1, 10_000)],
+        steps: &[
+            step(0, 0, &[ok(1, 0)]),
+            step(0, 1, &[ok(0, 10_000)]),
+            step(5_000, 0, &[ok(0, 5_000)]),
+            step(5_000, 1, &[no(0, 5_000, Some(5_000))]),
+        ],
+    },
+];
+
+/// Every algorithm: requests of `cost` every `step_ms` until one is denied;
+/// then waiting exactly its Retry-After admits it and one ms less does not,
+/// and the same with Retry-After in whole seconds, rounded up, as sent.
+async fn check_retry_after_all(store: &impl Store, tag: &str) {
+    // (limit, window, step, cost)
+    const CASES: &[(u64, u64, u64, u64)] = &[
+        (3, 10_000, 1_000, 1),
+        (10, 60_000, 7_000, 3),
+        (7, 1_000, 10, 2),
+        (100, 3_600_000, 1_000, 9),
+        (1, 1_000, 1, 1),
+    ];
+    for alg in [SW, FW, LOG, GCRA, Algorithm::Gcra { burst: 3 }, MONTH] {
+        for (n, &(limit, window_ms, step_ms, cost)) in CASES.iter().enumerate() {
+            let algorithm = resolve(alg, limit);
+            if matches!(algorithm, Algorithm::Gcra { burst } if cost > burst) {
+                continue; // never admissible; the tables cover it
+            }
+            let decide = |copy: &'static str, at: u64| {
+                let req = [LimitRequest {
+                    key: format!("test:{{{tag}:retry-all:{algorithm:?}:{n}}}:{copy}"),
+                    limit,
+                    window_ms,
+                    cost,
+                    algorithm,
+                }];
+                async move {
+                    store
+                        .decide(T0 + at, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{tag}: {algorithm:?} case {n}: {e}"))
+                }
+            };
+            let mut at = 0;
+            let denied = loop {
+                let a = decide("ms", at).await;
+                let b = decide("s", at).await;
+                assert_eq!(a, b, "two copies agree");
+                if !a.allowed {
+                    break a;
+                }
+                at += step_ms;
+                assert!(at < 1_000 * step_ms, "{algorithm:?} case {n}: never denied");
+            };
+            let retry = denied.retry_after_ms().expect("admissible later");
+            assert!(retry > 0);
+            let what = format!("{tag}: {algorithm:?} case {n}, denied at +{at}, retry {retry}");
+            assert!(
+                !decide("ms", at + retry - 1).await.allowed,
+                "{what}: 1 ms early"
+            );
+            assert!(
+                decide("ms", at + retry).await.allowed,
+                "{what}: at Retry-After"
+            );
+            let secs = retry.div_ceil(1000);
+            if secs > 1 {
+                assert!(
+                    !decide("s", at + (secs - 1) * 1000).await.allowed,
+                    "{what}: a second early"
+                );
+            }
+            assert!(
+                decide("s", at + secs * 1000).await.allowed,
+                "{what}: at {secs} s"
+            );
+        }
+    }
+}
+
+/// The algorithm as a request carries it: a gcra burst of 0 is the limit.
+fn resolve(alg: Algorithm, limit: u64) -> Algorithm {
+    match alg {
+        Algorithm::Gcra { burst: 0 } => Algorithm::Gcra { burst: limit },
+        other => other,
+    }
+}
+
 fn requests(tag: &str, sc: &Scenario, cost: u64) -> Vec<LimitRequest> {
     sc.limits
         .iter()
         .enumerate()
         .map(|(i, &(limit, window_ms))| LimitRequest {
-            key: format!("test:{{{tag}:{}}}:{i}", sc.name),
+            key: format!("test:{{{tag}:{}:{}}}:{i}", sc.alg.name(), sc.name),
             limit,
             window_ms,
             cost,
+            algorithm: resolve(sc.alg, limit),
         })
         .collect()
 }
@@ -216,7 +579,7 @@ fn expected(step: &Step) -> Decision {
 }
 
 async fn run_table(store: &impl Store, tag: &str) {
-    for sc in TABLE {
+    for sc in TABLES.iter().flat_map(|t| t.iter()) {
         for (n, st) in sc.steps.iter().enumerate() {
             let got = store
                 .decide(T0 + st.at, &requests(tag, sc, st.cost))
@@ -225,7 +588,8 @@ async fn run_table(store: &impl Store, tag: &str) {
             assert_eq!(
                 got,
                 expected(st),
-                "{tag}: {}: step {n} (at +{} ms, cost {})",
+                "{tag}: {} {}: step {n} (at +{} ms, cost {})",
+                sc.alg.name(),
                 sc.name,
                 st.at,
                 st.cost
@@ -262,6 +626,7 @@ async fn check_retry_after(store: &impl Store, tag: &str) {
                 limit,
                 window_ms,
                 cost,
+                algorithm: Algorithm::SlidingWindow,
             }];
             async move {
                 store
@@ -332,6 +697,18 @@ async fn retry_after_redis() {
     check_retry_after(&store, "redis").await;
 }
 
+#[tokio::test]
+async fn retry_after_every_algorithm_memory() {
+    check_retry_after_all(&MemoryStore::new(), "memory").await;
+}
+
+#[tokio::test]
+async fn retry_after_every_algorithm_redis() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    check_retry_after_all(&store, "redis").await;
+}
+
 // --- Redis only -------------------------------------------------------------
 
 fn config(url: String) -> RedisConfig {
@@ -365,6 +742,7 @@ fn one(key: &str, limit: u64, window_ms: u64, cost: u64) -> LimitRequest {
         limit,
         window_ms,
         cost,
+        algorithm: Algorithm::SlidingWindow,
     }
 }
 
@@ -575,19 +953,33 @@ async fn a_stalled_server_is_a_timeout() {
 
 // --- the stores agree -------------------------------------------------------
 
-/// (limit, window_ms) per limit; (time step in ms, cost) per request.
-type Trace = (Vec<(u64, u64)>, Vec<(i64, u64)>);
+/// (limit, window_ms, algorithm) per limit; (time step in ms, cost) per request.
+type Trace = (Vec<(u64, u64, Algorithm)>, Vec<(i64, u64)>);
+
+/// Any algorithm; gcra with a small burst, or a burst of the limit.
+fn algorithm() -> impl Strategy<Value = Algorithm> {
+    prop_oneof![
+        Just(SW),
+        Just(FW),
+        Just(LOG),
+        Just(GCRA),
+        (1u64..=8).prop_map(|burst| Algorithm::Gcra { burst }),
+        Just(MONTH),
+    ]
+}
 
 /// Random limits and a random trace of (time step, cost); times may step
 /// back a little, as clocks of a fleet do. Two regimes: small numbers, where
 /// every branch is hit often, and large ones (a million per 30 days, costs in
-/// the hundred thousands), where the script's doubles must stay exact.
+/// the hundred thousands), where the script's doubles must stay exact. A
+/// sliding log keeps one entry per unit, so its limits stay small.
 fn trace() -> impl Strategy<Value = Trace> {
     let small = (
         prop::collection::vec(
             (
                 0u64..=6,
                 prop::sample::select(vec![2_000u64, 5_000, 10_000]),
+                algorithm(),
             ),
             1..=3,
         ),
@@ -605,6 +997,7 @@ fn trace() -> impl Strategy<Value = Trace> {
             (
                 0u64..=1_000_000,
                 prop::sample::select(vec![60_000u64, DAY, 30 * DAY]),
+                prop_oneof![Just(SW), Just(FW), Just(LOG), Just(GCRA)],
             ),
             1..=3,
         ),
@@ -620,7 +1013,31 @@ fn trace() -> impl Strategy<Value = Trace> {
             1..=40,
         ),
     );
-    prop_oneof![small, large]
+    prop_oneof![small, large].prop_map(|(limits, steps)| {
+        let limits = limits
+            .into_iter()
+            .map(|(limit, w, alg)| match alg {
+                Algorithm::SlidingLog => (limit.min(200), w, alg),
+                Algorithm::Gcra { .. } => (limit.max(1), w, resolve(alg, limit.max(1))),
+                _ => (limit, w, alg),
+            })
+            .collect();
+        (limits, steps)
+    })
+}
+
+fn trace_requests(tag: &str, limits: &[(u64, u64, Algorithm)], cost: u64) -> Vec<LimitRequest> {
+    limits
+        .iter()
+        .enumerate()
+        .map(|(i, &(limit, window_ms, algorithm))| LimitRequest {
+            key: format!("prop:{{{tag}}}:{i}"),
+            limit,
+            window_ms,
+            cost,
+            algorithm,
+        })
+        .collect()
 }
 
 #[test]
@@ -636,16 +1053,261 @@ fn memory_and_redis_agree_on_random_traces() {
         let mut now = T0;
         for (n, &(dt, cost)) in steps.iter().enumerate() {
             now = now.saturating_add_signed(dt).max(T0);
-            let reqs: Vec<LimitRequest> = limits
-                .iter()
-                .enumerate()
-                .map(|(i, &(limit, window_ms))| {
-                    one(&format!("prop:{{{case}}}:{i}"), limit, window_ms, cost)
-                })
-                .collect();
+            let reqs = trace_requests(&case.to_string(), &limits, cost);
             let want = memory.decide_now(now, &reqs);
             let got = rt.block_on(redis.decide(now, &reqs)).map_err(|e| e.to_string());
             prop_assert_eq!(got, Ok(want), "step {} at T0+{}", n, now - T0);
         }
     });
+}
+
+// --- invariants of each algorithm -------------------------------------------
+
+/// One limit, an algorithm, and a trace of (time step ≥ 0, cost).
+fn single() -> impl Strategy<Value = (u64, u64, Algorithm, Vec<(u64, u64)>)> {
+    (
+        1u64..=6,
+        prop::sample::select(vec![1_000u64, 5_000, 10_000]),
+        algorithm(),
+        prop::collection::vec(
+            (
+                prop_oneof![0u64..=20, 0u64..=3_000, 0u64..=12_000],
+                0u64..=4,
+            ),
+            1..=60,
+        ),
+    )
+        .prop_map(|(l, w, alg, steps)| (l, w, resolve(alg, l), steps))
+}
+
+/// Runs a trace on a fresh memory store: (time, cost, decision) per step.
+fn run_trace(limits: &[(u64, u64, Algorithm)], steps: &[(u64, u64)]) -> Vec<(u64, u64, Decision)> {
+    let store = MemoryStore::new();
+    let mut now = T0;
+    steps
+        .iter()
+        .map(|&(dt, cost)| {
+            now += dt;
+            let d = store.decide_now(now, &trace_requests("inv", limits, cost));
+            (now, cost, d)
+        })
+        .collect()
+}
+
+/// Admitted units with times in `from..=to`.
+fn admitted_in(run: &[(u64, u64, Decision)], from: u64, to: u64) -> u64 {
+    run.iter()
+        .filter(|(t, _, d)| d.allowed && (from..=to).contains(t))
+        .map(|(_, c, _)| c)
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// No window of length w, wherever it starts, holds more admitted units
+    /// than each algorithm's definition allows: L for the sliding log; L per
+    /// window index for the fixed window; B + d·L/w in any span d for GCRA;
+    /// and for the sliding-window counter its documented bound L + prev·f,
+    /// below 2·L.
+    #[test]
+    fn admission_never_exceeds_the_definition((l, w, alg, steps) in single()) {
+        let run = run_trace(&[(l, w, alg)], &steps);
+        for &(tj, _, _) in &run {
+            let last_window = admitted_in(&run, (tj + 1).saturating_sub(w), tj);
+            match alg {
+                Algorithm::SlidingLog => prop_assert!(last_window <= l, "{} > {}", last_window, l),
+                Algorithm::SlidingWindow => prop_assert!(last_window < 2 * l),
+                Algorithm::FixedWindow => {
+                    let start = tj / w * w;
+                    prop_assert!(admitted_in(&run, start, tj) <= l);
+                }
+                Algorithm::CalendarMonth => {
+                    let start = calendar::month_start_ms(calendar::month_index(tj));
+                    prop_assert!(admitted_in(&run, start, tj) <= l);
+                }
+                Algorithm::Gcra { burst } => {
+                    for &(ti, _, _) in run.iter().filter(|(ti, _, _)| *ti <= tj) {
+                        let units = admitted_in(&run, ti, tj);
+                        prop_assert!(
+                            units * w <= burst * w + (tj - ti) * l,
+                            "{} units in {} ms", units, tj - ti
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waiting Retry-After is enough, and one millisecond less is not:
+    /// replaying what was admitted, then the denied request at
+    /// now + Retry-After, admits it.
+    #[test]
+    fn waiting_retry_after_is_always_enough(
+        limits in prop::collection::vec(
+            (1u64..=6, prop::sample::select(vec![1_000u64, 5_000, 10_000]), algorithm()),
+            1..=3,
+        ),
+        steps in prop::collection::vec((prop_oneof![0u64..=20, 0u64..=3_000], 0u64..=4), 1..=30),
+    ) {
+        let limits: Vec<_> = limits.into_iter().map(|(l, w, a)| (l, w, resolve(a, l))).collect();
+        let run = run_trace(&limits, &steps);
+        for (j, (tj, cj, d)) in run.iter().enumerate() {
+            let Some(retry) = d.retry_after_ms().filter(|_| !d.allowed) else { continue };
+            let replay = |at: u64| {
+                let store = MemoryStore::new();
+                for (t, c, d) in &run[..j] {
+                    if d.allowed {
+                        let again = store.decide_now(*t, &trace_requests("inv", &limits, *c));
+                        assert!(again.allowed, "replay diverged");
+                    }
+                }
+                store.decide_now(at, &trace_requests("inv", &limits, *cj)).allowed
+            };
+            prop_assert!(replay(tj + retry), "step {}: not admitted after {} ms", j, retry);
+            prop_assert!(!replay(tj + retry - 1), "step {}: admitted before {} ms", j, retry);
+        }
+    }
+
+    /// A request denied by one limit leaves every other limit as it was: at
+    /// each step, the second limit answers exactly as it does when only the
+    /// requests admitted as a whole were ever counted against it.
+    #[test]
+    fn a_denial_never_changes_another_limit(
+        a in (1u64..=4, prop::sample::select(vec![1_000u64, 5_000]), algorithm()),
+        b in (1u64..=8, prop::sample::select(vec![5_000u64, 10_000]), algorithm()),
+        steps in prop::collection::vec((prop_oneof![0u64..=20, 0u64..=3_000], 0u64..=3), 1..=30),
+    ) {
+        let a = (a.0, a.1, resolve(a.2, a.0));
+        let b = (b.0, b.1, resolve(b.2, b.0));
+        let run = run_trace(&[a, b], &steps);
+        let alone = MemoryStore::new();
+        for (j, (t, c, d)) in run.iter().enumerate() {
+            let only_b = trace_requests("inv", &[b], *c);
+            let want = if d.allowed {
+                alone.decide_now(*t, &only_b)
+            } else {
+                // Ask without consuming: a fresh copy of `alone`'s history.
+                let copy = MemoryStore::new();
+                for (t2, c2, d2) in &run[..j] {
+                    if d2.allowed {
+                        copy.decide_now(*t2, &trace_requests("inv", &[b], *c2));
+                    }
+                }
+                copy.decide_now(*t, &only_b)
+            };
+            prop_assert_eq!(want.outcomes[0], d.outcomes[1], "step {}", j);
+        }
+    }
+}
+
+// --- memory per key ---------------------------------------------------------
+
+/// `MEMORY USAGE` of each algorithm's key after `n` admitted requests on a
+/// limit of 100 per minute; printed for the README's table
+/// (`cargo test --test limiter memory_per_key -- --nocapture`). The
+/// counters stay one small string whatever the traffic; the log grows with
+/// what it holds.
+#[tokio::test]
+async fn redis_memory_per_key_by_algorithm() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let conn = server.connection().await;
+    let usage = |key: String| {
+        let mut conn = conn.clone();
+        async move {
+            let bytes: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&key)
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            bytes.unwrap_or(0)
+        }
+    };
+    for alg in [SW, FW, LOG, GCRA] {
+        let mut line = format!("{:>15}:", alg.name());
+        let mut sizes = Vec::new();
+        for n in [1u64, 10, 100] {
+            let key = format!(
+                "tollgate:{{ip=10.0.0.1/32}}:api:per_minute:{}:{n}",
+                alg.name()
+            );
+            let req = [LimitRequest {
+                key: key.clone(),
+                limit: 100,
+                window_ms: 60_000,
+                cost: 1,
+                algorithm: resolve(alg, 100),
+            }];
+            for i in 0..n {
+                assert!(store.decide(T0 + i, &req).await.unwrap().allowed);
+            }
+            let bytes = usage(key).await;
+            sizes.push(bytes);
+            line.push_str(&format!(" {bytes} B after {n};"));
+        }
+        println!("{line}");
+        if alg == LOG {
+            assert!(
+                sizes[2] > 5 * sizes[0],
+                "the log grows with its entries: {sizes:?}"
+            );
+        } else {
+            // Only the digits of the counts change.
+            assert!(
+                sizes[2] <= sizes[0] + 32,
+                "{}: a counter does not grow: {sizes:?}",
+                alg.name()
+            );
+        }
+    }
+}
+
+/// Every algorithm's key expires once nothing in it counts; fixed windows
+/// and GCRA buckets, which can run out within milliseconds of a write, live
+/// at least one window or 60 s, whichever is shorter.
+#[tokio::test]
+async fn every_key_expires_with_a_floor_for_short_lived_state() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let mut conn = server.connection().await;
+    // (algorithm, limit, window, at, expected PTTL range)
+    let cases: &[(Algorithm, u64, u64, u64, std::ops::RangeInclusive<i64>)] = &[
+        // GCRA 1000 per minute: one unit refills in 60 ms; floor 60 s.
+        (
+            Algorithm::Gcra { burst: 1_000 },
+            1_000,
+            60_000,
+            0,
+            59_000..=60_000,
+        ),
+        // GCRA 10 per second: floor one window.
+        (Algorithm::Gcra { burst: 10 }, 10, 1_000, 0, 900..=1_000),
+        // Fixed 1 h window written 1 ms before its end: floor 60 s.
+        (FW, 5, 3_600_000, 3_599_999, 59_000..=60_000),
+        // Fixed 1 h window written at its start: the window's end.
+        (FW, 5, 3_600_000, 0, 3_599_000..=3_600_000),
+        // Sliding log: newest + w − now.
+        (LOG, 5, 10_000, 0, 9_000..=10_000),
+    ];
+    for (n, (alg, limit, window_ms, at, range)) in cases.iter().enumerate() {
+        let key = format!("ttl:{{{n}}}");
+        let req = [LimitRequest {
+            key: key.clone(),
+            limit: *limit,
+            window_ms: *window_ms,
+            cost: 1,
+            algorithm: *alg,
+        }];
+        assert!(store.decide(T0 + at, &req).await.unwrap().allowed);
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(range.contains(&ttl), "{alg:?}: PTTL {ttl} not in {range:?}");
+    }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use tollgate::config::{RedisConfig, RedisTls, RedisTopology};
-use tollgate::limit::LimitRequest;
+use tollgate::limit::{Algorithm, LimitRequest};
 use tollgate::store::{BreakerState, RedisStore, Store, StoreError};
 
 use support::gateway::{Gateway, get, send};
@@ -486,6 +486,7 @@ fn one(key: &str, limit: u64) -> LimitRequest {
         limit,
         window_ms: 60_000,
         cost: 1,
+        algorithm: Algorithm::SlidingWindow,
     }
 }
 

@@ -23,6 +23,7 @@
 //! streaming deserializer would be left mid-node, which is why
 //! [`from_value`] is the only entry point.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -231,10 +232,12 @@ pub struct Root {
     /// `headers: ietf | none`
     #[schemars(extend("enum" = ["ietf", "none", null]))]
     pub headers: Field<Text>,
-    /// `api_keys: { header }`
-    pub api_keys: Field<HeaderSource>,
-    /// `users: { header }`
-    pub users: Field<HeaderSource>,
+    /// `plans: { free: [limits], pro: [limits] }`
+    pub plans: Field<BTreeMap<String, Field<Vec<Field<PlanLimit>>>>>,
+    /// `api_keys: { header, keys, unknown, redis_hash, cache }`
+    pub api_keys: Field<ApiKeys>,
+    /// `users: { header, jwt }`
+    pub users: Field<Users>,
     /// `timeouts:`
     pub timeouts: Field<Timeouts>,
     /// `routes:`
@@ -325,6 +328,8 @@ pub struct Store {
     pub clock: Field<Text>,
     /// `breaker: { failures, probe_interval }`
     pub breaker: Field<Breaker>,
+    /// `deny_cache: 10000` (entries; 0 turns it off)
+    pub deny_cache: Field<Int>,
 }
 
 /// `store.redis:`
@@ -417,13 +422,64 @@ pub struct ClientIp {
     pub ipv6_prefix: Field<Int>,
 }
 
-/// `api_keys:` and `users:`
+/// `api_keys:`
 #[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, expecting = "a mapping")]
 #[schemars(deny_unknown_fields)]
-pub struct HeaderSource {
-    /// `header: NAME`
+pub struct ApiKeys {
+    /// `header: x-api-key`
     pub header: Field<Text>,
+    /// `keys: { KEY: PLAN }`
+    pub keys: Field<BTreeMap<String, Field<Text>>>,
+    /// `unknown: PLAN | reject`
+    pub unknown: Field<Text>,
+    /// `redis_hash: true` — look keys up with `HGET <prefix>keys KEY`
+    pub redis_hash: Field<bool>,
+    /// `cache: 10s` — how long a Redis answer is reused
+    pub cache: Field<Text>,
+}
+
+/// One item of `plans.NAME:`.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct PlanLimit {
+    /// `name: per_minute`
+    pub name: Field<Text>,
+    /// `limit: 100`
+    pub limit: Field<Int>,
+    /// `window: 1m`
+    pub window: Field<Text>,
+    /// `algorithm: gcra`
+    pub algorithm: Field<Text>,
+    /// `burst: 20`
+    pub burst: Field<Int>,
+}
+
+/// `users:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Users {
+    /// `header: x-user`
+    pub header: Field<Text>,
+    /// `jwt: { algorithm, secret | public_key, claim }`
+    pub jwt: Field<Jwt>,
+}
+
+/// `users.jwt:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Jwt {
+    /// `algorithm: HS256 | RS256 | ES256`
+    pub algorithm: Field<Text>,
+    /// `secret: "..."` (HS256)
+    pub secret: Field<Text>,
+    /// `public_key: /path/key.pem` (RS256, ES256)
+    pub public_key: Field<Text>,
+    /// `claim: sub`
+    pub claim: Field<Text>,
 }
 
 /// `timeouts:`
@@ -526,6 +582,12 @@ pub struct Limit {
     pub cost: Field<Int>,
     /// `shadow: true`
     pub shadow: Field<Flag>,
+    /// `algorithm: sliding_window | fixed_window | sliding_log | gcra`
+    pub algorithm: Field<Text>,
+    /// `burst: 20` (gcra only)
+    pub burst: Field<Int>,
+    /// `plan: true` — the numbers come from the caller's plan
+    pub plan: Field<bool>,
 }
 
 /// A key the structs do not know.
@@ -598,7 +660,10 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         ["store", "redis", "reconnect"] => fields_of::<Reconnect>(),
         ["store", "breaker"] => fields_of::<Breaker>(),
         ["client_ip"] => fields_of::<ClientIp>(),
-        ["api_keys" | "users"] => fields_of::<HeaderSource>(),
+        ["api_keys"] => fields_of::<ApiKeys>(),
+        ["users"] => fields_of::<Users>(),
+        ["users", "jwt"] => fields_of::<Jwt>(),
+        ["plans", _] => fields_of::<PlanLimit>(),
         ["timeouts"] => fields_of::<Timeouts>(),
         ["server"] => fields_of::<Server>(),
         ["routes"] => fields_of::<Route>(),

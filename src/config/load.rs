@@ -27,9 +27,12 @@ use super::file::{self, Field, Flag, Int, OneOrMany, Text};
 use super::position::{Pos, Positions, child_index, child_key};
 use super::{
     Action, ApiKeyConfig, BreakerConfig, ClientIpConfig, ClockSource, Config, HeaderMode,
-    KeySource, KeySpec, Limit, Listen, OnError, PathMatch, RedisConfig, RedisTls, RedisTopology,
-    Respond, Route, RouteMatch, ServerSettings, StoreConfig, Timeouts, Upstream, UserConfig,
+    KeySource, KeySpec, Limit, Listen, OnError, PathMatch, Plan, PlanLimit, RedisConfig, RedisTls,
+    RedisTopology, Respond, Route, RouteMatch, ServerSettings, StoreConfig, Timeouts, UnknownKey,
+    Upstream, UserConfig,
 };
+use crate::identity::jwt::{JwtAlgorithm, JwtVerifier};
+use crate::limit::Algorithm;
 
 /// One problem in a configuration file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -324,8 +327,9 @@ impl Check<'_> {
         let store = self.optional(&root.store, "store", Self::store);
         let client_ip = self.optional(&root.client_ip, "client_ip", Self::client_ip);
         let headers = self.optional(&root.headers, "headers", text(parse_header_mode));
-        let api_keys = self.optional(&root.api_keys, "api_keys", Self::header_source);
-        let users = self.optional(&root.users, "users", Self::header_source);
+        let plans = self.optional(&root.plans, "plans", Self::plans);
+        let api_keys = self.optional(&root.api_keys, "api_keys", Self::api_keys);
+        let users = self.optional(&root.users, "users", Self::users);
         let timeouts = self.optional(&root.timeouts, "timeouts", Self::timeouts);
         let server = self.optional(&root.server, "server", Self::server);
         // Routes are checked even when `timeouts` is not, with the default.
@@ -337,6 +341,55 @@ impl Check<'_> {
             check.routes(routes, path, default_timeout)
         });
 
+        // Cross-field rules: plan names used exist, plan limits have plans,
+        // the Redis hash has a Redis.
+        // Plan names as written, so these checks run even when a plan's
+        // limits have errors of their own.
+        let plan_names: Vec<Arc<str>> = match &root.plans {
+            Field::Valid(map) => map.keys().map(|k| Arc::from(k.as_str())).collect(),
+            _ => Vec::new(),
+        };
+        let plans_ok = !matches!(root.plans, Field::Invalid(_));
+        if let (Ok(Some(keys)), true) = (&api_keys, plans_ok) {
+            for (key, plan) in &keys.keys {
+                if !plan_names.contains(plan) {
+                    self.value_error(
+                        &child_key("api_keys.keys", key),
+                        format!("plan {plan:?} is not defined under plans"),
+                    );
+                }
+            }
+            if let UnknownKey::Plan(plan) = &keys.unknown {
+                if !plan_names.contains(plan) {
+                    self.value_error(
+                        "api_keys.unknown",
+                        format!(
+                            "plan {plan:?} is not defined under plans; name a plan or write reject"
+                        ),
+                    );
+                }
+            }
+            let has_redis = matches!(&store, Ok(Some(s)) if s.redis.is_some());
+            if keys.redis_hash && !has_redis && store.is_ok() {
+                self.value_error(
+                    "api_keys.redis_hash",
+                    "needs store.redis: the key hash lives in Redis",
+                );
+            }
+        }
+        if let (Ok(routes), true) = (&routes, plans_ok) {
+            for (i, route) in routes.iter().enumerate() {
+                for (j, limit) in route.limits.iter().enumerate() {
+                    if limit.plan && plan_names.is_empty() {
+                        self.value_error(
+                            &format!("routes[{i}].limits[{j}].plan"),
+                            "no plans are defined; add plans: or give this limit its own limit and window",
+                        );
+                    }
+                }
+            }
+        }
+
         Ok(Config {
             listen: listen?,
             admin: admin?,
@@ -346,15 +399,16 @@ impl Check<'_> {
                 prefix: DEFAULT_PREFIX.to_owned(),
                 clock: ClockSource::Gateway,
                 breaker: BreakerConfig::default(),
+                deny_cache: DEFAULT_DENY_CACHE,
             }),
             client_ip: client_ip?.unwrap_or_default(),
             headers: headers?.unwrap_or(HeaderMode::Ietf),
-            api_keys: ApiKeyConfig {
-                header: api_keys?.unwrap_or_else(|| HeaderName::from_static("x-api-key")),
-            },
-            users: UserConfig {
-                header: users?.unwrap_or_else(|| HeaderName::from_static("x-user")),
-            },
+            plans: plans?.unwrap_or_default(),
+            api_keys: api_keys?.unwrap_or_else(default_api_keys),
+            users: users?.unwrap_or_else(|| UserConfig {
+                header: HeaderName::from_static("x-user"),
+                jwt: None,
+            }),
             timeouts: timeouts?.unwrap_or_default(),
             routes: routes?,
             server: server?.unwrap_or_default(),
@@ -440,10 +494,16 @@ impl Check<'_> {
         );
         let clock = self.optional(&store.clock, &child_key(path, "clock"), text(parse_clock));
         let breaker = self.optional(&store.breaker, &child_key(path, "breaker"), Self::breaker);
+        let deny_cache = self.optional(
+            &store.deny_cache,
+            &child_key(path, "deny_cache"),
+            int(0, 10_000_000),
+        );
         Ok(StoreConfig {
             redis: redis?,
             on_error: on_error?.unwrap_or(OnError::Local),
             prefix: prefix?.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+            deny_cache: deny_cache?.map_or(DEFAULT_DENY_CACHE, |n| n as usize),
             clock: clock?.unwrap_or_default(),
             breaker: breaker?.unwrap_or_default(),
         })
@@ -660,8 +720,184 @@ impl Check<'_> {
         })
     }
 
-    fn header_source(&mut self, source: &file::HeaderSource, path: &str) -> Checked<HeaderName> {
-        self.required(&source.header, path, "header", text(parse_header_name))
+    fn plans(
+        &mut self,
+        plans: &std::collections::BTreeMap<String, Field<Vec<Field<file::PlanLimit>>>>,
+        path: &str,
+    ) -> Checked<Vec<Plan>> {
+        let read: Vec<Checked<Plan>> = plans
+            .iter()
+            .map(|(name, limits)| {
+                let plan_path = child_key(path, name);
+                let name = parse_plan_name(name).map_err(|m| self.value_error(&plan_path, m));
+                let limits = match limits {
+                    Field::Absent => Err(self.value_error(&plan_path, "needs at least one limit")),
+                    Field::Invalid(m) => Err(self.value_error(&plan_path, m.clone())),
+                    Field::Valid(items) => {
+                        let checked = self.list(items, &plan_path, Self::plan_limit);
+                        let unique = self.unique(items, |l| &l.name, &plan_path, "limit name");
+                        unique.and(checked)
+                    }
+                };
+                Ok(Plan {
+                    name: name?,
+                    limits: limits?,
+                })
+            })
+            .collect();
+        read.into_iter().collect()
+    }
+
+    fn plan_limit(&mut self, limit: &file::PlanLimit, path: &str) -> Checked<PlanLimit> {
+        let name = self.required(&limit.name, path, "name", text(parse_limit_name));
+        let max = self.required(&limit.limit, path, "limit", positive);
+        let month = is_month(&limit.window);
+        let window = self.required(&limit.window, path, "window", text(parse_window));
+        let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
+        Ok(PlanLimit {
+            name: name?,
+            limit: NonZeroU64::new(max?).ok_or(Reported)?,
+            window_ms: window?,
+            algorithm: algorithm?,
+        })
+    }
+
+    fn api_keys(&mut self, keys: &file::ApiKeys, path: &str) -> Checked<ApiKeyConfig> {
+        let defaults = default_api_keys();
+        let header = self.optional(
+            &keys.header,
+            &child_key(path, "header"),
+            text(parse_header_name),
+        );
+        let map = self.optional(&keys.keys, &child_key(path, "keys"), |check, map, path| {
+            let read: Vec<Checked<(String, Arc<str>)>> = map
+                .iter()
+                .map(|(key, plan)| {
+                    let key_path = child_key(path, key);
+                    if key.is_empty() {
+                        return Err(check.value_error(&key_path, "an API key must not be empty"));
+                    }
+                    match plan {
+                        Field::Valid(Text(plan)) => Ok((key.clone(), Arc::from(plan.as_str()))),
+                        Field::Invalid(m) => Err(check.value_error(&key_path, m.clone())),
+                        Field::Absent => Err(check.value_error(&key_path, "needs a plan name")),
+                    }
+                })
+                .collect();
+            read.into_iter()
+                .collect::<Checked<std::collections::HashMap<_, _>>>()
+        });
+        let unknown = self.optional(
+            &keys.unknown,
+            &child_key(path, "unknown"),
+            text(|s| {
+                Ok(match s {
+                    "reject" => UnknownKey::Reject,
+                    plan => UnknownKey::Plan(Arc::from(plan)),
+                })
+            }),
+        );
+        let redis_hash = self.optional(
+            &keys.redis_hash,
+            &child_key(path, "redis_hash"),
+            |_, b: &bool, _| Ok(*b),
+        );
+        let cache = self.optional(&keys.cache, &child_key(path, "cache"), text(parse_timeout));
+        Ok(ApiKeyConfig {
+            header: header?.unwrap_or(defaults.header),
+            keys: map?.unwrap_or_default(),
+            unknown: unknown?.unwrap_or(defaults.unknown),
+            redis_hash: redis_hash?.unwrap_or(defaults.redis_hash),
+            cache: cache?.unwrap_or(defaults.cache),
+        })
+    }
+
+    fn users(&mut self, users: &file::Users, path: &str) -> Checked<UserConfig> {
+        let header = self.optional(
+            &users.header,
+            &child_key(path, "header"),
+            text(parse_header_name),
+        );
+        let jwt = self.optional(&users.jwt, &child_key(path, "jwt"), Self::jwt);
+        Ok(UserConfig {
+            header: header?.unwrap_or_else(|| HeaderName::from_static("x-user")),
+            jwt: jwt?,
+        })
+    }
+
+    fn jwt(&mut self, jwt: &file::Jwt, path: &str) -> Checked<JwtVerifier> {
+        let alg_path = child_key(path, "algorithm");
+        let algorithm = self.optional(
+            &jwt.algorithm,
+            &alg_path,
+            text(|s| {
+                one_of(
+                    s,
+                    &[
+                        ("HS256", JwtAlgorithm::Hs256),
+                        ("RS256", JwtAlgorithm::Rs256),
+                        ("ES256", JwtAlgorithm::Es256),
+                    ],
+                )
+            }),
+        );
+        let secret = self.optional(
+            &jwt.secret,
+            &child_key(path, "secret"),
+            text(|s| Ok(s.to_owned())),
+        );
+        let key_path = child_key(path, "public_key");
+        let public_key = self.optional(
+            &jwt.public_key,
+            &key_path,
+            text(|s| std::fs::read(s).map_err(|e| format!("cannot read {s:?}: {e}"))),
+        );
+        let claim = self.optional(
+            &jwt.claim,
+            &child_key(path, "claim"),
+            text(|s| {
+                if s.is_empty() {
+                    Err("must name a claim, e.g. sub".to_owned())
+                } else {
+                    Ok(s.to_owned())
+                }
+            }),
+        );
+        let claim = claim?.unwrap_or_else(|| "sub".to_owned());
+        let (algorithm, secret, public_key) = (algorithm?, secret?, public_key?);
+        let (alg, key) = match (algorithm, secret, public_key) {
+            (None | Some(JwtAlgorithm::Hs256), Some(secret), None) => {
+                if secret.len() < 32 {
+                    return Err(self.value_error(
+                        &child_key(path, "secret"),
+                        "is shorter than 32 bytes; an HS256 secret should be at least as long as its hash (RFC 7518 §3.2)",
+                    ));
+                }
+                (JwtAlgorithm::Hs256, secret.into_bytes())
+            }
+            (Some(alg @ (JwtAlgorithm::Rs256 | JwtAlgorithm::Es256)), None, Some(pem)) => {
+                (alg, pem)
+            }
+            (_, Some(_), Some(_)) => {
+                return Err(self.value_error(
+                    path,
+                    "set either secret (HS256) or public_key (RS256, ES256), not both",
+                ));
+            }
+            (None, None, Some(_)) => {
+                return Err(self.value_error(path, "a public_key needs algorithm: RS256 or ES256"));
+            }
+            (None | Some(JwtAlgorithm::Hs256), None, _) => {
+                return Err(self.value_error(path, "HS256 needs a secret"));
+            }
+            (Some(_), _, None) => {
+                return Err(self.value_error(
+                    path,
+                    "RS256 and ES256 need public_key: the path of a PEM public key",
+                ));
+            }
+        };
+        JwtVerifier::new(alg, &key, &claim).map_err(|m| self.value_error(&key_path, m))
     }
 
     fn timeouts(&mut self, timeouts: &file::Timeouts, path: &str) -> Checked<Timeouts> {
@@ -928,31 +1164,131 @@ impl Check<'_> {
     fn limit(&mut self, limit: &file::Limit, path: &str) -> Checked<Limit> {
         let name = self.required(&limit.name, path, "name", text(parse_limit_name));
         let key = self.required(&limit.key, path, "key", Self::key);
-        let max = self.required(&limit.limit, path, "limit", positive);
-        let window = self.required(&limit.window, path, "window", text(parse_window));
         let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
         let shadow = self.optional(
             &limit.shadow,
             &child_key(path, "shadow"),
             leaf(|&Flag(b): &Flag| Ok::<_, String>(b)),
         );
-        if let (Ok(l), Ok(w)) = (&max, &window) {
-            // The Redis script computes in doubles: keep 3·L·w below 2^53.
-            if u128::from(*l) * u128::from(w.get()) * 3 >= 1u128 << 53 {
-                return Err(self.value_error(
-                    &child_key(path, "limit"),
-                    "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
-                ));
+        let plan = self
+            .optional(&limit.plan, &child_key(path, "plan"), |_, b: &bool, _| {
+                Ok(*b)
+            })
+            .map(|p| p.unwrap_or(false));
+        if let Ok(true) = plan {
+            // The numbers come from the caller's plan; any written here
+            // would be silently ignored, so they are refused.
+            let mut numbers = Ok(());
+            for (field, absent) in [
+                ("limit", limit.limit.is_absent()),
+                ("window", limit.window.is_absent()),
+                ("algorithm", limit.algorithm.is_absent()),
+                ("burst", limit.burst.is_absent()),
+            ] {
+                if !absent {
+                    numbers = Err(self.value_error(
+                        &child_key(path, field),
+                        "a limit with plan: true takes its numbers from the caller's plan; remove this",
+                    ));
+                }
             }
+            numbers?;
+            return Ok(Limit {
+                name: name?,
+                key: key?,
+                limit: NonZeroU64::MIN,
+                window_ms: NonZeroU64::MIN,
+                cost: cost?,
+                algorithm: Algorithm::default(),
+                plan: true,
+                shadow: shadow?.unwrap_or(false),
+            });
         }
+        let max = self.required(&limit.limit, path, "limit", positive);
+        let month = is_month(&limit.window);
+        let window = self.required(&limit.window, path, "window", text(parse_window));
+        let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
+        plan?;
         Ok(Limit {
             name: name?,
             key: key?,
             limit: NonZeroU64::new(max?).ok_or(Reported)?,
             window_ms: window?,
             cost: cost?,
+            algorithm: algorithm?,
+            plan: false,
             shadow: shadow?.unwrap_or(false),
         })
+    }
+
+    /// `algorithm` and `burst` of a limit with limit `max` and `window`,
+    /// and the bounds that depend on them.
+    fn algorithm(
+        &mut self,
+        algorithm: &Field<Text>,
+        burst: &Field<Int>,
+        max: &Checked<u64>,
+        window: &Checked<NonZeroU64>,
+        month: bool,
+        path: &str,
+    ) -> Checked<Algorithm> {
+        let alg_path = child_key(path, "algorithm");
+        let mut algorithm = self.optional(algorithm, &alg_path, text(parse_algorithm));
+        if month {
+            // A calendar month is counted as a fixed window.
+            algorithm = match algorithm {
+                Ok(None | Some(Algorithm::FixedWindow)) => Ok(Some(Algorithm::CalendarMonth)),
+                Ok(Some(other)) => Err(self.value_error(
+                    &alg_path,
+                    format!(
+                        "a window of one calendar month is counted as a fixed window; remove {}, or write a window like 30d",
+                        other.name()
+                    ),
+                )),
+                Err(r) => Err(r),
+            };
+        }
+        let burst_path = child_key(path, "burst");
+        let burst = self.optional(burst, &burst_path, positive);
+        // gcra takes its burst (default: the limit); the others have none.
+        let algorithm = match (algorithm, &burst, max) {
+            (Ok(Some(Algorithm::Gcra { .. })), Ok(b), Ok(l)) => Ok(Algorithm::Gcra {
+                burst: b.unwrap_or(*l),
+            }),
+            (Ok(Some(Algorithm::Gcra { .. })), _, _) => Err(Reported),
+            (Ok(other), Ok(Some(_)), _) => Err(self.value_error(
+                &burst_path,
+                format!(
+                    "only a gcra limit takes a burst; this one is {}",
+                    other.unwrap_or_default().name()
+                ),
+            )),
+            (Ok(other), _, _) => Ok(other.unwrap_or_default()),
+            (Err(r), _, _) => Err(r),
+        };
+        if let (Ok(l), Ok(w), Ok(alg)) = (max, window, &algorithm) {
+            // The Redis script computes in doubles: keep 3·max(L, B)·w below 2^53.
+            let units = match alg {
+                Algorithm::Gcra { burst } => (*l).max(*burst),
+                _ => *l,
+            };
+            if u128::from(units) * u128::from(w.get()) * 3 >= 1u128 << 53 {
+                let field = if units == *l { "limit" } else { "burst" };
+                return Err(self.value_error(
+                    &child_key(path, field),
+                    "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
+                ));
+            }
+            if *alg == Algorithm::SlidingLog && *l > MAX_LOG_LIMIT {
+                return Err(self.value_error(
+                    &child_key(path, "limit"),
+                    format!(
+                        "is too large for sliding_log, which keeps one entry per unit (at most {MAX_LOG_LIMIT}); use sliding_window or gcra"
+                    ),
+                ));
+            }
+        }
+        algorithm
     }
 
     fn key(&mut self, key: &OneOrMany<Text>, path: &str) -> Checked<KeySpec> {
@@ -965,6 +1301,11 @@ impl Check<'_> {
 }
 
 const DEFAULT_PREFIX: &str = "tollgate:";
+/// Denied requests remembered in process: a few MB at most.
+const DEFAULT_DENY_CACHE: usize = 10_000;
+/// A sliding log keeps one entry per admitted unit; past this, memory per
+/// identity (tens of bytes per entry in Redis) is better spent elsewhere.
+const MAX_LOG_LIMIT: u64 = 100_000;
 const DEFAULT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
 fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
@@ -985,7 +1326,48 @@ fn one_of<T: Copy>(s: &str, choices: &[(&str, T)]) -> Result<T, String> {
 }
 
 fn parse_header_mode(s: &str) -> Result<HeaderMode, String> {
-    one_of(s, &[("ietf", HeaderMode::Ietf), ("none", HeaderMode::None)])
+    one_of(
+        s,
+        &[
+            ("ietf", HeaderMode::Ietf),
+            ("github", HeaderMode::Github),
+            ("legacy", HeaderMode::Legacy),
+            ("none", HeaderMode::None),
+        ],
+    )
+}
+
+/// Plan names appear in key maps and the Redis hash.
+fn parse_plan_name(s: &str) -> Result<Arc<str>, String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if s.is_empty() || !s.chars().all(ok) || s == "reject" {
+        return Err(format!(
+            "{s:?} is not a valid plan name; use letters, digits, '_', '.' and '-' (and not \"reject\")"
+        ));
+    }
+    Ok(Arc::from(s))
+}
+
+fn default_api_keys() -> ApiKeyConfig {
+    ApiKeyConfig {
+        header: HeaderName::from_static("x-api-key"),
+        keys: HashMap::new(),
+        unknown: UnknownKey::Reject,
+        redis_hash: false,
+        cache: Duration::from_secs(10),
+    }
+}
+
+fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
+    one_of(
+        s,
+        &[
+            ("sliding_window", Algorithm::SlidingWindow),
+            ("fixed_window", Algorithm::FixedWindow),
+            ("sliding_log", Algorithm::SlidingLog),
+            ("gcra", Algorithm::Gcra { burst: 0 }),
+        ],
+    )
 }
 
 fn parse_on_error(s: &str) -> Result<OnError, String> {
@@ -1116,8 +1498,21 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// A limit window: a duration of at least one second, in milliseconds.
+/// Whether a window is written as `month` (a calendar month in UTC).
+fn is_month(window: &Field<Text>) -> bool {
+    matches!(window, Field::Valid(Text(s)) if s == "month")
+}
+
+/// The nominal length of `window: month` (30 days), shown as the policy's
+/// `w`; the count itself follows calendar months.
+const MONTH_MS: u64 = 30 * 86_400_000;
+
+/// A limit window: a duration of at least one second, in milliseconds, or
+/// `month` (nominally 30 days; see [`is_month`]).
 fn parse_window(s: &str) -> Result<NonZeroU64, String> {
+    if s == "month" {
+        return NonZeroU64::new(MONTH_MS).ok_or_else(|| "month".to_owned());
+    }
     let d = parse_duration(s)?;
     if d < Duration::from_secs(1) {
         return Err(format!("{s:?} is too short; a window must be at least 1s"));

@@ -10,6 +10,10 @@
 //! decides in an in-process store with each limit divided by the last known
 //! number of live gateway instances ([`heartbeat`]). The switch to and from
 //! the fallback is logged once each way, not per request.
+//!
+//! In front of Redis sits the [deny cache](super::deny_cache): a request
+//! Redis denied is denied again locally until its Retry-After, so a caller
+//! hammering a closed limit costs no Redis call.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +22,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use super::deny_cache::DenyCache;
 use super::{Decision, LimitRequest};
 use crate::config::{ClockSource, OnError, StoreConfig};
 use crate::metrics::StoreMetrics;
@@ -31,6 +36,8 @@ const STARTUP_WAIT: Duration = Duration::from_secs(1);
 pub struct Limiter {
     memory: MemoryStore,
     redis: Option<Arc<RedisStore>>,
+    /// Denials Redis answered, replayed locally until their Retry-After.
+    deny_cache: Option<DenyCache>,
     on_error: OnError,
     degraded: AtomicBool,
     breaker: Arc<Breaker>,
@@ -103,9 +110,12 @@ impl Limiter {
             }
             None => None,
         };
+        let deny_cache =
+            (redis.is_some() && cfg.deny_cache > 0).then(|| DenyCache::new(cfg.deny_cache));
         Ok(Self {
             memory: MemoryStore::new(),
             redis,
+            deny_cache,
             on_error: cfg.on_error,
             degraded: AtomicBool::new(false),
             breaker,
@@ -162,6 +172,11 @@ impl Limiter {
         self.instances.get()
     }
 
+    /// The Redis store, when one is configured (for the API-key hash).
+    pub fn redis(&self) -> Option<&RedisStore> {
+        self.redis.as_deref()
+    }
+
     /// Decides one request at `now_ms` with the store's `on_error`.
     pub async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Verdict {
         self.decide_with(now_ms, requests, None).await
@@ -178,6 +193,14 @@ impl Limiter {
         let Some(redis) = &self.redis else {
             return Verdict::Decided(self.decide_memory(now_ms, requests));
         };
+        if let Some(d) = self
+            .deny_cache
+            .as_ref()
+            .and_then(|c| c.get(now_ms, requests))
+        {
+            self.metrics.deny_cache_hits.inc();
+            return Verdict::Decided(d);
+        }
         let called = self.breaker.allows();
         let result = if called {
             let start = std::time::Instant::now();
@@ -192,6 +215,9 @@ impl Limiter {
         };
         match result {
             Ok(d) => {
+                if let Some(c) = &self.deny_cache {
+                    c.insert(now_ms, requests, &d);
+                }
                 if self.degraded.swap(false, Ordering::Relaxed) {
                     self.metrics.fallback.set(0);
                     info!("redis answers again; limits are shared again");

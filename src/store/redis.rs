@@ -1,7 +1,7 @@
 //! Redis store: counters shared by every gateway instance.
 //!
-//! A decision is one `EVALSHA` of [`sliding_window.lua`](SCRIPT) carrying
-//! every limit of the request, so checking all limits and consuming from all
+//! A decision is one `EVALSHA` of [`limits.lua`](SCRIPT) carrying every
+//! limit of the request, whatever its algorithm, so checking all limits and consuming from all
 //! of them is one atomic step on the server (DESIGN §4). The script takes
 //! `now` as an argument — the store never reads a clock — so the conformance
 //! table drives it exactly like the in-process store; with `clock: redis`
@@ -66,10 +66,10 @@ use tokio::time::Instant;
 
 use super::{Store, StoreError};
 use crate::config::{RedisConfig, RedisTopology};
-use crate::limit::{Decision, LimitOutcome, LimitRequest};
+use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, calendar};
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
-pub const SCRIPT: &str = include_str!("redis/sliding_window.lua");
+pub const SCRIPT: &str = include_str!("redis/limits.lua");
 
 /// `now` argument that makes the scripts read Redis `TIME` (`clock: redis`).
 const SERVER_CLOCK: &str = "TIME";
@@ -327,6 +327,44 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// `HGET key field`, bounded by the store's timeout like a decision.
+    /// Used for the dynamic API-key → plan hash.
+    ///
+    /// # Errors
+    /// [`StoreError`] when Redis cannot answer, or answers something other
+    /// than a string or nil.
+    pub async fn hget(&self, key: &str, field: &str) -> Result<Option<String>, StoreError> {
+        if !self.is_connected() {
+            return Err(StoreError::Unavailable("not connected to Redis".into()));
+        }
+        let deadline = Instant::now() + self.timeout;
+        // fred routes custom commands only by `ClusterHash::Custom`.
+        let slot = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
+        let cmd = CustomCommand::new_static("HGET", slot, false);
+        let call = async {
+            self.client()
+                .with_options(&Self::options(deadline)?)
+                .custom::<Value, Value>(cmd, vec![Value::from(key), Value::from(field)])
+                .await
+                .map_err(store_error)
+        };
+        let reply = tokio::time::timeout_at(deadline, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))?;
+        match reply {
+            Value::Null => Ok(None),
+            Value::String(s) => Ok(Some(s.to_string())),
+            Value::Bytes(b) => String::from_utf8(b.to_vec())
+                .map(Some)
+                .map_err(|_| StoreError::Protocol("HGET replied bytes that are not UTF-8".into())),
+            other => Err(StoreError::Protocol(format!(
+                "HGET replied {other:?}, not a string"
+            ))),
+        }
+    }
+}
+
 impl Store for RedisStore {
     async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
         if requests.is_empty() {
@@ -380,14 +418,27 @@ fn watch_link(client: &Client, link_up: Arc<AtomicBool>) -> JoinHandle<()> {
     })
 }
 
-/// `ARGV` of the script: now, then limit, window and cost per request.
+/// `ARGV` of the script: now, then algorithm, limit, window, cost and burst
+/// per request (for a calendar month: the month's end and its index).
 fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, StoreError> {
-    let mut argv = Vec::with_capacity(1 + 3 * requests.len());
+    let mut argv = Vec::with_capacity(1 + 5 * requests.len());
     argv.push(arg(now_ms, "now")?);
     for r in requests {
+        // A calendar month is computed here, once, for both stores' sake:
+        // the script is told the month index and when it ends.
+        let (window, burst) = match r.algorithm {
+            Algorithm::Gcra { burst } => (r.window_ms, burst),
+            Algorithm::CalendarMonth => {
+                let (index, end) = calendar::month(now_ms);
+                (end, index)
+            }
+            _ => (r.window_ms, r.limit),
+        };
+        argv.push(arg(r.algorithm.code(), "algorithm")?);
         argv.push(arg(r.limit, "limit")?);
-        argv.push(arg(r.window_ms, "window")?);
+        argv.push(arg(window, "window")?);
         argv.push(arg(r.cost, "cost")?);
+        argv.push(arg(burst, "burst")?);
     }
     Ok(argv)
 }

@@ -33,6 +33,12 @@
 //!   other count of the two (an error of at most the cost, for one window).
 //! - A refunded limit reports its remaining quota as it was before the
 //!   reservation; its reset time is the one seen with the reservation.
+//! - Only `sliding_window` limits are refunded. Units a reservation took
+//!   from a `fixed_window`, `sliding_log` or `gcra` limit stay consumed until
+//!   that limit's window (or emission interval) passes: such a limit can
+//!   deny up to the cost of each refused cross-slot request too early, never
+//!   admit too much. Keep such limits' keys in one slot (the same identity)
+//!   to avoid it.
 
 use std::collections::BTreeMap;
 
@@ -44,7 +50,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::{RedisStore, SCRIPT, SERVER_CLOCK, store_error};
-use crate::limit::{Decision, LimitOutcome, LimitRequest};
+use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest};
 use crate::store::StoreError;
 
 /// Gives back a reservation; its header comment names `KEYS` and `ARGV`.
@@ -148,6 +154,18 @@ impl RedisStore {
         requests: &[LimitRequest],
         group: &[usize],
     ) -> Result<(), StoreError> {
+        // refund.lua understands the sliding-window counter only; units a
+        // reservation took from a limit of another algorithm stay consumed
+        // until its window passes (never an over-admission; see module docs).
+        let group: Vec<usize> = group
+            .iter()
+            .copied()
+            .filter(|&i| requests[i].algorithm == Algorithm::SlidingWindow)
+            .collect();
+        if group.is_empty() {
+            return Ok(());
+        }
+        let group = &group[..];
         let keys: Vec<&str> = group.iter().map(|&i| requests[i].key.as_str()).collect();
         let mut args = Vec::with_capacity(1 + 2 * group.len());
         args.push(
@@ -228,6 +246,7 @@ mod tests {
             limit: 1,
             window_ms: 1_000,
             cost: 1,
+            algorithm: Algorithm::SlidingWindow,
         }
     }
 
