@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
     let caller = Caller {
         ip,
         api_key,
-        user,
+        user: user.map(std::borrow::Cow::Borrowed),
         headers: &headers,
     };
     let mut key = String::new();
