@@ -251,7 +251,7 @@ def main():
             wait_port(port)
             contenders.append((name, port, p.pids, use_redis, script))
 
-        big = "{ name: all, key: api_key | ip, limit: 1000000000, window: 1h }"
+        big = "{ name: all, key: api_key | ip, limit: 100000000, window: 1h }"
         add_tollgate("tollgate no limits", "", False, None)
         add_tollgate("tollgate memory", big, False, keys_lua)
         add_tollgate("tollgate redis 10k keys", big, True, keys_lua)

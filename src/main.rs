@@ -91,10 +91,18 @@ fn main() -> ExitCode {
     if cli.admin.is_some() {
         config.admin = cli.admin;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `TOKIO_WORKER_THREADS=1` asks for one thread: then a current-thread
+    // runtime serves everything on the main thread, without the
+    // work-stealing scheduler's cross-thread queues and wake-ups, which
+    // cost CPU on every request and buy nothing with a single worker.
+    let one_thread = std::env::var("TOKIO_WORKER_THREADS")
+        .is_ok_and(|v| v.trim().parse::<usize>().ok() == Some(1));
+    let mut builder = if one_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the async runtime: {e}");

@@ -14,6 +14,7 @@
 //! for routes with their own CA are built on first use and cached by the
 //! identity of their TLS settings, which a reload replaces.
 
+use std::io::Write as _;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +61,11 @@ pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-h
 /// Removes hop-by-hop headers, including every header the `Connection`
 /// header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none of them: one pass over the names (standard
+    // names compare as enum tags) is cheaper than six hashed removals.
+    if !headers.keys().any(|k| HOP_HEADERS.contains(k)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()
@@ -105,11 +111,17 @@ pub fn rewrite<B>(
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
     let base = upstream.uri.path().trim_end_matches('/');
-    let pq = req.uri().path_and_query().map_or("/", PathAndQuery::as_str);
-    let pq: PathAndQuery = if base.is_empty() {
-        pq.parse()?
-    } else {
-        format!("{base}{pq}").parse()?
+    let pq: PathAndQuery = match req.uri().path_and_query() {
+        // Already validated by hyper: reuse it (a reference-counted clone)
+        // instead of parsing it again.
+        Some(pq) if base.is_empty() => pq.clone(),
+        pq => {
+            let pq = pq.map_or("/", PathAndQuery::as_str);
+            let mut joined = String::with_capacity(base.len() + pq.len());
+            joined.push_str(base);
+            joined.push_str(pq);
+            PathAndQuery::try_from(joined)?
+        }
     };
     let mut parts = http::uri::Parts::default();
     parts.scheme = Some(upstream.uri.scheme().cloned().unwrap_or(Scheme::HTTP));
@@ -120,7 +132,15 @@ pub fn rewrite<B>(
 
     let headers = req.headers_mut();
     strip_hop_by_hop(headers);
-    if !hop.trusted {
+    if !hop.trusted
+        && headers.keys().any(|k| {
+            k == X_FORWARDED_FOR
+                || k == X_FORWARDED_PROTO
+                || k == X_FORWARDED_HOST
+                || k == http::header::FORWARDED
+                || k == hop.user_header
+        })
+    {
         headers.remove(&X_FORWARDED_FOR);
         headers.remove(&X_FORWARDED_PROTO);
         headers.remove(&X_FORWARDED_HOST);
@@ -128,16 +148,23 @@ pub fn rewrite<B>(
         headers.remove(hop.user_header);
     }
     // Append the peer as the right-most hop (one combined line).
-    let peer = hop.peer.to_string();
+    // Rendered on the stack: an address is at most 45 bytes.
+    let mut buf = [0u8; 48];
+    let peer = {
+        let mut w = &mut buf[..];
+        let _ = write!(w, "{}", hop.peer);
+        let left = w.len();
+        &buf[..buf.len() - left]
+    };
     let xff = match headers.get_all(&X_FORWARDED_FOR).iter().count() {
-        0 => HeaderValue::from_str(&peer).ok(),
+        0 => HeaderValue::from_bytes(peer).ok(),
         _ => {
             let mut joined = Vec::new();
             for v in headers.get_all(&X_FORWARDED_FOR) {
                 joined.extend_from_slice(v.as_bytes());
                 joined.extend_from_slice(b", ");
             }
-            joined.extend_from_slice(peer.as_bytes());
+            joined.extend_from_slice(peer);
             HeaderValue::from_bytes(&joined).ok()
         }
     };
