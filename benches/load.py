@@ -189,6 +189,46 @@ def tollgate_config(path, port, upstream, limits, redis_port=None):
 """)
 
 
+def info_memory(port):
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "memory"],
+                         capture_output=True, text=True).stdout
+    return int(re.search(r"^used_memory:(\d+)", out, re.M).group(1))
+
+
+def redis_memory(binary, tmp, up_port, redis_port, started, identities=100_000):
+    """Redis memory per identity for one sliding_window limit: INFO memory
+    used_memory before and after 100,000 distinct API keys each made one
+    request through tollgate, divided by the keys created."""
+    subprocess.run(["redis-cli", "-p", str(redis_port), "FLUSHALL"], capture_output=True, check=True)
+    port = free_port()
+    cfg = os.path.join(tmp, "memory.yaml")
+    tollgate_config(cfg, port, up_port, "{ name: all, key: api_key, limit: 100, window: 1h }", redis_port)
+    p = Process([binary, "--config", cfg], env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "warn"})
+    started.append(p)
+    wait_port(port)
+    script = os.path.join(tmp, "seq.lua")
+    before = info_memory(redis_port)
+    keys = 0
+    for _ in range(20):
+        with open(script, "w") as f:
+            # Sequential keys from where the last run stopped (DBSIZE), so
+            # every identity is seen once the runs have covered them all.
+            f.write(f"i = {keys}\nrequest = function()\n  i = i % {identities} + 1\n"
+                    f"  return wrk.format(nil, nil, {{ [\"x-api-key\"] = \"k\" .. i }})\nend\n")
+        run_wrk(port, 2, script)
+        out = subprocess.run(["redis-cli", "-p", str(redis_port), "DBSIZE"],
+                             capture_output=True, text=True).stdout
+        keys = int(out.strip() or 0)
+        if keys >= identities:
+            break
+    after = info_memory(redis_port)
+    sample = subprocess.run(["redis-cli", "-p", str(redis_port), "RANDOMKEY"],
+                            capture_output=True, text=True).stdout.strip()
+    print(f"\nRedis memory, one sliding_window limit keyed by api_key: {keys} keys, "
+          f"{(after - before) / max(keys, 1):.0f} B per identity (INFO memory used_memory; "
+          f"key names like {sample!r})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -277,19 +317,22 @@ def main():
                 })
                 print(f"round {r + 1}: {name}: {rps:.0f} req/s, p99 {p99:.2f} ms", file=sys.stderr)
 
-        med = {n: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for n, rs in results.items()}
-        base = med["nginx proxy_pass"]
-        print(f"\n{args.rounds} interleaved rounds of {args.duration}s, wrk -t1 -c50; medians; "
-              f"ratios to nginx proxy_pass\n")
-        hdr = f"{'contender':26} {'CPU us/req':>10} {'redis us/req':>12} {'(sum)':>7} {'req/s':>9} " \
-              f"{'p99 ms':>7} {'redis call/req':>14} {'non-2xx':>8} {'CPU x':>6} {'req/s x':>7} {'p99 x':>6}"
-        print(hdr)
-        print("-" * len(hdr))
-        for n, m in med.items():
-            total = m["cpu"] + m["redis_cpu"]
-            print(f"{n:26} {m['cpu']:10.1f} {m['redis_cpu']:12.1f} {total:7.1f} {m['rps']:9.0f} "
-                  f"{m['p99']:7.2f} {m['cmds']:14.3f} {m['non2xx']:8.0f} {total / base['cpu']:6.2f} "
-                  f"{m['rps'] / base['rps']:7.2f} {m['p99'] / base['p99']:6.2f}")
+        if args.rounds:
+            med = {n: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for n, rs in results.items()}
+            base = med["nginx proxy_pass"]
+            print(f"\n{args.rounds} interleaved rounds of {args.duration}s, wrk -t1 -c50; medians; "
+                  f"ratios to nginx proxy_pass\n")
+            hdr = f"{'contender':26} {'CPU us/req':>10} {'redis us/req':>12} {'(sum)':>7} {'req/s':>9} " \
+                  f"{'p99 ms':>7} {'redis call/req':>14} {'non-2xx':>8} {'CPU x':>6} {'req/s x':>7} {'p99 x':>6}"
+            print(hdr)
+            print("-" * len(hdr))
+            for n, m in med.items():
+                total = m["cpu"] + m["redis_cpu"]
+                print(f"{n:26} {m['cpu']:10.1f} {m['redis_cpu']:12.1f} {total:7.1f} {m['rps']:9.0f} "
+                      f"{m['p99']:7.2f} {m['cmds']:14.3f} {m['non2xx']:8.0f} {total / base['cpu']:6.2f} "
+                      f"{m['rps'] / base['rps']:7.2f} {m['p99'] / base['p99']:6.2f}")
+        if not args.only or "redis memory" in args.only:
+            redis_memory(binary, tmp, up_port, redis_port, started)
     finally:
         for p in reversed(started):
             try:
