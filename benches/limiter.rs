@@ -16,7 +16,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use http::{HeaderMap, HeaderValue, Method};
-use tollgate::config::{KeySource, KeySpec, Limit};
+use tollgate::config::{HeaderMode, KeySource, KeySpec, Limit};
 use tollgate::identity::{self, Caller, IdentityConfig};
 use tollgate::limit::LimitRequest;
 use tollgate::routing::{self, Router};
@@ -95,7 +95,7 @@ fn decisions(c: &mut Criterion) {
 
 fn identity_key(c: &mut Criterion) {
     let cfg = tollgate::config::load::parse_str(
-        "routes: [{ name: api, match: { path_prefix: / }, upstream: http://127.0.0.1:1 }]",
+        "listen: 127.0.0.1:8080\nroutes: [{ name: api, match: { path_prefix: / }, upstream: http://127.0.0.1:1 }]",
     )
     .expect("bench config");
     let mut headers = HeaderMap::new();
@@ -134,7 +134,7 @@ fn identity_key(c: &mut Criterion) {
 fn route_matching(c: &mut Criterion) {
     // Ten routes; the request takes the last but one, after hosts, methods,
     // exact paths and prefixes have been tried.
-    let mut yaml = String::from("routes:\n");
+    let mut yaml = String::from("listen: 127.0.0.1:8080\nroutes:\n");
     for i in 0..8 {
         yaml.push_str(&format!(
             "  - {{ name: r{i}, match: {{ path_prefix: /v{i}/, methods: [POST] }}, upstream: http://127.0.0.1:1 }}\n"
@@ -188,13 +188,13 @@ fn headers(c: &mut Criterion) {
     c.bench_function("headers/ratelimit_value", |b| {
         b.iter(|| tollgate::headers::ratelimit_value(black_box(&limits), black_box(&d)))
     });
-    let policy = tollgate::headers::policy_header(Default::default(), &limits);
+    let policy = tollgate::headers::policy_header(HeaderMode::Ietf, &limits);
     c.bench_function("headers/apply", |b| {
         b.iter_batched_ref(
             HeaderMap::new,
             |h| {
                 tollgate::headers::apply(
-                    Default::default(),
+                    HeaderMode::Ietf,
                     h,
                     policy.as_ref(),
                     black_box(&limits),

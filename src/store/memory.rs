@@ -176,6 +176,11 @@ impl MemoryStore {
 
     /// Decides synchronously; [`Store::decide`] wraps this.
     pub fn decide_now(&self, now_ms: u64, requests: &[LimitRequest]) -> Decision {
+        if let [r] = requests
+            && r.algorithm != Algorithm::SlidingLog
+        {
+            return self.decide_one(now_ms, r);
+        }
         let idx: Vec<usize> = requests.iter().map(|r| self.shard_of(&r.key)).collect();
         let mut order: Vec<usize> = idx.clone();
         order.sort_unstable();
@@ -252,6 +257,57 @@ impl MemoryStore {
             }
         }
         Decision { allowed, outcomes }
+    }
+}
+
+impl MemoryStore {
+    /// The common case of one counter limit, decided as the general path
+    /// does but with one lock, one lookup and no bookkeeping vectors: the
+    /// general path's per-request vectors and repeated hashing cost more
+    /// than the decision itself.
+    fn decide_one(&self, now_ms: u64, r: &LimitRequest) -> Decision {
+        let mut g = lock(&self.shards[self.shard_of(&r.key)]);
+        let shard = &mut *g;
+        let mut remove = false;
+        let outcome = match shard.map.get_mut(&r.key) {
+            Some(e) => {
+                let (o, after) = State::for_request(Some(&e.state), r, now_ms).check(r, now_ms);
+                if o.admits {
+                    // Nothing counting any more is the same as no state
+                    // (see the general path).
+                    if o.reset_ms == 0 {
+                        remove = true;
+                    } else {
+                        e.state = after;
+                        e.window_ms = r.window_ms;
+                    }
+                }
+                o
+            }
+            None => {
+                let (o, after) = State::for_request(None, r, now_ms).check(r, now_ms);
+                if o.admits && o.reset_ms != 0 {
+                    shard.map.insert(
+                        r.key.clone(),
+                        Entry {
+                            state: after,
+                            window_ms: r.window_ms,
+                        },
+                    );
+                    if shard.map.len() > 1024 && shard.map.len() >= 2 * shard.swept_at_len {
+                        sweep(shard, now_ms);
+                    }
+                }
+                o
+            }
+        };
+        if remove {
+            shard.map.remove(&r.key);
+        }
+        Decision {
+            allowed: outcome.admits,
+            outcomes: vec![outcome],
+        }
     }
 }
 
