@@ -245,10 +245,17 @@ impl Forwarder {
         })
     }
 
-    fn client_for(&self, upstream: &Upstream) -> UpstreamClient {
+    /// The client for `upstream`: the shared one borrowed (a clone of the
+    /// client is several reference counts, paid per request otherwise), or
+    /// the route's own.
+    fn client_for(&self, upstream: &Upstream) -> std::borrow::Cow<'_, UpstreamClient> {
         let Some(tls) = &upstream.tls else {
-            return self.client.clone();
+            return std::borrow::Cow::Borrowed(&self.client);
         };
+        std::borrow::Cow::Owned(self.custom_client(tls))
+    }
+
+    fn custom_client(&self, tls: &Arc<ClientConfig>) -> UpstreamClient {
         if let Some((_, c)) = self.custom.load().iter().find(|(t, _)| Arc::ptr_eq(t, tls)) {
             return c.clone();
         }
