@@ -764,25 +764,12 @@ async fn sigterm_drains_a_slow_response_refuses_new_connections_and_exits_0() {
     .expect("write config");
     let port = support::gateway::free_port();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut child = Child(
-        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .arg("--config")
-            .arg(&path)
-            .arg("--listen")
-            .arg(addr.to_string())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start tollgate"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(addr).await.is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "tollgate did not start listening"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.arg("--config")
+        .arg(&path)
+        .arg("--listen")
+        .arg(addr.to_string());
+    let mut child = Child(support::binary::spawn_listening(cmd, 1, None));
 
     // A request the upstream answers only after 3 s.
     let slow = tokio::spawn(send(addr, get("/slow?ms=3000", &[])));

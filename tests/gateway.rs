@@ -6,7 +6,6 @@ mod support;
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -469,27 +468,12 @@ struct Binary {
 impl Binary {
     async fn start(config: &std::path::Path) -> Binary {
         let port = free_port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .arg("--config")
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.arg("--config")
             .arg(config)
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start tollgate");
-        // Ready when the port accepts connections.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "tollgate did not start listening"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            .arg(format!("127.0.0.1:{port}"));
+        let child = support::binary::spawn_listening(cmd, 1, None);
         Binary { child, port }
     }
 
@@ -560,7 +544,7 @@ fn check_reports_every_mistake_and_exits_2() {
     let path = dir.path().join("bad.yaml");
     std::fs::write(
         &path,
-        "listen: 127.0.0.1:8080\nroutes:\n  - name: a\n    upstream: http://127.0.0.1:9000\n    limits:\n      - { name: x, key: ip, limit: 5, window: 5 minutes }\n  - name: b\n    upstream: http://127.0.0.1:9000\n    timout: 5s\n  - name: c\n    respond: { status: 200 }\n    limits: [ { name: y, key: nobody, limit: 1, window: 1s } ]\n",
+        "listen: 127.0.0.1:0\nroutes:\n  - name: a\n    upstream: http://127.0.0.1:9000\n    limits:\n      - { name: x, key: ip, limit: 5, window: 5 minutes }\n  - name: b\n    upstream: http://127.0.0.1:9000\n    timout: 5s\n  - name: c\n    respond: { status: 200 }\n    limits: [ { name: y, key: nobody, limit: 1, window: 1s } ]\n",
     )
     .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))

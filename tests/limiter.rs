@@ -721,11 +721,10 @@ fn config(url: String) -> RedisConfig {
 
 /// Waits, against a deadline, for the store's background connection.
 async fn wait_connected(store: &RedisStore) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !store.is_connected() {
-        assert!(Instant::now() < deadline, "store did not connect");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    assert!(
+        store.wait_connected(Duration::from_secs(10)).await,
+        "store did not connect"
+    );
 }
 
 async fn connected(server: &RedisServer) -> RedisStore {

@@ -9,7 +9,7 @@ mod support;
 
 use std::io::Read as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -614,31 +614,14 @@ struct Binary {
 impl Binary {
     async fn start(config: &Path, args: &[&str], log: std::path::PathBuf, admin: u16) -> Binary {
         let port = free_port();
-        let err = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .arg("--config")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.arg("--config")
             .arg(config)
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .expect("start tollgate");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for p in [port, admin] {
-            while tokio::net::TcpStream::connect(("127.0.0.1", p))
-                .await
-                .is_err()
-            {
-                assert!(
-                    Instant::now() < deadline,
-                    "tollgate did not start listening on {p}"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+            .args(args);
+        // The proxy listener and the admin listener each report when bound.
+        let child = support::binary::spawn_listening(cmd, 2, Some(&log));
         Binary {
             child,
             port,
@@ -931,19 +914,19 @@ fn schema_validates_the_shipped_gateway_yaml_and_rejects_mistakes() {
         "gateway.yaml does not validate: {errors:#?}"
     );
 
-    let good = "listen: [127.0.0.1:8080]\nadmin: 127.0.0.1:9090\nstore: { on_error: allow }\nroutes:\n  - name: a\n    match: { path_prefix: / }\n    respond: { status: 200 }\n    shadow: true\n    limits: [ { name: l, key: [ip, 'header:x-a'], limit: 1, window: 10s, shadow: false } ]\n";
+    let good = "listen: [127.0.0.1:0]\nadmin: 127.0.0.1:0\nstore: { on_error: allow }\nroutes:\n  - name: a\n    match: { path_prefix: / }\n    respond: { status: 200 }\n    shadow: true\n    limits: [ { name: l, key: [ip, 'header:x-a'], limit: 1, window: 10s, shadow: false } ]\n";
     assert!(validator.is_valid(&yaml(good)));
     for bad in [
         // unknown field
-        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, timout: 1s } ]\n",
+        "listen: 127.0.0.1:0\nroutes: [ { name: a, respond: {}, timout: 1s } ]\n",
         // a limit as a string
-        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: many, window: 1s } ] } ]\n",
+        "listen: 127.0.0.1:0\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: many, window: 1s } ] } ]\n",
         // shadow: yes
-        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, shadow: yes } ]\n",
+        "listen: 127.0.0.1:0\nroutes: [ { name: a, respond: {}, shadow: yes } ]\n",
         // a header mode that does not exist
-        "listen: 127.0.0.1:8080\nheaders: github2\nroutes: [ { name: a, respond: {} } ]\n",
+        "listen: 127.0.0.1:0\nheaders: github2\nroutes: [ { name: a, respond: {} } ]\n",
         // a window without a unit
-        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: 1, window: 5 minutes } ] } ]\n",
+        "listen: 127.0.0.1:0\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: 1, window: 5 minutes } ] } ]\n",
     ] {
         assert!(!validator.is_valid(&yaml(bad)), "accepted:\n{bad}");
     }

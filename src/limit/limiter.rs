@@ -92,11 +92,7 @@ impl Limiter {
                 store.use_server_clock(cfg.clock == ClockSource::Redis);
                 // Give the first connection a moment so the first requests
                 // are not decided locally for nothing; never wait longer.
-                let deadline = tokio::time::Instant::now() + STARTUP_WAIT;
-                while !store.is_connected() && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                if !store.is_connected() {
+                if !store.wait_connected(STARTUP_WAIT).await {
                     warn!(redis = %r.describe(), "redis not reachable at startup; serving by on_error until it is");
                 }
                 tasks.push(tokio::spawn(Arc::clone(&breaker).probe(Arc::clone(&store))));

@@ -45,6 +45,7 @@
 //! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 
 mod cluster;
+pub use cluster::REFUND;
 mod commands;
 pub mod topology;
 
@@ -60,6 +61,7 @@ use fred::types::config::{
     ConnectionConfig, Options, ReconnectPolicy, TcpConfig, UnresponsiveConfig,
 };
 use fred::types::{Builder, ClusterHash, ConnectHandle, CustomCommand, Value};
+use tokio::sync::Notify;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -69,7 +71,10 @@ use crate::config::{RedisConfig, RedisTopology};
 use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, calendar};
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
-pub const SCRIPT: &str = include_str!("redis/limits.lua");
+pub const SCRIPT: &str = concat!(
+    include_str!("redis/arith.lua"),
+    include_str!("redis/limits.lua")
+);
 
 /// `now` argument that makes the scripts read Redis `TIME` (`clock: redis`).
 const SERVER_CLOCK: &str = "TIME";
@@ -90,6 +95,8 @@ pub struct RedisStore {
     sha: OnceLock<Str>,
     /// `clock: redis`: the scripts read `TIME` instead of taking `now`.
     server_clock: AtomicBool,
+    /// Woken whenever a link comes up, for [`RedisStore::wait_connected`].
+    came_up: Arc<Notify>,
     /// A Redis Cluster: one request's keys may sit in several slots.
     clustered: bool,
 }
@@ -161,6 +168,7 @@ impl RedisStore {
         policy.set_jitter(ms(cfg.reconnect_jitter));
         let clustered = matches!(cfg.topology, RedisTopology::Cluster { .. });
         let mut links = Vec::with_capacity(cfg.pool_size.max(1));
+        let came_up = Arc::new(Notify::new());
         for _ in 0..cfg.pool_size.max(1) {
             let client = Builder::from_config(config.clone())
                 .set_policy(policy.clone())
@@ -184,7 +192,7 @@ impl RedisStore {
                 .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
             // Subscribe before connecting, so the first connect event is seen.
             let up = Arc::new(AtomicBool::new(false));
-            let watcher = watch_link(&client, Arc::clone(&up));
+            let watcher = watch_link(&client, Arc::clone(&up), Arc::clone(&came_up));
             // `connect` spawns the connection task and does not wait for it.
             let task = client.connect();
             links.push(Link {
@@ -200,8 +208,26 @@ impl RedisStore {
             timeout,
             sha: OnceLock::new(),
             server_clock: AtomicBool::new(false),
+            came_up,
             clustered,
         })
+    }
+
+    /// Waits at most `timeout` for a connection to be up; whether one is.
+    /// Woken by the link watchers, not by polling.
+    pub async fn wait_connected(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            // Created before the check, so a link coming up in between
+            // still wakes it (`Notify::notify_waiters`).
+            let came_up = self.came_up.notified();
+            if self.is_connected() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, came_up).await.is_err() {
+                return self.is_connected();
+            }
+        }
     }
 
     /// Whether a connection to Redis is up right now.
@@ -395,7 +421,7 @@ impl Store for RedisStore {
 /// waiting keeps that order here. A reconnect that fails after its event
 /// (replaying buffered commands) leaves fred's state not `Connected`, which
 /// [`RedisStore::is_connected`] also requires.
-fn watch_link(client: &Client, link_up: Arc<AtomicBool>) -> JoinHandle<()> {
+fn watch_link(client: &Client, link_up: Arc<AtomicBool>, came_up: Arc<Notify>) -> JoinHandle<()> {
     let mut errors = client.error_rx();
     let mut connects = client.reconnect_rx();
     tokio::spawn(async move {
@@ -414,6 +440,9 @@ fn watch_link(client: &Client, link_up: Arc<AtomicBool>) -> JoinHandle<()> {
                 },
             };
             link_up.store(up, Ordering::Release);
+            if up {
+                came_up.notify_waiters();
+            }
         }
     })
 }

@@ -54,7 +54,7 @@ use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest};
 use crate::store::StoreError;
 
 /// Gives back a reservation; its header comment names `KEYS` and `ARGV`.
-pub const REFUND: &str = include_str!("refund.lua");
+pub const REFUND: &str = concat!(include_str!("arith.lua"), include_str!("refund.lua"));
 
 /// Whether the keys of `requests` fall in more than one hash slot.
 pub(super) fn spans_slots(requests: &[LimitRequest]) -> bool {

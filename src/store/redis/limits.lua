@@ -43,8 +43,6 @@
 -- through idiv/cdiv, which correct the rounded double quotient to the exact
 -- integer one.
 
-local EXACT = 9007199254740992 -- 2^53
-
 -- Keys whose state runs out sooner (a GCRA bucket refills in c*w/L ms, a
 -- fixed window may end a millisecond after a write) still live this long,
 -- or one window if that is shorter.
@@ -58,39 +56,7 @@ local function fail(msg)
   return redis.error_reply('ERR tollgate limits: ' .. msg)
 end
 
--- A non-negative integer below 2^53, or nil.
-local function int(s)
-  local n = tonumber(s)
-  if n == nil or n < 0 or n >= EXACT or n ~= math.floor(n) then
-    return nil
-  end
-  return n
-end
-
--- floor(a / b) for integers 0 <= a < 2^53, b >= 1. The double quotient is
--- correctly rounded and may land on the neighbouring integer; one step fixes it.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
--- ceil(a / b), same domain.
-local function cdiv(a, b)
-  local q = idiv(a, b)
-  if q * b < a then
-    q = q + 1
-  end
-  return q
-end
-
-local function str(n)
-  return string.format('%.0f', n)
-end
+-- int, idiv, cdiv, str, now_ms and EXACT come from arith.lua, prepended.
 
 -- The string at key, nil when absent, or an error reply.
 local function get(key)
@@ -379,13 +345,7 @@ local n = #KEYS
 if #ARGV ~= 1 + 5 * n then
   return fail('expected 1 + 5 * #KEYS arguments')
 end
--- clock: redis — the server's TIME, so gateways with skewed clocks agree.
-local now_arg = ARGV[1]
-if now_arg == 'TIME' then
-  local t = redis.call('TIME')
-  now_arg = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local now = int(now_arg)
+local now = now_ms(ARGV[1])
 if now == nil then
   return fail('now must be an integer in [0, 2^53)')
 end

@@ -1,8 +1,8 @@
--- Gives back what an earlier call of sliding_window.lua consumed, when a
+-- Gives back what an earlier call of limits.lua consumed, when a
 -- request's limits sit in several Redis Cluster slots and a limit decided
 -- in a later slot denied it (see cluster.rs for the order and the bound).
 --
--- KEYS[i]   a counter "<window>:<prev>:<cur>" written by sliding_window.lua;
+-- KEYS[i]   a counter "<window>:<prev>:<cur>" written by limits.lua (sliding_window);
 --           every key of one call shares a slot.
 -- ARGV[1]   now as passed to the reserving call: integer ms, or TIME to
 --           read the server's clock (`clock: redis`).
@@ -16,39 +16,12 @@
 -- give back. Counts never go below 0; the expiry is kept (KEEPTTL).
 -- Returns the number of keys refunded. Garbage in a key is an error reply.
 
-local function int(s)
-  local n = tonumber(s)
-  if n == nil or n < 0 or n >= 9007199254740992 or n ~= math.floor(n) then
-    return nil
-  end
-  return n
-end
-
--- floor(a / b), corrected for the rounding of the double quotient (as
--- idiv in sliding_window.lua).
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function str(n)
-  return string.format('%.0f', n)
-end
+-- int, idiv, str and now_ms come from arith.lua, prepended.
 
 if #ARGV ~= 1 + 2 * #KEYS then
   return redis.error_reply('ERR tollgate refund: expected 1 + 2 * #KEYS arguments')
 end
-local now_arg = ARGV[1]
-if now_arg == 'TIME' then
-  local t = redis.call('TIME')
-  now_arg = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local now = int(now_arg)
+local now = now_ms(ARGV[1])
 if now == nil then
   return redis.error_reply('ERR tollgate refund: now must be an integer')
 end

@@ -1,0 +1,51 @@
+-- Shared prelude of tollgate's scripts: exact integer arithmetic on Lua's
+-- doubles and the `now` argument. Prepended to limits.lua and refund.lua
+-- when they are loaded (see `SCRIPT` in redis.rs and `REFUND` in
+-- cluster.rs), so both read numbers the same way.
+
+local EXACT = 9007199254740992 -- 2^53
+
+-- A non-negative integer below 2^53, or nil.
+local function int(s)
+  local n = tonumber(s)
+  if n == nil or n < 0 or n >= EXACT or n ~= math.floor(n) then
+    return nil
+  end
+  return n
+end
+
+-- floor(a / b) for integers 0 <= a < 2^53, b >= 1. The double quotient is
+-- correctly rounded and may land on the neighbouring integer; one step fixes it.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- ceil(a / b), same domain.
+local function cdiv(a, b)
+  local q = idiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
+local function str(n)
+  return string.format('%.0f', n)
+end
+
+-- `now` in ms from ARGV[1]: an integer, or the string TIME for the server's
+-- clock (`clock: redis`, so gateways with skewed clocks agree). nil if bad.
+local function now_ms(arg)
+  if arg == 'TIME' then
+    local t = redis.call('TIME')
+    arg = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return int(arg)
+end
+
