@@ -37,6 +37,9 @@ use hyper_util::rt::TokioExecutor;
 use crate::config::{Timeouts, Upstream};
 use crate::problem::GatewayError;
 
+mod pool;
+pub use pool::Pool;
+
 /// Body of every response the gateway sends: streamed from an upstream, or
 /// generated locally.
 pub type Body = Either<Incoming, Full<Bytes>>;
@@ -61,19 +64,77 @@ pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-h
 /// Removes hop-by-hop headers, including every header the `Connection`
 /// header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none of them: one pass over the names (standard
-    // names compare as enum tags) is cheaper than six hashed removals.
-    if !headers.keys().any(|k| HOP_HEADERS.contains(k)) {
+    // One pass over the names (standard names compare as enum tags) finds
+    // which hop-by-hop headers are there; only those are removed, each
+    // removal being a hashed lookup. Most requests carry none and most
+    // responses only `Connection: keep-alive`.
+    let mut present = 0u8;
+    for k in headers.keys() {
+        if let Some(i) = HOP_HEADERS.iter().position(|h| h == k) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
         return;
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim_ascii()).ok())
-        .collect();
-    for name in named.iter().chain(HOP_HEADERS.iter()) {
-        headers.remove(name);
+    if present & 1 != 0 {
+        // Names in `Connection` that are hop-by-hop anyway were found above;
+        // `close` is the connection option (RFC 9112 §9.6), not a field.
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|t| {
+                !t.is_empty()
+                    && !t.eq_ignore_ascii_case(b"close")
+                    && !HOP_HEADERS
+                        .iter()
+                        .any(|h| t.eq_ignore_ascii_case(h.as_str().as_bytes()))
+            })
+            .filter_map(|t| HeaderName::from_bytes(t).ok())
+            .collect();
+        for name in &named {
+            headers.remove(name);
+        }
+    }
+    for (i, name) in HOP_HEADERS.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
+    }
+}
+
+/// Writes `ip` as text into `buf` and returns the bytes written; IPv4 by
+/// hand, since the formatting machinery showed in the per-request profile.
+fn render_ip(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut n = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                if octet >= 100 {
+                    buf[n] = b'0' + octet / 100;
+                    n += 1;
+                }
+                if octet >= 10 {
+                    buf[n] = b'0' + octet / 10 % 10;
+                    n += 1;
+                }
+                buf[n] = b'0' + octet % 10;
+                n += 1;
+            }
+            &buf[..n]
+        }
+        IpAddr::V6(_) => {
+            let mut w = &mut buf[..];
+            let _ = write!(w, "{ip}");
+            let left = w.len();
+            &buf[..48 - left]
+        }
     }
 }
 
@@ -150,12 +211,7 @@ pub fn rewrite<B>(
     // Append the peer as the right-most hop (one combined line).
     // Rendered on the stack: an address is at most 45 bytes.
     let mut buf = [0u8; 48];
-    let peer = {
-        let mut w = &mut buf[..];
-        let _ = write!(w, "{}", hop.peer);
-        let left = w.len();
-        &buf[..buf.len() - left]
-    };
+    let peer = render_ip(hop.peer, &mut buf);
     let xff = match headers.get_all(&X_FORWARDED_FOR).iter().count() {
         0 => HeaderValue::from_bytes(peer).ok(),
         _ => {
@@ -283,29 +339,75 @@ impl Forwarder {
     /// [`GatewayError::UpstreamTimeout`] past the timeout,
     /// [`GatewayError::PayloadTooLarge`] when the body passed `max_body`,
     /// and [`GatewayError::UpstreamFailed`] when the connection broke.
+    ///
+    /// With `pool` (a plain `http://` upstream without upgrades, see
+    /// [`upstream_pool`]) the request goes over that pool's HTTP/1.1
+    /// connections; otherwise over the general client.
     pub async fn send(
         &self,
         req: Request<Incoming>,
         upstream: &Upstream,
+        pool: Option<&Pool>,
         max_body: Option<u64>,
     ) -> Result<Response<Incoming>, GatewayError> {
         let limit = max_body.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
-        let req = req.map(|b| Limited::new(b, limit));
+        let mut req = req.map(|b| Limited::new(b, limit));
         let timeout = upstream.timeout;
-        let client = self.client_for(upstream);
-        match tokio::time::timeout(timeout, client.request(req)).await {
-            Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
-            Ok(Err(e)) if e.is_connect() => Err(GatewayError::UpstreamConnect(error_chain(&e))),
-            Ok(Err(e)) if caused_by::<LengthLimitError>(&e) => {
-                Err(GatewayError::PayloadTooLarge(max_body.unwrap_or(0)))
+        let too_large = || GatewayError::PayloadTooLarge(max_body.unwrap_or(0));
+        let sent = match pool {
+            Some(pool) => {
+                // A connection of its own is told the path, not the URI.
+                let pq = req.uri().path_and_query().cloned();
+                let mut parts = http::uri::Parts::default();
+                parts.path_and_query = Some(pq.unwrap_or_else(|| PathAndQuery::from_static("/")));
+                if let Ok(uri) = Uri::from_parts(parts) {
+                    *req.uri_mut() = uri;
+                }
+                if !req.headers().contains_key(HOST)
+                    && let Ok(h) = HeaderValue::from_str(pool.authority().as_str())
+                {
+                    req.headers_mut().insert(HOST, h);
+                }
+                match tokio::time::timeout(timeout, pool.send(req)).await {
+                    Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
+                    Ok(Err(pool::SendError::Connect(e))) => Err(GatewayError::UpstreamConnect(e)),
+                    Ok(Err(pool::SendError::Failed(e))) if caused_by::<LengthLimitError>(&e) => {
+                        Err(too_large())
+                    }
+                    Ok(Err(pool::SendError::Failed(e))) => {
+                        Err(GatewayError::UpstreamFailed(error_chain(&e)))
+                    }
+                    Ok(Ok(res)) => Ok(res),
+                }
             }
-            Ok(Err(e)) => Err(GatewayError::UpstreamFailed(error_chain(&e))),
-            Ok(Ok(mut res)) => {
-                strip_hop_by_hop(res.headers_mut());
-                Ok(res)
+            None => {
+                let client = self.client_for(upstream);
+                match tokio::time::timeout(timeout, client.request(req)).await {
+                    Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
+                    Ok(Err(e)) if e.is_connect() => {
+                        Err(GatewayError::UpstreamConnect(error_chain(&e)))
+                    }
+                    Ok(Err(e)) if caused_by::<LengthLimitError>(&e) => Err(too_large()),
+                    Ok(Err(e)) => Err(GatewayError::UpstreamFailed(error_chain(&e))),
+                    Ok(Ok(res)) => Ok(res),
+                }
             }
-        }
+        };
+        sent.map(|mut res| {
+            strip_hop_by_hop(res.headers_mut());
+            res
+        })
     }
+}
+
+/// The connection pool for `upstream` when it takes the pooled HTTP/1.1
+/// path: a plain `http://` upstream whose route does not pass upgrades.
+pub fn upstream_pool(upstream: &Upstream, timeouts: &Timeouts) -> Option<Pool> {
+    if upstream.upgrade || upstream.uri.scheme() != Some(&Scheme::HTTP) {
+        return None;
+    }
+    let authority = upstream.uri.authority()?.clone();
+    Some(Pool::new(authority, timeouts.upstream_connect))
 }
 
 fn build_client(tls: &ClientConfig, connect_timeout: Duration) -> UpstreamClient {
@@ -367,6 +469,36 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+
+        let mut h = HeaderMap::new();
+        h.insert(CONNECTION, HeaderValue::from_static("close, te"));
+        h.append(CONNECTION, HeaderValue::from_static("x-a ,, X-B"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("x-a", HeaderValue::from_static("1"));
+        h.insert("x-b", HeaderValue::from_static("1"));
+        h.insert("upgrade", HeaderValue::from_static("websocket"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.keys().collect::<Vec<_>>(), ["x-kept"]);
+    }
+
+    #[test]
+    fn addresses_render_as_display_does() {
+        for ip in [
+            "0.0.0.0",
+            "1.2.3.4",
+            "10.20.30.40",
+            "100.200.255.9",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:192.0.2.1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut buf = [0u8; 48];
+            assert_eq!(render_ip(ip, &mut buf), ip.to_string().as_bytes());
+        }
     }
 
     #[test]

@@ -17,6 +17,8 @@ use crate::limit::Algorithm;
 /// A route with what is pre-computed for it.
 #[derive(Debug)]
 pub struct CompiledRoute {
+    /// Position of the route in the configuration's `routes`.
+    pub index: usize,
     /// The route as configured.
     pub route: Route,
     /// `RateLimit-Policy` value, when the route has limits and the header mode shows it.
@@ -91,8 +93,10 @@ impl Router {
         let routes = config
             .routes
             .iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(index, r)| {
                 Arc::new(CompiledRoute {
+                    index,
                     policy_header: headers::policy_header(config.headers, &r.limits),
                     key_suffixes: r.limits.iter().map(|l| key_suffix(&r.name, l)).collect(),
                     plan_views: if r.limits.iter().any(|l| l.plan) {

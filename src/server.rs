@@ -7,7 +7,6 @@
 //! and lets in-flight requests finish. [`Gateway::handle`] is the
 //! whole per-request pipeline; each phase returns a value to the next.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,8 +58,11 @@ pub enum StartError {
 struct Runtime {
     config: Config,
     router: Router,
-    /// Metric handles of every route, by route name.
-    route_metrics: HashMap<Arc<str>, Arc<RouteMetrics>>,
+    /// Metric handles of every route, by route index.
+    route_metrics: Vec<Option<Arc<RouteMetrics>>>,
+    /// Upstream connection pools by route index, for routes that use one
+    /// ([`proxy::upstream_pool`]); routes with the same upstream share it.
+    pools: Vec<Option<Arc<proxy::Pool>>>,
     /// API key → plan, static and from the Redis hash.
     plans: PlanResolver,
 }
@@ -68,16 +70,36 @@ struct Runtime {
 impl Runtime {
     fn new(config: Config, metrics: &Metrics) -> Self {
         let router = Router::new(&config);
-        let route_metrics = metrics
-            .routes(&config)
-            .into_iter()
-            .map(|(k, v)| (k, Arc::new(v)))
+        let mut by_name = metrics.routes(&config);
+        let route_metrics = config
+            .routes
+            .iter()
+            .map(|r| by_name.remove(&r.name).map(Arc::new))
+            .collect();
+        let mut shared: Vec<(String, Arc<proxy::Pool>)> = Vec::new();
+        let pools = config
+            .routes
+            .iter()
+            .map(|r| {
+                let Action::Upstream(up) = &r.action else {
+                    return None;
+                };
+                let pool = proxy::upstream_pool(up, &config.timeouts)?;
+                let key = pool.authority().as_str().to_ascii_lowercase();
+                if let Some((_, p)) = shared.iter().find(|(k, _)| *k == key) {
+                    return Some(p.clone());
+                }
+                let pool = Arc::new(pool);
+                shared.push((key, pool.clone()));
+                Some(pool)
+            })
             .collect();
         let plans = PlanResolver::new(&config.api_keys, &config.plans, &config.store.prefix);
         Self {
             config,
             router,
             route_metrics,
+            pools,
             plans,
         }
     }
@@ -221,7 +243,7 @@ impl Gateway {
             });
         };
         note.route = Some(route.route.name.clone());
-        note.metrics = rt.route_metrics.get(&route.route.name).cloned();
+        note.metrics = rt.route_metrics.get(route.index).cloned().flatten();
         let route_metrics = note.metrics.clone();
         let now_ms = self.clock.now_ms();
 
@@ -371,8 +393,13 @@ impl Gateway {
                 if let Some(u) = &upgrade {
                     u.restore(req.headers_mut());
                 }
+                let pool = rt.pools.get(route.index).and_then(Option::as_deref);
                 let sent = Instant::now();
-                match self.forwarder.send(req, up, cfg.server.max_body_size).await {
+                match self
+                    .forwarder
+                    .send(req, up, pool, cfg.server.max_body_size)
+                    .await
+                {
                     Ok(mut res) => {
                         if let Some(m) = &route_metrics {
                             m.upstream_response(res.status(), sent.elapsed());
