@@ -97,12 +97,26 @@ pub struct StoreConfig {
     pub on_error: OnError,
     /// Prefix of every Redis key tollgate writes.
     pub prefix: String,
+    /// Counter keys in Redis name the identity in clear instead of by a
+    /// digest (see [`StoreConfig::digest_keys`]).
+    pub readable_keys: bool,
     /// Whose clock places requests in windows.
     pub clock: ClockSource,
     /// When to stop calling a failing Redis, and how often to probe it.
     pub breaker: BreakerConfig,
     /// Denied requests remembered in process (entries; 0 turns it off).
     pub deny_cache: usize,
+}
+
+impl StoreConfig {
+    /// Whether counter keys carry digests of the identity and the limit
+    /// rather than their text: with Redis, unless `readable_keys` is set.
+    /// A key is then `<prefix>{<12 characters>}<4 characters>`, short enough
+    /// for Redis to keep one identity and limit in under 150 bytes; the
+    /// in-process store keeps readable keys (nothing to save there).
+    pub fn digest_keys(&self) -> bool {
+        self.redis.is_some() && !self.readable_keys
+    }
 }
 
 /// Whose clock the Redis scripts use.

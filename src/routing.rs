@@ -13,6 +13,7 @@ use http::{HeaderValue, Method};
 use crate::config::{Config, Limit, PathMatch, Plan, Route};
 use crate::headers;
 use crate::limit::Algorithm;
+use crate::store::keys;
 
 /// A route with what is pre-computed for it.
 #[derive(Debug)]
@@ -90,29 +91,32 @@ pub struct Router {
 impl Router {
     /// Compiles the routes of `config`.
     pub fn new(config: &Config) -> Self {
-        let routes = config
+        let mut routes: Vec<CompiledRoute> = config
             .routes
             .iter()
             .enumerate()
-            .map(|(index, r)| {
-                Arc::new(CompiledRoute {
-                    index,
-                    policy_header: headers::policy_header(config.headers, &r.limits),
-                    key_suffixes: r.limits.iter().map(|l| key_suffix(&r.name, l)).collect(),
-                    plan_views: if r.limits.iter().any(|l| l.plan) {
-                        config
-                            .plans
-                            .iter()
-                            .map(|p| (p.name.clone(), Arc::new(plan_view(config, r, p))))
-                            .collect()
-                    } else {
-                        HashMap::new()
-                    },
-                    route: r.clone(),
-                })
+            .map(|(index, r)| CompiledRoute {
+                index,
+                policy_header: headers::policy_header(config.headers, &r.limits),
+                key_suffixes: r.limits.iter().map(|l| key_suffix(&r.name, l)).collect(),
+                plan_views: if r.limits.iter().any(|l| l.plan) {
+                    config
+                        .plans
+                        .iter()
+                        .map(|p| (p.name.clone(), Arc::new(plan_view(config, r, p))))
+                        .collect()
+                } else {
+                    HashMap::new()
+                },
+                route: r.clone(),
             })
             .collect();
-        Self { routes }
+        if config.store.digest_keys() {
+            digest_suffixes(&mut routes);
+        }
+        Self {
+            routes: routes.into_iter().map(Arc::new).collect(),
+        }
     }
 
     /// The first route that takes a request with this method, host (without
@@ -137,6 +141,33 @@ impl Router {
                     PathMatch::Prefix(p) => path.starts_with(p.as_str()),
                 }
         })
+    }
+}
+
+/// Replaces every key suffix by its digest ([`keys::limit_digests`]).
+fn digest_suffixes(routes: &mut [CompiledRoute]) {
+    let names: Vec<String> = routes
+        .iter()
+        .flat_map(|r| {
+            r.key_suffixes
+                .iter()
+                .chain(r.plan_views.values().flat_map(|v| v.key_suffixes.iter()))
+        })
+        .cloned()
+        .collect();
+    let (_, digest) = keys::limit_digests(names.iter().map(String::as_str));
+    for r in routes {
+        for s in &mut r.key_suffixes {
+            *s = digest(s);
+        }
+        for v in r.plan_views.values_mut() {
+            // Built just above: this is the only reference.
+            if let Some(v) = Arc::get_mut(v) {
+                for s in &mut v.key_suffixes {
+                    *s = digest(s);
+                }
+            }
+        }
     }
 }
 

@@ -35,7 +35,7 @@ use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
 use crate::routing::{self, LimitView, Router};
 use crate::shadow;
-use crate::store::StoreError;
+use crate::store::{StoreError, keys};
 use crate::top::TopOffenders;
 use crate::{guard, listener, upgrade};
 
@@ -281,6 +281,8 @@ impl Gateway {
                 Some(v) => (&v.limits[..], &v.key_suffixes[..]),
                 None => (&route.route.limits[..], &route.key_suffixes[..]),
             };
+            let digest = cfg.store.digest_keys();
+            let mut text = String::new();
             let requests: Vec<LimitRequest> = limits
                 .iter()
                 .zip(suffixes)
@@ -288,7 +290,13 @@ impl Gateway {
                     let mut key = String::with_capacity(cfg.store.prefix.len() + 48 + suffix.len());
                     key.push_str(&cfg.store.prefix);
                     key.push('{');
-                    identity::write_key(&mut key, &l.key, &caller);
+                    if digest {
+                        text.clear();
+                        identity::write_key(&mut text, &l.key, &caller);
+                        keys::push_digest(&mut key, text.as_bytes(), keys::IDENTITY_CHARS);
+                    } else {
+                        identity::write_key(&mut key, &l.key, &caller);
+                    }
                     key.push('}');
                     key.push_str(suffix);
                     LimitRequest {
@@ -313,9 +321,7 @@ impl Gateway {
                 &rd,
                 &route.route.name,
                 limits,
-                suffixes,
-                &requests,
-                cfg.store.prefix.len(),
+                &caller,
                 route_metrics.as_deref(),
                 &self.top,
             );

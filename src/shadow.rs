@@ -27,6 +27,7 @@
 use tracing::info;
 
 use crate::config::{Limit, OnError};
+use crate::identity::{self, Caller};
 use crate::limit::limiter::{Limiter, Verdict};
 use crate::limit::{Decision, LimitOutcome, LimitRequest};
 use crate::metrics::{LimitVerdict, RouteMetrics};
@@ -191,23 +192,15 @@ pub async fn decide(
     }
 }
 
-/// The identity part of a store key built as
-/// `prefix{identity}suffix` (see `server.rs`).
-pub fn identity_of(key: &str, prefix_len: usize, suffix_len: usize) -> &str {
-    let end = key.len().saturating_sub(suffix_len + 1);
-    key.get(prefix_len + 1..end).unwrap_or("")
-}
-
 /// Counts each limit's verdict, feeds the top-offenders view with every
 /// denial, and logs each would-be denial of a shadow limit.
-#[allow(clippy::too_many_arguments)]
+/// The identity of a denial is written again from `caller` rather than
+/// read from the store key, which may hold only its digest.
 pub fn record(
     rd: &RouteDecision,
     route_name: &Arc<str>,
     limits: &[Limit],
-    key_suffixes: &[String],
-    requests: &[LimitRequest],
-    prefix_len: usize,
+    caller: &Caller<'_>,
     metrics: Option<&RouteMetrics>,
     top: &TopOffenders,
 ) {
@@ -224,12 +217,12 @@ pub fn record(
         }
     }
     for (i, shadow) in rd.denied() {
-        let (Some(limit), Some(req), Some(suffix)) =
-            (limits.get(i), requests.get(i), key_suffixes.get(i))
-        else {
+        let Some(limit) = limits.get(i) else {
             continue;
         };
-        let identity = identity_of(&req.key, prefix_len, suffix.len());
+        let mut identity = String::with_capacity(48);
+        identity::write_key(&mut identity, &limit.key, caller);
+        let identity = identity.as_str();
         top.record(route_name, &limit.name, identity, shadow);
         if shadow {
             info!(
@@ -260,17 +253,5 @@ fn unavailable(n: usize) -> RouteDecision {
         verdicts: vec![Some(LimitVerdict::Error); n],
         failed_open: false,
         unavailable: true,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identity_is_between_the_braces() {
-        let key = "tg:{ip=1.2.3.4/32}:r}o:l";
-        assert_eq!(identity_of(key, 3, ":r}o:l".len()), "ip=1.2.3.4/32");
-        assert_eq!(identity_of("x", 3, 10), "");
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod breaker;
 pub mod heartbeat;
+pub mod keys;
 pub mod memory;
 pub mod redis;
 

@@ -189,7 +189,8 @@ fn defaults() {
     let c = valid("listen: 0.0.0.0:80\nroutes: [{ name: a, upstream: 'http://up' }]\n");
     assert!(c.store.redis.is_none());
     assert_eq!(c.store.on_error, OnError::Local);
-    assert_eq!(c.store.prefix, "tollgate:");
+    assert_eq!(c.store.prefix, "tg:");
+    assert!(!c.store.readable_keys);
     assert!(c.client_ip.trusted_proxies.is_empty());
     assert_eq!(c.client_ip.ipv6_prefix, 64);
     assert_eq!(c.headers, HeaderMode::Ietf);

@@ -1230,10 +1230,8 @@ async fn redis_memory_per_key_by_algorithm() {
         let mut line = format!("{:>15}:", alg.name());
         let mut sizes = Vec::new();
         for n in [1u64, 10, 100] {
-            let key = format!(
-                "tollgate:{{ip=10.0.0.1/32}}:api:per_minute:{}:{n}",
-                alg.name()
-            );
+            // Shaped like the gateway's digested names (21 bytes).
+            let key = format!("tg:{{{:0>12}}}{:0>4}", alg.code(), n);
             let req = [LimitRequest {
                 key: key.clone(),
                 limit: 100,

@@ -382,7 +382,7 @@ async fn a_key_added_to_the_redis_hash_gets_its_plan_within_the_cache_time() {
 
     // The operator adds the key while the gateway runs.
     let _: () = redis::cmd("HSET")
-        .arg("tollgate:keys")
+        .arg("tg:keys")
         .arg("k-new")
         .arg("pro")
         .query_async(&mut conn)
@@ -413,7 +413,7 @@ async fn a_key_added_to_the_redis_hash_gets_its_plan_within_the_cache_time() {
 
     // Re-planned down: free again after the cache time.
     let _: () = redis::cmd("HSET")
-        .arg("tollgate:keys")
+        .arg("tg:keys")
         .arg("k-new")
         .arg("free")
         .query_async(&mut conn)

@@ -50,11 +50,13 @@ routes:
     )
 }
 
-/// The limit keys of route `t` in `server` (the heartbeat key excluded).
+/// The counter keys in `server` (the heartbeat key excluded): with the
+/// default digested names, `tg:{<identity>}<limit>` (the heartbeat set is
+/// `tg:{instances}`, with nothing after the brace).
 async fn limit_keys(server: &RedisServer) -> Vec<String> {
     let mut conn = server.connection().await;
     redis::cmd("KEYS")
-        .arg("*:t:per_ip")
+        .arg("tg:{*}?*")
         .query_async(&mut conn)
         .await
         .unwrap_or_default()
@@ -437,7 +439,7 @@ async fn garbage_in_redis_goes_through_the_failure_policy() {
     assert_eq!(send(gw.addr, get("/d", &[])).await.status, StatusCode::OK);
     let mut conn = server.connection().await;
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*:per_ip")
+        .arg("tg:{*}?*")
         .query_async(&mut conn)
         .await
         .expect("KEYS");
@@ -479,6 +481,44 @@ async fn garbage_in_redis_goes_through_the_failure_policy() {
 // --- Topologies, through the store --------------------------------------------
 
 const T0: u64 = 1_700_000_000_000;
+
+/// Counter keys are `tg:{<identity digest>}<limit digest>` by default:
+/// 12 and 4 characters of base64url SHA-256 of the readable parts, which
+/// `readable_keys: true` writes instead.
+#[tokio::test]
+async fn counter_keys_are_short_digests_unless_readable_keys() {
+    use sha2::{Digest, Sha256};
+    fn b64(text: &str, chars: usize) -> String {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let d = Sha256::digest(text.as_bytes());
+        let bits: String = d.iter().map(|b| format!("{b:08b}")).collect();
+        (0..chars)
+            .map(|i| A[usize::from_str_radix(&bits[6 * i..6 * i + 6], 2).unwrap()] as char)
+            .collect()
+    }
+    let server = RedisServer::start().await;
+    let gw = Gateway::start(&yaml(&server.url(), "local", 10, "")).await;
+    assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
+    let want = format!(
+        "tg:{{{}}}{}",
+        b64("ip=127.0.0.1/32", 12),
+        b64(":t:per_ip", 4)
+    );
+    assert_eq!(limit_keys(&server).await, [want.clone()]);
+    assert_eq!(want.len(), 21);
+    drop(gw);
+
+    let server = RedisServer::start().await;
+    let src = yaml(&server.url(), "local", 10, "").replace(
+        "  on_error: local\n",
+        "  on_error: local\n  readable_keys: true\n",
+    );
+    assert!(src.contains("readable_keys"), "{src}");
+    let gw = Gateway::start(&src).await;
+    assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
+    assert_eq!(limit_keys(&server).await, ["tg:{ip=127.0.0.1/32}:t:per_ip"]);
+    drop(gw);
+}
 
 fn one(key: &str, limit: u64) -> LimitRequest {
     LimitRequest {
@@ -815,7 +855,7 @@ routes:
     // The two keys sit in different slots (and so were decided apart).
     let mut keys = Vec::new();
     for node in &cluster.nodes {
-        if let Ok(redis::Value::Array(found)) = query(node.port, &["KEYS", "*:t:per_*"]).await {
+        if let Ok(redis::Value::Array(found)) = query(node.port, &["KEYS", "tg:{*}?*"]).await {
             for k in found {
                 if let redis::Value::BulkString(k) = k {
                     keys.push(String::from_utf8_lossy(&k).into_owned());
@@ -980,7 +1020,7 @@ async fn gateway_follows_a_sentinel_failover() {
     .await;
     until_ok(gw.addr, Duration::from_secs(20)).await;
     let on = |port: u16| async move {
-        match query(port, &["KEYS", "*:t:per_ip"]).await {
+        match query(port, &["KEYS", "tg:{*}?*"]).await {
             Ok(redis::Value::Array(keys)) => keys.len(),
             _ => 0,
         }

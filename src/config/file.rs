@@ -321,8 +321,10 @@ pub struct Store {
     /// `on_error: allow | deny | local`
     #[schemars(extend("enum" = ["allow", "deny", "local", null]))]
     pub on_error: Field<Text>,
-    /// `prefix: "tollgate:"`
+    /// `prefix: "tg:"`
     pub prefix: Field<Text>,
+    /// `readable_keys: true` (Redis keys name the identity in clear)
+    pub readable_keys: Field<Flag>,
     /// `clock: gateway | redis`
     #[schemars(extend("enum" = ["gateway", "redis", null]))]
     pub clock: Field<Text>,

@@ -397,6 +397,7 @@ impl Check<'_> {
                 redis: None,
                 on_error: OnError::Local,
                 prefix: DEFAULT_PREFIX.to_owned(),
+                readable_keys: false,
                 clock: ClockSource::Gateway,
                 breaker: BreakerConfig::default(),
                 deny_cache: DEFAULT_DENY_CACHE,
@@ -492,6 +493,11 @@ impl Check<'_> {
             &child_key(path, "prefix"),
             text(|s| Ok(s.to_owned())),
         );
+        let readable_keys = self.optional(
+            &store.readable_keys,
+            &child_key(path, "readable_keys"),
+            |_, b, _| Ok(*b),
+        );
         let clock = self.optional(&store.clock, &child_key(path, "clock"), text(parse_clock));
         let breaker = self.optional(&store.breaker, &child_key(path, "breaker"), Self::breaker);
         let deny_cache = self.optional(
@@ -503,6 +509,7 @@ impl Check<'_> {
             redis: redis?,
             on_error: on_error?.unwrap_or(OnError::Local),
             prefix: prefix?.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+            readable_keys: readable_keys?.is_some_and(|file::Flag(b)| b),
             deny_cache: deny_cache?.map_or(DEFAULT_DENY_CACHE, |n| n as usize),
             clock: clock?.unwrap_or_default(),
             breaker: breaker?.unwrap_or_default(),
@@ -1300,7 +1307,7 @@ impl Check<'_> {
     }
 }
 
-const DEFAULT_PREFIX: &str = "tollgate:";
+const DEFAULT_PREFIX: &str = "tg:";
 /// Denied requests remembered in process: a few MB at most.
 const DEFAULT_DENY_CACHE: usize = 10_000;
 /// A sliding log keeps one entry per admitted unit; past this, memory per

@@ -1,0 +1,121 @@
+//! Names of counter keys.
+//!
+//! A key is `<prefix>{<identity>}<limit>`: the identity is the hash tag, so
+//! every limit of one caller lives in one Redis Cluster slot and a
+//! multi-limit decision stays one atomic script call. With Redis the
+//! identity and the limit are written as digests
+//! ([`StoreConfig::digest_keys`](crate::config::StoreConfig::digest_keys)):
+//! Redis spends its memory per key mostly on fixed overheads, and a name
+//! under 23 bytes keeps one identity and limit in 149 bytes where the
+//! readable `tollgate:{key=k80215}:bench:all` took 164 (Redis 7.0, measured
+//! with `benches/load.py`).
+//!
+//! The digests are prefixes of SHA-256 in URL-safe base64: 12 characters
+//! (72 bits) for the identity, 4 (24 bits) for the limit. Two callers can
+//! only share a key by a SHA-256 collision on 72 bits, which nobody can
+//! aim at a given caller (a second preimage); colliding limit digests
+//! within one configuration are detected at load and lengthened
+//! ([`limit_digests`]). The identity digest is taken over the same text the
+//! readable key holds (`key=k80215`), so an operator can find a caller's
+//! key: `printf 'key=k80215' | sha256sum`, first 9 bytes, base64url.
+
+use sha2::{Digest, Sha256};
+
+/// Characters of the identity digest.
+pub const IDENTITY_CHARS: usize = 12;
+/// Characters of a limit digest when no two limits collide.
+pub const LIMIT_CHARS: usize = 4;
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Appends the first `chars` base64url characters of SHA-256(`text`);
+/// `chars` is at most 43 (all 256 bits).
+pub fn push_digest(out: &mut String, text: &[u8], chars: usize) {
+    let digest = Sha256::digest(text);
+    let mut written = 0;
+    for group in digest.chunks(3) {
+        let mut bits = 0u32;
+        for (i, b) in group.iter().enumerate() {
+            bits |= u32::from(*b) << (16 - 8 * i);
+        }
+        for shift in [18, 12, 6, 0] {
+            if written == chars {
+                return;
+            }
+            out.push(char::from(ALPHABET[(bits >> shift) as usize & 63]));
+            written += 1;
+        }
+    }
+}
+
+/// The digest of each distinct limit name (`:<route>:<limit>[:<algorithm>]`)
+/// of a configuration: [`LIMIT_CHARS`] characters, or more for all of them
+/// until no two distinct names share one.
+pub fn limit_digests<'a>(
+    names: impl Iterator<Item = &'a str> + Clone,
+) -> (usize, impl Fn(&str) -> String) {
+    let mut chars = LIMIT_CHARS;
+    loop {
+        let mut seen: Vec<(String, &str)> = Vec::new();
+        let mut clash = false;
+        for name in names.clone() {
+            let mut d = String::new();
+            push_digest(&mut d, name.as_bytes(), chars);
+            match seen.iter().find(|(s, _)| *s == d) {
+                Some((_, other)) if *other != name => {
+                    clash = true;
+                    break;
+                }
+                Some(_) => {}
+                None => seen.push((d, name)),
+            }
+        }
+        if !clash || chars >= 40 {
+            return (chars, move |name: &str| {
+                let mut d = String::with_capacity(chars);
+                push_digest(&mut d, name.as_bytes(), chars);
+                d
+            });
+        }
+        chars += 2;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_is_base64url_of_sha256() {
+        // printf 'abc' | sha256sum → ba7816bf8f01cfea41…; base64url of
+        // ba 78 16 bf 8f 01 cf ea 41 is ungWv48Bz-pB.
+        let mut s = String::new();
+        push_digest(&mut s, b"abc", IDENTITY_CHARS);
+        assert_eq!(s, "ungWv48Bz-pB");
+        let mut s = String::new();
+        push_digest(&mut s, b"abc", 43);
+        assert_eq!(s.len(), 43);
+    }
+
+    #[test]
+    fn clashing_limit_digests_grow() {
+        let names = [":a:x", ":a:y", ":b:x"];
+        let (chars, f) = limit_digests(names.iter().copied());
+        assert_eq!(chars, LIMIT_CHARS);
+        assert_ne!(f(":a:x"), f(":a:y"));
+        // Find two names whose 4-character digests agree: 24 bits, so a
+        // few thousand candidates suffice.
+        let mut seen = std::collections::HashMap::new();
+        let (a, b) = (0..100_000)
+            .find_map(|i| {
+                let n = format!(":r:{i}");
+                let mut d = String::new();
+                push_digest(&mut d, n.as_bytes(), LIMIT_CHARS);
+                seen.insert(d, n.clone()).map(|m| (m, n))
+            })
+            .expect("a 24-bit collision within 100,000 names");
+        let (chars, f) = limit_digests([a.as_str(), b.as_str()].into_iter());
+        assert!(chars > LIMIT_CHARS);
+        assert_ne!(f(&a), f(&b));
+    }
+}
