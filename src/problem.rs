@@ -14,6 +14,9 @@ pub static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/pro
 /// IANA problem type for rate limiting (draft-ietf-httpapi-ratelimit-headers §7).
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
+/// The start of every 429 body after its `{`: type, title and status.
+const LIMITED_HEAD: &str = "\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429";
+
 /// Where an error came from, for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorSource {
@@ -110,9 +113,10 @@ impl GatewayError {
                 policies,
                 retry_after,
             } => {
-                push_field(&mut body, "type", QUOTA_EXCEEDED);
-                body.push(',');
-                push_common(&mut body, title, status);
+                // The fixed part as literal JSON (the deny path renders this
+                // body for every refused request); the unit test checks it
+                // against the general rendering.
+                body.push_str(LIMITED_HEAD);
                 let detail = match retry_after {
                     Some(s) => format!(
                         "Rate limit exceeded for {}; retry in {s} s",
@@ -190,17 +194,26 @@ fn push_field(body: &mut String, name: &str, value: &str) {
 /// Writes `s` as a JSON string literal.
 fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                use std::fmt::Write as _;
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    // Copy the runs that need no escape whole; most strings are one run.
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        if b != b'"' && b != b'\\' && b >= 0x20 {
+            continue;
         }
+        out.push_str(&s[start..i]);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            c => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.push_str("\\u00");
+                out.push(char::from(HEX[usize::from(c >> 4)]));
+                out.push(char::from(HEX[usize::from(c & 15)]));
+            }
+        }
+        start = i + 1;
     }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 
@@ -228,5 +241,42 @@ mod tests {
             e.problem(),
             "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rate limit exceeded for demo; retry in 7 s\",\"violated-policies\":[\"demo\"]}"
         );
+    }
+
+    #[test]
+    fn limited_head_is_the_general_rendering() {
+        let mut head = String::new();
+        push_field(&mut head, "type", QUOTA_EXCEEDED);
+        head.push(',');
+        push_common(
+            &mut head,
+            "Too Many Requests",
+            StatusCode::TOO_MANY_REQUESTS,
+        );
+        assert_eq!(head, LIMITED_HEAD);
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_does() {
+        for s in [
+            "",
+            "plain",
+            "quote \" and \\ backslash",
+            "\u{1}\n\t\u{1f} controls",
+            "ünïcode \"é\" 🦀",
+            "\"",
+            "end\\",
+        ] {
+            let mut out = String::new();
+            push_json_string(&mut out, s);
+            assert_eq!(
+                out,
+                serde_json::to_string(s)
+                    .unwrap()
+                    .replace("\\n", "\\u000a")
+                    .replace("\\t", "\\u0009"),
+                "{s:?}"
+            );
+        }
     }
 }

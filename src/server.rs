@@ -260,10 +260,14 @@ impl Gateway {
             let caller = identity::caller(idc, peer.ip(), req.headers());
             note.identity = access::identity_kind(&caller);
             if !route.plan_views.is_empty() {
-                let choice = rt
-                    .plans
-                    .plan_of(caller.api_key, self.limiter.redis(), now_ms)
-                    .await;
+                // Boxed: a Redis call's future is kilobytes, and this one
+                // would otherwise sit in every request's future.
+                let choice = Box::pin(rt.plans.plan_of(
+                    caller.api_key,
+                    self.limiter.redis(),
+                    now_ms,
+                ))
+                .await;
                 view = match choice {
                     PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
                     PlanChoice::Reject => None,

@@ -22,7 +22,7 @@
 //! has its own lock, taken only when that limit denies.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use serde::Serialize;
@@ -33,17 +33,25 @@ pub const CAPACITY: usize = 32;
 
 /// 16 hex digits of SHA-256 of `identity`.
 pub fn hash_identity(identity: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(identity.as_bytes());
     let mut out = String::with_capacity(16);
     for b in &digest[..8] {
-        let _ = write!(out, "{b:02x}");
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
     }
     out
 }
 
 #[derive(Debug, Clone, Serialize)]
 struct Entry {
+    /// What is shown: [`hash_identity`].
     identity: String,
+    /// What entries are matched by: a per-process keyed hash of the raw
+    /// identity, so a denial of an identity already tracked (the flood the
+    /// view is for) costs no SHA-256. Never shown.
+    #[serde(skip)]
+    tag: u64,
     count: u64,
     error: u64,
 }
@@ -57,15 +65,16 @@ struct Summary {
 }
 
 impl Summary {
-    fn record(&mut self, hashed: String) {
+    fn record(&mut self, tag: u64, identity: &str) {
         self.denied += 1;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.identity == hashed) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.tag == tag) {
             e.count += 1;
             return;
         }
         if self.entries.len() < CAPACITY {
             self.entries.push(Entry {
-                identity: hashed,
+                identity: hash_identity(identity),
+                tag,
                 count: 1,
                 error: 0,
             });
@@ -75,7 +84,8 @@ impl Summary {
         if let Some(min) = self.entries.iter_mut().min_by_key(|e| e.count) {
             let floor = min.count;
             *min = Entry {
-                identity: hashed,
+                identity: hash_identity(identity),
+                tag,
                 count: floor + 1,
                 error: floor,
             };
@@ -105,13 +115,15 @@ type LimitId = (Arc<str>, Arc<str>);
 #[derive(Debug, Default)]
 pub struct TopOffenders {
     limits: RwLock<HashMap<LimitId, Arc<Mutex<Summary>>>>,
+    /// Keys [`Entry::tag`].
+    tags: RandomState,
 }
 
 impl TopOffenders {
     /// Counts one denial of `identity` (the raw identity part of the key;
     /// it is hashed here and never stored) by `limit` of `route`.
     pub fn record(&self, route: &Arc<str>, limit: &Arc<str>, identity: &str, shadow: bool) {
-        let hashed = hash_identity(identity);
+        let tag = self.tags.hash_one(identity);
         let key = (route.clone(), limit.clone());
         let summary = {
             let read = self.limits.read().unwrap_or_else(PoisonError::into_inner);
@@ -129,7 +141,7 @@ impl TopOffenders {
         };
         let mut s = summary.lock().unwrap_or_else(PoisonError::into_inner);
         s.shadow = shadow;
-        s.record(hashed);
+        s.record(tag, identity);
     }
 
     /// Every limit's summary, heaviest identities first, at most `n` each.
