@@ -382,7 +382,9 @@ impl Forwarder {
             }
             None => {
                 let client = self.client_for(upstream);
-                match tokio::time::timeout(timeout, client.request(req)).await {
+                // Boxed: https and upgrade routes only, kept out of the size
+                // of every request's future.
+                match Box::pin(tokio::time::timeout(timeout, client.request(req))).await {
                     Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
                     Ok(Err(e)) if e.is_connect() => {
                         Err(GatewayError::UpstreamConnect(error_chain(&e)))

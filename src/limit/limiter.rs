@@ -200,7 +200,10 @@ impl Limiter {
         let called = self.breaker.allows();
         let result = if called {
             let start = std::time::Instant::now();
-            let r = redis.decide(now_ms, requests).await;
+            // Boxed: the Redis call's future is kilobytes and would
+            // otherwise be part of every request's future, moved with it
+            // whatever store decides.
+            let r = Box::pin(redis.decide(now_ms, requests)).await;
             self.metrics
                 .redis_duration
                 .observe(start.elapsed().as_secs_f64());

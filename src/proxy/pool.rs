@@ -90,7 +90,8 @@ impl Pool {
         loop {
             let (mut sender, reused) = match self.take() {
                 Some(s) => (s, true),
-                None => (self.connect().await?, false),
+                // Boxed: connecting is rare and its future is large.
+                None => (Box::pin(self.connect()).await?, false),
             };
             match sender.try_send_request(req).await {
                 Ok(res) => {
