@@ -133,11 +133,11 @@ impl Link {
     }
 }
 
-/// One request's part of a script call: its keys and its `ARGV` segment
-/// (see limits.lua's header).
+/// One request's part of a script call: its keys and its shape, the
+/// arguments it sends apart from its keys (see limits.lua's header).
 struct Encoded {
     keys: Vec<Value>,
-    argv: Vec<Value>,
+    shape: Vec<Value>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -291,16 +291,16 @@ impl RedisStore {
 
     /// One request's keys and arguments for the script.
     fn encode(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Encoded, StoreError> {
-        let mut argv = script_args(now_ms, requests)?;
+        let mut shape = script_args(now_ms, requests)?;
         // issue 4 (clock: redis): the script reads TIME when `now` is "TIME".
         if self.server_clock.load(Ordering::Relaxed) {
-            argv[1] = Value::from(SERVER_CLOCK);
+            shape[1] = Value::from(SERVER_CLOCK);
         }
         let keys = requests
             .iter()
             .map(|r| Value::from(r.key.as_str()))
             .collect();
-        Ok(Encoded { keys, argv })
+        Ok(Encoded { keys, shape })
     }
 
     /// Decides one request in a call of its own (a Cluster slot group).
@@ -412,24 +412,11 @@ impl Clients {
     where
         I: Iterator<Item = &'a Encoded> + Clone,
     {
-        // EVALSHA sha numkeys key... arg...: every request's keys, then
-        // every request's arguments, in the same order.
         // issue 4: fred applies only `ClusterHash::Custom` to custom commands
         // (an `Offset` is ignored and the SHA-1 would be hashed), so the
         // caller computes the slot.
         let cmd = CustomCommand::new_static("EVALSHA", slot, false);
-        let (keys, argv) = requests
-            .clone()
-            .fold((0, 0), |(k, a), e| (k + e.keys.len(), a + e.argv.len()));
-        let mut args = Vec::with_capacity(2 + keys + argv);
-        args.push(Value::String(sha.clone()));
-        args.push(Value::Integer(keys as i64));
-        for e in requests.clone() {
-            args.extend(e.keys.iter().cloned());
-        }
-        for e in requests {
-            args.extend(e.argv.iter().cloned());
-        }
+        let args = evalsha_args(sha, requests);
         let options = RedisStore::options(deadline)?;
         match self.client().with_options(&options).custom(cmd, args).await {
             Ok(reply) => Ok(Some(reply)),
@@ -541,8 +528,8 @@ fn watch_link(client: &Client, link_up: Arc<AtomicBool>, came_up: Arc<Notify>) -
     })
 }
 
-/// One request's `ARGV` segment of the script: its number of limits, now,
-/// then algorithm, limit, window, cost and burst per limit (for a calendar
+/// One request's shape for the script: its number of limits, now, then
+/// algorithm, limit, window, cost and burst per limit (for a calendar
 /// month: the month's end and its index).
 fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, StoreError> {
     let mut argv = Vec::with_capacity(2 + 5 * requests.len());
@@ -566,6 +553,40 @@ fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, Sto
         argv.push(arg(burst, "burst")?);
     }
     Ok(argv)
+}
+
+/// `EVALSHA sha numkeys key... S shape... index...`: every request's keys,
+/// each distinct shape once, then each request's shape index, in the same
+/// order (limits.lua's header). Arguments are most of what a call costs
+/// Redis per request, and a batch's requests mostly share a few shapes.
+fn evalsha_args<'a>(sha: &Str, requests: impl Iterator<Item = &'a Encoded> + Clone) -> Vec<Value> {
+    let mut shapes: Vec<&[Value]> = Vec::new();
+    let mut indices = Vec::new();
+    let mut keys = 0;
+    for e in requests.clone() {
+        keys += e.keys.len();
+        let i = match shapes.iter().position(|s| *s == e.shape.as_slice()) {
+            Some(i) => i,
+            None => {
+                shapes.push(&e.shape);
+                shapes.len() - 1
+            }
+        };
+        indices.push(Value::Integer(i as i64 + 1));
+    }
+    let shape_args: usize = shapes.iter().map(|s| s.len()).sum();
+    let mut args = Vec::with_capacity(3 + keys + shape_args + indices.len());
+    args.push(Value::String(sha.clone()));
+    args.push(Value::Integer(keys as i64));
+    for e in requests {
+        args.extend(e.keys.iter().cloned());
+    }
+    args.push(Value::Integer(shapes.len() as i64));
+    for s in shapes {
+        args.extend(s.iter().cloned());
+    }
+    args.extend(indices);
+    args
 }
 
 fn arg(v: u64, what: &str) -> Result<Value, StoreError> {
@@ -753,6 +774,31 @@ mod tests {
                 Err(StoreError::Protocol(_))
             ));
         }
+    }
+
+    #[test]
+    fn a_batch_sends_each_shape_once() {
+        let req = |key: &str, cost| LimitRequest {
+            key: key.into(),
+            limit: 10,
+            window_ms: 1_000,
+            cost,
+            algorithm: Algorithm::SlidingWindow,
+        };
+        let encode = |key: &str, cost| Encoded {
+            keys: vec![Value::from(key)],
+            shape: script_args(7, &[req(key, cost)]).unwrap(),
+        };
+        let batch = [encode("a", 1), encode("b", 2), encode("c", 1)];
+        let sha = Str::from("0".repeat(40));
+        let ints = |v: &[i64]| v.iter().copied().map(Value::Integer).collect::<Vec<_>>();
+        let mut expected = vec![Value::String(sha.clone()), Value::Integer(3)];
+        expected.extend(["a", "b", "c"].map(Value::from));
+        expected.push(Value::Integer(2)); // two shapes: cost 1 and cost 2
+        expected.extend(ints(&[1, 7, 0, 10, 1_000, 1, 10]));
+        expected.extend(ints(&[1, 7, 0, 10, 1_000, 2, 10]));
+        expected.extend(ints(&[1, 2, 1])); // a and c share the first
+        assert_eq!(evalsha_args(&sha, batch.iter()), expected);
     }
 
     #[test]

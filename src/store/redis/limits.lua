@@ -18,8 +18,9 @@
 --                             any gateway never collide
 --             gcra            string "<tat>:<rem>", the theoretical arrival
 --                             time tat + rem/L ms
--- ARGV      per request, one after another, 2 + 5 n_r arguments:
---   n_r       its number of limits (of keys)
+-- ARGV[1]   S, the number of shapes that follow. A shape is what a request
+--           asks apart from its keys, 2 + 5 n arguments:
+--   n         its number of limits (of keys)
 --   now       integer ms since the epoch (the caller's clock), or the
 --             string TIME to read the server's clock (`clock: redis`; read
 --             once per call, so a batch shares one instant)
@@ -27,6 +28,10 @@
 --             2 sliding_log, 3 gcra, 4 calendar month), limit L, window w
 --             (ms, >= 1), cost c and burst B (gcra; ignored otherwise). For
 --             a calendar month, w is the month's end (ms) and B its index.
+--           Requests of one route at one instant share a shape, so a batch
+--           sends each once.
+-- then      per request, in order, the index (from 1) of its shape; the
+--           request owns the next n keys of KEYS.
 --
 -- Returns an array with one entry per request, in order. A decided request
 -- is a flat integer array
@@ -411,24 +416,40 @@ local function request_now(arg)
   return int(arg)
 end
 
-local replies = {}
-local k, a = 0, 0
-while a < #ARGV do
+local malformed = 'expected S, S shapes of 2 + 5 n arguments, then a shape index per request of n keys'
+local shapes = {}
+local a = 1
+local count = int(ARGV[1])
+if count == nil then
+  return redis.error_reply(fail(malformed))
+end
+for s = 1, count do
   local n = int(ARGV[a + 1])
-  if n == nil or k + n > #KEYS or a + 2 + 5 * n > #ARGV then
-    return redis.error_reply(fail('expected 2 + 5 n arguments per request of n keys'))
+  if n == nil or a + 2 + 5 * n > #ARGV then
+    return redis.error_reply(fail(malformed))
   end
-  local now = request_now(ARGV[a + 2])
+  shapes[s] = { n = n, now = ARGV[a + 2], at = a + 2 }
+  a = a + 2 + 5 * n
+end
+
+local replies = {}
+local k = 0
+for r = a + 1, #ARGV do
+  local shape = shapes[int(ARGV[r])]
+  if shape == nil or k + shape.n > #KEYS then
+    return redis.error_reply(fail(malformed))
+  end
+  local now = request_now(shape.now)
   local reply, err
   if now == nil then
     err = fail('now must be an integer in [0, 2^53)')
   else
-    reply, err = decide(k, n, now, a + 2)
+    reply, err = decide(k, shape.n, now, shape.at)
   end
   replies[#replies + 1] = reply or err
-  k, a = k + n, a + 2 + 5 * n
+  k = k + shape.n
 end
 if k ~= #KEYS then
-  return redis.error_reply(fail('expected 2 + 5 n arguments per request of n keys'))
+  return redis.error_reply(fail(malformed))
 end
 return replies
