@@ -1,10 +1,9 @@
 //! Redis store: counters shared by every gateway instance.
 //!
-//! A decision is decided by [`limits.lua`](SCRIPT) with every limit of the
-//! request, whatever its algorithm, in one script call, so checking all
-//! limits and consuming from all of them is one atomic step on the server
-//! (DESIGN §4). On one server (standalone or behind Sentinel) concurrent
-//! decisions share that call: [`batch`] sends everything waiting as one
+//! [`limits.lua`](SCRIPT) decides every limit of a request, whatever its
+//! algorithm, in one script call, so checking all limits and consuming from
+//! all of them is one atomic step on the server (DESIGN §4). On one server (standalone or behind Sentinel) concurrent
+//! decisions share that call: `batch` sends everything waiting as one
 //! `EVALSHA`, and the script decides each request of the batch in turn,
 //! independently, exactly as a call of its own would. In a Cluster each
 //! decision is still one `EVALSHA` (a batch of one). The script takes
@@ -101,7 +100,7 @@ pub struct RedisStore {
     /// Woken whenever a link comes up, for [`RedisStore::wait_connected`].
     came_up: Arc<Notify>,
     /// Collects concurrent decisions into one call; `None` for a Cluster,
-    /// whose requests are decided one call each (see [`batch`]).
+    /// whose requests are decided one call each (see `batch`).
     batcher: Option<batch::Batcher>,
 }
 

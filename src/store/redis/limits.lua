@@ -5,9 +5,9 @@
 --
 -- KEYS      the keys of every request, request after request; request r
 --           owns the next n_r of them. Key i of a request holds the state
---           of its limit i for this identity. Its shape depends on
+--           of its limit i for this identity. Its layout depends on
 --           the limit's algorithm (the key name carries the algorithm, so
---           one key never changes shape):
+--           one key never changes layout):
 --             sliding_window  string "<window>:<prev>:<cur>"
 --             fixed_window    string "<window>:<count>" (calendar months
 --                             too, with the month index as window)
