@@ -24,7 +24,7 @@ pub use memory::MemoryStore;
 pub use redis::RedisStore;
 
 /// Why a store could not decide.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store is not connected.
     #[error("store unavailable: {0}")]

@@ -950,6 +950,237 @@ async fn a_stalled_server_is_a_timeout() {
     );
 }
 
+// --- batching: concurrent decisions share script calls ------------------------
+
+/// How many times Redis ran `command` (from `INFO commandstats`).
+async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A store whose timeout leaves debug builds on a busy machine room: these
+/// tests are about batching, not the timeout.
+async fn patient(server: &RedisServer) -> RedisStore {
+    let store = RedisStore::connect(&RedisConfig {
+        timeout: Duration::from_secs(5),
+        ..config(server.url())
+    })
+    .await
+    .expect("connect");
+    wait_connected(&store).await;
+    store
+}
+
+#[tokio::test]
+async fn concurrent_decisions_on_distinct_keys_share_calls() {
+    let server = RedisServer::start().await;
+    let store = patient(&server).await;
+    let mut conn = server.connection().await;
+    // Loads the script, so only decisions are counted below.
+    assert!(
+        store
+            .decide(T0, &[one("warm", 1, 1_000, 1)])
+            .await
+            .unwrap()
+            .allowed
+    );
+
+    const N: u64 = 300;
+    let before = calls(&mut conn, "evalsha").await;
+    // Two limits per request, of two algorithms; request i costs 1 + i % 3.
+    let requests: Vec<Vec<LimitRequest>> = (0..N)
+        .map(|i| {
+            vec![
+                one(&format!("{{id{i}}}:sw"), 10, 60_000, 1 + i % 3),
+                LimitRequest {
+                    algorithm: Algorithm::Gcra { burst: 10 },
+                    ..one(&format!("{{id{i}}}:gcra"), 10, 60_000, 1 + i % 3)
+                },
+            ]
+        })
+        .collect();
+    // All queued before the batcher runs (this runtime has one thread).
+    let decided =
+        futures_util::future::join_all(requests.iter().map(|r| store.decide(T0, r))).await;
+    let sent = calls(&mut conn, "evalsha").await - before;
+    for (i, d) in (0..N).zip(decided) {
+        let d = d.unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert!(d.allowed, "request {i}: {d:?}");
+        let left = 10 - (1 + i % 3);
+        assert_eq!(d.outcomes[0].remaining, left, "request {i}");
+        assert_eq!(d.outcomes[1].remaining, left, "request {i}");
+        let raw: String = conn.get(format!("{{id{i}}}:sw")).await.unwrap();
+        assert_eq!(
+            raw,
+            format!("{}:0:{}", T0 / 60_000, 1 + i % 3),
+            "request {i}"
+        );
+    }
+    assert!(
+        sent * 4 <= N,
+        "{N} concurrent decisions took {sent} EVALSHA calls"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_decisions_on_one_key_admit_exactly_the_limit() {
+    let server = RedisServer::start().await;
+    let store = patient(&server).await;
+    let mut conn = server.connection().await;
+    const L: u64 = 37;
+    const N: usize = 200;
+    for alg in [SW, FW, LOG, Algorithm::Gcra { burst: L }, MONTH] {
+        let key = format!("hot:{}", alg.code());
+        let request = [LimitRequest {
+            algorithm: alg,
+            ..one(&key, L, 60_000, 1)
+        }];
+        let before = calls(&mut conn, "evalsha").await;
+        let decided =
+            futures_util::future::join_all((0..N).map(|_| store.decide(T0, &request))).await;
+        let sent = calls(&mut conn, "evalsha").await - before;
+        assert!(
+            (sent as usize) < N,
+            "{alg:?}: {sent} calls for {N} decisions"
+        );
+        let mut left: Vec<u64> = Vec::new();
+        for d in decided {
+            let d = d.unwrap_or_else(|e| panic!("{alg:?}: {e}"));
+            if d.allowed {
+                left.push(d.outcomes[0].remaining);
+            }
+        }
+        // Exactly L admitted, each seeing the ones before it: remaining
+        // L-1, L-2, ..., 0, once each.
+        left.sort_unstable();
+        assert_eq!(left, (0..L).collect::<Vec<_>>(), "{alg:?}");
+    }
+}
+
+#[tokio::test]
+async fn garbage_fails_only_its_own_decision_in_a_batch() {
+    let server = RedisServer::start().await;
+    let store = patient(&server).await;
+    let mut conn = server.connection().await;
+    assert!(
+        store
+            .decide(T0, &[one("warm", 1, 1_000, 1)])
+            .await
+            .unwrap()
+            .allowed
+    );
+    let _: () = conn.set("garbage", "1:2").await.unwrap();
+    let _: () = conn.rpush("list", "a").await.unwrap();
+
+    // What the garbage request is answered in a call of its own.
+    let bad = [one("fine", 5, 10_000, 1), one("garbage", 5, 10_000, 1)];
+    let alone = match store.decide(T0, &bad).await {
+        Err(StoreError::Protocol(m)) => m,
+        other => panic!("{other:?}"),
+    };
+    assert!(alone.contains("garbage"), "{alone}");
+
+    let good: Vec<[LimitRequest; 1]> = (0..20)
+        .map(|i| [one(&format!("good{i}"), 5, 10_000, 1)])
+        .collect();
+    let list = [one("list", 5, 10_000, 1)];
+    let before = calls(&mut conn, "evalsha").await;
+    let (bad_again, list_again, goods) = tokio::join!(
+        store.decide(T0, &bad),
+        store.decide(T0, &list),
+        futures_util::future::join_all(good.iter().map(|r| store.decide(T0, r))),
+    );
+    assert_eq!(
+        calls(&mut conn, "evalsha").await - before,
+        1,
+        "the 22 decisions went in one call"
+    );
+    match bad_again {
+        Err(StoreError::Protocol(m)) => assert_eq!(m, alone, "the same error as alone"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(list_again, Err(StoreError::Protocol(ref m)) if m.contains("list")),
+        "{list_again:?}"
+    );
+    for (i, d) in goods.into_iter().enumerate() {
+        let d = d.unwrap_or_else(|e| panic!("good{i}: {e}"));
+        assert!(d.allowed);
+        assert_eq!(d.outcomes[0].remaining, 4);
+    }
+    // The failed request wrote nothing, even to its good key.
+    let exists: bool = conn.exists("fine").await.unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn a_dropped_decision_leaves_its_batch_intact_and_consumes_nothing() {
+    use futures_util::FutureExt;
+
+    let server = RedisServer::start().await;
+    let store = patient(&server).await;
+    let mut conn = server.connection().await;
+    let gone = [one("gone", 5, 10_000, 1)];
+    // Queued, then dropped before its batch leaves (the client went away).
+    assert!(store.decide(T0, &gone).now_or_never().is_none());
+    let good: Vec<[LimitRequest; 1]> = (0..10)
+        .map(|i| [one(&format!("good{i}"), 5, 10_000, 1)])
+        .collect();
+    let decided = futures_util::future::join_all(good.iter().map(|r| store.decide(T0, r))).await;
+    for d in decided {
+        assert!(d.expect("decided").allowed);
+    }
+    let exists: bool = conn.exists("gone").await.unwrap();
+    assert!(!exists, "a request nobody waits for was decided");
+}
+
+#[tokio::test]
+async fn every_queued_decision_times_out_on_its_own_when_calls_hang() {
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let mut conn = server.connection().await;
+    assert!(
+        store
+            .decide(T0, &[one("warm", 1, 1_000, 1)])
+            .await
+            .unwrap()
+            .allowed
+    );
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1_500)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // More than the calls allowed in flight can carry: some wait in the
+    // queue behind calls that hang.
+    let requests: Vec<[LimitRequest; 1]> = (0..300)
+        .map(|i| [one(&format!("k{i}"), 5, 10_000, 1)])
+        .collect();
+    let started = Instant::now();
+    let decided = futures_util::future::join_all(requests.iter().map(|r| async {
+        let r = store.decide(T0, r).await;
+        (r, started.elapsed())
+    }))
+    .await;
+    for (r, took) in decided {
+        assert!(matches!(r, Err(StoreError::Timeout)), "{r:?}");
+        assert!(
+            took >= TIMEOUT && took < TIMEOUT + Duration::from_millis(200),
+            "{took:?}"
+        );
+    }
+}
+
 // --- the stores agree -------------------------------------------------------
 
 /// (limit, window_ms, algorithm) per limit; (time step in ms, cost) per request.

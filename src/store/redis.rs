@@ -1,8 +1,12 @@
 //! Redis store: counters shared by every gateway instance.
 //!
-//! A decision is one `EVALSHA` of [`limits.lua`](SCRIPT) carrying every
-//! limit of the request, whatever its algorithm, so checking all limits and consuming from all
-//! of them is one atomic step on the server (DESIGN §4). The script takes
+//! [`limits.lua`](SCRIPT) decides every limit of a request, whatever its
+//! algorithm, in one script call, so checking all limits and consuming from
+//! all of them is one atomic step on the server (DESIGN §4). On one server (standalone or behind Sentinel) concurrent
+//! decisions share that call: `batch` sends everything waiting as one
+//! `EVALSHA`, and the script decides each request of the batch in turn,
+//! independently, exactly as a call of its own would. In a Cluster each
+//! decision is still one `EVALSHA` (a batch of one). The script takes
 //! `now` as an argument — the store never reads a clock — so the conformance
 //! table drives it exactly like the in-process store; with `clock: redis`
 //! ([`RedisStore::use_server_clock`]) it is passed the word `TIME` and reads
@@ -33,9 +37,9 @@
 //! - Every command is sent at most once (`max_attempts = 1`): an `EVALSHA`
 //!   cut off by a dropped connection may already have consumed quota, so
 //!   replaying it could count a request twice.
-//! - The whole decision, script reload included, is bounded by
-//!   [`RedisConfig::timeout`]; fred drops a command whose timeout passed
-//!   before it was written.
+//! - The whole decision, script reload and waiting for its batch included,
+//!   is bounded by [`RedisConfig::timeout`]; fred drops a command whose
+//!   timeout passed before it was written.
 //! - A connection whose replies stop coming for a few timeouts is declared
 //!   unresponsive and reconnected, so a hung server turns into fast
 //!   `Unavailable` answers rather than one timeout per request.
@@ -44,6 +48,7 @@
 //! (fred's own SHA-1 needs its `sha-1` feature) and kept; a `NOSCRIPT` reply
 //! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 
+mod batch;
 mod cluster;
 pub use cluster::REFUND;
 mod commands;
@@ -85,18 +90,27 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 const MAX_ARG: u64 = 1 << 53;
 
 /// The Redis-backed store. Cheap to share behind an `Arc`; dropping it stops
-/// the connection tasks.
+/// the connection tasks and the batching task.
 pub struct RedisStore {
-    /// `pool_size` clients; decisions take them in turn (see [`Self::client`]).
-    links: Vec<Link>,
-    /// Round-robin position in `links`.
-    next: AtomicUsize,
+    /// The clients, shared with the batching task.
+    clients: Arc<Clients>,
     timeout: Duration,
-    sha: OnceLock<Str>,
     /// `clock: redis`: the scripts read `TIME` instead of taking `now`.
     server_clock: AtomicBool,
     /// Woken whenever a link comes up, for [`RedisStore::wait_connected`].
     came_up: Arc<Notify>,
+    /// Collects concurrent decisions into one call; `None` for a Cluster,
+    /// whose requests are decided one call each (see `batch`).
+    batcher: Option<batch::Batcher>,
+}
+
+/// The pool of clients and the script's SHA-1: what a script call needs.
+struct Clients {
+    /// `pool_size` clients; calls take them in turn (see [`Self::client`]).
+    links: Vec<Link>,
+    /// Round-robin position in `links`.
+    next: AtomicUsize,
+    sha: OnceLock<Str>,
     /// A Redis Cluster: one request's keys may sit in several slots.
     clustered: bool,
 }
@@ -118,6 +132,13 @@ impl Link {
     }
 }
 
+/// One request's part of a script call: its keys and its shape, the
+/// arguments it sends apart from its keys (see limits.lua's header).
+struct Encoded {
+    keys: Vec<Value>,
+    shape: Vec<Value>,
+}
+
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
@@ -131,10 +152,11 @@ impl Drop for RedisStore {
     fn drop(&mut self) {
         // The clients are private to this store, so nothing else can use the
         // connection tasks once the store is gone.
-        for link in &self.links {
+        for link in &self.clients.links {
             link.task.abort();
             link.watcher.abort();
         }
+        // The batcher's own Drop stops its task.
     }
 }
 
@@ -202,14 +224,21 @@ impl RedisStore {
                 up,
             });
         }
-        Ok(RedisStore {
+        let clients = Arc::new(Clients {
             links,
             next: AtomicUsize::new(0),
-            timeout,
             sha: OnceLock::new(),
+            clustered,
+        });
+        // issue 4: a Cluster keeps one call per request; a batch would have
+        // to share one slot.
+        let batcher = (!clustered).then(|| batch::Batcher::start(Arc::clone(&clients)));
+        Ok(RedisStore {
+            clients,
+            timeout,
             server_clock: AtomicBool::new(false),
             came_up,
-            clustered,
+            batcher,
         })
     }
 
@@ -232,17 +261,12 @@ impl RedisStore {
 
     /// Whether a connection to Redis is up right now.
     pub fn is_connected(&self) -> bool {
-        self.links.iter().any(Link::is_connected)
+        self.clients.is_connected()
     }
 
     /// The next connected client of the pool (the first one when none is).
     fn client(&self) -> &Client {
-        let n = self.links.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n)
-            .map(|i| &self.links[(start + i) % n])
-            .find(|l| l.is_connected())
-            .map_or(&self.links[start % n].client, |l| &l.client)
+        self.clients.client()
     }
 
     /// `clock: redis`: from now on the scripts read Redis `TIME`.
@@ -264,6 +288,54 @@ impl RedisStore {
         })
     }
 
+    /// One request's keys and arguments for the script.
+    fn encode(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Encoded, StoreError> {
+        let mut shape = script_args(now_ms, requests)?;
+        // issue 4 (clock: redis): the script reads TIME when `now` is "TIME".
+        if self.server_clock.load(Ordering::Relaxed) {
+            shape[1] = Value::from(SERVER_CLOCK);
+        }
+        let keys = requests
+            .iter()
+            .map(|r| Value::from(r.key.as_str()))
+            .collect();
+        Ok(Encoded { keys, shape })
+    }
+
+    /// Decides one request in a call of its own (a Cluster slot group).
+    async fn decide_by(
+        &self,
+        deadline: Instant,
+        now_ms: u64,
+        requests: &[LimitRequest],
+    ) -> Result<Decision, StoreError> {
+        let encoded = self.encode(now_ms, requests)?;
+        let slot = cluster::first_key_slot(requests);
+        let reply = self
+            .clients
+            .call(deadline, slot, std::iter::once(&encoded))
+            .await?;
+        parse_replies(reply, std::iter::once(requests.len()))?
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Protocol("script reply is empty".into())))
+    }
+}
+
+impl Clients {
+    fn is_connected(&self) -> bool {
+        self.links.iter().any(Link::is_connected)
+    }
+
+    /// The next connected client of the pool (the first one when none is).
+    fn client(&self) -> &Client {
+        let n = self.links.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|i| &self.links[(start + i) % n])
+            .find(|l| l.is_connected())
+            .map_or(&self.links[start % n].client, |l| &l.client)
+    }
+
     /// `SCRIPT LOAD`s the script and remembers the SHA-1 the server returns.
     async fn load_script(&self, deadline: Instant) -> Result<Str, StoreError> {
         // issue 4: in a Cluster the script is loaded on every primary.
@@ -274,7 +346,7 @@ impl RedisStore {
         let args = vec![Value::from("LOAD"), Value::from(SCRIPT)];
         let reply: Value = self
             .client()
-            .with_options(&Self::options(deadline)?)
+            .with_options(&RedisStore::options(deadline)?)
             .custom(cmd, args)
             .await
             .map_err(store_error)?;
@@ -292,44 +364,19 @@ impl RedisStore {
         Ok(sha)
     }
 
-    /// One `EVALSHA` of the script; `None` when the server does not know
-    /// it (`NOSCRIPT`).
-    async fn evalsha(
-        &self,
-        sha: &Str,
-        requests: &[LimitRequest],
-        argv: &[Value],
-        deadline: Instant,
-    ) -> Result<Option<Value>, StoreError> {
-        // EVALSHA sha numkeys key... arg...; routed to the first key's slot.
-        // issue 4: fred applies only `ClusterHash::Custom` to custom commands
-        // (an `Offset` is ignored and the SHA-1 would be hashed), so the slot
-        // is computed here.
-        let cmd = CustomCommand::new_static("EVALSHA", cluster::first_key_slot(requests), false);
-        let mut args = Vec::with_capacity(2 + requests.len() + argv.len());
-        args.push(Value::String(sha.clone()));
-        args.push(Value::Integer(requests.len() as i64));
-        args.extend(requests.iter().map(|r| Value::from(r.key.as_str())));
-        args.extend(argv.iter().cloned());
-        let options = Self::options(deadline)?;
-        match self.client().with_options(&options).custom(cmd, args).await {
-            Ok(reply) => Ok(Some(reply)),
-            Err(e) if e.details().starts_with("NOSCRIPT") => Ok(None),
-            Err(e) => Err(store_error(e)),
-        }
-    }
-
-    async fn decide_by(
+    /// One call of the script deciding `requests` (one or a batch), by
+    /// `EVALSHA`; the script is loaded first when its SHA-1 is not known
+    /// yet, and loaded again and the call retried once on `NOSCRIPT`.
+    /// Fails fast while the link is down.
+    async fn call<'a, I>(
         &self,
         deadline: Instant,
-        now_ms: u64,
-        requests: &[LimitRequest],
-    ) -> Result<Decision, StoreError> {
-        let mut argv = script_args(now_ms, requests)?;
-        // issue 4 (clock: redis): the script reads TIME when `now` is "TIME".
-        if self.server_clock.load(Ordering::Relaxed) {
-            argv[0] = Value::from(SERVER_CLOCK);
-        }
+        slot: ClusterHash,
+        requests: I,
+    ) -> Result<Value, StoreError>
+    where
+        I: Iterator<Item = &'a Encoded> + Clone,
+    {
         if !self.is_connected() {
             return Err(StoreError::Unavailable("not connected to Redis".into()));
         }
@@ -337,19 +384,44 @@ impl RedisStore {
             Some(sha) => sha.clone(),
             None => self.load_script(deadline).await?,
         };
-        let reply = match self.evalsha(&sha, requests, &argv, deadline).await? {
-            Some(reply) => reply,
+        match self
+            .evalsha(&sha, slot.clone(), requests.clone(), deadline)
+            .await?
+        {
+            Some(reply) => Ok(reply),
             // Flushed or a new server: load and retry, once.
             None => {
                 let sha = self.load_script(deadline).await?;
-                self.evalsha(&sha, requests, &argv, deadline)
+                self.evalsha(&sha, slot, requests, deadline)
                     .await?
-                    .ok_or_else(|| {
-                        StoreError::Protocol("NOSCRIPT right after SCRIPT LOAD".into())
-                    })?
+                    .ok_or_else(|| StoreError::Protocol("NOSCRIPT right after SCRIPT LOAD".into()))
             }
-        };
-        parse_reply(reply, requests.len())
+        }
+    }
+
+    /// One `EVALSHA` of the script; `None` when the server does not know
+    /// it (`NOSCRIPT`).
+    async fn evalsha<'a, I>(
+        &self,
+        sha: &Str,
+        slot: ClusterHash,
+        requests: I,
+        deadline: Instant,
+    ) -> Result<Option<Value>, StoreError>
+    where
+        I: Iterator<Item = &'a Encoded> + Clone,
+    {
+        // issue 4: fred applies only `ClusterHash::Custom` to custom commands
+        // (an `Offset` is ignored and the SHA-1 would be hashed), so the
+        // caller computes the slot.
+        let cmd = CustomCommand::new_static("EVALSHA", slot, false);
+        let args = evalsha_args(sha, requests);
+        let options = RedisStore::options(deadline)?;
+        match self.client().with_options(&options).custom(cmd, args).await {
+            Ok(reply) => Ok(Some(reply)),
+            Err(e) if e.details().starts_with("NOSCRIPT") => Ok(None),
+            Err(e) => Err(store_error(e)),
+        }
     }
 }
 
@@ -403,8 +475,16 @@ impl Store for RedisStore {
         // fred bounds each command by what is left until the deadline; this
         // bounds the decision as a whole.
         let deadline = Instant::now() + self.timeout;
+        if let Some(batcher) = &self.batcher {
+            // Fail fast, before queueing, while the link is down.
+            if !self.is_connected() {
+                return Err(StoreError::Unavailable("not connected to Redis".into()));
+            }
+            let encoded = self.encode(now_ms, requests)?;
+            return batcher.decide(deadline, encoded).await;
+        }
         // issue 4: keys in several Cluster slots, reserved slot by slot.
-        if self.clustered && cluster::spans_slots(requests) {
+        if cluster::spans_slots(requests) {
             return self.decide_across_slots(deadline, now_ms, requests).await;
         }
         tokio::time::timeout_at(deadline, self.decide_by(deadline, now_ms, requests))
@@ -447,10 +527,12 @@ fn watch_link(client: &Client, link_up: Arc<AtomicBool>, came_up: Arc<Notify>) -
     })
 }
 
-/// `ARGV` of the script: now, then algorithm, limit, window, cost and burst
-/// per request (for a calendar month: the month's end and its index).
+/// One request's shape for the script: its number of limits, now, then
+/// algorithm, limit, window, cost and burst per limit (for a calendar
+/// month: the month's end and its index).
 fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, StoreError> {
-    let mut argv = Vec::with_capacity(1 + 5 * requests.len());
+    let mut argv = Vec::with_capacity(2 + 5 * requests.len());
+    argv.push(Value::Integer(requests.len() as i64));
     argv.push(arg(now_ms, "now")?);
     for r in requests {
         // A calendar month is computed here, once, for both stores' sake:
@@ -470,6 +552,40 @@ fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, Sto
         argv.push(arg(burst, "burst")?);
     }
     Ok(argv)
+}
+
+/// `EVALSHA sha numkeys key... S shape... index...`: every request's keys,
+/// each distinct shape once, then each request's shape index, in the same
+/// order (limits.lua's header). Arguments are most of what a call costs
+/// Redis per request, and a batch's requests mostly share a few shapes.
+fn evalsha_args<'a>(sha: &Str, requests: impl Iterator<Item = &'a Encoded> + Clone) -> Vec<Value> {
+    let mut shapes: Vec<&[Value]> = Vec::new();
+    let mut indices = Vec::new();
+    let mut keys = 0;
+    for e in requests.clone() {
+        keys += e.keys.len();
+        let i = match shapes.iter().position(|s| *s == e.shape.as_slice()) {
+            Some(i) => i,
+            None => {
+                shapes.push(&e.shape);
+                shapes.len() - 1
+            }
+        };
+        indices.push(Value::Integer(i as i64 + 1));
+    }
+    let shape_args: usize = shapes.iter().map(|s| s.len()).sum();
+    let mut args = Vec::with_capacity(3 + keys + shape_args + indices.len());
+    args.push(Value::String(sha.clone()));
+    args.push(Value::Integer(keys as i64));
+    for e in requests {
+        args.extend(e.keys.iter().cloned());
+    }
+    args.push(Value::Integer(shapes.len() as i64));
+    for s in shapes {
+        args.extend(s.iter().cloned());
+    }
+    args.extend(indices);
+    args
 }
 
 fn arg(v: u64, what: &str) -> Result<Value, StoreError> {
@@ -531,7 +647,45 @@ fn is_transient_reply(detail: &str) -> bool {
     CODES.contains(&code)
 }
 
-/// Reads the script's flat reply: allowed, then per request admits,
+/// Splits the script's reply into one result per request; `sizes` are the
+/// requests' numbers of limits, in the order they were sent. A request the
+/// script could not decide (garbage in one of its keys) is answered by its
+/// error message and fails alone, as [`StoreError::Protocol`] like the error
+/// reply of a call of its own.
+///
+/// # Errors
+/// The reply as a whole is not one entry per request.
+fn parse_replies(
+    reply: Value,
+    sizes: impl ExactSizeIterator<Item = usize>,
+) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
+    let Value::Array(items) = reply else {
+        return Err(StoreError::Protocol("script reply is not an array".into()));
+    };
+    if items.len() != sizes.len() {
+        return Err(StoreError::Protocol(format!(
+            "script reply has {} entries for {} requests",
+            items.len(),
+            sizes.len()
+        )));
+    }
+    Ok(items
+        .into_iter()
+        .zip(sizes)
+        .map(|(item, n)| match item {
+            Value::Array(_) => parse_reply(item, n),
+            Value::String(msg) => Err(StoreError::Protocol(msg.to_string())),
+            Value::Bytes(msg) => Err(StoreError::Protocol(
+                String::from_utf8_lossy(&msg).into_owned(),
+            )),
+            other => Err(StoreError::Protocol(format!(
+                "script reply holds {other:?}, not a decision"
+            ))),
+        })
+        .collect())
+}
+
+/// Reads one request's flat reply: allowed, then per limit admits,
 /// remaining, reset_ms and retry_after_ms (−1 for never).
 fn parse_reply(reply: Value, n: usize) -> Result<Decision, StoreError> {
     let bad = |why: &str| StoreError::Protocol(format!("script reply {why}"));
@@ -619,6 +773,31 @@ mod tests {
                 Err(StoreError::Protocol(_))
             ));
         }
+    }
+
+    #[test]
+    fn a_batch_sends_each_shape_once() {
+        let req = |key: &str, cost| LimitRequest {
+            key: key.into(),
+            limit: 10,
+            window_ms: 1_000,
+            cost,
+            algorithm: Algorithm::SlidingWindow,
+        };
+        let encode = |key: &str, cost| Encoded {
+            keys: vec![Value::from(key)],
+            shape: script_args(7, &[req(key, cost)]).unwrap(),
+        };
+        let batch = [encode("a", 1), encode("b", 2), encode("c", 1)];
+        let sha = Str::from("0".repeat(40));
+        let ints = |v: &[i64]| v.iter().copied().map(Value::Integer).collect::<Vec<_>>();
+        let mut expected = vec![Value::String(sha.clone()), Value::Integer(3)];
+        expected.extend(["a", "b", "c"].map(Value::from));
+        expected.push(Value::Integer(2)); // two shapes: cost 1 and cost 2
+        expected.extend(ints(&[1, 7, 0, 10, 1_000, 1, 10]));
+        expected.extend(ints(&[1, 7, 0, 10, 1_000, 2, 10]));
+        expected.extend(ints(&[1, 2, 1])); // a and c share the first
+        assert_eq!(evalsha_args(&sha, batch.iter()), expected);
     }
 
     #[test]

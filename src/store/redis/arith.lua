@@ -5,13 +5,24 @@
 
 local EXACT = 9007199254740992 -- 2^53
 
--- A non-negative integer below 2^53, or nil.
+-- A non-negative integer below 2^53, or nil. Remembered per call: the
+-- arguments and stored counts of a batch repeat the same few numbers, and
+-- reading a decimal (strtod) costs more than a table lookup.
+local read = {}
 local function int(s)
-  local n = tonumber(s)
-  if n == nil or n < 0 or n >= EXACT or n ~= math.floor(n) then
+  if s == nil then
     return nil
   end
-  return n
+  local known = read[s]
+  if known ~= nil then
+    return known or nil
+  end
+  local n = tonumber(s)
+  if n == nil or n < 0 or n >= EXACT or n ~= math.floor(n) then
+    n = false
+  end
+  read[s] = n
+  return n or nil
 end
 
 -- floor(a / b) for integers 0 <= a < 2^53, b >= 1. The double quotient is
@@ -35,8 +46,15 @@ local function cdiv(a, b)
   return q
 end
 
+-- The decimal of an integer, remembered per call like int.
+local shown = {}
 local function str(n)
-  return string.format('%.0f', n)
+  local s = shown[n]
+  if s == nil then
+    s = string.format('%.0f', n)
+    shown[n] = s
+  end
+  return s
 end
 
 -- `now` in ms from ARGV[1]: an integer, or the string TIME for the server's

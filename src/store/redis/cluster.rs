@@ -49,7 +49,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::{RedisStore, SCRIPT, SERVER_CLOCK, store_error};
+use super::{Clients, RedisStore, SCRIPT, SERVER_CLOCK, store_error};
 use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest};
 use crate::store::StoreError;
 
@@ -185,7 +185,9 @@ impl RedisStore {
         }
         self.eval_by(deadline, REFUND, &keys, args).await.map(drop)
     }
+}
 
+impl Clients {
     /// `SCRIPT LOAD` on every primary of the cluster: `EVALSHA` goes to the
     /// keys' node, and a script is cached per node.
     pub(super) async fn load_script_everywhere(
@@ -206,7 +208,7 @@ impl RedisStore {
                 "cluster slot map not known yet".into(),
             ));
         }
-        let options = Self::options(deadline)?;
+        let options = RedisStore::options(deadline)?;
         let loads = slots.values().map(|&slot| {
             let cmd = CustomCommand::new_static("SCRIPT", ClusterHash::Custom(slot), false);
             let args = vec![Value::from("LOAD"), Value::from(SCRIPT)];

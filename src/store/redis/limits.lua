@@ -1,8 +1,13 @@
--- Every limit of one request, decided together (DESIGN §4).
+-- A batch of requests, each decided with all its limits together (DESIGN §4).
+-- Requests are decided one after another, independently: each sees what
+-- the ones before it in the batch consumed, as if each were its own call.
+-- A single request is a batch of one.
 --
--- KEYS[i]   the state of limit i for this identity. Its shape depends on
+-- KEYS      the keys of every request, request after request; request r
+--           owns the next n_r of them. Key i of a request holds the state
+--           of its limit i for this identity. Its layout depends on
 --           the limit's algorithm (the key name carries the algorithm, so
---           one key never changes shape):
+--           one key never changes layout):
 --             sliding_window  string "<window>:<prev>:<cur>"
 --             fixed_window    string "<window>:<count>" (calendar months
 --                             too, with the month index as window)
@@ -13,15 +18,23 @@
 --                             any gateway never collide
 --             gcra            string "<tat>:<rem>", the theoretical arrival
 --                             time tat + rem/L ms
--- ARGV[1]   now, integer ms since the epoch (the caller's clock), or the
---           string TIME to read the server's clock (`clock: redis`).
--- ARGV[5i-3 .. 5i+1]
---           algorithm (0 sliding_window, 1 fixed_window, 2 sliding_log,
---           3 gcra, 4 calendar month), limit L, window w (ms, >= 1), cost c
---           and burst B (gcra; ignored otherwise) of KEYS[i]. For a
---           calendar month, w is the month's end (ms) and B its index.
+-- ARGV[1]   S, the number of shapes that follow. A shape is what a request
+--           asks apart from its keys, 2 + 5 n arguments:
+--   n         its number of limits (of keys)
+--   now       integer ms since the epoch (the caller's clock), or the
+--             string TIME to read the server's clock (`clock: redis`; read
+--             once per call, so a batch shares one instant)
+--   then per limit i: algorithm (0 sliding_window, 1 fixed_window,
+--             2 sliding_log, 3 gcra, 4 calendar month), limit L, window w
+--             (ms, >= 1), cost c and burst B (gcra; ignored otherwise). For
+--             a calendar month, w is the month's end (ms) and B its index.
+--           Requests of one route at one instant share a shape, so a batch
+--           sends each once.
+-- then      per request, in order, the index (from 1) of its shape; the
+--           request owns the next n keys of KEYS.
 --
--- Returns a flat integer array:
+-- Returns an array with one entry per request, in order. A decided request
+-- is a flat integer array
 --   { allowed, admits_1, remaining_1, reset_ms_1, retry_after_ms_1, ... }
 -- allowed/admits are 1 or 0; retry_after_ms is -1 when the limit can never
 -- admit the request (c > L, or c > B for gcra). allowed = 1 only when every
@@ -33,8 +46,12 @@
 -- (a sliding log drops members that stopped counting; that changes no
 -- decision).
 --
--- A key holding anything but a well-formed state (another type, garbage)
--- is an error reply before anything is written: never a guessed decision.
+-- A request that cannot be decided is a string instead, the error message
+-- ("ERR tollgate limits: ..."), and writes nothing: a key holding anything
+-- but a well-formed state (another type, garbage) or bad arguments for it.
+-- It fails only that request, never a guessed decision, never the rest of
+-- the batch. Arguments that do not split into requests as above are an
+-- error reply for the whole call.
 --
 -- This mirrors src/limit/{sliding_window,fixed_window,sliding_log,gcra}.rs
 -- number for number. Lua numbers are doubles, exact for integers below
@@ -52,8 +69,9 @@
 -- must still see what one a little ahead wrote.
 local MIN_TTL = 60000
 
+-- The message of a request that cannot be decided.
 local function fail(msg)
-  return redis.error_reply('ERR tollgate limits: ' .. msg)
+  return 'ERR tollgate limits: ' .. msg
 end
 
 -- int, idiv, cdiv, str, now_ms and EXACT come from arith.lua, prepended.
@@ -69,7 +87,7 @@ end
 
 -- Each algorithm returns admits, remaining, reset, retry and a write
 -- function (called only when the whole request is admitted), or nil and an
--- error reply.
+-- error message.
 
 local function sliding_window(key, now, l, w, c)
   local idx = idiv(now, w)
@@ -341,53 +359,97 @@ local ALGORITHMS = {
   [4] = calendar_month,
 }
 
-local n = #KEYS
-if #ARGV ~= 1 + 5 * n then
-  return fail('expected 1 + 5 * #KEYS arguments')
-end
-local now = now_ms(ARGV[1])
-if now == nil then
-  return fail('now must be an integer in [0, 2^53)')
-end
-
-local reply = { 1 }
-local writes = {}
-local allowed = true
-
-for i = 1, n do
-  local key = KEYS[i]
-  local base = 5 * (i - 1) + 1
-  local alg = int(ARGV[base + 1])
-  local l = int(ARGV[base + 2])
-  local w = int(ARGV[base + 3])
-  local c = int(ARGV[base + 4])
-  local b = int(ARGV[base + 5])
-  if alg == nil or ALGORITHMS[alg] == nil then
-    return fail('unknown algorithm for ' .. key)
+-- Decides one request: its n limits are KEYS[k + 1 .. k + n] and
+-- ARGV[a + 1 .. a + 5n]. Returns the reply array, or nil and an error
+-- message.
+local function decide(k, n, now, a)
+  local reply = { 1 }
+  local writes = {}
+  local allowed = true
+  for i = 1, n do
+    local key = KEYS[k + i]
+    local base = a + 5 * (i - 1)
+    local alg = int(ARGV[base + 1])
+    local l = int(ARGV[base + 2])
+    local w = int(ARGV[base + 3])
+    local c = int(ARGV[base + 4])
+    local b = int(ARGV[base + 5])
+    if alg == nil or ALGORITHMS[alg] == nil then
+      return nil, fail('unknown algorithm for ' .. key)
+    end
+    if l == nil or w == nil or c == nil or b == nil or w == 0 then
+      return nil, fail('limit, window, cost and burst of ' .. key .. ' must be integers in [0, 2^53), window >= 1')
+    end
+    local admits, remaining, reset, retry, write = ALGORITHMS[alg](key, now, l, w, c, b)
+    if admits == nil then
+      return nil, remaining
+    end
+    if not admits then
+      allowed = false
+    end
+    reply[#reply + 1] = admits and 1 or 0
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = reset
+    reply[#reply + 1] = retry
+    writes[i] = write
   end
-  if l == nil or w == nil or c == nil or b == nil or w == 0 then
-    return fail('limit, window, cost and burst of ' .. key .. ' must be integers in [0, 2^53), window >= 1')
+  if not allowed then
+    reply[1] = 0
+    return reply
   end
-  local admits, remaining, reset, retry, write = ALGORITHMS[alg](key, now, l, w, c, b)
-  if admits == nil then
-    return remaining
+  for i = 1, n do
+    writes[i]()
   end
-  if not admits then
-    allowed = false
-  end
-  reply[#reply + 1] = admits and 1 or 0
-  reply[#reply + 1] = remaining
-  reply[#reply + 1] = reset
-  reply[#reply + 1] = retry
-  writes[i] = write
-end
-
-if not allowed then
-  reply[1] = 0
   return reply
 end
 
-for i = 1, n do
-  writes[i]()
+-- TIME is read once per call: every request of a batch is decided at the
+-- same server instant.
+local server_now = nil
+local function request_now(arg)
+  if arg == 'TIME' then
+    if server_now == nil then
+      server_now = now_ms(arg)
+    end
+    return server_now
+  end
+  return int(arg)
 end
-return reply
+
+local malformed = 'expected S, S shapes of 2 + 5 n arguments, then a shape index per request of n keys'
+local shapes = {}
+local a = 1
+local count = int(ARGV[1])
+if count == nil then
+  return redis.error_reply(fail(malformed))
+end
+for s = 1, count do
+  local n = int(ARGV[a + 1])
+  if n == nil or a + 2 + 5 * n > #ARGV then
+    return redis.error_reply(fail(malformed))
+  end
+  shapes[s] = { n = n, now = ARGV[a + 2], at = a + 2 }
+  a = a + 2 + 5 * n
+end
+
+local replies = {}
+local k = 0
+for r = a + 1, #ARGV do
+  local shape = shapes[int(ARGV[r])]
+  if shape == nil or k + shape.n > #KEYS then
+    return redis.error_reply(fail(malformed))
+  end
+  local now = request_now(shape.now)
+  local reply, err
+  if now == nil then
+    err = fail('now must be an integer in [0, 2^53)')
+  else
+    reply, err = decide(k, shape.n, now, shape.at)
+  end
+  replies[#replies + 1] = reply or err
+  k = k + shape.n
+end
+if k ~= #KEYS then
+  return redis.error_reply(fail(malformed))
+end
+return replies
