@@ -64,7 +64,7 @@ impl State {
 /// Decides one limit at time `now` (ms) against `state` (already rolled to
 /// the current window with [`State::at`]). Does not modify the state; the
 /// caller adds `cost` to `cur` when the whole request is admitted.
-#[inline]
+#[inline(always)]
 pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
     // No product or sum below exceeds (L + prev + cur + c + 2)·w. When that
     // fits in 64 bits — always for a configured limit, 3·L·w < 2^53 — the
@@ -78,8 +78,17 @@ pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> Limi
     if fits {
         check_in::<u64>(state, now, limit, window, cost)
     } else {
-        check_in::<u128>(state, now, limit, window, cost)
+        check_wide(state, now, limit, window, cost)
     }
+}
+
+/// [`check`] in `u128`, kept out of line so that the common path stays
+/// small enough to inline into the store (which then divides `now` by the
+/// window once for the window index and the elapsed time together).
+#[cold]
+#[inline(never)]
+fn check_wide(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+    check_in::<u128>(state, now, limit, window, cost)
 }
 
 /// The unsigned integers [`check`] computes in.
