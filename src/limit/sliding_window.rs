@@ -66,20 +66,50 @@ impl State {
 /// caller adds `cost` to `cur` when the whole request is admitted.
 #[inline(always)]
 pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+    check_elapsed(state, now % window, limit, window, cost)
+}
+
+/// [`check`] for a caller that knows the time `elapsed` since the start of
+/// now's window (`now mod window`) without dividing for it.
+#[inline(always)]
+pub fn check_elapsed(
+    state: State,
+    elapsed: u64,
+    limit: u64,
+    window: u64,
+    cost: u64,
+) -> LimitOutcome {
     // No product or sum below exceeds (L + prev + cur + c + 2)·w. When that
     // fits in 64 bits — always for a configured limit, 3·L·w < 2^53 — the
     // arithmetic runs on u64 and gives the same numbers as on u128, whose
     // division is a library call several times slower.
-    let fits = [state.prev, state.cur, cost, 2]
-        .into_iter()
-        .try_fold(limit, u64::checked_add)
-        .and_then(|bound| bound.checked_mul(window))
-        .is_some();
-    if fits {
-        check_in::<u64>(state, now, limit, window, cost)
+    if fits(state, limit, window, cost) {
+        check_in::<u64>(state, elapsed, limit, window, cost)
     } else {
-        check_wide(state, now, limit, window, cost)
+        check_wide(state, elapsed, limit, window, cost)
     }
+}
+
+/// Whether [`check_elapsed`] admits, without the rest of the outcome (its
+/// `remaining` costs a division): for a store that decides under a lock
+/// and works out the outcome after releasing it.
+#[inline(always)]
+pub fn admits(state: State, elapsed: u64, limit: u64, window: u64, cost: u64) -> bool {
+    if fits(state, limit, window, cost) {
+        let (prev, cur) = (state.prev, state.cur);
+        admits_in(cost, limit, prev * (window - elapsed), cur, window)
+    } else {
+        let (prev, cur) = (u128::from(state.prev), u128::from(state.cur));
+        let w = u128::from(window);
+        let decayed = prev * (w - u128::from(elapsed));
+        admits_in(cost.into(), limit.into(), decayed, cur, w)
+    }
+}
+
+/// `E + c ≤ L`, times `w`: `E·w = prev·(w−e) + cur·w = decayed + cur·w`.
+#[inline(always)]
+fn admits_in<N: Int>(c: N, l: N, decayed: N, cur: N, w: N) -> bool {
+    c <= l && decayed + (cur + c) * w <= l * w
 }
 
 /// [`check`] in `u128`, kept out of line so that the common path stays
@@ -87,8 +117,19 @@ pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> Limi
 /// window once for the window index and the elapsed time together).
 #[cold]
 #[inline(never)]
-fn check_wide(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
-    check_in::<u128>(state, now, limit, window, cost)
+fn check_wide(state: State, elapsed: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+    check_in::<u128>(state, elapsed, limit, window, cost)
+}
+
+/// Whether (L + prev + cur + c + 2)·w, which bounds every number [`check`]
+/// computes, fits in `u64`.
+#[inline(always)]
+fn fits(state: State, limit: u64, window: u64, cost: u64) -> bool {
+    [state.prev, state.cur, cost, 2]
+        .into_iter()
+        .try_fold(limit, u64::checked_add)
+        .and_then(|bound| bound.checked_mul(window))
+        .is_some()
 }
 
 /// The unsigned integers [`check`] computes in.
@@ -125,15 +166,21 @@ impl Int for u128 {
 }
 
 #[inline]
-fn check_in<N: Int>(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+fn check_in<N: Int>(
+    state: State,
+    elapsed: u64,
+    limit: u64,
+    window: u64,
+    cost: u64,
+) -> LimitOutcome {
     let (l, w, c) = (N::from(limit), N::from(window), N::from(cost));
-    let e = N::from(now % window);
+    let e = N::from(elapsed);
     let prev = N::from(state.prev);
     let cur = N::from(state.cur);
     let zero = N::from(0);
     // E·w = prev·(w−e) + cur·w
     let decayed = prev * (w - e);
-    let admits = c <= l && decayed + (cur + c) * w <= l * w;
+    let admits = admits_in(c, l, decayed, cur, w);
     let cur_after = if admits { cur + c } else { cur };
     let used = decayed + cur_after * w;
     let remaining = if l * w > used {
@@ -217,7 +264,7 @@ mod tests {
     }
 
     #[test]
-    fn u64_arithmetic_matches_u128() {
+    fn u64_arithmetic_matches_u128_and_admits_matches_check() {
         let w_s = [1u64, 7, 1_000, 60_000, 2_678_400_000];
         let l_s = [1u64, 3, 10, 1_000, 1_000_000, 1_000_000_000_000];
         for w in w_s {
@@ -233,11 +280,10 @@ mod tests {
                                     prev,
                                     cur,
                                 };
-                                assert_eq!(
-                                    check(s, now, l, w, c),
-                                    check_in::<u128>(s, now, l, w, c),
-                                    "l={l} w={w} c={c} prev={prev} cur={cur} e={e}"
-                                );
+                                let o = check(s, now, l, w, c);
+                                let why = format!("l={l} w={w} c={c} prev={prev} cur={cur} e={e}");
+                                assert_eq!(o, check_in::<u128>(s, now % w, l, w, c), "{why}");
+                                assert_eq!(o.admits, admits(s, now % w, l, w, c), "{why}");
                             }
                         }
                     }

@@ -356,19 +356,29 @@ impl MemoryStore {
                     // The default algorithm, rolled and counted in place:
                     // the same numbers as below without building and
                     // matching a second state.
-                    let rolled = s.at(now_ms / r.window_ms);
-                    let o = sliding_window::check(rolled, now_ms, r.limit, r.window_ms, r.cost);
-                    if o.admits {
-                        if o.reset_ms == 0 {
+                    let (window, elapsed) = window_of(s.window, now_ms, r.window_ms);
+                    let rolled = s.at(window);
+                    let (l, w, c) = (r.limit, r.window_ms, r.cost);
+                    let admits = sliding_window::admits(rolled, elapsed, l, w, c);
+                    if admits {
+                        if rolled.prev == 0 && rolled.cur + c == 0 {
+                            // Nothing counts any more (`reset_ms` is 0); see
+                            // the general path.
                             held.remove();
                         } else {
                             *s = sliding_window::State {
-                                cur: rolled.cur + r.cost,
+                                cur: rolled.cur + c,
                                 ..rolled
                             };
-                            e.window_ms = r.window_ms;
+                            e.window_ms = w;
                         }
                     }
+                    drop(g);
+                    // The rest of the outcome is arithmetic on the snapshot,
+                    // worked out (with its division) after the shard is
+                    // released.
+                    let o = sliding_window::check_elapsed(rolled, elapsed, l, w, c);
+                    debug_assert_eq!(o.admits, admits);
                     return Decision {
                         allowed: o.admits,
                         outcomes: smallvec![o],
@@ -402,6 +412,25 @@ impl MemoryStore {
     }
 }
 
+/// The index of `now`'s window and the time elapsed in it: `now / w` and
+/// `now % w`, found by multiplying when `now` is in window `seen` (where the
+/// key was last written) or the next one, as it is for nearly every busy
+/// key; a 64-bit division is a long wait at the head of the decision.
+#[inline]
+fn window_of(seen: u64, now: u64, w: u64) -> (u64, u64) {
+    if let Some(start) = seen.checked_mul(w)
+        && let Some(elapsed) = now.checked_sub(start)
+    {
+        if elapsed < w {
+            return (seen, elapsed);
+        }
+        if elapsed - w < w {
+            return (seen + 1, elapsed - w);
+        }
+    }
+    (now / w, now % w)
+}
+
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // A panic while holding a shard cannot leave a half-written entry (every
     // write is one assignment), so a poisoned shard is still consistent.
@@ -425,6 +454,27 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn window_of_divides() {
+        for w in [1u64, 7, 1_000, 60_000] {
+            for now in [0u64, 1, 6, 7, 999, 1_000, 59_999, 60_000, 1_800_000_000_123] {
+                for seen in [
+                    0,
+                    now / w,
+                    (now / w).saturating_sub(1),
+                    now / w + 1,
+                    u64::MAX,
+                ] {
+                    assert_eq!(
+                        window_of(seen, now, w),
+                        (now / w, now % w),
+                        "seen={seen} now={now} w={w}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn an_entry_is_a_cache_line_and_a_half() {
