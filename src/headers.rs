@@ -199,7 +199,7 @@ mod tests {
         assert_eq!(p, r#""per_minute";q=100;w=60, "per_second";q=10;w=1"#);
         let d = Decision {
             allowed: false,
-            outcomes: vec![
+            outcomes: smallvec::smallvec![
                 LimitOutcome {
                     admits: true,
                     remaining: 42,

@@ -15,6 +15,8 @@ pub mod limiter;
 pub mod sliding_log;
 pub mod sliding_window;
 
+use smallvec::SmallVec;
+
 /// How a limit counts (DESIGN §4). Every store implements all four with the
 /// same numbers; see each module for the arithmetic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -94,13 +96,17 @@ pub struct LimitOutcome {
     pub retry_after_ms: Option<u64>,
 }
 
+/// One outcome per limit, held inline for up to two limits: most routes
+/// have one or two, and a decision then allocates nothing.
+pub type Outcomes = SmallVec<[LimitOutcome; 2]>;
+
 /// The answer for all limits of one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// Every limit admitted and the cost was consumed from each.
     pub allowed: bool,
     /// One outcome per [`LimitRequest`], in the same order.
-    pub outcomes: Vec<LimitOutcome>,
+    pub outcomes: Outcomes,
 }
 
 impl Decision {

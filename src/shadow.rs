@@ -29,7 +29,7 @@ use tracing::info;
 use crate::config::{Limit, OnError};
 use crate::identity::{self, Caller};
 use crate::limit::limiter::{Limiter, Verdict};
-use crate::limit::{Decision, LimitOutcome, LimitRequest};
+use crate::limit::{Decision, LimitOutcome, LimitRequest, Outcomes};
 use crate::metrics::{LimitVerdict, RouteMetrics};
 use crate::top::{self, TopOffenders};
 use std::sync::Arc;
@@ -179,7 +179,7 @@ pub async fn decide(
             outcomes[i] = Some(*o);
         }
     }
-    let outcomes: Option<Vec<LimitOutcome>> = outcomes.into_iter().collect();
+    let outcomes: Option<Outcomes> = outcomes.into_iter().collect();
     RouteDecision {
         allowed: de.allowed,
         decision: outcomes.map(|outcomes| Decision {

@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use redis::AsyncCommands;
 use support::redis::RedisServer;
 use tollgate::config::RedisConfig;
-use tollgate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, calendar};
+use tollgate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar};
 use tollgate::store::{MemoryStore, RedisStore, Store, StoreError};
 
 /// A realistic epoch instant that every window in the table divides
@@ -560,7 +560,7 @@ fn requests(tag: &str, sc: &Scenario, cost: u64) -> Vec<LimitRequest> {
 }
 
 fn expected(step: &Step) -> Decision {
-    let outcomes: Vec<LimitOutcome> = step
+    let outcomes: Outcomes = step
         .expect
         .iter()
         .map(

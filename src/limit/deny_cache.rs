@@ -158,7 +158,7 @@ mod tests {
     fn denied(retry: Option<u64>) -> Decision {
         Decision {
             allowed: false,
-            outcomes: vec![LimitOutcome {
+            outcomes: smallvec::smallvec![LimitOutcome {
                 admits: false,
                 remaining: 0,
                 reset_ms: 15_000,

@@ -9,11 +9,15 @@
 //! (Cloudflare's write-up); it can over- or under-count a bursty previous
 //! window, never by more than `prev`.
 //!
-//! Products are computed in `u128` here; the Lua script uses doubles, which
+//! Products are computed in `u64` when they fit and in `u128` otherwise
+//! (which takes numbers no accepted configuration produces); the Lua
+//! script uses doubles, which
 //! are exact while `(prev + cur + c) · w < 2^53`, at most `3 · L · w`. The
 //! configuration refuses limits with `3 · L · w ≥ 2^53` (a limit of one
 //! million per 30-day window is fine) and the script answers an error rather
 //! than a wrong number if it ever sees one.
+
+use std::ops::{Add, Div, Mul, Sub};
 
 use super::LimitOutcome;
 
@@ -37,6 +41,7 @@ impl State {
     /// skew between instances never wipes counts; the estimate then uses
     /// this gateway's position in its own window, which errs by at most the
     /// skew.
+    #[inline]
     pub fn at(self, i: u64) -> State {
         if self.window >= i {
             self
@@ -59,26 +64,139 @@ impl State {
 /// Decides one limit at time `now` (ms) against `state` (already rolled to
 /// the current window with [`State::at`]). Does not modify the state; the
 /// caller adds `cost` to `cur` when the whole request is admitted.
+#[inline(always)]
 pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
-    let (l, w, c) = (limit as u128, window as u128, cost as u128);
-    let e = (now % window) as u128;
-    let prev = state.prev as u128;
-    let cur = state.cur as u128;
+    check_elapsed(state, now % window, limit, window, cost)
+}
+
+/// [`check`] for a caller that knows the time `elapsed` since the start of
+/// now's window (`now mod window`) without dividing for it.
+#[inline(always)]
+pub fn check_elapsed(
+    state: State,
+    elapsed: u64,
+    limit: u64,
+    window: u64,
+    cost: u64,
+) -> LimitOutcome {
+    // No product or sum below exceeds (L + prev + cur + c + 2)·w. When that
+    // fits in 64 bits — always for a configured limit, 3·L·w < 2^53 — the
+    // arithmetic runs on u64 and gives the same numbers as on u128, whose
+    // division is a library call several times slower.
+    if fits(state, limit, window, cost) {
+        check_in::<u64>(state, elapsed, limit, window, cost)
+    } else {
+        check_wide(state, elapsed, limit, window, cost)
+    }
+}
+
+/// Whether [`check_elapsed`] admits, without the rest of the outcome (its
+/// `remaining` costs a division): for a store that decides under a lock
+/// and works out the outcome after releasing it.
+#[inline(always)]
+pub fn admits(state: State, elapsed: u64, limit: u64, window: u64, cost: u64) -> bool {
+    if fits(state, limit, window, cost) {
+        let (prev, cur) = (state.prev, state.cur);
+        admits_in(cost, limit, prev * (window - elapsed), cur, window)
+    } else {
+        let (prev, cur) = (u128::from(state.prev), u128::from(state.cur));
+        let w = u128::from(window);
+        let decayed = prev * (w - u128::from(elapsed));
+        admits_in(cost.into(), limit.into(), decayed, cur, w)
+    }
+}
+
+/// `E + c ≤ L`, times `w`: `E·w = prev·(w−e) + cur·w = decayed + cur·w`.
+#[inline(always)]
+fn admits_in<N: Int>(c: N, l: N, decayed: N, cur: N, w: N) -> bool {
+    c <= l && decayed + (cur + c) * w <= l * w
+}
+
+/// [`check`] in `u128`, kept out of line so that the common path stays
+/// small enough to inline into the store (which then divides `now` by the
+/// window once for the window index and the elapsed time together).
+#[cold]
+#[inline(never)]
+fn check_wide(state: State, elapsed: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+    check_in::<u128>(state, elapsed, limit, window, cost)
+}
+
+/// Whether (L + prev + cur + c + 2)·w, which bounds every number [`check`]
+/// computes, fits in `u64`.
+#[inline(always)]
+fn fits(state: State, limit: u64, window: u64, cost: u64) -> bool {
+    [state.prev, state.cur, cost, 2]
+        .into_iter()
+        .try_fold(limit, u64::checked_add)
+        .and_then(|bound| bound.checked_mul(window))
+        .is_some()
+}
+
+/// The unsigned integers [`check`] computes in.
+trait Int:
+    Copy
+    + Ord
+    + From<u64>
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+{
+    fn div_ceil(self, d: Self) -> Self;
+    /// The low 64 bits.
+    fn low_u64(self) -> u64;
+}
+
+impl Int for u64 {
+    fn div_ceil(self, d: Self) -> Self {
+        u64::div_ceil(self, d)
+    }
+    fn low_u64(self) -> u64 {
+        self
+    }
+}
+
+impl Int for u128 {
+    fn div_ceil(self, d: Self) -> Self {
+        u128::div_ceil(self, d)
+    }
+    fn low_u64(self) -> u64 {
+        self as u64
+    }
+}
+
+#[inline]
+fn check_in<N: Int>(
+    state: State,
+    elapsed: u64,
+    limit: u64,
+    window: u64,
+    cost: u64,
+) -> LimitOutcome {
+    let (l, w, c) = (N::from(limit), N::from(window), N::from(cost));
+    let e = N::from(elapsed);
+    let prev = N::from(state.prev);
+    let cur = N::from(state.cur);
+    let zero = N::from(0);
     // E·w = prev·(w−e) + cur·w
     let decayed = prev * (w - e);
-    let admits = c <= l && decayed + (cur + c) * w <= l * w;
+    let admits = admits_in(c, l, decayed, cur, w);
     let cur_after = if admits { cur + c } else { cur };
     let used = decayed + cur_after * w;
-    let remaining = if l * w > used { (l * w - used) / w } else { 0 };
-    let reset_ms = if cur_after > 0 {
-        2 * w - e
-    } else if prev > 0 {
+    let remaining = if l * w > used {
+        (l * w - used) / w
+    } else {
+        zero
+    };
+    let reset_ms = if cur_after > zero {
+        N::from(2) * w - e
+    } else if prev > zero {
         w - e
     } else {
-        0
+        zero
     };
     let retry_after_ms = if admits {
-        Some(0)
+        Some(zero)
     } else if c > l {
         None
     } else if cur + c <= l {
@@ -94,9 +212,9 @@ pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> Limi
     };
     LimitOutcome {
         admits,
-        remaining: remaining as u64,
-        reset_ms: reset_ms as u64,
-        retry_after_ms: retry_after_ms.map(|v| v as u64),
+        remaining: remaining.low_u64(),
+        reset_ms: reset_ms.low_u64(),
+        retry_after_ms: retry_after_ms.map(N::low_u64),
     }
 }
 
@@ -137,6 +255,35 @@ mod tests {
                                     brute(s, now, l, w, c),
                                     "l={l} c={c} prev={prev} cur={cur} e={e}"
                                 );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn u64_arithmetic_matches_u128_and_admits_matches_check() {
+        let w_s = [1u64, 7, 1_000, 60_000, 2_678_400_000];
+        let l_s = [1u64, 3, 10, 1_000, 1_000_000, 1_000_000_000_000];
+        for w in w_s {
+            for l in l_s {
+                let counts = [0, 1, l / 3, l / 2, l - 1, l, l + 1];
+                for c in [0, 1, 3, l, l + 1] {
+                    for prev in counts {
+                        for cur in counts {
+                            for e in [0, 1, w / 3, w / 2, w - 1] {
+                                let now = 5 * w + e;
+                                let s = State {
+                                    window: 5,
+                                    prev,
+                                    cur,
+                                };
+                                let o = check(s, now, l, w, c);
+                                let why = format!("l={l} w={w} c={c} prev={prev} cur={cur} e={e}");
+                                assert_eq!(o, check_in::<u128>(s, now % w, l, w, c), "{why}");
+                                assert_eq!(o.admits, admits(s, now % w, l, w, c), "{why}");
                             }
                         }
                     }

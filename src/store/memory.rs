@@ -8,15 +8,27 @@
 //! so memory stays bounded by the keys active in the last two windows.
 //! Each key holds its algorithm's state; a sliding log (up to L timestamps)
 //! is pruned and grown in place, never copied.
+//!
+//! A key is hashed once, with the process's keyed SipHash (keys come from
+//! clients, so a guessable hash would let them pile every key into one
+//! bucket): the hash picks the shard and then places the key in the
+//! shard's [`HashTable`]. With a million keys a decision costs its cache
+//! misses more than its arithmetic, so an entry is one 96-byte slot
+//! holding the key's bytes (up to 48 of them; longer keys on the heap),
+//! its window and its state, the sliding log boxed so that the slot is
+//! sized for the counters: the lookup reads the slot and nothing else.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, RandomState};
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use hashbrown::HashTable;
+use smallvec::{SmallVec, smallvec};
 
 use super::{Store, StoreError};
 use crate::limit::{
-    Algorithm, Decision, LimitOutcome, LimitRequest, calendar, fixed_window, gcra, sliding_log,
-    sliding_window,
+    Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar, fixed_window, gcra,
+    sliding_log, sliding_window,
 };
 
 const SHARDS: usize = 64;
@@ -28,13 +40,17 @@ enum State {
     Fixed(fixed_window::State),
     /// A fixed window that is a calendar month; `window` is the month index.
     Month(fixed_window::State),
-    Log(VecDeque<u64>),
+    /// Boxed: it is the only variant larger than three words, and every
+    /// slot is as large as the largest variant.
+    #[allow(clippy::box_collection)]
+    Log(Box<VecDeque<u64>>),
     Gcra(gcra::State),
 }
 
 impl State {
     /// The state as `r`'s algorithm sees it at `now`: a key written by
     /// another algorithm (the limit's algorithm changed) starts empty.
+    #[inline]
     fn for_request(stored: Option<&State>, r: &LimitRequest, now: u64) -> State {
         let window = now / r.window_ms;
         match (r.algorithm, stored) {
@@ -55,13 +71,14 @@ impl State {
                 sliding_log::prune(&mut log, now, r.window_ms);
                 State::Log(log)
             }
-            (Algorithm::SlidingLog, _) => State::Log(VecDeque::new()),
+            (Algorithm::SlidingLog, _) => State::Log(Box::default()),
             (Algorithm::Gcra { .. }, Some(State::Gcra(s))) => State::Gcra(*s),
             (Algorithm::Gcra { .. }, _) => State::Gcra(gcra::State::default()),
         }
     }
 
     /// Decides `r` and returns the state to keep if the request is admitted.
+    #[inline]
     fn check(&self, r: &LimitRequest, now: u64) -> (LimitOutcome, State) {
         let (l, w, c) = (r.limit, r.window_ms, r.cost);
         match (self, r.algorithm) {
@@ -122,15 +139,85 @@ impl State {
     }
 }
 
+/// A key's bytes, in the slot itself up to 48 bytes — a key for an IPv4
+/// identity with short route and limit names — so a lookup that finds its
+/// slot need not follow a pointer to compare the key, a cache miss of its
+/// own with a million keys. Longer keys go to the heap.
+type KeyBytes = SmallVec<[u8; 48]>;
+
 struct Entry {
-    state: State,
+    key: KeyBytes,
     window_ms: u64,
+    state: State,
 }
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<String, Entry>,
+    table: HashTable<Entry>,
     swept_at_len: usize,
+}
+
+impl Shard {
+    fn get(&self, hash: u64, key: &str) -> Option<&Entry> {
+        self.table.find(hash, |e| *e.key == *key.as_bytes())
+    }
+
+    fn get_mut(&mut self, hash: u64, key: &str) -> Option<&mut Entry> {
+        self.table.find_mut(hash, |e| *e.key == *key.as_bytes())
+    }
+
+    fn remove(&mut self, hash: u64, key: &str) {
+        if let Ok(e) = self.table.find_entry(hash, |e| *e.key == *key.as_bytes()) {
+            e.remove();
+        }
+    }
+
+    /// Adds a key known to be absent, sweeping when the shard has doubled.
+    fn insert(
+        &mut self,
+        hasher: &RandomState,
+        hash: u64,
+        r: &LimitRequest,
+        state: State,
+        now_ms: u64,
+    ) {
+        let entry = Entry {
+            key: KeyBytes::from_slice(r.key.as_bytes()),
+            window_ms: r.window_ms,
+            state,
+        };
+        // Growing the table rehashes every key (rarely: it doubles).
+        self.table
+            .insert_unique(hash, entry, |e| key_hash(hasher, &e.key));
+        let len = self.table.len();
+        if len > 1024 && len >= 2 * self.swept_at_len {
+            self.sweep(now_ms);
+        }
+    }
+
+    /// Drops entries whose counters have fully decayed.
+    fn sweep(&mut self, now_ms: u64) {
+        self.table.retain(|e| !e.state.is_idle(now_ms, e.window_ms));
+        self.swept_at_len = self.table.len().max(512);
+    }
+}
+
+/// The key's bytes through the process's SipHash. `Hash for str` would also
+/// write a terminating byte, which only matters when several fields are
+/// hashed in a row; one key does not need it, and skipping it is a
+/// measurable part of the decision.
+fn key_hash(hasher: &RandomState, key: &[u8]) -> u64 {
+    let mut h = hasher.build_hasher();
+    h.write(key);
+    h.finish()
+}
+
+/// The shard a hash falls in. hashbrown places an entry by the hash's low
+/// bits and tags it with its top seven, so the shard comes from bits in
+/// between: taken from either end, every key of a shard would share them
+/// and the shard's keys would crowd into a few buckets or tags.
+fn shard_of(hash: u64) -> usize {
+    (hash >> 32) as usize % SHARDS
 }
 
 /// The in-process store.
@@ -160,13 +247,13 @@ impl MemoryStore {
         }
     }
 
-    fn shard_of(&self, key: &str) -> usize {
-        (self.hasher.hash_one(key) as usize) % SHARDS
+    fn hash(&self, key: &str) -> u64 {
+        key_hash(&self.hasher, key.as_bytes())
     }
 
     /// Number of keys held; for tests and metrics.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).map.len()).sum()
+        self.shards.iter().map(|s| lock(s).table.len()).sum()
     }
 
     /// True when no key is held.
@@ -181,8 +268,8 @@ impl MemoryStore {
         {
             return self.decide_one(now_ms, r);
         }
-        let idx: Vec<usize> = requests.iter().map(|r| self.shard_of(&r.key)).collect();
-        let mut order: Vec<usize> = idx.clone();
+        let hashes: Vec<u64> = requests.iter().map(|r| self.hash(&r.key)).collect();
+        let mut order: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
         order.sort_unstable();
         order.dedup();
         let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
@@ -191,14 +278,14 @@ impl MemoryStore {
         // log, which is pruned in place (as the script's ZREMRANGEBYSCORE)
         // and grown in place, never copied: it holds up to L entries.
         let mut states: Vec<Option<State>> = Vec::with_capacity(requests.len());
-        let mut outcomes = Vec::with_capacity(requests.len());
-        for (r, &si) in requests.iter().zip(&idx) {
-            let g = guard(&mut guards, si);
+        let mut outcomes = Outcomes::with_capacity(requests.len());
+        for (r, &h) in requests.iter().zip(&hashes) {
+            let g = guard(&mut guards, shard_of(h));
             if r.algorithm == Algorithm::SlidingLog {
                 if let Some(Entry {
                     state: State::Log(log),
                     ..
-                }) = g.map.get_mut(&r.key)
+                }) = g.get_mut(h, &r.key)
                 {
                     sliding_log::prune(log, now_ms, r.window_ms);
                     let o = sliding_log::check(log, now_ms, r.limit, r.window_ms, r.cost);
@@ -207,21 +294,21 @@ impl MemoryStore {
                     continue;
                 }
             }
-            let st = State::for_request(g.map.get(&r.key).map(|e| &e.state), r, now_ms);
+            let st = State::for_request(g.get(h, &r.key).map(|e| &e.state), r, now_ms);
             let (outcome, after) = st.check(r, now_ms);
             outcomes.push(outcome);
             states.push(Some(after));
         }
         let allowed = outcomes.iter().all(|o| o.admits);
         if allowed {
-            for (((r, &si), st), o) in requests.iter().zip(&idx).zip(states).zip(&outcomes) {
-                let g = guard(&mut guards, si);
+            for (((r, &h), st), o) in requests.iter().zip(&hashes).zip(states).zip(&outcomes) {
+                let g = guard(&mut guards, shard_of(h));
                 if o.reset_ms == 0 {
                     // Nothing counts any more: absent is the same state, as
                     // the Redis script deletes the key. Keeping an empty
                     // state would also keep its window index, which a
                     // request from a clock behind would then honour.
-                    g.map.remove(&r.key);
+                    g.remove(h, &r.key);
                     continue;
                 }
                 let Some(st) = st else {
@@ -229,30 +316,20 @@ impl MemoryStore {
                     if let Some(Entry {
                         state: State::Log(log),
                         window_ms,
-                    }) = g.map.get_mut(&r.key)
+                        ..
+                    }) = g.get_mut(h, &r.key)
                     {
                         sliding_log::add(log, now_ms, r.cost);
                         *window_ms = r.window_ms;
                     }
                     continue;
                 };
-                match g.map.get_mut(&r.key) {
+                match g.get_mut(h, &r.key) {
                     Some(e) => {
                         e.state = st;
                         e.window_ms = r.window_ms;
                     }
-                    None => {
-                        g.map.insert(
-                            r.key.clone(),
-                            Entry {
-                                state: st,
-                                window_ms: r.window_ms,
-                            },
-                        );
-                        if g.map.len() > 1024 && g.map.len() >= 2 * g.swept_at_len {
-                            sweep(g, now_ms);
-                        }
-                    }
+                    None => g.insert(&self.hasher, h, r, st, now_ms),
                 }
             }
         }
@@ -263,20 +340,56 @@ impl MemoryStore {
 impl MemoryStore {
     /// The common case of one counter limit, decided as the general path
     /// does but with one lock, one lookup and no bookkeeping vectors: the
-    /// general path's per-request vectors and repeated hashing cost more
-    /// than the decision itself.
+    /// general path's per-request vectors cost more than the decision
+    /// itself.
     fn decide_one(&self, now_ms: u64, r: &LimitRequest) -> Decision {
-        let mut g = lock(&self.shards[self.shard_of(&r.key)]);
+        let hash = self.hash(&r.key);
+        let mut g = lock(&self.shards[shard_of(hash)]);
         let shard = &mut *g;
-        let mut remove = false;
-        let outcome = match shard.map.get_mut(&r.key) {
-            Some(e) => {
+        let outcome = match shard
+            .table
+            .find_entry(hash, |e| *e.key == *r.key.as_bytes())
+        {
+            Ok(mut held) => {
+                let e = held.get_mut();
+                if let (Algorithm::SlidingWindow, State::Sliding(s)) = (r.algorithm, &mut e.state) {
+                    // The default algorithm, rolled and counted in place:
+                    // the same numbers as below without building and
+                    // matching a second state.
+                    let (window, elapsed) = window_of(s.window, now_ms, r.window_ms);
+                    let rolled = s.at(window);
+                    let (l, w, c) = (r.limit, r.window_ms, r.cost);
+                    let admits = sliding_window::admits(rolled, elapsed, l, w, c);
+                    if admits {
+                        if rolled.prev == 0 && rolled.cur + c == 0 {
+                            // Nothing counts any more (`reset_ms` is 0); see
+                            // the general path.
+                            held.remove();
+                        } else {
+                            *s = sliding_window::State {
+                                cur: rolled.cur + c,
+                                ..rolled
+                            };
+                            e.window_ms = w;
+                        }
+                    }
+                    drop(g);
+                    // The rest of the outcome is arithmetic on the snapshot,
+                    // worked out (with its division) after the shard is
+                    // released.
+                    let o = sliding_window::check_elapsed(rolled, elapsed, l, w, c);
+                    debug_assert_eq!(o.admits, admits);
+                    return Decision {
+                        allowed: o.admits,
+                        outcomes: smallvec![o],
+                    };
+                }
                 let (o, after) = State::for_request(Some(&e.state), r, now_ms).check(r, now_ms);
                 if o.admits {
                     // Nothing counting any more is the same as no state
                     // (see the general path).
                     if o.reset_ms == 0 {
-                        remove = true;
+                        held.remove();
                     } else {
                         e.state = after;
                         e.window_ms = r.window_ms;
@@ -284,31 +397,38 @@ impl MemoryStore {
                 }
                 o
             }
-            None => {
+            Err(_) => {
                 let (o, after) = State::for_request(None, r, now_ms).check(r, now_ms);
                 if o.admits && o.reset_ms != 0 {
-                    shard.map.insert(
-                        r.key.clone(),
-                        Entry {
-                            state: after,
-                            window_ms: r.window_ms,
-                        },
-                    );
-                    if shard.map.len() > 1024 && shard.map.len() >= 2 * shard.swept_at_len {
-                        sweep(shard, now_ms);
-                    }
+                    shard.insert(&self.hasher, hash, r, after, now_ms);
                 }
                 o
             }
         };
-        if remove {
-            shard.map.remove(&r.key);
-        }
         Decision {
             allowed: outcome.admits,
-            outcomes: vec![outcome],
+            outcomes: smallvec![outcome],
         }
     }
+}
+
+/// The index of `now`'s window and the time elapsed in it: `now / w` and
+/// `now % w`, found by multiplying when `now` is in window `seen` (where the
+/// key was last written) or the next one, as it is for nearly every busy
+/// key; a 64-bit division is a long wait at the head of the decision.
+#[inline]
+fn window_of(seen: u64, now: u64, w: u64) -> (u64, u64) {
+    if let Some(start) = seen.checked_mul(w)
+        && let Some(elapsed) = now.checked_sub(start)
+    {
+        if elapsed < w {
+            return (seen, elapsed);
+        }
+        if elapsed - w < w {
+            return (seen + 1, elapsed - w);
+        }
+    }
+    (now / w, now % w)
 }
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -325,16 +445,41 @@ fn guard<'a, 'b>(guards: &'a mut [(usize, MutexGuard<'b, Shard>)], shard: usize)
     &mut guards[pos].1
 }
 
-/// Drops entries whose counters have fully decayed.
-fn sweep(shard: &mut Shard, now_ms: u64) {
-    shard
-        .map
-        .retain(|_, e| !e.state.is_idle(now_ms, e.window_ms));
-    shard.swept_at_len = shard.map.len().max(512);
-}
-
 impl Store for MemoryStore {
     async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
         Ok(self.decide_now(now_ms, requests))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_of_divides() {
+        for w in [1u64, 7, 1_000, 60_000] {
+            for now in [0u64, 1, 6, 7, 999, 1_000, 59_999, 60_000, 1_800_000_000_123] {
+                for seen in [
+                    0,
+                    now / w,
+                    (now / w).saturating_sub(1),
+                    now / w + 1,
+                    u64::MAX,
+                ] {
+                    assert_eq!(
+                        window_of(seen, now, w),
+                        (now / w, now % w),
+                        "seen={seen} now={now} w={w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_entry_is_a_cache_line_and_a_half() {
+        // The module doc's figure; a million keys' worth of cache misses
+        // depends on it.
+        assert_eq!(std::mem::size_of::<Entry>(), 96);
     }
 }

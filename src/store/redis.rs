@@ -469,7 +469,7 @@ impl Store for RedisStore {
             // Nothing to check; the in-process store answers the same.
             return Ok(Decision {
                 allowed: true,
-                outcomes: Vec::new(),
+                outcomes: Default::default(),
             });
         }
         // fred bounds each command by what is left until the deadline; this
@@ -735,7 +735,10 @@ fn parse_reply(reply: Value, n: usize) -> Result<Decision, StoreError> {
             "contradicts itself: allowed is not every limit admitting",
         ));
     }
-    Ok(Decision { allowed, outcomes })
+    Ok(Decision {
+        allowed,
+        outcomes: outcomes.into(),
+    })
 }
 
 #[cfg(test)]

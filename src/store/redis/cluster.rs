@@ -142,7 +142,7 @@ impl RedisStore {
         let outcomes = outcomes
             .into_iter()
             .map(|o| o.ok_or_else(|| StoreError::Protocol("a slot group went undecided".into())))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<_, _>>()?;
         Ok(Decision { allowed, outcomes })
     }
 
