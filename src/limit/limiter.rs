@@ -200,10 +200,7 @@ impl Limiter {
         let called = self.breaker.allows();
         let result = if called {
             let start = std::time::Instant::now();
-            // Boxed: the Redis call's future is kilobytes and would
-            // otherwise be part of every request's future, moved with it
-            // whatever store decides.
-            let r = Box::pin(redis.decide(now_ms, requests)).await;
+            let r = redis.decide(now_ms, requests).await;
             self.metrics
                 .redis_duration
                 .observe(start.elapsed().as_secs_f64());

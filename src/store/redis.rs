@@ -483,13 +483,19 @@ impl Store for RedisStore {
             let encoded = self.encode(now_ms, requests)?;
             return batcher.decide(deadline, encoded).await;
         }
+        // The Cluster paths below hold fred's command futures (kilobytes);
+        // boxed, so the batched path's future stays small and cheap to
+        // move.
         // issue 4: keys in several Cluster slots, reserved slot by slot.
         if cluster::spans_slots(requests) {
-            return self.decide_across_slots(deadline, now_ms, requests).await;
+            return Box::pin(self.decide_across_slots(deadline, now_ms, requests)).await;
         }
-        tokio::time::timeout_at(deadline, self.decide_by(deadline, now_ms, requests))
-            .await
-            .unwrap_or(Err(StoreError::Timeout))
+        Box::pin(tokio::time::timeout_at(
+            deadline,
+            self.decide_by(deadline, now_ms, requests),
+        ))
+        .await
+        .unwrap_or(Err(StoreError::Timeout))
     }
 }
 
