@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use redis::AsyncCommands;
-use support::redis::RedisServer;
+use support::redis::{RedisServer, command_calls};
 use tollgate::config::RedisConfig;
 use tollgate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar};
 use tollgate::store::{MemoryStore, RedisStore, Store, StoreError};
@@ -952,21 +952,6 @@ async fn a_stalled_server_is_a_timeout() {
 
 // --- batching: concurrent decisions share script calls ------------------------
 
-/// How many times Redis ran `command` (from `INFO commandstats`).
-async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// A store whose timeout leaves debug builds on a busy machine room: these
 /// tests are about batching, not the timeout.
 async fn patient(server: &RedisServer) -> RedisStore {
@@ -980,12 +965,8 @@ async fn patient(server: &RedisServer) -> RedisStore {
     store
 }
 
-#[tokio::test]
-async fn concurrent_decisions_on_distinct_keys_share_calls() {
-    let server = RedisServer::start().await;
-    let store = patient(&server).await;
-    let mut conn = server.connection().await;
-    // Loads the script, so only decisions are counted below.
+/// One decision, so the script is loaded and only later calls are counted.
+async fn warm(store: &RedisStore) {
     assert!(
         store
             .decide(T0, &[one("warm", 1, 1_000, 1)])
@@ -993,9 +974,17 @@ async fn concurrent_decisions_on_distinct_keys_share_calls() {
             .unwrap()
             .allowed
     );
+}
+
+#[tokio::test]
+async fn concurrent_decisions_on_distinct_keys_share_calls() {
+    let server = RedisServer::start().await;
+    let store = patient(&server).await;
+    let mut conn = server.connection().await;
+    warm(&store).await;
 
     const N: u64 = 300;
-    let before = calls(&mut conn, "evalsha").await;
+    let before = command_calls(&mut conn, "evalsha").await;
     // Two limits per request, of two algorithms; request i costs 1 + i % 3.
     let requests: Vec<Vec<LimitRequest>> = (0..N)
         .map(|i| {
@@ -1011,7 +1000,7 @@ async fn concurrent_decisions_on_distinct_keys_share_calls() {
     // All queued before the batcher runs (this runtime has one thread).
     let decided =
         futures_util::future::join_all(requests.iter().map(|r| store.decide(T0, r))).await;
-    let sent = calls(&mut conn, "evalsha").await - before;
+    let sent = command_calls(&mut conn, "evalsha").await - before;
     for (i, d) in (0..N).zip(decided) {
         let d = d.unwrap_or_else(|e| panic!("request {i}: {e}"));
         assert!(d.allowed, "request {i}: {d:?}");
@@ -1044,10 +1033,10 @@ async fn concurrent_decisions_on_one_key_admit_exactly_the_limit() {
             algorithm: alg,
             ..one(&key, L, 60_000, 1)
         }];
-        let before = calls(&mut conn, "evalsha").await;
+        let before = command_calls(&mut conn, "evalsha").await;
         let decided =
             futures_util::future::join_all((0..N).map(|_| store.decide(T0, &request))).await;
-        let sent = calls(&mut conn, "evalsha").await - before;
+        let sent = command_calls(&mut conn, "evalsha").await - before;
         assert!(
             (sent as usize) < N,
             "{alg:?}: {sent} calls for {N} decisions"
@@ -1071,13 +1060,7 @@ async fn garbage_fails_only_its_own_decision_in_a_batch() {
     let server = RedisServer::start().await;
     let store = patient(&server).await;
     let mut conn = server.connection().await;
-    assert!(
-        store
-            .decide(T0, &[one("warm", 1, 1_000, 1)])
-            .await
-            .unwrap()
-            .allowed
-    );
+    warm(&store).await;
     let _: () = conn.set("garbage", "1:2").await.unwrap();
     let _: () = conn.rpush("list", "a").await.unwrap();
 
@@ -1093,14 +1076,14 @@ async fn garbage_fails_only_its_own_decision_in_a_batch() {
         .map(|i| [one(&format!("good{i}"), 5, 10_000, 1)])
         .collect();
     let list = [one("list", 5, 10_000, 1)];
-    let before = calls(&mut conn, "evalsha").await;
+    let before = command_calls(&mut conn, "evalsha").await;
     let (bad_again, list_again, goods) = tokio::join!(
         store.decide(T0, &bad),
         store.decide(T0, &list),
         futures_util::future::join_all(good.iter().map(|r| store.decide(T0, r))),
     );
     assert_eq!(
-        calls(&mut conn, "evalsha").await - before,
+        command_calls(&mut conn, "evalsha").await - before,
         1,
         "the 22 decisions went in one call"
     );
@@ -1148,13 +1131,7 @@ async fn every_queued_decision_times_out_on_its_own_when_calls_hang() {
     let server = RedisServer::start().await;
     let store = connected(&server).await;
     let mut conn = server.connection().await;
-    assert!(
-        store
-            .decide(T0, &[one("warm", 1, 1_000, 1)])
-            .await
-            .unwrap()
-            .allowed
-    );
+    warm(&store).await;
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(1_500)

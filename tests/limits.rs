@@ -8,11 +8,10 @@ mod support;
 use std::sync::Arc;
 
 use http::StatusCode;
-use redis::aio::MultiplexedConnection;
 use tollgate::clock::ManualClock;
 
 use support::gateway::{Gateway, get, send};
-use support::redis::RedisServer;
+use support::redis::{RedisServer, command_calls};
 
 /// A fixed instant at the start of a minute (and of a 10 s window).
 const T0: u64 = 1_800_000_000_000;
@@ -43,21 +42,6 @@ fn redis_store(url: &str) -> String {
     format!("store:\n  redis: {{ url: \"{url}\", timeout: 500ms }}\n  on_error: local\n")
 }
 
-/// How many times Redis ran `command` (from `INFO commandstats`).
-async fn calls(conn: &mut MultiplexedConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn a_denied_caller_costs_redis_nothing_until_retry_after() {
     let redis = RedisServer::start().await;
@@ -75,11 +59,11 @@ async fn a_denied_caller_costs_redis_nothing_until_retry_after() {
     }
     // Denied by Redis: five in window 0 at e = 5 s; 7 s to wait (see the
     // sliding-window arithmetic in tests/gateway.rs).
-    let before = calls(&mut conn, "evalsha").await;
+    let before = command_calls(&mut conn, "evalsha").await;
     let first = send(gw.addr, get("/r", &[])).await;
     assert_eq!(first.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(first.header("retry-after"), Some("7"));
-    assert_eq!(calls(&mut conn, "evalsha").await, before + 1);
+    assert_eq!(command_calls(&mut conn, "evalsha").await, before + 1);
 
     // 1,000 more from the same caller before T: answered by the gateway.
     for i in 0..1_000u64 {
@@ -90,7 +74,7 @@ async fn a_denied_caller_costs_redis_nothing_until_retry_after() {
         assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     }
     assert_eq!(
-        calls(&mut conn, "evalsha").await,
+        command_calls(&mut conn, "evalsha").await,
         before + 1,
         "denied requests before Retry-After must not reach Redis"
     );
@@ -112,7 +96,7 @@ async fn a_denied_caller_costs_redis_nothing_until_retry_after() {
     clock.set(T0 + 5_000 + 7_000);
     let r = send(gw.addr, get("/r", &[])).await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(calls(&mut conn, "evalsha").await, before + 2);
+    assert_eq!(command_calls(&mut conn, "evalsha").await, before + 2);
 }
 
 #[tokio::test]
@@ -137,7 +121,7 @@ async fn the_deny_cache_never_answers_for_a_cheaper_request() {
         StatusCode::TOO_MANY_REQUESTS
     );
     gw.stop().await;
-    let before = calls(&mut conn, "evalsha").await;
+    let before = command_calls(&mut conn, "evalsha").await;
     let gw = Gateway::start_with_clock(
         &yaml(&redis_store(&redis.url()), "ietf", 1, limits),
         clock.clone(),
@@ -146,7 +130,7 @@ async fn the_deny_cache_never_answers_for_a_cheaper_request() {
     // 9 used of 10: a cost-1 request fits.
     let r = send(gw.addr, get("/r", &[])).await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(calls(&mut conn, "evalsha").await, before + 1);
+    assert_eq!(command_calls(&mut conn, "evalsha").await, before + 1);
 }
 
 #[tokio::test]
@@ -407,9 +391,9 @@ async fn a_key_added_to_the_redis_hash_gets_its_plan_within_the_cache_time() {
     assert_eq!(admitted(&gw, Some("k-new"), 10).await, 2);
 
     // A busy key costs one HGET per cache period, not one per request.
-    let before = calls(&mut conn, "hget").await;
+    let before = command_calls(&mut conn, "hget").await;
     admitted(&gw, Some("k-new"), 20).await;
-    assert_eq!(calls(&mut conn, "hget").await, before);
+    assert_eq!(command_calls(&mut conn, "hget").await, before);
 
     // Re-planned down: free again after the cache time.
     let _: () = redis::cmd("HSET")

@@ -161,3 +161,19 @@ fn free_port() -> u16 {
         .expect("bind 127.0.0.1:0")
         .port()
 }
+
+/// How many times the server ran `command` (from `INFO commandstats`; the
+/// commands a script runs count too).
+pub async fn command_calls(conn: &mut MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
