@@ -762,14 +762,14 @@ async fn sigterm_drains_a_slow_response_refuses_new_connections_and_exits_0() {
         ),
     )
     .expect("write config");
-    let port = support::gateway::free_port();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
     cmd.arg("--config")
         .arg(&path)
         .arg("--listen")
-        .arg(addr.to_string());
-    let mut child = Child(support::binary::spawn_listening(cmd, 1, None));
+        .arg("127.0.0.1:0");
+    let started = support::binary::spawn_listening(cmd, 1, None);
+    let addr: SocketAddr = started.proxy[0];
+    let mut child = Child(started.child);
 
     // A request the upstream answers only after 3 s.
     let slow = tokio::spawn(send(addr, get("/slow?ms=3000", &[])));

@@ -467,14 +467,16 @@ struct Binary {
 
 impl Binary {
     async fn start(config: &std::path::Path) -> Binary {
-        let port = free_port();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
         cmd.arg("--config")
             .arg(config)
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"));
-        let child = support::binary::spawn_listening(cmd, 1, None);
-        Binary { child, port }
+            .arg("127.0.0.1:0");
+        let started = support::binary::spawn_listening(cmd, 1, None);
+        Binary {
+            port: started.proxy[0].port(),
+            child: started.child,
+        }
     }
 
     async fn get(&self, path: &str) -> Reply {

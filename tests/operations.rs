@@ -612,20 +612,21 @@ struct Binary {
 }
 
 impl Binary {
-    async fn start(config: &Path, args: &[&str], log: std::path::PathBuf, admin: u16) -> Binary {
-        let port = free_port();
+    /// `config` has `admin: 127.0.0.1:0`; both ports are read from the
+    /// binary's "listening" lines.
+    async fn start(config: &Path, args: &[&str], log: std::path::PathBuf) -> Binary {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
         cmd.arg("--config")
             .arg(config)
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
+            .arg("127.0.0.1:0")
             .args(args);
         // The proxy listener and the admin listener each report when bound.
-        let child = support::binary::spawn_listening(cmd, 2, Some(&log));
+        let started = support::binary::spawn_listening(cmd, 2, Some(&log));
         Binary {
-            child,
-            port,
-            admin,
+            port: started.proxy[0].port(),
+            admin: started.admin.expect("an admin listener").port(),
+            child: started.child,
             log,
         }
     }
@@ -681,11 +682,11 @@ impl Drop for Binary {
     }
 }
 
-fn reload_yaml(admin: u16, up: &Upstream, limit: u64) -> String {
+fn reload_yaml(up: &Upstream, limit: u64) -> String {
     format!(
         r#"
 listen: 127.0.0.1:0
-admin: 127.0.0.1:{admin}
+admin: 127.0.0.1:0
 routes:
   - name: demo
     match: {{ path_prefix: /demo }}
@@ -704,9 +705,8 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
     let up = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.yaml");
-    let admin = free_port();
-    std::fs::write(&path, reload_yaml(admin, &up, 10)).unwrap();
-    let bin = Binary::start(&path, &[], dir.path().join("stderr.log"), admin).await;
+    std::fs::write(&path, reload_yaml(&up, 10)).unwrap();
+    let bin = Binary::start(&path, &[], dir.path().join("stderr.log")).await;
 
     // A client streams requests, each in flight for 30 ms upstream, across
     // both reloads. Every one must succeed.
@@ -745,7 +745,7 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
     }
 
     // 1. A changed limit: 10 → 6.
-    std::fs::write(&path, reload_yaml(admin, &up, 6)).unwrap();
+    std::fs::write(&path, reload_yaml(&up, 6)).unwrap();
     bin.sighup();
     bin.wait_metric(r#"tollgate_config_reloads_total{result="success"}"#, 1.0)
         .await;
@@ -770,7 +770,7 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
     // 2. A broken file: refused, logged with every error, old config serves.
     std::fs::write(
         &path,
-        reload_yaml(admin, &up, 6)
+        reload_yaml(&up, 6)
             .replace("window: 1d", "window: 1 day")
             .replace("respond:", "respnd:"),
     )
@@ -816,19 +816,15 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
 async fn json_access_log_names_the_identity_kind_never_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.yaml");
-    let admin = free_port();
     std::fs::write(
         &path,
-        format!(
-            "listen: 127.0.0.1:0\nadmin: 127.0.0.1:{admin}\nroutes:\n  - name: demo\n    respond: {{ body: hi }}\n    limits: [ {{ name: demo, key: api_key | ip, limit: 1, window: 1h }} ]\n"
-        ),
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nroutes:\n  - name: demo\n    respond: { body: hi }\n    limits: [ { name: demo, key: api_key | ip, limit: 1, window: 1h } ]\n",
     )
     .unwrap();
     let bin = Binary::start(
         &path,
         &["--log-format", "json"],
         dir.path().join("stderr.log"),
-        admin,
     )
     .await;
     let key = [("x-api-key", "secret-key-42")];

@@ -2,44 +2,107 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
+
+/// A started binary and the addresses it reported.
+pub struct Started {
+    pub child: Child,
+    /// Proxy listeners, in the order they were reported.
+    pub proxy: Vec<SocketAddr>,
+    /// The admin listener, when there is one.
+    pub admin: Option<SocketAddr>,
+}
 
 /// Starts `cmd` (the tollgate binary with its arguments) and returns once it
 /// has logged `listeners` "listening" lines: each proxy and admin listener
-/// logs one after it is bound, so the process is ready then — no polling.
-/// Its stderr is copied line by line to `tee` when given, else drained.
+/// logs one, with its address, after it is bound, so the process is ready
+/// then — no polling — and the tests can bind port 0 and read the port
+/// from the line instead of guessing a free one. Its stderr is copied line
+/// by line to `tee` when given, else drained.
 ///
 /// # Panics
-/// When the process does not report ready within 30 s.
-pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -> Child {
+/// When the process does not report ready within 30 s, or exits first; the
+/// message carries what it wrote.
+pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -> Started {
     cmd.env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("start tollgate");
     let stderr = child.stderr.take().expect("piped stderr");
     let mut file = tee.map(|p| std::fs::File::create(p).expect("log file"));
     let (ready, is_ready) = mpsc::channel();
+    let seen_lines = Arc::new(Mutex::new(Vec::new()));
+    let lines = Arc::clone(&seen_lines);
     std::thread::spawn(move || {
-        let mut seen = 0;
+        let mut found = Vec::new();
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
             if let Some(f) = file.as_mut() {
                 let _ = writeln!(f, "{line}");
             }
+            if found.len() < listeners {
+                lines.lock().unwrap().push(line.clone());
+            }
             if line.contains("listening") {
-                seen += 1;
-                if seen == listeners {
-                    let _ = ready.send(());
+                found.push((line.contains("admin listening"), address_in(&line)));
+                if found.len() == listeners {
+                    let _ = ready.send(std::mem::take(&mut found));
                 }
             }
         }
     });
-    if is_ready.recv_timeout(Duration::from_secs(30)).is_err() {
+    let Ok(found) = is_ready.recv_timeout(Duration::from_secs(30)) else {
         let _ = child.kill();
-        panic!("tollgate did not report its listeners");
+        let status = child.wait().ok();
+        panic!(
+            "tollgate did not report its listeners (exit: {status:?}); it wrote:\n{}",
+            seen_lines.lock().unwrap().join("\n")
+        );
+    };
+    let mut started = Started {
+        child,
+        proxy: Vec::new(),
+        admin: None,
+    };
+    for (admin, addr) in found {
+        let addr = addr.expect("a listening line names its address");
+        if admin {
+            started.admin = Some(addr);
+        } else {
+            started.proxy.push(addr);
+        }
     }
-    child
+    started
+}
+
+/// The address after `addr=` (text log) or `"addr":"` (JSON log), with
+/// any terminal colour codes removed first.
+fn address_in(line: &str) -> Option<SocketAddr> {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ parameters final-letter
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let rest = plain
+        .split_once("addr=")
+        .or_else(|| line.split_once("\"addr\":\""))?
+        .1;
+    let end = rest
+        .find(|c: char| c.is_whitespace() || c == '"' || c == ',')
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
 }
