@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the per-request phases: one limiter decision on the
 //! memory store against `governor`'s keyed limiter in the same run (one hot
-//! key; 1,000,000 keys), identity extraction and key building, route
+//! key; 1,000,000 keys), a two-limit decision, identity extraction and key
+//! building, route
 //! matching and header rendering. Run with `cargo bench --bench limiter`.
 //!
 //! The two limiters do not do the same work: governor's keyed GCRA keeps
@@ -64,6 +65,24 @@ fn decisions(c: &mut Criterion) {
     let hot_key = ip_key(1);
     g.bench_function("governor_keyed/hot_key", |b| {
         b.iter(|| black_box(gov.check_key(black_box(&hot_key))))
+    });
+
+    // Two limits on one identity (a per-minute and a per-day limit, as
+    // routes often have): the general path, which locks each shard once.
+    let store = MemoryStore::new();
+    let two = [
+        request(ip_key(2)),
+        LimitRequest {
+            key: format!("{}:day", ip_key(2)),
+            window_ms: 86_400_000,
+            ..request(ip_key(2))
+        },
+    ];
+    g.bench_function("tollgate_memory/two_limits", |b| {
+        b.iter(|| {
+            now += 1;
+            black_box(store.decide_now(now, black_box(&two)))
+        })
     });
 
     // 1,000,000 keys, visited in a scattered order so caches do not help.

@@ -268,16 +268,17 @@ impl MemoryStore {
         {
             return self.decide_one(now_ms, r);
         }
-        let hashes: Vec<u64> = requests.iter().map(|r| self.hash(&r.key)).collect();
-        let mut order: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
+        // A route has a few limits: the bookkeeping stays on the stack.
+        let hashes: SmallVec<[u64; 4]> = requests.iter().map(|r| self.hash(&r.key)).collect();
+        let mut order: SmallVec<[usize; 4]> = hashes.iter().map(|&h| shard_of(h)).collect();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+        let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
         // Per request, the state to store if all admit; `None` for a sliding
         // log, which is pruned in place (as the script's ZREMRANGEBYSCORE)
         // and grown in place, never copied: it holds up to L entries.
-        let mut states: Vec<Option<State>> = Vec::with_capacity(requests.len());
+        let mut states: SmallVec<[Option<State>; 4]> = SmallVec::with_capacity(requests.len());
         let mut outcomes = Outcomes::with_capacity(requests.len());
         for (r, &h) in requests.iter().zip(&hashes) {
             let g = guard(&mut guards, shard_of(h));
