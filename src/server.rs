@@ -505,11 +505,13 @@ pub async fn serve(
     }
 
     shutdown.await;
-    info!("shutting down: no new connections, draining in-flight requests");
     let _ = stop_tx.send(true);
     for t in tasks {
         let _ = t.await;
     }
+    // Logged once the accept loops have ended and dropped their listeners,
+    // so it is true when read.
+    info!("shutting down: no new connections, draining in-flight requests");
     let graceful = Arc::try_unwrap(graceful).unwrap_or_else(|g| {
         // Listener tasks have ended, so this is the only reference left;
         // fall back to a fresh watcher if not, which drains nothing.

@@ -1,6 +1,8 @@
 //! Configuration loading through the library API: a full valid file mapped
 //! onto the model, and bad files whose every error is checked word for word
-//! with its field path, line and column.
+//! with its field path, line and column. Nothing here binds or connects:
+//! addresses and URLs in these files are values to parse (port 0 where the
+//! value itself does not matter).
 
 use std::net::SocketAddr;
 use std::num::NonZeroU64;
@@ -40,7 +42,7 @@ fn nz(n: u64) -> NonZeroU64 {
 }
 
 const FULL: &str = r#"
-listen: [127.0.0.1:8080, "[::1]:8081"]
+listen: [127.0.0.1:0, "[::1]:0"]
 store:
   redis: { url: "redis://127.0.0.1:6379/2", timeout: 40ms }
   on_error: allow
@@ -81,8 +83,8 @@ fn full_file_maps_onto_the_model() {
     assert_eq!(
         c.listen.iter().map(|l| l.addr).collect::<Vec<_>>(),
         [
-            "127.0.0.1:8080".parse::<SocketAddr>().expect("addr"),
-            "[::1]:8081".parse().expect("addr")
+            "127.0.0.1:0".parse::<SocketAddr>().expect("addr"),
+            "[::1]:0".parse().expect("addr")
         ]
     );
 

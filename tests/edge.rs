@@ -767,40 +767,33 @@ async fn sigterm_drains_a_slow_response_refuses_new_connections_and_exits_0() {
         .arg(&path)
         .arg("--listen")
         .arg("127.0.0.1:0");
-    let started = support::binary::spawn_listening(cmd, 1, None);
+    let mut started = support::binary::spawn_listening(cmd, 1, None);
     let addr: SocketAddr = started.proxy[0];
-    let mut child = Child(started.child);
+    let pid = started.child.id();
 
     // A request the upstream answers only after 3 s.
     let slow = tokio::spawn(send(addr, get("/slow?ms=3000", &[])));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while up.count() == 0 {
-        assert!(Instant::now() < deadline, "the slow request never arrived");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    up.wait_for(1, Duration::from_secs(10)).await;
     let status = std::process::Command::new("kill")
         .arg("-TERM")
-        .arg(child.0.id().to_string())
+        .arg(pid.to_string())
         .status()
         .expect("run kill");
     assert!(status.success());
 
-    // New connections are refused while the slow one drains.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match TcpStream::connect(addr).await {
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
-            // Accepted or reset (a connect racing the listener's close):
-            // ask again until the port refuses.
-            other => {
-                assert!(
-                    Instant::now() < deadline,
-                    "still accepting after SIGTERM: {other:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    // New connections are refused while the slow one drains: the binary
+    // says so once its listeners are closed.
+    assert!(
+        started
+            .wait_for_line("no new connections", Duration::from_secs(5))
+            .await,
+        "no shutdown line after SIGTERM"
+    );
+    let refused = TcpStream::connect(addr).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused),
+        "still accepting after SIGTERM: {refused:?}"
+    );
     assert!(
         !slow.is_finished(),
         "the slow response ended before the listener closed"
@@ -810,18 +803,18 @@ async fn sigterm_drains_a_slow_response_refuses_new_connections_and_exits_0() {
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.text(), "slow ok");
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exit = loop {
-        if let Some(s) = child.0.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "tollgate did not exit after draining"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(exit.code(), Some(0));
+    // The exit, waited for on a blocking thread; the guard kills the
+    // process if the wait gives up.
+    let mut child = Child(started.child);
+    let exit = tokio::task::spawn_blocking(move || {
+        let status = child.0.wait();
+        (status, child)
+    });
+    let (exit, _child) = tokio::time::timeout(Duration::from_secs(10), exit)
+        .await
+        .expect("tollgate did not exit after draining")
+        .expect("wait task");
+    assert_eq!(exit.expect("wait").code(), Some(0));
 }
 
 // ---------------------------------------------------------------------------
@@ -955,11 +948,7 @@ async fn the_drain_deadline_bounds_shutdown() {
         .expect("write");
         read_reply(&mut s).await
     });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while up.count() == 0 {
-        assert!(Instant::now() < deadline, "the slow request never arrived");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    up.wait_for(1, Duration::from_secs(10)).await;
     let started = Instant::now();
     gw.stop().await;
     let took = started.elapsed();

@@ -544,9 +544,11 @@ routes:
 fn check_reports_every_mistake_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.yaml");
+    // `check` only reads the file; the upstream is never contacted.
+    let up = format!("http://127.0.0.1:{}", free_port());
     std::fs::write(
         &path,
-        "listen: 127.0.0.1:0\nroutes:\n  - name: a\n    upstream: http://127.0.0.1:9000\n    limits:\n      - { name: x, key: ip, limit: 5, window: 5 minutes }\n  - name: b\n    upstream: http://127.0.0.1:9000\n    timout: 5s\n  - name: c\n    respond: { status: 200 }\n    limits: [ { name: y, key: nobody, limit: 1, window: 1s } ]\n",
+        format!("listen: 127.0.0.1:0\nroutes:\n  - name: a\n    upstream: {up}\n    limits:\n      - {{ name: x, key: ip, limit: 5, window: 5 minutes }}\n  - name: b\n    upstream: {up}\n    timout: 5s\n  - name: c\n    respond: {{ status: 200 }}\n    limits: [ {{ name: y, key: nobody, limit: 1, window: 1s }} ]\n"),
     )
     .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))

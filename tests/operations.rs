@@ -264,14 +264,7 @@ async fn readyz_fails_while_draining_and_in_flight_requests_finish() {
     .await;
     let addr = gw.addr;
     let slow = tokio::spawn(async move { send(addr, get("/slow?ms=1500", &[])).await });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while up.count() == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the slow request never reached the upstream"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    up.wait_for(1, Duration::from_secs(10)).await;
     gw.shut_down();
     let r = wait_ready_body(&gw, "draining").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);

@@ -15,6 +15,24 @@ pub struct Started {
     pub proxy: Vec<SocketAddr>,
     /// The admin listener, when there is one.
     pub admin: Option<SocketAddr>,
+    /// Every line it writes after the listening ones.
+    pub lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl Started {
+    /// Waits for a line containing `needle`; whether one came within
+    /// `within`.
+    pub async fn wait_for_line(&mut self, needle: &str, within: Duration) -> bool {
+        let found = async {
+            while let Some(line) = self.lines.recv().await {
+                if line.contains(needle) {
+                    return true;
+                }
+            }
+            false
+        };
+        tokio::time::timeout(within, found).await.unwrap_or(false)
+    }
 }
 
 /// Starts `cmd` (the tollgate binary with its arguments) and returns once it
@@ -36,21 +54,26 @@ pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -
     let stderr = child.stderr.take().expect("piped stderr");
     let mut file = tee.map(|p| std::fs::File::create(p).expect("log file"));
     let (ready, is_ready) = mpsc::channel();
+    let (more, lines) = tokio::sync::mpsc::unbounded_channel();
     let seen_lines = Arc::new(Mutex::new(Vec::new()));
-    let lines = Arc::clone(&seen_lines);
+    let written = Arc::clone(&seen_lines);
     std::thread::spawn(move || {
         let mut found = Vec::new();
+        let mut reported = false;
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
             if let Some(f) = file.as_mut() {
                 let _ = writeln!(f, "{line}");
             }
-            if found.len() < listeners {
-                lines.lock().unwrap().push(line.clone());
+            if reported {
+                let _ = more.send(line);
+                continue;
             }
+            written.lock().unwrap().push(line.clone());
             if line.contains("listening") {
                 found.push((line.contains("admin listening"), address_in(&line)));
                 if found.len() == listeners {
+                    reported = true;
                     let _ = ready.send(std::mem::take(&mut found));
                 }
             }
@@ -68,6 +91,7 @@ pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -
         child,
         proxy: Vec::new(),
         admin: None,
+        lines,
     };
     for (admin, addr) in found {
         let addr = addr.expect("a listening line names its address");

@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 /// What an upstream saw of one request.
 #[derive(Debug, Clone)]
@@ -33,6 +33,8 @@ pub struct Seen {
 pub struct Upstream {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// Woken whenever a request arrives.
+    arrived: Arc<Notify>,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -63,6 +65,8 @@ impl Upstream {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (tx, mut rx) = oneshot::channel::<()>();
         let seen2 = seen.clone();
+        let arrived = Arc::new(Notify::new());
+        let arrived2 = arrived.clone();
         tokio::spawn(async move {
             loop {
                 let (stream, _) = tokio::select! {
@@ -70,15 +74,18 @@ impl Upstream {
                     a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
                 };
                 let seen = seen2.clone();
+                let arrived = arrived2.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let seen = seen.clone();
+                        let arrived = arrived.clone();
                         async move {
                             seen.lock().unwrap().push(Seen {
                                 method: req.method().clone(),
                                 uri: req.uri().clone(),
                                 headers: req.headers().clone(),
                             });
+                            arrived.notify_waiters();
                             let path = req.uri().path().to_owned();
                             let res: Response<UpBody> = match path.as_str() {
                                 "/echo" => Response::new(req.into_body().boxed()),
@@ -112,6 +119,7 @@ impl Upstream {
         Upstream {
             addr,
             seen,
+            arrived,
             stop: Some(tx),
         }
     }
@@ -131,6 +139,30 @@ impl Upstream {
 
     pub fn count(&self) -> usize {
         self.seen.lock().unwrap().len()
+    }
+
+    /// Returns once `n` requests have arrived; woken by each arrival, not
+    /// by polling.
+    ///
+    /// # Panics
+    /// When fewer have arrived within `within`.
+    pub async fn wait_for(&self, n: usize, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Created before the check, so an arrival in between wakes it.
+            let arrived = self.arrived.notified();
+            if self.count() >= n {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+                assert!(
+                    self.count() >= n,
+                    "{} of {n} requests arrived",
+                    self.count()
+                );
+                return;
+            }
+        }
     }
 }
 
