@@ -11,7 +11,6 @@ mod support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -20,50 +19,12 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rustls_pki_types::ServerName;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 use support::gateway::{Gateway, Upstream};
-
-/// A CA and a certificate it signed for `localhost` and 127.0.0.1, as PEM
-/// files in a temporary directory.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-    ca_der: rustls_pki_types::CertificateDer<'static>,
-}
-
-fn new_pki() -> Pki {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "tollgate test CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).expect("CA certificate");
-    let leaf_key = KeyPair::generate().expect("leaf key");
-    let leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-        .expect("leaf params")
-        .signed_by(&leaf_key, &ca)
-        .expect("leaf certificate");
-    let write = |name: &str, text: String| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).expect("write PEM");
-        path
-    };
-    Pki {
-        ca: write("ca.pem", ca.pem()),
-        cert: write("cert.pem", leaf.pem()),
-        key: write("key.pem", leaf_key.serialize_pem()),
-        ca_der: ca.der().clone(),
-        dir,
-    }
-}
+use support::pki::{Pki, new_pki};
 
 /// A client that trusts only the test CA and offers `alpn`.
 fn client(pki: &Pki, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {

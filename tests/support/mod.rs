@@ -5,5 +5,6 @@
 pub mod admin;
 pub mod binary;
 pub mod gateway;
+pub mod pki;
 pub mod redis;
 pub mod redis_topologies;

@@ -360,32 +360,17 @@ pub struct TlsRedis {
     pub proc: Proc,
     /// PEM file of the test CA.
     pub ca_file: PathBuf,
+    /// Keeps the certificate files while the server runs.
+    _pki: super::pki::Pki,
 }
 
 impl TlsRedis {
     /// Makes the CA and server certificate, starts the server, and waits
     /// until it logs that it accepts connections.
     pub async fn start() -> TlsRedis {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let pki = super::pki::new_pki();
         let dir = tempfile::tempdir().expect("temporary directory for redis-server");
-        let ca_key = KeyPair::generate().expect("CA key");
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "tollgate test CA");
-        let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
-        let key = KeyPair::generate().expect("server key");
-        let params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-            .expect("server params");
-        let issuer = Issuer::from_params(&ca_params, &ca_key);
-        let cert = params.signed_by(&key, &issuer).expect("server certificate");
-        let ca_file = dir.path().join("ca.pem");
-        let cert_file = dir.path().join("server.pem");
-        let key_file = dir.path().join("server.key");
-        std::fs::write(&ca_file, ca_cert.pem()).expect("write CA");
-        std::fs::write(&cert_file, cert.pem()).expect("write certificate");
-        std::fs::write(&key_file, key.serialize_pem()).expect("write key");
+        let (ca_file, cert_file, key_file) = (pki.ca.clone(), pki.cert.clone(), pki.key.clone());
 
         let port = free_port();
         let path = |p: &Path| p.to_string_lossy().into_owned();
@@ -416,6 +401,10 @@ impl TlsRedis {
             ],
         );
         proc.wait_log("Ready to accept connections").await;
-        TlsRedis { proc, ca_file }
+        TlsRedis {
+            proc,
+            ca_file,
+            _pki: pki,
+        }
     }
 }
