@@ -2,11 +2,13 @@
 //! configuration and hands it to [`tollgate::run`].
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
+
 use tracing_subscriber::EnvFilter;
 
 /// A rate-limiting reverse-proxy HTTP gateway.
@@ -59,7 +61,10 @@ fn main() -> ExitCode {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colours for a terminal only: a log file or a collector gets plain
+        // text, not escape codes.
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
     match cli.log_format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),

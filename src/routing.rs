@@ -155,7 +155,7 @@ fn digest_suffixes(routes: &mut [CompiledRoute]) {
         })
         .cloned()
         .collect();
-    let (_, digest) = keys::limit_digests(names.iter().map(String::as_str));
+    let digest = keys::limit_digests(names.iter().map(String::as_str));
     for r in routes {
         for s in &mut r.key_suffixes {
             *s = digest(s);

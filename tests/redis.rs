@@ -778,33 +778,29 @@ async fn redis_clock_makes_skewed_gateways_agree() {
     let skew = 10 * 60_000; // b's clock runs ten windows ahead
     let now = T0;
 
+    // Six requests on `key`, alternating a (at now) and b (ten windows on).
+    let alternate = async |key: &str| {
+        let reqs = [one(key, 3)];
+        let mut admitted = 0;
+        for i in 0..6 {
+            let (store, t) = if i % 2 == 0 {
+                (&a, now)
+            } else {
+                (&b, now + skew)
+            };
+            admitted += u32::from(store.decide(t, &reqs).await.expect("decide").allowed);
+        }
+        admitted
+    };
+
     // Gateway clocks: b lives in a later window and resets a's counts.
-    let reqs = [one("tg:{skew}:r:gw", 3)];
-    let mut admitted = 0;
-    for i in 0..6 {
-        let (store, t) = if i % 2 == 0 {
-            (&a, now)
-        } else {
-            (&b, now + skew)
-        };
-        admitted += u32::from(store.decide(t, &reqs).await.expect("decide").allowed);
-    }
+    let admitted = alternate("tg:{skew}:r:gw").await;
     assert!(admitted > 3, "skewed clocks admitted only {admitted}");
 
     // Redis clock: both count in the server's window, `now` is ignored.
     a.use_server_clock(true);
     b.use_server_clock(true);
-    let reqs = [one("tg:{skew}:r:redis", 3)];
-    let mut admitted = 0;
-    for i in 0..6 {
-        let (store, t) = if i % 2 == 0 {
-            (&a, now)
-        } else {
-            (&b, now + skew)
-        };
-        admitted += u32::from(store.decide(t, &reqs).await.expect("decide").allowed);
-    }
-    assert_eq!(admitted, 3);
+    assert_eq!(alternate("tg:{skew}:r:redis").await, 3);
 }
 
 #[tokio::test]

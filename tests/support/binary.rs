@@ -47,7 +47,6 @@ impl Started {
 /// message carries what it wrote.
 pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -> Started {
     cmd.env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("start tollgate");
@@ -104,24 +103,10 @@ pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -
     started
 }
 
-/// The address after `addr=` (text log) or `"addr":"` (JSON log), with
-/// any terminal colour codes removed first.
+/// The address after `addr=` (text log) or `"addr":"` (JSON log). The
+/// binary writes no colour codes to a pipe.
 fn address_in(line: &str) -> Option<SocketAddr> {
-    let mut plain = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // ESC [ parameters final-letter
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            plain.push(c);
-        }
-    }
-    let rest = plain
+    let rest = line
         .split_once("addr=")
         .or_else(|| line.split_once("\"addr\":\""))?
         .1;
