@@ -172,10 +172,17 @@ fn route_matching(c: &mut Criterion) {
         .expect("request");
     c.bench_function("routing/find_10_routes", |b| {
         b.iter(|| {
-            let host = routing::request_host(black_box(&req));
+            let req = black_box(&req);
+            let target = tollgate::target::canonical(
+                req.uri(),
+                req.version(),
+                req.headers(),
+                &tollgate::target::PathRules::default(),
+            )
+            .expect("canonical target");
             black_box(
                 router
-                    .find(&Method::GET, host, req.uri().path())
+                    .find(&Method::GET, target.host(), &target.match_path)
                     .map(|r| r.route.name.len()),
             )
         })

@@ -74,6 +74,8 @@ pub struct ServerSettings {
     pub max_header_size: usize,
     /// Largest request body in bytes; larger gets 413. `None`: no cap.
     pub max_body_size: Option<u64>,
+    /// How request paths are made canonical before routing.
+    pub path: crate::target::PathRules,
 }
 
 impl Default for ServerSettings {
@@ -84,6 +86,7 @@ impl Default for ServerSettings {
             // default is 60 KiB, hyper's own read buffer about 400 KiB.
             max_header_size: 128 * 1024,
             max_body_size: None,
+            path: crate::target::PathRules::default(),
         }
     }
 }

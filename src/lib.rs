@@ -27,6 +27,7 @@ pub mod routing;
 pub mod server;
 pub mod shadow;
 pub mod store;
+pub mod target;
 pub mod tls;
 pub mod top;
 pub mod upgrade;

@@ -120,7 +120,8 @@ impl Router {
     }
 
     /// The first route that takes a request with this method, host (without
-    /// port) and path.
+    /// port) and path — the canonical ones of [`crate::target`], the path
+    /// without `;parameters`.
     pub fn find(
         &self,
         method: &Method,
@@ -137,8 +138,8 @@ impl Router {
                 }
                 && match &m.path {
                     PathMatch::Any => true,
-                    PathMatch::Exact(p) => path == p,
-                    PathMatch::Prefix(p) => path.starts_with(p.as_str()),
+                    PathMatch::Exact(p) => path_is(p, path),
+                    PathMatch::Prefix(p) => path_has_prefix(p, path),
                 }
         })
     }
@@ -194,25 +195,29 @@ fn host_matches(want: &str, got: &str) -> bool {
     }
 }
 
-/// The host of a request without its port: the URI authority (HTTP/2,
-/// absolute-form) or the `Host` header.
-pub fn request_host<B>(req: &http::Request<B>) -> Option<&str> {
-    let raw = match req.uri().authority() {
-        Some(a) => a.host(),
-        None => req.headers().get(http::header::HOST)?.to_str().ok()?,
-    };
-    Some(strip_port(raw))
+/// Whether `path` (canonical, without `;parameters`) is the configured
+/// `want`, give or take one trailing slash: `/login` and `/login/` are one
+/// resource to most frameworks (Express, Spring before 6, Rails), so a
+/// limit on one holds on the other.
+fn path_is(want: &str, path: &str) -> bool {
+    fn trim(p: &str) -> &str {
+        if p.len() > 1 {
+            p.strip_suffix('/').unwrap_or(p)
+        } else {
+            p
+        }
+    }
+    trim(want) == trim(path)
 }
 
-fn strip_port(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        // [v6]:port
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match host.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
-    }
+/// Whether `path` starts with the configured `prefix`; a prefix that ends
+/// in `/` also takes the path without that slash (`/admin/` takes
+/// `/admin`, which frameworks serve as the same resource).
+fn path_has_prefix(prefix: &str, path: &str) -> bool {
+    path.starts_with(prefix)
+        || prefix
+            .strip_suffix('/')
+            .is_some_and(|p| !p.is_empty() && p == path)
 }
 
 #[cfg(test)]
@@ -224,8 +229,19 @@ mod tests {
         assert!(host_matches("api.example.com", "API.example.com"));
         assert!(host_matches("*.example.com", "a.example.com"));
         assert!(!host_matches("*.example.com", "example.com"));
-        assert_eq!(strip_port("example.com:8080"), "example.com");
-        assert_eq!(strip_port("[::1]:8080"), "::1");
-        assert_eq!(strip_port("example.com"), "example.com");
+    }
+
+    #[test]
+    fn trailing_slashes() {
+        assert!(path_is("/login", "/login/"));
+        assert!(path_is("/login/", "/login"));
+        assert!(path_is("/", "/"));
+        assert!(!path_is("/", "/a"));
+        assert!(!path_is("/login", "/login//"));
+        assert!(path_has_prefix("/admin/", "/admin"));
+        assert!(path_has_prefix("/admin/", "/admin/users"));
+        assert!(path_has_prefix("/admin", "/administrators"));
+        assert!(!path_has_prefix("/admin/", "/admins"));
+        assert!(path_has_prefix("/", "/"));
     }
 }

@@ -33,9 +33,10 @@ use crate::metrics::{Metrics, Outcome, RouteMetrics, UpstreamErrorKind};
 use crate::plans::{PlanChoice, PlanResolver};
 use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::{self, Body, Forwarder, Hop};
-use crate::routing::{self, LimitView, Router};
+use crate::routing::{LimitView, Router};
 use crate::shadow;
 use crate::store::{StoreError, keys};
+use crate::target;
 use crate::top::TopOffenders;
 use crate::{guard, listener, upgrade};
 
@@ -235,13 +236,32 @@ impl Gateway {
                 .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
             return res;
         }
-        let host = routing::request_host(&req);
-        let Some(route) = rt.router.find(req.method(), host, req.uri().path()) else {
+        // One canonical target for routing and forwarding (see `target`).
+        let target =
+            match target::canonical(req.uri(), req.version(), req.headers(), &cfg.server.path) {
+                Ok(t) => t,
+                Err(e) => {
+                    debug!(error = %e, "request target refused");
+                    return error_response(&GatewayError::BadRequest(e.to_string()));
+                }
+            };
+        let Some(route) = rt
+            .router
+            .find(req.method(), target.host(), &target.match_path)
+        else {
             return error_response(&GatewayError::NoRoute {
                 method: req.method().to_string(),
-                path: req.uri().path().to_owned(),
+                path: target.path.into_owned(),
             });
         };
+        let rewritten = target::Rewrite::of(&target, req.headers());
+        drop(target);
+        let mut req = req;
+        if let Err(e) = rewritten.apply(&mut req) {
+            return error_response(&GatewayError::BadRequest(format!(
+                "the request target has no canonical form: {e}"
+            )));
+        }
         note.route = Some(route.route.name.clone());
         note.metrics = rt.route_metrics.get(route.index).cloned().flatten();
         let route_metrics = note.metrics.clone();
@@ -376,7 +396,6 @@ impl Gateway {
                 res
             }
             Action::Upstream(up) => {
-                let mut req = req;
                 let upgrade = if up.upgrade {
                     upgrade::take(&mut req)
                 } else {

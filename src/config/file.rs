@@ -309,6 +309,22 @@ pub struct Server {
     /// `max_body_size: 10MiB`
     #[schemars(extend("pattern" = super::schema::SIZE))]
     pub max_body_size: Field<Text>,
+    /// `path: { normalize, merge_slashes, escaped_slashes }`
+    pub path: Field<ServerPath>,
+}
+
+/// `server.path:` — how request paths are made canonical.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct ServerPath {
+    /// `normalize: true` (false: route on and forward the raw path)
+    pub normalize: Field<Flag>,
+    /// `merge_slashes: true`
+    pub merge_slashes: Field<Flag>,
+    /// `escaped_slashes: reject | keep | decode`
+    #[schemars(extend("enum" = ["reject", "keep", "decode", null]))]
+    pub escaped_slashes: Field<Text>,
 }
 
 /// `store:`
@@ -668,6 +684,7 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         ["plans", _] => fields_of::<PlanLimit>(),
         ["timeouts"] => fields_of::<Timeouts>(),
         ["server"] => fields_of::<Server>(),
+        ["server", "path"] => fields_of::<ServerPath>(),
         ["routes"] => fields_of::<Route>(),
         ["routes", "match"] => fields_of::<Match>(),
         ["routes", "respond"] => fields_of::<Respond>(),

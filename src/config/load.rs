@@ -33,6 +33,7 @@ use super::{
 };
 use crate::identity::jwt::{JwtAlgorithm, JwtVerifier};
 use crate::limit::Algorithm;
+use crate::target::{EscapedSlashes, PathRules};
 
 /// One problem in a configuration file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,6 +471,7 @@ impl Check<'_> {
             &child_key(path, "max_body_size"),
             text(parse_size),
         );
+        let rules = self.optional(&server.path, &child_key(path, "path"), Self::path_rules);
         Ok(ServerSettings {
             max_connections: max_connections?
                 .and_then(|n| usize::try_from(n).ok())
@@ -478,6 +480,34 @@ impl Check<'_> {
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(defaults.max_header_size),
             max_body_size: max_body_size?.or(defaults.max_body_size),
+            path: rules?.unwrap_or(defaults.path),
+        })
+    }
+
+    fn path_rules(&mut self, section: &file::ServerPath, path: &str) -> Checked<PathRules> {
+        let defaults = PathRules::default();
+        let flag = |_: &mut Self, b: &file::Flag, _: &str| Ok(b.0);
+        let normalize = self.optional(&section.normalize, &child_key(path, "normalize"), flag);
+        let merge_slashes = self.optional(
+            &section.merge_slashes,
+            &child_key(path, "merge_slashes"),
+            flag,
+        );
+        let escaped_slashes = self.optional(
+            &section.escaped_slashes,
+            &child_key(path, "escaped_slashes"),
+            text(|s| {
+                EscapedSlashes::SPELLINGS
+                    .iter()
+                    .find(|(name, _)| *name == s)
+                    .map(|&(_, v)| v)
+                    .ok_or_else(|| format!("{s:?} is not one of reject, keep, decode"))
+            }),
+        );
+        Ok(PathRules {
+            normalize: normalize?.unwrap_or(defaults.normalize),
+            merge_slashes: merge_slashes?.unwrap_or(defaults.merge_slashes),
+            escaped_slashes: escaped_slashes?.unwrap_or(defaults.escaped_slashes),
         })
     }
 
@@ -1576,7 +1606,24 @@ fn parse_url_path(s: &str) -> Result<String, String> {
             "{s:?} is not a URL path; write e.g. /api/ (no spaces or query)"
         ));
     }
-    Ok(s.to_owned())
+    if s.contains(';') {
+        return Err(format!(
+            "{s:?} holds ;parameters, which are removed from request paths before routes match; leave them out"
+        ));
+    }
+    // Requests are matched in canonical form, so a route is written in it.
+    // `%2F` stays what it is: it only matches under `escaped_slashes: keep`.
+    let rules = PathRules {
+        escaped_slashes: EscapedSlashes::Keep,
+        ..PathRules::default()
+    };
+    match crate::target::canonical_path(s, &rules) {
+        Ok(c) if c == s => Ok(s.to_owned()),
+        Ok(c) => Err(format!(
+            "{s:?} is not in the canonical form requests are matched in; write {c:?}"
+        )),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
 }
 
 const METHODS: [Method; 9] = [

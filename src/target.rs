@@ -1,0 +1,760 @@
+//! The request target made canonical: one path and one authority per
+//! request, computed once before routing and used for everything after it —
+//! route matching, the forwarded request and the answers the gateway writes.
+//!
+//! An upstream decodes and normalises the path it receives (nginx, Express,
+//! Spring and Django all do, each a little differently). If the gateway
+//! routed on the raw bytes and forwarded them, `/api/auth/%6Cogin` or
+//! `/api/x/../auth/login` would reach the login handler without the login
+//! route's limits. So the gateway normalises first and forwards what it
+//! routed on:
+//!
+//! 1. **Percent-encoding** (RFC 3986 §6.2.2.2): encoded unreserved
+//!    characters (`A-Z a-z 0-9 - . _ ~`) are decoded; every other escape is
+//!    kept with upper-case hex. A `%` not followed by two hex digits, and
+//!    `%00`, are refused (400).
+//! 2. **Characters a URI may not hold raw** (bytes ≥ 0x80, `"`, `{`, `|`, …)
+//!    are percent-encoded, so each resource has one spelling.
+//! 3. **Encoded slashes** (`%2F`, `%5C`) and a raw backslash are refused by
+//!    default: upstreams disagree on whether they separate segments.
+//!    [`EscapedSlashes::Keep`] forwards them as `%2F`/`%5C` (not a
+//!    separator for routing); [`EscapedSlashes::Decode`] turns them into
+//!    `/` before the steps below (as WHATWG URL parsers treat `\`).
+//! 4. **Doubled slashes** are merged (`//a///b` is `/a/b`), as nginx's
+//!    `merge_slashes on` does; can be turned off.
+//! 5. **Dot segments** are removed (RFC 3986 §5.2.4), after decoding, so
+//!    `%2e%2e` counts. A dot segment carrying parameters (`..;x`, `.;x`) is
+//!    refused: servlet containers strip the parameter and then resolve it.
+//!
+//! Routes match the canonical path with `;parameters` removed from each
+//! segment ([`Target::match_path`]): servlet containers (Tomcat, Jetty)
+//! drop them before dispatching, so `/login;x=1` reaches the login
+//! handler and must carry its limits. The forwarded path keeps them.
+//!
+//! The authority is the request-target's for absolute-form and HTTP/2
+//! requests (RFC 9112 §3.2.2, RFC 9113 §8.3.1), else the `Host` header;
+//! lower-cased, one trailing dot of the host dropped. HTTP/2 requests whose
+//! `host` header names another authority than `:authority` are refused
+//! (RFC 9113 §8.3.1 calls them malformed); an HTTP/1.1 absolute-form
+//! request's `Host` is ignored and replaced, as RFC 9112 §3.2.2 requires.
+
+use std::borrow::Cow;
+
+use http::header::HOST;
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderValue, Request, Uri, Version};
+
+/// What to do with `%2F`, `%5C` and a raw `\` in a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EscapedSlashes {
+    /// Answer 400.
+    #[default]
+    Reject,
+    /// Keep them encoded; they are not segment separators.
+    Keep,
+    /// Decode them to `/`, a separator like any other.
+    Decode,
+}
+
+impl EscapedSlashes {
+    /// Every spelling the configuration accepts, with its value.
+    pub const SPELLINGS: [(&'static str, Self); 3] = [
+        ("reject", Self::Reject),
+        ("keep", Self::Keep),
+        ("decode", Self::Decode),
+    ];
+}
+
+/// How request paths are made canonical (`server.path`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathRules {
+    /// Normalise at all; `false` routes on and forwards the raw path.
+    pub normalize: bool,
+    /// Merge runs of `/` into one.
+    pub merge_slashes: bool,
+    /// Encoded slashes and backslashes.
+    pub escaped_slashes: EscapedSlashes,
+}
+
+impl Default for PathRules {
+    fn default() -> Self {
+        Self {
+            normalize: true,
+            merge_slashes: true,
+            escaped_slashes: EscapedSlashes::Reject,
+        }
+    }
+}
+
+/// Why a request target was refused (each is a 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// `%` not followed by two hex digits.
+    #[error("invalid percent-encoding in the path")]
+    BadPercent,
+    /// `%00`.
+    #[error("an encoded NUL (%00) in the path")]
+    Nul,
+    /// `%2F` or `%5C` under [`EscapedSlashes::Reject`].
+    #[error("an encoded slash or backslash (%2F, %5C) in the path")]
+    EscapedSlash,
+    /// A raw `\` under [`EscapedSlashes::Reject`].
+    #[error("a backslash in the path")]
+    Backslash,
+    /// `..;x` or `.;x` as a segment.
+    #[error("a dot segment with parameters (such as ..;x) in the path")]
+    DotParameters,
+    /// A `Host` that is not a host with an optional port.
+    #[error("the Host is not a valid host[:port]")]
+    BadHost,
+    /// HTTP/2 `:authority` and `host` name different authorities.
+    #[error("the host header and :authority disagree")]
+    HostMismatch,
+}
+
+/// The canonical target of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// The canonical path (no query), forwarded upstream.
+    pub path: Cow<'a, str>,
+    /// The path routes match: [`Target::path`] without `;parameters`.
+    pub match_path: Cow<'a, str>,
+    /// The canonical authority (`host[:port]`, lower case), when the
+    /// request names one.
+    pub authority: Option<Cow<'a, str>>,
+}
+
+impl Target<'_> {
+    /// The host routes match: the authority without its port.
+    pub fn host(&self) -> Option<&str> {
+        self.authority.as_deref().map(strip_port)
+    }
+}
+
+/// What of a request must change for it to carry its canonical target:
+/// owned copies, taken while the [`Target`] still borrows the request.
+#[derive(Debug, Default)]
+pub struct Rewrite {
+    path: Option<String>,
+    host: Option<HeaderValue>,
+}
+
+impl Rewrite {
+    /// The changes that make a request with `headers` carry `target`:
+    /// nothing in the common case of a canonical path and `Host`.
+    pub fn of(target: &Target<'_>, headers: &HeaderMap) -> Self {
+        let path = match &target.path {
+            Cow::Owned(p) => Some(p.clone()),
+            Cow::Borrowed(_) => None,
+        };
+        let host = target.authority.as_deref().and_then(|a| {
+            let same = headers
+                .get(HOST)
+                .is_some_and(|h| h.as_bytes() == a.as_bytes());
+            if same {
+                None
+            } else {
+                HeaderValue::from_str(a).ok()
+            }
+        });
+        Self { path, host }
+    }
+
+    /// Puts the canonical path (the query kept as sent) and `Host` on `req`.
+    ///
+    /// # Errors
+    /// The URI cannot be rebuilt (the canonical path is ASCII `pchar`s, so
+    /// this is not expected); the request must then not be forwarded.
+    pub fn apply<B>(self, req: &mut Request<B>) -> Result<(), http::Error> {
+        if let Some(path) = self.path {
+            let pq = match req.uri().query() {
+                Some(q) => format!("{path}?{q}"),
+                None => path,
+            };
+            let mut parts = req.uri().clone().into_parts();
+            parts.path_and_query = Some(PathAndQuery::try_from(pq)?);
+            *req.uri_mut() = Uri::from_parts(parts)?;
+        }
+        if let Some(host) = self.host {
+            req.headers_mut().insert(HOST, host);
+        }
+        Ok(())
+    }
+}
+
+/// The canonical target of a request with this URI, version and headers.
+///
+/// # Errors
+/// A [`TargetError`] for a path or authority that has no canonical form.
+pub fn canonical<'a>(
+    uri: &'a Uri,
+    version: Version,
+    headers: &'a HeaderMap,
+    rules: &PathRules,
+) -> Result<Target<'a>, TargetError> {
+    let path = if rules.normalize {
+        canonical_path(uri.path(), rules)?
+    } else {
+        Cow::Borrowed(uri.path())
+    };
+    let match_path = match &path {
+        Cow::Borrowed(p) => without_parameters(p, rules.merge_slashes),
+        Cow::Owned(p) => Cow::Owned(without_parameters(p, rules.merge_slashes).into_owned()),
+    };
+    Ok(Target {
+        path,
+        match_path,
+        authority: authority(uri, version, headers)?,
+    })
+}
+
+/// The canonical form of `path` (see the module docs); borrowed when
+/// `path` is canonical already, which is the common case.
+///
+/// # Errors
+/// A [`TargetError`] for a path that has no canonical form.
+pub fn canonical_path<'a>(path: &'a str, rules: &PathRules) -> Result<Cow<'a, str>, TargetError> {
+    if !path.starts_with('/') {
+        // `*` (OPTIONS) and other non-path forms are matched as they are.
+        return Ok(Cow::Borrowed(path));
+    }
+    if is_canonical(path.as_bytes(), rules) {
+        return Ok(Cow::Borrowed(path));
+    }
+    let decoded = decode(path.as_bytes(), rules.escaped_slashes)?;
+    Ok(Cow::Owned(remove_dots(&decoded, rules.merge_slashes)?))
+}
+
+/// Whether `path` is already canonical: a cheap scan that gives up on
+/// anything the slow path would have to look at.
+fn is_canonical(path: &[u8], rules: &PathRules) -> bool {
+    let mut prev = 0u8;
+    let mut i = 0;
+    while i < path.len() {
+        let b = path[i];
+        if b == b'%' {
+            // Only an escape the slow path would write the same way.
+            let hex = |j: usize| {
+                path.get(j)
+                    .copied()
+                    .filter(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c))
+                    .and_then(hex_value)
+            };
+            let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2)) else {
+                return false;
+            };
+            let v = hi << 4 | lo;
+            let kept_slash =
+                matches!(v, b'/' | b'\\') && rules.escaped_slashes == EscapedSlashes::Keep;
+            if v == 0 || is_unreserved(v) || (matches!(v, b'/' | b'\\') && !kept_slash) {
+                return false;
+            }
+            prev = b'%';
+            i += 3;
+            continue;
+        }
+        if !is_path_char(b) {
+            return false;
+        }
+        if prev == b'/' {
+            if b == b'.' {
+                // `/.well-known` is fine, but finding out costs a look at
+                // the segment; the slow path does it.
+                let seg = &path[i..];
+                let end = seg.iter().position(|&c| c == b'/').unwrap_or(seg.len());
+                let seg = &seg[..end];
+                if seg == b"." || seg == b".." || seg.starts_with(b".;") || seg.starts_with(b"..;")
+                {
+                    return false;
+                }
+            }
+            if b == b'/' && rules.merge_slashes {
+                return false;
+            }
+        }
+        prev = b;
+        i += 1;
+    }
+    true
+}
+
+/// RFC 3986 `pchar` and `/`, escapes aside: unreserved, sub-delims, `:`,
+/// `@` and `/`.
+fn is_path_char(b: u8) -> bool {
+    is_unreserved(b)
+        || matches!(
+            b,
+            b'!' | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+                | b':'
+                | b'@'
+                | b'/'
+        )
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+fn push_escaped(out: &mut Vec<u8>, b: u8) {
+    out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+}
+
+/// Steps 1–3: escapes decoded or upper-cased, raw bytes that need it
+/// encoded, slashes by `policy`. The result is ASCII.
+fn decode(path: &[u8], policy: EscapedSlashes) -> Result<Vec<u8>, TargetError> {
+    let mut out = Vec::with_capacity(path.len() + 8);
+    let mut i = 0;
+    while i < path.len() {
+        let b = path[i];
+        i += 1;
+        let slash = match b {
+            b'%' => {
+                let (Some(hi), Some(lo)) = (
+                    path.get(i).copied().and_then(hex_value),
+                    path.get(i + 1).copied().and_then(hex_value),
+                ) else {
+                    return Err(TargetError::BadPercent);
+                };
+                i += 2;
+                let v = hi << 4 | lo;
+                match v {
+                    0 => return Err(TargetError::Nul),
+                    b'/' | b'\\' => match policy {
+                        EscapedSlashes::Reject => return Err(TargetError::EscapedSlash),
+                        EscapedSlashes::Keep => {
+                            push_escaped(&mut out, v);
+                            continue;
+                        }
+                        EscapedSlashes::Decode => true,
+                    },
+                    v if is_unreserved(v) => {
+                        out.push(v);
+                        continue;
+                    }
+                    v => {
+                        push_escaped(&mut out, v);
+                        continue;
+                    }
+                }
+            }
+            b'\\' => match policy {
+                EscapedSlashes::Reject => return Err(TargetError::Backslash),
+                EscapedSlashes::Keep => {
+                    push_escaped(&mut out, b);
+                    continue;
+                }
+                EscapedSlashes::Decode => true,
+            },
+            b if is_path_char(b) => {
+                out.push(b);
+                continue;
+            }
+            b => {
+                push_escaped(&mut out, b);
+                continue;
+            }
+        };
+        if slash {
+            out.push(b'/');
+        }
+    }
+    Ok(out)
+}
+
+/// Steps 4–5 on a decoded path (ASCII, starts with `/`): slashes merged,
+/// dot segments removed (RFC 3986 §5.2.4), so `/a/b/..` is `/a/` and
+/// `/..` is `/`.
+fn remove_dots(path: &[u8], merge_slashes: bool) -> Result<String, TargetError> {
+    let mut kept: Vec<&[u8]> = Vec::new();
+    let mut segments = path[1..].split(|&b| b == b'/').peekable();
+    let mut trailing = false;
+    while let Some(seg) = segments.next() {
+        let last = segments.peek().is_none();
+        trailing = false;
+        match seg {
+            b"" if merge_slashes || last => trailing = last,
+            b"." => trailing = last,
+            b".." => {
+                kept.pop();
+                trailing = last;
+            }
+            s if s.starts_with(b".;") || s.starts_with(b"..;") => {
+                return Err(TargetError::DotParameters);
+            }
+            s => kept.push(s),
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for seg in &kept {
+        out.push('/');
+        // `decode` emits ASCII only.
+        out.push_str(std::str::from_utf8(seg).unwrap_or_default());
+    }
+    if trailing || out.is_empty() {
+        out.push('/');
+    }
+    Ok(out)
+}
+
+/// `path` with the `;parameters` of each segment removed; with
+/// `merge_slashes`, segments left empty by that are merged too.
+pub fn without_parameters(path: &str, merge_slashes: bool) -> Cow<'_, str> {
+    if !path.contains(';') {
+        return Cow::Borrowed(path);
+    }
+    let mut out = String::with_capacity(path.len());
+    let mut segments = path.split('/');
+    // The part before the first `/` (empty for a path).
+    if let Some(first) = segments.next() {
+        out.push_str(first.split(';').next().unwrap_or_default());
+    }
+    let mut segments = segments.peekable();
+    while let Some(seg) = segments.next() {
+        let seg = seg.split(';').next().unwrap_or_default();
+        if seg.is_empty() && merge_slashes && segments.peek().is_some() {
+            continue;
+        }
+        out.push('/');
+        out.push_str(seg);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Cow::Owned(out)
+}
+
+/// The request's authority, canonical: the URI's (absolute-form, HTTP/2)
+/// or the `Host` header's.
+fn authority<'a>(
+    uri: &'a Uri,
+    version: Version,
+    headers: &'a HeaderMap,
+) -> Result<Option<Cow<'a, str>>, TargetError> {
+    let host_header = match headers.get(HOST) {
+        Some(v) => {
+            let v = v.to_str().map_err(|_| TargetError::BadHost)?.trim();
+            if v.is_empty() { None } else { Some(v) }
+        }
+        None => None,
+    };
+    let Some(from_uri) = uri.authority() else {
+        return host_header.map(canonical_authority).transpose();
+    };
+    let chosen = canonical_authority(from_uri.as_str())?;
+    if version == Version::HTTP_2
+        && let Some(h) = host_header
+        && canonical_authority(h)? != chosen
+    {
+        return Err(TargetError::HostMismatch);
+    }
+    Ok(Some(chosen))
+}
+
+/// `host[:port]` lower-cased, with one trailing dot of the host removed;
+/// borrowed when it is canonical already.
+///
+/// # Errors
+/// [`TargetError::BadHost`] when `raw` is not a host with an optional port
+/// (user info, a path, an empty host, a bad port).
+pub fn canonical_authority(raw: &str) -> Result<Cow<'_, str>, TargetError> {
+    let parsed: http::uri::Authority = raw.parse().map_err(|_| TargetError::BadHost)?;
+    if raw.contains('@') || parsed.host().is_empty() {
+        return Err(TargetError::BadHost);
+    }
+    let (host, port) = match raw.strip_prefix('[') {
+        Some(_) => {
+            let end = raw.find(']').ok_or(TargetError::BadHost)? + 1;
+            (&raw[..end], &raw[end..])
+        }
+        None => match raw.rfind(':') {
+            Some(i) => (&raw[..i], &raw[i..]),
+            None => (raw, ""),
+        },
+    };
+    if !port.is_empty() && (port.len() == 1 || !port[1..].bytes().all(|b| b.is_ascii_digit())) {
+        return Err(TargetError::BadHost);
+    }
+    let trimmed = host.strip_suffix('.').unwrap_or(host);
+    if trimmed.is_empty() || trimmed.ends_with('.') {
+        return Err(TargetError::BadHost);
+    }
+    if trimmed.len() == host.len() && !host.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Ok(Cow::Borrowed(raw));
+    }
+    let mut out = String::with_capacity(raw.len());
+    out.push_str(trimmed);
+    out.make_ascii_lowercase();
+    out.push_str(port);
+    Ok(Cow::Owned(out))
+}
+
+/// `host` without its port (`[v6]:port` gives `v6`).
+pub fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(path: &str) -> Result<String, TargetError> {
+        canonical_path(path, &PathRules::default()).map(Cow::into_owned)
+    }
+
+    fn with(path: &str, escaped: EscapedSlashes, merge: bool) -> Result<String, TargetError> {
+        let rules = PathRules {
+            normalize: true,
+            merge_slashes: merge,
+            escaped_slashes: escaped,
+        };
+        canonical_path(path, &rules).map(Cow::into_owned)
+    }
+
+    #[test]
+    fn spellings_of_one_path_become_one() {
+        for spelled in [
+            "/api/auth/login",
+            "/api/auth/%6Cogin",
+            "/api/auth/%6cogin",
+            "/%61pi/auth/login",
+            "/api/x/../auth/login",
+            "/api/x/%2e%2E/auth/login",
+            "/api/./auth/login",
+            "//api/auth/login",
+            "/api//auth///login",
+            "/api/auth/x/y/../../login",
+            "/../api/auth/login",
+        ] {
+            assert_eq!(
+                canon(spelled).as_deref(),
+                Ok("/api/auth/login"),
+                "{spelled}"
+            );
+        }
+    }
+
+    #[test]
+    fn rfc3986_section_5_2_4_examples() {
+        assert_eq!(
+            with("/a/b/c/./../../g", EscapedSlashes::Reject, false).as_deref(),
+            Ok("/a/g")
+        );
+        assert_eq!(canon("/mid/content=5/../6").as_deref(), Ok("/mid/6"));
+        assert_eq!(canon("/a/b/..").as_deref(), Ok("/a/"));
+        assert_eq!(canon("/a/b/.").as_deref(), Ok("/a/b/"));
+        assert_eq!(canon("/..").as_deref(), Ok("/"));
+        assert_eq!(canon("/.").as_deref(), Ok("/"));
+        assert_eq!(canon("/").as_deref(), Ok("/"));
+        assert_eq!(canon("//").as_deref(), Ok("/"));
+        assert_eq!(canon("/a/").as_deref(), Ok("/a/"));
+        assert_eq!(canon("/a//").as_deref(), Ok("/a/"));
+    }
+
+    #[test]
+    fn escapes_keep_upper_case_hex_and_raw_bytes_are_encoded() {
+        assert_eq!(canon("/a%2cb").as_deref(), Ok("/a%2Cb"));
+        assert_eq!(canon("/a%20b").as_deref(), Ok("/a%20b"));
+        assert_eq!(canon("/%c3%a9").as_deref(), Ok("/%C3%A9"));
+        assert_eq!(canon("/é").as_deref(), Ok("/%C3%A9"));
+        assert_eq!(canon("/a{b}").as_deref(), Ok("/a%7Bb%7D"));
+        assert_eq!(canon("/a%7e").as_deref(), Ok("/a~"));
+        assert_eq!(canon("/.well-known/x").as_deref(), Ok("/.well-known/x"));
+        assert_eq!(canon("/a..b/..c").as_deref(), Ok("/a..b/..c"));
+    }
+
+    #[test]
+    fn bad_escapes_and_nul_are_refused() {
+        assert_eq!(canon("/a%zz"), Err(TargetError::BadPercent));
+        assert_eq!(canon("/a%2"), Err(TargetError::BadPercent));
+        assert_eq!(canon("/a%"), Err(TargetError::BadPercent));
+        assert_eq!(canon("/a%00b"), Err(TargetError::Nul));
+    }
+
+    #[test]
+    fn escaped_slashes_follow_the_policy() {
+        assert_eq!(canon("/a%2Fb"), Err(TargetError::EscapedSlash));
+        assert_eq!(canon("/a%5cb"), Err(TargetError::EscapedSlash));
+        assert_eq!(canon("/a\\b"), Err(TargetError::Backslash));
+        assert_eq!(
+            with("/a%2fb/../c", EscapedSlashes::Keep, true).as_deref(),
+            Ok("/c")
+        );
+        assert_eq!(
+            with("/a%2fb", EscapedSlashes::Keep, true).as_deref(),
+            Ok("/a%2Fb")
+        );
+        assert_eq!(
+            with("/a\\b", EscapedSlashes::Keep, true).as_deref(),
+            Ok("/a%5Cb")
+        );
+        assert_eq!(
+            with("/a%2fb/..%5C..%5cc", EscapedSlashes::Decode, true).as_deref(),
+            Ok("/c")
+        );
+        assert_eq!(
+            with("/api\\admin", EscapedSlashes::Decode, true).as_deref(),
+            Ok("/api/admin")
+        );
+    }
+
+    #[test]
+    fn slashes_are_kept_when_merging_is_off() {
+        assert_eq!(
+            with("//a//b", EscapedSlashes::Reject, false).as_deref(),
+            Ok("//a//b")
+        );
+    }
+
+    #[test]
+    fn parameters_of_dot_segments_are_refused_and_others_ignored_by_matching() {
+        assert_eq!(canon("/a/..;x/b"), Err(TargetError::DotParameters));
+        assert_eq!(canon("/a/.;/b"), Err(TargetError::DotParameters));
+        assert_eq!(canon("/a/%2e%2e;/b"), Err(TargetError::DotParameters));
+        assert_eq!(canon("/a;x=1/b;y").as_deref(), Ok("/a;x=1/b;y"));
+        assert_eq!(without_parameters("/a;x=1/b;y", true), "/a/b");
+        assert_eq!(without_parameters("/login;jsessionid=1", true), "/login");
+        assert_eq!(without_parameters("/a/;x/b", true), "/a/b");
+        assert_eq!(without_parameters("/a/;x/b", false), "/a//b");
+        assert_eq!(without_parameters("/a/b;x/", true), "/a/b/");
+        assert_eq!(without_parameters("/;x", true), "/");
+        assert_eq!(without_parameters("/a/b", true), "/a/b");
+    }
+
+    #[test]
+    fn canonical_paths_are_borrowed() {
+        for p in ["/", "/api/v1/users", "/.well-known/x", "/a;b=c", "/a-b_c~d"] {
+            assert!(matches!(
+                canonical_path(p, &PathRules::default()),
+                Ok(Cow::Borrowed(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn authorities() {
+        assert_eq!(
+            canonical_authority("WWW.Example.COM.").as_deref(),
+            Ok("www.example.com")
+        );
+        assert_eq!(
+            canonical_authority("www.example.com.:8080").as_deref(),
+            Ok("www.example.com:8080")
+        );
+        assert!(matches!(
+            canonical_authority("api.example.com:80"),
+            Ok(Cow::Borrowed(_))
+        ));
+        assert_eq!(
+            canonical_authority("[::1]:8080").as_deref(),
+            Ok("[::1]:8080")
+        );
+        for bad in ["user@host", "a b", "host:", "host:x", ".", "a..", "", "h/p"] {
+            assert_eq!(
+                canonical_authority(bad),
+                Err(TargetError::BadHost),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("[::1]:8080"), "::1");
+        assert_eq!(strip_port("example.com"), "example.com");
+    }
+
+    proptest::proptest! {
+        /// Canonical output is a fixed point and holds no dot segment and
+        /// no doubled slash, whatever the input and the escape policy.
+        #[test]
+        fn canonical_paths_are_idempotent(
+            raw in "/[a-zA-Z0-9%./;\\~_-]{0,40}",
+            policy in 0..3u8,
+            merge in proptest::bool::ANY,
+        ) {
+            let rules = PathRules {
+                normalize: true,
+                merge_slashes: merge,
+                escaped_slashes: EscapedSlashes::SPELLINGS[usize::from(policy)].1,
+            };
+            if let Ok(once) = canonical_path(&raw, &rules) {
+                let twice = canonical_path(&once, &rules).expect("canonical stays valid");
+                proptest::prop_assert_eq!(&twice, &once);
+                proptest::prop_assert!(matches!(twice, Cow::Borrowed(_)));
+                let segments: Vec<&str> = once.split('/').collect();
+                proptest::prop_assert!(!segments.contains(&".") && !segments.contains(&".."));
+                proptest::prop_assert!(!merge || !once.contains("//"), "{}", once);
+                proptest::prop_assert!(once.parse::<http::uri::PathAndQuery>().is_ok());
+            }
+        }
+    }
+
+    fn target(uri: &str, version: Version, host: Option<&str>) -> Result<String, TargetError> {
+        let uri: Uri = uri.parse().unwrap();
+        let mut headers = HeaderMap::new();
+        if let Some(h) = host {
+            headers.insert(HOST, h.parse().unwrap());
+        }
+        canonical(&uri, version, &headers, &PathRules::default())
+            .map(|t| t.authority.unwrap_or_default().into_owned())
+    }
+
+    #[test]
+    fn the_request_target_authority_wins() {
+        // HTTP/1.1 absolute-form: the Host header is ignored (RFC 9112 §3.2.2).
+        assert_eq!(
+            target(
+                "http://www.example.com/",
+                Version::HTTP_11,
+                Some("admin.example.com")
+            )
+            .as_deref(),
+            Ok("www.example.com")
+        );
+        // HTTP/2: a host header naming another authority is malformed.
+        assert_eq!(
+            target(
+                "https://www.example.com/",
+                Version::HTTP_2,
+                Some("admin.example.com")
+            ),
+            Err(TargetError::HostMismatch)
+        );
+        assert_eq!(
+            target(
+                "https://www.example.com/",
+                Version::HTTP_2,
+                Some("WWW.example.com.")
+            )
+            .as_deref(),
+            Ok("www.example.com")
+        );
+        assert_eq!(
+            target("/", Version::HTTP_11, Some("Api.Example.com.")).as_deref(),
+            Ok("api.example.com")
+        );
+    }
+}
