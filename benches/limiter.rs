@@ -20,7 +20,7 @@ use http::{HeaderMap, HeaderValue, Method};
 use tollgate::config::{HeaderMode, KeySource, KeySpec, Limit};
 use tollgate::identity::{self, Caller, IdentityConfig};
 use tollgate::limit::LimitRequest;
-use tollgate::routing::{self, Router};
+use tollgate::routing::Router;
 use tollgate::store::MemoryStore;
 
 /// Keys in the large-keyspace runs.

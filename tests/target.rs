@@ -444,3 +444,34 @@ async fn over_http2_the_authority_wins_and_a_contradicting_host_is_refused() {
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(up.count(), 2);
 }
+
+#[test]
+fn path_settings_and_route_paths_are_checked_at_load() {
+    let src = r#"
+listen: 127.0.0.1:0
+server:
+  path: { normalize: yes, escaped_slashes: drop }
+routes:
+  - name: a
+    match: { path: /api/x/../login }
+    respond: {}
+  - name: b
+    match: { path_prefix: "/api/%7euser;v=1/" }
+    respond: {}
+  - name: c
+    match: { path: /api/%6Cogin }
+    respond: {}
+"#;
+    let err = tollgate::config::parse_str(src)
+        .expect_err("bad settings")
+        .to_string();
+    for expected in [
+        "server.path.escaped_slashes: \"drop\" is not one of reject, keep, decode (line 4",
+        "routes[0].match.path: \"/api/x/../login\" is not in the canonical form requests are matched in; write \"/api/login\" (line 7",
+        "routes[1].match.path_prefix: \"/api/%7euser;v=1/\" holds ;parameters",
+        "routes[2].match.path: \"/api/%6Cogin\" is not in the canonical form requests are matched in; write \"/api/login\"",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+    }
+    assert!(err.contains("server.path.normalize"), "{err}");
+}
