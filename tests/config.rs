@@ -277,7 +277,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
     assert_eq!(
         errors(&src),
         [
-            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, shadow, on_error (line 4, col 5)"#,
+            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error (line 4, col 5)"#,
             r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, shadow, algorithm, burst, plan (line 11, col 9)"#,
         ]
     );

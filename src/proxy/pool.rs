@@ -178,15 +178,19 @@ impl Pool {
         let mut now = None;
         while i > 0 {
             i -= 1;
-            let c = &idle[i];
+            let c = &mut idle[i];
             if c.conn.sender.is_closed() {
                 idle.swap_remove(i);
                 continue;
             }
+            let now = *now.get_or_insert_with(Instant::now);
             if !c.conn.sender.is_ready() {
+                // Still streaming a response, so not idle: its idle time
+                // starts no earlier than now. (The upstream's keep-alive
+                // clock starts when the response ends, later still.)
+                c.since = now;
                 continue;
             }
-            let now = *now.get_or_insert_with(Instant::now);
             if now.saturating_duration_since(c.since) > self.idle_timeout {
                 idle.swap_remove(i);
                 continue;
