@@ -119,8 +119,8 @@ impl Pool {
                 None => (Box::pin(self.connect()).await?, false),
             };
             // The copy costs a header map; only requests that may need it
-            // pay for it.
-            let again = (reused && replayable(&req)).then(|| copy_head(&req));
+            // pay for it. Boxed, to keep it out of every request's future.
+            let again = (reused && replayable(&req)).then(|| Box::new(copy_head(&req)));
             let read_before = conn.read.load(Ordering::Relaxed);
             let Conn { mut sender, read } = conn;
             match sender.try_send_request(req).await {
@@ -144,7 +144,7 @@ impl Pool {
                                     error = %e,
                                     "a reused connection failed before answering; sending the request again on a new one"
                                 );
-                                Box::pin(self.send_fresh(head)).await
+                                Box::pin(self.send_fresh(*head)).await
                             }
                             _ => Err(SendError::Failed(e)),
                         };
