@@ -19,7 +19,7 @@ use http::{Method, StatusCode};
 use tracing::info;
 
 use crate::identity::Caller;
-use crate::metrics::{Outcome, RouteMetrics, UpstreamErrorKind};
+use crate::metrics::{ClientErrorKind, Outcome, RouteMetrics, UpstreamErrorKind};
 use crate::problem::GatewayError;
 use crate::shadow::RouteDecision;
 
@@ -82,20 +82,33 @@ pub fn identity_kind(caller: &Caller<'_>) -> &'static str {
     }
 }
 
-/// The metric label of a failed forward.
-pub fn upstream_error_kind(e: &GatewayError) -> UpstreamErrorKind {
+/// Whose fault a failed forward was, and its metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardFault {
+    /// The upstream's: `outcome="error"`, `tollgate_upstream_errors_total`,
+    /// logged at WARN (someone may need to look at the upstream).
+    Upstream(UpstreamErrorKind),
+    /// The client's request body: `outcome="client_error"`,
+    /// `tollgate_client_errors_total`, logged at DEBUG (any client can
+    /// cause it, so it must not page anyone).
+    Client(ClientErrorKind),
+}
+
+/// Whose fault the failed forward `e` was.
+pub fn forward_fault(e: &GatewayError) -> ForwardFault {
     match e {
-        GatewayError::UpstreamConnect(_) => UpstreamErrorKind::Connect,
-        GatewayError::UpstreamTimeout(_) => UpstreamErrorKind::Timeout,
-        GatewayError::UpstreamFailed(_)
-        | GatewayError::NoRoute { .. }
+        GatewayError::UpstreamConnect(_) => ForwardFault::Upstream(UpstreamErrorKind::Connect),
+        GatewayError::UpstreamTimeout(_) => ForwardFault::Upstream(UpstreamErrorKind::Timeout),
+        GatewayError::UpstreamFailed(_) => ForwardFault::Upstream(UpstreamErrorKind::Failed),
+        GatewayError::BadRequestBody(_) => ForwardFault::Client(ClientErrorKind::BadBody),
+        GatewayError::ClientAborted(_) => ForwardFault::Client(ClientErrorKind::Aborted),
+        GatewayError::PayloadTooLarge(_) => ForwardFault::Client(ClientErrorKind::BodyTooLarge),
+        // Not what a forward ends with; the request is refused before it.
+        GatewayError::BadRequest(_) => ForwardFault::Client(ClientErrorKind::BadBody),
+        GatewayError::NoRoute { .. }
         | GatewayError::Limited { .. }
         | GatewayError::StoreUnavailable
-        | GatewayError::UnknownApiKey => UpstreamErrorKind::Failed,
-        // Refusals of the client's request. A forward ends so only when a
-        // streamed body passed `server.max_body_size`, which the pipeline
-        // does not count as an upstream error.
-        GatewayError::BadRequest(_) | GatewayError::PayloadTooLarge(_) => UpstreamErrorKind::Failed,
+        | GatewayError::UnknownApiKey => ForwardFault::Upstream(UpstreamErrorKind::Failed),
     }
 }
 

@@ -43,6 +43,10 @@ pub enum Outcome {
     ShadowLimited,
     /// The gateway answered an error of its own (upstream unreachable, timeout).
     Error,
+    /// The client's request body failed while it was forwarded: malformed
+    /// (400), cut off by the client (400, or nobody left to answer), or past
+    /// `server.max_body_size` (413). Not the upstream's fault, so not `Error`.
+    ClientError,
     /// Refused before any limit: an API key without a plan (401).
     Rejected,
 }
@@ -55,6 +59,7 @@ impl Outcome {
             Self::Limited => "limited",
             Self::ShadowLimited => "shadow_limited",
             Self::Error => "error",
+            Self::ClientError => "client_error",
             Self::Rejected => "rejected",
         }
     }
@@ -99,6 +104,12 @@ struct UpstreamLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamErrorLabels {
+    route: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientErrorLabels {
     route: String,
     kind: &'static str,
 }
@@ -185,6 +196,7 @@ pub struct RouteMetrics {
     limited: Counter,
     shadow_limited: Counter,
     error: Counter,
+    client_error: Counter,
     rejected: Counter,
     /// Per limit, in the route's limit order.
     pub limits: Vec<LimitMetrics>,
@@ -193,6 +205,9 @@ pub struct RouteMetrics {
     upstream_timeout: Counter,
     upstream_failed: Counter,
     upstream_duration: Histogram,
+    client_bad_body: Counter,
+    client_aborted: Counter,
+    client_body_too_large: Counter,
 }
 
 /// Why forwarding failed, for `tollgate_upstream_errors_total`.
@@ -206,6 +221,18 @@ pub enum UpstreamErrorKind {
     Failed,
 }
 
+/// How the client's request failed while it was forwarded, for
+/// `tollgate_client_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientErrorKind {
+    /// The body broke its framing (a malformed chunk): 400.
+    BadBody,
+    /// The client went away before its body was complete.
+    Aborted,
+    /// The body passed `server.max_body_size` as it streamed: 413.
+    BodyTooLarge,
+}
+
 impl RouteMetrics {
     /// Counts one request's outcome.
     pub fn count(&self, outcome: Outcome) {
@@ -214,6 +241,7 @@ impl RouteMetrics {
             Outcome::Limited => self.limited.inc(),
             Outcome::ShadowLimited => self.shadow_limited.inc(),
             Outcome::Error => self.error.inc(),
+            Outcome::ClientError => self.client_error.inc(),
             Outcome::Rejected => self.rejected.inc(),
         };
     }
@@ -233,6 +261,15 @@ impl RouteMetrics {
             UpstreamErrorKind::Failed => self.upstream_failed.inc(),
         };
     }
+
+    /// Records a forward ended by the client's request body.
+    pub fn client_error(&self, kind: ClientErrorKind) {
+        match kind {
+            ClientErrorKind::BadBody => self.client_bad_body.inc(),
+            ClientErrorKind::Aborted => self.client_aborted.inc(),
+            ClientErrorKind::BodyTooLarge => self.client_body_too_large.inc(),
+        };
+    }
 }
 
 /// The registry and every family in it.
@@ -247,6 +284,7 @@ pub struct Metrics {
     upstream_responses: Family<UpstreamLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     upstream_duration: HistogramFamily<RouteLabels>,
+    client_errors: Family<ClientErrorLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
 }
 
@@ -269,7 +307,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "tollgate_requests",
-            "Routed requests by route and outcome (allowed, limited, shadow_limited, error)",
+            "Routed requests by route and outcome (allowed, limited, shadow_limited, error, client_error, rejected)",
             requests.clone(),
         );
         let unmatched = Counter::default();
@@ -334,6 +372,12 @@ impl Metrics {
             "Time from forwarding a request to the upstream's response head",
             upstream_duration.clone(),
         );
+        let client_errors = Family::<ClientErrorLabels, Counter>::default();
+        registry.register(
+            "tollgate_client_errors",
+            "Forwards ended by the client's request body by route and kind (bad_body, aborted, body_too_large)",
+            client_errors.clone(),
+        );
         let reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "tollgate_config_reloads",
@@ -357,6 +401,7 @@ impl Metrics {
             upstream_responses,
             upstream_errors,
             upstream_duration,
+            client_errors,
             reloads,
         }
     }
@@ -407,11 +452,18 @@ impl Metrics {
                             kind,
                         })
                 };
+                let cerr = |kind: &'static str| {
+                    self.client_errors.get_or_create_owned(&ClientErrorLabels {
+                        route: route.clone(),
+                        kind,
+                    })
+                };
                 let metrics = RouteMetrics {
                     allowed: req(Outcome::Allowed),
                     limited: req(Outcome::Limited),
                     shadow_limited: req(Outcome::ShadowLimited),
                     error: req(Outcome::Error),
+                    client_error: req(Outcome::ClientError),
                     rejected: req(Outcome::Rejected),
                     limits,
                     classes: [
@@ -427,6 +479,9 @@ impl Metrics {
                     upstream_duration: self.upstream_duration.get_or_create_owned(&RouteLabels {
                         route: route.clone(),
                     }),
+                    client_bad_body: cerr("bad_body"),
+                    client_aborted: cerr("aborted"),
+                    client_body_too_large: cerr("body_too_large"),
                 };
                 (r.name.clone(), metrics)
             })
@@ -463,6 +518,8 @@ mod tests {
         routes["r"].count(Outcome::Limited);
         routes["r"].limits[0].count(LimitVerdict::ShadowLimited);
         routes["r"].upstream_response(http::StatusCode::BAD_GATEWAY, Duration::from_millis(3));
+        routes["r"].count(Outcome::ClientError);
+        routes["r"].client_error(ClientErrorKind::Aborted);
         m.reloaded(false);
         let text = m.render();
         for line in [
@@ -470,6 +527,9 @@ mod tests {
             "tollgate_requests_total{route=\"r\",outcome=\"allowed\"} 0",
             "tollgate_decisions_total{route=\"r\",limit=\"l\",outcome=\"shadow_limited\"} 1",
             "tollgate_upstream_responses_total{route=\"r\",class=\"5xx\"} 1",
+            "tollgate_requests_total{route=\"r\",outcome=\"client_error\"} 1",
+            "tollgate_client_errors_total{route=\"r\",kind=\"aborted\"} 1",
+            "tollgate_client_errors_total{route=\"r\",kind=\"bad_body\"} 0",
             "tollgate_config_reloads_total{result=\"failure\"} 1",
             "tollgate_store_fallback 0",
             "tollgate_store_breaker_open 0",

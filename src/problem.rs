@@ -67,6 +67,16 @@ pub enum GatewayError {
     /// The request body is larger than `server.max_body_size` (RFC 9110 §15.5.14).
     #[error("request body larger than {0} bytes")]
     PayloadTooLarge(u64),
+    /// The request body broke its own framing while it was being forwarded
+    /// (a malformed chunk, RFC 9112 §7.1).
+    #[error("malformed request body: {0}")]
+    BadRequestBody(String),
+    /// The client went away (closed or reset its connection, or reset its
+    /// HTTP/2 stream) before its request body was complete. The answer most
+    /// likely reaches nobody; it is a 400 for a client that only closed its
+    /// sending side.
+    #[error("client went away before the request body was complete: {0}")]
+    ClientAborted(String),
     /// The limiter store cannot decide and `on_error: deny` refuses.
     #[error("rate limiter unavailable")]
     StoreUnavailable,
@@ -80,7 +90,9 @@ impl GatewayError {
             | Self::Limited { .. }
             | Self::UnknownApiKey
             | Self::BadRequest(_)
-            | Self::PayloadTooLarge(_) => ErrorSource::Downstream,
+            | Self::PayloadTooLarge(_)
+            | Self::BadRequestBody(_)
+            | Self::ClientAborted(_) => ErrorSource::Downstream,
             Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => {
                 ErrorSource::Upstream
             }
@@ -96,7 +108,9 @@ impl GatewayError {
             Self::UnknownApiKey => StatusCode::UNAUTHORIZED,
             Self::UpstreamConnect(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::BadRequest(_) | Self::BadRequestBody(_) | Self::ClientAborted(_) => {
+                StatusCode::BAD_REQUEST
+            }
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -145,6 +159,8 @@ impl GatewayError {
             | Self::UpstreamFailed(_)
             | Self::BadRequest(_)
             | Self::PayloadTooLarge(_)
+            | Self::BadRequestBody(_)
+            | Self::ClientAborted(_)
             | Self::StoreUnavailable => {
                 push_field(&mut body, "type", "about:blank");
                 body.push(',');
@@ -168,6 +184,12 @@ impl GatewayError {
                     Self::BadRequest(why) => format!("The request is malformed: {why}"),
                     Self::PayloadTooLarge(max) => {
                         format!("The request body is larger than {max} bytes")
+                    }
+                    Self::BadRequestBody(why) => {
+                        format!("The request body is malformed: {why}")
+                    }
+                    Self::ClientAborted(_) => {
+                        "The request body ended before it was complete".to_owned()
                     }
                     Self::Limited { .. } => String::new(),
                 };

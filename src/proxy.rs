@@ -4,9 +4,11 @@
 //! Bodies are never buffered: the client's `Incoming` body is handed to the
 //! upstream request and the upstream's `Incoming` body is handed back to the
 //! client, so both directions stream with hyper's back-pressure. The request
-//! body is wrapped in [`Limited`], so a body past `server.max_body_size`
+//! body is wrapped in [`UpstreamBody`], so a body past `server.max_body_size`
 //! that was not announced by `Content-Length` is cut off while it streams
-//! and answered 413.
+//! and answered 413, and a client body that fails on the way (malformed
+//! chunks, a client gone mid-upload) is answered and counted as the
+//! client's fault, not the upstream's.
 //!
 //! `https://` upstreams go through hyper-rustls: SNI and certificate checks
 //! against the upstream's host name, the webpki roots or the route's
@@ -20,12 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http_body_util::{LengthLimitError, Limited};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use tokio_rustls::rustls::ClientConfig;
 
 use bytes::Bytes;
-use http::header::{CONNECTION, HOST, HeaderName, HeaderValue};
+use http::header::{CONNECTION, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION};
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
@@ -37,7 +38,9 @@ use hyper_util::rt::TokioExecutor;
 use crate::config::{Timeouts, Upstream};
 use crate::problem::GatewayError;
 
+mod body;
 mod pool;
+pub use body::{ClientBodyError, UpstreamBody};
 pub use pool::Pool;
 
 /// Body of every response the gateway sends: streamed from an upstream, or
@@ -193,6 +196,11 @@ pub fn rewrite<B>(
 
     let headers = req.headers_mut();
     strip_hop_by_hop(headers);
+    if !upstream.forward_proxy_authorization {
+        // Credentials for a proxy (RFC 9110 §11.7.4), which the gateway is
+        // the last of; a route can opt in to pass them on.
+        headers.remove(PROXY_AUTHORIZATION);
+    }
     if !hop.trusted
         && headers.keys().any(|k| {
             k == X_FORWARDED_FOR
@@ -267,9 +275,6 @@ impl Hop<'_> {
     }
 }
 
-/// The request body sent upstream: the client's body, capped.
-pub type UpstreamBody = Limited<Incoming>;
-
 type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpstreamBody>;
 
 /// A client for one route's own CA, keyed by the TLS settings it was built
@@ -285,19 +290,21 @@ pub struct Forwarder {
     /// Clients for routes with their own CA file, by their TLS settings.
     custom: Arc<ArcSwap<Vec<CustomClient>>>,
     connect_timeout: Duration,
+    idle_timeout: Duration,
 }
 
 impl Forwarder {
-    /// A client with the connect timeout of `timeouts`.
+    /// A client with the connect and idle timeouts of `timeouts`.
     ///
     /// # Errors
     /// The TLS settings for https upstreams cannot be built.
     pub fn new(timeouts: &Timeouts) -> Result<Self, crate::tls::TlsError> {
         let tls = crate::tls::client_config(None)?;
         Ok(Self {
-            client: build_client(&tls, timeouts.upstream_connect),
+            client: build_client(&tls, timeouts.upstream_connect, timeouts.upstream_idle),
             custom: Arc::default(),
             connect_timeout: timeouts.upstream_connect,
+            idle_timeout: timeouts.upstream_idle,
         })
     }
 
@@ -315,7 +322,7 @@ impl Forwarder {
         if let Some((_, c)) = self.custom.load().iter().find(|(t, _)| Arc::ptr_eq(t, tls)) {
             return c.clone();
         }
-        let client = build_client(tls, self.connect_timeout);
+        let client = build_client(tls, self.connect_timeout, self.idle_timeout);
         self.custom.rcu(|cached| {
             // Settings only this cache still holds belong to a configuration
             // that was replaced: drop their clients.
@@ -338,6 +345,8 @@ impl Forwarder {
     /// [`GatewayError::UpstreamConnect`] when no connection could be made,
     /// [`GatewayError::UpstreamTimeout`] past the timeout,
     /// [`GatewayError::PayloadTooLarge`] when the body passed `max_body`,
+    /// [`GatewayError::BadRequestBody`] and [`GatewayError::ClientAborted`]
+    /// when the client's body broke or stopped (see [`ClientBodyError`]),
     /// and [`GatewayError::UpstreamFailed`] when the connection broke.
     ///
     /// With `pool` (a plain `http://` upstream without upgrades, see
@@ -350,10 +359,8 @@ impl Forwarder {
         pool: Option<&Pool>,
         max_body: Option<u64>,
     ) -> Result<Response<Incoming>, GatewayError> {
-        let limit = max_body.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
-        let mut req = req.map(|b| Limited::new(b, limit));
+        let mut req = req.map(|b| UpstreamBody::new(b, max_body));
         let timeout = upstream.timeout;
-        let too_large = || GatewayError::PayloadTooLarge(max_body.unwrap_or(0));
         let sent = match pool {
             Some(pool) => {
                 // A connection of its own is told the path, not the URI.
@@ -371,16 +378,14 @@ impl Forwarder {
                 match tokio::time::timeout(timeout, pool.send(req)).await {
                     Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
                     Ok(Err(pool::SendError::Connect(e))) => Err(GatewayError::UpstreamConnect(e)),
-                    Ok(Err(pool::SendError::Failed(e))) if caused_by::<LengthLimitError>(&e) => {
-                        Err(too_large())
-                    }
-                    Ok(Err(pool::SendError::Failed(e))) => {
-                        Err(GatewayError::UpstreamFailed(error_chain(&e)))
-                    }
+                    Ok(Err(pool::SendError::Failed(e))) => Err(failed(&e, None)),
                     Ok(Ok(res)) => Ok(res),
                 }
             }
             None => {
+                // Over HTTP/2 hyper resets the stream on a body error and
+                // keeps the error to itself; the body leaves it here too.
+                let fault = req.body_mut().watch();
                 let client = self.client_for(upstream);
                 // Boxed: https and upgrade routes only, kept out of the size
                 // of every request's future.
@@ -389,8 +394,7 @@ impl Forwarder {
                     Ok(Err(e)) if e.is_connect() => {
                         Err(GatewayError::UpstreamConnect(error_chain(&e)))
                     }
-                    Ok(Err(e)) if caused_by::<LengthLimitError>(&e) => Err(too_large()),
-                    Ok(Err(e)) => Err(GatewayError::UpstreamFailed(error_chain(&e))),
+                    Ok(Err(e)) => Err(failed(&e, fault.as_deref())),
                     Ok(Ok(res)) => Ok(res),
                 }
             }
@@ -409,10 +413,18 @@ pub fn upstream_pool(upstream: &Upstream, timeouts: &Timeouts) -> Option<Pool> {
         return None;
     }
     let authority = upstream.uri.authority()?.clone();
-    Some(Pool::new(authority, timeouts.upstream_connect))
+    Some(Pool::new(
+        authority,
+        timeouts.upstream_connect,
+        timeouts.upstream_idle,
+    ))
 }
 
-fn build_client(tls: &ClientConfig, connect_timeout: Duration) -> UpstreamClient {
+fn build_client(
+    tls: &ClientConfig,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+) -> UpstreamClient {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(connect_timeout));
     http.set_nodelay(true);
@@ -428,22 +440,30 @@ fn build_client(tls: &ClientConfig, connect_timeout: Duration) -> UpstreamClient
         .enable_http2()
         .wrap_connector(http);
     Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(idle_timeout)
         .pool_max_idle_per_host(256)
         .timer(hyper_util::rt::TokioTimer::new())
         .build(connector)
 }
 
-/// Whether an error of type `E` is somewhere in `e`'s source chain.
-fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
+/// The error of a failed exchange: the client's, when its body failed
+/// (in `e`'s source chain, or left in `fault` by a watched body), else the
+/// upstream's.
+fn failed(
+    e: &(dyn std::error::Error + 'static),
+    fault: Option<&std::sync::OnceLock<ClientBodyError>>,
+) -> GatewayError {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
-        if err.is::<E>() {
-            return true;
+        if let Some(client) = err.downcast_ref::<ClientBodyError>() {
+            return client.to_gateway_error();
         }
         cur = err.source();
     }
-    false
+    match fault.and_then(std::sync::OnceLock::get) {
+        Some(client) => client.to_gateway_error(),
+        None => GatewayError::UpstreamFailed(error_chain(e)),
+    }
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -510,6 +530,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             tls: None,
             upgrade: false,
+            forward_proxy_authorization: false,
         };
         let user = HeaderName::from_static("x-user");
         let mut req = Request::builder()
@@ -546,6 +567,45 @@ mod tests {
         assert_eq!(
             req.headers()["x-forwarded-for"],
             "6.6.6.6, 7.7.7.7, 1.2.3.4"
+        );
+    }
+
+    #[test]
+    fn proxy_authorization_is_stripped_unless_the_route_forwards_it() {
+        let user = HeaderName::from_static("x-user");
+        let hop = Hop {
+            peer: "1.2.3.4".parse().unwrap(),
+            trusted: true,
+            scheme: "http",
+            user_header: &user,
+        };
+        let mut up = Upstream {
+            uri: "http://127.0.0.1:9000".parse().unwrap(),
+            timeout: Duration::from_secs(1),
+            tls: None,
+            upgrade: false,
+            forward_proxy_authorization: false,
+        };
+        let request = || {
+            Request::builder()
+                .uri("/a")
+                .header(HOST, "example.com")
+                .header("proxy-authorization", "Basic cHJveHk6c2VjcmV0")
+                .header("authorization", "Bearer for-the-upstream")
+                .body(())
+                .unwrap()
+        };
+        let mut req = request();
+        rewrite(&mut req, &up, hop).unwrap();
+        assert!(!req.headers().contains_key("proxy-authorization"));
+        assert_eq!(req.headers()["authorization"], "Bearer for-the-upstream");
+
+        up.forward_proxy_authorization = true;
+        let mut req = request();
+        rewrite(&mut req, &up, hop).unwrap();
+        assert_eq!(
+            req.headers()["proxy-authorization"],
+            "Basic cHJveHk6c2VjcmV0"
         );
     }
 }

@@ -14,8 +14,8 @@
 //! Redis connection and the key prefix — a new prefix would silently start
 //! every counter from zero), `timeouts.header_read`, `timeouts.idle`,
 //! `timeouts.drain`, `server.max_connections` and `server.max_header_size`
-//! (the listener's settings) and `timeouts.upstream_connect` (the upstream
-//! client). Everything else — routes, limits, shadow flags, identity
+//! (the listener's settings) and `timeouts.upstream_connect` and
+//! `timeouts.upstream_idle` (the upstream client). Everything else — routes, limits, shadow flags, identity
 //! sources, header mode, per-route timeouts, `server.max_body_size`, and the
 //! TLS certificates and keys of the listeners and upstreams, which the load
 //! reads again — takes effect on the next request or connection.
@@ -105,6 +105,12 @@ fn keep_fixed(old: &Config, new: &mut Config) {
     if new.timeouts.upstream_connect != old.timeouts.upstream_connect {
         restart("timeouts.upstream_connect");
         new.timeouts.upstream_connect = old.timeouts.upstream_connect;
+    }
+    // The general client's pool is built once; the routes' pools are
+    // rebuilt, but one value for both keeps them alike.
+    if new.timeouts.upstream_idle != old.timeouts.upstream_idle {
+        restart("timeouts.upstream_idle");
+        new.timeouts.upstream_idle = old.timeouts.upstream_idle;
     }
     // The listener's caps and connection timeouts (`listener::Shared`).
     if new.timeouts.idle != old.timeouts.idle {

@@ -439,14 +439,30 @@ impl Gateway {
                         res.map(Either::Left)
                     }
                     Err(e) => {
-                        warn!(route = %route.route.name, error = %e, "upstream error");
-                        note.outcome = Outcome::Error;
-                        if let Some(m) = &route_metrics
-                            && !matches!(e, GatewayError::PayloadTooLarge(_))
-                        {
-                            m.upstream_error(access::upstream_error_kind(&e));
+                        let mut res = error_response(&e);
+                        match access::forward_fault(&e) {
+                            access::ForwardFault::Upstream(kind) => {
+                                warn!(route = %route.route.name, error = %e, "upstream error");
+                                note.outcome = Outcome::Error;
+                                if let Some(m) = &route_metrics {
+                                    m.upstream_error(kind);
+                                }
+                            }
+                            access::ForwardFault::Client(kind) => {
+                                debug!(route = %route.route.name, error = %e, "client error while forwarding");
+                                note.outcome = Outcome::ClientError;
+                                if let Some(m) = &route_metrics {
+                                    m.client_error(kind);
+                                }
+                                // The request body was not read to its end:
+                                // the connection cannot carry another request.
+                                res.headers_mut().insert(
+                                    http::header::CONNECTION,
+                                    HeaderValue::from_static("close"),
+                                );
+                            }
                         }
-                        error_response(&e)
+                        res
                     }
                 }
             }

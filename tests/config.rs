@@ -277,7 +277,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
     assert_eq!(
         errors(&src),
         [
-            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, shadow, on_error (line 4, col 5)"#,
+            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error (line 4, col 5)"#,
             r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, shadow, algorithm, burst, plan (line 11, col 9)"#,
         ]
     );
@@ -1077,4 +1077,56 @@ routes:
     ] {
         assert!(!validator.is_valid(&yaml(bad)), "accepted:\n{bad}");
     }
+}
+
+#[test]
+fn upstream_idle_and_forward_proxy_authorization() {
+    let forwarding = |c: &Config, i: usize| match &c.routes[i].action {
+        Action::Upstream(up) => up.forward_proxy_authorization,
+        Action::Respond(_) => panic!("route {i} forwards"),
+    };
+    let c = valid("listen: 127.0.0.1:0\nroutes: [ { name: a, upstream: 'http://up:1' } ]\n");
+    assert_eq!(c.timeouts.upstream_idle, Duration::from_secs(4));
+    assert!(!forwarding(&c, 0));
+
+    let c = valid(
+        "listen: 127.0.0.1:0
+timeouts: { upstream_idle: 90s }
+routes:
+  - { name: a, upstream: 'http://up:1', forward_proxy_authorization: true }
+  - { name: b, upstream: 'http://up:1', forward_proxy_authorization: false }
+",
+    );
+    assert_eq!(c.timeouts.upstream_idle, Duration::from_secs(90));
+    assert!(forwarding(&c, 0));
+    assert!(!forwarding(&c, 1));
+
+    assert_eq!(
+        errors(
+            "listen: 127.0.0.1:0
+timeouts: { upstream_idle: 0s }
+routes:
+  - { name: a, respond: {}, forward_proxy_authorization: true }
+  - { name: b, upstream: 'http://up:1', forward_proxy_authorization: yes }
+"
+        ),
+        [
+            r#"timeouts.upstream_idle: "0s" is too short; a timeout must be more than 0 (line 2, col 28)"#,
+            "routes[0].forward_proxy_authorization: applies only to routes with an upstream; remove it or use upstream (line 4, col 29)",
+            r#"routes[1].forward_proxy_authorization: expected true or false, found the string "yes" (line 5, col 70)"#,
+        ]
+    );
+
+    let schema = serde_json::to_value(tollgate::config::schema::schema()).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let yaml = |src: &str| -> serde_json::Value { yaml_serde::from_str(src).expect("YAML parses") };
+    assert!(validator.is_valid(&yaml(
+        "listen: 127.0.0.1:1\ntimeouts: { upstream_idle: 4s }\nroutes: [ { name: a, upstream: 'http://up', forward_proxy_authorization: true } ]\n"
+    )));
+    assert!(!validator.is_valid(&yaml(
+        "listen: 127.0.0.1:1\ntimeouts: { upstream_idle: 4 seconds }\nroutes: [ { name: a, respond: {} } ]\n"
+    )));
+    assert!(!validator.is_valid(&yaml(
+        "listen: 127.0.0.1:1\nroutes: [ { name: a, upstream: 'http://up', forward_proxy_authorization: 'yes' } ]\n"
+    )));
 }

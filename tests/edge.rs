@@ -11,6 +11,7 @@
 mod support;
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -19,6 +20,7 @@ use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use support::admin::{AdminGateway, value};
 use support::gateway::{Gateway, Upstream, get, send, send_from};
 
 /// What came back on a raw connection.
@@ -1085,4 +1087,248 @@ async fn expect_continue_with_an_oversized_body_gets_413_without_100() {
     assert_eq!(r.status, 413, "{}", r.head);
     assert_eq!(up.count(), 0);
     still_serves(&gw).await;
+}
+
+// ---------------------------------------------------------------------------
+// Whose fault a failed forward is: the client's body or the upstream
+// ---------------------------------------------------------------------------
+
+/// `edge_gateway`'s configuration behind an admin listener, for `/metrics`.
+async fn edge_admin_gateway(up: &Upstream, extra: &str) -> AdminGateway {
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+{extra}
+routes:
+  - name: ok
+    match: {{ path: /ok }}
+    respond: {{ body: "fine\n" }}
+  - name: forward
+    match: {{ path_prefix: / }}
+    upstream: {up}
+"#,
+        up = up.url()
+    );
+    AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await
+}
+
+/// The value of one series of the route `forward`, e.g.
+/// `forward_series(&text, "tollgate_requests_total", "outcome", "error")`.
+fn forward_series(text: &str, metric: &str, label: &str, v: &str) -> f64 {
+    let series = format!("{metric}{{route=\"forward\",{label}=\"{v}\"}}");
+    value(text, &series).unwrap_or_else(|| panic!("{series} missing from\n{text}"))
+}
+
+/// Asserts that `route=forward` saw exactly one request, a client error of
+/// `kind`, and nothing the upstream is blamed for.
+fn assert_one_client_error(text: &str, kind: &str) {
+    let m = |metric, label, v| forward_series(text, metric, label, v);
+    for upstream_kind in ["connect", "timeout", "failed"] {
+        assert_eq!(
+            m("tollgate_upstream_errors_total", "kind", upstream_kind),
+            0.0,
+            "upstream blamed ({upstream_kind})"
+        );
+    }
+    assert_eq!(m("tollgate_requests_total", "outcome", "error"), 0.0);
+    assert_eq!(m("tollgate_requests_total", "outcome", "allowed"), 0.0);
+    assert_eq!(m("tollgate_requests_total", "outcome", "client_error"), 1.0);
+    for k in ["bad_body", "aborted", "body_too_large"] {
+        let want = if k == kind { 1.0 } else { 0.0 };
+        assert_eq!(m("tollgate_client_errors_total", "kind", k), want, "{k}");
+    }
+}
+
+/// The gateway still serves a normal request.
+async fn admin_gateway_still_serves(gw: &AdminGateway) {
+    let r = send(gw.addr, get("/ok", &[])).await;
+    assert_eq!(r.status, StatusCode::OK, "the gateway stopped serving");
+}
+
+#[tokio::test]
+async fn malformed_chunked_body_is_400_and_not_an_upstream_error() {
+    let up = Upstream::start().await;
+    let gw = edge_admin_gateway(&up, "").await;
+    // A good chunk, then a chunk size line that is not hex.
+    let r = raw(
+        gw.addr,
+        &request(
+            "POST /collect HTTP/1.1\nHost: gateway.test\nTransfer-Encoding: chunked\n\n5\nhello\nzz\nnot a chunk\n0\n\n",
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.head);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(r.header("connection"), Some("close"));
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(body.contains("The request body is malformed"), "{body}");
+    assert_one_client_error(&gw.scrape().await, "bad_body");
+    admin_gateway_still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn client_abandoning_a_chunked_upload_is_not_an_upstream_error() {
+    let up = Upstream::start().await;
+    let gw = edge_admin_gateway(&up, "").await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(&request(
+            "POST /collect HTTP/1.1\nHost: gateway.test\nTransfer-Encoding: chunked\n\n5\nhello\n",
+        ))
+        .await
+        .expect("write");
+    // The request reached the upstream, whose body is now waiting.
+    up.wait_for(1, Duration::from_secs(5)).await;
+    // The client stops sending: its side of the connection is closed.
+    stream.shutdown().await.expect("shutdown");
+    // A client that only stopped sending still reads the answer (one that
+    // closed both ways looks the same to the gateway until it writes).
+    let r = read_reply(&mut stream).await;
+    assert_eq!(r.status, 400, "{}", r.head);
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(
+        body.contains("The request body ended before it was complete"),
+        "{body}"
+    );
+    assert_one_client_error(&gw.scrape().await, "aborted");
+    admin_gateway_still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn chunked_body_over_the_cap_is_413_and_a_client_error() {
+    let up = Upstream::start().await;
+    let gw = edge_admin_gateway(&up, "server: { max_body_size: 1KiB }").await;
+    let mut chunked =
+        String::from("POST /collect HTTP/1.1\nHost: gateway.test\nTransfer-Encoding: chunked\n\n");
+    for _ in 0..4 {
+        chunked.push_str(&format!("200\n{}\n", "y".repeat(512)));
+    }
+    chunked.push_str("0\n\n");
+    let r = raw(gw.addr, &request(&chunked)).await;
+    assert_eq!(r.status, 413, "{}", r.head);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_one_client_error(&gw.scrape().await, "body_too_large");
+    admin_gateway_still_serves(&gw).await;
+}
+
+/// What [`answer_once_upstream`] read: connection number (from 1), method
+/// and path of each request, in order.
+type Heard = Arc<Mutex<Vec<(usize, String, String)>>>;
+
+/// An upstream that, on every connection, answers the first request with
+/// an empty keep-alive `200` carrying `x-conn: N`, then reads the second
+/// request in full (head and `Content-Length` body) and closes without
+/// answering — an upstream whose keep-alive timeout fired just as the
+/// request arrived.
+async fn answer_once_upstream() -> (SocketAddr, Heard) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let heard: Heard = Arc::default();
+    let log = heard.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((mut s, _)) = listener.accept().await {
+            n += 1;
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                for i in 0..2 {
+                    let head_end = loop {
+                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break p + 4;
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    while buf.len() < head_end + length {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    }
+                    buf.drain(..head_end + length);
+                    let mut words = head.split_whitespace();
+                    let method = words.next().unwrap_or_default().to_owned();
+                    let path = words.next().unwrap_or_default().to_owned();
+                    log.lock().unwrap().push((n, method, path));
+                    if i == 0 {
+                        let answer =
+                            format!("HTTP/1.1 200 OK\r\nx-conn: {n}\r\ncontent-length: 0\r\n\r\n");
+                        if s.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                // The second request was read; the connection closes unanswered.
+            });
+        }
+    });
+    (addr, heard)
+}
+
+#[tokio::test]
+async fn a_pooled_connection_closed_under_a_request_retries_only_what_is_safe() {
+    let (upstream, heard) = answer_once_upstream().await;
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: race
+    match: {{ path_prefix: / }}
+    upstream: http://{upstream}
+"#
+    );
+    let gw = Gateway::start(&yaml).await;
+    let with_body = |method: &str, path: &str| {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "gateway.test")
+            .body(Full::new(Bytes::from_static(b"payload")))
+            .expect("request")
+    };
+
+    let r = send(gw.addr, get("/one", &[])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("x-conn"), Some("1"));
+    // Sent on the pooled connection 1, which the upstream closes after
+    // reading it: a GET without a body goes again on a new connection.
+    let r = send(gw.addr, get("/two", &[])).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.header("x-conn"), Some("2"));
+    // A POST is not idempotent: the upstream may have acted on it.
+    let r = send(gw.addr, with_body("POST", "/three")).await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    let r = send(gw.addr, get("/four", &[])).await;
+    assert_eq!(r.header("x-conn"), Some("3"));
+    // A PUT is idempotent, but its body has been consumed.
+    let r = send(gw.addr, with_body("PUT", "/five")).await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+
+    let heard: Vec<(usize, String, String)> = heard.lock().unwrap().clone();
+    let want: Vec<(usize, String, String)> = [
+        (1, "GET", "/one"),
+        (1, "GET", "/two"),
+        (2, "GET", "/two"),
+        (2, "POST", "/three"),
+        (3, "GET", "/four"),
+        (3, "PUT", "/five"),
+    ]
+    .into_iter()
+    .map(|(n, m, p)| (n, m.to_owned(), p.to_owned()))
+    .collect();
+    assert_eq!(heard, want, "each request went out once, /two twice");
 }

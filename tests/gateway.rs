@@ -585,3 +585,33 @@ fn check_reports_every_mistake_and_exits_2() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn proxy_authorization_reaches_the_upstream_only_where_a_route_allows_it() {
+    let up = Upstream::start().await;
+    let gw = proxy_gateway(
+        &up,
+        &format!(
+            r#"
+  - name: behind_a_proxy
+    match: {{ path_prefix: /proxied }}
+    upstream: {}
+    forward_proxy_authorization: true"#,
+            up.url()
+        ),
+    )
+    .await;
+    let creds = [("proxy-authorization", "Basic cHJveHk6c2VjcmV0")];
+    let r = send(gw.addr, get("/plain", &creds)).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        !up.last().headers.contains_key("proxy-authorization"),
+        "forwarded by default"
+    );
+    let r = send(gw.addr, get("/proxied", &creds)).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        up.last().headers["proxy-authorization"],
+        "Basic cHJveHk6c2VjcmV0"
+    );
+}

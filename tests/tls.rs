@@ -404,3 +404,99 @@ async fn a_reload_reads_renewed_certificates_for_new_connections() {
     let _ = stop.send(());
     serving.await.expect("serve ends");
 }
+
+/// An HTTPS upstream (h2 and http/1.1 by ALPN) that reads each request
+/// body to its end, or its failure, before answering with the HTTP version
+/// and the bytes it read.
+async fn collecting_tls_upstream(pki: &Pki) -> SocketAddr {
+    let config = tollgate::tls::server_config(&pki.cert, &pki.key).expect("upstream TLS");
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = service_fn(|req: Request<Incoming>| async move {
+                    let version = req.version();
+                    let text = match req.into_body().collect().await {
+                        Ok(b) => format!("{version:?} read {} bytes", b.to_bytes().len()),
+                        Err(e) => format!("{version:?} broken body: {e}"),
+                    };
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(text))))
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_malformed_body_forwarded_over_h2_is_the_clients_fault() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let pki = new_pki();
+    let up = collecting_tls_upstream(&pki).await;
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+routes:
+  - name: h2
+    match: {{ path_prefix: / }}
+    upstream: https://localhost:{port}
+    upstream_ca: "{ca}"
+"#,
+        port = up.port(),
+        ca = pki.ca.display()
+    );
+    let gw =
+        support::admin::AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await;
+    let good = Request::post("/collect")
+        .header("host", "gateway.test")
+        .body(Full::new(Bytes::from_static(b"hello")))
+        .expect("request");
+    let r = support::gateway::send(gw.addr, good).await;
+    assert_eq!(r.text(), "HTTP/2.0 read 5 bytes");
+
+    // Over HTTP/2 hyper's client resets the stream when the body fails and
+    // reports only the reset; the body itself says it was the client.
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(
+            b"POST /collect HTTP/1.1\r\nHost: gateway.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n",
+        )
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the gateway answered and closed within 15 s");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+
+    let text = gw.scrape().await;
+    let series = |s: &str| support::admin::value(&text, s).unwrap_or(-1.0);
+    assert_eq!(
+        series("tollgate_upstream_errors_total{route=\"h2\",kind=\"failed\"}"),
+        0.0
+    );
+    assert_eq!(
+        series("tollgate_client_errors_total{route=\"h2\",kind=\"bad_body\"}"),
+        1.0
+    );
+    assert_eq!(
+        series("tollgate_requests_total{route=\"h2\",outcome=\"client_error\"}"),
+        1.0
+    );
+    let _ = &pki.dir;
+}

@@ -514,6 +514,9 @@ pub struct Timeouts {
     /// `upstream_response: 30s`
     #[schemars(extend("pattern" = super::schema::DURATION))]
     pub upstream_response: Field<Text>,
+    /// `upstream_idle: 4s` (idle keep-alive connections to upstreams)
+    #[schemars(extend("pattern" = super::schema::DURATION))]
+    pub upstream_idle: Field<Text>,
     /// `idle: 60s`
     #[schemars(extend("pattern" = super::schema::DURATION))]
     pub idle: Field<Text>,
@@ -547,6 +550,9 @@ pub struct Route {
     pub upstream_ca: Field<Text>,
     /// `upgrade: true` (pass `Upgrade` requests such as WebSocket through)
     pub upgrade: Field<Flag>,
+    /// `forward_proxy_authorization: true` (pass the client's
+    /// `Proxy-Authorization` on; it is removed otherwise)
+    pub forward_proxy_authorization: Field<Flag>,
     /// `shadow: true`
     pub shadow: Field<Flag>,
     /// `on_error: allow | deny | local` (overrides `store.on_error`)
@@ -752,6 +758,7 @@ mod tests {
                 "limits",
                 "upstream_ca",
                 "upgrade",
+                "forward_proxy_authorization",
                 "shadow",
                 "on_error"
             ]

@@ -954,12 +954,18 @@ impl Check<'_> {
             "upstream_response",
             defaults.upstream_response,
         );
+        let upstream_idle = one(
+            &timeouts.upstream_idle,
+            "upstream_idle",
+            defaults.upstream_idle,
+        );
         let idle = one(&timeouts.idle, "idle", defaults.idle);
         let drain = one(&timeouts.drain, "drain", defaults.drain);
         Ok(Timeouts {
             header_read: header_read?,
             upstream_connect: upstream_connect?,
             upstream_response: upstream_response?,
+            upstream_idle: upstream_idle?,
             idle: idle?,
             drain: drain?,
         })
@@ -1083,6 +1089,11 @@ impl Check<'_> {
         let upgrade = self.optional(&route.upgrade, &child_key(path, "upgrade"), |_, b, _| {
             Ok(*b)
         });
+        let forward_proxy_authorization = self.optional(
+            &route.forward_proxy_authorization,
+            &child_key(path, "forward_proxy_authorization"),
+            |_, b, _| Ok(*b),
+        );
 
         let has_upstream = !route.upstream.is_absent();
         let has_respond = !route.respond.is_absent();
@@ -1101,6 +1112,10 @@ impl Check<'_> {
         for (field, name) in [
             (!route.upstream_ca.is_absent(), "upstream_ca"),
             (!route.upgrade.is_absent(), "upgrade"),
+            (
+                !route.forward_proxy_authorization.is_absent(),
+                "forward_proxy_authorization",
+            ),
         ] {
             if has_respond && field {
                 let pos = self.positions.key(&child_key(path, name));
@@ -1125,6 +1140,8 @@ impl Check<'_> {
                 timeout: timeout?.unwrap_or(default_timeout),
                 tls: tls?,
                 upgrade: upgrade?.is_some_and(|file::Flag(b)| b),
+                forward_proxy_authorization: forward_proxy_authorization?
+                    .is_some_and(|file::Flag(b)| b),
             })),
             (None, Some(respond)) => Ok(Action::Respond(respond)),
             // Both absent was reported above.

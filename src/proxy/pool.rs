@@ -11,21 +11,39 @@
 //! its body still streams the connection is not ready
 //! ([`SendRequest::is_ready`]) and checkouts pass over it.
 //!
-//! A request that a reused connection never sent (the upstream closed it
-//! while it sat idle) is retried on another connection; one that was sent
-//! is never replayed. Idle connections are dropped after [`IDLE_TIMEOUT`]
-//! (checked when a checkout passes them) or as soon as the upstream closes
-//! them; at most [`MAX_IDLE`] are kept. https upstreams and routes that pass
+//! A reused connection can have been closed by the upstream while it sat
+//! idle, and the close can cross the next request on the wire (the
+//! keep-alive race). A request such a connection never sent is retried on
+//! another connection. One that was sent, and then saw the connection fail
+//! before a single byte of response arrived, is sent once more on a *new*
+//! connection when that is safe: its method is idempotent (RFC 9110
+//! §9.2.2) and it has no body, so sending it again is what a client would
+//! do (RFC 9110 §9.2.2, RFC 9112 §9.3.1; nginx's `proxy_next_upstream
+//! error` does the same). Anything else that failed after being sent is not
+//! replayed: the upstream may have acted on it. "No response byte" is
+//! known exactly: each connection counts the bytes it has read
+//! ([`Counted`]).
+//!
+//! Idle connections are dropped after `timeouts.upstream_idle` (checked
+//! when a checkout passes them), which is kept below upstreams' keep-alive
+//! timeouts so the race is rare, or as soon as the upstream closes them; at
+//! most [`MAX_IDLE`] are kept. https upstreams and routes that pass
 //! upgrades through keep the general client (TLS, ALPN, HTTP/2, upgrades).
 
-use std::sync::{Mutex, PoisonError};
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::uri::Authority;
 use http::{Request, Response};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tracing::debug;
 
@@ -33,9 +51,6 @@ use super::UpstreamBody;
 
 /// Idle connections kept per upstream.
 pub const MAX_IDLE: usize = 256;
-/// An idle connection older than this is closed instead of reused (nginx
-/// closes idle upstream connections after 60 s, hyper-util after 90 s).
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why a request could not be exchanged.
 #[derive(Debug)]
@@ -46,8 +61,14 @@ pub enum SendError {
     Failed(hyper::Error),
 }
 
-struct Idle {
+/// One connection: its request side and the bytes it has read so far.
+struct Conn {
     sender: SendRequest<UpstreamBody>,
+    read: Arc<AtomicU64>,
+}
+
+struct Idle {
+    conn: Conn,
     since: Instant,
 }
 
@@ -55,6 +76,7 @@ struct Idle {
 pub struct Pool {
     authority: Authority,
     connect_timeout: Duration,
+    idle_timeout: Duration,
     idle: Mutex<Vec<Idle>>,
 }
 
@@ -67,11 +89,13 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// An empty pool for the upstream at `authority` (`host:port`).
-    pub fn new(authority: Authority, connect_timeout: Duration) -> Self {
+    /// An empty pool for the upstream at `authority` (`host:port`) whose
+    /// connections are not reused after `idle_timeout` without a request.
+    pub fn new(authority: Authority, connect_timeout: Duration, idle_timeout: Duration) -> Self {
         Self {
             authority,
             connect_timeout,
+            idle_timeout,
             idle: Mutex::new(Vec::new()),
         }
     }
@@ -82,20 +106,26 @@ impl Pool {
     }
 
     /// Sends `req` (origin-form URI, `Host` set) on a pooled connection or
-    /// a new one, and waits for the response head.
+    /// a new one, and waits for the response head. See the module docs for
+    /// when a request is sent again.
     pub async fn send(
         &self,
         mut req: Request<UpstreamBody>,
     ) -> Result<Response<Incoming>, SendError> {
         loop {
-            let (mut sender, reused) = match self.take() {
-                Some(s) => (s, true),
+            let (conn, reused) = match self.take() {
+                Some(c) => (c, true),
                 // Boxed: connecting is rare and its future is large.
                 None => (Box::pin(self.connect()).await?, false),
             };
+            // The copy costs a header map; only requests that may need it
+            // pay for it. Boxed, to keep it out of every request's future.
+            let again = (reused && replayable(&req)).then(|| Box::new(copy_head(&req)));
+            let read_before = conn.read.load(Ordering::Relaxed);
+            let Conn { mut sender, read } = conn;
             match sender.try_send_request(req).await {
                 Ok(res) => {
-                    self.put(sender);
+                    self.put(Conn { sender, read });
                     return Ok(res);
                 }
                 Err(mut e) => match e.take_message() {
@@ -103,50 +133,84 @@ impl Pool {
                     // taken. Another one gets it; a fresh connection's
                     // failure is final.
                     Some(back) if reused => req = back,
-                    _ => return Err(SendError::Failed(e.into_error())),
+                    _ => {
+                        let e = e.into_error();
+                        let unanswered = read.load(Ordering::Relaxed) == read_before;
+                        return match again {
+                            // `is_user`: the failure was the request's own.
+                            Some(head) if unanswered && !e.is_user() => {
+                                debug!(
+                                    upstream = %self.authority,
+                                    error = %e,
+                                    "a reused connection failed before answering; sending the request again on a new one"
+                                );
+                                Box::pin(self.send_fresh(*head)).await
+                            }
+                            _ => Err(SendError::Failed(e)),
+                        };
+                    }
                 },
             }
+        }
+    }
+
+    /// Sends `req` on a new connection, once.
+    async fn send_fresh(
+        &self,
+        req: Request<UpstreamBody>,
+    ) -> Result<Response<Incoming>, SendError> {
+        let Conn { mut sender, read } = self.connect().await?;
+        match sender.send_request(req).await {
+            Ok(res) => {
+                self.put(Conn { sender, read });
+                Ok(res)
+            }
+            Err(e) => Err(SendError::Failed(e)),
         }
     }
 
     /// The most recently used ready connection; drops closed and expired
     /// ones on the way. Connections whose last response is still streaming
     /// are passed over and stay.
-    fn take(&self) -> Option<SendRequest<UpstreamBody>> {
+    fn take(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let mut i = idle.len();
         let mut now = None;
         while i > 0 {
             i -= 1;
-            let c = &idle[i];
-            if c.sender.is_closed() {
+            let c = &mut idle[i];
+            if c.conn.sender.is_closed() {
                 idle.swap_remove(i);
-                continue;
-            }
-            if !c.sender.is_ready() {
                 continue;
             }
             let now = *now.get_or_insert_with(Instant::now);
-            if now.saturating_duration_since(c.since) > IDLE_TIMEOUT {
+            if !c.conn.sender.is_ready() {
+                // Still streaming a response, so not idle: its idle time
+                // starts no earlier than now. (The upstream's keep-alive
+                // clock starts when the response ends, later still.)
+                c.since = now;
+                continue;
+            }
+            if now.saturating_duration_since(c.since) > self.idle_timeout {
                 idle.swap_remove(i);
                 continue;
             }
-            return Some(idle.swap_remove(i).sender);
+            return Some(idle.swap_remove(i).conn);
         }
         None
     }
 
-    fn put(&self, sender: SendRequest<UpstreamBody>) {
+    fn put(&self, conn: Conn) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < MAX_IDLE {
             idle.push(Idle {
-                sender,
+                conn,
                 since: Instant::now(),
             });
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<UpstreamBody>, SendError> {
+    async fn connect(&self) -> Result<Conn, SendError> {
         let host = self.authority.host();
         // `[::1]` in a URI is `::1` to the resolver.
         let host = host
@@ -170,6 +234,11 @@ impl Pool {
             }
         };
         let _ = stream.set_nodelay(true);
+        let read = Arc::new(AtomicU64::new(0));
+        let stream = Counted {
+            stream,
+            read: read.clone(),
+        };
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await
@@ -179,6 +248,77 @@ impl Pool {
                 debug!(error = %e, "upstream connection ended with an error");
             }
         });
-        Ok(sender)
+        Ok(Conn { sender, read })
+    }
+}
+
+/// Whether `req` may be sent a second time: an idempotent method (GET,
+/// HEAD, OPTIONS, TRACE, PUT, DELETE; RFC 9110 §9.2.2) and no body, so
+/// there is nothing that was consumed by the first attempt.
+fn replayable(req: &Request<UpstreamBody>) -> bool {
+    req.method().is_idempotent() && req.body().is_end_stream()
+}
+
+/// The head of `req` with an empty body, to send again. Extensions are not
+/// copied: the HTTP/1.1 client reads none.
+fn copy_head(req: &Request<UpstreamBody>) -> Request<UpstreamBody> {
+    let mut head = Request::new(UpstreamBody::empty());
+    *head.method_mut() = req.method().clone();
+    *head.uri_mut() = req.uri().clone();
+    *head.version_mut() = req.version();
+    *head.headers_mut() = req.headers().clone();
+    head
+}
+
+/// A connection that counts the bytes it reads, so a failed exchange can
+/// tell whether any response byte had arrived.
+struct Counted {
+    stream: TcpStream,
+    read: Arc<AtomicU64>,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.read.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

@@ -26,6 +26,8 @@ pub struct Seen {
 /// An HTTP upstream on 127.0.0.1:0 that records requests.
 ///
 /// - `/echo` streams the request body back;
+/// - `/collect` reads the whole request body, then answers `read N bytes`
+///   (`400` when the body breaks);
 /// - `/slow?ms=N` answers after N milliseconds;
 /// - `/big?bytes=N` answers N bytes;
 /// - anything else answers `200 upstream ok` with hop-by-hop headers that
@@ -89,6 +91,17 @@ impl Upstream {
                             let path = req.uri().path().to_owned();
                             let res: Response<UpBody> = match path.as_str() {
                                 "/echo" => Response::new(req.into_body().boxed()),
+                                "/collect" => match req.into_body().collect().await {
+                                    Ok(b) => Response::new(full(format!(
+                                        "read {} bytes",
+                                        b.to_bytes().len()
+                                    ))),
+                                    Err(_) => {
+                                        let mut r = Response::new(full("broken body"));
+                                        *r.status_mut() = StatusCode::BAD_REQUEST;
+                                        r
+                                    }
+                                },
                                 "/slow" => {
                                     let ms = query_num(req.uri(), "ms");
                                     tokio::time::sleep(Duration::from_millis(ms)).await;

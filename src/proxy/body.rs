@@ -1,0 +1,163 @@
+//! The request body sent upstream: the client's body, capped at
+//! `server.max_body_size`, whose failures say they are the client's.
+//!
+//! When the client's body fails while it is forwarded — a malformed chunk,
+//! a client that closes or resets its connection mid-upload, a chunked body
+//! that passes the cap — hyper's *client* reports it as a failed exchange
+//! with the upstream. Over HTTP/1.1 that error has the body's error in its
+//! source chain; over HTTP/2 hyper resets the stream and only logs the
+//! body's error. So [`UpstreamBody`] turns every failure of the client's
+//! body into a [`ClientBodyError`] (found in the chain) and, when asked with
+//! [`UpstreamBody::watch`], also leaves it in a cell the forwarder reads
+//! after an HTTP/2 failure. The forwarder then answers 400 or 413 and counts
+//! a client error instead of blaming the upstream.
+
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use crate::problem::GatewayError;
+
+/// How the client's request body failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientBodyError {
+    /// More than this many bytes arrived (`server.max_body_size`).
+    #[error("request body larger than {0} bytes")]
+    TooLarge(u64),
+    /// The body broke its framing (RFC 9112 §7.1: a chunk size line that
+    /// is not hex, a chunk without its CRLF, and the like).
+    #[error("malformed request body: {0}")]
+    Malformed(String),
+    /// The client closed or reset the connection (or its HTTP/2 stream)
+    /// before the body was complete.
+    #[error("client went away mid-body: {0}")]
+    Aborted(String),
+}
+
+impl ClientBodyError {
+    /// Sorts an error of the client's `Incoming` body. hyper's HTTP/1.1
+    /// decoder reports broken framing as `InvalidData` or `InvalidInput`
+    /// and a body cut short as `UnexpectedEof`; resets and HTTP/2 stream
+    /// errors are the client leaving too.
+    fn from_incoming(e: &hyper::Error) -> Self {
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(err) = cur {
+            if let Some(io) = err.downcast_ref::<std::io::Error>()
+                && matches!(
+                    io.kind(),
+                    std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
+                )
+            {
+                return Self::Malformed(io.to_string());
+            }
+            cur = err.source();
+        }
+        Self::Aborted(super::error_chain(e))
+    }
+
+    /// The answer to the client.
+    pub fn to_gateway_error(&self) -> GatewayError {
+        match self {
+            Self::TooLarge(max) => GatewayError::PayloadTooLarge(*max),
+            Self::Malformed(why) => GatewayError::BadRequestBody(why.clone()),
+            Self::Aborted(why) => GatewayError::ClientAborted(why.clone()),
+        }
+    }
+}
+
+/// Where a watched body leaves its failure (see [`UpstreamBody::watch`]).
+pub type FaultCell = Arc<OnceLock<ClientBodyError>>;
+
+/// The client's body on its way upstream; see the module docs.
+#[derive(Debug)]
+pub struct UpstreamBody {
+    /// `None` for a body built empty (a request sent again).
+    inner: Option<Incoming>,
+    /// The cap, for the error.
+    limit: u64,
+    /// Bytes the body may still carry.
+    remaining: u64,
+    fault: Option<FaultCell>,
+}
+
+impl UpstreamBody {
+    /// The client's `body`, cut off past `max` bytes.
+    pub fn new(body: Incoming, max: Option<u64>) -> Self {
+        let limit = max.unwrap_or(u64::MAX);
+        Self {
+            inner: Some(body),
+            limit,
+            remaining: limit,
+            fault: None,
+        }
+    }
+
+    /// A body without bytes, for a request sent again.
+    pub fn empty() -> Self {
+        Self {
+            inner: None,
+            limit: 0,
+            remaining: 0,
+            fault: None,
+        }
+    }
+
+    /// A cell where this body leaves its failure, for clients that do not
+    /// pass it on; `None` (and no allocation) for a body already at its end.
+    pub fn watch(&mut self) -> Option<FaultCell> {
+        if self.is_end_stream() {
+            return None;
+        }
+        Some(self.fault.get_or_insert_with(FaultCell::default).clone())
+    }
+
+    fn fail(&self, err: ClientBodyError) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        if let Some(cell) = &self.fault {
+            let _ = cell.set(err.clone());
+        }
+        Poll::Ready(Some(Err(err)))
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        let this = self.get_mut();
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match ready!(Pin::new(inner).poll_frame(cx)) {
+            None => Poll::Ready(None),
+            Some(Ok(frame)) => {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                match this.remaining.checked_sub(len) {
+                    Some(left) => {
+                        this.remaining = left;
+                        Poll::Ready(Some(Ok(frame)))
+                    }
+                    None => this.fail(ClientBodyError::TooLarge(this.limit)),
+                }
+            }
+            Some(Err(e)) => this.fail(ClientBodyError::from_incoming(&e)),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+    }
+}
