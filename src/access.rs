@@ -95,7 +95,10 @@ pub fn upstream_error_kind(e: &GatewayError) -> UpstreamErrorKind {
         // Refusals of the client's request. A forward ends so only when a
         // streamed body passed `server.max_body_size`, which the pipeline
         // does not count as an upstream error.
-        GatewayError::BadRequest(_) | GatewayError::PayloadTooLarge(_) => UpstreamErrorKind::Failed,
+        GatewayError::BadRequest(_)
+        | GatewayError::PayloadTooLarge(_)
+        | GatewayError::HeaderTooLarge { .. }
+        | GatewayError::UriTooLong { .. } => UpstreamErrorKind::Failed,
     }
 }
 

@@ -67,6 +67,22 @@ pub enum GatewayError {
     /// The request body is larger than `server.max_body_size` (RFC 9110 §15.5.14).
     #[error("request body larger than {0} bytes")]
     PayloadTooLarge(u64),
+    /// The request head is larger than `server.max_header_size` (RFC 6585 §5).
+    #[error("request header block of {size} bytes, over {max}")]
+    HeaderTooLarge {
+        /// The head's size, counted as HTTP/1.1 text.
+        size: usize,
+        /// `server.max_header_size`.
+        max: usize,
+    },
+    /// The request target is longer than `server.max_uri_size` (RFC 9110 §15.5.15).
+    #[error("request target of {length} bytes, over {max}")]
+    UriTooLong {
+        /// Length of the target's path and query.
+        length: usize,
+        /// `server.max_uri_size`.
+        max: usize,
+    },
     /// The limiter store cannot decide and `on_error: deny` refuses.
     #[error("rate limiter unavailable")]
     StoreUnavailable,
@@ -80,7 +96,9 @@ impl GatewayError {
             | Self::Limited { .. }
             | Self::UnknownApiKey
             | Self::BadRequest(_)
-            | Self::PayloadTooLarge(_) => ErrorSource::Downstream,
+            | Self::PayloadTooLarge(_)
+            | Self::HeaderTooLarge { .. }
+            | Self::UriTooLong { .. } => ErrorSource::Downstream,
             Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => {
                 ErrorSource::Upstream
             }
@@ -98,6 +116,8 @@ impl GatewayError {
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeaderTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Self::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -145,6 +165,8 @@ impl GatewayError {
             | Self::UpstreamFailed(_)
             | Self::BadRequest(_)
             | Self::PayloadTooLarge(_)
+            | Self::HeaderTooLarge { .. }
+            | Self::UriTooLong { .. }
             | Self::StoreUnavailable => {
                 push_field(&mut body, "type", "about:blank");
                 body.push(',');
@@ -169,6 +191,12 @@ impl GatewayError {
                     Self::PayloadTooLarge(max) => {
                         format!("The request body is larger than {max} bytes")
                     }
+                    Self::HeaderTooLarge { size, max } => format!(
+                        "The request header block is {size} bytes; this gateway accepts at most {max}"
+                    ),
+                    Self::UriTooLong { length, max } => format!(
+                        "The request target's path and query are {length} bytes; this gateway accepts at most {max}"
+                    ),
                     Self::Limited { .. } => String::new(),
                 };
                 push_field(&mut body, "detail", &detail);
