@@ -153,6 +153,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         let hangups = tollgate::reload::Hangups::catch();
+        let shutdown = shutdown_signal();
         // Every listener, the admin one too, with the configured accept queue.
         let backlog = config.server.backlog;
         let mut listeners = Vec::new();
@@ -190,29 +191,49 @@ fn main() -> ExitCode {
                 admin: cli.admin,
             },
         ));
-        tollgate::admin::serve_with_admin(gateway, listeners, admin, shutdown_signal()).await;
+        tollgate::admin::serve_with_admin(gateway, listeners, admin, shutdown).await;
         ExitCode::SUCCESS
     })
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// A future that completes on SIGTERM or SIGINT, with both caught from the
+/// moment this returns. Must be called inside the runtime.
+///
+/// tokio installs a signal handler when the stream is created, and
+/// `ctrl_c()` only when first polled; the drain polls its shutdown future
+/// only after the listeners are up and logged. Created lazily, a SIGTERM
+/// right after the "listening" line met the default action — exit at once,
+/// nothing drained — so, like [`tollgate::reload::Hangups::catch`], the
+/// streams are made before anything is bound.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let streams = [SignalKind::terminate(), SignalKind::interrupt()].map(|kind| {
+            signal(kind)
+                .map_err(|e| {
+                    complain(format_args!("cannot catch signal {kind:?}: {e}"));
+                })
+                .ok()
+        });
+        async move {
+            let [term, int] = streams;
+            let wait = |stream: Option<tokio::signal::unix::Signal>| async move {
+                match stream {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(term) => {},
+                () = wait(int) => {},
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
