@@ -108,7 +108,10 @@ pub fn forward_fault(e: &GatewayError) -> ForwardFault {
         GatewayError::NoRoute { .. }
         | GatewayError::Limited { .. }
         | GatewayError::StoreUnavailable
-        | GatewayError::UnknownApiKey => ForwardFault::Upstream(UpstreamErrorKind::Failed),
+        | GatewayError::UnknownApiKey
+        // Refused before anything is forwarded.
+        | GatewayError::HeaderTooLarge { .. }
+        | GatewayError::UriTooLong { .. } => ForwardFault::Upstream(UpstreamErrorKind::Failed),
     }
 }
 

@@ -1,10 +1,33 @@
-//! Checks on a request head before it is routed: the malformed requests
-//! hyper lets through, and bodies announced larger than the cap.
+//! Checks on a request head before it is routed: the size caps, the
+//! malformed requests hyper lets through, and bodies announced larger than
+//! the cap.
 //!
-//! hyper already refuses what cannot be parsed (bad request lines, control
-//! characters in header values, oversized heads, broken chunked framing).
-//! What remains is legal to parse but dangerous to forward, because a proxy
-//! that forwards it may disagree with the upstream about where a request
+//! **Size caps, answered here so that they carry a problem+json body.**
+//! hyper answers what it refuses while parsing (400, 414, 431) by itself,
+//! with an empty body, and its server offers no hook to shape those
+//! answers: the request never reaches a service. So hyper's own bounds are
+//! set *above* tollgate's, and the common oversize requests are refused
+//! here, where they become problem+json like every other refusal:
+//!
+//! - a head larger than `server.max_header_size`, counted as HTTP/1.1 text
+//!   (request line, `name: value` lines, blank line; [`head_size`]), is 431.
+//!   hyper's HTTP/1.1 read buffer and the HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`
+//!   are [`HEAD_SLACK`](crate::listener::HEAD_SLACK) bytes larger;
+//! - a path and query longer than `server.max_uri_size` is 414; the loader
+//!   keeps that under hyper's fixed stop of [`HYPER_URI_LIMIT`] bytes.
+//!
+//! What hyper still answers by itself, with an empty body: a head that does
+//! not fit even in its larger buffer (431); more than 100 header fields in
+//! an HTTP/1.1 head (431: httparse parses into a fixed array, and a larger
+//! one costs hyper a heap allocation per request); a request target over
+//! [`HYPER_URI_LIMIT`] bytes (414); and every head that does not parse —
+//! request line, method, version, header syntax, control characters,
+//! invalid or conflicting `Content-Length` (400). Over HTTP/2 the `h2`
+//! crate answers a header list over the advertised limit with a bodiless
+//! 431 and resets malformed streams without any response.
+//!
+//! **Requests that parse but must not be forwarded**, because a proxy that
+//! forwards them may disagree with the upstream about where a request
 //! starts or what it is for:
 //!
 //! - more than one `Host` (RFC 9112 §3.2: a server MUST answer 400);
@@ -24,11 +47,32 @@ use http::{Request, Version};
 use crate::config::ServerSettings;
 use crate::problem::GatewayError;
 
+/// hyper's fixed bound on an HTTP/1.1 request target (`MAX_URI_LEN` in its
+/// `proto::h1::role`): a longer one is answered 414 before any service sees it.
+pub const HYPER_URI_LIMIT: usize = 65_534;
+
 /// Whether the request may go on to routing.
 ///
 /// # Errors
+/// [`GatewayError::UriTooLong`], [`GatewayError::HeaderTooLarge`],
 /// [`GatewayError::BadRequest`] or [`GatewayError::PayloadTooLarge`].
 pub fn check<B>(req: &Request<B>, settings: &ServerSettings) -> Result<(), GatewayError> {
+    // The target first: of an overlong target that also overfills the head,
+    // 414 says more.
+    let length = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if length > settings.max_uri_size {
+        return Err(GatewayError::UriTooLong {
+            length,
+            max: settings.max_uri_size,
+        });
+    }
+    let size = head_size(req);
+    if size > settings.max_header_size {
+        return Err(GatewayError::HeaderTooLarge {
+            size,
+            max: settings.max_header_size,
+        });
+    }
     let headers = req.headers();
     if headers.get_all(HOST).iter().nth(1).is_some() {
         return Err(GatewayError::BadRequest(
@@ -58,6 +102,27 @@ pub fn check<B>(req: &Request<B>, settings: &ServerSettings) -> Result<(), Gatew
         }
     }
     Ok(())
+}
+
+/// The size of the request head as HTTP/1.1 text: the request line
+/// (`METHOD target HTTP/1.1`, the target with its scheme and authority when
+/// it carries them), `name: value` for every field, each line with its
+/// CRLF, and the blank line. Optional whitespace the client wrote around
+/// values is not counted (hyper has dropped it), so this is at most the size
+/// on the wire. HTTP/2 requests are measured the same way, so one cap
+/// means one thing for both.
+pub fn head_size<B>(req: &Request<B>) -> usize {
+    const VERSION_AND_CRLF: usize = " HTTP/1.1\r\n".len();
+    let uri = req.uri();
+    let target = uri.scheme_str().map_or(0, |s| s.len() + "://".len())
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.path_and_query().map_or(0, |p| p.as_str().len());
+    let line = req.method().as_str().len() + 1 + target + VERSION_AND_CRLF;
+    req.headers()
+        .iter()
+        .fold(line + "\r\n".len(), |size, (name, value)| {
+            size + name.as_str().len() + ": ".len() + value.len() + "\r\n".len()
+        })
 }
 
 #[cfg(test)]
@@ -97,5 +162,65 @@ mod tests {
             Err(GatewayError::PayloadTooLarge(10))
         ));
         assert!(check(&req(&[("host", "a"), ("content-length", "10")]), &s).is_ok());
+    }
+
+    #[test]
+    fn head_size_is_the_http11_text() {
+        let r = Request::builder()
+            .method("POST")
+            .uri("/a?b=c")
+            .header("host", "x.example")
+            .header("x-k", "1")
+            .header("x-k", "22")
+            .body(())
+            .expect("valid test request");
+        let text = "POST /a?b=c HTTP/1.1\r\nhost: x.example\r\nx-k: 1\r\nx-k: 22\r\n\r\n";
+        assert_eq!(head_size(&r), text.len());
+        // Absolute-form (and HTTP/2) targets count their scheme and authority.
+        let r = Request::builder()
+            .uri("http://x.example/a")
+            .body(())
+            .expect("valid test request");
+        assert_eq!(
+            head_size(&r),
+            "GET http://x.example/a HTTP/1.1\r\n\r\n".len()
+        );
+    }
+
+    #[test]
+    fn size_caps_are_inclusive_and_the_target_comes_first() {
+        let s = ServerSettings {
+            max_header_size: 8 * 1024,
+            max_uri_size: 1024,
+            ..ServerSettings::default()
+        };
+        let uri = |n: usize| format!("/{}", "a".repeat(n - 1));
+        let at = |target: String, value_len: usize| {
+            Request::builder()
+                .uri(target)
+                .header("host", "a")
+                .header("x-big", "v".repeat(value_len))
+                .body(())
+                .expect("valid test request")
+        };
+        assert!(check(&at(uri(1024), 0), &s).is_ok());
+        assert!(matches!(
+            check(&at(uri(1025), 0), &s),
+            Err(GatewayError::UriTooLong {
+                length: 1025,
+                max: 1024
+            })
+        ));
+        let fits = at("/".into(), 0);
+        let room = 8 * 1024 - head_size(&fits);
+        assert!(check(&at("/".into(), room), &s).is_ok());
+        assert!(matches!(
+            check(&at("/".into(), room + 1), &s),
+            Err(GatewayError::HeaderTooLarge { size, max: 8192 }) if size == 8193
+        ));
+        assert!(matches!(
+            check(&at(uri(1025), room + 1), &s),
+            Err(GatewayError::UriTooLong { .. })
+        ));
     }
 }

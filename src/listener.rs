@@ -7,9 +7,12 @@
 //!
 //! - **connections**: a semaphore permit is taken *before* `accept`, so at
 //!   `server.max_connections` the gateway stops accepting and further
-//!   clients wait in the kernel's backlog instead of each costing a task;
-//! - **header block**: `timeouts.header_read` (slowloris) and
-//!   `server.max_header_size` (431, RFC 6585 §5), both enforced by hyper;
+//!   clients wait in the kernel's backlog (`server.backlog`, see [`bind`])
+//!   instead of each costing a task;
+//! - **header block**: `timeouts.header_read` (slowloris), enforced by
+//!   hyper, and `server.max_header_size` (431, RFC 6585 §5), enforced by
+//!   the [`guard`](crate::guard) so the answer carries a problem+json body,
+//!   with hyper's own bound [`HEAD_SLACK`] above it;
 //! - **TLS handshake**: bounded by `timeouts.header_read` too, since a
 //!   handshake that never completes is the TLS form of slowloris;
 //! - **idle**: a connection with no request in flight and no byte moving
@@ -41,13 +44,55 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::config::{ServerSettings, Timeouts};
 use crate::server::Gateway;
+
+/// How far hyper's own bound on a request head (the HTTP/1.1 read buffer,
+/// the HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`) lies above
+/// `server.max_header_size`. A head between the two reaches the
+/// [`guard`](crate::guard), which answers 431 with a problem+json body; past
+/// the larger bound hyper stops reading and answers 431 with an empty body.
+/// 16 KiB covers a header that is somewhat too large — a grown cookie, a
+/// token with more claims — while a connection can still make hyper buffer
+/// no more than the cap plus 16 KiB.
+pub const HEAD_SLACK: usize = 16 * 1024;
+
+/// Binds a listening socket on `addr` with an accept queue of `backlog`
+/// connections (`server.backlog`).
+///
+/// `std` and tokio's `TcpListener::bind` always ask for 128. This does what
+/// they do otherwise — `SO_REUSEADDR` on Unix, so a restarted gateway can
+/// bind while old connections sit in `TIME_WAIT` — and passes `backlog` to
+/// `listen(2)`. The kernel silently caps it at `net.core.somaxconn` on
+/// Linux (`kern.ipc.somaxconn` on the BSDs and macOS). Must be called
+/// inside a Tokio runtime.
+///
+/// # Errors
+/// The socket cannot be created, bound or put in the listening state.
+pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
+    socket_for(addr)?.listen(backlog)
+}
+
+/// A socket for `addr`, set up as `std` sets up a listener, not yet bound
+/// to listen.
+fn socket_for(addr: SocketAddr) -> io::Result<TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // Windows' SO_REUSEADDR lets another process take a port in use, so
+    // std leaves it off there; so does this.
+    #[cfg(not(windows))]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    Ok(socket)
+}
 
 /// Request extension marking a request that arrived over TLS; the pipeline
 /// reads it to set `X-Forwarded-Proto: https`.
@@ -74,20 +119,22 @@ impl std::fmt::Debug for Shared {
 impl Shared {
     /// Connection settings from the configuration's caps and timeouts.
     pub fn new(settings: &ServerSettings, timeouts: &Timeouts) -> Self {
+        // hyper's bound on a head, above the cap the guard enforces.
+        let head_limit = settings.max_header_size.saturating_add(HEAD_SLACK);
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(timeouts.header_read)
             // The read buffer bounds the header block: a head that does not
-            // fit is answered 431. hyper asserts a buffer of at least 8 KiB;
-            // the loader refuses less, and a hand-built setting is raised.
-            .max_buf_size(settings.max_header_size.max(8 * 1024))
+            // fit is answered 431 by hyper. hyper asserts a buffer of at
+            // least 8 KiB, which `HEAD_SLACK` alone exceeds.
+            .max_buf_size(head_limit)
             .keep_alive(true);
         builder
             .http2()
             .timer(TokioTimer::new())
-            .max_header_list_size(u32::try_from(settings.max_header_size).unwrap_or(u32::MAX));
+            .max_header_list_size(u32::try_from(head_limit).unwrap_or(u32::MAX));
         Self {
             builder,
             permits: Arc::new(Semaphore::new(
@@ -333,5 +380,35 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Tracked<I> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listener_sockets_reuse_addresses_as_std_does() {
+        let socket = socket_for("127.0.0.1:0".parse().expect("addr")).expect("socket");
+        #[cfg(not(windows))]
+        assert!(socket.reuseaddr().expect("SO_REUSEADDR readable"));
+        assert!(socket.local_addr().expect("bound").port() > 0);
+        let v6 = socket_for("[::1]:0".parse().expect("addr"));
+        // Hosts without IPv6 loopback cannot bind it; where they can, the
+        // socket is an IPv6 one.
+        if let Ok(v6) = v6 {
+            assert!(v6.local_addr().expect("bound").is_ipv6());
+        }
+    }
+
+    #[tokio::test]
+    async fn bind_listens_with_the_backlog_given() {
+        let listener = bind("127.0.0.1:0".parse().expect("addr"), 7).expect("bind");
+        let addr = listener.local_addr().expect("bound");
+        // Accepting proves the socket listens; the queue length itself is
+        // visible only to the kernel (tests/edge.rs reads it with `ss`).
+        let client = tokio::net::TcpStream::connect(addr);
+        let (accepted, connected) = tokio::join!(listener.accept(), client);
+        assert!(accepted.is_ok() && connected.is_ok());
     }
 }

@@ -1,13 +1,18 @@
 //! The `tollgate` binary: parses the command line, sets up logging, loads the
 //! configuration and hands it to [`tollgate::run`].
+//!
+//! Nothing here prints with `println!` or `eprintln!`: they panic when the
+//! reader has gone away (`tollgate schema | head -1` closes the pipe after
+//! one line), and a panic is exit status 101 with a message about a bug
+//! that is not one. [`print`] and [`complain`] say what happens instead.
 #![forbid(unsafe_code)]
 
-use std::io::IsTerminal;
+use std::fmt::Display;
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use tokio::net::TcpListener;
 
 use tracing_subscriber::EnvFilter;
 
@@ -51,11 +56,37 @@ enum LogFormat {
 /// Exit status for a configuration that does not load.
 const BAD_CONFIG: u8 = 2;
 
+/// Writes `text` and a newline to stdout, and returns `status`.
+///
+/// A reader that stopped reading (`EPIPE`: `| head`, a closed terminal) is
+/// not a failure of the command: the rest is dropped quietly and `status`
+/// stands, as in ripgrep. A shell's pipeline status is the last command's
+/// anyway, and a SIGPIPE-style 141 would fail `set -o pipefail` scripts
+/// for `tollgate schema | head`. Any other write error is one (a full
+/// disk): it is reported on stderr and the status is 1.
+fn print(text: &str, status: ExitCode) -> ExitCode {
+    let mut out = io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Ok(()) => status,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => status,
+        Err(e) => {
+            complain(format_args!("tollgate: cannot write to stdout: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes a line to stderr. When stderr itself is gone there is nowhere
+/// left to say anything, so a failure is ignored and the caller's exit
+/// status carries the outcome.
+fn complain(line: impl Display) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(cli.command, Some(Command::Schema)) {
-        println!("{}", tollgate::config::schema::json());
-        return ExitCode::SUCCESS;
+        return print(&tollgate::config::schema::json(), ExitCode::SUCCESS);
     }
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
@@ -77,16 +108,22 @@ fn main() -> ExitCode {
     let mut config = match tollgate::config::load_file(&path) {
         Ok(c) => c,
         Err(errors) => {
-            eprintln!("{}: {} error(s):", path.display(), errors.0.len());
+            complain(format_args!(
+                "{}: {} error(s):",
+                path.display(),
+                errors.0.len()
+            ));
             for e in &errors.0 {
-                eprintln!("  {e}");
+                complain(format_args!("  {e}"));
             }
             return ExitCode::from(BAD_CONFIG);
         }
     };
     if matches!(cli.command, Some(Command::Check { .. })) {
-        println!("{}: ok ({} routes)", path.display(), config.routes.len());
-        return ExitCode::SUCCESS;
+        return print(
+            &format!("{}: ok ({} routes)", path.display(), config.routes.len()),
+            ExitCode::SUCCESS,
+        );
     }
 
     if !cli.listen.is_empty() {
@@ -110,27 +147,30 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("cannot start the async runtime: {e}");
+            complain(format_args!("cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     runtime.block_on(async move {
         let hangups = tollgate::reload::Hangups::catch();
+        let shutdown = shutdown_signal();
+        // Every listener, the admin one too, with the configured accept queue.
+        let backlog = config.server.backlog;
         let mut listeners = Vec::new();
         for addr in config.listen.iter().map(|l| l.addr) {
-            match TcpListener::bind(addr).await {
+            match tollgate::listener::bind(addr, backlog) {
                 Ok(l) => listeners.push(l),
                 Err(e) => {
-                    eprintln!("cannot listen on {addr}: {e}");
+                    complain(format_args!("cannot listen on {addr}: {e}"));
                     return ExitCode::FAILURE;
                 }
             }
         }
         let admin = match config.admin {
-            Some(addr) => match TcpListener::bind(addr).await {
+            Some(addr) => match tollgate::listener::bind(addr, backlog) {
                 Ok(l) => Some(l),
                 Err(e) => {
-                    eprintln!("cannot listen on admin address {addr}: {e}");
+                    complain(format_args!("cannot listen on admin address {addr}: {e}"));
                     return ExitCode::FAILURE;
                 }
             },
@@ -139,7 +179,7 @@ fn main() -> ExitCode {
         let gateway = match tollgate::Gateway::new(config).await {
             Ok(g) => std::sync::Arc::new(g),
             Err(e) => {
-                eprintln!("tollgate: {e}");
+                complain(format_args!("tollgate: {e}"));
                 return ExitCode::FAILURE;
             }
         };
@@ -151,29 +191,49 @@ fn main() -> ExitCode {
                 admin: cli.admin,
             },
         ));
-        tollgate::admin::serve_with_admin(gateway, listeners, admin, shutdown_signal()).await;
+        tollgate::admin::serve_with_admin(gateway, listeners, admin, shutdown).await;
         ExitCode::SUCCESS
     })
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// A future that completes on SIGTERM or SIGINT, with both caught from the
+/// moment this returns. Must be called inside the runtime.
+///
+/// tokio installs a signal handler when the stream is created, and
+/// `ctrl_c()` only when first polled; the drain polls its shutdown future
+/// only after the listeners are up and logged. Created lazily, a SIGTERM
+/// right after the "listening" line met the default action — exit at once,
+/// nothing drained — so, like [`tollgate::reload::Hangups::catch`], the
+/// streams are made before anything is bound.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let streams = [SignalKind::terminate(), SignalKind::interrupt()].map(|kind| {
+            signal(kind)
+                .map_err(|e| {
+                    complain(format_args!("cannot catch signal {kind:?}: {e}"));
+                })
+                .ok()
+        });
+        async move {
+            let [term, int] = streams;
+            let wait = |stream: Option<tokio::signal::unix::Signal>| async move {
+                match stream {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(term) => {},
+                () = wait(int) => {},
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

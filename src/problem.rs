@@ -77,6 +77,22 @@ pub enum GatewayError {
     /// sending side.
     #[error("client went away before the request body was complete: {0}")]
     ClientAborted(String),
+    /// The request head is larger than `server.max_header_size` (RFC 6585 §5).
+    #[error("request header block of {size} bytes, over {max}")]
+    HeaderTooLarge {
+        /// The head's size, counted as HTTP/1.1 text.
+        size: usize,
+        /// `server.max_header_size`.
+        max: usize,
+    },
+    /// The request target is longer than `server.max_uri_size` (RFC 9110 §15.5.15).
+    #[error("request target of {length} bytes, over {max}")]
+    UriTooLong {
+        /// Length of the target's path and query.
+        length: usize,
+        /// `server.max_uri_size`.
+        max: usize,
+    },
     /// The limiter store cannot decide and `on_error: deny` refuses.
     #[error("rate limiter unavailable")]
     StoreUnavailable,
@@ -93,6 +109,7 @@ impl GatewayError {
             | Self::PayloadTooLarge(_)
             | Self::BadRequestBody(_)
             | Self::ClientAborted(_) => ErrorSource::Downstream,
+            Self::HeaderTooLarge { .. } | Self::UriTooLong { .. } => ErrorSource::Downstream,
             Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => {
                 ErrorSource::Upstream
             }
@@ -112,6 +129,8 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST
             }
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeaderTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Self::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -161,6 +180,8 @@ impl GatewayError {
             | Self::PayloadTooLarge(_)
             | Self::BadRequestBody(_)
             | Self::ClientAborted(_)
+            | Self::HeaderTooLarge { .. }
+            | Self::UriTooLong { .. }
             | Self::StoreUnavailable => {
                 push_field(&mut body, "type", "about:blank");
                 body.push(',');
@@ -191,6 +212,12 @@ impl GatewayError {
                     Self::ClientAborted(_) => {
                         "The request body ended before it was complete".to_owned()
                     }
+                    Self::HeaderTooLarge { size, max } => format!(
+                        "The request header block is {size} bytes; this gateway accepts at most {max}"
+                    ),
+                    Self::UriTooLong { length, max } => format!(
+                        "The request target's path and query are {length} bytes; this gateway accepts at most {max}"
+                    ),
                     Self::Limited { .. } => String::new(),
                 };
                 push_field(&mut body, "detail", &detail);

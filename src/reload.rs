@@ -13,11 +13,13 @@
 //! `listen` and `admin` (bound sockets), the whole `store` section (the
 //! Redis connection and the key prefix — a new prefix would silently start
 //! every counter from zero), `timeouts.header_read`, `timeouts.idle`,
-//! `timeouts.drain`, `server.max_connections` and `server.max_header_size`
-//! (the listener's settings) and `timeouts.upstream_connect` and
-//! `timeouts.upstream_idle` (the upstream client). Everything else — routes, limits, shadow flags, identity
-//! sources, header mode, per-route timeouts, `server.max_body_size`, and the
-//! TLS certificates and keys of the listeners and upstreams, which the load
+//! `timeouts.drain`, `server.max_connections`, `server.backlog` and
+//! `server.max_header_size` (the listener's settings) and
+//! `timeouts.upstream_connect` and `timeouts.upstream_idle` (the upstream
+//! client). Everything else — routes, limits, shadow flags, identity
+//! sources, header mode, per-route timeouts, `server.max_uri_size`,
+//! `server.max_body_size`, `server.path`, and the TLS certificates and keys
+//! of the listeners and upstreams, which the load
 //! reads again — takes effect on the next request or connection.
 
 use std::net::SocketAddr;
@@ -125,6 +127,10 @@ fn keep_fixed(old: &Config, new: &mut Config) {
         restart("server.max_connections");
         new.server.max_connections = old.server.max_connections;
     }
+    if new.server.backlog != old.server.backlog {
+        restart("server.backlog");
+        new.server.backlog = old.server.backlog;
+    }
     if new.server.max_header_size != old.server.max_header_size {
         restart("server.max_header_size");
         new.server.max_header_size = old.server.max_header_size;
@@ -184,7 +190,7 @@ mod tests {
         )
         .expect("valid");
         let mut new = crate::config::parse_str(
-            "listen: 127.0.0.1:2\nadmin: 127.0.0.1:3\nstore: { prefix: b }\ntimeouts: { header_read: 1s, upstream_response: 1s, idle: 2s, drain: 3s }\nserver: { max_connections: 4, max_header_size: 16KiB, max_body_size: 5 }\nroutes: [ { name: s, respond: {} } ]\n",
+            "listen: 127.0.0.1:2\nadmin: 127.0.0.1:3\nstore: { prefix: b }\ntimeouts: { header_read: 1s, upstream_response: 1s, idle: 2s, drain: 3s }\nserver: { max_connections: 4, backlog: 6, max_header_size: 16KiB, max_uri_size: 2KiB, max_body_size: 5 }\nroutes: [ { name: s, respond: {} } ]\n",
         )
         .expect("valid");
         keep_fixed(&old, &mut new);
@@ -194,7 +200,10 @@ mod tests {
         assert_eq!(new.timeouts.drain, old.timeouts.drain);
         assert_eq!(new.server.max_connections, old.server.max_connections);
         assert_eq!(new.server.max_header_size, old.server.max_header_size);
+        assert_eq!(new.server.backlog, old.server.backlog);
         assert_eq!(new.server.max_body_size, Some(5));
+        // The guard reads the URI cap per request, so it follows a reload.
+        assert_eq!(new.server.max_uri_size, 2048);
         assert_eq!(new.admin, None);
         assert_eq!(new.store.prefix, "a");
         assert_eq!(new.timeouts.header_read, old.timeouts.header_read);

@@ -779,7 +779,7 @@ fn more_top_level_rules() {
             "server.max_connections: must be between 1 and 1000000, found 0 (line 2, col 28)\n\
              server.max_header_size: \"1KiB\" is out of range; write 8KiB to 16MiB (line 2, col 48)\n\
              server.max_body_size: \"10MB\" is not a size; write bytes or a whole number with KiB, MiB or GiB, e.g. 64KiB (line 2, col 69)\n\
-             server: unknown field \"nope\"; expected one of max_connections, max_header_size, max_body_size, path (line 2, col 75)",
+             server: unknown field \"nope\"; expected one of max_connections, backlog, max_header_size, max_uri_size, max_body_size, path (line 2, col 75)",
         ),
         (
             "listen: [ 127.0.0.1:1, { addr: 127.0.0.1:2, tls: { cert: /nonexistent/c.pem } }, { adr: x }, [1] ]\n",
@@ -1129,4 +1129,110 @@ routes:
     assert!(!validator.is_valid(&yaml(
         "listen: 127.0.0.1:1\nroutes: [ { name: a, upstream: 'http://up', forward_proxy_authorization: 'yes' } ]\n"
     )));
+}
+
+#[test]
+fn trusted_proxies_with_host_bits_are_refused_with_both_readings() {
+    let src = format!(
+        "client_ip:\n  trusted_proxies: [127.0.0.1/32, 10.0.0.1/8, \"2001:db8::1/64\", 192.0.2.7, \"::1\"]\n{HEAD}  - {{ name: a, respond: {{}} }}\n"
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            r#"client_ip.trusted_proxies[1]: "10.0.0.1/8" has host bits set; write 10.0.0.0/8 (or 10.0.0.1/32 for one address) (line 2, col 35)"#,
+            r#"client_ip.trusted_proxies[2]: "2001:db8::1/64" has host bits set; write 2001:db8::/64 (or 2001:db8::1/128 for one address) (line 2, col 47)"#,
+        ]
+    );
+    // What the errors suggest loads.
+    let c = valid(&format!(
+        "client_ip:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.1/32, \"2001:db8::/64\", 0.0.0.0/0]\n{HEAD}  - {{ name: a, respond: {{}} }}\n"
+    ));
+    let nets: Vec<String> = c
+        .client_ip
+        .trusted_proxies
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        nets,
+        ["10.0.0.0/8", "10.0.0.1/32", "2001:db8::/64", "0.0.0.0/0"]
+    );
+}
+
+#[test]
+fn a_tab_in_the_indentation_is_named_with_its_line_and_column() {
+    // A tab where a list item's indentation belongs.
+    let src = "listen: 127.0.0.1:8080\nroutes:\n\t- name: a\n\t  respond: {}\n";
+    assert_eq!(
+        error(src),
+        "invalid YAML: a tab character; YAML indents with spaces only (line 3, col 1)"
+    );
+    // A tab after spaces, deeper in the file.
+    let src = "listen: 127.0.0.1:8080\nroutes:\n  - name: a\n  \t  respond: {}\n";
+    assert_eq!(
+        error(src),
+        "invalid YAML: a tab character; YAML indents with spaces only (line 4, col 3)"
+    );
+    // In a nested mapping, seven lines down.
+    let src = "listen: 127.0.0.1:8080\nstore:\n  on_error: allow\nroutes:\n  - name: a\n    limits:\n\t- { name: l, key: ip, limit: 1, window: 1s }\n    respond: {}\n";
+    assert_eq!(
+        error(src),
+        "invalid YAML: a tab character; YAML indents with spaces only (line 7, col 1)"
+    );
+    // A tab between a key and its value is YAML's separator, not indentation.
+    let c = valid("listen:\t127.0.0.1:8080\nroutes: [ { name: a, respond: {} } ]\n");
+    assert_eq!(c.routes.len(), 1);
+    // Other syntax errors keep the parser's words.
+    assert_eq!(
+        error("listen: [1\n"),
+        "invalid YAML: did not find expected ',' or ']', while parsing a flow sequence at line 1 column 9 (line 2, col 1)"
+    );
+}
+
+#[test]
+fn backlog_and_uri_size_map_onto_the_model_and_are_checked() {
+    let c = valid(
+        "listen: 127.0.0.1:1\nserver: { backlog: 100, max_uri_size: 2KiB }\nroutes: [ { name: a, respond: {} } ]\n",
+    );
+    assert_eq!(c.server.backlog, 100);
+    assert_eq!(c.server.max_uri_size, 2048);
+    // Defaults: above std's and tokio's 128 (see README), and a URI cap
+    // under hyper's own 64 KiB stop.
+    let d = valid("listen: 127.0.0.1:1\nroutes: [ { name: a, respond: {} } ]\n");
+    assert_eq!(d.server.backlog, 4096);
+    assert_eq!(d.server.max_uri_size, 16 * 1024);
+    assert_eq!(
+        errors(
+            "listen: 127.0.0.1:1\nserver:\n  backlog: 0\n  max_uri_size: 64KiB\nroutes: [ { name: a, respond: {} } ]\n"
+        ),
+        [
+            "server.backlog: must be between 1 and 2147483647, found 0 (line 3, col 12)",
+            r#"server.max_uri_size: "64KiB" is out of range; write 1KiB to 63KiB (hyper refuses targets over 64 KiB by itself) (line 4, col 17)"#,
+        ]
+    );
+    assert_eq!(
+        error(
+            "listen: 127.0.0.1:1\nserver: { backlog: many }\nroutes: [ { name: a, respond: {} } ]\n"
+        ),
+        r#"server.backlog: expected a whole number, found the string "many" (line 2, col 20)"#
+    );
+}
+
+#[test]
+fn schema_knows_backlog_and_uri_size() {
+    let schema = serde_json::to_value(tollgate::config::schema::schema()).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let yaml = |src: &str| -> serde_json::Value { yaml_serde::from_str(src).expect("YAML parses") };
+    let good = "listen: 127.0.0.1:1\nserver: { backlog: 1024, max_uri_size: 8KiB }\nroutes: [ { name: a, respond: {} } ]\n";
+    let errors: Vec<String> = validator
+        .iter_errors(&yaml(good))
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    for bad in [
+        "listen: 127.0.0.1:1\nserver: { backlog: lots }\nroutes: [ { name: a, respond: {} } ]\n",
+        "listen: 127.0.0.1:1\nserver: { max_uri_size: 8KB }\nroutes: [ { name: a, respond: {} } ]\n",
+    ] {
+        assert!(!validator.is_valid(&yaml(bad)), "accepted:\n{bad}");
+    }
 }

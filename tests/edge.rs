@@ -1332,3 +1332,208 @@ routes:
     .collect();
     assert_eq!(heard, want, "each request went out once, /two twice");
 }
+
+// ---------------------------------------------------------------------------
+// Size refusals as problem+json, and the listen backlog
+// ---------------------------------------------------------------------------
+
+/// The problem+json body of a refusal, checked for its content type and
+/// `status` member.
+fn problem(r: &RawReply, status: u16) -> serde_json::Value {
+    assert_eq!(r.status, status, "{}", r.head);
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/problem+json"),
+        "{}",
+        r.head
+    );
+    let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_else(|e| {
+        panic!(
+            "{e}: a JSON body, got {:?}",
+            String::from_utf8_lossy(&r.body)
+        )
+    });
+    assert_eq!(body["status"], status, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn oversized_head_is_a_431_problem_json_and_closes() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "server: { max_header_size: 16KiB }").await;
+    // One large header (a grown cookie), then many small ones adding up.
+    let big = "v".repeat(20 * 1024);
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(&request(&format!(
+            "GET /x HTTP/1.1\nHost: gateway.test\nCookie: {big}\n\n"
+        )))
+        .await
+        .expect("write");
+    let r = read_reply(&mut stream).await;
+    let body = problem(&r, 431);
+    assert_eq!(body["title"], "Request Header Fields Too Large");
+    let detail = body["detail"].as_str().expect("a detail");
+    assert!(detail.contains("at most 16384"), "{detail}");
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(closed_within(&mut stream, Duration::from_secs(5)).await);
+    let mut head = String::from("GET /x HTTP/1.1\nHost: gateway.test\n");
+    for i in 0..90 {
+        head.push_str(&format!("X-H{i}: {}\n", "v".repeat(250)));
+    }
+    head.push('\n');
+    problem(&raw(gw.addr, &request(&head)).await, 431);
+    // A head just inside the cap is forwarded.
+    let fits = format!(
+        "GET /x HTTP/1.1\nHost: gateway.test\nCookie: {}\n\n",
+        "v".repeat(15 * 1024)
+    );
+    assert_eq!(raw(gw.addr, &request(&fits)).await.status, 200);
+    assert_eq!(up.count(), 1);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn oversized_h2_header_list_under_hypers_bound_is_a_431_problem_json() {
+    use http_body_util::BodyExt;
+
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "server: { max_header_size: 16KiB }").await;
+    let stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2c handshake");
+    tokio::spawn(conn);
+    let req = Request::get(format!("http://{}/x", gw.addr))
+        .header("x-big", "v".repeat(20 * 1024))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let res = h2.send_request(req).await.expect("an answer");
+    assert_eq!(res.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_eq!(
+        res.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/problem+json")
+    );
+    let body = res.into_body().collect().await.expect("body").to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+    assert_eq!(body["status"], 431);
+    assert_eq!(up.count(), 0);
+    still_serves(&gw).await;
+}
+
+#[tokio::test]
+async fn overlong_target_is_a_414_problem_json() {
+    let up = Upstream::start().await;
+    let gw = edge_gateway(&up, "").await;
+    // Over the default 16 KiB, well inside hyper's 64 KiB stop.
+    let path = format!("/x?q={}", "a".repeat(20_000));
+    let r = raw(
+        gw.addr,
+        &request(&format!("GET {path} HTTP/1.1\nHost: gateway.test\n\n")),
+    )
+    .await;
+    let body = problem(&r, 414);
+    assert_eq!(body["title"], "URI Too Long");
+    // Exactly at the cap is forwarded.
+    let path = format!("/x?q={}", "a".repeat(16 * 1024 - "/x?q=".len()));
+    let r = raw(
+        gw.addr,
+        &request(&format!("GET {path} HTTP/1.1\nHost: gateway.test\n\n")),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(up.count(), 1);
+
+    // A lower cap from the file.
+    let gw = edge_gateway(&up, "server: { max_uri_size: 2KiB }").await;
+    let path = format!("/{}", "b".repeat(3000));
+    let r = raw(
+        gw.addr,
+        &request(&format!("GET {path} HTTP/1.1\nHost: gateway.test\n\n")),
+    )
+    .await;
+    let body = problem(&r, 414);
+    let detail = body["detail"].as_str().expect("a detail");
+    assert!(
+        detail.contains("3001 bytes") && detail.contains("2048"),
+        "{detail}"
+    );
+    assert_eq!(up.count(), 1);
+    still_serves(&gw).await;
+}
+
+/// Whether `ss` (iproute2) is installed.
+fn have_ss() -> bool {
+    match std::process::Command::new("ss").arg("-V").output() {
+        Ok(out) => out.status.success(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => panic!("ss: {e}"),
+    }
+}
+
+/// The accept queue the kernel keeps for the listening socket on `addr`:
+/// the Send-Q column `ss -ltn` shows for a socket in LISTEN state.
+fn listen_queue(addr: SocketAddr) -> u32 {
+    let out = std::process::Command::new("ss")
+        .args(["-ltnH", &format!("sport = :{}", addr.port())])
+        .output()
+        .expect("run ss");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // State, Recv-Q, Send-Q, local address, peer address.
+            (cols.len() >= 4 && cols[0] == "LISTEN" && cols[3] == addr.to_string())
+                .then(|| cols[2].parse().expect("Send-Q is a number"))
+        })
+        .unwrap_or_else(|| panic!("ss lists no listener on {addr}:\n{text}"))
+}
+
+#[tokio::test]
+async fn the_binary_listens_with_the_configured_backlog() {
+    if !have_ss() {
+        eprintln!("skipped: `ss` (iproute2) is not installed to read the accept queue");
+        return;
+    }
+    // The kernel caps every backlog at net.core.somaxconn.
+    let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .expect("Linux, where ss runs")
+        .trim()
+        .parse()
+        .expect("a number");
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The proxy and admin addresses of a binary serving `server`, and the
+    // process, killed on drop.
+    let start = |server: &str| {
+        let path = dir.path().join("gateway.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\n{server}routes: [ {{ name: a, respond: {{}} }} ]\n"
+            ),
+        )
+        .expect("write config");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.arg("--config").arg(&path);
+        let started = support::binary::spawn_listening(cmd, 2, None);
+        let admin = started.admin.expect("an admin listener");
+        (started.proxy[0], admin, Child(started.child))
+    };
+
+    // 100: below any kernel's cap, and neither std's 128 nor the default.
+    let (proxy, admin, child) = start("server: { backlog: 100 }\n");
+    assert_eq!(listen_queue(proxy), 100);
+    assert_eq!(listen_queue(admin), 100);
+    drop(child);
+
+    // The default asks for 4096; the kernel grants up to somaxconn.
+    let (proxy, admin, _child) = start("");
+    let expected = 4096.min(somaxconn);
+    assert_eq!(listen_queue(proxy), expected);
+    assert_eq!(listen_queue(admin), expected);
+}

@@ -920,3 +920,70 @@ fn schema_validates_the_shipped_gateway_yaml_and_rejects_mistakes() {
         assert!(!validator.is_valid(&yaml(bad)), "accepted:\n{bad}");
     }
 }
+
+/// A pipe whose reading end is already closed, as `tollgate schema | head -1`
+/// leaves it once `head` has its line; closed before the binary starts, so
+/// its first write meets `EPIPE` however fast it runs.
+#[cfg(unix)]
+fn closed_pipe() -> std::process::Stdio {
+    let (writer, reader) = tokio::net::unix::pipe::pipe().expect("pipe");
+    drop(reader);
+    std::process::Stdio::from(writer.into_blocking_fd().expect("pipe fd"))
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn printing_into_a_closed_pipe_exits_quietly_with_the_commands_status() {
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "listen: 127.0.0.1:0\nroutes: [ { name: a, respond: {} } ]\n",
+    )
+    .expect("write");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "listen: nowhere\nroutes: [ { name: a, respond: {} } ]\n",
+    )
+    .expect("write");
+    let run = |args: &[&std::ffi::OsStr], stdout: Stdio, stderr: Stdio| {
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(args)
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .expect("start tollgate")
+            .wait_with_output()
+            .expect("wait")
+    };
+
+    // stdout gone: the command's own status, and nothing on stderr (no
+    // panic message, no complaint about the reader).
+    for args in [
+        vec!["schema".as_ref()],
+        vec!["check".as_ref(), good.as_os_str()],
+    ] {
+        let out = run(&args, closed_pipe(), Stdio::piped());
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // stderr gone: a bad file is still exit status 2.
+    let out = run(
+        &["check".as_ref(), bad.as_os_str()],
+        Stdio::piped(),
+        closed_pipe(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty());
+    // With a reader, the same commands print as before.
+    let out = run(&["schema".as_ref()], Stdio::piped(), Stdio::piped());
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.starts_with(b"{"), "{out:?}");
+}

@@ -242,7 +242,7 @@ pub struct Root {
     pub timeouts: Field<Timeouts>,
     /// `routes:`
     pub routes: Field<Vec<Field<Route>>>,
-    /// `server: { max_connections, max_header_size, max_body_size }`
+    /// `server: { max_connections, backlog, max_header_size, max_uri_size, max_body_size }`
     pub server: Field<Server>,
 }
 
@@ -303,9 +303,14 @@ pub struct Tls {
 pub struct Server {
     /// `max_connections: 10000`
     pub max_connections: Field<Int>,
+    /// `backlog: 4096` (accept queue of each listener; capped by the kernel)
+    pub backlog: Field<Int>,
     /// `max_header_size: 128KiB`
     #[schemars(extend("pattern" = super::schema::SIZE))]
     pub max_header_size: Field<Text>,
+    /// `max_uri_size: 16KiB` (path and query of the request target)
+    #[schemars(extend("pattern" = super::schema::SIZE))]
+    pub max_uri_size: Field<Text>,
     /// `max_body_size: 10MiB`
     #[schemars(extend("pattern" = super::schema::SIZE))]
     pub max_body_size: Field<Text>,

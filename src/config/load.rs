@@ -92,10 +92,11 @@ pub fn parse_str(src: &str) -> Result<Config, ConfigErrors> {
 fn parse_in(src: &str, base: Option<&Path>) -> Result<Config, ConfigErrors> {
     // Some editors save a byte order mark; the YAML loader would misread it.
     let src = src.strip_prefix('\u{feff}').unwrap_or(src);
-    let mut value: yaml_serde::Value = yaml_serde::from_str(src).map_err(|e| syntax_error(&e))?;
+    let mut value: yaml_serde::Value =
+        yaml_serde::from_str(src).map_err(|e| syntax_error(&e, src))?;
     // Merge keys (`<<: *defaults`) are resolved, so shared route or limit
     // settings can be written once.
-    value.apply_merge().map_err(|e| syntax_error(&e))?;
+    value.apply_merge().map_err(|e| syntax_error(&e, src))?;
 
     let positions = Positions::index(src);
     let mut check = Check {
@@ -157,7 +158,11 @@ fn error(path: &str, message: impl Into<String>, pos: Option<Pos>) -> ConfigErro
 
 /// A YAML syntax (or loader) error: one error at `yaml_serde`'s location,
 /// without the location repeated inside the message.
-fn syntax_error(e: &yaml_serde::Error) -> ConfigErrors {
+///
+/// A tab where YAML wants indentation is the commonest syntax error in a
+/// hand-edited file, and the parser's words for it ("found character that
+/// cannot start any token") do not say so; it is named instead.
+fn syntax_error(e: &yaml_serde::Error, src: &str) -> ConfigErrors {
     let location = e.location();
     let mut message = e.to_string();
     let pos = location.map(|l| Pos {
@@ -166,8 +171,32 @@ fn syntax_error(e: &yaml_serde::Error) -> ConfigErrors {
     });
     if let Some(p) = pos {
         message = message.replacen(&format!(" at line {} column {}", p.line, p.col), "", 1);
+        if let Some(tab) = tab_in_error(src, p, &message) {
+            return ConfigErrors(vec![error(
+                "",
+                "invalid YAML: a tab character; YAML indents with spaces only",
+                Some(tab),
+            )]);
+        }
     }
     ConfigErrors(vec![error("", format!("invalid YAML: {message}"), pos)])
+}
+
+/// The tab a syntax error at `pos` is about: the character at `pos`, or,
+/// when the parser's message names a tab, the first tab on that line.
+fn tab_in_error(src: &str, pos: Pos, message: &str) -> Option<Pos> {
+    let line = src.lines().nth(pos.line.checked_sub(1)?)?;
+    if line.chars().nth(pos.col.checked_sub(1)?) == Some('\t') {
+        return Some(pos);
+    }
+    if message.contains("tab character") {
+        let col = line.chars().position(|c| c == '\t')? + 1;
+        return Some(Pos {
+            line: pos.line,
+            col,
+        });
+    }
+    None
 }
 
 /// Marks a check that failed; its error is already recorded.
@@ -466,6 +495,26 @@ impl Check<'_> {
                 Ok(n)
             }),
         );
+        let backlog = self.optional(
+            &server.backlog,
+            &child_key(path, "backlog"),
+            int(1, i64::from(i32::MAX)),
+        );
+        let max_uri_size = self.optional(
+            &server.max_uri_size,
+            &child_key(path, "max_uri_size"),
+            text(|s| {
+                let n = parse_size(s)?;
+                // Past hyper's own stop tollgate never sees the request:
+                // hyper answers 414 by itself, with an empty body.
+                if !(1024..=63 * 1024).contains(&n) {
+                    return Err(format!(
+                        "{s:?} is out of range; write 1KiB to 63KiB (hyper refuses targets over 64 KiB by itself)"
+                    ));
+                }
+                Ok(n)
+            }),
+        );
         let max_body_size = self.optional(
             &server.max_body_size,
             &child_key(path, "max_body_size"),
@@ -476,9 +525,15 @@ impl Check<'_> {
             max_connections: max_connections?
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(defaults.max_connections),
+            backlog: backlog?
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(defaults.backlog),
             max_header_size: max_header_size?
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(defaults.max_header_size),
+            max_uri_size: max_uri_size?
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(defaults.max_uri_size),
             max_body_size: max_body_size?.or(defaults.max_body_size),
             path: rules?.unwrap_or(defaults.path),
         })
@@ -1474,18 +1529,31 @@ fn parse_host_port(s: &str) -> Result<(String, u16), String> {
 }
 
 /// `10.0.0.0/8`, `::1/128`, or a bare address (a /32 or /128 network).
-/// Host bits are cleared (`10.1.2.3/8` is `10.0.0.0/8`).
+///
+/// A network with host bits set (`10.0.0.1/8`) is refused rather than
+/// truncated: it is a list of whom to believe, and the writer meant either
+/// the one proxy `10.0.0.1` or all of `10.0.0.0/8`. Guessing the network
+/// would trust sixteen million addresses to write `X-Forwarded-For` when
+/// one was meant; the error names both readings.
 fn parse_ip_net(s: &str) -> Result<IpNet, String> {
     let net = if s.contains('/') {
         s.parse::<IpNet>().ok()
     } else {
         s.parse::<IpAddr>().ok().map(IpNet::from)
     };
-    net.map(|n| n.trunc()).ok_or_else(|| {
+    let net = net.ok_or_else(|| {
         format!(
             "{s:?} is not an IP address or CIDR network; write e.g. 10.0.0.0/8, 192.0.2.7 or ::1"
         )
-    })
+    })?;
+    if net.trunc() != net {
+        let one = IpNet::from(net.addr());
+        return Err(format!(
+            "{s:?} has host bits set; write {} (or {one} for one address)",
+            net.trunc()
+        ));
+    }
+    Ok(net)
 }
 
 fn parse_header_name(s: &str) -> Result<HeaderName, String> {
@@ -1822,8 +1890,20 @@ mod tests {
     fn nets_hosts_methods_upstreams() {
         assert_eq!(parse_ip_net("::1").map(|n| n.prefix_len()), Ok(128));
         assert_eq!(
-            parse_ip_net("10.1.2.3/8").map(|n| n.to_string()),
-            Ok("10.0.0.0/8".into())
+            parse_ip_net("10.1.2.3/8"),
+            Err("\"10.1.2.3/8\" has host bits set; write 10.0.0.0/8 (or 10.1.2.3/32 for one address)".into())
+        );
+        assert_eq!(
+            parse_ip_net("2001:db8::1/64"),
+            Err("\"2001:db8::1/64\" has host bits set; write 2001:db8::/64 (or 2001:db8::1/128 for one address)".into())
+        );
+        assert_eq!(
+            parse_ip_net("10.1.2.3/32").map(|n| n.to_string()),
+            Ok("10.1.2.3/32".into())
+        );
+        assert_eq!(
+            parse_ip_net("0.0.0.0/0").map(|n| n.to_string()),
+            Ok("0.0.0.0/0".into())
         );
         assert_eq!(parse_host("*.Example.COM"), Ok("*.example.com".into()));
         assert!(parse_host("a.example.com:80").is_err());
