@@ -29,7 +29,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
-use crate::server::{self, Gateway};
+use crate::pipeline::Gateway;
+use crate::server;
 use crate::top::CAPACITY;
 
 /// Serves the proxy `listeners` and, when given, the `admin` listener until

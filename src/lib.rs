@@ -9,7 +9,6 @@
 //! calls it. See `docs/request-lifecycle.md` for the phase chart.
 #![forbid(unsafe_code)]
 
-pub mod access;
 pub mod admin;
 pub mod clock;
 pub mod config;
@@ -19,6 +18,7 @@ pub mod identity;
 pub mod limit;
 pub mod listener;
 pub mod metrics;
+pub mod pipeline;
 pub mod plans;
 pub mod problem;
 pub mod proxy;
@@ -33,4 +33,5 @@ pub mod top;
 pub mod upgrade;
 
 pub use config::Config;
-pub use server::{Gateway, run};
+pub use pipeline::Gateway;
+pub use server::run;

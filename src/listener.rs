@@ -50,7 +50,8 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::config::{ServerSettings, Timeouts};
-use crate::server::Gateway;
+use crate::pipeline::Gateway;
+use crate::proxy::Secure;
 
 /// How far hyper's own bound on a request head (the HTTP/1.1 read buffer,
 /// the HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`) lies above
@@ -93,11 +94,6 @@ fn socket_for(addr: SocketAddr) -> io::Result<TcpSocket> {
     socket.bind(addr)?;
     Ok(socket)
 }
-
-/// Request extension marking a request that arrived over TLS; the pipeline
-/// reads it to set `X-Forwarded-Proto: https`.
-#[derive(Debug, Clone, Copy)]
-pub struct Secure;
 
 /// What every connection of every listener shares.
 pub struct Shared {

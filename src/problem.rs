@@ -17,17 +17,6 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// The start of every 429 body after its `{`: type, title and status.
 const LIMITED_HEAD: &str = "\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429";
 
-/// Where an error came from, for logs and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorSource {
-    /// The client's request.
-    Downstream,
-    /// The upstream server.
-    Upstream,
-    /// The limiter store.
-    Store,
-}
-
 /// A request that ends at the gateway.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -64,6 +53,9 @@ pub enum GatewayError {
     /// more than one `Host`).
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// The request target has no canonical form ([`crate::target`]).
+    #[error("bad request target: {0}")]
+    BadTarget(#[from] crate::target::TargetError),
     /// The request body is larger than `server.max_body_size` (RFC 9110 §15.5.14).
     #[error("request body larger than {0} bytes")]
     PayloadTooLarge(u64),
@@ -99,24 +91,6 @@ pub enum GatewayError {
 }
 
 impl GatewayError {
-    /// Where the error came from.
-    pub fn source_kind(&self) -> ErrorSource {
-        match self {
-            Self::NoRoute { .. }
-            | Self::Limited { .. }
-            | Self::UnknownApiKey
-            | Self::BadRequest(_)
-            | Self::PayloadTooLarge(_)
-            | Self::BadRequestBody(_)
-            | Self::ClientAborted(_) => ErrorSource::Downstream,
-            Self::HeaderTooLarge { .. } | Self::UriTooLong { .. } => ErrorSource::Downstream,
-            Self::UpstreamConnect(_) | Self::UpstreamTimeout(_) | Self::UpstreamFailed(_) => {
-                ErrorSource::Upstream
-            }
-            Self::StoreUnavailable => ErrorSource::Store,
-        }
-    }
-
     /// The status code answered.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -125,9 +99,10 @@ impl GatewayError {
             Self::UnknownApiKey => StatusCode::UNAUTHORIZED,
             Self::UpstreamConnect(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            Self::BadRequest(_) | Self::BadRequestBody(_) | Self::ClientAborted(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::BadRequest(_)
+            | Self::BadTarget(_)
+            | Self::BadRequestBody(_)
+            | Self::ClientAborted(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::HeaderTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
@@ -177,6 +152,7 @@ impl GatewayError {
             | Self::UpstreamTimeout(_)
             | Self::UpstreamFailed(_)
             | Self::BadRequest(_)
+            | Self::BadTarget(_)
             | Self::PayloadTooLarge(_)
             | Self::BadRequestBody(_)
             | Self::ClientAborted(_)
@@ -203,6 +179,7 @@ impl GatewayError {
                     Self::StoreUnavailable => "The rate limiter cannot decide right now and this route fails closed; retry shortly".to_owned(),
                     Self::UpstreamFailed(_) => "The upstream connection failed".to_owned(),
                     Self::BadRequest(why) => format!("The request is malformed: {why}"),
+                    Self::BadTarget(why) => format!("The request target is refused: {why}"),
                     Self::PayloadTooLarge(max) => {
                         format!("The request body is larger than {max} bytes")
                     }
@@ -274,7 +251,6 @@ mod tests {
     fn store_unavailable_is_a_503_problem() {
         let e = GatewayError::StoreUnavailable;
         assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(e.source_kind(), ErrorSource::Store);
         let body = String::from_utf8_lossy(&e.problem()).into_owned();
         assert!(body.contains("\"status\":503"), "{body}");
         assert!(body.contains("\"title\":\"Service Unavailable\""), "{body}");

@@ -47,6 +47,11 @@ pub use pool::Pool;
 /// generated locally.
 pub type Body = Either<Incoming, Full<Bytes>>;
 
+/// Request extension marking a request that arrived over TLS; the
+/// forwarder reads it to set `X-Forwarded-Proto: https`.
+#[derive(Debug, Clone, Copy)]
+pub struct Secure;
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1) besides those named in `Connection`.
 pub static HOP_HEADERS: [HeaderName; 6] = [
     HeaderName::from_static("connection"),

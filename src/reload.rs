@@ -29,7 +29,7 @@ use std::sync::Arc;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigErrors, load_file};
-use crate::server::Gateway;
+use crate::pipeline::Gateway;
 
 /// What the command line put in place of the file's values (`--listen`,
 /// `--admin`); applied to every reloaded file as at start.

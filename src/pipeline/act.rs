@@ -1,0 +1,89 @@
+//! Phase 3: answer the admitted request — locally for `respond:` routes, or
+//! by forwarding it upstream (passing an upgrade through when the route
+//! allows one).
+
+use std::time::Instant;
+
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Request, Response};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+
+use super::{Gateway, Runtime};
+use crate::config::{Action, Respond, Upstream};
+use crate::identity;
+use crate::problem::GatewayError;
+use crate::proxy::{self, Body, Hop, Secure};
+use crate::routing::CompiledRoute;
+use crate::upgrade;
+
+/// The answer of the route's action.
+///
+/// # Errors
+/// A [`GatewayError`] of the forward: the upstream's fault (unreachable,
+/// timed out, failed) or the client's (its body broke, ended early or
+/// passed `server.max_body_size`).
+pub async fn act(
+    gw: &Gateway,
+    rt: &Runtime,
+    route: &CompiledRoute,
+    req: Request<Incoming>,
+    peer: std::net::IpAddr,
+) -> Result<Response<Body>, GatewayError> {
+    match &route.route.action {
+        Action::Respond(r) => Ok(respond(r)),
+        Action::Upstream(up) => forward(gw, rt, route, req, up, peer).await,
+    }
+}
+
+fn respond(r: &Respond) -> Response<Body> {
+    let mut res = Response::new(Either::Right(Full::new(r.body.clone())));
+    *res.status_mut() = r.status;
+    if let Ok(ct) = HeaderValue::from_str(&r.content_type) {
+        res.headers_mut().insert(CONTENT_TYPE, ct);
+    }
+    res
+}
+
+async fn forward(
+    gw: &Gateway,
+    rt: &Runtime,
+    route: &CompiledRoute,
+    mut req: Request<Incoming>,
+    up: &Upstream,
+    peer: std::net::IpAddr,
+) -> Result<Response<Body>, GatewayError> {
+    let cfg = &rt.config;
+    let upgrade = if up.upgrade {
+        upgrade::take(&mut req)
+    } else {
+        None
+    };
+    let hop = Hop {
+        peer,
+        trusted: identity::is_trusted(&cfg.client_ip.trusted_proxies, peer),
+        scheme: if req.extensions().get::<Secure>().is_some() {
+            "https"
+        } else {
+            "http"
+        },
+        user_header: &cfg.users.header,
+    };
+    proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
+    if let Some(u) = &upgrade {
+        u.restore(req.headers_mut());
+    }
+    let pool = rt.pools.get(route.index).and_then(Option::as_deref);
+    let sent = Instant::now();
+    let mut res = gw
+        .forwarder
+        .send(req, up, pool, cfg.server.max_body_size)
+        .await?;
+    if let Some(m) = rt.route_metrics.get(route.index).and_then(Option::as_ref) {
+        m.upstream_response(res.status(), sent.elapsed());
+    }
+    if let Some(u) = upgrade {
+        u.finish(&mut res);
+    }
+    Ok(res.map(Either::Left))
+}

@@ -1,0 +1,190 @@
+//! Phase 2: who is calling, which limits apply to them, and what the
+//! limits say.
+//!
+//! The caller is worked out only on routes with limits. On routes whose
+//! limits come from plans, the caller's plan picks the limits (a caller
+//! without one is refused with 401). The store keys of the caller's limits
+//! are built here, decided by [`shadow::decide`], and the result is left in
+//! the [`Exchange`] for the rate-limit headers and the access log.
+
+use std::sync::Arc;
+
+use http::{HeaderValue, Request};
+use tracing::debug;
+
+use super::observe::IdentityKind;
+use super::{Exchange, Gateway, Runtime};
+use crate::config::{Config, Limit};
+use crate::headers;
+use crate::identity::{self, Caller, IdentityConfig};
+use crate::limit::LimitRequest;
+use crate::plans::PlanChoice;
+use crate::problem::GatewayError;
+use crate::routing::{CompiledRoute, LimitView};
+use crate::shadow::{self, RouteDecision};
+use crate::store::keys;
+
+/// The limits one caller met on one route, and what they decided.
+#[derive(Debug)]
+pub struct Checked {
+    route: Arc<CompiledRoute>,
+    /// The route's limits as the caller's plan expands them; `None` when
+    /// no limit comes from a plan.
+    view: Option<Arc<LimitView>>,
+    /// What the limits said.
+    pub decision: RouteDecision,
+    /// The instant the decision was made at.
+    pub now_ms: u64,
+}
+
+impl Checked {
+    /// The limits decided, in order.
+    pub fn limits(&self) -> &[Limit] {
+        match &self.view {
+            Some(v) => &v.limits,
+            None => &self.route.route.limits,
+        }
+    }
+
+    /// The `RateLimit-Policy` value of those limits.
+    pub fn policy_header(&self) -> Option<&HeaderValue> {
+        match &self.view {
+            Some(v) => v.policy_header.as_ref(),
+            None => self.route.policy_header.as_ref(),
+        }
+    }
+}
+
+/// Decides the route's limits for the caller of `req`.
+///
+/// # Errors
+/// [`GatewayError::UnknownApiKey`] when the route's limits come from plans
+/// and the caller has none, [`GatewayError::StoreUnavailable`] when the
+/// store cannot decide and the route fails closed, and
+/// [`GatewayError::Limited`] when an enforced limit denies.
+pub async fn decide<B>(
+    gw: &Gateway,
+    rt: &Runtime,
+    route: &Arc<CompiledRoute>,
+    req: &Request<B>,
+    ex: &mut Exchange,
+) -> Result<(), GatewayError> {
+    if route.route.limits.is_empty() {
+        return Ok(());
+    }
+    let cfg = &rt.config;
+    let now_ms = gw.clock.now_ms();
+    let idc = IdentityConfig {
+        client_ip: &cfg.client_ip,
+        api_keys: &cfg.api_keys,
+        users: &cfg.users,
+    };
+    let caller = identity::caller(idc, ex.peer.ip(), req.headers());
+    ex.identity = IdentityKind::of(&caller);
+    let view = plan(gw, rt, route, &caller, now_ms).await?;
+    let (limits, suffixes) = match &view {
+        Some(v) => (&v.limits[..], &v.key_suffixes[..]),
+        None => (&route.route.limits[..], &route.key_suffixes[..]),
+    };
+    let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller);
+    let decision = shadow::decide(
+        &gw.limiter,
+        now_ms,
+        limits,
+        route.route.shadow,
+        &requests,
+        route.route.on_error,
+    )
+    .await;
+    shadow::record(
+        &decision,
+        &route.route.name,
+        limits,
+        &caller,
+        ex.metrics.as_deref(),
+        &gw.top,
+    );
+    if decision.unavailable {
+        debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
+        return Err(GatewayError::StoreUnavailable);
+    }
+    let refused = (!decision.allowed).then(|| {
+        debug!(route = %route.route.name, "limited");
+        GatewayError::Limited {
+            policies: decision.violated(limits),
+            retry_after: decision.retry_after_ms().map(headers::ceil_secs),
+        }
+    });
+    ex.checked = Some(Checked {
+        route: route.clone(),
+        view,
+        decision,
+        now_ms,
+    });
+    refused.map_or(Ok(()), Err)
+}
+
+/// The route's limits for the caller's plan, when they come from plans.
+async fn plan(
+    gw: &Gateway,
+    rt: &Runtime,
+    route: &CompiledRoute,
+    caller: &Caller<'_>,
+    now_ms: u64,
+) -> Result<Option<Arc<LimitView>>, GatewayError> {
+    if route.plan_views.is_empty() {
+        return Ok(None);
+    }
+    // Boxed: a Redis call's future is kilobytes, and this one would
+    // otherwise sit in every request's future.
+    let choice = Box::pin(rt.plans.plan_of(caller.api_key, gw.limiter.redis(), now_ms)).await;
+    let view = match choice {
+        PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
+        PlanChoice::Reject => None,
+    };
+    if view.is_none() {
+        debug!(route = %route.route.name, "no plan for this caller");
+        return Err(GatewayError::UnknownApiKey);
+    }
+    Ok(view)
+}
+
+/// One store request per limit: the counter key
+/// `<prefix>{<identity>}<limit suffix>` (the identity as a digest when the
+/// store keeps digests) with the limit's numbers.
+fn limit_requests(
+    cfg: &Config,
+    route_cost: u64,
+    limits: &[Limit],
+    suffixes: &[String],
+    caller: &Caller<'_>,
+) -> Vec<LimitRequest> {
+    let digest = cfg.store.digest_keys();
+    let prefix = &cfg.store.prefix;
+    let mut text = String::new();
+    limits
+        .iter()
+        .zip(suffixes)
+        .map(|(l, suffix)| {
+            let mut key = String::with_capacity(prefix.len() + 48 + suffix.len());
+            key.push_str(prefix);
+            key.push('{');
+            if digest {
+                text.clear();
+                identity::write_key(&mut text, &l.key, caller);
+                keys::push_digest(&mut key, text.as_bytes(), keys::IDENTITY_CHARS);
+            } else {
+                identity::write_key(&mut key, &l.key, caller);
+            }
+            key.push('}');
+            key.push_str(suffix);
+            LimitRequest {
+                key,
+                limit: l.limit.get(),
+                window_ms: l.window_ms.get(),
+                cost: l.cost.unwrap_or(route_cost),
+                algorithm: l.algorithm,
+            }
+        })
+        .collect()
+}

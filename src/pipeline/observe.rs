@@ -1,0 +1,209 @@
+//! The last phase: count the request and write its access-log line, from
+//! what the other phases left in the [`Exchange`] and how the request
+//! ended. Outcomes are derived here, in one place, rather than set by the
+//! phases as they go.
+//!
+//! The access log is one `tracing` event per request, target
+//! `tollgate::access`, written when the response head is ready. Fields:
+//! `route` (or `-` when none matched), `method`, `status`, `identity` — the
+//! *kind* of identity the caller presented ([`IdentityKind`]), never its
+//! value —, `decision` ([`Decision`]) and `latency_ms` (to the response
+//! head; a streamed body may take longer). The request path is left out on
+//! purpose: paths carry tokens and user ids often enough. `main` renders
+//! the events as text or JSON (`--log-format`); `RUST_LOG` filters them
+//! like any other target (`tollgate::access=off` silences them).
+
+use std::time::Instant;
+
+use http::Response;
+use tracing::{debug, info, warn};
+
+use super::Exchange;
+use crate::identity::Caller;
+use crate::metrics::{ClientErrorKind, Metrics, Outcome, UpstreamErrorKind};
+use crate::problem::GatewayError;
+use crate::proxy::Body;
+use crate::shadow::RouteDecision;
+
+/// The strongest identity a caller presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdentityKind {
+    /// Not asked: the route has no limits, or the request ended first.
+    None,
+    /// Only the client IP.
+    Ip,
+    /// An authenticated user.
+    User,
+    /// An API key.
+    ApiKey,
+}
+
+impl IdentityKind {
+    /// An API key, else an authenticated user, else only the client IP.
+    pub fn of(caller: &Caller<'_>) -> Self {
+        if caller.api_key.is_some() {
+            Self::ApiKey
+        } else if caller.user.is_some() {
+            Self::User
+        } else {
+            Self::Ip
+        }
+    }
+
+    /// The access-log value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Ip => "ip",
+            Self::User => "user",
+            Self::ApiKey => "api_key",
+        }
+    }
+}
+
+/// What the limits said about a request, as the access log shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// No limit was asked.
+    None,
+    /// Every limit admitted.
+    Allowed,
+    /// An enforced limit denied: 429.
+    Limited,
+    /// Only a shadow limit would have denied; forwarded.
+    ShadowLimited,
+    /// The store failed and `on_error: allow` admitted without deciding.
+    Unchecked,
+    /// The store failed and `on_error: deny` refused: 503.
+    Unavailable,
+}
+
+impl Decision {
+    fn of(answer: &Answer, decided: Option<&RouteDecision>) -> Self {
+        match (answer, decided) {
+            (Err(GatewayError::StoreUnavailable), _) => Self::Unavailable,
+            (_, None) => Self::None,
+            (_, Some(d)) if d.failed_open => Self::Unchecked,
+            (_, Some(d)) if !d.allowed => Self::Limited,
+            (_, Some(d)) if d.shadow_denied() => Self::ShadowLimited,
+            (_, Some(_)) => Self::Allowed,
+        }
+    }
+
+    /// The access-log value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Allowed => "allowed",
+            Self::Limited => "limited",
+            Self::ShadowLimited => "shadow_limited",
+            Self::Unchecked => "unchecked",
+            Self::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// Whose fault a failed forward was, and its metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardFault {
+    /// The upstream's: `outcome="error"`, `tollgate_upstream_errors_total`,
+    /// logged at WARN (someone may need to look at the upstream).
+    Upstream(UpstreamErrorKind),
+    /// The client's request body: `outcome="client_error"`,
+    /// `tollgate_client_errors_total`, logged at DEBUG (any client can
+    /// cause it, so it must not page anyone).
+    Client(ClientErrorKind),
+}
+
+/// Whose fault the error `e` is when a forward ends with it; `None` for the
+/// refusals made before anything is forwarded.
+pub fn forward_fault(e: &GatewayError) -> Option<ForwardFault> {
+    use ForwardFault::{Client, Upstream};
+    match e {
+        GatewayError::UpstreamConnect(_) => Some(Upstream(UpstreamErrorKind::Connect)),
+        GatewayError::UpstreamTimeout(_) => Some(Upstream(UpstreamErrorKind::Timeout)),
+        GatewayError::UpstreamFailed(_) => Some(Upstream(UpstreamErrorKind::Failed)),
+        GatewayError::BadRequestBody(_) => Some(Client(ClientErrorKind::BadBody)),
+        GatewayError::ClientAborted(_) => Some(Client(ClientErrorKind::Aborted)),
+        // After routing, only a streamed body past the cap ends so (an
+        // announced one is refused by the guard, before routing).
+        GatewayError::PayloadTooLarge(_) => Some(Client(ClientErrorKind::BodyTooLarge)),
+        GatewayError::NoRoute { .. }
+        | GatewayError::Limited { .. }
+        | GatewayError::StoreUnavailable
+        | GatewayError::UnknownApiKey
+        | GatewayError::BadRequest(_)
+        | GatewayError::BadTarget(_)
+        | GatewayError::HeaderTooLarge { .. }
+        | GatewayError::UriTooLong { .. } => None,
+    }
+}
+
+/// How a request ended: the response the phases built, or their refusal.
+pub type Answer = Result<Response<Body>, GatewayError>;
+
+fn outcome(answer: &Answer, decided: Option<&RouteDecision>) -> Outcome {
+    match answer {
+        Ok(_) if decided.is_some_and(RouteDecision::shadow_denied) => Outcome::ShadowLimited,
+        Ok(_) => Outcome::Allowed,
+        Err(GatewayError::Limited { .. }) => Outcome::Limited,
+        Err(GatewayError::UnknownApiKey) => Outcome::Rejected,
+        Err(e) => match forward_fault(e) {
+            Some(ForwardFault::Client(_)) => Outcome::ClientError,
+            Some(ForwardFault::Upstream(_)) | None => Outcome::Error,
+        },
+    }
+}
+
+/// The start of a request, when its access-log line will be written (the
+/// log is often filtered out, `RUST_LOG=warn`; then no clock is read).
+pub fn started() -> Option<Instant> {
+    tracing::enabled!(target: "tollgate::access", tracing::Level::INFO).then(Instant::now)
+}
+
+/// Counts the request, logs a failed forward by whose fault it was, and
+/// writes the access-log line.
+pub fn record(ex: &Exchange, answer: &Answer, metrics: &Metrics, started: Option<Instant>) {
+    let decided = ex.decision();
+    let route = ex.route.as_ref().map(|r| &*r.route.name);
+    match &ex.metrics {
+        Some(m) => m.count(outcome(answer, decided)),
+        None => {
+            metrics.unmatched.inc();
+        }
+    }
+    if let Err(e) = answer {
+        match forward_fault(e) {
+            Some(ForwardFault::Upstream(kind)) => {
+                warn!(route = route.unwrap_or("-"), error = %e, "upstream error");
+                if let Some(m) = &ex.metrics {
+                    m.upstream_error(kind);
+                }
+            }
+            Some(ForwardFault::Client(kind)) => {
+                debug!(route = route.unwrap_or("-"), error = %e, "client error while forwarding");
+                if let Some(m) = &ex.metrics {
+                    m.client_error(kind);
+                }
+            }
+            None => {}
+        }
+    }
+    if let Some(started) = started {
+        let status = match answer {
+            Ok(res) => res.status(),
+            Err(e) => e.status(),
+        };
+        info!(
+            target: "tollgate::access",
+            route = route.unwrap_or("-"),
+            method = ex.method.as_str(),
+            status = status.as_u16(),
+            identity = ex.identity.as_str(),
+            decision = Decision::of(answer, decided).as_str(),
+            // Microsecond resolution is plenty for a log line.
+            latency_ms = started.elapsed().as_micros() as f64 / 1000.0,
+            "request"
+        );
+    }
+}
