@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use http::{Method, Request, Response};
-use hyper::body::Incoming;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
@@ -23,7 +22,7 @@ use crate::limit::limiter::Limiter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
 use crate::problem::GatewayError;
-use crate::proxy::{self, Body, Forwarder};
+use crate::proxy::{self, Body, ClientBody, Forwarder};
 use crate::routing::{CompiledRoute, Router};
 use crate::shadow::RouteDecision;
 use crate::store::StoreError;
@@ -195,7 +194,16 @@ impl Gateway {
     /// Handles one request from `peer`; never fails — every refusal
     /// becomes a response. Counts it in the metrics and writes its
     /// access-log line.
-    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    ///
+    /// The body may be a connection's [`Incoming`](hyper::body::Incoming)
+    /// or bytes already in memory, so the pipeline can be called without a
+    /// socket.
+    pub async fn handle<B: Into<ClientBody>>(
+        &self,
+        req: Request<B>,
+        peer: SocketAddr,
+    ) -> Response<Body> {
+        let req = req.map(Into::into);
         let started = observe::started();
         let rt = self.runtime.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
@@ -218,7 +226,7 @@ impl Gateway {
     /// The phases in order; the first refusal ends the request.
     async fn phases(
         &self,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         rt: &Runtime,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
@@ -271,3 +279,6 @@ impl Exchange {
         self.checked.as_ref().map(|c| &c.decision)
     }
 }
+
+#[cfg(test)]
+mod tests;

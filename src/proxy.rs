@@ -40,7 +40,7 @@ use crate::problem::GatewayError;
 
 mod body;
 mod pool;
-pub use body::{ClientBodyError, UpstreamBody};
+pub use body::{ClientBody, ClientBodyError, UpstreamBody};
 pub use pool::Pool;
 
 /// Body of every response the gateway sends: streamed from an upstream, or
@@ -359,7 +359,7 @@ impl Forwarder {
     /// connections; otherwise over the general client.
     pub async fn send(
         &self,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         upstream: &Upstream,
         pool: Option<&Pool>,
         max_body: Option<u64>,

@@ -7,13 +7,12 @@ use std::time::Instant;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Request, Response};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 
 use super::{Gateway, Runtime};
 use crate::config::{Action, Respond, Upstream};
 use crate::identity;
 use crate::problem::GatewayError;
-use crate::proxy::{self, Body, Hop, Secure};
+use crate::proxy::{self, Body, ClientBody, Hop, Secure};
 use crate::routing::CompiledRoute;
 use crate::upgrade;
 
@@ -27,7 +26,7 @@ pub async fn act(
     gw: &Gateway,
     rt: &Runtime,
     route: &CompiledRoute,
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
     peer: std::net::IpAddr,
 ) -> Result<Response<Body>, GatewayError> {
     match &route.route.action {
@@ -49,7 +48,7 @@ async fn forward(
     gw: &Gateway,
     rt: &Runtime,
     route: &CompiledRoute,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     up: &Upstream,
     peer: std::net::IpAddr,
 ) -> Result<Response<Body>, GatewayError> {

@@ -18,6 +18,7 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
 use hyper::body::Incoming;
 
 use crate::problem::GatewayError;
@@ -69,6 +70,63 @@ impl ClientBodyError {
     }
 }
 
+/// The body of a client's request: as it arrives on a connection, or
+/// whole, for a request handed to the pipeline in process (tests, or an
+/// embedding that already holds the bytes).
+#[derive(Debug)]
+pub enum ClientBody {
+    /// Streamed from the client's connection.
+    Incoming(Incoming),
+    /// All of it, in memory.
+    Whole(Full<Bytes>),
+}
+
+impl From<Incoming> for ClientBody {
+    fn from(b: Incoming) -> Self {
+        Self::Incoming(b)
+    }
+}
+
+impl From<Full<Bytes>> for ClientBody {
+    fn from(b: Full<Bytes>) -> Self {
+        Self::Whole(b)
+    }
+}
+
+impl From<Bytes> for ClientBody {
+    fn from(b: Bytes) -> Self {
+        Self::Whole(Full::new(b))
+    }
+}
+
+impl ClientBody {
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        match self {
+            Self::Incoming(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map_err(|e| ClientBodyError::from_incoming(&e)),
+            Self::Whole(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Incoming(b) => b.is_end_stream(),
+            Self::Whole(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Incoming(b) => b.size_hint(),
+            Self::Whole(b) => b.size_hint(),
+        }
+    }
+}
+
 /// Where a watched body leaves its failure (see [`UpstreamBody::watch`]).
 pub type FaultCell = Arc<OnceLock<ClientBodyError>>;
 
@@ -76,7 +134,7 @@ pub type FaultCell = Arc<OnceLock<ClientBodyError>>;
 #[derive(Debug)]
 pub struct UpstreamBody {
     /// `None` for a body built empty (a request sent again).
-    inner: Option<Incoming>,
+    inner: Option<ClientBody>,
     /// The cap, for the error.
     limit: u64,
     /// Bytes the body may still carry.
@@ -86,7 +144,7 @@ pub struct UpstreamBody {
 
 impl UpstreamBody {
     /// The client's `body`, cut off past `max` bytes.
-    pub fn new(body: Incoming, max: Option<u64>) -> Self {
+    pub fn new(body: ClientBody, max: Option<u64>) -> Self {
         let limit = max.unwrap_or(u64::MAX);
         Self {
             inner: Some(body),
@@ -135,7 +193,7 @@ impl Body for UpstreamBody {
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
         };
-        match ready!(Pin::new(inner).poll_frame(cx)) {
+        match ready!(inner.poll_frame(cx)) {
             None => Poll::Ready(None),
             Some(Ok(frame)) => {
                 let len = frame.data_ref().map_or(0, |d| d.len() as u64);
@@ -147,17 +205,17 @@ impl Body for UpstreamBody {
                     None => this.fail(ClientBodyError::TooLarge(this.limit)),
                 }
             }
-            Some(Err(e)) => this.fail(ClientBodyError::from_incoming(&e)),
+            Some(Err(e)) => this.fail(e),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Body::is_end_stream)
+        self.inner.as_ref().is_none_or(ClientBody::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
         self.inner
             .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+            .map_or_else(|| SizeHint::with_exact(0), ClientBody::size_hint)
     }
 }
