@@ -15,7 +15,6 @@
 //!   enforced or in shadow mode (see [`crate::top`]), as JSON.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -30,39 +29,7 @@ use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
 use crate::pipeline::Gateway;
-use crate::server;
 use crate::top::CAPACITY;
-
-/// Serves the proxy `listeners` and, when given, the `admin` listener until
-/// `shutdown` completes; `/readyz` answers 503 while the proxy drains, and
-/// the admin listener stops once the drain is over.
-pub async fn serve_with_admin(
-    gateway: Arc<Gateway>,
-    listeners: Vec<TcpListener>,
-    admin: Option<TcpListener>,
-    shutdown: impl Future<Output = ()> + Send,
-) {
-    let draining = Arc::new(AtomicBool::new(false));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let admin_task = admin.map(|listener| {
-        tokio::spawn(serve_admin(
-            gateway.clone(),
-            listener,
-            draining.clone(),
-            stop_rx,
-        ))
-    });
-    let flag = draining.clone();
-    server::serve(gateway, listeners, async move {
-        shutdown.await;
-        flag.store(true, Ordering::Relaxed);
-    })
-    .await;
-    let _ = stop_tx.send(true);
-    if let Some(task) = admin_task {
-        let _ = task.await;
-    }
-}
 
 /// Accepts admin connections until `stop` turns true.
 pub async fn serve_admin(

@@ -1,12 +1,15 @@
 //! tollgate: a rate-limiting reverse-proxy HTTP gateway.
 //!
-//! For each request the gateway matches a route ([`routing`]), works out who
-//! is calling ([`identity`]), asks a limiter shared by every gateway instance
-//! ([`limit`] over a [`store`]) and then forwards the request upstream
-//! ([`proxy`]) or answers `429 Too Many Requests` with the IETF rate-limit
-//! headers ([`headers`]). [`server::run`] ties the phases together; the binary
-//! in `main.rs` only parses the command line, loads the configuration and
-//! calls it. See `docs/request-lifecycle.md` for the phase chart.
+//! For each request the gateway makes the target canonical ([`target`]),
+//! matches a route ([`routing`]), works out who is calling ([`identity`]),
+//! asks a limiter shared by every gateway instance ([`limit`] over a
+//! [`store`]) and then forwards the request upstream ([`proxy`]) or answers
+//! `429 Too Many Requests` with the IETF rate-limit headers ([`headers`]).
+//! [`pipeline`] runs those phases for one request; [`run`] builds the
+//! gateway and serves it ([`server`]). The binary in `main.rs` only parses
+//! the command line, sets up logging, loads the configuration and calls
+//! [`run`]; the integration tests call [`server::start`], which `run` is
+//! made of. See `docs/request-lifecycle.md` for the phase chart.
 #![forbid(unsafe_code)]
 
 pub mod admin;

@@ -37,7 +37,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::Request;
+use std::future::Future;
+
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -50,7 +52,6 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::config::{ServerSettings, Timeouts};
-use crate::pipeline::Gateway;
 use crate::proxy::Secure;
 
 /// How far hyper's own bound on a request head (the HTTP/1.1 read buffer,
@@ -142,14 +143,31 @@ impl Shared {
     }
 }
 
+/// What the accept loop serves requests with: the per-request pipeline,
+/// or anything else that answers a request (the loop knows nothing of
+/// routes and limits).
+pub trait Handler: Send + Sync + 'static {
+    /// The TLS settings of the `index`-th listener now (read at every
+    /// handshake, so a reload that renews certificates applies to new
+    /// connections); `None` serves it in plain text.
+    fn tls(&self, index: usize) -> Option<Arc<tokio_rustls::rustls::ServerConfig>>;
+
+    /// Answers one request from `peer`.
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Response<crate::proxy::Body>> + Send;
+}
+
 /// Accepts on `listener` (the `index`-th of the configuration's `listen`)
 /// until `stop` changes, serving each connection on its own task under a
 /// watcher of `graceful`, which the caller drains once every accept loop
 /// has ended.
-pub async fn accept_loop(
+pub async fn accept_loop<H: Handler>(
     index: usize,
     listener: TcpListener,
-    gateway: Arc<Gateway>,
+    handler: Arc<H>,
     shared: Arc<Shared>,
     graceful: Arc<GracefulShutdown>,
     mut stop: watch::Receiver<bool>,
@@ -175,14 +193,14 @@ pub async fn accept_loop(
             },
         };
         let _ = stream.set_nodelay(true);
-        let tls = gateway.with_config(|c| c.listen.get(index).and_then(|l| l.tls.clone()));
-        let gateway = gateway.clone();
+        let tls = handler.tls(index);
+        let handler = handler.clone();
         let shared = shared.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let conn = Conn {
                 peer,
-                gateway,
+                handler,
                 watcher,
                 permit,
             };
@@ -202,15 +220,15 @@ pub async fn accept_loop(
 }
 
 /// One accepted connection and what it holds while it is served.
-struct Conn {
+struct Conn<H> {
     peer: SocketAddr,
-    gateway: Arc<Gateway>,
+    handler: Arc<H>,
     watcher: Watcher,
     /// Released when the connection ends.
     permit: OwnedSemaphorePermit,
 }
 
-impl Conn {
+impl<H: Handler> Conn<H> {
     /// Serves the connection until it ends, goes idle, or the drain ends it.
     async fn serve<I>(self, io: I, secure: bool, shared: &Shared)
     where
@@ -218,7 +236,7 @@ impl Conn {
     {
         let Self {
             peer,
-            gateway,
+            handler,
             watcher,
             permit,
         } = self;
@@ -229,13 +247,13 @@ impl Conn {
         };
         let in_flight = activity.clone();
         let service = service_fn(move |mut req: Request<Incoming>| {
-            let gateway = gateway.clone();
+            let handler = handler.clone();
             let guard = InFlight::begin(in_flight.clone());
             async move {
                 if secure {
                     req.extensions_mut().insert(Secure);
                 }
-                let res = gateway.handle(req, peer).await;
+                let res = handler.handle(req, peer).await;
                 drop(guard);
                 Ok::<_, Infallible>(res)
             }

@@ -126,13 +126,11 @@ fn main() -> ExitCode {
         );
     }
 
-    if !cli.listen.is_empty() {
-        // Plain listeners: TLS settings belong to the file's entries.
-        config.listen = cli.listen.iter().copied().map(Into::into).collect();
-    }
-    if cli.admin.is_some() {
-        config.admin = cli.admin;
-    }
+    let overrides = tollgate::reload::Overrides {
+        listen: cli.listen.clone(),
+        admin: cli.admin,
+    };
+    overrides.apply(&mut config);
     // `TOKIO_WORKER_THREADS=1` asks for one thread: then a current-thread
     // runtime serves everything on the main thread, without the
     // work-stealing scheduler's cross-thread queues and wake-ups, which
@@ -176,23 +174,22 @@ fn main() -> ExitCode {
             },
             None => None,
         };
-        let gateway = match tollgate::Gateway::new(config).await {
-            Ok(g) => std::sync::Arc::new(g),
+        let serve = tollgate::server::Serve {
+            admin,
+            reload: Some(tollgate::reload::Reload {
+                path,
+                overrides,
+                hangups,
+            }),
+            ..tollgate::server::Serve::on(listeners)
+        };
+        match tollgate::run(config, serve, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 complain(format_args!("tollgate: {e}"));
-                return ExitCode::FAILURE;
+                ExitCode::FAILURE
             }
-        };
-        tokio::spawn(hangups.reload_on_each(
-            gateway.clone(),
-            path.clone(),
-            tollgate::reload::Overrides {
-                listen: cli.listen.clone(),
-                admin: cli.admin,
-            },
-        ));
-        tollgate::admin::serve_with_admin(gateway, listeners, admin, shutdown).await;
-        ExitCode::SUCCESS
+        }
     })
 }
 

@@ -41,6 +41,40 @@ pub struct Overrides {
     pub admin: Option<SocketAddr>,
 }
 
+impl Overrides {
+    /// Puts the command line's values over the file's: at start and on
+    /// every reload.
+    pub fn apply(&self, config: &mut Config) {
+        if !self.listen.is_empty() {
+            // Plain listeners: TLS settings belong to the file's entries.
+            config.listen = self.listen.iter().copied().map(Into::into).collect();
+        }
+        if self.admin.is_some() {
+            config.admin = self.admin;
+        }
+    }
+}
+
+/// Where reloads come from: SIGHUP, and the file read again.
+#[derive(Debug)]
+pub struct Reload {
+    /// The configuration file.
+    pub path: PathBuf,
+    /// The command line's values, applied to every reloaded file.
+    pub overrides: Overrides,
+    /// The SIGHUP stream, caught before anything was bound.
+    pub hangups: Hangups,
+}
+
+impl Reload {
+    /// Reloads the file into `gw` on every SIGHUP, forever.
+    pub async fn on_each(self, gw: Arc<Gateway>) {
+        self.hangups
+            .reload_on_each(gw, self.path, self.overrides)
+            .await;
+    }
+}
+
 /// Reads `path` and, when it is valid, serves it with `overrides` applied.
 ///
 /// # Errors
@@ -61,12 +95,7 @@ pub fn reload_file(gw: &Gateway, path: &Path, overrides: &Overrides) -> Result<(
             return Err(errors);
         }
     };
-    if !overrides.listen.is_empty() {
-        new.listen = overrides.listen.iter().copied().map(Into::into).collect();
-    }
-    if overrides.admin.is_some() {
-        new.admin = overrides.admin;
-    }
+    overrides.apply(&mut new);
     let old = gw.config();
     keep_fixed(&old, &mut new);
     let routes = new.routes.len();

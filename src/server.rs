@@ -1,38 +1,137 @@
 //! Serving: accept on the listeners, hand each request to the pipeline,
 //! and drain on shutdown.
 //!
-//! [`run`] accepts on the given listeners (HTTP/1.1 and h2c on the same
+//! [`run`] builds the gateway, accepts on the given listeners (HTTP/1.1 and h2c on the same
 //! port, or TLS with ALPN), serves each connection with hyper-util under the
 //! caps of [`listener`](crate::listener), and on shutdown stops accepting
 //! and lets in-flight requests finish. The per-request work is
 //! [`Gateway::handle`](crate::pipeline::Gateway::handle).
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use http::{Request, Response};
+use hyper::body::Incoming;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+use crate::admin;
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::listener;
+use crate::listener::{self, Handler};
 use crate::pipeline::{Gateway, StartError};
+use crate::proxy::Body;
+use crate::reload::Reload;
 
-/// Serves `config` on `listeners` until `shutdown` completes, then drains.
-/// Without an admin listener and without reload; the binary uses
-/// [`Gateway::new`], [`crate::admin::serve_with_admin`] and
-/// [`crate::reload::Hangups`] for those.
+/// What [`run`] serves with besides the configuration.
+pub struct Serve {
+    /// Proxy listeners, bound by the caller: `listeners[i]` serves with the
+    /// TLS settings of the configuration's `listen[i]`.
+    pub listeners: Vec<TcpListener>,
+    /// The admin listener (`/metrics`, `/readyz`, …), if any.
+    pub admin: Option<TcpListener>,
+    /// Where reloads come from (SIGHUP and the file), if anywhere.
+    pub reload: Option<Reload>,
+    /// The clock the limiter reads.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Serve {
+    /// Serving `listeners` on the system clock, without admin or reload.
+    pub fn on(listeners: Vec<TcpListener>) -> Self {
+        Self {
+            listeners,
+            admin: None,
+            reload: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// A gateway built and ready to serve; [`Started::until`] serves it.
+pub struct Started {
+    gateway: Arc<Gateway>,
+    serve: Serve,
+}
+
+impl Started {
+    /// The gateway, for its getters (metrics, breaker state, …).
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Serves until `shutdown` completes, then drains; `/readyz` answers
+    /// 503 while the proxy drains, and the admin listener stops once the
+    /// drain is over.
+    pub async fn until(self, shutdown: impl Future<Output = ()> + Send) {
+        let Self { gateway, serve } = self;
+        if let Some(r) = serve.reload {
+            tokio::spawn(r.on_each(gateway.clone()));
+        }
+        let draining = Arc::new(AtomicBool::new(false));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let admin_task = serve.admin.map(|l| {
+            tokio::spawn(admin::serve_admin(
+                gateway.clone(),
+                l,
+                draining.clone(),
+                stop_rx,
+            ))
+        });
+        let flag = draining.clone();
+        self::serve(gateway, serve.listeners, async move {
+            shutdown.await;
+            flag.store(true, Ordering::Relaxed);
+        })
+        .await;
+        let _ = stop_tx.send(true);
+        if let Some(task) = admin_task {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Builds the gateway for `config` (the store connects in the background).
 ///
 /// # Errors
-/// The gateway cannot be built (see [`Gateway::new`]).
+/// The gateway cannot be built (see [`Gateway::with_clock`]).
+pub async fn start(config: Config, serve: Serve) -> Result<Started, StartError> {
+    let gateway = Arc::new(Gateway::with_clock(config, serve.clock.clone()).await?);
+    Ok(Started { gateway, serve })
+}
+
+/// The gateway's one entry point: builds it for `config` and serves until
+/// `shutdown` completes, then drains. The binary calls this; the tests
+/// call [`start`] and [`Started::until`], which it is made of, to keep the
+/// gateway's handle.
+///
+/// # Errors
+/// The gateway cannot be built (see [`Gateway::with_clock`]).
 pub async fn run(
-    listeners: Vec<TcpListener>,
     config: Config,
+    serve: Serve,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), StartError> {
-    let gateway = Arc::new(Gateway::new(config).await?);
-    serve(gateway, listeners, shutdown).await;
+    start(config, serve).await?.until(shutdown).await;
     Ok(())
+}
+
+/// The pipeline is what the accept loop serves requests with.
+impl Handler for Gateway {
+    fn tls(&self, index: usize) -> Option<Arc<tokio_rustls::rustls::ServerConfig>> {
+        self.with_config(|c| c.listen.get(index).and_then(|l| l.tls.clone()))
+    }
+
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Response<Body>> + Send {
+        Gateway::handle(self, req, peer)
+    }
 }
 
 /// Serves an existing gateway on `listeners` until `shutdown` completes.
@@ -41,7 +140,7 @@ pub async fn run(
 /// `listen[i]` (plain when there is none). On shutdown the listeners are
 /// closed at once — new connections are refused — and in-flight requests get
 /// `timeouts.drain` to finish; see [`listener`] for the per-connection caps.
-pub async fn serve(
+async fn serve(
     gateway: Arc<Gateway>,
     listeners: Vec<TcpListener>,
     shutdown: impl Future<Output = ()> + Send,

@@ -352,17 +352,16 @@ async fn a_reload_reads_renewed_certificates_for_new_connections() {
     )
     .expect("write config");
     let config = tollgate::config::load_file(&path).expect("valid config");
-    let gateway = Arc::new(tollgate::Gateway::new(config).await.expect("gateway"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
+    let started = tollgate::server::start(config, tollgate::server::Serve::on(vec![listener]))
+        .await
+        .expect("gateway");
+    let gateway = Arc::clone(started.gateway());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(tollgate::server::serve(
-        gateway.clone(),
-        vec![listener],
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let serving = tokio::spawn(started.until(async move {
+        let _ = stopped.await;
+    }));
 
     let handshake = |pki: &Pki| {
         let connector = client(pki, &[b"http/1.1"]);

@@ -28,20 +28,19 @@ impl AdminGateway {
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
         let addr = proxy.local_addr().unwrap();
         let admin_addr = admin.local_addr().unwrap();
-        let gateway = Arc::new(
-            tollgate::Gateway::with_clock(config, clock)
-                .await
-                .expect("gateway starts"),
-        );
         let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(tollgate::admin::serve_with_admin(
-            gateway.clone(),
-            vec![proxy],
-            Some(admin),
-            async {
-                let _ = rx.await;
-            },
-        ));
+        let serve = tollgate::server::Serve {
+            admin: Some(admin),
+            clock,
+            ..tollgate::server::Serve::on(vec![proxy])
+        };
+        let started = tollgate::server::start(config, serve)
+            .await
+            .expect("gateway starts");
+        let gateway = Arc::clone(started.gateway());
+        tokio::spawn(started.until(async {
+            let _ = rx.await;
+        }));
         AdminGateway {
             addr,
             admin: admin_addr,

@@ -212,18 +212,17 @@ impl Gateway {
             .expect("bind gateway");
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        let gw = Arc::new(
-            tollgate::Gateway::with_clock(config, clock)
-                .await
-                .expect("gateway starts"),
-        );
-        let inner = Arc::clone(&gw);
-        let task = tokio::spawn(async move {
-            tollgate::server::serve(gw, vec![listener], async {
-                let _ = rx.await;
-            })
-            .await;
-        });
+        let serve = tollgate::server::Serve {
+            clock,
+            ..tollgate::server::Serve::on(vec![listener])
+        };
+        let started = tollgate::server::start(config, serve)
+            .await
+            .expect("gateway starts");
+        let inner = Arc::clone(started.gateway());
+        let task = tokio::spawn(started.until(async {
+            let _ = rx.await;
+        }));
         Gateway {
             addr,
             inner,
