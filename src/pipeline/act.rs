@@ -8,7 +8,7 @@ use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Request, Response};
 use http_body_util::{Either, Full};
 
-use super::{Gateway, Runtime};
+use super::gateway::{Gateway, Runtime};
 use crate::config::{Action, Respond, Upstream};
 use crate::identity;
 use crate::problem::GatewayError;

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use http::{HeaderValue, Request};
 use tracing::debug;
 
+use super::exchange::Exchange;
+use super::gateway::{Gateway, Runtime};
 use super::observe::IdentityKind;
-use super::{Exchange, Gateway, Runtime};
 use crate::config::{Config, Limit};
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};

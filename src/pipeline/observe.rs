@@ -18,7 +18,7 @@ use std::time::Instant;
 use http::Response;
 use tracing::{debug, info, warn};
 
-use super::Exchange;
+use super::exchange::Exchange;
 use crate::identity::Caller;
 use crate::metrics::{ClientErrorKind, Metrics, Outcome, UpstreamErrorKind};
 use crate::problem::GatewayError;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use http::Request;
 use tracing::debug;
 
-use super::Runtime;
+use super::gateway::Runtime;
 use crate::problem::GatewayError;
 use crate::routing::CompiledRoute;
 use crate::target;

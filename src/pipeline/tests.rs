@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
-use super::Gateway;
+use super::gateway::Gateway;
 use crate::clock::ManualClock;
 use crate::proxy::Body;
 

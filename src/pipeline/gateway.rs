@@ -1,0 +1,176 @@
+//! The gateway object: the configuration now served (swapped whole on
+//! reload), the limiter, the upstream client and the metrics every request
+//! shares. The per-request path is [`Gateway::handle`] in the pipeline's
+//! root module.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Action, Config};
+use crate::limit::limiter::Limiter;
+use crate::metrics::{Metrics, RouteMetrics};
+use crate::plans::PlanResolver;
+use crate::proxy::{self, Forwarder};
+use crate::routing::Router;
+use crate::store::StoreError;
+use crate::top::TopOffenders;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store cannot be set up.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A listener failed.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+    /// TLS settings for upstreams cannot be built.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+}
+
+/// Configuration-derived state, swapped as a whole on reload.
+#[derive(Debug)]
+pub struct Runtime {
+    pub(super) config: Config,
+    pub(super) router: Router,
+    /// Metric handles of every route, by route index.
+    pub(super) route_metrics: Vec<Option<Arc<RouteMetrics>>>,
+    /// Upstream connection pools by route index, for routes that use one
+    /// ([`proxy::upstream_pool`]); routes with the same upstream share it.
+    pub(super) pools: Vec<Option<Arc<proxy::Pool>>>,
+    /// API key → plan, static and from the Redis hash.
+    pub(super) plans: PlanResolver,
+}
+
+impl Runtime {
+    fn new(config: Config, metrics: &Metrics) -> Self {
+        let router = Router::new(&config);
+        let mut by_name = metrics.routes(&config);
+        let route_metrics = config
+            .routes
+            .iter()
+            .map(|r| by_name.remove(&r.name).map(Arc::new))
+            .collect();
+        let mut shared: Vec<(String, Arc<proxy::Pool>)> = Vec::new();
+        let pools = config
+            .routes
+            .iter()
+            .map(|r| {
+                let Action::Upstream(up) = &r.action else {
+                    return None;
+                };
+                let pool = proxy::upstream_pool(up, &config.timeouts)?;
+                let key = pool.authority().as_str().to_ascii_lowercase();
+                if let Some((_, p)) = shared.iter().find(|(k, _)| *k == key) {
+                    return Some(p.clone());
+                }
+                let pool = Arc::new(pool);
+                shared.push((key, pool.clone()));
+                Some(pool)
+            })
+            .collect();
+        let plans = PlanResolver::new(&config.api_keys, &config.plans, &config.store.prefix);
+        Self {
+            config,
+            router,
+            route_metrics,
+            pools,
+            plans,
+        }
+    }
+}
+
+/// The gateway: configuration, limiter and upstream client.
+pub struct Gateway {
+    pub(super) runtime: ArcSwap<Runtime>,
+    pub(super) limiter: Limiter,
+    pub(super) forwarder: Forwarder,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) top: TopOffenders,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("limiter", &self.limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Builds a gateway for `config` on the system clock.
+    ///
+    /// # Errors
+    /// The store configuration cannot be used.
+    pub async fn new(config: Config) -> Result<Self, StartError> {
+        Self::with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Builds a gateway whose limiter reads time from `clock`.
+    ///
+    /// # Errors
+    /// The store configuration cannot be used.
+    pub async fn with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
+        let metrics = Arc::new(Metrics::new());
+        let limiter = Limiter::new(&config.store)
+            .await?
+            .with_metrics(metrics.store.clone());
+        let forwarder = Forwarder::new(&config.timeouts)?;
+        Ok(Self {
+            runtime: ArcSwap::from_pointee(Runtime::new(config, &metrics)),
+            limiter,
+            forwarder,
+            clock,
+            metrics,
+            top: TopOffenders::default(),
+        })
+    }
+
+    /// Runs `f` on the configuration currently served.
+    pub fn with_config<R>(&self, f: impl FnOnce(&Config) -> R) -> R {
+        f(&self.runtime.load().config)
+    }
+
+    /// Whether limiter decisions go to Redis (for metrics).
+    pub fn breaker_state(&self) -> crate::store::BreakerState {
+        self.limiter.breaker_state()
+    }
+
+    /// The last known number of live gateway instances sharing Redis.
+    pub fn live_instances(&self) -> u64 {
+        self.limiter.live_instances()
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The top-offenders summaries.
+    pub fn top(&self) -> &TopOffenders {
+        &self.top
+    }
+
+    /// The limiter (for readiness).
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+
+    /// The configuration now serving.
+    pub fn config(&self) -> Config {
+        self.runtime.load().config.clone()
+    }
+
+    /// Serves `config` for every request that starts from now on; requests
+    /// already in flight finish with the configuration they started with.
+    /// Counters live in the store and are not touched. See
+    /// [`crate::reload`] for what a reload cannot change.
+    pub fn reload(&self, config: Config) {
+        self.runtime
+            .store(Arc::new(Runtime::new(config, &self.metrics)));
+    }
+}
