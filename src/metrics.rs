@@ -28,6 +28,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::config::Config;
+use crate::store::redis::fault::FaultKind;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -92,6 +93,11 @@ struct StoreLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FaultLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
     route: String,
     class: &'static str,
@@ -142,6 +148,9 @@ pub struct StoreMetrics {
     pub breaker_open: Gauge<i64, AtomicI64>,
     /// Requests answered from the deny cache, without a Redis call.
     pub deny_cache_hits: Counter,
+    /// 1 while Redis refuses the gateway for that reason, per
+    /// [`FaultKind::index`] (auth, permission, tls).
+    pub faults: [Gauge<i64, AtomicI64>; 3],
 }
 
 impl Default for StoreMetrics {
@@ -153,6 +162,7 @@ impl Default for StoreMetrics {
             fallback: Gauge::default(),
             breaker_open: Gauge::default(),
             deny_cache_hits: Counter::default(),
+            faults: Default::default(),
         }
     }
 }
@@ -309,6 +319,12 @@ impl Metrics {
             "1 while the breaker in front of Redis is open (Redis is not called), else 0",
             store_breaker_open.clone(),
         );
+        let store_fault = Family::<FaultLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "tollgate_store_fault",
+            "1 while Redis refuses the gateway for this kind of reason (auth: WRONGPASS/NOAUTH, permission: NOPERM, tls: handshake or protocol mismatch), else 0",
+            store_fault.clone(),
+        );
         let deny_cache_hits = Counter::default();
         registry.register(
             "tollgate_deny_cache_hits",
@@ -347,6 +363,8 @@ impl Metrics {
             fallback: store_fallback,
             breaker_open: store_breaker_open,
             deny_cache_hits,
+            faults: FaultKind::ALL
+                .map(|kind| store_fault.get_or_create_owned(&FaultLabels { kind: kind.label() })),
         };
         Self {
             registry,
@@ -473,6 +491,8 @@ mod tests {
             "tollgate_config_reloads_total{result=\"failure\"} 1",
             "tollgate_store_fallback 0",
             "tollgate_store_breaker_open 0",
+            "tollgate_store_fault{kind=\"auth\"} 0",
+            "tollgate_store_fault{kind=\"tls\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -743,11 +743,23 @@ async fn acl_user_and_database_number() {
         "written in database 3"
     );
     // The user's key pattern is in force: other keys are refused, and that
-    // is an error for the failure policy, not a decision.
-    assert!(matches!(
-        store.decide(T0, &[one("other:{acl}:r:l", 2)]).await,
-        Err(StoreError::Protocol(_))
-    ));
+    // is an error for the failure policy, not a decision: a refusal in
+    // Redis's words (issue 11), reported as a fault until a call succeeds.
+    let refused = store.decide(T0, &[one("other:{acl}:r:l", 2)]).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Refused(m)) if m.starts_with("NOPERM")),
+        "{refused:?}"
+    );
+    assert!(store.fault().is_some());
+    let allowed_key = [one("tg:{acl}:r:cleared", 2)];
+    assert!(
+        store
+            .decide(T0, &allowed_key)
+            .await
+            .expect("decide")
+            .allowed
+    );
+    assert_eq!(store.fault(), None, "a call answered clears it");
 
     // Credentials as fields.
     let mut cfg = config(
@@ -1058,4 +1070,280 @@ async fn gateway_speaks_tls_with_an_acl_user() {
         let reply = send(wrong.addr, get("/t", &[])).await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     }
+}
+
+// --- issue 11: Redis refusing the gateway is not an outage ---------------------
+
+/// The built binary serving `/t` (one per-IP limit, `on_error: local`)
+/// against `redis_yaml`, with its admin listener and its log in a file.
+struct RefusedBinary {
+    started: support::binary::Started,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// How long a refusal may take to be found: a connection attempt (the
+/// connect timeout is 1 s), one reconnect delay and a probe.
+const FOUND_WITHIN: Duration = Duration::from_secs(15);
+
+impl RefusedBinary {
+    fn start(redis_yaml: &str) -> RefusedBinary {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("gateway.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+store:
+  redis: {redis_yaml}
+  on_error: local
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200 }}
+    limits: [ {{ name: per_ip, key: ip, limit: 1000, window: 1m }} ]
+"
+            ),
+        )
+        .expect("write gateway.yaml");
+        let log = dir.path().join("tollgate.log");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.arg("--config").arg(&config);
+        let started = support::binary::spawn_listening(cmd, 2, Some(&log));
+        RefusedBinary {
+            started,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The log's ERROR lines holding `words`.
+    fn errors_with(&self, words: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("ERROR") && l.contains(words))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    async fn readyz(&self) -> support::gateway::Reply {
+        send(
+            self.started.admin.expect("admin listener"),
+            get("/readyz", &[]),
+        )
+        .await
+    }
+
+    async fn t(&self) -> StatusCode {
+        send(self.started.proxy[0], get("/t", &[])).await.status
+    }
+
+    /// Waits until the refusal is reported: `/readyz` answers 503 with
+    /// `body` in its body, and an ERROR line of the log holds `logged`.
+    /// Requests are sent meanwhile (decided by `on_error: local`), since
+    /// some refusals only show on a decision. Returns the `/readyz` body.
+    async fn until_reported(&self, body: &str, logged: &str) -> String {
+        let deadline = Instant::now() + FOUND_WITHIN;
+        loop {
+            assert_eq!(self.t().await, StatusCode::OK, "on_error: local decides");
+            let ready = self.readyz().await;
+            if ready.status == StatusCode::SERVICE_UNAVAILABLE
+                && ready.text().contains(body)
+                && !self.errors_with(logged).is_empty()
+            {
+                return ready.text();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not reported within {FOUND_WITHIN:?}: /readyz {} {:?}\n--- log:\n{}",
+                ready.status,
+                ready.text(),
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until `/readyz` answers 200 again.
+    async fn until_ready(&self) {
+        let deadline = Instant::now() + FOUND_WITHIN;
+        loop {
+            let ready = self.readyz().await;
+            if ready.status == StatusCode::OK {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never ready again: {:?}\n--- log:\n{}",
+                ready.text(),
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for RefusedBinary {
+    fn drop(&mut self) {
+        let _ = self.started.child.kill();
+        let _ = self.started.child.wait();
+    }
+}
+
+/// `total_connections_received` of `server`: grows with every connection
+/// attempt the gateway makes.
+async fn connections_received(server: &RedisServer) -> u64 {
+    let mut conn = server.connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_connections_received")
+}
+
+/// Waits until the gateway has tried to connect `n` more times.
+async fn until_more_connections(server: &RedisServer, n: u64) {
+    let from = connections_received(server).await;
+    let deadline = Instant::now() + FOUND_WITHIN;
+    while connections_received(server).await < from + n {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway stopped reconnecting"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn wrong_or_missing_password_is_logged_once_and_named_by_readyz() {
+    let server = RedisServer::start_with_password("right");
+    let server = server.await;
+    let port = server.port();
+    for (url, words) in [
+        (
+            format!("redis://:wrong@127.0.0.1:{port}"),
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}"),
+            "NOAUTH Authentication required.",
+        ),
+    ] {
+        let gw = RefusedBinary::start(&format!("{{ url: '{url}' }}"));
+        let body = gw
+            .until_reported(&format!("redis: authentication failed: {words}"), words)
+            .await;
+        assert!(body.starts_with("not ready\n"), "{body}");
+        let metrics = send(gw.started.admin.unwrap(), get("/metrics", &[]))
+            .await
+            .text();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l == "tollgate_store_fault{kind=\"auth\"} 1"),
+            "{metrics}"
+        );
+        // Logged once, not per reconnect attempt nor per request.
+        until_more_connections(&server, 2).await;
+        for _ in 0..5 {
+            assert_eq!(gw.t().await, StatusCode::OK);
+        }
+        assert_eq!(gw.errors_with(words).len(), 1, "{}", gw.log());
+    }
+
+    // The server is given the password the gateway sends: accepted, logged
+    // once, ready again.
+    let gw = RefusedBinary::start(&format!("{{ url: 'redis://:wrong@127.0.0.1:{port}' }}"));
+    gw.until_reported("WRONGPASS", "WRONGPASS").await;
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "wrong"][..])
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG SET requirepass");
+    gw.until_ready().await;
+    assert!(
+        gw.log().contains("redis accepts this gateway again"),
+        "{}",
+        gw.log()
+    );
+    assert_eq!(gw.errors_with("WRONGPASS").len(), 1, "{}", gw.log());
+}
+
+#[tokio::test]
+async fn missing_acl_permission_is_reported_as_noperm() {
+    let server = RedisServer::start().await;
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER", "tollgate", "on", ">s3cret", "~*", "+@all", "-evalsha", "-eval",
+            ][..],
+        )
+        .query_async(&mut conn)
+        .await
+        .expect("ACL SETUSER");
+    let gw = RefusedBinary::start(&format!(
+        "{{ url: 'redis://tollgate:s3cret@127.0.0.1:{}' }}",
+        server.port()
+    ));
+    let body = gw
+        .until_reported("redis: permission denied: NOPERM", "NOPERM")
+        .await;
+    assert!(body.contains("'evalsha'"), "decisions are refused: {body}");
+
+    // Given the commands, it decides in Redis again and is ready.
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "tollgate", "+evalsha", "+eval"][..])
+        .query_async(&mut conn)
+        .await
+        .expect("ACL SETUSER");
+    let deadline = Instant::now() + FOUND_WITHIN;
+    while limit_keys(&server).await.is_empty() {
+        assert!(Instant::now() < deadline, "never decided in Redis");
+        assert_eq!(gw.t().await, StatusCode::OK);
+    }
+    gw.until_ready().await;
+}
+
+#[tokio::test]
+async fn tls_mismatch_is_reported_as_tls() {
+    // rediss:// against a plain-text server: the handshake just times out;
+    // a plain PING finds the server speaking RESP.
+    let plain = RedisServer::start().await;
+    let gw = RefusedBinary::start(&format!("{{ url: 'rediss://127.0.0.1:{}' }}", plain.port()));
+    let words = format!(
+        "the URL is rediss:// but 127.0.0.1:{} answered a plain-text PING with \"+PONG\"",
+        plain.port()
+    );
+    gw.until_reported(&format!("redis: TLS failed: {words}"), &words)
+        .await;
+    drop(gw);
+
+    // redis:// against a TLS server: the server resets the connection; a
+    // TLS handshake finds it speaking TLS.
+    let tls = TlsRedis::start().await;
+    let port = tls.proc.port;
+    let gw = RefusedBinary::start(&format!("{{ url: 'redis://127.0.0.1:{port}' }}"));
+    let words = format!("the URL is redis:// but 127.0.0.1:{port} answered a TLS handshake");
+    gw.until_reported(&format!("redis: TLS failed: {words}"), &words)
+        .await;
+    drop(gw);
+
+    // rediss:// with a certificate nothing trusts: rustls's words.
+    let gw = RefusedBinary::start(&format!("{{ url: 'rediss://127.0.0.1:{port}' }}"));
+    gw.until_reported(
+        "redis: TLS failed: InvalidCertificate(UnknownIssuer)",
+        "InvalidCertificate(UnknownIssuer)",
+    )
+    .await;
 }

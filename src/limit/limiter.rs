@@ -27,6 +27,7 @@ use super::{Decision, LimitRequest};
 use crate::config::{ClockSource, OnError, StoreConfig};
 use crate::metrics::StoreMetrics;
 use crate::store::heartbeat::{self, Instances};
+use crate::store::redis::fault::Fault;
 use crate::store::{Breaker, BreakerState, MemoryStore, RedisStore, Store, StoreError};
 
 /// How long startup waits for the first Redis connection.
@@ -93,7 +94,15 @@ impl Limiter {
                 // Give the first connection a moment so the first requests
                 // are not decided locally for nothing; never wait longer.
                 if !store.wait_connected(STARTUP_WAIT).await {
-                    warn!(redis = %r.describe(), "redis not reachable at startup; serving by on_error until it is");
+                    match store.fault() {
+                        // Already logged at ERROR when it was found.
+                        Some(fault) => {
+                            warn!(redis = %r.describe(), %fault, "redis refuses this gateway at startup; serving by on_error until it accepts it");
+                        }
+                        None => {
+                            warn!(redis = %r.describe(), "redis not reachable at startup; serving by on_error until it is");
+                        }
+                    }
                 }
                 tasks.push(tokio::spawn(Arc::clone(&breaker).probe(Arc::clone(&store))));
                 tasks.push(tokio::spawn(heartbeat::run(
@@ -124,18 +133,35 @@ impl Limiter {
     /// Records store latency, errors and the fallback state in `metrics`.
     pub fn with_metrics(mut self, metrics: StoreMetrics) -> Self {
         self.breaker.export(metrics.breaker_open.clone());
+        if let Some(r) = &self.redis {
+            r.health().export(metrics.faults.clone());
+        }
         self.metrics = metrics;
         self
     }
 
     /// Whether decisions can be made: no Redis is configured, Redis is
     /// connected, or the `on_error` fallback answers while it is not
-    /// (`deny` answers 503, so it does not count).
+    /// (`deny` answers 503, so it does not count). Never while Redis
+    /// refuses this gateway ([`Self::redis_fault`]): a wrong password or
+    /// missing permission does not heal by itself, and a rollout that
+    /// brought it should stop at this instance rather than serve every
+    /// request by `on_error` unnoticed.
     pub fn is_ready(&self) -> bool {
         match &self.redis {
             None => true,
-            Some(r) => r.is_connected() || matches!(self.on_error, OnError::Allow | OnError::Local),
+            Some(r) => {
+                r.fault().is_none()
+                    && (r.is_connected()
+                        || matches!(self.on_error, OnError::Allow | OnError::Local))
+            }
         }
+    }
+
+    /// Why Redis refuses this gateway, while it does: wrong or missing
+    /// credentials, a missing ACL permission, a TLS mismatch.
+    pub fn redis_fault(&self) -> Option<Fault> {
+        self.redis.as_ref().and_then(|r| r.fault())
     }
 
     /// Whether Redis is configured and currently answering.
