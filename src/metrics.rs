@@ -151,6 +151,10 @@ pub struct StoreMetrics {
     /// 1 while Redis refuses the gateway for that reason, per
     /// [`FaultKind::index`] (auth, permission, tls).
     pub faults: [Gauge<i64, AtomicI64>; 3],
+    /// Keys added to Redis after an outage with what the fallback admitted.
+    pub backlog_pushed: Counter,
+    /// Fallback admissions not recorded for Redis: the backlog was full.
+    pub backlog_dropped: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -163,6 +167,8 @@ impl Default for StoreMetrics {
             breaker_open: Gauge::default(),
             deny_cache_hits: Counter::default(),
             faults: Default::default(),
+            backlog_pushed: Counter::default(),
+            backlog_dropped: Counter::default(),
         }
     }
 }
@@ -325,6 +331,18 @@ impl Metrics {
             "1 while Redis refuses the gateway for this kind of reason (auth: WRONGPASS/NOAUTH, permission: NOPERM, tls: handshake or protocol mismatch), else 0",
             store_fault.clone(),
         );
+        let backlog_pushed = Counter::default();
+        registry.register(
+            "tollgate_store_backlog_pushed",
+            "Keys added to Redis when it returned, with what on_error: local admitted during the outage",
+            backlog_pushed.clone(),
+        );
+        let backlog_dropped = Counter::default();
+        registry.register(
+            "tollgate_store_backlog_dropped",
+            "Admissions on_error: local made during an outage that were not kept for Redis (the backlog was full)",
+            backlog_dropped.clone(),
+        );
         let deny_cache_hits = Counter::default();
         registry.register(
             "tollgate_deny_cache_hits",
@@ -365,6 +383,8 @@ impl Metrics {
             deny_cache_hits,
             faults: FaultKind::ALL
                 .map(|kind| store_fault.get_or_create_owned(&FaultLabels { kind: kind.label() })),
+            backlog_pushed,
+            backlog_dropped,
         };
         Self {
             registry,

@@ -1347,3 +1347,219 @@ async fn tls_mismatch_is_reported_as_tls() {
     )
     .await;
 }
+
+// --- issue 11: what the fallback admitted reaches Redis -----------------------
+
+/// The value and the time to live of `key` in `server`.
+async fn value_and_pttl(server: &RedisServer, key: &str) -> (Option<String>, i64) {
+    let mut conn = server.connection().await;
+    let value: Option<String> = redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    (value, pttl)
+}
+
+/// Limit 10 a minute, `on_error: local`, one gateway on a manual clock:
+/// 10 admitted in process while Redis is down; when it is back (restarted
+/// empty), those 10 are in Redis before it decides, so the rest of the
+/// window is denied — 10 across the outage, not 20.
+#[tokio::test]
+async fn local_admissions_during_an_outage_are_added_to_redis_when_it_returns() {
+    let mut server = RedisServer::start().await;
+    let clock = Arc::new(tollgate::clock::ManualClock::new(T0));
+    let gw = Gateway::start_with_clock(&yaml(&server.url(), "local", 10, ""), clock.clone()).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gw.inner.limiter().redis_connected() != Some(true) {
+        assert!(Instant::now() < deadline, "never connected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    server.stop();
+    let mut during = Vec::new();
+    for _ in 0..11 {
+        clock.advance(100);
+        during.push(send(gw.addr, get("/t", &[])).await.status.as_u16());
+    }
+    assert_eq!(during, [[200; 10].as_slice(), &[429]].concat());
+    assert!(gw.inner.limiter().behind_redis());
+
+    server.restart().await;
+    // Connected, and the breaker (if the outage opened it) closed again.
+    let deadline = Instant::now() + BACK_WITHIN + Duration::from_secs(3);
+    while gw.inner.limiter().redis_connected() != Some(true)
+        || gw.inner.breaker_state() != BreakerState::Closed
+    {
+        assert!(Instant::now() < deadline, "never reconnected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Still the same window (T0 is 20 s into a minute; 3 s have passed).
+    clock.advance(2_000);
+    let mut conn = server.connection().await;
+    let evalsha_before = support::redis::command_calls(&mut conn, "evalsha").await;
+    let mut admitted = 0;
+    for _ in 0..10 {
+        let reply = send(gw.addr, get("/t", &[])).await;
+        if reply.status == StatusCode::OK {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted, 0,
+        "the window spanning the outage was granted again"
+    );
+    assert!(!gw.inner.limiter().behind_redis());
+    // Redis decided them, from the 10 the push added (with the expiry a
+    // write gets: the rest of this window and the next).
+    assert!(support::redis::command_calls(&mut conn, "evalsha").await > evalsha_before);
+    let keys = limit_keys(&server).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let (value, pttl) = value_and_pttl(&server, &keys[0]).await;
+    let window = (T0 + 3_100) / 60_000;
+    assert_eq!(value, Some(format!("{window}:0:10")));
+    assert!((60_000..=120_000).contains(&pttl), "PTTL {pttl}");
+    let text = gw.inner.metrics().render();
+    assert!(
+        text.lines()
+            .any(|l| l == "tollgate_store_backlog_pushed_total 1"),
+        "{text}"
+    );
+
+    // Two windows on, Redis admits again.
+    clock.advance(120_000);
+    assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
+}
+
+/// The push adds to each algorithm's key what a single store would hold:
+/// Redis decides 3 before the outage, the fallback admits 4 during it, and
+/// from the push on Redis answers exactly as one store that saw all 7.
+#[tokio::test]
+async fn a_pushed_backlog_counts_as_if_redis_had_decided() {
+    use tollgate::store::MemoryStore;
+    use tollgate::store::redis::backlog::Backlog;
+    let server = RedisServer::start().await;
+    let store = connected(&config(RedisTopology::Standalone, &server.url())).await;
+    let algorithms = [
+        Algorithm::SlidingWindow,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::Gcra { burst: 10 },
+        Algorithm::CalendarMonth,
+    ];
+    for (i, algorithm) in algorithms.into_iter().enumerate() {
+        let req = LimitRequest {
+            key: format!("tg:{{push}}{i}"),
+            limit: 10,
+            window_ms: 60_000,
+            cost: 1,
+            algorithm,
+        };
+        let reqs = std::slice::from_ref(&req);
+        let one_store = MemoryStore::new();
+        for _ in 0..3 {
+            assert!(store.decide(T0, reqs).await.expect("decide").allowed);
+            assert!(one_store.decide_now(T0, reqs).allowed);
+        }
+        let backlog = Backlog::new();
+        for k in 0..4 {
+            let t = T0 + 10_000 + 100 * k;
+            assert!(one_store.decide_now(t, reqs).allowed);
+            backlog.record(t, &req);
+        }
+        let at = T0 + 15_000;
+        let pushed = store.push(at, backlog.take(at)).await;
+        assert!(pushed.error.is_none(), "{:?}", pushed.error);
+        assert_eq!((pushed.added, pushed.skipped), (1, 0));
+        // Past the window's end (T0 + 40 s) too.
+        for step in 0..6 {
+            let t = at + 7_000 * step;
+            let redis = store.decide(t, reqs).await.expect("decide");
+            assert_eq!(
+                redis,
+                one_store.decide_now(t, reqs),
+                "{algorithm:?} at +{}",
+                t - T0
+            );
+        }
+    }
+
+    // A key holding something else is left alone; the rest still go.
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("RPUSH")
+        .arg(&["tg:{push}garbage", "x"][..])
+        .query_async(&mut conn)
+        .await
+        .expect("RPUSH");
+    let backlog = Backlog::new();
+    for key in ["tg:{push}garbage", "tg:{push}fine"] {
+        backlog.record(T0, &one(key, 10));
+    }
+    let pushed = store.push(T0, backlog.take(T0)).await;
+    assert_eq!((pushed.added, pushed.skipped), (1, 1));
+    assert_eq!(
+        value_and_pttl(&server, "tg:{push}fine").await.0.as_deref(),
+        Some("28333333:0:1")
+    );
+}
+
+/// In a Cluster the push makes one call per slot, each on the slot's node.
+#[tokio::test]
+async fn a_pushed_backlog_reaches_every_cluster_slot() {
+    use tollgate::store::redis::backlog::Backlog;
+    let cluster = RedisCluster::start(3).await;
+    let store = connected(&config(
+        RedisTopology::Cluster {
+            seeds: cluster.seeds(),
+        },
+        "",
+    ))
+    .await;
+    // Wait for the slot map before pushing: a decision that answers.
+    decide_eventually(&store, T0, &[one("tg:{warm}l", 10)]).await;
+    let backlog = Backlog::new();
+    let keys: Vec<String> = (0..30).map(|i| format!("tg:{{id{i}}}l")).collect();
+    for key in &keys {
+        backlog.record(T0, &one(key, 10));
+        backlog.record(T0, &one(key, 10));
+    }
+    let mut conns = Vec::new();
+    for node in &cluster.nodes {
+        conns.push(
+            redis::Client::open(format!("redis://127.0.0.1:{}", node.port))
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("node"),
+        );
+    }
+    let mut evals_before = 0;
+    for c in &mut conns {
+        evals_before += support::redis::command_calls(c, "eval").await;
+    }
+    let pushed = store.push(T0, backlog.take(T0)).await;
+    assert!(pushed.error.is_none(), "{:?}", pushed.error);
+    assert_eq!(pushed.added, keys.len());
+    let mut evals = 0;
+    for c in &mut conns {
+        evals += support::redis::command_calls(c, "eval").await;
+    }
+    let slots: std::collections::BTreeSet<u16> = keys
+        .iter()
+        .map(|k| fred::util::redis_keyslot(k.as_bytes()))
+        .collect();
+    assert_eq!(
+        evals - evals_before,
+        slots.len() as u64,
+        "one call per slot"
+    );
+    for key in &keys {
+        let (_, value) = cluster.get(key).await;
+        assert_eq!(value.as_deref(), Some("28333333:0:2"), "{key}");
+    }
+}

@@ -44,10 +44,17 @@
 //!   unresponsive and reconnected, so a hung server turns into fast
 //!   `Unavailable` answers rather than one timeout per request.
 //!
+//! Two more halves of availability (issue 11) live beside the store:
+//! [`fault`] tells a Redis that refuses this gateway (credentials, ACL,
+//! TLS) from one that is away, for the log, the metrics and `/readyz`; and
+//! [`backlog`] keeps what `on_error: local` admitted during an outage, which
+//! [`RedisStore::push`] adds to the counters before decisions return here.
+//!
 //! The script's SHA-1 is learned once from the server's `SCRIPT LOAD` reply
 //! (fred's own SHA-1 needs its `sha-1` feature) and kept; a `NOSCRIPT` reply
 //! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 
+pub mod backlog;
 mod batch;
 mod cluster;
 pub use cluster::REFUND;

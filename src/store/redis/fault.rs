@@ -15,7 +15,7 @@
 //!   URL against a plain-text port, or a `redis://` URL against a TLS port.
 //!   Neither says so by itself — the first times out waiting for a
 //!   handshake, the second has its connection reset — so after such a
-//!   failure one [`probe`] asks the server in the other protocol: a
+//!   failure one `probe` asks the server in the other protocol: a
 //!   plain-text `PING` answered in RESP, or a TLS handshake answered by a
 //!   certificate or an alert, names the mismatch. A connection refused is
 //!   an outage and is not probed.
