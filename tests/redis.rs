@@ -1195,13 +1195,12 @@ impl Drop for RefusedBinary {
     }
 }
 
-/// `total_connections_received` of `server`: grows with every connection
-/// attempt the gateway makes.
-async fn connections_received(server: &RedisServer) -> u64 {
-    let mut conn = server.connection().await;
+/// `total_connections_received` as seen on `conn`: grows with every
+/// connection attempt anyone makes (the test's own polls reuse `conn`).
+async fn connections_received(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("stats")
-        .query_async(&mut conn)
+        .query_async(conn)
         .await
         .expect("INFO stats");
     info.lines()
@@ -1212,9 +1211,10 @@ async fn connections_received(server: &RedisServer) -> u64 {
 
 /// Waits until the gateway has tried to connect `n` more times.
 async fn until_more_connections(server: &RedisServer, n: u64) {
-    let from = connections_received(server).await;
+    let mut conn = server.connection().await;
+    let from = connections_received(&mut conn).await;
     let deadline = Instant::now() + FOUND_WITHIN;
-    while connections_received(server).await < from + n {
+    while connections_received(&mut conn).await < from + n {
         assert!(
             Instant::now() < deadline,
             "the gateway stopped reconnecting"
