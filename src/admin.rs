@@ -9,7 +9,10 @@
 //! - `/readyz`: the configuration is loaded (it is, or nothing would run)
 //!   and the limiter can decide — no Redis is configured, Redis is
 //!   connected, or its `on_error` fallback answers — and the gateway is not
-//!   draining. A load balancer takes the instance out on 503.
+//!   draining. A load balancer takes the instance out on 503. Redis
+//!   refusing the gateway (wrong credentials, a missing ACL permission, a
+//!   TLS mismatch) is 503 too, whatever `on_error`, with the reason in
+//!   Redis's words: `redis: authentication failed: WRONGPASS …`.
 //! - `/metrics`: Prometheus/OpenMetrics text (see [`crate::metrics`]).
 //! - `/admin/top?n=10`: per limit, the identities (hashed) it denied most,
 //!   enforced or in shadow mode (see [`crate::top`]), as JSON.
@@ -124,10 +127,12 @@ pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Ful
 
 fn readyz(gw: &Gateway, draining: bool) -> Response<Full<Bytes>> {
     let limiter = gw.limiter();
-    let store = match limiter.redis_connected() {
-        None => "store: memory",
-        Some(true) => "store: redis connected",
-        Some(false) => "store: redis unreachable; on_error decides",
+    // issue 11: a refusal says why, in Redis's words.
+    let store = match (limiter.redis_connected(), limiter.redis_fault()) {
+        (None, _) => "store: memory".to_owned(),
+        (Some(_), Some(fault)) => format!("redis: {fault}\non_error decides requests meanwhile"),
+        (Some(true), None) => "store: redis connected".to_owned(),
+        (Some(false), None) => "store: redis unreachable; on_error decides".to_owned(),
     };
     if draining {
         return reply(

@@ -28,6 +28,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::config::Config;
+use crate::store::redis::fault::FaultKind;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -97,6 +98,11 @@ struct StoreLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FaultLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
     route: String,
     class: &'static str,
@@ -153,6 +159,13 @@ pub struct StoreMetrics {
     pub breaker_open: Gauge<i64, AtomicI64>,
     /// Requests answered from the deny cache, without a Redis call.
     pub deny_cache_hits: Counter,
+    /// 1 while Redis refuses the gateway for that reason, per
+    /// [`FaultKind::index`] (auth, permission, tls).
+    pub faults: [Gauge<i64, AtomicI64>; 3],
+    /// Keys added to Redis after an outage with what the fallback admitted.
+    pub backlog_pushed: Counter,
+    /// Fallback admissions not recorded for Redis: the backlog was full.
+    pub backlog_dropped: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -164,6 +177,9 @@ impl Default for StoreMetrics {
             fallback: Gauge::default(),
             breaker_open: Gauge::default(),
             deny_cache_hits: Counter::default(),
+            faults: Default::default(),
+            backlog_pushed: Counter::default(),
+            backlog_dropped: Counter::default(),
         }
     }
 }
@@ -347,6 +363,24 @@ impl Metrics {
             "1 while the breaker in front of Redis is open (Redis is not called), else 0",
             store_breaker_open.clone(),
         );
+        let store_fault = Family::<FaultLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "tollgate_store_fault",
+            "1 while Redis refuses the gateway for this kind of reason (auth: WRONGPASS/NOAUTH, permission: NOPERM, tls: handshake or protocol mismatch), else 0",
+            store_fault.clone(),
+        );
+        let backlog_pushed = Counter::default();
+        registry.register(
+            "tollgate_store_backlog_pushed",
+            "Keys added to Redis when it returned, with what on_error: local admitted during the outage",
+            backlog_pushed.clone(),
+        );
+        let backlog_dropped = Counter::default();
+        registry.register(
+            "tollgate_store_backlog_dropped",
+            "Admissions on_error: local made during an outage that were not kept for Redis (the backlog was full)",
+            backlog_dropped.clone(),
+        );
         let deny_cache_hits = Counter::default();
         registry.register(
             "tollgate_deny_cache_hits",
@@ -391,6 +425,10 @@ impl Metrics {
             fallback: store_fallback,
             breaker_open: store_breaker_open,
             deny_cache_hits,
+            faults: FaultKind::ALL
+                .map(|kind| store_fault.get_or_create_owned(&FaultLabels { kind: kind.label() })),
+            backlog_pushed,
+            backlog_dropped,
         };
         Self {
             registry,
@@ -533,6 +571,8 @@ mod tests {
             "tollgate_config_reloads_total{result=\"failure\"} 1",
             "tollgate_store_fallback 0",
             "tollgate_store_breaker_open 0",
+            "tollgate_store_fault{kind=\"auth\"} 0",
+            "tollgate_store_fault{kind=\"tls\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

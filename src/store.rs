@@ -35,6 +35,12 @@ pub enum StoreError {
     /// The store answered something that is not a valid decision.
     #[error("store replied garbage: {0}")]
     Protocol(String),
+    /// Redis refused the gateway's command, in its own words: an ACL
+    /// permission is missing (`NOPERM`) or the connection is not
+    /// authenticated (`NOAUTH`, `WRONGPASS`). A configuration fault, not an
+    /// outage: it will not heal by waiting (see `redis::fault`).
+    #[error("redis refused: {0}")]
+    Refused(String),
 }
 
 /// A place that decides limits and keeps their counters.

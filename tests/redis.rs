@@ -743,11 +743,23 @@ async fn acl_user_and_database_number() {
         "written in database 3"
     );
     // The user's key pattern is in force: other keys are refused, and that
-    // is an error for the failure policy, not a decision.
-    assert!(matches!(
-        store.decide(T0, &[one("other:{acl}:r:l", 2)]).await,
-        Err(StoreError::Protocol(_))
-    ));
+    // is an error for the failure policy, not a decision: a refusal in
+    // Redis's words (issue 11), reported as a fault until a call succeeds.
+    let refused = store.decide(T0, &[one("other:{acl}:r:l", 2)]).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Refused(m)) if m.starts_with("NOPERM")),
+        "{refused:?}"
+    );
+    assert!(store.fault().is_some());
+    let allowed_key = [one("tg:{acl}:r:cleared", 2)];
+    assert!(
+        store
+            .decide(T0, &allowed_key)
+            .await
+            .expect("decide")
+            .allowed
+    );
+    assert_eq!(store.fault(), None, "a call answered clears it");
 
     // Credentials as fields.
     let mut cfg = config(
@@ -1057,5 +1069,497 @@ async fn gateway_speaks_tls_with_an_acl_user() {
     for _ in 0..3 {
         let reply = send(wrong.addr, get("/t", &[])).await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+}
+
+// --- issue 11: Redis refusing the gateway is not an outage ---------------------
+
+/// The built binary serving `/t` (one per-IP limit, `on_error: local`)
+/// against `redis_yaml`, with its admin listener and its log in a file.
+struct RefusedBinary {
+    started: support::binary::Started,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// How long a refusal may take to be found: a connection attempt (the
+/// connect timeout is 1 s), one reconnect delay and a probe.
+const FOUND_WITHIN: Duration = Duration::from_secs(15);
+
+impl RefusedBinary {
+    fn start(redis_yaml: &str) -> RefusedBinary {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("gateway.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+store:
+  redis: {redis_yaml}
+  on_error: local
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200 }}
+    limits: [ {{ name: per_ip, key: ip, limit: 1000, window: 1m }} ]
+"
+            ),
+        )
+        .expect("write gateway.yaml");
+        let log = dir.path().join("tollgate.log");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.arg("--config").arg(&config);
+        let started = support::binary::spawn_listening(cmd, 2, Some(&log));
+        RefusedBinary {
+            started,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The log's ERROR lines holding `words`.
+    fn errors_with(&self, words: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("ERROR") && l.contains(words))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    async fn readyz(&self) -> support::gateway::Reply {
+        send(
+            self.started.admin.expect("admin listener"),
+            get("/readyz", &[]),
+        )
+        .await
+    }
+
+    async fn t(&self) -> StatusCode {
+        send(self.started.proxy[0], get("/t", &[])).await.status
+    }
+
+    /// Waits until the refusal is reported: `/readyz` answers 503 with
+    /// `body` in its body, and an ERROR line of the log holds `logged`.
+    /// Requests are sent meanwhile (decided by `on_error: local`), since
+    /// some refusals only show on a decision. Returns the `/readyz` body.
+    async fn until_reported(&self, body: &str, logged: &str) -> String {
+        let deadline = Instant::now() + FOUND_WITHIN;
+        loop {
+            assert_eq!(self.t().await, StatusCode::OK, "on_error: local decides");
+            let ready = self.readyz().await;
+            if ready.status == StatusCode::SERVICE_UNAVAILABLE
+                && ready.text().contains(body)
+                && !self.errors_with(logged).is_empty()
+            {
+                return ready.text();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not reported within {FOUND_WITHIN:?}: /readyz {} {:?}\n--- log:\n{}",
+                ready.status,
+                ready.text(),
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until `/readyz` answers 200 again.
+    async fn until_ready(&self) {
+        let deadline = Instant::now() + FOUND_WITHIN;
+        loop {
+            let ready = self.readyz().await;
+            if ready.status == StatusCode::OK {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never ready again: {:?}\n--- log:\n{}",
+                ready.text(),
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for RefusedBinary {
+    fn drop(&mut self) {
+        let _ = self.started.child.kill();
+        let _ = self.started.child.wait();
+    }
+}
+
+/// `total_connections_received` as seen on `conn`: grows with every
+/// connection attempt anyone makes (the test's own polls reuse `conn`).
+async fn connections_received(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(conn)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_connections_received")
+}
+
+/// Waits until the gateway has tried to connect `n` more times.
+async fn until_more_connections(server: &RedisServer, n: u64) {
+    let mut conn = server.connection().await;
+    let from = connections_received(&mut conn).await;
+    let deadline = Instant::now() + FOUND_WITHIN;
+    while connections_received(&mut conn).await < from + n {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway stopped reconnecting"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn wrong_or_missing_password_is_logged_once_and_named_by_readyz() {
+    let server = RedisServer::start_with_password("right");
+    let server = server.await;
+    let port = server.port();
+    for (url, words) in [
+        (
+            format!("redis://:wrong@127.0.0.1:{port}"),
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}"),
+            "NOAUTH Authentication required.",
+        ),
+    ] {
+        let gw = RefusedBinary::start(&format!("{{ url: '{url}' }}"));
+        let body = gw
+            .until_reported(&format!("redis: authentication failed: {words}"), words)
+            .await;
+        assert!(body.starts_with("not ready\n"), "{body}");
+        let metrics = send(gw.started.admin.unwrap(), get("/metrics", &[]))
+            .await
+            .text();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l == "tollgate_store_fault{kind=\"auth\"} 1"),
+            "{metrics}"
+        );
+        // Logged once, not per reconnect attempt nor per request.
+        until_more_connections(&server, 2).await;
+        for _ in 0..5 {
+            assert_eq!(gw.t().await, StatusCode::OK);
+        }
+        assert_eq!(gw.errors_with(words).len(), 1, "{}", gw.log());
+    }
+
+    // The server is given the password the gateway sends: accepted, logged
+    // once, ready again.
+    let gw = RefusedBinary::start(&format!("{{ url: 'redis://:wrong@127.0.0.1:{port}' }}"));
+    gw.until_reported("WRONGPASS", "WRONGPASS").await;
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "wrong"][..])
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG SET requirepass");
+    gw.until_ready().await;
+    assert!(
+        gw.log().contains("redis accepts this gateway again"),
+        "{}",
+        gw.log()
+    );
+    assert_eq!(gw.errors_with("WRONGPASS").len(), 1, "{}", gw.log());
+}
+
+#[tokio::test]
+async fn missing_acl_permission_is_reported_as_noperm() {
+    let server = RedisServer::start().await;
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER", "tollgate", "on", ">s3cret", "~*", "+@all", "-evalsha", "-eval",
+            ][..],
+        )
+        .query_async(&mut conn)
+        .await
+        .expect("ACL SETUSER");
+    let gw = RefusedBinary::start(&format!(
+        "{{ url: 'redis://tollgate:s3cret@127.0.0.1:{}' }}",
+        server.port()
+    ));
+    let body = gw
+        .until_reported("redis: permission denied: NOPERM", "NOPERM")
+        .await;
+    assert!(body.contains("'evalsha'"), "decisions are refused: {body}");
+
+    // Given the commands, it decides in Redis again and is ready.
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "tollgate", "+evalsha", "+eval"][..])
+        .query_async(&mut conn)
+        .await
+        .expect("ACL SETUSER");
+    let deadline = Instant::now() + FOUND_WITHIN;
+    while limit_keys(&server).await.is_empty() {
+        assert!(Instant::now() < deadline, "never decided in Redis");
+        assert_eq!(gw.t().await, StatusCode::OK);
+    }
+    gw.until_ready().await;
+}
+
+#[tokio::test]
+async fn tls_mismatch_is_reported_as_tls() {
+    // rediss:// against a plain-text server: the handshake just times out;
+    // a plain PING finds the server speaking RESP.
+    let plain = RedisServer::start().await;
+    let gw = RefusedBinary::start(&format!("{{ url: 'rediss://127.0.0.1:{}' }}", plain.port()));
+    let words = format!(
+        "the URL is rediss:// but 127.0.0.1:{} answered a plain-text PING with \"+PONG\"",
+        plain.port()
+    );
+    gw.until_reported(&format!("redis: TLS failed: {words}"), &words)
+        .await;
+    drop(gw);
+
+    // redis:// against a TLS server: the server resets the connection; a
+    // TLS handshake finds it speaking TLS.
+    let tls = TlsRedis::start().await;
+    let port = tls.proc.port;
+    let gw = RefusedBinary::start(&format!("{{ url: 'redis://127.0.0.1:{port}' }}"));
+    let words = format!("the URL is redis:// but 127.0.0.1:{port} answered a TLS handshake");
+    gw.until_reported(&format!("redis: TLS failed: {words}"), &words)
+        .await;
+    drop(gw);
+
+    // rediss:// with a certificate nothing trusts: rustls's words.
+    let gw = RefusedBinary::start(&format!("{{ url: 'rediss://127.0.0.1:{port}' }}"));
+    gw.until_reported(
+        "redis: TLS failed: InvalidCertificate(UnknownIssuer)",
+        "InvalidCertificate(UnknownIssuer)",
+    )
+    .await;
+}
+
+// --- issue 11: what the fallback admitted reaches Redis -----------------------
+
+/// The value and the time to live of `key` in `server`.
+async fn value_and_pttl(server: &RedisServer, key: &str) -> (Option<String>, i64) {
+    let mut conn = server.connection().await;
+    let value: Option<String> = redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    (value, pttl)
+}
+
+/// Limit 10 a minute, `on_error: local`, one gateway on a manual clock:
+/// 10 admitted in process while Redis is down; when it is back (restarted
+/// empty), those 10 are in Redis before it decides, so the rest of the
+/// window is denied — 10 across the outage, not 20.
+#[tokio::test]
+async fn local_admissions_during_an_outage_are_added_to_redis_when_it_returns() {
+    let mut server = RedisServer::start().await;
+    let clock = Arc::new(tollgate::clock::ManualClock::new(T0));
+    let gw = Gateway::start_with_clock(&yaml(&server.url(), "local", 10, ""), clock.clone()).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gw.inner.limiter().redis_connected() != Some(true) {
+        assert!(Instant::now() < deadline, "never connected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    server.stop();
+    let mut during = Vec::new();
+    for _ in 0..11 {
+        clock.advance(100);
+        during.push(send(gw.addr, get("/t", &[])).await.status.as_u16());
+    }
+    assert_eq!(during, [[200; 10].as_slice(), &[429]].concat());
+    assert!(gw.inner.limiter().behind_redis());
+
+    server.restart().await;
+    // Connected, and the breaker (if the outage opened it) closed again.
+    let deadline = Instant::now() + BACK_WITHIN + Duration::from_secs(3);
+    while gw.inner.limiter().redis_connected() != Some(true)
+        || gw.inner.breaker_state() != BreakerState::Closed
+    {
+        assert!(Instant::now() < deadline, "never reconnected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Still the same window (T0 is 20 s into a minute; 3 s have passed).
+    clock.advance(2_000);
+    let mut conn = server.connection().await;
+    let evalsha_before = support::redis::command_calls(&mut conn, "evalsha").await;
+    let mut admitted = 0;
+    for _ in 0..10 {
+        let reply = send(gw.addr, get("/t", &[])).await;
+        if reply.status == StatusCode::OK {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted, 0,
+        "the window spanning the outage was granted again"
+    );
+    assert!(!gw.inner.limiter().behind_redis());
+    // Redis decided them, from the 10 the push added (with the expiry a
+    // write gets: the rest of this window and the next).
+    assert!(support::redis::command_calls(&mut conn, "evalsha").await > evalsha_before);
+    let keys = limit_keys(&server).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let (value, pttl) = value_and_pttl(&server, &keys[0]).await;
+    let window = (T0 + 3_100) / 60_000;
+    assert_eq!(value, Some(format!("{window}:0:10")));
+    assert!((60_000..=120_000).contains(&pttl), "PTTL {pttl}");
+    let text = gw.inner.metrics().render();
+    assert!(
+        text.lines()
+            .any(|l| l == "tollgate_store_backlog_pushed_total 1"),
+        "{text}"
+    );
+
+    // Two windows on, Redis admits again.
+    clock.advance(120_000);
+    assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
+}
+
+/// The push adds to each algorithm's key what a single store would hold:
+/// Redis decides 3 before the outage, the fallback admits 4 during it, and
+/// from the push on Redis answers exactly as one store that saw all 7.
+#[tokio::test]
+async fn a_pushed_backlog_counts_as_if_redis_had_decided() {
+    use tollgate::store::MemoryStore;
+    use tollgate::store::redis::backlog::Backlog;
+    let server = RedisServer::start().await;
+    let store = connected(&config(RedisTopology::Standalone, &server.url())).await;
+    let algorithms = [
+        Algorithm::SlidingWindow,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::Gcra { burst: 10 },
+        Algorithm::CalendarMonth,
+    ];
+    for (i, algorithm) in algorithms.into_iter().enumerate() {
+        let req = LimitRequest {
+            key: format!("tg:{{push}}{i}"),
+            limit: 10,
+            window_ms: 60_000,
+            cost: 1,
+            algorithm,
+        };
+        let reqs = std::slice::from_ref(&req);
+        let one_store = MemoryStore::new();
+        for _ in 0..3 {
+            assert!(store.decide(T0, reqs).await.expect("decide").allowed);
+            assert!(one_store.decide_now(T0, reqs).allowed);
+        }
+        let backlog = Backlog::new();
+        for k in 0..4 {
+            let t = T0 + 10_000 + 100 * k;
+            assert!(one_store.decide_now(t, reqs).allowed);
+            backlog.record(t, &req);
+        }
+        let at = T0 + 15_000;
+        let pushed = store.push(at, backlog.take(at)).await;
+        assert!(pushed.error.is_none(), "{:?}", pushed.error);
+        assert_eq!((pushed.added, pushed.skipped), (1, 0));
+        // Past the window's end (T0 + 40 s) too.
+        for step in 0..6 {
+            let t = at + 7_000 * step;
+            let redis = store.decide(t, reqs).await.expect("decide");
+            assert_eq!(
+                redis,
+                one_store.decide_now(t, reqs),
+                "{algorithm:?} at +{}",
+                t - T0
+            );
+        }
+    }
+
+    // A key holding something else is left alone; the rest still go.
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("RPUSH")
+        .arg(&["tg:{push}garbage", "x"][..])
+        .query_async(&mut conn)
+        .await
+        .expect("RPUSH");
+    let backlog = Backlog::new();
+    for key in ["tg:{push}garbage", "tg:{push}fine"] {
+        backlog.record(T0, &one(key, 10));
+    }
+    let pushed = store.push(T0, backlog.take(T0)).await;
+    assert_eq!((pushed.added, pushed.skipped), (1, 1));
+    assert_eq!(
+        value_and_pttl(&server, "tg:{push}fine").await.0.as_deref(),
+        Some("28333333:0:1")
+    );
+}
+
+/// In a Cluster the push makes one call per slot, each on the slot's node.
+#[tokio::test]
+async fn a_pushed_backlog_reaches_every_cluster_slot() {
+    use tollgate::store::redis::backlog::Backlog;
+    let cluster = RedisCluster::start(3).await;
+    let store = connected(&config(
+        RedisTopology::Cluster {
+            seeds: cluster.seeds(),
+        },
+        "",
+    ))
+    .await;
+    // Wait for the slot map before pushing: a decision that answers.
+    decide_eventually(&store, T0, &[one("tg:{warm}l", 10)]).await;
+    let backlog = Backlog::new();
+    let keys: Vec<String> = (0..30).map(|i| format!("tg:{{id{i}}}l")).collect();
+    for key in &keys {
+        backlog.record(T0, &one(key, 10));
+        backlog.record(T0, &one(key, 10));
+    }
+    let mut conns = Vec::new();
+    for node in &cluster.nodes {
+        conns.push(
+            redis::Client::open(format!("redis://127.0.0.1:{}", node.port))
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("node"),
+        );
+    }
+    let mut evals_before = 0;
+    for c in &mut conns {
+        evals_before += support::redis::command_calls(c, "eval").await;
+    }
+    let pushed = store.push(T0, backlog.take(T0)).await;
+    assert!(pushed.error.is_none(), "{:?}", pushed.error);
+    assert_eq!(pushed.added, keys.len());
+    let mut evals = 0;
+    for c in &mut conns {
+        evals += support::redis::command_calls(c, "eval").await;
+    }
+    let slots: std::collections::BTreeSet<u16> = keys
+        .iter()
+        .map(|k| fred::util::redis_keyslot(k.as_bytes()))
+        .collect();
+    assert_eq!(
+        evals - evals_before,
+        slots.len() as u64,
+        "one call per slot"
+    );
+    for key in &keys {
+        let (_, value) = cluster.get(key).await;
+        assert_eq!(value.as_deref(), Some("28333333:0:2"), "{key}");
     }
 }

@@ -14,12 +14,30 @@
 //! In front of Redis sits the [deny cache](super::deny_cache): a request
 //! Redis denied is denied again locally until its Retry-After, so a caller
 //! hammering a closed limit costs no Redis call.
+//!
+//! issue 11: what `local` admits while Redis cannot decide (an outage: the
+//! link down, a timeout, the breaker open) is also recorded in a
+//! [`Backlog`], and decisions stay local until it has been added to the
+//! Redis counters. The first decision that finds Redis usable again starts
+//! that push in a task of its own; decisions arriving meanwhile wait for it
+//! (at most the store's timeout, then they decide locally and are recorded
+//! for the next push), and go to Redis once it is done. So the window that
+//! spans an outage is not granted once in process and once more in Redis.
+//! Three states, one atomic: shared (decisions in Redis; the only check on
+//! the usual path is one load), behind (a backlog waits), pushing. A push
+//! that fails for an outage puts its records back, counts for the breaker
+//! and is tried again after a probe interval; a push Redis refuses
+//! (garbage, `NOPERM`) is dropped with a warning, since waiting would not
+//! help. While the link is down a decision in the behind state is counted
+//! as the failed call it would have been (errors, breaker), as before.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::deny_cache::DenyCache;
@@ -27,6 +45,8 @@ use super::{Decision, LimitRequest};
 use crate::config::{ClockSource, OnError, StoreConfig};
 use crate::metrics::StoreMetrics;
 use crate::store::heartbeat::{self, Instances};
+use crate::store::redis::backlog::Backlog;
+use crate::store::redis::fault::Fault;
 use crate::store::{Breaker, BreakerState, MemoryStore, RedisStore, Store, StoreError};
 
 /// How long startup waits for the first Redis connection.
@@ -45,6 +65,82 @@ pub struct Limiter {
     /// The breaker's probe and the heartbeat; aborted on drop.
     tasks: Vec<JoinHandle<()>>,
     metrics: StoreMetrics,
+    /// What the fallback admitted during an outage, and whether decisions
+    /// wait for it to reach Redis (module docs).
+    resync: Arc<Resync>,
+}
+
+/// Where one decision goes while counts may be behind Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// To Redis: nothing waits to be pushed.
+    Redis,
+    /// Nowhere: the link is down (a failed call, as the store would answer).
+    Down,
+    /// In process: a push is due, under way or failed a moment ago.
+    Behind,
+}
+
+/// Decisions go to Redis.
+const SHARED: u8 = 0;
+/// Counts admitted in process wait to be added to Redis: decisions stay
+/// local until a push succeeds.
+const BEHIND: u8 = 1;
+/// A push is under way; decisions wait for it.
+const PUSHING: u8 = 2;
+
+/// The backlog of an outage and the state of its way back to Redis.
+#[derive(Debug)]
+struct Resync {
+    /// [`SHARED`], [`BEHIND`] or [`PUSHING`].
+    mode: AtomicU8,
+    backlog: Backlog,
+    /// Woken when a push ends.
+    ended: Notify,
+    /// After a push failed for an outage, none before this.
+    not_before: Mutex<Option<Instant>>,
+    /// How long a decision waits for a push: the store's timeout.
+    wait: Duration,
+    /// The pause after a failed push: the breaker's probe interval.
+    retry: Duration,
+}
+
+impl Resync {
+    /// Records an admission made in process during an outage.
+    fn record(&self, now_ms: u64, requests: &[LimitRequest]) {
+        for r in requests {
+            self.backlog.record(now_ms, r);
+        }
+        // After the records: a push ending now either sees them or finds
+        // itself overruled here.
+        let _ = self
+            .mode
+            .compare_exchange(SHARED, BEHIND, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    fn may_try(&self) -> bool {
+        let not_before = self
+            .not_before
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        not_before.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Waits, until `deadline`, for the push under way to end; whether it
+    /// did.
+    async fn push_ended(&self, deadline: Instant) -> bool {
+        loop {
+            // Created before the check, so a push ending in between still
+            // wakes it (`Notify::notify_waiters`).
+            let ended = self.ended.notified();
+            if self.mode.load(Ordering::SeqCst) != PUSHING {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return self.mode.load(Ordering::SeqCst) != PUSHING;
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Limiter {
@@ -93,7 +189,15 @@ impl Limiter {
                 // Give the first connection a moment so the first requests
                 // are not decided locally for nothing; never wait longer.
                 if !store.wait_connected(STARTUP_WAIT).await {
-                    warn!(redis = %r.describe(), "redis not reachable at startup; serving by on_error until it is");
+                    match store.fault() {
+                        // Already logged at ERROR when it was found.
+                        Some(fault) => {
+                            warn!(redis = %r.describe(), %fault, "redis refuses this gateway at startup; serving by on_error until it accepts it");
+                        }
+                        None => {
+                            warn!(redis = %r.describe(), "redis not reachable at startup; serving by on_error until it is");
+                        }
+                    }
                 }
                 tasks.push(tokio::spawn(Arc::clone(&breaker).probe(Arc::clone(&store))));
                 tasks.push(tokio::spawn(heartbeat::run(
@@ -108,6 +212,14 @@ impl Limiter {
         };
         let deny_cache =
             (redis.is_some() && cfg.deny_cache > 0).then(|| DenyCache::new(cfg.deny_cache));
+        let resync = Arc::new(Resync {
+            mode: AtomicU8::new(SHARED),
+            backlog: Backlog::new(),
+            ended: Notify::new(),
+            not_before: Mutex::new(None),
+            wait: cfg.redis.as_ref().map_or(Duration::ZERO, |r| r.timeout),
+            retry: cfg.breaker.probe_interval,
+        });
         Ok(Self {
             memory: MemoryStore::new(),
             redis,
@@ -118,24 +230,43 @@ impl Limiter {
             instances,
             tasks,
             metrics: StoreMetrics::default(),
+            resync,
         })
     }
 
     /// Records store latency, errors and the fallback state in `metrics`.
     pub fn with_metrics(mut self, metrics: StoreMetrics) -> Self {
         self.breaker.export(metrics.breaker_open.clone());
+        if let Some(r) = &self.redis {
+            r.health().export(metrics.faults.clone());
+        }
+        self.resync.backlog.export(metrics.backlog_dropped.clone());
         self.metrics = metrics;
         self
     }
 
     /// Whether decisions can be made: no Redis is configured, Redis is
     /// connected, or the `on_error` fallback answers while it is not
-    /// (`deny` answers 503, so it does not count).
+    /// (`deny` answers 503, so it does not count). Never while Redis
+    /// refuses this gateway ([`Self::redis_fault`]): a wrong password or
+    /// missing permission does not heal by itself, and a rollout that
+    /// brought it should stop at this instance rather than serve every
+    /// request by `on_error` unnoticed.
     pub fn is_ready(&self) -> bool {
         match &self.redis {
             None => true,
-            Some(r) => r.is_connected() || matches!(self.on_error, OnError::Allow | OnError::Local),
+            Some(r) => {
+                r.fault().is_none()
+                    && (r.is_connected()
+                        || matches!(self.on_error, OnError::Allow | OnError::Local))
+            }
         }
+    }
+
+    /// Why Redis refuses this gateway, while it does: wrong or missing
+    /// credentials, a missing ACL permission, a TLS mismatch.
+    pub fn redis_fault(&self) -> Option<Fault> {
+        self.redis.as_ref().and_then(|r| r.fault())
     }
 
     /// Whether Redis is configured and currently answering.
@@ -197,15 +328,33 @@ impl Limiter {
             self.metrics.deny_cache_hits.inc();
             return Verdict::Decided(d);
         }
-        let called = self.breaker.allows();
+        // issue 11: counts admitted in process during an outage reach Redis
+        // before decisions do.
+        let gate = if self.resync.mode.load(Ordering::SeqCst) == SHARED {
+            Gate::Redis
+        } else {
+            self.catch_up(redis, now_ms).await
+        };
+        let called = self.breaker.allows() && gate != Gate::Behind;
         let result = if called {
             let start = std::time::Instant::now();
-            let r = redis.decide(now_ms, requests).await;
+            let r = match gate {
+                Gate::Redis => redis.decide(now_ms, requests).await,
+                // What the store answers at once while its link is down,
+                // and counted as such (errors, breaker), as before.
+                Gate::Down | Gate::Behind => {
+                    Err(StoreError::Unavailable("not connected to Redis".into()))
+                }
+            };
             self.metrics
                 .redis_duration
                 .observe(start.elapsed().as_secs_f64());
             self.breaker.record(r.as_ref().map(drop));
             r
+        } else if gate == Gate::Behind && self.breaker.allows() {
+            Err(StoreError::Unavailable(
+                "counts admitted in process are not in Redis yet".into(),
+            ))
         } else {
             Err(StoreError::Unavailable("breaker open".into()))
         };
@@ -232,10 +381,66 @@ impl Limiter {
                 match on_error.unwrap_or(self.on_error) {
                     OnError::Allow => Verdict::FailedOpen,
                     OnError::Deny => Verdict::Unavailable,
-                    OnError::Local => Verdict::Decided(self.decide_locally(now_ms, requests)),
+                    OnError::Local => {
+                        let d = self.decide_locally(now_ms, requests);
+                        // Only an outage: a refusal or garbage would refuse
+                        // the push as well.
+                        if d.allowed
+                            && matches!(e, StoreError::Unavailable(_) | StoreError::Timeout)
+                        {
+                            self.resync.record(now_ms, requests);
+                        }
+                        Verdict::Decided(d)
+                    }
                 }
             }
         }
+    }
+
+    /// Behind: starts the push when Redis looks usable (unless one failed
+    /// a moment ago) and waits for it, at most the store's timeout. Where
+    /// this decision goes.
+    async fn catch_up(&self, redis: &Arc<RedisStore>, now_ms: u64) -> Gate {
+        let deadline = Instant::now() + self.resync.wait;
+        loop {
+            match self.resync.mode.load(Ordering::SeqCst) {
+                SHARED => return Gate::Redis,
+                BEHIND => {
+                    if !redis.is_connected() {
+                        return Gate::Down;
+                    }
+                    if !(self.breaker.allows() && self.resync.may_try()) {
+                        return Gate::Behind;
+                    }
+                    if self
+                        .resync
+                        .mode
+                        .compare_exchange(BEHIND, PUSHING, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                    {
+                        // A task: a request that goes away must not leave
+                        // the push half done.
+                        tokio::spawn(push(
+                            Arc::clone(&self.resync),
+                            Arc::clone(redis),
+                            Arc::clone(&self.breaker),
+                            self.metrics.clone(),
+                            now_ms,
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            if !self.resync.push_ended(deadline).await {
+                return Gate::Behind;
+            }
+        }
+    }
+
+    /// Whether counts admitted in process during an outage wait to be added
+    /// to Redis (decisions stay local until they are).
+    pub fn behind_redis(&self) -> bool {
+        self.resync.mode.load(Ordering::SeqCst) != SHARED
     }
 
     /// `on_error: local`: each limit divided by the live instances (at
@@ -254,4 +459,59 @@ impl Limiter {
             .collect();
         self.decide_memory(now_ms, &shares)
     }
+}
+
+/// Adds the backlog to Redis at `now_ms`, then lets decisions go there (or
+/// back to waiting, if the push failed for an outage).
+async fn push(
+    resync: Arc<Resync>,
+    redis: Arc<RedisStore>,
+    breaker: Arc<Breaker>,
+    metrics: StoreMetrics,
+    now_ms: u64,
+) {
+    let entries = resync.backlog.take(now_ms);
+    let keys = entries.len();
+    let pushed = redis.push(now_ms, entries).await;
+    metrics.backlog_pushed.inc_by(pushed.added as u64);
+    let behind = match pushed.error {
+        None => {
+            if keys > 0 {
+                info!(
+                    keys = pushed.added,
+                    skipped = pushed.skipped,
+                    "added what was admitted in process during the outage to redis; decisions are back in redis"
+                );
+            }
+            false
+        }
+        Some(e @ (StoreError::Unavailable(_) | StoreError::Timeout)) => {
+            breaker.record(Err(&e));
+            warn!(error = %e, keys = pushed.failed.len(), retry_in = ?resync.retry, "could not add what was admitted in process to redis yet; deciding in process meanwhile");
+            resync.backlog.restore(pushed.failed);
+            *resync
+                .not_before
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + resync.retry);
+            true
+        }
+        Some(e @ (StoreError::Refused(_) | StoreError::Protocol(_))) => {
+            warn!(error = %e, keys = pushed.failed.len(), "redis refused what was admitted in process during the outage; those counts are dropped");
+            false
+        }
+    };
+    if behind {
+        resync.mode.store(BEHIND, Ordering::SeqCst);
+    } else {
+        resync.mode.store(SHARED, Ordering::SeqCst);
+        // Recorded during the push (a decision that gave up waiting):
+        // another push first.
+        if !resync.backlog.is_empty() {
+            let _ =
+                resync
+                    .mode
+                    .compare_exchange(SHARED, BEHIND, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+    resync.ended.notify_waiters();
 }

@@ -20,6 +20,9 @@
 //! Only outages count (`Unavailable`, `Timeout`). A garbage reply
 //! (`Protocol`) is about one key, not the server: it goes through the
 //! failure policy for that request but does not open the breaker for all.
+//! A refusal (`Refused`: `NOPERM`, `NOAUTH`) comes back at once and would
+//! not heal while the breaker waits, and a `PING` may well be allowed when
+//! the script is not: it is reported as a fault (`redis::fault`) instead.
 //!
 //! Each state change is logged once, and the state is readable through
 //! [`Breaker::state`] for metrics.
@@ -95,7 +98,9 @@ impl Breaker {
     pub fn record(&self, result: Result<(), &StoreError>) {
         match result {
             Ok(()) => self.consecutive.store(0, Ordering::Relaxed),
-            Err(StoreError::Protocol(_)) => {}
+            // Answered at once, by a server that is there: waiting would
+            // not help, and the probe's PING could not tell when it does.
+            Err(StoreError::Protocol(_) | StoreError::Refused(_)) => {}
             Err(e @ (StoreError::Unavailable(_) | StoreError::Timeout)) => {
                 let n = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
                 if n >= self.config.failures && !self.open.swap(true, Ordering::AcqRel) {

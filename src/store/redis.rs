@@ -44,14 +44,22 @@
 //!   unresponsive and reconnected, so a hung server turns into fast
 //!   `Unavailable` answers rather than one timeout per request.
 //!
+//! Two more halves of availability (issue 11) live beside the store:
+//! [`fault`] tells a Redis that refuses this gateway (credentials, ACL,
+//! TLS) from one that is away, for the log, the metrics and `/readyz`; and
+//! [`backlog`] keeps what `on_error: local` admitted during an outage, which
+//! [`RedisStore::push`] adds to the counters before decisions return here.
+//!
 //! The script's SHA-1 is learned once from the server's `SCRIPT LOAD` reply
 //! (fred's own SHA-1 needs its `sha-1` feature) and kept; a `NOSCRIPT` reply
 //! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 
+pub mod backlog;
 mod batch;
 mod cluster;
 pub use cluster::REFUND;
 mod commands;
+pub mod fault;
 pub mod topology;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -71,6 +79,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use self::fault::{Fault, Health, LinkError, Op, Probe};
 use super::{Store, StoreError};
 use crate::config::{RedisConfig, RedisTopology};
 use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, calendar};
@@ -113,6 +122,8 @@ struct Clients {
     sha: OnceLock<Str>,
     /// A Redis Cluster: one request's keys may sit in several slots.
     clustered: bool,
+    /// Refusals standing (issue 11): wrong credentials, ACL, TLS.
+    health: Arc<Health>,
 }
 
 /// One client of the pool and its link watcher.
@@ -191,6 +202,18 @@ impl RedisStore {
         let clustered = matches!(cfg.topology, RedisTopology::Cluster { .. });
         let mut links = Vec::with_capacity(cfg.pool_size.max(1));
         let came_up = Arc::new(Notify::new());
+        let health = Arc::new(Health::new(cfg.describe()));
+        // issue 11: where to ask when a failure may be TLS on one side only.
+        let diagnosis = config.server.hosts().first().map(|server| Diagnosis {
+            probe: Probe {
+                host: server.host.to_string(),
+                port: server.port,
+                tls: config.tls.is_some(),
+                timeout: connect_timeout,
+            },
+            running: AtomicBool::new(false),
+        });
+        let diagnosis = Arc::new(diagnosis);
         for _ in 0..cfg.pool_size.max(1) {
             let client = Builder::from_config(config.clone())
                 .set_policy(policy.clone())
@@ -214,7 +237,13 @@ impl RedisStore {
                 .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
             // Subscribe before connecting, so the first connect event is seen.
             let up = Arc::new(AtomicBool::new(false));
-            let watcher = watch_link(&client, Arc::clone(&up), Arc::clone(&came_up));
+            let watcher = watch_link(
+                &client,
+                Arc::clone(&up),
+                Arc::clone(&came_up),
+                Arc::clone(&health),
+                Arc::clone(&diagnosis),
+            );
             // `connect` spawns the connection task and does not wait for it.
             let task = client.connect();
             links.push(Link {
@@ -229,6 +258,7 @@ impl RedisStore {
             next: AtomicUsize::new(0),
             sha: OnceLock::new(),
             clustered,
+            health,
         });
         // issue 4: a Cluster keeps one call per request; a batch would have
         // to share one slot.
@@ -262,6 +292,17 @@ impl RedisStore {
     /// Whether a connection to Redis is up right now.
     pub fn is_connected(&self) -> bool {
         self.clients.is_connected()
+    }
+
+    /// Why Redis refuses this gateway, while it does (issue 11): wrong
+    /// credentials, a missing ACL permission, a TLS mismatch.
+    pub fn fault(&self) -> Option<Fault> {
+        self.clients.health.fault()
+    }
+
+    /// The refusals standing, for metrics.
+    pub fn health(&self) -> &Health {
+        &self.clients.health
     }
 
     /// The next connected client of the pool (the first one when none is).
@@ -377,6 +418,21 @@ impl Clients {
     where
         I: Iterator<Item = &'a Encoded> + Clone,
     {
+        let result = self.call_once(deadline, slot, requests).await;
+        self.health.observe(Op::Script, &result);
+        result
+    }
+
+    /// [`Self::call`] before its outcome is told to the health record.
+    async fn call_once<'a, I>(
+        &self,
+        deadline: Instant,
+        slot: ClusterHash,
+        requests: I,
+    ) -> Result<Value, StoreError>
+    where
+        I: Iterator<Item = &'a Encoded> + Clone,
+    {
         if !self.is_connected() {
             return Err(StoreError::Unavailable("not connected to Redis".into()));
         }
@@ -449,8 +505,9 @@ impl RedisStore {
         };
         let reply = tokio::time::timeout_at(deadline, call)
             .await
-            .unwrap_or(Err(StoreError::Timeout))?;
-        match reply {
+            .unwrap_or(Err(StoreError::Timeout));
+        self.clients.health.observe(Op::Hget, &reply);
+        match reply? {
             Value::Null => Ok(None),
             Value::String(s) => Ok(Some(s.to_string())),
             Value::Bytes(b) => String::from_utf8(b.to_vec())
@@ -499,6 +556,13 @@ impl Store for RedisStore {
     }
 }
 
+/// Where to probe a suspect connection failure, and whether a probe is
+/// under way (one at a time per store).
+struct Diagnosis {
+    probe: Probe,
+    running: AtomicBool,
+}
+
 /// Keeps `link_up` in step with fred's events: down on any connection error,
 /// up on every (re)connect (fred sends one on the first connection too).
 ///
@@ -507,7 +571,18 @@ impl Store for RedisStore {
 /// waiting keeps that order here. A reconnect that fails after its event
 /// (replaying buffered commands) leaves fred's state not `Connected`, which
 /// [`RedisStore::is_connected`] also requires.
-fn watch_link(client: &Client, link_up: Arc<AtomicBool>, came_up: Arc<Notify>) -> JoinHandle<()> {
+///
+/// issue 11: each error is also sorted ([`fault::classify`]): a refusal
+/// (credentials, TLS) is raised in `health`, a failure that may be TLS on
+/// one side only starts a [`fault::probe`] (unless one is running), and a
+/// connection made clears what connecting had raised.
+fn watch_link(
+    client: &Client,
+    link_up: Arc<AtomicBool>,
+    came_up: Arc<Notify>,
+    health: Arc<Health>,
+    diagnosis: Arc<Option<Diagnosis>>,
+) -> JoinHandle<()> {
     let mut errors = client.error_rx();
     let mut connects = client.reconnect_rx();
     tokio::spawn(async move {
@@ -515,7 +590,11 @@ fn watch_link(client: &Client, link_up: Arc<AtomicBool>, came_up: Arc<Notify>) -
             let up = tokio::select! {
                 biased;
                 e = errors.recv() => match e {
-                    Ok(_) | Err(RecvError::Lagged(_)) => false,
+                    Ok((e, _)) => {
+                        sort_link_error(&e, &health, &diagnosis);
+                        false
+                    }
+                    Err(RecvError::Lagged(_)) => false,
                     Err(RecvError::Closed) => return,
                 },
                 c = connects.recv() => match c {
@@ -527,10 +606,37 @@ fn watch_link(client: &Client, link_up: Arc<AtomicBool>, came_up: Arc<Notify>) -
             };
             link_up.store(up, Ordering::Release);
             if up {
+                health.clear(Op::Connect);
                 came_up.notify_waiters();
             }
         }
     })
+}
+
+/// Raises a connection refusal, or probes a suspect failure in the
+/// background (the watcher must keep reading events meanwhile).
+fn sort_link_error(e: &FredError, health: &Arc<Health>, diagnosis: &Arc<Option<Diagnosis>>) {
+    let Some(d) = diagnosis.as_ref() else {
+        return;
+    };
+    match fault::classify(e, d.probe.tls) {
+        LinkError::Fault(f) => health.raise(Op::Connect, f),
+        LinkError::Outage => {}
+        LinkError::Suspect => {
+            if d.running.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            let (health, diagnosis) = (Arc::clone(health), Arc::clone(diagnosis));
+            tokio::spawn(async move {
+                if let Some(d) = diagnosis.as_ref() {
+                    if let Some(f) = fault::probe(&d.probe).await {
+                        health.raise(Op::Connect, f);
+                    }
+                    d.running.store(false, Ordering::Release);
+                }
+            });
+        }
+    }
 }
 
 /// One request's shape for the script: its number of limits, now, then
@@ -617,10 +723,13 @@ fn store_error(e: FredError) -> StoreError {
         | ErrorKind::Routing
         | ErrorKind::Config
         | ErrorKind::Url
-        | ErrorKind::Auth
         | ErrorKind::Cluster
         | ErrorKind::Tls
         | ErrorKind::Sentinel => StoreError::Unavailable(format!("{:?}: {detail}", e.kind())),
+        // WRONGPASS, NOAUTH: the connection is not authenticated.
+        ErrorKind::Auth => StoreError::Refused(detail),
+        // issue 11: the ACL user lacks the command or the key pattern.
+        ErrorKind::Unknown if detail.starts_with("NOPERM") => StoreError::Refused(detail),
         // Server error replies arrive as Unknown; the ones that mean "not
         // now" are outages, the rest (script errors) are garbage answers.
         ErrorKind::Unknown if is_transient_reply(&detail) => StoreError::Unavailable(detail),

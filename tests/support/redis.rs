@@ -21,6 +21,8 @@ pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    /// `--requirepass`, when started with one.
+    password: Option<String>,
 }
 
 impl RedisServer {
@@ -29,6 +31,19 @@ impl RedisServer {
     /// # Panics
     /// When `redis-server` cannot be started or never becomes ready.
     pub async fn start() -> RedisServer {
+        Self::start_with(None).await
+    }
+
+    /// Starts a server with `--requirepass password`; [`Self::connection`]
+    /// and the readiness check authenticate.
+    ///
+    /// # Panics
+    /// As [`Self::start`].
+    pub async fn start_with_password(password: &str) -> RedisServer {
+        Self::start_with(Some(password.to_owned())).await
+    }
+
+    async fn start_with(password: Option<String>) -> RedisServer {
         // The port is free when picked, but another process may take it
         // before redis-server binds it: try a few.
         let mut last_error = String::new();
@@ -37,6 +52,7 @@ impl RedisServer {
                 port: free_port(),
                 child: None,
                 dir: tempfile::tempdir().expect("temporary directory for redis-server"),
+                password: password.clone(),
             };
             match server.spawn_and_wait().await {
                 Ok(()) => return server,
@@ -56,12 +72,22 @@ impl RedisServer {
         self.port
     }
 
-    /// A fresh connection for inspecting or tampering with the server.
+    /// The URL with the `--requirepass` password, if any, for the test's
+    /// own connections.
+    fn admin_url(&self) -> String {
+        match &self.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}", self.port),
+            None => self.url(),
+        }
+    }
+
+    /// A fresh connection for inspecting or tampering with the server
+    /// (authenticated when the server requires a password).
     ///
     /// # Panics
     /// When the server cannot be reached.
     pub async fn connection(&self) -> MultiplexedConnection {
-        redis::Client::open(self.url())
+        redis::Client::open(self.admin_url())
             .expect("redis url")
             .get_multiplexed_async_connection()
             .await
@@ -103,7 +129,11 @@ impl RedisServer {
     }
 
     async fn spawn_and_wait(&mut self) -> Result<(), String> {
-        let child = Command::new("redis-server")
+        let mut cmd = Command::new("redis-server");
+        if let Some(pw) = &self.password {
+            cmd.args(["--requirepass", pw]);
+        }
+        let child = cmd
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -119,7 +149,7 @@ impl RedisServer {
             .map_err(|e| format!("cannot run redis-server: {e}"))?;
         self.child = Some(child);
 
-        let client = redis::Client::open(self.url()).map_err(|e| e.to_string())?;
+        let client = redis::Client::open(self.admin_url()).map_err(|e| e.to_string())?;
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             if let Some(child) = self.child.as_mut() {

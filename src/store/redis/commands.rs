@@ -13,6 +13,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
+use super::fault::Op;
 use super::{RedisStore, store_error};
 use crate::store::StoreError;
 
@@ -34,12 +35,14 @@ impl RedisStore {
                 .await
                 .map_err(store_error)
         };
-        match tokio::time::timeout_at(deadline, call).await {
+        let result = match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(Value::String(s))) if &*s == "PONG" => Ok(()),
             Ok(Ok(other)) => Err(StoreError::Protocol(format!("PING replied {other:?}"))),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(StoreError::Timeout),
-        }
+        };
+        self.clients.health.observe(Op::Ping, &result);
+        result
     }
 
     /// `EVAL script` over `keys` (all in one slot) and `args`, bounded by
@@ -87,8 +90,10 @@ impl RedisStore {
                 .await
                 .map_err(store_error)
         };
-        tokio::time::timeout_at(deadline, call)
+        let result = tokio::time::timeout_at(deadline, call)
             .await
-            .unwrap_or(Err(StoreError::Timeout))
+            .unwrap_or(Err(StoreError::Timeout));
+        self.clients.health.observe(Op::Eval, &result);
+        result
     }
 }

@@ -1,0 +1,774 @@
+//! What the in-process fallback admitted while Redis could not decide,
+//! kept to be added to the Redis counters when it can again (issue 11).
+//!
+//! Under `on_error: local` an outage does not stop counting: each gateway
+//! decides in process. Without this, those counts stay in process, and
+//! when Redis returns (with its old counts, or empty after a restart) the
+//! window that spans the outage is granted again: 10 admitted locally for
+//! a limit of 10, then 10 more from Redis. So every admission the fallback
+//! makes during an outage is also recorded here, per Redis key, in the
+//! shape its algorithm counts in, and the limiter hands the lot to
+//! [`RedisStore::push`] before decisions go back to Redis.
+//!
+//! What "add" means per algorithm (push.lua does it on the server):
+//! - **sliding window**: the units admitted in the current and the previous
+//!   window, added to the key's counts of those windows;
+//! - **fixed window** and **calendar month**: the units admitted in the
+//!   current window, added to its count;
+//! - **sliding log**: one member per unit, at the time it was admitted;
+//! - **GCRA**: the TAT is advanced as if the local admissions had come
+//!   after everything Redis counted. Each admission maps a TAT `x` to
+//!   `max(x, t) + c·T`, and any run of them composes to
+//!   `x ↦ max(x + C, D)`: `C` their total cost times `T`, `D` the TAT they
+//!   reach alone. Both are kept, and the push sets the key's TAT to
+//!   `max(TAT + C, D)` — exactly what Redis would hold had it decided them,
+//!   when Redis was away for everyone. When other gateways kept deciding
+//!   in Redis meanwhile, their admissions are taken as all earlier than
+//!   this gateway's, which errs by at most the outage's interleaving. The
+//!   result is capped at two bursts of debt (2·B·T ahead of now).
+//!
+//! Counts of a window that has ended (or a debt already repaid) count for
+//! nothing any more and are not sent.
+//!
+//! **Bound.** At most [`MAX_ITEMS`] items are kept: one per key, plus one
+//! per distinct millisecond a sliding log admitted in. A key takes about
+//! 150 bytes (100,000 sliding-window keys of 21 bytes raised the resident
+//! size by 14.6 MB), a log run 16 more, so about 15 MB at most. When full,
+//! the records whose windows
+//! have ended are dropped first (at most once a second); an admission
+//! that still finds no room is not recorded — counted in
+//! `tollgate_store_backlog_dropped_total` and logged once per outage —
+//! and its identity may be granted its window again when Redis returns,
+//! as before this existed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+use fred::types::Value;
+use fred::util::redis_keyslot;
+use futures_util::StreamExt;
+use prometheus_client::metrics::counter::Counter;
+use tracing::warn;
+
+use super::{RedisStore, arg};
+use crate::limit::{Algorithm, LimitRequest, calendar, fixed_window, gcra, sliding_window};
+use crate::store::StoreError;
+
+/// Items kept at most: keys, plus one per sliding-log run.
+pub const MAX_ITEMS: usize = 100_000;
+
+/// A GCRA record's total cost stays below this (2^52), within what the
+/// script computes exactly; far beyond the cap on the pushed debt anyway.
+const MAX_GCRA_COST: u64 = 1 << 52;
+
+const SHARDS: usize = 16;
+
+/// What one key's fallback admitted, in its algorithm's shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    /// Units admitted per window (`window` is the later one).
+    Sliding(sliding_window::State),
+    /// Units admitted in one fixed window or calendar month (`window` is
+    /// the window's or month's index).
+    Fixed(fixed_window::State),
+    /// `(ms, units)` runs, sorted by time, one per millisecond.
+    Log(Vec<(u64, u64)>),
+    /// The local admissions as one GCRA step `x ↦ max(x + cost, tat)`.
+    Gcra {
+        /// The TAT they reach alone (`D`).
+        tat: gcra::State,
+        /// Their total cost in `1/L` ms (`C`: each unit is `w`), at most
+        /// 2^52.
+        cost: u64,
+    },
+}
+
+/// One key's record: the limit it was counted under and what was admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// How the limit counts.
+    pub algorithm: Algorithm,
+    /// Its full limit (not the fallback's share of it).
+    pub limit: u64,
+    /// Its window in ms.
+    pub window_ms: u64,
+    /// What the fallback admitted.
+    pub delta: Delta,
+}
+
+impl Entry {
+    fn new(r: &LimitRequest) -> Entry {
+        let delta = match r.algorithm {
+            Algorithm::SlidingWindow => Delta::Sliding(sliding_window::State::default()),
+            Algorithm::FixedWindow | Algorithm::CalendarMonth => {
+                Delta::Fixed(fixed_window::State::default())
+            }
+            Algorithm::SlidingLog => Delta::Log(Vec::new()),
+            Algorithm::Gcra { .. } => Delta::Gcra {
+                tat: gcra::State::default(),
+                cost: 0,
+            },
+        };
+        Entry {
+            algorithm: r.algorithm,
+            limit: r.limit,
+            window_ms: r.window_ms.max(1),
+            delta,
+        }
+    }
+
+    /// Whether `r` counts the way this entry was counted.
+    fn matches(&self, r: &LimitRequest) -> bool {
+        self.algorithm == r.algorithm && self.limit == r.limit && self.window_ms == r.window_ms
+    }
+
+    /// Items this entry takes from the budget.
+    fn items(&self) -> usize {
+        match &self.delta {
+            Delta::Log(runs) => 1 + runs.len(),
+            _ => 1,
+        }
+    }
+
+    /// The window index now falls in, for the fixed kinds.
+    fn index(&self, now: u64) -> u64 {
+        match self.algorithm {
+            Algorithm::CalendarMonth => calendar::month_index(now),
+            _ => now / self.window_ms,
+        }
+    }
+
+    /// Adds `cost` units admitted at `now`.
+    fn add(&mut self, now: u64, cost: u64) {
+        let (w, l) = (self.window_ms, self.limit.max(1));
+        let idx = self.index(now);
+        match &mut self.delta {
+            Delta::Sliding(s) => {
+                *s = s.at(idx);
+                s.cur = s.cur.saturating_add(cost);
+            }
+            Delta::Fixed(s) => {
+                *s = s.at(idx);
+                s.count = s.count.saturating_add(cost);
+            }
+            Delta::Log(runs) => {
+                prune(runs, now, w);
+                let at = runs.partition_point(|&(ms, _)| ms < now);
+                match runs.get_mut(at) {
+                    Some((ms, units)) if *ms == now => *units = units.saturating_add(cost),
+                    _ => runs.insert(at, (now, cost)),
+                }
+            }
+            Delta::Gcra { tat, cost: total } => {
+                let units = u128::from(cost) * u128::from(w);
+                *tat = advance(*tat, now, l, units);
+                *total = u64::try_from(u128::from(*total) + units)
+                    .unwrap_or(u64::MAX)
+                    .min(MAX_GCRA_COST);
+            }
+        }
+    }
+
+    /// Whether anything in it still counts at `now`.
+    pub fn counts_at(&self, now: u64) -> bool {
+        let idx = self.index(now);
+        match &self.delta {
+            Delta::Sliding(s) => {
+                let s = s.at(idx);
+                s.prev > 0 || s.cur > 0
+            }
+            Delta::Fixed(s) => s.at(idx).count > 0,
+            Delta::Log(runs) => runs
+                .last()
+                .is_some_and(|&(ms, _)| ms + self.window_ms > now),
+            // Redis's own TAT may carry the cost further, but never more
+            // than a burst beyond the TAT the local admissions reached.
+            Delta::Gcra { tat, .. } => {
+                let burst = match self.algorithm {
+                    Algorithm::Gcra { burst } => burst,
+                    _ => self.limit,
+                };
+                let l = u128::from(self.limit.max(1));
+                u128::from(tat.tat) * l
+                    + u128::from(tat.rem)
+                    + u128::from(burst) * u128::from(self.window_ms)
+                    > u128::from(now) * l
+            }
+        }
+    }
+
+    /// Folds `earlier` (the same key, counted the same way, admitted
+    /// before this one's admissions) into this one.
+    fn merge(&mut self, earlier: Entry) {
+        let l = u128::from(self.limit.max(1));
+        match (&mut self.delta, earlier.delta) {
+            (Delta::Sliding(a), Delta::Sliding(b)) => {
+                let i = a.window.max(b.window);
+                let (x, y) = (a.at(i), b.at(i));
+                *a = sliding_window::State {
+                    window: i,
+                    prev: x.prev.saturating_add(y.prev),
+                    cur: x.cur.saturating_add(y.cur),
+                };
+            }
+            (Delta::Fixed(a), Delta::Fixed(b)) => {
+                let i = a.window.max(b.window);
+                let (x, y) = (a.at(i), b.at(i));
+                *a = fixed_window::State {
+                    window: i,
+                    count: x.count.saturating_add(y.count),
+                };
+            }
+            (Delta::Log(a), Delta::Log(b)) => {
+                for (ms, units) in b {
+                    let at = a.partition_point(|&(m, _)| m < ms);
+                    match a.get_mut(at) {
+                        Some((m, u)) if *m == ms => *u = u.saturating_add(units),
+                        _ => a.insert(at, (ms, units)),
+                    }
+                }
+            }
+            // This step after the earlier one: x ↦ max(max(x + c1, d1) + c2, d2).
+            (Delta::Gcra { tat, cost }, Delta::Gcra { tat: d1, cost: c1 }) => {
+                let at = |s: gcra::State| u128::from(s.tat) * l + u128::from(s.rem);
+                let later = at(d1) + u128::from(*cost);
+                if later > at(*tat) {
+                    *tat = gcra::State {
+                        tat: u64::try_from(later / l).unwrap_or(u64::MAX),
+                        rem: (later % l) as u64,
+                    };
+                }
+                *cost = cost.saturating_add(c1).min(MAX_GCRA_COST);
+            }
+            // Entries of one key are merged only when they match.
+            (_, _) => {}
+        }
+    }
+
+    /// The push arguments after the window (see push.lua's header):
+    /// window, n, then n numbers; `None` when nothing counts at `now`.
+    pub fn push_args(&self, now: u64) -> Option<(u64, Vec<u64>)> {
+        if !self.counts_at(now) {
+            return None;
+        }
+        let w = self.window_ms;
+        Some(match (&self.delta, self.algorithm) {
+            (Delta::Sliding(s), _) => {
+                let s = s.at(now / w);
+                (w, vec![s.prev, s.cur])
+            }
+            (Delta::Fixed(s), Algorithm::CalendarMonth) => {
+                let (index, end) = calendar::month(now);
+                (end, vec![index, s.at(index).count])
+            }
+            (Delta::Fixed(s), _) => (w, vec![s.at(now / w).count]),
+            (Delta::Log(runs), _) => {
+                let mut runs = runs.clone();
+                prune(&mut runs, now, w);
+                (w, runs.into_iter().flat_map(|(ms, u)| [ms, u]).collect())
+            }
+            (Delta::Gcra { tat, cost }, alg) => {
+                let burst = match alg {
+                    Algorithm::Gcra { burst } => burst,
+                    _ => self.limit,
+                };
+                (w, vec![self.limit.max(1), burst, tat.tat, tat.rem, *cost])
+            }
+        })
+    }
+}
+
+/// Drops runs that no longer count at `now` (admitted at or before
+/// `now − w`), as `sliding_log::prune` does.
+fn prune(runs: &mut Vec<(u64, u64)>, now: u64, w: u64) {
+    if let Some(horizon) = now.checked_sub(w) {
+        let gone = runs.partition_point(|&(ms, _)| ms <= horizon);
+        runs.drain(..gone);
+    }
+}
+
+/// `s` advanced from `max(s, now)` by `units` of `1/l` ms (gcra.rs's
+/// arithmetic: one unit of cost is `w` such units).
+fn advance(s: gcra::State, now: u64, l: u64, units: u128) -> gcra::State {
+    let (base_ms, base_rem) = if s.tat > now || (s.tat == now && s.rem > 0) {
+        (s.tat, s.rem)
+    } else {
+        (now, 0)
+    };
+    let l = u128::from(l);
+    let total = u128::from(base_rem) + units;
+    gcra::State {
+        tat: base_ms.saturating_add(u64::try_from(total / l).unwrap_or(u64::MAX)),
+        rem: (total % l) as u64,
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<String, Entry>,
+}
+
+/// The records of one outage (or several, until a push succeeds).
+#[derive(Debug)]
+pub struct Backlog {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    /// Items held, at most `capacity`.
+    items: AtomicUsize,
+    capacity: usize,
+    /// Whether the drop warning was logged since the last push.
+    warned: AtomicBool,
+    /// `now / 1000 + 1` of the last sweep for room (0: never).
+    swept_at: AtomicU64,
+    /// `tollgate_store_backlog_dropped_total`, once known.
+    dropped: OnceLock<Counter>,
+}
+
+impl Default for Backlog {
+    fn default() -> Self {
+        Self::with_capacity(MAX_ITEMS)
+    }
+}
+
+impl Backlog {
+    /// An empty backlog of [`MAX_ITEMS`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty backlog of `capacity` items.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+            items: AtomicUsize::new(0),
+            capacity,
+            warned: AtomicBool::new(false),
+            swept_at: AtomicU64::new(0),
+            dropped: OnceLock::new(),
+        }
+    }
+
+    /// Counts admissions that found no room in `counter` from now on.
+    pub fn export(&self, counter: Counter) {
+        let _ = self.dropped.set(counter);
+    }
+
+    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
+        // Keys come from clients: the process's keyed SipHash, as the
+        // in-process store uses.
+        let i = self.hasher.hash_one(key) as usize % SHARDS;
+        self.shards[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether nothing waits to be pushed.
+    pub fn is_empty(&self) -> bool {
+        self.items.load(Ordering::SeqCst) == 0
+    }
+
+    /// Takes `n` items from the budget, if there is room.
+    fn reserve(&self, n: usize) -> bool {
+        if n == 0 {
+            return true;
+        }
+        let before = self.items.fetch_add(n, Ordering::SeqCst);
+        if before + n <= self.capacity {
+            return true;
+        }
+        self.items.fetch_sub(n, Ordering::SeqCst);
+        false
+    }
+
+    fn release(&self, n: usize) {
+        if n > 0 {
+            self.items.fetch_sub(n, Ordering::SeqCst);
+        }
+    }
+
+    /// Records that `r` (its full limit) admitted `r.cost` units at `now`
+    /// in process. Nothing for a cost of 0.
+    pub fn record(&self, now: u64, r: &LimitRequest) {
+        if r.cost == 0 {
+            return;
+        }
+        if self.record_in(&mut self.shard(&r.key), now, r) {
+            return;
+        }
+        // Full: make room from windows that ended (one caller, at most once
+        // a second), and try once more.
+        let second = now / 1000 + 1;
+        let last = self.swept_at.load(Ordering::Relaxed);
+        if last != second
+            && self
+                .swept_at
+                .compare_exchange(last, second, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.sweep(now);
+            if self.record_in(&mut self.shard(&r.key), now, r) {
+                return;
+            }
+        }
+        if let Some(c) = self.dropped.get() {
+            c.inc();
+        }
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            warn!(
+                capacity = self.capacity,
+                "the outage backlog is full: further admissions made in process are not added to Redis when it returns"
+            );
+        }
+    }
+
+    /// Drops the records that count for nothing at `now`, shard by shard.
+    fn sweep(&self, now: u64) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut freed = 0;
+            shard.map.retain(|_, e| {
+                let keep = e.counts_at(now);
+                if !keep {
+                    freed += e.items();
+                }
+                keep
+            });
+            self.release(freed);
+        }
+    }
+
+    /// [`Self::record`] under the shard's lock; false when out of room.
+    fn record_in(&self, shard: &mut Shard, now: u64, r: &LimitRequest) -> bool {
+        match shard.map.get_mut(r.key.as_str()) {
+            Some(e) if e.matches(r) => {
+                // Only a sliding log grows, by one run at most (and its
+                // pruning may free some): reserve that one, give back the
+                // rest.
+                if let Delta::Log(_) = e.delta {
+                    let before = e.items();
+                    if !self.reserve(1) {
+                        return false;
+                    }
+                    e.add(now, r.cost);
+                    self.release(before + 1 - e.items());
+                } else {
+                    e.add(now, r.cost);
+                }
+                true
+            }
+            Some(e) => {
+                // The limit changed (a reload): what it counted before is
+                // not this limit's any more.
+                let mut fresh = Entry::new(r);
+                fresh.add(now, r.cost);
+                let (before, after) = (e.items(), fresh.items());
+                if after > before && !self.reserve(after - before) {
+                    return false;
+                }
+                self.release(before.saturating_sub(after));
+                *e = fresh;
+                true
+            }
+            None => {
+                let mut fresh = Entry::new(r);
+                fresh.add(now, r.cost);
+                if !self.reserve(fresh.items()) {
+                    return false;
+                }
+                shard.map.insert(r.key.clone(), fresh);
+                true
+            }
+        }
+    }
+
+    /// Takes every record out; those that still count at `now`, to push.
+    pub fn take(&self, now: u64) -> Vec<(String, Entry)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let map = std::mem::take(&mut shard.map);
+            drop(shard);
+            let items: usize = map.values().map(Entry::items).sum();
+            self.release(items);
+            out.extend(map.into_iter().filter(|(_, e)| e.counts_at(now)));
+        }
+        self.warned.store(false, Ordering::Relaxed);
+        out
+    }
+
+    /// Puts back records a push could not deliver, folded into whatever
+    /// was recorded since. Records that find no room are dropped.
+    pub fn restore(&self, entries: Vec<(String, Entry)>) {
+        for (key, entry) in entries {
+            let mut shard = self.shard(&key);
+            match shard.map.get_mut(&key) {
+                Some(e)
+                    if e.algorithm == entry.algorithm
+                        && e.limit == entry.limit
+                        && e.window_ms == entry.window_ms =>
+                {
+                    let before = e.items();
+                    let mut merged = e.clone();
+                    merged.merge(entry);
+                    if self.reserve(merged.items().saturating_sub(before)) {
+                        *e = merged;
+                    }
+                }
+                // Counted differently since: the newer record wins.
+                Some(_) => {}
+                None => {
+                    if self.reserve(entry.items()) {
+                        shard.map.insert(key, entry);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds a backlog to the counters; its header comment names `KEYS` and
+/// `ARGV`.
+pub const PUSH: &str = concat!(include_str!("arith.lua"), include_str!("push.lua"));
+
+/// Keys in one push call at most, and arguments (a sliding log sends two
+/// per run); a key with more still goes, alone. One call then holds the
+/// server for about a millisecond.
+const MAX_PUSH_KEYS: usize = 256;
+const MAX_PUSH_ARGS: usize = 8_192;
+/// Push calls outstanding at once.
+const PUSH_CONCURRENCY: usize = 8;
+
+/// What one push did.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    /// Keys added to.
+    pub added: usize,
+    /// Keys left as they were: they hold something else (garbage, another
+    /// type).
+    pub skipped: usize,
+    /// Records whose call failed, to put back ([`Backlog::restore`]).
+    pub failed: Vec<(String, Entry)>,
+    /// The first failure.
+    pub error: Option<StoreError>,
+}
+
+impl RedisStore {
+    /// Adds `entries` (taken from a [`Backlog`]) to the Redis counters at
+    /// `now_ms` with push.lua: one `EVAL` per Cluster slot (on one server,
+    /// per batch of keys), at most 256 keys each, a few calls
+    /// at a time, each bounded by the store's timeout.
+    ///
+    /// A call that fails returns its records in [`Pushed::failed`]. One
+    /// cut off after Redis ran it would then be added twice when pushed
+    /// again: those identities are denied early in that window, never
+    /// admitted more.
+    pub async fn push(&self, now_ms: u64, entries: Vec<(String, Entry)>) -> Pushed {
+        let mut groups: BTreeMap<u16, Vec<(String, Entry, Vec<Value>)>> = BTreeMap::new();
+        let mut done = Pushed::default();
+        for (key, entry) in entries {
+            let Some((w, numbers)) = entry.push_args(now_ms) else {
+                continue;
+            };
+            let mut args = Vec::with_capacity(3 + numbers.len());
+            let mut bad = false;
+            for v in [entry.algorithm.code(), w, numbers.len() as u64]
+                .into_iter()
+                .chain(numbers)
+            {
+                match arg(v, "push argument") {
+                    Ok(v) => args.push(v),
+                    Err(_) => bad = true,
+                }
+            }
+            if bad {
+                done.skipped += 1;
+                continue;
+            }
+            // One server takes any keys in one call; a Cluster, one slot.
+            let slot = if self.clients.clustered {
+                redis_keyslot(key.as_bytes())
+            } else {
+                0
+            };
+            groups.entry(slot).or_default().push((key, entry, args));
+        }
+        let mut calls = Vec::new();
+        for group in groups.into_values() {
+            let mut call: Vec<(String, Entry, Vec<Value>)> = Vec::new();
+            let mut args = 0;
+            for item in group {
+                if !call.is_empty()
+                    && (call.len() >= MAX_PUSH_KEYS || args + item.2.len() > MAX_PUSH_ARGS)
+                {
+                    calls.push(std::mem::take(&mut call));
+                    args = 0;
+                }
+                args += item.2.len();
+                call.push(item);
+            }
+            if !call.is_empty() {
+                calls.push(call);
+            }
+        }
+        let now = match arg(now_ms, "now") {
+            Ok(v) => v,
+            Err(e) => {
+                done.error = Some(e);
+                return done;
+            }
+        };
+        let mut results = futures_util::stream::iter(calls)
+            .map(|call| {
+                let now = now.clone();
+                async move {
+                    let keys: Vec<&str> = call.iter().map(|(k, _, _)| k.as_str()).collect();
+                    let mut args = vec![now];
+                    for (_, _, a) in &call {
+                        args.extend(a.iter().cloned());
+                    }
+                    let reply = self.eval(PUSH, &keys, args).await;
+                    (call, reply)
+                }
+            })
+            .buffer_unordered(PUSH_CONCURRENCY);
+        while let Some((call, reply)) = results.next().await {
+            let counts = reply.and_then(|v| match v {
+                Value::Array(a) => match a.as_slice() {
+                    [Value::Integer(x), Value::Integer(y)] => Ok((*x, *y)),
+                    _ => Err(StoreError::Protocol(format!("push replied {a:?}"))),
+                },
+                other => Err(StoreError::Protocol(format!("push replied {other:?}"))),
+            });
+            match counts {
+                Ok((added, skipped)) => {
+                    done.added += usize::try_from(added).unwrap_or(0);
+                    done.skipped += usize::try_from(skipped).unwrap_or(0);
+                }
+                Err(e) => {
+                    done.error.get_or_insert(e);
+                    done.failed.extend(call.into_iter().map(|(k, e, _)| (k, e)));
+                }
+            }
+        }
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(key: &str, algorithm: Algorithm, cost: u64) -> LimitRequest {
+        LimitRequest {
+            key: key.into(),
+            limit: 10,
+            window_ms: 1_000,
+            cost,
+            algorithm,
+        }
+    }
+
+    #[test]
+    fn records_in_each_algorithms_shape() {
+        let b = Backlog::new();
+        let t = 10_000_500;
+        for alg in [
+            Algorithm::SlidingWindow,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingLog,
+            Algorithm::Gcra { burst: 10 },
+        ] {
+            let key = alg.name();
+            b.record(t - 1_000, &req(key, alg, 2)); // the window before
+            b.record(t, &req(key, alg, 3));
+            b.record(t, &req(key, alg, 0)); // cost 0: nothing
+        }
+        let mut taken = b.take(t);
+        taken.sort_by(|a, c| a.0.cmp(&c.0));
+        let args: Vec<(&str, Vec<u64>)> = taken
+            .iter()
+            .map(|(k, e)| (k.as_str(), e.push_args(t).unwrap().1))
+            .collect();
+        assert_eq!(
+            args,
+            [
+                ("fixed_window", vec![3]), // the earlier window ended
+                // 2 at t−1000 put the TAT at t−800; 3 more from t: t+300.
+                // L, B, TAT, rem, and 5 units of 1000 (w) in 1/L ms.
+                ("gcra", vec![10, 10, t + 300, 0, 5_000]),
+                ("sliding_log", vec![t, 3]), // t−1000 stopped counting at t
+                ("sliding_window", vec![2, 3]),
+            ]
+        );
+        assert!(b.is_empty());
+        // A second later the fixed window and the log have ended; the
+        // sliding window's count is the previous one; GCRA's step still
+        // matters while Redis's TAT may be up to a burst beyond its own.
+        let later = |dt: u64| {
+            taken
+                .iter()
+                .filter_map(|(k, e)| e.push_args(t + dt).map(|a| (k.as_str(), a.1)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            later(1_000),
+            [
+                ("gcra", vec![10, 10, t + 300, 0, 5_000]),
+                ("sliding_window", vec![3, 0])
+            ]
+        );
+        assert_eq!(later(1_300), [("sliding_window", vec![3, 0])]);
+    }
+
+    #[test]
+    fn stays_within_its_capacity() {
+        let b = Backlog::with_capacity(4);
+        let counter = Counter::default();
+        b.export(counter.clone());
+        let t = 5_000_000;
+        for i in 0..6 {
+            b.record(t, &req(&format!("k{i}"), Algorithm::FixedWindow, 1));
+        }
+        assert_eq!(b.items.load(Ordering::SeqCst), 4);
+        assert_eq!(counter.get(), 2, "two admissions found no room");
+        // Once their window has ended, the next second sweeps them out.
+        b.record(t + 1_000, &req("late", Algorithm::FixedWindow, 1));
+        let taken = b.take(t + 1_000);
+        assert!(taken.iter().any(|(k, _)| k == "late"), "{taken:?}");
+        assert_eq!(b.items.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn restore_folds_into_what_came_since() {
+        let b = Backlog::new();
+        let t = 7_000_000;
+        let r = req("k", Algorithm::SlidingWindow, 2);
+        b.record(t, &r);
+        let taken = b.take(t);
+        b.record(t + 1, &r);
+        b.restore(taken);
+        let again = b.take(t + 1);
+        assert_eq!(again[0].1.push_args(t + 1).unwrap().1, [0, 4]);
+
+        let g = req("g", Algorithm::Gcra { burst: 10 }, 1);
+        b.record(t, &g); // TAT t + 100
+        let taken = b.take(t);
+        b.record(t, &g); // TAT t + 100 again, from empty
+        b.restore(taken);
+        let again = b.take(t);
+        // One after the other: t + 200, two units.
+        assert_eq!(
+            again[0].1.delta,
+            Delta::Gcra {
+                tat: gcra::State {
+                    tat: t + 200,
+                    rem: 0
+                },
+                cost: 2_000
+            }
+        );
+    }
+}
