@@ -1,0 +1,245 @@
+//! The layers of `docs/architecture.md`, held against the code: every
+//! `crate::` path (and `super::`, and a parent's use of its own child
+//! modules) in `src/` is an import; no module may import one of a higher
+//! layer, and no cycle may form, between files or between top-level
+//! modules. The layer table is read from the document itself, so the
+//! document and the test cannot disagree.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// `module -> layer` from the table rows `| N | \`a\`, \`b\` | … |`.
+fn layers() -> BTreeMap<String, u32> {
+    let doc = std::fs::read_to_string(Path::new(ROOT).join("docs/architecture.md"))
+        .expect("docs/architecture.md");
+    let mut out = BTreeMap::new();
+    for line in doc.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 4 {
+            continue;
+        }
+        let Ok(layer) = cells[1].parse::<u32>() else {
+            continue;
+        };
+        for m in cells[2].split(',') {
+            let m = m.trim().trim_matches('`');
+            if !m.is_empty() {
+                out.insert(m.to_owned(), layer);
+            }
+        }
+    }
+    assert!(!out.is_empty(), "no layer table in docs/architecture.md");
+    out
+}
+
+/// Every `.rs` file under `src/`, as its module path (`pipeline/act`).
+fn files() -> Vec<(String, PathBuf)> {
+    fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, PathBuf)>) {
+        for entry in std::fs::read_dir(dir).expect("read src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                walk(&path, base, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(base).expect("under src");
+                let module = rel.with_extension("").to_string_lossy().replace('\\', "/");
+                out.push((module, path));
+            }
+        }
+    }
+    let base = Path::new(ROOT).join("src");
+    let mut out = Vec::new();
+    walk(&base, &base, &mut out);
+    out.sort();
+    out
+}
+
+/// The code of a file without comments and without its unit tests.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).expect("read source");
+    let text = match text.find("#[cfg(test)]") {
+        Some(i) => &text[..i],
+        None => &text,
+    };
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `a::b::c` paths that start at `prefix` (`crate::`, `super::`, `x::`).
+fn paths_after<'a>(code: &'a str, prefix: &str) -> Vec<Vec<&'a str>> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find(prefix) {
+        let before = rest[..i].chars().next_back();
+        let after = &rest[i + prefix.len()..];
+        rest = after;
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let end = after
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(after.len());
+        let segs: Vec<&str> = after[..end].split("::").filter(|s| !s.is_empty()).collect();
+        out.push(segs);
+    }
+    out
+}
+
+/// The longest existing module file for `segs` (a path from the crate root).
+fn resolve(known: &BTreeSet<String>, segs: &[&str]) -> Option<String> {
+    (1..=segs.len())
+        .rev()
+        .map(|n| segs[..n].join("/"))
+        .find(|m| known.contains(m))
+}
+
+/// File-level imports: `module -> modules it uses`.
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let files = files();
+    let known: BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut graph = BTreeMap::new();
+    for (module, path) in &files {
+        if module.ends_with("tests") || module == "lib" || module == "main" {
+            continue;
+        }
+        let code = code(path);
+        let mut uses = BTreeSet::new();
+        let here: Vec<&str> = module.split('/').collect();
+        let mut add = |segs: Vec<&str>| {
+            if let Some(t) = resolve(&known, &segs)
+                && t != *module
+            {
+                uses.insert(t);
+            }
+        };
+        for segs in paths_after(&code, "crate::") {
+            add(segs);
+        }
+        // `super::x` from `a/b` is `a::x`.
+        for segs in paths_after(&code, "super::") {
+            let mut full: Vec<&str> = here[..here.len().saturating_sub(1)].to_vec();
+            full.extend(segs);
+            add(full);
+        }
+        // A parent's own children: `mod x;` then `x::…`.
+        for line in code.lines() {
+            let l = line.trim();
+            let Some(name) = l
+                .strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("mod "))
+                .and_then(|r| r.strip_suffix(';'))
+            else {
+                continue;
+            };
+            for segs in paths_after(&code, &format!("{name}::")) {
+                let mut full = here.clone();
+                full.push(name);
+                full.extend(segs);
+                add(full);
+            }
+        }
+        graph.insert(module.clone(), uses);
+    }
+    graph
+}
+
+/// A cycle in `graph`, if any, as the path that closes it.
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match state.get(n) {
+            Some(2) => return None,
+            Some(1) => {
+                let from = stack.iter().position(|s| s == n).unwrap_or(0);
+                let mut c = stack[from..].to_vec();
+                c.push(n.to_owned());
+                return Some(c);
+            }
+            _ => {}
+        }
+        state.insert(n.to_owned(), 1);
+        stack.push(n.to_owned());
+        for m in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, graph, state, stack) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        state.insert(n.to_owned(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in graph.keys() {
+        if let Some(c) = visit(n, graph, &mut state, &mut Vec::new()) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+fn top(module: &str) -> String {
+    module.split('/').next().unwrap_or(module).to_owned()
+}
+
+#[test]
+fn no_file_imports_another_in_a_circle() {
+    if let Some(c) = cycle(&imports()) {
+        panic!("files import each other in a circle: {}", c.join(" -> "));
+    }
+}
+
+#[test]
+fn no_top_level_module_imports_another_in_a_circle() {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, tos) in imports() {
+        let entry = graph.entry(top(&from)).or_default();
+        entry.extend(tos.iter().map(|t| top(t)).filter(|t| *t != top(&from)));
+    }
+    if let Some(c) = cycle(&graph) {
+        panic!("modules import each other in a circle: {}", c.join(" -> "));
+    }
+}
+
+#[test]
+fn every_import_looks_down_the_layers_of_the_architecture_document() {
+    let layers = layers();
+    let layer_of = |m: &str| {
+        layers
+            .get(m)
+            .or_else(|| layers.get(&top(m)))
+            .copied()
+            .unwrap_or_else(|| panic!("{m} is in no layer of docs/architecture.md"))
+    };
+    let mut wrong = Vec::new();
+    for (from, tos) in imports() {
+        for to in tos {
+            let (lf, lt) = (layer_of(&from), layer_of(&to));
+            if lt > lf {
+                wrong.push(format!("{from} (layer {lf}) imports {to} (layer {lt})"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "imports that look up:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_imports_and_cycles() {
+    let code = "use crate::a::b::{C, D};\nfn f() { crate::x::y(); super::z::w(); }";
+    assert_eq!(
+        paths_after(code, "crate::"),
+        [vec!["a", "b"], vec!["x", "y"]]
+    );
+    let mut g = BTreeMap::new();
+    g.insert("a".to_owned(), BTreeSet::from(["b".to_owned()]));
+    g.insert("b".to_owned(), BTreeSet::from(["a".to_owned()]));
+    assert!(cycle(&g).is_some());
+    g.insert("b".to_owned(), BTreeSet::new());
+    assert!(cycle(&g).is_none());
+}
