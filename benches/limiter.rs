@@ -85,6 +85,27 @@ fn decisions(c: &mut Criterion) {
         })
     });
 
+    // The same two limits when the per-day one has nothing left: every
+    // decision is a deny, and the per-minute limit, which would admit, is
+    // shown without the refused request.
+    let store = MemoryStore::new();
+    let denied = [
+        request(ip_key(3)),
+        LimitRequest {
+            key: format!("{}:day", ip_key(3)),
+            limit: 1,
+            window_ms: 86_400_000,
+            ..request(ip_key(3))
+        },
+    ];
+    assert!(store.decide_now(now, &denied).allowed);
+    g.bench_function("tollgate_memory/two_limits_denied", |b| {
+        b.iter(|| {
+            now += 1;
+            black_box(store.decide_now(now, black_box(&denied)))
+        })
+    });
+
     // 1,000,000 keys, visited in a scattered order so caches do not help.
     let store = MemoryStore::new();
     let keys: Vec<LimitRequest> = (0..MANY).map(|i| request(ip_key(i))).collect();

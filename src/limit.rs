@@ -86,9 +86,13 @@ pub struct LimitRequest {
 pub struct LimitOutcome {
     /// This limit, on its own, would admit the request.
     pub admits: bool,
-    /// Quota left after this request (`floor(L − E_after)`, at least 0).
+    /// Quota left after the decision (`floor(L − E_after)`, at least 0):
+    /// with the request's cost taken when the request is admitted, without
+    /// it when it is denied, by this limit or another (a denied request
+    /// consumes nothing, and its 429 shows every limit so).
     pub remaining: u64,
-    /// Milliseconds until the quota is fully restored if nothing else arrives.
+    /// Milliseconds until the quota is fully restored if nothing else
+    /// arrives, after the decision as for `remaining`.
     pub reset_ms: u64,
     /// When this limit denies: the smallest wait in milliseconds after which
     /// it admits the same request, or `None` when it never can (cost > limit).

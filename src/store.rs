@@ -47,7 +47,8 @@ pub enum StoreError {
 pub trait Store: Send + Sync {
     /// Decides every limit of one request at `now_ms` (ms since the epoch).
     /// Admits only if all admit, and then consumes each request's cost from
-    /// its limit; a denied request consumes nothing.
+    /// its limit; a denied request consumes nothing, and every outcome of a
+    /// denial shows its limit without it.
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot answer; nothing is consumed then

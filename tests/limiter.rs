@@ -113,7 +113,7 @@ const CALENDAR_MONTH: &[Scenario] = &[
                 1,
                 &[
                     no(0, 1_389_599_995, Some(1_389_599_995)),
-                    ok(7, 1_389_599_995),
+                    ok(8, 1_389_599_995),
                 ],
             ),
             step(
@@ -121,6 +121,33 @@ const CALENDAR_MONTH: &[Scenario] = &[
                 1,
                 &[ok(1, 2_678_400_000), ok(9, 2_678_400_000)],
             ),
+        ],
+    },
+    Scenario {
+        name: "a denial by the other limit shows 3 of 100 counted, whatever its cost",
+        alg: MONTH,
+        limits: &[(100, 2_592_000_000), (3, 2_592_000_000)],
+        steps: &[
+            step(0, 1, &[ok(99, 1_389_600_000), ok(2, 1_389_600_000)]),
+            step(1, 1, &[ok(98, 1_389_599_999), ok(1, 1_389_599_999)]),
+            step(2, 1, &[ok(97, 1_389_599_998), ok(0, 1_389_599_998)]),
+            step(
+                3,
+                1,
+                &[
+                    ok(97, 1_389_599_997),
+                    no(0, 1_389_599_997, Some(1_389_599_997)),
+                ],
+            ),
+            step(
+                3,
+                3,
+                &[
+                    ok(97, 1_389_599_997),
+                    no(0, 1_389_599_997, Some(1_389_599_997)),
+                ],
+            ),
+            step(3, 10, &[ok(97, 1_389_599_997), no(0, 1_389_599_997, None)]),
         ],
     },
 ];
@@ -225,9 +252,9 @@ const SLIDING_WINDOW: &[Scenario] = &[
         steps: &[
             step(0, 1, &[ok(1, 20_000), ok(9, 120_000)]),
             step(1_000, 1, &[ok(0, 19_000), ok(8, 119_000)]),
-            // The first denies (8000 + ceil(w/2)); the second would admit
-            // and reports what it would leave, but nothing is consumed.
-            step(2_000, 1, &[no(0, 18_000, Some(13_000)), ok(7, 118_000)]),
+            // The first denies (8000 + ceil(w/2)); the second would admit,
+            // but nothing is consumed and it shows its 2 counted: 8 left.
+            step(2_000, 1, &[no(0, 18_000, Some(13_000)), ok(8, 118_000)]),
             // 2·5000 + w = 2w. The second still holds 2, not 3: 7 left.
             step(15_000, 1, &[ok(0, 15_000), ok(7, 105_000)]),
         ],
@@ -244,6 +271,24 @@ const SLIDING_WINDOW: &[Scenario] = &[
             // cur 1 + 1 > 1: past the boundary prev 1 still weighs until
             // the window after: 5000 + w.
             step(5_000, 1, &[no(0, 15_000, Some(15_000))]),
+        ],
+    },
+    Scenario {
+        name: "a denial by the other limit shows 3 of 100 counted, whatever its cost",
+        alg: SW,
+        limits: &[(100, 60_000), (3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(99, 120_000), ok(2, 20_000)]),
+            step(1, 1, &[ok(98, 119_999), ok(1, 19_999)]),
+            step(2, 1, &[ok(97, 119_998), ok(0, 19_998)]),
+            // The second denies: past the boundary, then until
+            // 3·(w − e') ≤ (3 − c)·w. The first shows its 3: 97 left.
+            // c = 1: 9997 + ceil(w/3).
+            step(3, 1, &[ok(97, 119_997), no(0, 19_997, Some(13_331))]),
+            // c = 3: 9997 + w.
+            step(3, 3, &[ok(97, 119_997), no(0, 19_997, Some(19_997))]),
+            // c = 10 > 3: never.
+            step(3, 10, &[ok(97, 119_997), no(0, 19_997, None)]),
         ],
     },
 ];
@@ -294,7 +339,7 @@ const FIXED_WINDOW: &[Scenario] = &[
         steps: &[
             step(0, 1, &[ok(1, 10_000), ok(9, 60_000)]),
             step(1_000, 1, &[ok(0, 9_000), ok(8, 59_000)]),
-            step(2_000, 1, &[no(0, 8_000, Some(8_000)), ok(7, 58_000)]),
+            step(2_000, 1, &[no(0, 8_000, Some(8_000)), ok(8, 58_000)]),
             // The second holds 2, not 3: 7 left after this one.
             step(10_000, 1, &[ok(1, 10_000), ok(7, 50_000)]),
         ],
@@ -308,6 +353,19 @@ const FIXED_WINDOW: &[Scenario] = &[
             step(0, 1, &[ok(0, 10_000)]),
             step(5_000, 0, &[ok(0, 5_000)]),
             step(5_000, 1, &[no(0, 5_000, Some(5_000))]),
+        ],
+    },
+    Scenario {
+        name: "a denial by the other limit shows 3 of 100 counted, whatever its cost",
+        alg: FW,
+        limits: &[(100, 60_000), (3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(99, 60_000), ok(2, 10_000)]),
+            step(1, 1, &[ok(98, 59_999), ok(1, 9_999)]),
+            step(2, 1, &[ok(97, 59_998), ok(0, 9_998)]),
+            step(3, 1, &[ok(97, 59_997), no(0, 9_997, Some(9_997))]),
+            step(3, 3, &[ok(97, 59_997), no(0, 9_997, Some(9_997))]),
+            step(3, 10, &[ok(97, 59_997), no(0, 9_997, None)]),
         ],
     },
 ];
@@ -381,7 +439,8 @@ const SLIDING_LOG: &[Scenario] = &[
         steps: &[
             step(0, 1, &[ok(1, 10_000), ok(9, 60_000)]),
             step(1_000, 1, &[ok(0, 10_000), ok(8, 60_000)]),
-            step(2_000, 1, &[no(0, 9_000, Some(8_000)), ok(7, 60_000)]),
+            // The second shows its two units, the newest at 1000.
+            step(2_000, 1, &[no(0, 9_000, Some(8_000)), ok(8, 59_000)]),
             step(10_000, 1, &[ok(0, 10_000), ok(7, 60_000)]),
         ],
     },
@@ -394,6 +453,21 @@ const SLIDING_LOG: &[Scenario] = &[
             step(0, 1, &[ok(0, 10_000)]),
             step(5_000, 0, &[ok(0, 5_000)]),
             step(5_000, 1, &[no(0, 5_000, Some(5_000))]),
+        ],
+    },
+    Scenario {
+        name: "a denial by the other limit shows 3 of 100 counted, whatever its cost",
+        alg: LOG,
+        limits: &[(100, 60_000), (3, 10_000)],
+        steps: &[
+            step(0, 1, &[ok(99, 60_000), ok(2, 10_000)]),
+            step(1, 1, &[ok(98, 60_000), ok(1, 10_000)]),
+            step(2, 1, &[ok(97, 60_000), ok(0, 10_000)]),
+            // The first shows its 3 units, the newest at 2: 2 + w − 3.
+            // The second: k = c units must leave, s_1 = 0 and s_3 = 2.
+            step(3, 1, &[ok(97, 59_999), no(0, 9_999, Some(9_997))]),
+            step(3, 3, &[ok(97, 59_999), no(0, 9_999, Some(9_999))]),
+            step(3, 10, &[ok(97, 59_999), no(0, 9_999, None)]),
         ],
     },
 ];
@@ -447,8 +521,9 @@ const GCRA_TABLE: &[Scenario] = &[
             // TAT 5000 and 6000: d 8000 and 50000.
             step(1_000, 1, &[ok(0, 9_000), ok(8, 11_000)]),
             // TAT 10000 and 12000: d 16000 and 100000; the first denies
-            // (26000 > 20000: ceil(6000/2)).
-            step(2_000, 1, &[no(0, 8_000, Some(3_000)), ok(7, 16_000)]),
+            // (26000 > 20000: ceil(6000/2)). The second shows d = 100000:
+            // floor(500000/w) = 8 left, ceil(100000/10) ms to refill.
+            step(2_000, 1, &[no(0, 8_000, Some(3_000)), ok(8, 10_000)]),
             // Had the second been consumed, its TAT would be 18000 and 6
             // would remain.
             step(5_000, 1, &[ok(0, 10_000), ok(7, 13_000)]),
@@ -463,6 +538,26 @@ const GCRA_TABLE: &[Scenario] = &[
             step(0, 1, &[ok(0, 10_000)]),
             step(5_000, 0, &[ok(0, 5_000)]),
             step(5_000, 1, &[no(0, 5_000, Some(5_000))]),
+        ],
+    },
+    Scenario {
+        name: "a denial by the other limit shows 3 of 100 counted, whatever its cost",
+        alg: GCRA,
+        limits: &[(100, 60_000), (3, 10_000)],
+        steps: &[
+            // TAT 600 and 3333⅓.
+            step(0, 1, &[ok(99, 600), ok(2, 3_334)]),
+            // d 59900 and 9997; TAT 1200 and 6666⅔.
+            step(1, 1, &[ok(98, 1_199), ok(1, 6_666)]),
+            // d 119800 and 19994; TAT 1800 and 10000.
+            step(2, 1, &[ok(97, 1_798), ok(0, 9_998)]),
+            // d 179700 and 29991. The first shows d itself:
+            // floor((6000000 − 179700)/w) = 97, ceil(179700/100) = 1797.
+            // The second denies: ceil((29991 + c·w − 30000)/3).
+            step(3, 1, &[ok(97, 1_797), no(0, 9_997, Some(3_331))]),
+            step(3, 3, &[ok(97, 1_797), no(0, 9_997, Some(9_997))]),
+            // c = 10 > B = 3: never.
+            step(3, 10, &[ok(97, 1_797), no(0, 9_997, None)]),
         ],
     },
 ];
@@ -1377,9 +1472,12 @@ proptest! {
         }
     }
 
-    /// A request denied by one limit leaves every other limit as it was: at
-    /// each step, the second limit answers exactly as it does when only the
-    /// requests admitted as a whole were ever counted against it.
+    /// A request denied by one limit leaves every limit as it was, and shows
+    /// them so: at each step each limit answers exactly as it does when only
+    /// the requests admitted as a whole were ever counted against it —
+    /// whether it admits at the request's cost and, when the request was
+    /// denied, the remaining and reset a request of cost 0 sees (issue 11:
+    /// a denied request consumes nothing, so no limit shows it counted).
     #[test]
     fn a_denial_never_changes_another_limit(
         a in (1u64..=4, prop::sample::select(vec![1_000u64, 5_000]), algorithm()),
@@ -1389,22 +1487,35 @@ proptest! {
         let a = (a.0, a.1, resolve(a.2, a.0));
         let b = (b.0, b.1, resolve(b.2, b.0));
         let run = run_trace(&[a, b], &steps);
-        let alone = MemoryStore::new();
-        for (j, (t, c, d)) in run.iter().enumerate() {
-            let only_b = trace_requests("inv", &[b], *c);
-            let want = if d.allowed {
-                alone.decide_now(*t, &only_b)
-            } else {
-                // Ask without consuming: a fresh copy of `alone`'s history.
-                let copy = MemoryStore::new();
-                for (t2, c2, d2) in &run[..j] {
-                    if d2.allowed {
-                        copy.decide_now(*t2, &trace_requests("inv", &[b], *c2));
+        for (k, limit) in [a, b].into_iter().enumerate() {
+            let alone = MemoryStore::new();
+            let only = |cost| trace_requests("inv", &[limit], cost);
+            for (j, (t, c, d)) in run.iter().enumerate() {
+                let want = if d.allowed {
+                    alone.decide_now(*t, &only(*c)).outcomes[0]
+                } else {
+                    // Ask without consuming: a fresh copy of `alone`'s
+                    // history, read at cost 0 before it is asked at cost c.
+                    let copy = MemoryStore::new();
+                    for (t2, c2, d2) in &run[..j] {
+                        if d2.allowed {
+                            copy.decide_now(*t2, &only(*c2));
+                        }
                     }
-                }
-                copy.decide_now(*t, &only_b)
-            };
-            prop_assert_eq!(want.outcomes[0], d.outcomes[1], "step {}", j);
+                    let shown = copy.decide_now(*t, &only(0)).outcomes[0];
+                    let verdict = copy.decide_now(*t, &only(*c)).outcomes[0];
+                    if verdict.admits {
+                        LimitOutcome {
+                            remaining: shown.remaining,
+                            reset_ms: shown.reset_ms,
+                            ..verdict
+                        }
+                    } else {
+                        verdict
+                    }
+                };
+                prop_assert_eq!(want, d.outcomes[k], "limit {} step {}", k, j);
+            }
         }
     }
 }

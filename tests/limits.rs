@@ -610,3 +610,74 @@ async fn rs256_and_es256_tokens_verify_with_their_public_keys() {
         gw.stop().await;
     }
 }
+
+// --- a 429 shows every limit without the refused request --------------------
+
+/// issue 11: a denied request consumes nothing, so on a 429 the `RateLimit`
+/// entry of every limit, the ones that did not deny included, shows the
+/// count without it — on both stores, and when the deny cache answers.
+#[tokio::test]
+async fn a_429_shows_every_limit_without_the_refused_request() {
+    let redis = RedisServer::start().await;
+    let mut conn = redis.connection().await;
+    // (cost, burst limit, admitted before the 429, RateLimit on the 429,
+    // per_minute once Retry-After has passed). per_minute: 100 per minute;
+    // burst: per 10 s. T0 starts both windows.
+    let cases = [
+        // 3 admitted: per_minute keeps 97. burst: cur 3 + 1 > 3, past the
+        // boundary until 3·(w − e') ≤ 2·w: 10 s + ceil(10/3 s).
+        (1, 3, 3, r#""per_minute";r=97;t=120, "burst";r=0;t=14"#, 96),
+        // 1 admitted at cost 10: per_minute keeps 90. burst: 10 + 10 > 15,
+        // 5 left but not 10: 10 s + 10·(10 − 5)/10 s.
+        (
+            10,
+            15,
+            1,
+            r#""per_minute";r=90;t=120, "burst";r=5;t=15"#,
+            80,
+        ),
+    ];
+    for store in [String::new(), redis_store(&redis.url())] {
+        for (cost, burst, admitted, want, after) in cases {
+            let limits = format!(
+                "[ {{ name: per_minute, key: ip, limit: 100, window: 1m }}, {{ name: burst, key: ip, limit: {burst}, window: 10s }} ]"
+            );
+            let clock = clock();
+            let gw = Gateway::start_with_clock(&yaml(&store, "ietf", cost, &limits), clock.clone())
+                .await;
+            for _ in 0..admitted {
+                assert_eq!(send(gw.addr, get("/r", &[])).await.status, StatusCode::OK);
+            }
+            let what = if store.is_empty() { "memory" } else { "redis" };
+            // The second 429 comes from the deny cache on Redis.
+            for n in 0..2 {
+                let r = send(gw.addr, get("/r", &[])).await;
+                assert_eq!(
+                    r.status,
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "{what}, cost {cost}"
+                );
+                assert_eq!(
+                    r.header("ratelimit"),
+                    Some(want),
+                    "{what}, cost {cost}, 429 #{n}"
+                );
+            }
+            // Nothing was consumed: after Retry-After the next request is
+            // admitted and per_minute counts it after the admitted ones.
+            let retry: u64 = want.rsplit("t=").next().unwrap().parse().unwrap();
+            clock.advance(retry * 1_000);
+            let r = send(gw.addr, get("/r", &[])).await;
+            assert_eq!(r.status, StatusCode::OK, "{what}, cost {cost}");
+            let counted = format!(r#""per_minute";r={after};"#);
+            assert!(
+                r.header("ratelimit")
+                    .is_some_and(|v| v.starts_with(&counted)),
+                "{what}, cost {cost}: {:?}",
+                r.header("ratelimit")
+            );
+            gw.stop().await;
+            let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+        }
+    }
+}

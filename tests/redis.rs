@@ -886,6 +886,17 @@ routes:
         statuses.push(send(gw.addr, as_user("bob")).await.status.as_u16());
     }
     assert_eq!(statuses, [200, 200, 429]);
+
+    // carol's first request: per_ip (full) denies, per_user admits and is
+    // reserved, then refunded: the 429 shows it as the refund left it,
+    // nothing counted and so nothing to restore (issue 11).
+    let limited = send(gw.addr, as_user("carol")).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    let shown = limited.header("ratelimit").unwrap_or_default();
+    assert!(
+        shown.starts_with(r#""per_ip";r=0;"#) && shown.ends_with(r#""per_user";r=3;t=0"#),
+        "{shown}"
+    );
 }
 
 #[tokio::test]
@@ -894,14 +905,16 @@ async fn refund_script_gives_back_to_the_right_count() {
     let server = RedisServer::start().await;
     let mut conn = server.connection().await;
     // Window 1000 ms; the reservation was made at now = 100_500 (window 100).
-    let cases: &[(Option<&str>, u64, Option<&str>, i64)] = &[
-        (Some("100:4:7"), 2, Some("100:4:5"), 1), // still window 100: cur
-        (Some("101:7:1"), 2, Some("101:5:1"), 1), // rolled to 101: prev
-        (Some("102:7:1"), 2, Some("102:7:1"), 0), // two windows on: nothing
-        (Some("100:0:1"), 3, Some("100:0:0"), 1), // never below zero
-        (None, 1, None, 0),                       // expired: nothing
+    // The key holds `after` once refunded; the reply is now and that
+    // counter (0:0:0 for no key).
+    let cases: &[(Option<&str>, u64, Option<&str>)] = &[
+        (Some("100:4:7"), 2, Some("100:4:5")), // still window 100: cur
+        (Some("101:7:1"), 2, Some("101:5:1")), // rolled to 101: prev
+        (Some("102:7:1"), 2, Some("102:7:1")), // two windows on: nothing
+        (Some("100:0:1"), 3, Some("100:0:0")), // never below zero
+        (None, 1, None),                       // expired: nothing
     ];
-    for (before, cost, after, refunded) in cases {
+    for (before, cost, after) in cases {
         let key = "tg:{refund}:r:l";
         let _: () = redis::cmd("DEL")
             .arg(key)
@@ -918,7 +931,7 @@ async fn refund_script_gives_back_to_the_right_count() {
                 .await
                 .expect("SET");
         }
-        let n: i64 = redis::Script::new(REFUND)
+        let reply: Vec<i64> = redis::Script::new(REFUND)
             .key(key)
             .arg(100_500)
             .arg(1_000)
@@ -926,7 +939,12 @@ async fn refund_script_gives_back_to_the_right_count() {
             .invoke_async(&mut conn)
             .await
             .expect("refund");
-        assert_eq!(n, *refunded, "{before:?}");
+        let left = after
+            .unwrap_or("0:0:0")
+            .split(':')
+            .map(|n| n.parse().unwrap());
+        let want: Vec<i64> = std::iter::once(100_500).chain(left).collect();
+        assert_eq!(reply, want, "{before:?}");
         let value: Option<String> = redis::cmd("GET")
             .arg(key)
             .query_async(&mut conn)
@@ -949,7 +967,7 @@ async fn refund_script_gives_back_to_the_right_count() {
         .query_async(&mut conn)
         .await
         .expect("SET");
-    let r: redis::RedisResult<i64> = redis::Script::new(REFUND)
+    let r: redis::RedisResult<Vec<i64>> = redis::Script::new(REFUND)
         .key(key)
         .arg(100_500)
         .arg(1_000)

@@ -12,7 +12,8 @@
 //! `T` is the earliest instant at which any denying limit could turn, so the
 //! replayed outcomes of the denying limits stay exact (shifted by the time
 //! elapsed); the outcomes of limits that admitted are replayed as they were
-//! (their remaining quota is a snapshot, never used to decide). The one case
+//! (each limit without the refused request at the denial: a snapshot of its
+//! remaining quota, never used to decide). The one case
 //! the cache cannot see is state removed behind the gateway's back (an
 //! operator deleting keys in Redis): such a caller waits out its Retry-After.
 //!

@@ -77,10 +77,11 @@ impl State {
         }
     }
 
-    /// Decides `r` and returns the state to keep if the request is admitted.
+    /// Decides `r` at `cost` and returns the state to keep if the request
+    /// is admitted.
     #[inline]
-    fn check(&self, r: &LimitRequest, now: u64) -> (LimitOutcome, State) {
-        let (l, w, c) = (r.limit, r.window_ms, r.cost);
+    fn check(&self, r: &LimitRequest, now: u64, cost: u64) -> (LimitOutcome, State) {
+        let (l, w, c) = (r.limit, r.window_ms, cost);
         match (self, r.algorithm) {
             (State::Sliding(s), _) => {
                 let o = sliding_window::check(*s, now, l, w, c);
@@ -124,6 +125,19 @@ impl State {
                 let checked = gcra::check(*s, now, l, w, burst, c);
                 (checked.outcome, State::Gcra(checked.after))
             }
+        }
+    }
+
+    /// What `r`'s limit shows at `now` without the request: its answer to a
+    /// request of cost 0, which takes nothing. A held sliding log is already
+    /// pruned to `now` (a decision prunes it in place).
+    fn standing(stored: Option<&State>, r: &LimitRequest, now: u64) -> LimitOutcome {
+        let (l, w) = (r.limit, r.window_ms);
+        match (r.algorithm, stored) {
+            (Algorithm::SlidingLog, Some(State::Log(log))) => sliding_log::check(log, now, l, w, 0),
+            // None held: an empty log, without the box of a new state.
+            (Algorithm::SlidingLog, _) => sliding_log::check(&VecDeque::new(), now, l, w, 0),
+            _ => Self::for_request(stored, r, now).check(r, now, 0).0,
         }
     }
 
@@ -296,7 +310,7 @@ impl MemoryStore {
                 }
             }
             let st = State::for_request(g.get(h, &r.key).map(|e| &e.state), r, now_ms);
-            let (outcome, after) = st.check(r, now_ms);
+            let (outcome, after) = st.check(r, now_ms, r.cost);
             outcomes.push(outcome);
             states.push(Some(after));
         }
@@ -331,6 +345,19 @@ impl MemoryStore {
                         e.window_ms = r.window_ms;
                     }
                     None => g.insert(&self.hasher, h, r, st, now_ms),
+                }
+            }
+        } else {
+            // A denied request consumes nothing, so every limit shows its
+            // state without it. A limit that admitted answered with the
+            // request's cost taken: it answers again at cost 0, from the
+            // state still held (nothing was written).
+            for ((r, &h), o) in requests.iter().zip(&hashes).zip(&mut outcomes) {
+                if o.admits {
+                    let g = guard(&mut guards, shard_of(h));
+                    let standing = State::standing(g.get(h, &r.key).map(|e| &e.state), r, now_ms);
+                    o.remaining = standing.remaining;
+                    o.reset_ms = standing.reset_ms;
                 }
             }
         }
@@ -385,7 +412,8 @@ impl MemoryStore {
                         outcomes: smallvec![o],
                     };
                 }
-                let (o, after) = State::for_request(Some(&e.state), r, now_ms).check(r, now_ms);
+                let (o, after) =
+                    State::for_request(Some(&e.state), r, now_ms).check(r, now_ms, r.cost);
                 if o.admits {
                     // Nothing counting any more is the same as no state
                     // (see the general path).
@@ -399,7 +427,7 @@ impl MemoryStore {
                 o
             }
             Err(_) => {
-                let (o, after) = State::for_request(None, r, now_ms).check(r, now_ms);
+                let (o, after) = State::for_request(None, r, now_ms).check(r, now_ms, r.cost);
                 if o.admits && o.reset_ms != 0 {
                     shard.insert(&self.hasher, hash, r, after, now_ms);
                 }

@@ -31,8 +31,11 @@
 //! - With `clock: redis` the refund reads `TIME` again; a window boundary
 //!   between the reservation and the refund can put the refund into the
 //!   other count of the two (an error of at most the cost, for one window).
-//! - A refunded limit reports its remaining quota as it was before the
-//!   reservation; its reset time is the one seen with the reservation.
+//! - A denied request shows every limit without it: the limits of the
+//!   denying slot group as the script reads them, a refunded limit as the
+//!   refund leaves it (its remaining quota and reset at the refund's
+//!   instant). A limit whose reservation stands (below, or a refund that
+//!   failed) shows it taken, as it is.
 //! - Only `sliding_window` limits are refunded. Units a reservation took
 //!   from a `fixed_window`, `sliding_log` or `gcra` limit stay consumed until
 //!   that limit's window (or emission interval) passes: such a limit can
@@ -50,7 +53,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::{Clients, RedisStore, SCRIPT, SERVER_CLOCK, store_error};
-use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest};
+use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, sliding_window};
 use crate::store::StoreError;
 
 /// Gives back a reservation; its header comment names `KEYS` and `ARGV`.
@@ -123,15 +126,23 @@ impl RedisStore {
             // Its own budget: the decision's deadline may be spent.
             let refund_by = Instant::now() + self.timeout;
             for group in &reserved {
-                if let Err(e) = self.refund(refund_by, now_ms, requests, group).await {
-                    warn!(error = %e, "could not refund a cross-slot reservation; those units stay consumed until the window decays");
-                }
-                for &i in group {
-                    if let Some(o) = outcomes[i].as_mut() {
-                        o.remaining = o
-                            .remaining
-                            .saturating_add(requests[i].cost)
-                            .min(requests[i].limit);
+                match self.refund(refund_by, now_ms, requests, group).await {
+                    // Each refunded limit shows its counter as the refund
+                    // left it: a read at cost 0, as the script answers for
+                    // the limits of a denied request.
+                    Ok((at, left)) => {
+                        for (i, state) in left {
+                            let r = &requests[i];
+                            let w = r.window_ms.max(1);
+                            let shown = sliding_window::check(state.at(at / w), at, r.limit, w, 0);
+                            if let Some(o) = outcomes[i].as_mut() {
+                                o.remaining = shown.remaining;
+                                o.reset_ms = shown.reset_ms;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "could not refund a cross-slot reservation; those units stay consumed until the window decays");
                     }
                 }
             }
@@ -147,13 +158,15 @@ impl RedisStore {
     }
 
     /// Gives back what the decision script consumed for `group` at `now_ms`.
+    /// Returns the instant of the refund (`now_ms`, or the server's with
+    /// `clock: redis`) and each refunded request's counter as it left it.
     async fn refund(
         &self,
         deadline: Instant,
         now_ms: u64,
         requests: &[LimitRequest],
         group: &[usize],
-    ) -> Result<(), StoreError> {
+    ) -> Result<(u64, Vec<(usize, sliding_window::State)>), StoreError> {
         // refund.lua understands the sliding-window counter only; units a
         // reservation took from a limit of another algorithm stay consumed
         // until its window passes (never an over-admission; see module docs).
@@ -163,7 +176,7 @@ impl RedisStore {
             .filter(|&i| requests[i].algorithm == Algorithm::SlidingWindow)
             .collect();
         if group.is_empty() {
-            return Ok(());
+            return Ok((now_ms, Vec::new()));
         }
         let group = &group[..];
         let keys: Vec<&str> = group.iter().map(|&i| requests[i].key.as_str()).collect();
@@ -183,8 +196,36 @@ impl RedisStore {
                 i64::try_from(requests[i].cost).unwrap_or(i64::MAX),
             ));
         }
-        self.eval_by(deadline, REFUND, &keys, args).await.map(drop)
+        let reply = self.eval_by(deadline, REFUND, &keys, args).await?;
+        parse_refund(reply, group)
     }
+}
+
+/// Reads refund.lua's reply, `{ now, window, prev, cur, ... }` with one
+/// counter per request of `group`.
+fn parse_refund(
+    reply: Value,
+    group: &[usize],
+) -> Result<(u64, Vec<(usize, sliding_window::State)>), StoreError> {
+    let bad = || StoreError::Protocol(format!("refund replied {reply:?}"));
+    let Value::Array(items) = &reply else {
+        return Err(bad());
+    };
+    if items.len() != 1 + 3 * group.len() {
+        return Err(bad());
+    }
+    let mut ints = items.iter().map(|v| match v {
+        Value::Integer(i) => u64::try_from(*i).ok(),
+        _ => None,
+    });
+    let mut next = || ints.next().flatten().ok_or_else(bad);
+    let at = next()?;
+    let mut left = Vec::with_capacity(group.len());
+    for &i in group {
+        let (window, prev, cur) = (next()?, next()?, next()?);
+        left.push((i, sliding_window::State { window, prev, cur }));
+    }
+    Ok((at, left))
 }
 
 impl Clients {
@@ -259,6 +300,26 @@ mod tests {
         let split = [req("t:{ip:1.2.3.4}:r:a"), req("t:{key:abc}:r:b")];
         assert!(spans_slots(&split));
         assert!(!spans_slots(&[]));
+    }
+
+    #[test]
+    fn reads_the_counters_a_refund_leaves() {
+        let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Integer).collect());
+        let (at, left) = parse_refund(ints(&[100_500, 100, 4, 5, 0, 0, 0]), &[2, 0]).unwrap();
+        assert_eq!(at, 100_500);
+        let counter = |window, prev, cur| sliding_window::State { window, prev, cur };
+        assert_eq!(left, [(2, counter(100, 4, 5)), (0, counter(0, 0, 0))]);
+        for bad in [
+            ints(&[100_500, 100, 4]),                // too short
+            ints(&[100_500, 100, -1, 5]),            // negative
+            Value::Array(vec![Value::from("1"); 4]), // not integers
+            Value::Integer(1),                       // the old reply
+        ] {
+            assert!(matches!(
+                parse_refund(bad, &[0]),
+                Err(StoreError::Protocol(_))
+            ));
+        }
     }
 
     #[test]

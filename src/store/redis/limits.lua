@@ -37,7 +37,10 @@
 -- is a flat integer array
 --   { allowed, admits_1, remaining_1, reset_ms_1, retry_after_ms_1, ... }
 -- allowed/admits are 1 or 0; retry_after_ms is -1 when the limit can never
--- admit the request (c > L, or c > B for gcra). allowed = 1 only when every
+-- admit the request (c > L, or c > B for gcra). remaining and reset_ms are
+-- the limit's state after the decision: with the cost taken when the
+-- request is allowed, without it when it is denied, whichever limit denied
+-- it. allowed = 1 only when every
 -- limit admits, and only then is anything written: each key gets its new
 -- state and an expiry at the instant nothing in it counts any more
 -- (reset_ms; for fixed windows and gcra at least min(w, MIN_TTL), see
@@ -395,6 +398,22 @@ local function decide(k, n, now, a)
   end
   if not allowed then
     reply[1] = 0
+    -- A denied request consumes nothing, so every limit shows its state
+    -- without it. A limit that admitted answered with the request's cost
+    -- taken: it answers again at cost 0, which writes nothing.
+    for i = 1, n do
+      local at = 2 + 4 * (i - 1)
+      if reply[at] == 1 then
+        local base = a + 5 * (i - 1)
+        local admits, remaining, reset = ALGORITHMS[int(ARGV[base + 1])](
+          KEYS[k + i], now, int(ARGV[base + 2]), int(ARGV[base + 3]), 0, int(ARGV[base + 5]))
+        if admits == nil then
+          return nil, remaining
+        end
+        reply[at + 1] = remaining
+        reply[at + 2] = reset
+      end
+    end
     return reply
   end
   for i = 1, n do
