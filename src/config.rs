@@ -151,6 +151,13 @@ pub enum ClockSource {
     Redis,
 }
 
+impl ClockSource {
+    /// Every spelling `store.clock` accepts, with its value. The loader
+    /// and `tollgate schema` both read this table, so they cannot differ.
+    pub const SPELLINGS: [(&'static str, Self); 2] =
+        [("gateway", Self::Gateway), ("redis", Self::Redis)];
+}
+
 /// The circuit breaker in front of Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerConfig {
@@ -282,6 +289,16 @@ pub enum OnError {
     Local,
 }
 
+impl OnError {
+    /// Every spelling `store.on_error` and `routes[].on_error` accept, with
+    /// its value; read by the loader and by `tollgate schema`.
+    pub const SPELLINGS: [(&'static str, Self); 3] = [
+        ("allow", Self::Allow),
+        ("deny", Self::Deny),
+        ("local", Self::Local),
+    ];
+}
+
 /// Client IP extraction.
 #[derive(Debug, Clone)]
 pub struct ClientIpConfig {
@@ -304,6 +321,18 @@ pub enum HeaderMode {
     Legacy,
     /// No rate-limit headers (429 still carries `Retry-After`).
     None,
+}
+
+impl HeaderMode {
+    /// Every spelling `headers` accepts, with its value; read by the loader
+    /// and by `tollgate schema` (whose hand-kept list once left out
+    /// `github` and `legacy`).
+    pub const SPELLINGS: [(&'static str, Self); 4] = [
+        ("ietf", Self::Ietf),
+        ("github", Self::Github),
+        ("legacy", Self::Legacy),
+        ("none", Self::None),
+    ];
 }
 
 /// API key source.

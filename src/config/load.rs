@@ -922,16 +922,7 @@ impl Check<'_> {
         let algorithm = self.optional(
             &jwt.algorithm,
             &alg_path,
-            text(|s| {
-                one_of(
-                    s,
-                    &[
-                        ("HS256", JwtAlgorithm::Hs256),
-                        ("RS256", JwtAlgorithm::Rs256),
-                        ("ES256", JwtAlgorithm::Es256),
-                    ],
-                )
-            }),
+            text(|s| one_of(s, &JwtAlgorithm::SPELLINGS)),
         );
         let secret = self.optional(
             &jwt.secret,
@@ -1435,15 +1426,7 @@ fn one_of<T: Copy>(s: &str, choices: &[(&str, T)]) -> Result<T, String> {
 }
 
 fn parse_header_mode(s: &str) -> Result<HeaderMode, String> {
-    one_of(
-        s,
-        &[
-            ("ietf", HeaderMode::Ietf),
-            ("github", HeaderMode::Github),
-            ("legacy", HeaderMode::Legacy),
-            ("none", HeaderMode::None),
-        ],
-    )
+    one_of(s, &HeaderMode::SPELLINGS)
 }
 
 /// Plan names appear in key maps and the Redis hash.
@@ -1468,36 +1451,15 @@ fn default_api_keys() -> ApiKeyConfig {
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
-    one_of(
-        s,
-        &[
-            ("sliding_window", Algorithm::SlidingWindow),
-            ("fixed_window", Algorithm::FixedWindow),
-            ("sliding_log", Algorithm::SlidingLog),
-            ("gcra", Algorithm::Gcra { burst: 0 }),
-        ],
-    )
+    one_of(s, &Algorithm::SPELLINGS)
 }
 
 fn parse_on_error(s: &str) -> Result<OnError, String> {
-    one_of(
-        s,
-        &[
-            ("allow", OnError::Allow),
-            ("deny", OnError::Deny),
-            ("local", OnError::Local),
-        ],
-    )
+    one_of(s, &OnError::SPELLINGS)
 }
 
 fn parse_clock(s: &str) -> Result<ClockSource, String> {
-    one_of(
-        s,
-        &[
-            ("gateway", ClockSource::Gateway),
-            ("redis", ClockSource::Redis),
-        ],
-    )
+    one_of(s, &ClockSource::SPELLINGS)
 }
 
 fn parse_redis_url(s: &str) -> Result<String, String> {
