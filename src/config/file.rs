@@ -33,6 +33,11 @@ use serde::de::{self, Deserializer, Visitor};
 use yaml_serde::Value;
 
 use super::position::{child_index, child_key};
+use super::schema::spellings;
+use super::{ClockSource, HeaderMode, OnError};
+use crate::identity::jwt::JwtAlgorithm;
+use crate::limit::Algorithm;
+use crate::target::EscapedSlashes;
 
 /// One field as written: absent (or `null`), of the wrong type, or read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -229,8 +234,8 @@ pub struct Root {
     pub store: Field<Store>,
     /// `client_ip:`
     pub client_ip: Field<ClientIp>,
-    /// `headers: ietf | none`
-    #[schemars(extend("enum" = ["ietf", "none", null]))]
+    /// `headers: ietf | github | legacy | none`
+    #[schemars(extend("enum" = spellings(&HeaderMode::SPELLINGS)))]
     pub headers: Field<Text>,
     /// `plans: { free: [limits], pro: [limits] }`
     pub plans: Field<BTreeMap<String, Field<Vec<Field<PlanLimit>>>>>,
@@ -306,13 +311,13 @@ pub struct Server {
     /// `backlog: 4096` (accept queue of each listener; capped by the kernel)
     pub backlog: Field<Int>,
     /// `max_header_size: 128KiB`
-    #[schemars(extend("pattern" = super::schema::SIZE))]
+    #[schemars(transform = super::schema::size)]
     pub max_header_size: Field<Text>,
     /// `max_uri_size: 16KiB` (path and query of the request target)
-    #[schemars(extend("pattern" = super::schema::SIZE))]
+    #[schemars(transform = super::schema::size)]
     pub max_uri_size: Field<Text>,
     /// `max_body_size: 10MiB`
-    #[schemars(extend("pattern" = super::schema::SIZE))]
+    #[schemars(transform = super::schema::size)]
     pub max_body_size: Field<Text>,
     /// `path: { normalize, merge_slashes, escaped_slashes }`
     pub path: Field<ServerPath>,
@@ -328,7 +333,7 @@ pub struct ServerPath {
     /// `merge_slashes: true`
     pub merge_slashes: Field<Flag>,
     /// `escaped_slashes: reject | keep | decode`
-    #[schemars(extend("enum" = ["reject", "keep", "decode", null]))]
+    #[schemars(extend("enum" = spellings(&EscapedSlashes::SPELLINGS)))]
     pub escaped_slashes: Field<Text>,
 }
 
@@ -340,14 +345,14 @@ pub struct Store {
     /// `redis: { url, timeout }`
     pub redis: Field<Redis>,
     /// `on_error: allow | deny | local`
-    #[schemars(extend("enum" = ["allow", "deny", "local", null]))]
+    #[schemars(extend("enum" = spellings(&OnError::SPELLINGS)))]
     pub on_error: Field<Text>,
     /// `prefix: "tg:"`
     pub prefix: Field<Text>,
     /// `readable_keys: true` (Redis keys name the identity in clear)
     pub readable_keys: Field<Flag>,
     /// `clock: gateway | redis`
-    #[schemars(extend("enum" = ["gateway", "redis", null]))]
+    #[schemars(extend("enum" = spellings(&ClockSource::SPELLINGS)))]
     pub clock: Field<Text>,
     /// `breaker: { failures, probe_interval }`
     pub breaker: Field<Breaker>,
@@ -375,10 +380,10 @@ pub struct Redis {
     /// `tls: { ca_file }`
     pub tls: Field<RedisTls>,
     /// `timeout: 25ms`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub timeout: Field<Text>,
     /// `connect_timeout: 1s`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub connect_timeout: Field<Text>,
     /// `reconnect: { min, max, jitter }`
     pub reconnect: Field<Reconnect>,
@@ -412,13 +417,13 @@ pub struct RedisTls {
 #[schemars(deny_unknown_fields)]
 pub struct Reconnect {
     /// `min: 100ms`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub min: Field<Text>,
     /// `max: 1s`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub max: Field<Text>,
     /// `jitter: 100ms`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub jitter: Field<Text>,
 }
 
@@ -430,7 +435,7 @@ pub struct Breaker {
     /// `failures: 3`
     pub failures: Field<Int>,
     /// `probe_interval: 200ms`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub probe_interval: Field<Text>,
 }
 
@@ -459,6 +464,7 @@ pub struct ApiKeys {
     /// `redis_hash: true` — look keys up with `HGET <prefix>keys KEY`
     pub redis_hash: Field<bool>,
     /// `cache: 10s` — how long a Redis answer is reused
+    #[schemars(transform = super::schema::duration)]
     pub cache: Field<Text>,
 }
 
@@ -471,9 +477,11 @@ pub struct PlanLimit {
     pub name: Field<Text>,
     /// `limit: 100`
     pub limit: Field<Int>,
-    /// `window: 1m`
+    /// `window: 1m` or `window: month`
+    #[schemars(transform = super::schema::window)]
     pub window: Field<Text>,
-    /// `algorithm: gcra`
+    /// `algorithm: sliding_window | fixed_window | sliding_log | gcra`
+    #[schemars(extend("enum" = spellings(&Algorithm::SPELLINGS)))]
     pub algorithm: Field<Text>,
     /// `burst: 20`
     pub burst: Field<Int>,
@@ -496,6 +504,7 @@ pub struct Users {
 #[schemars(deny_unknown_fields)]
 pub struct Jwt {
     /// `algorithm: HS256 | RS256 | ES256`
+    #[schemars(extend("enum" = spellings(&JwtAlgorithm::SPELLINGS)))]
     pub algorithm: Field<Text>,
     /// `secret: "..."` (HS256)
     pub secret: Field<Text>,
@@ -511,22 +520,22 @@ pub struct Jwt {
 #[schemars(deny_unknown_fields)]
 pub struct Timeouts {
     /// `header_read: 10s`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub header_read: Field<Text>,
     /// `upstream_connect: 5s`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub upstream_connect: Field<Text>,
     /// `upstream_response: 30s`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub upstream_response: Field<Text>,
     /// `upstream_idle: 4s` (idle keep-alive connections to upstreams)
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub upstream_idle: Field<Text>,
     /// `idle: 60s`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub idle: Field<Text>,
     /// `drain: 30s`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub drain: Field<Text>,
 }
 
@@ -545,7 +554,7 @@ pub struct Route {
     /// `respond: { status, body, content_type }`
     pub respond: Field<Respond>,
     /// `timeout: 30s`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    #[schemars(transform = super::schema::duration)]
     pub timeout: Field<Text>,
     /// `cost: 1`
     pub cost: Field<Int>,
@@ -561,7 +570,7 @@ pub struct Route {
     /// `shadow: true`
     pub shadow: Field<Flag>,
     /// `on_error: allow | deny | local` (overrides `store.on_error`)
-    #[schemars(extend("enum" = ["allow", "deny", "local", null]))]
+    #[schemars(extend("enum" = spellings(&OnError::SPELLINGS)))]
     pub on_error: Field<Text>,
 }
 
@@ -604,14 +613,15 @@ pub struct Limit {
     pub key: Field<OneOrMany<Text>>,
     /// `limit: 100`
     pub limit: Field<Int>,
-    /// `window: 1m`
-    #[schemars(extend("pattern" = super::schema::DURATION))]
+    /// `window: 1m` or `window: month`
+    #[schemars(transform = super::schema::window)]
     pub window: Field<Text>,
     /// `cost: 2`
     pub cost: Field<Int>,
     /// `shadow: true`
     pub shadow: Field<Flag>,
     /// `algorithm: sliding_window | fixed_window | sliding_log | gcra`
+    #[schemars(extend("enum" = spellings(&Algorithm::SPELLINGS)))]
     pub algorithm: Field<Text>,
     /// `burst: 20` (gcra only)
     pub burst: Field<Int>,
