@@ -1,6 +1,6 @@
 //! Configuration: the validated model the running gateway uses.
 //!
-//! Loading is two-staged (as in sozu and River): [`file`] holds serde
+//! Loading is two-staged (as in sozu and River): [`file`](mod@file) holds serde
 //! structs that mirror the YAML, [`load`] turns them into the types below and
 //! collects *every* error with its field path, line and column before
 //! failing. The running gateway never sees raw YAML types.

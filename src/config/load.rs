@@ -2,10 +2,10 @@
 //!
 //! [`parse_str`] reads the text into a [`yaml_serde::Value`] (a syntax error
 //! is the one error it reports alone), reads that into the
-//! [`file`](super::file) structs, and then walks them with a [`Check`] that
+//! [`file`](mod@super::file) structs, and then walks them with a `Check` that
 //! knows the field path of every node. Each rule that fails records a
 //! [`ConfigError`] with that path and the position found in the
-//! [`Positions`] index, and validation carries on: every check of a struct
+//! `Positions` index, and validation carries on: every check of a struct
 //! runs before its results are combined, so one bad field never hides
 //! another. Only when nothing was recorded is the [`Config`] returned.
 //!
@@ -13,18 +13,20 @@
 //! key, a missing field at the mapping that lacks it. Errors are sorted by
 //! position, so they read top to bottom like the file.
 //!
-//! One file per section of the YAML, each independent of the others:
+//! One file per section of the YAML. A section's checks read only their own
+//! part of the file and build only their own types; plans borrow the limit
+//! rules of `limits.rs`.
 //!
-//! | file | reads |
+//! | `load/` | reads |
 //! |---|---|
-//! | [`check`] | nothing itself: the [`Check`] walker, its field helpers and the duration parsers every section uses |
-//! | [`server`] | `listen` (with TLS), `server` (caps, sizes, `server.path`), `timeouts` |
-//! | [`store`] | `store`: Redis and its topologies, `on_error`, `clock`, breaker, deny cache |
-//! | [`callers`] | `client_ip`, `api_keys`, `plans`, `users` (header, JWT) |
-//! | [`routes`] | `routes`: match, upstream or respond, cost, `on_error`, shadow |
-//! | [`limits`] | a route's `limits` and what plans share with them: windows, algorithms, keys |
+//! | `check.rs` | nothing itself: the `Check` walker, its field helpers and the duration parsers every section uses |
+//! | `server.rs` | `listen` (with TLS), `server` (caps, sizes, `server.path`), `timeouts` |
+//! | `store.rs` | `store`: Redis and its topologies, `on_error`, `clock`, breaker, deny cache |
+//! | `callers.rs` | `client_ip`, `api_keys`, `plans`, `users` (header, JWT) |
+//! | `routes.rs` | `routes`: match, upstream or respond, cost, `on_error`, shadow |
+//! | `limits.rs` | a route's `limits` and what plans share with them: windows, algorithms, keys |
 //!
-//! This file puts the sections together ([`Check::config`]) and checks the
+//! This file puts the sections together (`Check::config`) and checks the
 //! few rules that span two of them: plans named by `api_keys` and by
 //! `plan: true` limits exist, and the Redis key hash has a Redis. Defaults
 //! are not here: each sits beside its type in [`config`](super). Enum
