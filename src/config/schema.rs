@@ -7,9 +7,16 @@
 //! written — a `Field<T>` is a `T` or `null`, a `Text` any scalar, a
 //! `OneOrMany<T>` one `T` or a list of them — rather than as Rust types.
 //! Unknown fields are refused (`additionalProperties: false`), as the loader
-//! does. The schema checks shape only: ranges, durations' units, routes'
-//! exclusive fields and the like stay with `tollgate check`, which also says
-//! how to fix them.
+//! does. The schema checks shape only: ranges, routes' exclusive fields and
+//! the like stay with `tollgate check`, which also says how to fix them.
+//!
+//! Where the schema says more than "a scalar", it says it from what the
+//! loader uses: an enum field's `enum` is [`spellings`] of the same table
+//! its loader parses with (`HeaderMode::SPELLINGS`, …), and durations,
+//! windows and sizes take the shapes the loader's parsers accept
+//! ([`duration`], [`window`], [`size`]). `tests/config.rs` holds the two to
+//! each other: every spelling, near miss and documented example is
+//! accepted by both or by neither.
 
 use std::borrow::Cow;
 
