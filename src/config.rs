@@ -1,6 +1,6 @@
 //! Configuration: the validated model the running gateway uses.
 //!
-//! Loading is two-staged (as in sozu and River): [`file`] holds serde
+//! Loading is two-staged (as in sozu and River): [`file`](mod@file) holds serde
 //! structs that mirror the YAML, [`load`] turns them into the types below and
 //! collects *every* error with its field path, line and column before
 //! failing. The running gateway never sees raw YAML types.
@@ -129,6 +129,22 @@ pub struct StoreConfig {
     pub deny_cache: usize,
 }
 
+impl Default for StoreConfig {
+    /// No Redis: counters in process, `on_error: local`, prefix `tg:`.
+    fn default() -> Self {
+        Self {
+            redis: None,
+            on_error: OnError::Local,
+            prefix: "tg:".to_owned(),
+            readable_keys: false,
+            clock: ClockSource::Gateway,
+            breaker: BreakerConfig::default(),
+            // Denied requests remembered in process: a few MB at most.
+            deny_cache: 10_000,
+        }
+    }
+}
+
 impl StoreConfig {
     /// Whether counter keys carry digests of the identity and the limit
     /// rather than their text: with Redis, unless `readable_keys` is set.
@@ -149,6 +165,13 @@ pub enum ClockSource {
     /// Redis `TIME`, read inside the script, so instances with skewed
     /// clocks agree.
     Redis,
+}
+
+impl ClockSource {
+    /// Every spelling `store.clock` accepts, with its value. The loader
+    /// and `tollgate schema` both read this table, so they cannot differ.
+    pub const SPELLINGS: [(&'static str, Self); 2] =
+        [("gateway", Self::Gateway), ("redis", Self::Redis)];
 }
 
 /// The circuit breaker in front of Redis.
@@ -282,6 +305,16 @@ pub enum OnError {
     Local,
 }
 
+impl OnError {
+    /// Every spelling `store.on_error` and `routes[].on_error` accept, with
+    /// its value; read by the loader and by `tollgate schema`.
+    pub const SPELLINGS: [(&'static str, Self); 3] = [
+        ("allow", Self::Allow),
+        ("deny", Self::Deny),
+        ("local", Self::Local),
+    ];
+}
+
 /// Client IP extraction.
 #[derive(Debug, Clone)]
 pub struct ClientIpConfig {
@@ -291,10 +324,20 @@ pub struct ClientIpConfig {
     pub ipv6_prefix: u8,
 }
 
+impl Default for ClientIpConfig {
+    fn default() -> Self {
+        Self {
+            trusted_proxies: Vec::new(),
+            ipv6_prefix: 64,
+        }
+    }
+}
+
 /// Which header set carries the limiter's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HeaderMode {
     /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11).
+    #[default]
     Ietf,
     /// GitHub's `X-RateLimit-Limit/Remaining/Used/Reset/Resource` for the
     /// limit closest to exhaustion; `Reset` is in epoch seconds.
@@ -304,6 +347,18 @@ pub enum HeaderMode {
     Legacy,
     /// No rate-limit headers (429 still carries `Retry-After`).
     None,
+}
+
+impl HeaderMode {
+    /// Every spelling `headers` accepts, with its value; read by the loader
+    /// and by `tollgate schema` (whose hand-kept list once left out
+    /// `github` and `legacy`).
+    pub const SPELLINGS: [(&'static str, Self); 4] = [
+        ("ietf", Self::Ietf),
+        ("github", Self::Github),
+        ("legacy", Self::Legacy),
+        ("none", Self::None),
+    ];
 }
 
 /// API key source.
@@ -319,6 +374,19 @@ pub struct ApiKeyConfig {
     pub redis_hash: bool,
     /// How long a Redis hash answer is reused in process.
     pub cache: Duration,
+}
+
+impl Default for ApiKeyConfig {
+    /// `x-api-key`, no static keys, unknown keys refused, no Redis hash.
+    fn default() -> Self {
+        Self {
+            header: HeaderName::from_static("x-api-key"),
+            keys: std::collections::HashMap::new(),
+            unknown: UnknownKey::Reject,
+            redis_hash: false,
+            cache: Duration::from_secs(10),
+        }
+    }
 }
 
 /// The plan of callers whose API key is not known.
@@ -361,6 +429,16 @@ pub struct UserConfig {
     pub jwt: Option<crate::identity::jwt::JwtVerifier>,
 }
 
+impl Default for UserConfig {
+    /// The `x-user` header (from trusted proxies), no JWT.
+    fn default() -> Self {
+        Self {
+            header: HeaderName::from_static("x-user"),
+            jwt: None,
+        }
+    }
+}
+
 /// Gateway-wide timeouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
@@ -380,6 +458,19 @@ pub struct Timeouts {
     pub idle: Duration,
     /// After SIGTERM, how long in-flight requests may take to finish.
     pub drain: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            header_read: Duration::from_secs(10),
+            upstream_connect: Duration::from_secs(5),
+            upstream_response: Duration::from_secs(30),
+            upstream_idle: DEFAULT_UPSTREAM_IDLE,
+            idle: Duration::from_secs(60),
+            drain: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Default of [`Timeouts::upstream_idle`]: 4 s, under the 5 s keep-alive
@@ -471,6 +562,17 @@ pub struct Respond {
     pub content_type: String,
 }
 
+impl Default for Respond {
+    /// `200 OK`, an empty body, `text/plain; charset=utf-8`.
+    fn default() -> Self {
+        Self {
+            status: StatusCode::OK,
+            body: bytes::Bytes::new(),
+            content_type: "text/plain; charset=utf-8".to_owned(),
+        }
+    }
+}
+
 /// One limit on a route.
 #[derive(Debug, Clone)]
 pub struct Limit {
@@ -512,26 +614,4 @@ pub enum KeySource {
     User,
     /// A request header.
     Header(HeaderName),
-}
-
-impl Default for ClientIpConfig {
-    fn default() -> Self {
-        Self {
-            trusted_proxies: Vec::new(),
-            ipv6_prefix: 64,
-        }
-    }
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Self {
-            header_read: Duration::from_secs(10),
-            upstream_connect: Duration::from_secs(5),
-            upstream_response: Duration::from_secs(30),
-            upstream_idle: DEFAULT_UPSTREAM_IDLE,
-            idle: Duration::from_secs(60),
-            drain: Duration::from_secs(30),
-        }
-    }
 }

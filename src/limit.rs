@@ -43,6 +43,17 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every spelling a limit's `algorithm:` accepts, with its value; read
+    /// by the configuration loader and by `tollgate schema`. `gcra`'s burst
+    /// is a placeholder the loader replaces with the limit's `burst`;
+    /// [`Algorithm::CalendarMonth`] is written `window: month`, not here.
+    pub const SPELLINGS: [(&'static str, Self); 4] = [
+        ("sliding_window", Self::SlidingWindow),
+        ("fixed_window", Self::FixedWindow),
+        ("sliding_log", Self::SlidingLog),
+        ("gcra", Self::Gcra { burst: 0 }),
+    ];
+
     /// The name used in the configuration file.
     pub fn name(self) -> &'static str {
         match self {

@@ -21,6 +21,12 @@
 //! `server.max_body_size`, `server.path`, and the TLS certificates and keys
 //! of the listeners and upstreams, which the load
 //! reads again — takes effect on the next request or connection.
+//!
+//! Loading reads files — the configuration, and the certificates, keys, CA
+//! files and JWT public keys it names — with blocking calls, so
+//! [`reload_file`] runs the whole load on Tokio's blocking pool
+//! (`spawn_blocking`) and only swaps the result in on the runtime: a slow
+//! disk or network file system never stalls the requests being served.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -28,7 +34,7 @@ use std::sync::Arc;
 
 use tracing::{error, info, warn};
 
-use crate::config::{Config, ConfigErrors, load_file};
+use crate::config::{Config, ConfigError, ConfigErrors, load_file};
 use crate::pipeline::Gateway;
 
 /// What the command line put in place of the file's values (`--listen`,
@@ -77,10 +83,43 @@ impl Reload {
 
 /// Reads `path` and, when it is valid, serves it with `overrides` applied.
 ///
+/// The file and the files it names are read on a blocking thread
+/// (`spawn_blocking`), off the runtime's workers.
+///
 /// # Errors
 /// Every problem in the file; the running configuration is unchanged then.
-pub fn reload_file(gw: &Gateway, path: &Path, overrides: &Overrides) -> Result<(), ConfigErrors> {
-    let mut new = match load_file(path) {
+///
+/// # Panics
+/// Only if loading itself panics (a bug): the panic is passed on.
+pub async fn reload_file(
+    gw: &Gateway,
+    path: &Path,
+    overrides: &Overrides,
+) -> Result<(), ConfigErrors> {
+    let owned = path.to_owned();
+    let loaded = match tokio::task::spawn_blocking(move || load_file(&owned)).await {
+        Ok(loaded) => loaded,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down; nothing is left to reload.
+        Err(e) => Err(ConfigErrors(vec![ConfigError {
+            path: String::new(),
+            message: format!("reload of {} abandoned: {e}", path.display()),
+            line: None,
+            column: None,
+        }])),
+    };
+    serve(gw, path, loaded, overrides)
+}
+
+/// Swaps in `loaded` when it is a valid configuration; logs every error
+/// and keeps the running one otherwise.
+fn serve(
+    gw: &Gateway,
+    path: &Path,
+    loaded: Result<Config, ConfigErrors>,
+    overrides: &Overrides,
+) -> Result<(), ConfigErrors> {
+    let mut new = match loaded {
         Ok(c) => c,
         Err(errors) => {
             error!(
@@ -200,7 +239,7 @@ impl Hangups {
         if let Some(mut hup) = self.signal {
             while hup.recv().await.is_some() {
                 info!(file = %path.display(), "SIGHUP: reloading configuration");
-                let _ = reload_file(&gw, &path, &overrides);
+                let _ = reload_file(&gw, &path, &overrides).await;
             }
         }
         let _ = (gw, path, overrides);

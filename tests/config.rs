@@ -1236,3 +1236,525 @@ fn schema_knows_backlog_and_uri_size() {
         assert!(!validator.is_valid(&yaml(bad)), "accepted:\n{bad}");
     }
 }
+
+// The loader and `tollgate schema` agree: every spelling of every enum
+// field is accepted by both or by neither, and every example the
+// documentation shows is accepted by both.
+
+/// `tollgate schema`, compiled.
+fn schema_validator() -> jsonschema::Validator {
+    let schema = serde_json::to_value(tollgate::config::schema::schema()).expect("schema is JSON");
+    jsonschema::validator_for(&schema).expect("a valid JSON Schema")
+}
+
+/// What the schema says about `src`: empty when it is valid.
+fn schema_errors(validator: &jsonschema::Validator, src: &str) -> Vec<String> {
+    let value: serde_json::Value = yaml_serde::from_str(src).expect("YAML parses");
+    validator
+        .iter_errors(&value)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect()
+}
+
+/// Asserts that the loader and the schema both accept `src`.
+fn accepted_by_both(validator: &jsonschema::Validator, src: &str, what: &str) {
+    if let Err(e) = parse_str(src) {
+        panic!("{what}: the loader refuses it:\n{e}\n---\n{src}");
+    }
+    let refused = schema_errors(validator, src);
+    assert!(
+        refused.is_empty(),
+        "{what}: the schema refuses it: {refused:#?}\n---\n{src}"
+    );
+}
+
+/// Every property of the schema that lists its values (`enum`), by the
+/// path a reader writes (`routes[].limits[].algorithm`, `plans.*[].algorithm`),
+/// with the values listed (`null` left out).
+fn schema_enums() -> std::collections::BTreeMap<String, Vec<String>> {
+    fn walk(
+        root: &serde_json::Value,
+        node: &serde_json::Value,
+        path: &str,
+        found: &mut std::collections::BTreeMap<String, Vec<String>>,
+    ) {
+        if let Some(name) = node["$ref"].as_str() {
+            let name = name.trim_start_matches("#/$defs/");
+            walk(root, &root["$defs"][name], path, found);
+        }
+        if let Some(values) = node["enum"].as_array() {
+            let values = values.iter().filter_map(|v| v.as_str().map(str::to_owned));
+            found.insert(path.to_owned(), values.collect());
+        }
+        for one in node["anyOf"].as_array().into_iter().flatten() {
+            walk(root, one, path, found);
+        }
+        if node["items"].is_object() {
+            walk(root, &node["items"], &format!("{path}[]"), found);
+        }
+        if node["additionalProperties"].is_object() {
+            let inner = &node["additionalProperties"];
+            walk(root, inner, &format!("{path}.*"), found);
+        }
+        for (key, child) in node["properties"].as_object().into_iter().flatten() {
+            let child_path = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            walk(root, child, &child_path, found);
+        }
+    }
+    let schema = serde_json::to_value(tollgate::config::schema::schema()).expect("schema is JSON");
+    let mut found = std::collections::BTreeMap::new();
+    walk(&schema, &schema, "", &mut found);
+    found
+}
+
+/// One enum field: its path in the schema's terms, its path in the
+/// loader's errors, the spellings table the loader reads, and a whole file
+/// with a value (YAML text) in that field.
+struct EnumField {
+    schema_path: &'static str,
+    error_path: &'static str,
+    spellings: Vec<&'static str>,
+    file: fn(&str) -> String,
+}
+
+fn names<T>(table: &[(&'static str, T)]) -> Vec<&'static str> {
+    table.iter().map(|(name, _)| *name).collect()
+}
+
+fn enum_fields() -> Vec<EnumField> {
+    use tollgate::config::{ClockSource, HeaderMode};
+    use tollgate::identity::jwt::JwtAlgorithm;
+    use tollgate::limit::Algorithm;
+    use tollgate::target::EscapedSlashes;
+    const ROUTE: &str = "routes: [ { name: a, respond: {} } ]\n";
+    vec![
+        EnumField {
+            schema_path: "headers",
+            error_path: "headers",
+            spellings: names(&HeaderMode::SPELLINGS),
+            file: |v| format!("listen: 127.0.0.1:0\nheaders: {v}\n{ROUTE}"),
+        },
+        EnumField {
+            schema_path: "store.on_error",
+            error_path: "store.on_error",
+            spellings: names(&OnError::SPELLINGS),
+            file: |v| format!("listen: 127.0.0.1:0\nstore: {{ on_error: {v} }}\n{ROUTE}"),
+        },
+        EnumField {
+            schema_path: "store.clock",
+            error_path: "store.clock",
+            spellings: names(&ClockSource::SPELLINGS),
+            file: |v| format!("listen: 127.0.0.1:0\nstore: {{ clock: {v} }}\n{ROUTE}"),
+        },
+        EnumField {
+            schema_path: "routes[].on_error",
+            error_path: "routes[0].on_error",
+            spellings: names(&OnError::SPELLINGS),
+            file: |v| {
+                format!(
+                    "listen: 127.0.0.1:0\nroutes: [ {{ name: a, respond: {{}}, on_error: {v} }} ]\n"
+                )
+            },
+        },
+        EnumField {
+            schema_path: "server.path.escaped_slashes",
+            error_path: "server.path.escaped_slashes",
+            spellings: names(&EscapedSlashes::SPELLINGS),
+            file: |v| {
+                format!(
+                    "listen: 127.0.0.1:0\nserver: {{ path: {{ escaped_slashes: {v} }} }}\n{ROUTE}"
+                )
+            },
+        },
+        EnumField {
+            schema_path: "routes[].limits[].algorithm",
+            error_path: "routes[0].limits[0].algorithm",
+            spellings: names(&Algorithm::SPELLINGS),
+            file: |v| {
+                format!(
+                    "listen: 127.0.0.1:0\nroutes:\n  - name: a\n    respond: {{}}\n    limits: [ {{ name: l, key: ip, limit: 10, window: 1m, algorithm: {v} }} ]\n"
+                )
+            },
+        },
+        EnumField {
+            schema_path: "plans.*[].algorithm",
+            error_path: "plans.free[0].algorithm",
+            spellings: names(&Algorithm::SPELLINGS),
+            file: |v| {
+                format!(
+                    "listen: 127.0.0.1:0\nplans: {{ free: [ {{ name: l, limit: 10, window: 1m, algorithm: {v} }} ] }}\n{ROUTE}"
+                )
+            },
+        },
+        EnumField {
+            schema_path: "users.jwt.algorithm",
+            error_path: "users.jwt.algorithm",
+            spellings: names(&JwtAlgorithm::SPELLINGS),
+            file: |v| {
+                // Each algorithm with the key it needs.
+                let dir = env!("CARGO_MANIFEST_DIR");
+                let key = match v {
+                    "RS256" => format!("public_key: \"{dir}/tests/fixtures/rs256-public.pem\""),
+                    "ES256" => format!("public_key: \"{dir}/tests/fixtures/es256-public.pem\""),
+                    _ => "secret: 0123456789abcdef0123456789abcdef".to_owned(),
+                };
+                format!(
+                    "listen: 127.0.0.1:0\nusers: {{ jwt: {{ algorithm: {v}, {key} }} }}\n{ROUTE}"
+                )
+            },
+        },
+    ]
+}
+
+/// Values near a field's spellings that are none of them, as YAML text.
+fn near_misses(spellings: &[&str]) -> Vec<String> {
+    let first = spellings[0];
+    let mut capitalised = first.to_ascii_lowercase();
+    capitalised[..1].make_ascii_uppercase();
+    let candidates = [
+        first.to_ascii_uppercase(),
+        first.to_ascii_lowercase(),
+        capitalised,
+        format!("{first}s"),
+        format!(" {first}"),
+        first.replace('_', "-"),
+        String::new(),
+        "nope".to_owned(),
+    ];
+    let mut misses: Vec<String> = candidates
+        .into_iter()
+        .filter(|c| !spellings.contains(&c.as_str()))
+        .map(|c| format!("{c:?}"))
+        .collect();
+    // Not strings at all.
+    misses.extend(["1".to_owned(), "true".to_owned(), "[a]".to_owned()]);
+    misses.sort();
+    misses.dedup();
+    misses
+}
+
+#[test]
+fn every_enum_spelling_is_accepted_by_both_the_loader_and_the_schema_or_by_neither() {
+    let validator = schema_validator();
+    let fields = enum_fields();
+
+    for field in &fields {
+        for spelling in &field.spellings {
+            let src = (field.file)(spelling);
+            accepted_by_both(
+                &validator,
+                &src,
+                &format!("{}: {spelling}", field.schema_path),
+            );
+        }
+        for miss in near_misses(&field.spellings) {
+            let src = (field.file)(&miss);
+            let loader = parse_str(&src).err().map(|e| e.to_string());
+            assert!(
+                loader
+                    .as_deref()
+                    .is_some_and(|e| e.contains(&format!("{}: ", field.error_path))),
+                "{}: {miss} is not refused at the field by the loader: {loader:?}\n---\n{src}",
+                field.schema_path
+            );
+            assert!(
+                !schema_errors(&validator, &src).is_empty(),
+                "{}: {miss} is accepted by the schema\n---\n{src}",
+                field.schema_path
+            );
+        }
+    }
+
+    // The schema lists values for exactly these fields, and lists the
+    // loader's spellings, no more and no fewer.
+    let listed = schema_enums();
+    let known: Vec<&str> = fields.iter().map(|f| f.schema_path).collect();
+    let listed_paths: Vec<&str> = listed.keys().map(String::as_str).collect();
+    let mut expected = known.clone();
+    expected.sort_unstable();
+    assert_eq!(
+        listed_paths, expected,
+        "fields whose values the schema lists, against the loader's enum fields"
+    );
+    for field in &fields {
+        let mut ours: Vec<&str> = field.spellings.clone();
+        ours.sort_unstable();
+        let mut theirs: Vec<&str> = listed[field.schema_path]
+            .iter()
+            .map(String::as_str)
+            .collect();
+        theirs.sort_unstable();
+        assert_eq!(theirs, ours, "{}: schema against loader", field.schema_path);
+    }
+}
+
+#[test]
+fn the_configuration_reference_names_every_spelling() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let rows = reference_rows(&readme);
+    for field in enum_fields() {
+        let row_name = field.schema_path;
+        // `plans` describes its limits' fields by reference.
+        let Some((_, _, meaning)) = rows.iter().find(|(name, _, _)| name == row_name) else {
+            assert_eq!(
+                row_name, "plans.*[].algorithm",
+                "no README row for {row_name}"
+            );
+            continue;
+        };
+        for spelling in &field.spellings {
+            assert!(
+                meaning.contains(&format!("`{spelling}`")),
+                "README's row for {row_name} does not name `{spelling}`: {meaning}"
+            );
+        }
+    }
+}
+
+/// The rows of README's configuration reference table: field, default and
+/// meaning, with the backticks around the field name removed.
+fn reference_rows(readme: &str) -> Vec<(String, String, String)> {
+    let start = readme
+        .find("## Configuration reference")
+        .expect("README has a configuration reference");
+    let section = &readme[start..];
+    let end = section[3..].find("\n#").map_or(section.len(), |i| i + 3);
+    section[..end]
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .map(|line| {
+            // `a \| b` inside a cell is a pipe, not a cell border.
+            let cells: Vec<String> = line
+                .replace("\\|", "\u{0}")
+                .split('|')
+                .map(|c| c.trim().replace('\u{0}', "|"))
+                .collect();
+            (
+                cells[1].trim_matches('`').to_owned(),
+                cells[2].clone(),
+                cells[3].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Completes a documentation fragment into a whole file: its top-level
+/// keys replace those of a small file with a listener, a Redis store (only
+/// parsed here, never connected) and one route; a bare `limits:` list
+/// becomes that route's limits.
+fn complete(fragment: &str) -> String {
+    let base = "listen: 127.0.0.1:0\nstore: { redis: { url: \"redis://127.0.0.1:6379\" } }\nroutes: [ { name: example, upstream: \"http://127.0.0.1:9000\" } ]\n";
+    let mut doc: yaml_serde::Value = yaml_serde::from_str(base).expect("base parses");
+    let fragment: yaml_serde::Value = yaml_serde::from_str(fragment).expect("example parses");
+    let Some(fragment) = fragment.as_mapping() else {
+        panic!("an example that is not a mapping: {fragment:?}");
+    };
+    for (key, value) in fragment {
+        if key.as_str() == Some("limits") {
+            doc["routes"][0]
+                .as_mapping_mut()
+                .expect("base route")
+                .insert(key.clone(), value.clone());
+        } else {
+            doc.as_mapping_mut()
+                .expect("base file")
+                .insert(key.clone(), value.clone());
+        }
+    }
+    yaml_serde::to_string(&doc).expect("YAML serialises")
+}
+
+#[test]
+fn every_documented_example_is_accepted_by_both_the_loader_and_the_schema() {
+    let validator = schema_validator();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+
+    // The shipped file, as it is and with each one-line alternative it
+    // shows in a comment (`# redis: { cluster: … }`) written in.
+    let shipped = std::fs::read_to_string(root.join("gateway.yaml")).unwrap();
+    accepted_by_both(&validator, &shipped, "gateway.yaml");
+    let lines: Vec<&str> = shipped.lines().collect();
+    let mut alternatives = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let Some(text) = trimmed.strip_prefix("# ") else {
+            continue;
+        };
+        let Some((key, value)) = text.split_once(": ") else {
+            continue;
+        };
+        if !key.chars().all(|c| c.is_ascii_lowercase() || c == '_') || value.trim().is_empty() {
+            continue;
+        }
+        let mut variant = lines.clone();
+        let uncommented = format!("{indent}{text}");
+        variant[i] = &uncommented;
+        let src = variant.join("\n");
+        accepted_by_both(&validator, &src, &format!("gateway.yaml line {}", i + 1));
+        alternatives += 1;
+    }
+    assert!(alternatives >= 5, "only {alternatives} alternatives found");
+
+    // Every YAML block of the README and the docs, completed into a file.
+    let mut documents = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            documents.push(path);
+        }
+    }
+    let mut blocks = 0;
+    for path in documents {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (n, block) in text.split("```yaml\n").skip(1).enumerate() {
+            let block = block.split("```").next().unwrap_or_default();
+            let what = format!("{} yaml block {}", path.display(), n + 1);
+            accepted_by_both(&validator, &complete(block), &what);
+            blocks += 1;
+        }
+    }
+    assert!(blocks >= 4, "only {blocks} YAML blocks found");
+}
+
+#[test]
+fn every_default_in_the_configuration_reference_is_the_loaders() {
+    let validator = schema_validator();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let rows = reference_rows(&readme);
+    let fields: Vec<&str> = rows.iter().map(|(name, _, _)| name.as_str()).collect();
+    let base = "listen: 127.0.0.1:0
+store: { redis: { url: \"redis://127.0.0.1:6379\" } }
+users: { jwt: { secret: 0123456789abcdef0123456789abcdef } }
+routes:
+  - name: example
+    upstream: http://127.0.0.1:9000
+    limits: [ { name: example, key: ip, limit: 10, window: 1m } ]
+";
+    let base: yaml_serde::Value = yaml_serde::from_str(base).expect("base parses");
+    let mut checked = 0;
+    for (field, default, _) in &rows {
+        // Only defaults written as one value: not `required`, `none`,
+        // prose, or the name of the field the default comes from.
+        let Some(value) = default
+            .strip_prefix('`')
+            .and_then(|d| d.strip_suffix('`'))
+            .filter(|d| !d.contains('`') && !fields.contains(d))
+        else {
+            continue;
+        };
+        let value: yaml_serde::Value = if value.starts_with(['{', '[']) {
+            yaml_serde::from_str(value).expect("default parses")
+        } else if let Ok(n) = value.parse::<i64>() {
+            n.into()
+        } else if let Ok(b) = value.parse::<bool>() {
+            b.into()
+        } else {
+            value.into()
+        };
+        let (mut with, mut without) = (base.clone(), base.clone());
+        set_path(&mut with, field, Some(value));
+        set_path(&mut without, field, None);
+        let with = yaml_serde::to_string(&with).expect("YAML serialises");
+        let without = yaml_serde::to_string(&without).expect("YAML serialises");
+        accepted_by_both(&validator, &with, &format!("{field}: {default}"));
+        assert_eq!(
+            format!("{:?}", valid(&with)),
+            format!("{:?}", valid(&without)),
+            "README's default of {field}, {default}, is not the loader's"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 40, "only {checked} defaults checked");
+}
+
+/// Sets (or with `None` removes) the field at a reference path such as
+/// `routes[].limits[].algorithm` in `doc`: `[]` is the first item of an
+/// existing list; missing mappings on the way are made.
+fn set_path(doc: &mut yaml_serde::Value, path: &str, value: Option<yaml_serde::Value>) {
+    let parts: Vec<&str> = path.split('.').collect();
+    let mut node = doc;
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        let (key, item) = match part.strip_suffix("[]") {
+            Some(key) => (key, !last),
+            None => (*part, false),
+        };
+        let map = node.as_mapping_mut().expect("a mapping on the way");
+        if last {
+            match value {
+                Some(v) => {
+                    map.insert(key.into(), v);
+                }
+                None => {
+                    map.remove(key);
+                }
+            }
+            return;
+        }
+        if map.get(key).is_none() {
+            map.insert(key.into(), yaml_serde::Mapping::new().into());
+        }
+        node = map.get_mut(key).expect("just made");
+        if item {
+            node = node.get_mut(0).expect("the base file has an item there");
+        }
+    }
+}
+
+#[test]
+fn windows_sizes_and_durations_have_the_same_shape_for_both() {
+    let validator = schema_validator();
+    type File = fn(&str) -> String;
+    let files: [(&str, File); 4] = [
+        ("routes[].limits[].window", |v| {
+            format!(
+                "listen: 127.0.0.1:0\nroutes: [ {{ name: a, respond: {{}}, limits: [ {{ name: l, key: ip, limit: 1, window: {v} }} ] }} ]\n"
+            )
+        }),
+        ("plans.*[].window", |v| {
+            format!(
+                "listen: 127.0.0.1:0\nplans: {{ free: [ {{ name: l, limit: 1, window: {v} }} ] }}\nroutes: [ {{ name: a, respond: {{}} }} ]\n"
+            )
+        }),
+        ("server.max_body_size", |v| {
+            format!(
+                "listen: 127.0.0.1:0\nserver: {{ max_body_size: {v} }}\nroutes: [ {{ name: a, respond: {{}} }} ]\n"
+            )
+        }),
+        ("api_keys.cache", |v| {
+            format!(
+                "listen: 127.0.0.1:0\napi_keys: {{ cache: {v} }}\nroutes: [ {{ name: a, respond: {{}} }} ]\n"
+            )
+        }),
+    ];
+    let values = [
+        "1m",
+        "month",
+        "10s",
+        "\"5 minutes\"",
+        "5",
+        "monthly",
+        "1MiB",
+        "\"8 KiB\"",
+        "1048576",
+        "10MB",
+    ];
+    for (field, file) in files {
+        for value in values {
+            let src = file(value);
+            let loader = parse_str(&src).is_ok();
+            let schema = schema_errors(&validator, &src).is_empty();
+            assert_eq!(
+                loader, schema,
+                "{field}: {value}: loader accepts: {loader}, schema accepts: {schema}"
+            );
+        }
+    }
+}

@@ -987,3 +987,51 @@ async fn printing_into_a_closed_pipe_exits_quietly_with_the_commands_status() {
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stdout.starts_with(b"{"), "{out:?}");
 }
+
+/// A reload reads its files on the blocking pool, not on the runtime: the
+/// configuration is a FIFO whose writer is a task on the same one-thread
+/// runtime, so a load that blocked the runtime's thread would wait for a
+/// writer that could never run.
+#[cfg(unix)]
+#[test]
+fn a_reload_reads_its_files_off_the_runtime() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("gateway.yaml");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let routes = runtime.block_on(async {
+            let first = "listen: 127.0.0.1:0\nroutes: [ { name: first, respond: {} } ]\n";
+            let config = tollgate::config::parse_str(first).expect("valid");
+            let gw = tollgate::Gateway::new(config).await.expect("gateway");
+            let writer = tokio::spawn(tokio::fs::write(
+                fifo.clone(),
+                "listen: 127.0.0.1:0\nroutes: [ { name: from_fifo, respond: {} } ]\n",
+            ));
+            tollgate::reload::reload_file(&gw, &fifo, &Default::default())
+                .await
+                .expect("reload");
+            writer.await.expect("writer task").expect("write the FIFO");
+            let names: Vec<String> = gw
+                .config()
+                .routes
+                .iter()
+                .map(|r| r.name.to_string())
+                .collect();
+            names
+        });
+        let _ = done.send(routes);
+    });
+    let routes = finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the reload finishes: it must not block the thread its file's writer runs on");
+    assert_eq!(routes, ["from_fifo"]);
+}

@@ -381,6 +381,7 @@ async fn a_reload_reads_renewed_certificates_for_new_connections() {
     std::fs::copy(&renewed.key, &first.key).expect("replace key");
     assert!(handshake(&first).await, "nothing changes before the reload");
     tollgate::reload::reload_file(&gateway, &path, &tollgate::reload::Overrides::default())
+        .await
         .expect("reload");
     assert!(
         handshake(&renewed).await,
@@ -393,6 +394,7 @@ async fn a_reload_reads_renewed_certificates_for_new_connections() {
     std::fs::write(&first.key, "not a key\n").expect("break key");
     let refused =
         tollgate::reload::reload_file(&gateway, &path, &tollgate::reload::Overrides::default())
+            .await
             .expect_err("a broken key is refused");
     assert!(refused.to_string().contains("key.pem"), "{refused}");
     assert!(

@@ -50,6 +50,16 @@ pub enum JwtAlgorithm {
     Es256,
 }
 
+impl JwtAlgorithm {
+    /// Every spelling `users.jwt.algorithm` accepts, with its value; read
+    /// by the configuration loader and by `tollgate schema`.
+    pub const SPELLINGS: [(&'static str, Self); 3] = [
+        ("HS256", Self::Hs256),
+        ("RS256", Self::Rs256),
+        ("ES256", Self::Es256),
+    ];
+}
+
 impl JwtVerifier {
     /// A verifier for `algorithm` with `key` (the secret for HS256, a PEM
     /// public key otherwise), reading the user from `claim`.

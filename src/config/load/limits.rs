@@ -1,0 +1,280 @@
+//! Limits: a route's `limits` (name, identity key, numbers, algorithm,
+//! cost, shadow, `plan: true`) and the rules plans share with them —
+//! windows (`month` included), algorithms with their bursts, and the
+//! bounds the stores' arithmetic needs.
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderName;
+
+use super::super::file::{self, Field, Flag, Int, OneOrMany, Text};
+use super::super::position::child_key;
+use super::super::{KeySource, KeySpec, Limit};
+use super::check::{Check, Checked, Reported, choice, leaf, parse_duration, positive, text};
+use crate::limit::Algorithm;
+
+impl Check<'_> {
+    pub(super) fn limits(
+        &mut self,
+        limits: &[Field<file::Limit>],
+        path: &str,
+    ) -> Checked<Vec<Limit>> {
+        let checked = self.list(limits, path, Self::limit);
+        let unique = self.unique(limits, |limit| &limit.name, path, "limit name");
+        unique?;
+        checked
+    }
+
+    fn limit(&mut self, limit: &file::Limit, path: &str) -> Checked<Limit> {
+        let name = self.required(&limit.name, path, "name", text(parse_limit_name));
+        let key = self.required(&limit.key, path, "key", Self::key);
+        let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
+        let shadow = self.optional(
+            &limit.shadow,
+            &child_key(path, "shadow"),
+            leaf(|&Flag(b): &Flag| Ok::<_, String>(b)),
+        );
+        let plan = self
+            .optional(&limit.plan, &child_key(path, "plan"), |_, b: &bool, _| {
+                Ok(*b)
+            })
+            .map(|p| p.unwrap_or(false));
+        if let Ok(true) = plan {
+            self.no_numbers(limit, path)?;
+            return Ok(Limit {
+                name: name?,
+                key: key?,
+                limit: NonZeroU64::MIN,
+                window_ms: NonZeroU64::MIN,
+                cost: cost?,
+                algorithm: Algorithm::default(),
+                plan: true,
+                shadow: shadow?.unwrap_or(false),
+            });
+        }
+        let max = self.required(&limit.limit, path, "limit", positive);
+        let month = is_month(&limit.window);
+        let window = self.required(&limit.window, path, "window", text(parse_window));
+        let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
+        plan?;
+        Ok(Limit {
+            name: name?,
+            key: key?,
+            limit: NonZeroU64::new(max?).ok_or(Reported)?,
+            window_ms: window?,
+            cost: cost?,
+            algorithm: algorithm?,
+            plan: false,
+            shadow: shadow?.unwrap_or(false),
+        })
+    }
+
+    /// A limit with `plan: true` takes its numbers from the caller's plan;
+    /// any written beside it would be silently ignored, so they are refused.
+    fn no_numbers(&mut self, limit: &file::Limit, path: &str) -> Checked<()> {
+        let mut numbers = Ok(());
+        for (field, absent) in [
+            ("limit", limit.limit.is_absent()),
+            ("window", limit.window.is_absent()),
+            ("algorithm", limit.algorithm.is_absent()),
+            ("burst", limit.burst.is_absent()),
+        ] {
+            if !absent {
+                numbers = Err(self.value_error(
+                    &child_key(path, field),
+                    "a limit with plan: true takes its numbers from the caller's plan; remove this",
+                ));
+            }
+        }
+        numbers
+    }
+
+    /// `algorithm` and `burst` of a limit with limit `max` and `window`,
+    /// and the bounds that depend on them.
+    pub(super) fn algorithm(
+        &mut self,
+        algorithm: &Field<Text>,
+        burst: &Field<Int>,
+        max: &Checked<u64>,
+        window: &Checked<NonZeroU64>,
+        month: bool,
+        path: &str,
+    ) -> Checked<Algorithm> {
+        let alg_path = child_key(path, "algorithm");
+        let mut algorithm = self.optional(algorithm, &alg_path, choice(&Algorithm::SPELLINGS));
+        if month {
+            // A calendar month is counted as a fixed window.
+            algorithm = match algorithm {
+                Ok(None | Some(Algorithm::FixedWindow)) => Ok(Some(Algorithm::CalendarMonth)),
+                Ok(Some(other)) => Err(self.value_error(
+                    &alg_path,
+                    format!(
+                        "a window of one calendar month is counted as a fixed window; remove {}, or write a window like 30d",
+                        other.name()
+                    ),
+                )),
+                Err(r) => Err(r),
+            };
+        }
+        let burst_path = child_key(path, "burst");
+        let burst = self.optional(burst, &burst_path, positive);
+        // gcra takes its burst (default: the limit); the others have none.
+        let algorithm = match (algorithm, &burst, max) {
+            (Ok(Some(Algorithm::Gcra { .. })), Ok(b), Ok(l)) => Ok(Algorithm::Gcra {
+                burst: b.unwrap_or(*l),
+            }),
+            (Ok(Some(Algorithm::Gcra { .. })), _, _) => Err(Reported),
+            (Ok(other), Ok(Some(_)), _) => Err(self.value_error(
+                &burst_path,
+                format!(
+                    "only a gcra limit takes a burst; this one is {}",
+                    other.unwrap_or_default().name()
+                ),
+            )),
+            (Ok(other), _, _) => Ok(other.unwrap_or_default()),
+            (Err(r), _, _) => Err(r),
+        };
+        if let (Ok(l), Ok(w), Ok(alg)) = (max, window, &algorithm) {
+            self.bounds(*l, *w, *alg, path)?;
+        }
+        algorithm
+    }
+
+    /// The bounds of limit `l` over window `w` that the stores' arithmetic
+    /// needs.
+    fn bounds(&mut self, l: u64, w: NonZeroU64, alg: Algorithm, path: &str) -> Checked<()> {
+        // The Redis script computes in doubles: keep 3·max(L, B)·w below 2^53.
+        let units = match alg {
+            Algorithm::Gcra { burst } => l.max(burst),
+            _ => l,
+        };
+        if u128::from(units) * u128::from(w.get()) * 3 >= 1u128 << 53 {
+            let field = if units == l { "limit" } else { "burst" };
+            return Err(self.value_error(
+                &child_key(path, field),
+                "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
+            ));
+        }
+        if alg == Algorithm::SlidingLog && l > MAX_LOG_LIMIT {
+            return Err(self.value_error(
+                &child_key(path, "limit"),
+                format!(
+                    "is too large for sliding_log, which keeps one entry per unit (at most {MAX_LOG_LIMIT}); use sliding_window or gcra"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn key(&mut self, key: &OneOrMany<Text>, path: &str) -> Checked<KeySpec> {
+        let parts = self.each(key, path, text(parse_key_chain))?;
+        if parts.is_empty() {
+            return Err(self.value_error(path, "needs at least one source, e.g. ip"));
+        }
+        Ok(KeySpec { parts })
+    }
+}
+
+/// A sliding log keeps one entry per admitted unit; past this, memory per
+/// identity (tens of bytes per entry in Redis) is better spent elsewhere.
+const MAX_LOG_LIMIT: u64 = 100_000;
+
+/// Whether a window is written as `month` (a calendar month in UTC).
+pub(super) fn is_month(window: &Field<Text>) -> bool {
+    matches!(window, Field::Valid(Text(s)) if s == "month")
+}
+
+/// The nominal length of `window: month` (30 days), shown as the policy's
+/// `w`; the count itself follows calendar months.
+const MONTH_MS: u64 = 30 * 86_400_000;
+
+/// A limit window: a duration of at least one second, in milliseconds, or
+/// `month` (nominally 30 days; see [`is_month`]).
+pub(super) fn parse_window(s: &str) -> Result<NonZeroU64, String> {
+    if s == "month" {
+        return NonZeroU64::new(MONTH_MS).ok_or_else(|| "month".to_owned());
+    }
+    let d = parse_duration(s)?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s:?} is too short; a window must be at least 1s"));
+    }
+    u64::try_from(d.as_millis())
+        .ok()
+        .and_then(NonZeroU64::new)
+        .ok_or_else(|| format!("{s:?} is too long"))
+}
+
+/// Limit names are rendered inside a quoted header string (`"per_ip";q=…`).
+pub(super) fn parse_limit_name(s: &str) -> Result<Arc<str>, String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if s.is_empty() || !s.chars().all(ok) {
+        return Err(format!(
+            "{s:?} is not a valid limit name; use letters, digits, '_', '.' and '-'"
+        ));
+    }
+    Ok(Arc::from(s))
+}
+
+/// One part of a key: `api_key | user | ip` (first present wins).
+fn parse_key_chain(s: &str) -> Result<Vec<KeySource>, String> {
+    s.split('|')
+        .map(|source| match source.trim() {
+            "" => Err(format!(
+                "{s:?} has an empty source; write e.g. ip or api_key | ip"
+            )),
+            "ip" => Ok(KeySource::Ip),
+            "api_key" => Ok(KeySource::ApiKey),
+            "user" => Ok(KeySource::User),
+            other => match other.strip_prefix("header:") {
+                Some(name) => HeaderName::from_bytes(name.trim().as_bytes())
+                    .map(KeySource::Header)
+                    .map_err(|_| {
+                        format!(
+                            "{name:?} is not a valid header name; use letters, digits and '-', e.g. header:x-client-id"
+                        )
+                    }),
+                None => Err(format!(
+                    "unknown key source {other:?}; expected ip, api_key, user or header:NAME"
+                )),
+            },
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows() {
+        assert_eq!(parse_window("1s").ok(), NonZeroU64::new(1000));
+        assert_eq!(
+            parse_window("999ms"),
+            Err("\"999ms\" is too short; a window must be at least 1s".into())
+        );
+        assert_eq!(parse_window("month").ok(), NonZeroU64::new(MONTH_MS));
+    }
+
+    #[test]
+    fn key_chains() {
+        assert_eq!(
+            parse_key_chain("api_key | user|ip"),
+            Ok(vec![KeySource::ApiKey, KeySource::User, KeySource::Ip])
+        );
+        assert_eq!(
+            parse_key_chain("header:X-Client"),
+            Ok(vec![KeySource::Header(HeaderName::from_static("x-client"))])
+        );
+        assert!(parse_key_chain("ip |").is_err());
+        assert!(parse_key_chain("cookie:x").is_err());
+    }
+
+    #[test]
+    fn every_spelling_is_the_name_of_its_algorithm() {
+        for (spelling, algorithm) in Algorithm::SPELLINGS {
+            assert_eq!(algorithm.name(), spelling);
+        }
+    }
+}
