@@ -18,8 +18,6 @@ use std::time::Duration;
 use http::{HeaderName, Method, StatusCode, Uri};
 use ipnet::IpNet;
 
-pub use load::{ConfigError, ConfigErrors, load_file, parse_str};
-
 /// A whole, validated gateway configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -426,7 +424,7 @@ pub struct UserConfig {
     /// Header set by a trusted auth layer; ignored from untrusted peers.
     pub header: HeaderName,
     /// Verifier of `Authorization: Bearer` JWTs; the user is one claim.
-    pub jwt: Option<crate::identity::jwt::JwtVerifier>,
+    pub jwt: Option<crate::jwt::JwtVerifier>,
 }
 
 impl Default for UserConfig {
@@ -586,7 +584,7 @@ pub struct Limit {
     pub window_ms: NonZeroU64,
     /// Cost override for this limit; `None` uses the route's cost.
     pub cost: Option<u64>,
-    /// The limit only counts and logs what it would deny (see [`crate::shadow`]).
+    /// The limit only counts and logs what it would deny (see [`crate::decision::shadow`]).
     pub shadow: bool,
     /// How the limit counts (`algorithm:`, default `sliding_window`).
     pub algorithm: crate::limit::Algorithm,

@@ -8,7 +8,8 @@
 //! hash tag, or make two different identities collide through separators.
 
 pub mod forwarded;
-pub mod jwt;
+
+pub use forwarded::canonical;
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -57,14 +58,6 @@ pub struct IdentityConfig<'c> {
 pub fn is_trusted(trusted: &[IpNet], peer: IpAddr) -> bool {
     let peer = canonical(peer);
     trusted.iter().any(|n| n.contains(&peer))
-}
-
-/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are IPv4 clients.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
 }
 
 /// Groups an address: IPv4 as a /32, IPv6 by `ipv6_prefix`.

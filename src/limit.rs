@@ -11,7 +11,6 @@ pub mod calendar;
 pub mod deny_cache;
 pub mod fixed_window;
 pub mod gcra;
-pub mod limiter;
 pub mod sliding_log;
 pub mod sliding_window;
 

@@ -105,7 +105,7 @@ fn main() -> ExitCode {
         Some(Command::Check { file: Some(f) }) => f.clone(),
         _ => cli.config.clone(),
     };
-    let mut config = match tollgate::config::load_file(&path) {
+    let mut config = match tollgate::config::load::load_file(&path) {
         Ok(c) => c,
         Err(errors) => {
             complain(format_args!(

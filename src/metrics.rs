@@ -144,7 +144,7 @@ fn upstream_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
 
-/// The limiter's own series, handed to [`crate::limit::limiter::Limiter`].
+/// The limiter's own series, handed to [`crate::decision::limiter::Limiter`].
 #[derive(Debug, Clone)]
 pub struct StoreMetrics {
     /// Latency of decisions in Redis.
@@ -547,7 +547,7 @@ mod tests {
 
     #[test]
     fn routes_get_series_before_any_request() {
-        let config = crate::config::parse_str(
+        let config = crate::config::load::parse_str(
             "listen: 127.0.0.1:0\nroutes:\n  - name: r\n    respond: {}\n    limits: [ { name: l, key: ip, limit: 1, window: 1s } ]\n",
         )
         .expect("valid");

@@ -40,6 +40,7 @@ use crate::problem::GatewayError;
 
 mod body;
 mod pool;
+use body::error_chain;
 pub use body::{ClientBody, ClientBodyError, UpstreamBody};
 pub use pool::Pool;
 
@@ -469,17 +470,6 @@ fn failed(
         Some(client) => client.to_gateway_error(),
         None => GatewayError::UpstreamFailed(error_chain(e)),
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -34,7 +34,8 @@ use std::sync::Arc;
 
 use tracing::{error, info, warn};
 
-use crate::config::{Config, ConfigError, ConfigErrors, load_file};
+use crate::config::Config;
+use crate::config::load::{ConfigError, ConfigErrors, load_file};
 use crate::pipeline::Gateway;
 
 /// What the command line put in place of the file's values (`--listen`,
@@ -253,11 +254,11 @@ mod tests {
 
     #[test]
     fn fixed_settings_are_kept() {
-        let old = crate::config::parse_str(
+        let old = crate::config::load::parse_str(
             "listen: 127.0.0.1:1\nstore: { prefix: a }\nroutes: [ { name: r, respond: {} } ]\n",
         )
         .expect("valid");
-        let mut new = crate::config::parse_str(
+        let mut new = crate::config::load::parse_str(
             "listen: 127.0.0.1:2\nadmin: 127.0.0.1:3\nstore: { prefix: b }\ntimeouts: { header_read: 1s, upstream_response: 1s, idle: 2s, drain: 3s }\nserver: { max_connections: 4, backlog: 6, max_header_size: 16KiB, max_uri_size: 2KiB, max_body_size: 5 }\nroutes: [ { name: s, respond: {} } ]\n",
         )
         .expect("valid");

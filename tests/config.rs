@@ -9,9 +9,9 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode};
+use tollgate::config::load::{load_file, parse_str};
 use tollgate::config::{
-    Action, Config, HeaderMode, KeySource, OnError, PathMatch, Respond, Upstream, load_file,
-    parse_str,
+    Action, Config, HeaderMode, KeySource, OnError, PathMatch, Respond, Upstream,
 };
 
 /// Every error `src` produces, rendered as the CLI prints them.
@@ -1327,7 +1327,7 @@ fn names<T>(table: &[(&'static str, T)]) -> Vec<&'static str> {
 
 fn enum_fields() -> Vec<EnumField> {
     use tollgate::config::{ClockSource, HeaderMode};
-    use tollgate::identity::jwt::JwtAlgorithm;
+    use tollgate::jwt::JwtAlgorithm;
     use tollgate::limit::Algorithm;
     use tollgate::target::EscapedSlashes;
     const ROUTE: &str = "routes: [ { name: a, respond: {} } ]\n";

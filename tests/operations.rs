@@ -584,7 +584,7 @@ async fn library_reload_keeps_counters_and_switches_new_requests() {
         assert_eq!(send(gw.addr, get("/", &[])).await.status, StatusCode::OK);
     }
     gw.gateway
-        .reload(tollgate::config::parse_str(&yaml(5)).expect("valid"));
+        .reload(tollgate::config::load::parse_str(&yaml(5)).expect("valid"));
     let r = send(gw.addr, get("/", &[])).await;
     assert_eq!(r.header("ratelimit-policy"), Some(r#""demo";q=5;w=3600"#));
     assert_eq!(
@@ -1010,7 +1010,7 @@ fn a_reload_reads_its_files_off_the_runtime() {
             .expect("runtime");
         let routes = runtime.block_on(async {
             let first = "listen: 127.0.0.1:0\nroutes: [ { name: first, respond: {} } ]\n";
-            let config = tollgate::config::parse_str(first).expect("valid");
+            let config = tollgate::config::load::parse_str(first).expect("valid");
             let gw = tollgate::Gateway::new(config).await.expect("gateway");
             let writer = tokio::spawn(tokio::fs::write(
                 fifo.clone(),

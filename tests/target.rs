@@ -462,7 +462,7 @@ routes:
     match: { path: /api/%6Cogin }
     respond: {}
 "#;
-    let err = tollgate::config::parse_str(src)
+    let err = tollgate::config::load::parse_str(src)
         .expect_err("bad settings")
         .to_string();
     for expected in [

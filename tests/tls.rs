@@ -259,7 +259,7 @@ fn bad_key_or_certificate_is_a_config_error_naming_the_file() {
             key.display()
         )
     };
-    let errors = |src: String| match tollgate::config::parse_str(&src) {
+    let errors = |src: String| match tollgate::config::load::parse_str(&src) {
         Ok(_) => panic!("accepted:\n{src}"),
         Err(e) => e.to_string(),
     };
@@ -351,7 +351,7 @@ async fn a_reload_reads_renewed_certificates_for_new_connections() {
         "listen: [ { addr: 127.0.0.1:0, tls: { cert: cert.pem, key: key.pem } } ]\nroutes: [ { name: ok, respond: { body: ok } } ]\n",
     )
     .expect("write config");
-    let config = tollgate::config::load_file(&path).expect("valid config");
+    let config = tollgate::config::load::load_file(&path).expect("valid config");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let started = tollgate::server::start(config, tollgate::server::Serve::on(vec![listener]))

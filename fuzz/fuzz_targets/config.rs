@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Err(errors) = tollgate::config::parse_str(text) {
+    if let Err(errors) = tollgate::config::load::parse_str(text) {
         assert!(!errors.0.is_empty());
         assert!(errors.0.iter().all(|e| !e.message.is_empty()));
     }

@@ -45,7 +45,7 @@ pub use unknown::{UnknownField, from_value};
 
 use super::schema::spellings;
 use super::{ClockSource, HeaderMode, OnError};
-use crate::identity::jwt::JwtAlgorithm;
+use crate::jwt::JwtAlgorithm;
 use crate::limit::Algorithm;
 use crate::target::EscapedSlashes;
 

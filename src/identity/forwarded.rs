@@ -20,8 +20,6 @@ use http::HeaderMap;
 use http::header::FORWARDED;
 use ipnet::IpNet;
 
-use super::canonical;
-
 const X_FORWARDED_FOR: &str = "x-forwarded-for";
 
 /// The client IP for a request that arrived from the trusted proxy `peer`.
@@ -139,6 +137,14 @@ fn for_value(pair: &[u8]) -> Option<Option<IpAddr>> {
         v => v,
     };
     Some(std::str::from_utf8(value).ok().and_then(parse_node))
+}
+
+/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are IPv4 clients.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
 }
 
 #[cfg(test)]

@@ -9,52 +9,20 @@
 
 use std::sync::Arc;
 
-use http::{HeaderValue, Request};
+use http::Request;
 use tracing::debug;
 
-use super::exchange::Exchange;
+use super::exchange::{Checked, Exchange, IdentityKind};
 use super::gateway::{Gateway, Runtime};
-use super::observe::IdentityKind;
 use crate::config::{Config, Limit};
+use crate::decision::shadow;
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
 use crate::limit::LimitRequest;
 use crate::plans::PlanChoice;
 use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
-use crate::shadow::{self, RouteDecision};
 use crate::store::keys;
-
-/// The limits one caller met on one route, and what they decided.
-#[derive(Debug)]
-pub struct Checked {
-    route: Arc<CompiledRoute>,
-    /// The route's limits as the caller's plan expands them; `None` when
-    /// no limit comes from a plan.
-    view: Option<Arc<LimitView>>,
-    /// What the limits said.
-    pub decision: RouteDecision,
-    /// The instant the decision was made at.
-    pub now_ms: u64,
-}
-
-impl Checked {
-    /// The limits decided, in order.
-    pub fn limits(&self) -> &[Limit] {
-        match &self.view {
-            Some(v) => &v.limits,
-            None => &self.route.route.limits,
-        }
-    }
-
-    /// The `RateLimit-Policy` value of those limits.
-    pub fn policy_header(&self) -> Option<&HeaderValue> {
-        match &self.view {
-            Some(v) => v.policy_header.as_ref(),
-            None => self.route.policy_header.as_ref(),
-        }
-    }
-}
 
 /// Decides the route's limits for the caller of `req`.
 ///

@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
-use crate::limit::limiter::Limiter;
+use crate::decision::limiter::Limiter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
 use crate::proxy::{self, Forwarder};

@@ -19,47 +19,10 @@ use http::Response;
 use tracing::{debug, info, warn};
 
 use super::exchange::Exchange;
-use crate::identity::Caller;
+use crate::decision::shadow::RouteDecision;
 use crate::metrics::{ClientErrorKind, Metrics, Outcome, UpstreamErrorKind};
 use crate::problem::GatewayError;
 use crate::proxy::Body;
-use crate::shadow::RouteDecision;
-
-/// The strongest identity a caller presented.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdentityKind {
-    /// Not asked: the route has no limits, or the request ended first.
-    None,
-    /// Only the client IP.
-    Ip,
-    /// An authenticated user.
-    User,
-    /// An API key.
-    ApiKey,
-}
-
-impl IdentityKind {
-    /// An API key, else an authenticated user, else only the client IP.
-    pub fn of(caller: &Caller<'_>) -> Self {
-        if caller.api_key.is_some() {
-            Self::ApiKey
-        } else if caller.user.is_some() {
-            Self::User
-        } else {
-            Self::Ip
-        }
-    }
-
-    /// The access-log value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Ip => "ip",
-            Self::User => "user",
-            Self::ApiKey => "api_key",
-        }
-    }
-}
 
 /// What the limits said about a request, as the access log shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -57,7 +57,7 @@ impl ClientBodyError {
             }
             cur = err.source();
         }
-        Self::Aborted(super::error_chain(e))
+        Self::Aborted(error_chain(e))
     }
 
     /// The answer to the client.
@@ -218,4 +218,15 @@ impl Body for UpstreamBody {
             .as_ref()
             .map_or_else(|| SizeHint::with_exact(0), ClientBody::size_hint)
     }
+}
+
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }

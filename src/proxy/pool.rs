@@ -47,7 +47,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::UpstreamBody;
+use super::body::UpstreamBody;
 
 /// Idle connections kept per upstream.
 pub const MAX_IDLE: usize = 256;

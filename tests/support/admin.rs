@@ -22,7 +22,7 @@ impl AdminGateway {
     /// Starts `yaml` (its `listen` and `admin` are ignored: both are bound on
     /// 127.0.0.1:0) with the limiter reading `clock`.
     pub async fn start(yaml: &str, clock: Arc<dyn tollgate::clock::Clock>) -> AdminGateway {
-        let config = tollgate::config::parse_str(yaml)
+        let config = tollgate::config::load::parse_str(yaml)
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
         let proxy = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");

@@ -205,7 +205,7 @@ impl Gateway {
 
     /// Starts a gateway whose limiter reads time from `clock`.
     pub async fn start_with_clock(yaml: &str, clock: Arc<dyn tollgate::clock::Clock>) -> Gateway {
-        let config = tollgate::config::parse_str(yaml)
+        let config = tollgate::config::load::parse_str(yaml)
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
         let listener = TcpListener::bind("127.0.0.1:0")
             .await

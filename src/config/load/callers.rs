@@ -17,7 +17,7 @@ use super::super::position::child_key;
 use super::super::{ApiKeyConfig, ClientIpConfig, Plan, PlanLimit, UnknownKey, UserConfig};
 use super::check::{Check, Checked, Reported, choice, int, parse_timeout, positive, text};
 use super::limits::{is_month, parse_limit_name, parse_window};
-use crate::identity::jwt::{JwtAlgorithm, JwtVerifier};
+use crate::jwt::{JwtAlgorithm, JwtVerifier};
 
 impl Check<'_> {
     pub(super) fn client_ip(

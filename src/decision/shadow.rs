@@ -27,8 +27,8 @@
 use tracing::info;
 
 use crate::config::{Limit, OnError};
+use crate::decision::limiter::{Limiter, Verdict};
 use crate::identity::{self, Caller};
-use crate::limit::limiter::{Limiter, Verdict};
 use crate::limit::{Decision, LimitOutcome, LimitRequest, Outcomes};
 use crate::metrics::{LimitVerdict, RouteMetrics};
 use crate::top::{self, TopOffenders};

@@ -11,7 +11,7 @@
 //! number of live gateway instances ([`heartbeat`]). The switch to and from
 //! the fallback is logged once each way, not per request.
 //!
-//! In front of Redis sits the [deny cache](super::deny_cache): a request
+//! In front of Redis sits the [deny cache](crate::limit::deny_cache): a request
 //! Redis denied is denied again locally until its Retry-After, so a caller
 //! hammering a closed limit costs no Redis call.
 //!
@@ -40,9 +40,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::deny_cache::DenyCache;
-use super::{Decision, LimitRequest};
 use crate::config::{ClockSource, OnError, StoreConfig};
+use crate::limit::deny_cache::DenyCache;
+use crate::limit::{Decision, LimitRequest};
 use crate::metrics::StoreMetrics;
 use crate::store::heartbeat::{self, Instances};
 use crate::store::redis::backlog::Backlog;
