@@ -556,8 +556,8 @@ pub struct Respond {
     pub status: StatusCode,
     /// Body.
     pub body: bytes::Bytes,
-    /// `Content-Type` header value.
-    pub content_type: String,
+    /// `Content-Type` header value, checked at load.
+    pub content_type: http::HeaderValue,
 }
 
 impl Default for Respond {
@@ -566,7 +566,7 @@ impl Default for Respond {
         Self {
             status: StatusCode::OK,
             body: bytes::Bytes::new(),
-            content_type: "text/plain; charset=utf-8".to_owned(),
+            content_type: http::HeaderValue::from_static("text/plain; charset=utf-8"),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use http::header::{CONTENT_TYPE, HeaderValue};
+use http::header::CONTENT_TYPE;
 use http::{Request, Response};
 use http_body_util::{Either, Full};
 
@@ -38,9 +38,8 @@ pub async fn act(
 fn respond(r: &Respond) -> Response<Body> {
     let mut res = Response::new(Either::Right(Full::new(r.body.clone())));
     *res.status_mut() = r.status;
-    if let Ok(ct) = HeaderValue::from_str(&r.content_type) {
-        res.headers_mut().insert(CONTENT_TYPE, ct);
-    }
+    res.headers_mut()
+        .insert(CONTENT_TYPE, r.content_type.clone());
     res
 }
 

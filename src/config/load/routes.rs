@@ -350,10 +350,8 @@ fn parse_upstream(s: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
-fn parse_content_type(s: &str) -> Result<String, String> {
-    HeaderValue::from_str(s)
-        .map(|_| s.to_owned())
-        .map_err(|_| format!("{s:?} is not a valid header value"))
+fn parse_content_type(s: &str) -> Result<HeaderValue, String> {
+    HeaderValue::from_str(s).map_err(|_| format!("{s:?} is not a valid header value"))
 }
 
 #[cfg(test)]

@@ -1,0 +1,236 @@
+use super::*;
+
+fn canon(path: &str) -> Result<String, TargetError> {
+    canonical_path(path, &PathRules::default()).map(Cow::into_owned)
+}
+
+fn with(path: &str, escaped: EscapedSlashes, merge: bool) -> Result<String, TargetError> {
+    let rules = PathRules {
+        normalize: true,
+        merge_slashes: merge,
+        escaped_slashes: escaped,
+    };
+    canonical_path(path, &rules).map(Cow::into_owned)
+}
+
+#[test]
+fn spellings_of_one_path_become_one() {
+    for spelled in [
+        "/api/auth/login",
+        "/api/auth/%6Cogin",
+        "/api/auth/%6cogin",
+        "/%61pi/auth/login",
+        "/api/x/../auth/login",
+        "/api/x/%2e%2E/auth/login",
+        "/api/./auth/login",
+        "//api/auth/login",
+        "/api//auth///login",
+        "/api/auth/x/y/../../login",
+        "/../api/auth/login",
+    ] {
+        assert_eq!(
+            canon(spelled).as_deref(),
+            Ok("/api/auth/login"),
+            "{spelled}"
+        );
+    }
+}
+
+#[test]
+fn rfc3986_section_5_2_4_examples() {
+    assert_eq!(
+        with("/a/b/c/./../../g", EscapedSlashes::Reject, false).as_deref(),
+        Ok("/a/g")
+    );
+    assert_eq!(canon("/mid/content=5/../6").as_deref(), Ok("/mid/6"));
+    assert_eq!(canon("/a/b/..").as_deref(), Ok("/a/"));
+    assert_eq!(canon("/a/b/.").as_deref(), Ok("/a/b/"));
+    assert_eq!(canon("/..").as_deref(), Ok("/"));
+    assert_eq!(canon("/.").as_deref(), Ok("/"));
+    assert_eq!(canon("/").as_deref(), Ok("/"));
+    assert_eq!(canon("//").as_deref(), Ok("/"));
+    assert_eq!(canon("/a/").as_deref(), Ok("/a/"));
+    assert_eq!(canon("/a//").as_deref(), Ok("/a/"));
+}
+
+#[test]
+fn escapes_keep_upper_case_hex_and_raw_bytes_are_encoded() {
+    assert_eq!(canon("/a%2cb").as_deref(), Ok("/a%2Cb"));
+    assert_eq!(canon("/a%20b").as_deref(), Ok("/a%20b"));
+    assert_eq!(canon("/%c3%a9").as_deref(), Ok("/%C3%A9"));
+    assert_eq!(canon("/é").as_deref(), Ok("/%C3%A9"));
+    assert_eq!(canon("/a{b}").as_deref(), Ok("/a%7Bb%7D"));
+    assert_eq!(canon("/a%7e").as_deref(), Ok("/a~"));
+    assert_eq!(canon("/.well-known/x").as_deref(), Ok("/.well-known/x"));
+    assert_eq!(canon("/a..b/..c").as_deref(), Ok("/a..b/..c"));
+}
+
+#[test]
+fn bad_escapes_and_nul_are_refused() {
+    assert_eq!(canon("/a%zz"), Err(TargetError::BadPercent));
+    assert_eq!(canon("/a%2"), Err(TargetError::BadPercent));
+    assert_eq!(canon("/a%"), Err(TargetError::BadPercent));
+    assert_eq!(canon("/a%00b"), Err(TargetError::Nul));
+}
+
+#[test]
+fn escaped_slashes_follow_the_policy() {
+    assert_eq!(canon("/a%2Fb"), Err(TargetError::EscapedSlash));
+    assert_eq!(canon("/a%5cb"), Err(TargetError::EscapedSlash));
+    assert_eq!(canon("/a\\b"), Err(TargetError::Backslash));
+    assert_eq!(
+        with("/a%2fb/../c", EscapedSlashes::Keep, true).as_deref(),
+        Ok("/c")
+    );
+    assert_eq!(
+        with("/a%2fb", EscapedSlashes::Keep, true).as_deref(),
+        Ok("/a%2Fb")
+    );
+    assert_eq!(
+        with("/a\\b", EscapedSlashes::Keep, true).as_deref(),
+        Ok("/a%5Cb")
+    );
+    assert_eq!(
+        with("/a%2fb/..%5C..%5cc", EscapedSlashes::Decode, true).as_deref(),
+        Ok("/c")
+    );
+    assert_eq!(
+        with("/api\\admin", EscapedSlashes::Decode, true).as_deref(),
+        Ok("/api/admin")
+    );
+}
+
+#[test]
+fn slashes_are_kept_when_merging_is_off() {
+    assert_eq!(
+        with("//a//b", EscapedSlashes::Reject, false).as_deref(),
+        Ok("//a//b")
+    );
+}
+
+#[test]
+fn parameters_of_dot_segments_are_refused_and_others_ignored_by_matching() {
+    assert_eq!(canon("/a/..;x/b"), Err(TargetError::DotParameters));
+    assert_eq!(canon("/a/.;/b"), Err(TargetError::DotParameters));
+    assert_eq!(canon("/a/%2e%2e;/b"), Err(TargetError::DotParameters));
+    assert_eq!(canon("/a;x=1/b;y").as_deref(), Ok("/a;x=1/b;y"));
+    assert_eq!(without_parameters("/a;x=1/b;y", true), "/a/b");
+    assert_eq!(without_parameters("/login;jsessionid=1", true), "/login");
+    assert_eq!(without_parameters("/a/;x/b", true), "/a/b");
+    assert_eq!(without_parameters("/a/;x/b", false), "/a//b");
+    assert_eq!(without_parameters("/a/b;x/", true), "/a/b/");
+    assert_eq!(without_parameters("/;x", true), "/");
+    assert_eq!(without_parameters("/a/b", true), "/a/b");
+}
+
+#[test]
+fn canonical_paths_are_borrowed() {
+    for p in ["/", "/api/v1/users", "/.well-known/x", "/a;b=c", "/a-b_c~d"] {
+        assert!(matches!(
+            canonical_path(p, &PathRules::default()),
+            Ok(Cow::Borrowed(_))
+        ));
+    }
+}
+
+#[test]
+fn authorities() {
+    assert_eq!(
+        canonical_authority("WWW.Example.COM.").as_deref(),
+        Ok("www.example.com")
+    );
+    assert_eq!(
+        canonical_authority("www.example.com.:8080").as_deref(),
+        Ok("www.example.com:8080")
+    );
+    assert!(matches!(
+        canonical_authority("api.example.com:80"),
+        Ok(Cow::Borrowed(_))
+    ));
+    assert_eq!(
+        canonical_authority("[::1]:8080").as_deref(),
+        Ok("[::1]:8080")
+    );
+    for bad in ["user@host", "a b", "host:", "host:x", ".", "a..", "", "h/p"] {
+        assert_eq!(
+            canonical_authority(bad),
+            Err(TargetError::BadHost),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(strip_port("example.com:8080"), "example.com");
+    assert_eq!(strip_port("[::1]:8080"), "::1");
+    assert_eq!(strip_port("example.com"), "example.com");
+}
+
+proptest::proptest! {
+    /// Canonical output is a fixed point and holds no dot segment and
+    /// no doubled slash, whatever the input and the escape policy.
+    #[test]
+    fn canonical_paths_are_idempotent(
+        raw in "/[a-zA-Z0-9%./;\\~_-]{0,40}",
+        policy in 0..3u8,
+        merge in proptest::bool::ANY,
+    ) {
+        let rules = PathRules {
+            normalize: true,
+            merge_slashes: merge,
+            escaped_slashes: EscapedSlashes::SPELLINGS[usize::from(policy)].1,
+        };
+        if let Ok(once) = canonical_path(&raw, &rules) {
+            let twice = canonical_path(&once, &rules).expect("canonical stays valid");
+            proptest::prop_assert_eq!(&twice, &once);
+            proptest::prop_assert!(matches!(twice, Cow::Borrowed(_)));
+            let segments: Vec<&str> = once.split('/').collect();
+            proptest::prop_assert!(!segments.contains(&".") && !segments.contains(&".."));
+            proptest::prop_assert!(!merge || !once.contains("//"), "{}", once);
+            proptest::prop_assert!(once.parse::<http::uri::PathAndQuery>().is_ok());
+        }
+    }
+}
+
+fn target(uri: &str, version: Version, host: Option<&str>) -> Result<String, TargetError> {
+    let uri: Uri = uri.parse().unwrap();
+    let mut headers = HeaderMap::new();
+    if let Some(h) = host {
+        headers.insert(HOST, h.parse().unwrap());
+    }
+    canonical(&uri, version, &headers, &PathRules::default())
+        .map(|t| t.authority.unwrap_or_default().into_owned())
+}
+
+#[test]
+fn the_request_target_authority_wins() {
+    // HTTP/1.1 absolute-form: the Host header is ignored (RFC 9112 §3.2.2).
+    assert_eq!(
+        target(
+            "http://www.example.com/",
+            Version::HTTP_11,
+            Some("admin.example.com")
+        )
+        .as_deref(),
+        Ok("www.example.com")
+    );
+    // HTTP/2: a host header naming another authority is malformed.
+    assert_eq!(
+        target(
+            "https://www.example.com/",
+            Version::HTTP_2,
+            Some("admin.example.com")
+        ),
+        Err(TargetError::HostMismatch)
+    );
+    assert_eq!(
+        target(
+            "https://www.example.com/",
+            Version::HTTP_2,
+            Some("WWW.example.com.")
+        )
+        .as_deref(),
+        Ok("www.example.com")
+    );
+    assert_eq!(
+        target("/", Version::HTTP_11, Some("Api.Example.com.")).as_deref(),
+        Ok("api.example.com")
+    );
+}
