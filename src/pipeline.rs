@@ -54,7 +54,7 @@ impl Gateway {
                 res.headers_mut(),
                 checked.policy_header(),
                 checked.limits(),
-                checked.decision.decision.as_ref(),
+                checked.decision.outcomes(),
                 checked.now_ms,
             );
         }

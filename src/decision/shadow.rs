@@ -34,31 +34,63 @@ use crate::metrics::{LimitVerdict, RouteMetrics};
 use crate::top::{self, TopOffenders};
 use std::sync::Arc;
 
-/// What the decision phase found for one request.
-#[derive(Debug, Clone, Default)]
-pub struct RouteDecision {
+/// What the decision phase found for one request: the limits decided, or
+/// the store could not decide and the failure policy answered.
+#[derive(Debug, Clone)]
+pub enum RouteDecision {
+    /// The limits decided.
+    Decided(Decided),
+    /// The store failed and `on_error: allow` admitted without deciding.
+    FailedOpen,
+    /// The store failed and `on_error: deny` refuses: answer 503.
+    Unavailable,
+}
+
+/// What the limits of a route said about one request.
+#[derive(Debug, Clone)]
+pub struct Decided {
     /// False only when an enforced limit denied: answer 429.
     pub allowed: bool,
     /// One outcome per limit, in route order, for the `RateLimit` header;
-    /// `None` when some limit could not be decided (the store failed open).
-    pub decision: Option<Decision>,
+    /// `None` when a shadow limit could not be read.
+    pub outcomes: Option<Decision>,
     /// Per limit: what it said, or `None` when it was only read (not decided).
     pub verdicts: Vec<Option<LimitVerdict>>,
-    /// The store failed and `on_error: allow` admitted without deciding.
-    pub failed_open: bool,
-    /// The store failed and `on_error: deny` refuses: answer 503.
-    pub unavailable: bool,
 }
 
 impl RouteDecision {
+    /// Whether the request may go on (admitted, or admitted undecided).
+    pub fn allowed(&self) -> bool {
+        match self {
+            Self::Decided(d) => d.allowed,
+            Self::FailedOpen => true,
+            Self::Unavailable => false,
+        }
+    }
+
+    /// Every limit's outcome, when the limits decided.
+    pub fn outcomes(&self) -> Option<&Decision> {
+        match self {
+            Self::Decided(d) => d.outcomes.as_ref(),
+            Self::FailedOpen | Self::Unavailable => None,
+        }
+    }
+
+    fn verdicts(&self) -> &[Option<LimitVerdict>] {
+        match self {
+            Self::Decided(d) => &d.verdicts,
+            Self::FailedOpen | Self::Unavailable => &[],
+        }
+    }
+
     /// Whether a shadow limit would have denied this request.
     pub fn shadow_denied(&self) -> bool {
-        self.verdicts.contains(&Some(LimitVerdict::ShadowLimited))
+        self.verdicts().contains(&Some(LimitVerdict::ShadowLimited))
     }
 
     /// Indices of the limits that denied (enforced or shadow).
     pub fn denied(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
-        self.verdicts
+        self.verdicts()
             .iter()
             .enumerate()
             .filter_map(|(i, v)| match v {
@@ -80,8 +112,8 @@ impl RouteDecision {
     /// one never can.
     pub fn retry_after_ms(&self) -> Option<u64> {
         let mut wait = 0;
-        if let Some(d) = &self.decision {
-            for (o, v) in d.outcomes.iter().zip(&self.verdicts) {
+        if let Some(d) = self.outcomes() {
+            for (o, v) in d.outcomes.iter().zip(self.verdicts()) {
                 if *v == Some(LimitVerdict::Limited) {
                     wait = wait.max(o.retry_after_ms?);
                 }
@@ -119,22 +151,20 @@ pub async fn decide(
     if n_shadow == 0 || n_shadow == limits.len() {
         let all_shadow = n_shadow > 0;
         return match limiter.decide_with(now_ms, requests, on_error).await {
-            Verdict::Decided(d) => RouteDecision {
+            Verdict::Decided(d) => RouteDecision::Decided(Decided {
                 allowed: d.allowed || all_shadow,
                 verdicts: d
                     .outcomes
                     .iter()
                     .map(|o| Some(verdict(o, all_shadow)))
                     .collect(),
-                decision: Some(Decision {
+                outcomes: Some(Decision {
                     allowed: d.allowed || all_shadow,
                     outcomes: d.outcomes,
                 }),
-                failed_open: false,
-                unavailable: false,
-            },
-            Verdict::FailedOpen => failed_open(limits.len()),
-            Verdict::Unavailable => unavailable(limits.len()),
+            }),
+            Verdict::FailedOpen => RouteDecision::FailedOpen,
+            Verdict::Unavailable => RouteDecision::Unavailable,
         };
     }
 
@@ -157,8 +187,8 @@ pub async fn decide(
         .await
     {
         Verdict::Decided(d) => d,
-        Verdict::FailedOpen => return failed_open(limits.len()),
-        Verdict::Unavailable => return unavailable(limits.len()),
+        Verdict::FailedOpen => return RouteDecision::FailedOpen,
+        Verdict::Unavailable => return RouteDecision::Unavailable,
     };
     let mut verdicts = vec![None; limits.len()];
     let mut outcomes: Vec<Option<LimitOutcome>> = vec![None; limits.len()];
@@ -180,16 +210,14 @@ pub async fn decide(
         }
     }
     let outcomes: Option<Outcomes> = outcomes.into_iter().collect();
-    RouteDecision {
+    RouteDecision::Decided(Decided {
         allowed: de.allowed,
-        decision: outcomes.map(|outcomes| Decision {
+        outcomes: outcomes.map(|outcomes| Decision {
             allowed: de.allowed,
             outcomes,
         }),
         verdicts,
-        failed_open: false,
-        unavailable: false,
-    }
+    })
 }
 
 /// Counts each limit's verdict, feeds the top-offenders view with every
@@ -208,10 +236,20 @@ pub fn record(
         // Per-limit series exist for the route's configured limits; a plan
         // view (`plan: true` expanded) has other limits and is not counted
         // per limit.
-        if m.limits.len() == rd.verdicts.len() {
-            for (lm, v) in m.limits.iter().zip(&rd.verdicts) {
-                if let Some(v) = v {
-                    lm.count(*v);
+        if m.limits.len() == limits.len() {
+            match rd {
+                RouteDecision::Decided(d) => {
+                    for (lm, v) in m.limits.iter().zip(&d.verdicts) {
+                        if let Some(v) = v {
+                            lm.count(*v);
+                        }
+                    }
+                }
+                // Undecided: every limit counts an error.
+                RouteDecision::FailedOpen | RouteDecision::Unavailable => {
+                    for lm in &m.limits {
+                        lm.count(LimitVerdict::Error);
+                    }
                 }
             }
         }
@@ -232,26 +270,5 @@ pub fn record(
                 "shadow limit would have denied this request"
             );
         }
-    }
-}
-
-fn failed_open(n: usize) -> RouteDecision {
-    RouteDecision {
-        allowed: true,
-        decision: None,
-        verdicts: vec![Some(LimitVerdict::Error); n],
-        failed_open: true,
-        unavailable: false,
-    }
-}
-
-/// The store failed and `on_error: deny` refuses every limit (503).
-fn unavailable(n: usize) -> RouteDecision {
-    RouteDecision {
-        allowed: false,
-        decision: None,
-        verdicts: vec![Some(LimitVerdict::Error); n],
-        failed_open: false,
-        unavailable: true,
     }
 }

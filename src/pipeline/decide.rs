@@ -15,7 +15,7 @@ use tracing::debug;
 use super::exchange::{Checked, Exchange, IdentityKind};
 use super::gateway::{Gateway, Runtime};
 use crate::config::{Config, Limit};
-use crate::decision::shadow;
+use crate::decision::shadow::{self, RouteDecision};
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
 use crate::limit::LimitRequest;
@@ -73,11 +73,11 @@ pub async fn decide<B>(
         ex.metrics.as_deref(),
         &gw.top,
     );
-    if decision.unavailable {
+    if matches!(decision, RouteDecision::Unavailable) {
         debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
         return Err(GatewayError::StoreUnavailable);
     }
-    let refused = (!decision.allowed).then(|| {
+    let refused = (!decision.allowed()).then(|| {
         debug!(route = %route.route.name, "limited");
         GatewayError::Limited {
             policies: decision.violated(limits),

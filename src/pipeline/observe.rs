@@ -46,10 +46,11 @@ impl Decision {
         match (answer, decided) {
             (Err(GatewayError::StoreUnavailable), _) => Self::Unavailable,
             (_, None) => Self::None,
-            (_, Some(d)) if d.failed_open => Self::Unchecked,
-            (_, Some(d)) if !d.allowed => Self::Limited,
+            (_, Some(RouteDecision::FailedOpen)) => Self::Unchecked,
+            (_, Some(RouteDecision::Unavailable)) => Self::Unavailable,
+            (_, Some(d)) if !d.allowed() => Self::Limited,
             (_, Some(d)) if d.shadow_denied() => Self::ShadowLimited,
-            (_, Some(_)) => Self::Allowed,
+            (_, Some(RouteDecision::Decided(_))) => Self::Allowed,
         }
     }
 
