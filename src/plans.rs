@@ -72,7 +72,9 @@ impl PlanResolver {
             keys: cfg.keys.clone(),
             plans: plans.iter().map(|p| p.name.clone()).collect(),
             unknown: cfg.unknown.clone(),
-            redis_hash: cfg.redis_hash.then(|| format!("{prefix}keys")),
+            redis_hash: cfg
+                .redis_hash
+                .then(|| crate::store::keys::api_key_hash(prefix)),
             ttl_ms: u64::try_from(cfg.cache.as_millis()).unwrap_or(u64::MAX),
             cache: (0..SHARDS)
                 .map(|_| Mutex::new(LruCache::new(CACHE_ENTRIES / SHARDS)))

@@ -12,7 +12,6 @@ use http::{HeaderValue, Method};
 
 use crate::config::{Config, Limit, PathMatch, Plan, Route};
 use crate::headers;
-use crate::limit::Algorithm;
 use crate::store::keys;
 
 /// A route with what is pre-computed for it.
@@ -172,15 +171,8 @@ fn digest_suffixes(routes: &mut [CompiledRoute]) {
     }
 }
 
-/// `:<route>:<limit>`, and `:<algorithm>` for all but the default sliding
-/// window: each algorithm keeps state of its own shape, so a limit whose
-/// algorithm changes on reload starts a fresh key instead of misreading the
-/// old one (and sliding-window keys stay what they always were).
 fn key_suffix(route: &str, limit: &Limit) -> String {
-    match limit.algorithm {
-        Algorithm::SlidingWindow => format!(":{route}:{}", limit.name),
-        other => format!(":{route}:{}:{}", limit.name, other.name()),
-    }
+    keys::limit_suffix(route, &limit.name, limit.algorithm)
 }
 
 /// `want` is lower-case; `*.example.com` matches any subdomain (not the apex).

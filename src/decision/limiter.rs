@@ -304,11 +304,6 @@ impl Limiter {
         self.redis.as_deref()
     }
 
-    /// Decides one request at `now_ms` with the store's `on_error`.
-    pub async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Verdict {
-        self.decide_with(now_ms, requests, None).await
-    }
-
     /// Decides one request at `now_ms`; `on_error` overrides the store's
     /// policy (a route's own `on_error`).
     pub async fn decide_with(

@@ -118,9 +118,8 @@ async fn plan(
     Ok(view)
 }
 
-/// One store request per limit: the counter key
-/// `<prefix>{<identity>}<limit suffix>` (the identity as a digest when the
-/// store keeps digests) with the limit's numbers.
+/// One store request per limit: its counter key ([`keys::counter_key`])
+/// and its numbers.
 fn limit_requests(
     cfg: &Config,
     route_cost: u64,
@@ -129,31 +128,18 @@ fn limit_requests(
     caller: &Caller<'_>,
 ) -> Vec<LimitRequest> {
     let digest = cfg.store.digest_keys();
-    let prefix = &cfg.store.prefix;
-    let mut text = String::new();
+    let mut scratch = String::new();
     limits
         .iter()
         .zip(suffixes)
-        .map(|(l, suffix)| {
-            let mut key = String::with_capacity(prefix.len() + 48 + suffix.len());
-            key.push_str(prefix);
-            key.push('{');
-            if digest {
-                text.clear();
-                identity::write_key(&mut text, &l.key, caller);
-                keys::push_digest(&mut key, text.as_bytes(), keys::IDENTITY_CHARS);
-            } else {
-                identity::write_key(&mut key, &l.key, caller);
-            }
-            key.push('}');
-            key.push_str(suffix);
-            LimitRequest {
-                key,
-                limit: l.limit.get(),
-                window_ms: l.window_ms.get(),
-                cost: l.cost.unwrap_or(route_cost),
-                algorithm: l.algorithm,
-            }
+        .map(|(l, suffix)| LimitRequest {
+            key: keys::counter_key(&cfg.store.prefix, digest, suffix, &mut scratch, |out| {
+                identity::write_key(out, &l.key, caller);
+            }),
+            limit: l.limit.get(),
+            window_ms: l.window_ms.get(),
+            cost: l.cost.unwrap_or(route_cost),
+            algorithm: l.algorithm,
         })
         .collect()
 }

@@ -62,7 +62,7 @@ pub fn instance_id() -> String {
 
 /// The sorted set's key: `<prefix>{instances}` (its own hash tag).
 pub fn key(prefix: &str) -> String {
-    format!("{prefix}{{instances}}")
+    super::keys::instances(prefix)
 }
 
 /// Beats forever, updating `instances`; spawn it and abort it to stop.

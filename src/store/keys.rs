@@ -1,4 +1,5 @@
-//! Names of counter keys.
+//! Every key tollgate writes to a store is named here, and only here:
+//! counter keys, the API-key hash and the instance registry.
 //!
 //! A key is `<prefix>{<identity>}<limit>`: the identity is the hash tag, so
 //! every limit of one caller lives in one Redis Cluster slot and a
@@ -20,6 +21,56 @@
 //! key: `printf 'key=k80215' | sha256sum`, first 9 bytes, base64url.
 
 use sha2::{Digest, Sha256};
+
+use crate::limit::Algorithm;
+
+/// The counter key of one caller and one limit: `<prefix>{<identity>}<suffix>`,
+/// the identity written by `identity` and replaced by its digest when
+/// `digest` (`scratch` holds the text meanwhile, so a caller deciding
+/// several limits allocates it once).
+pub fn counter_key(
+    prefix: &str,
+    digest: bool,
+    suffix: &str,
+    scratch: &mut String,
+    identity: impl FnOnce(&mut String),
+) -> String {
+    let mut key = String::with_capacity(prefix.len() + 48 + suffix.len());
+    key.push_str(prefix);
+    key.push('{');
+    if digest {
+        scratch.clear();
+        identity(scratch);
+        push_digest(&mut key, scratch.as_bytes(), IDENTITY_CHARS);
+    } else {
+        identity(&mut key);
+    }
+    key.push('}');
+    key.push_str(suffix);
+    key
+}
+
+/// `:<route>:<limit>`, and `:<algorithm>` for all but the default sliding
+/// window: each algorithm keeps state of its own shape, so a limit whose
+/// algorithm changes on reload starts a fresh key instead of misreading the
+/// old one (and sliding-window keys stay what they always were). With
+/// Redis the suffix is replaced by its digest ([`limit_digests`]).
+pub fn limit_suffix(route: &str, limit: &str, algorithm: Algorithm) -> String {
+    match algorithm {
+        Algorithm::SlidingWindow => format!(":{route}:{limit}"),
+        other => format!(":{route}:{limit}:{}", other.name()),
+    }
+}
+
+/// The Redis hash of dynamic API keys: `<prefix>keys`.
+pub fn api_key_hash(prefix: &str) -> String {
+    format!("{prefix}keys")
+}
+
+/// The sorted set of live gateway instances: `<prefix>{instances}`.
+pub fn instances(prefix: &str) -> String {
+    format!("{prefix}{{instances}}")
+}
 
 /// Characters of the identity digest.
 pub const IDENTITY_CHARS: usize = 12;
