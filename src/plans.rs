@@ -23,7 +23,7 @@ use hashlink::LruCache;
 use tracing::warn;
 
 use crate::config::{ApiKeyConfig, Plan, UnknownKey};
-use crate::store::RedisStore;
+use crate::decision::limiter::Limiter;
 
 /// Keys whose Redis answer is remembered at most.
 const CACHE_ENTRIES: usize = 100_000;
@@ -102,7 +102,7 @@ impl PlanResolver {
     pub async fn plan_of(
         &self,
         api_key: Option<&[u8]>,
-        redis: Option<&RedisStore>,
+        store: &Limiter,
         now_ms: u64,
     ) -> PlanChoice {
         let Some(key) = api_key.and_then(|k| std::str::from_utf8(k).ok()) else {
@@ -111,7 +111,7 @@ impl PlanResolver {
         if let Some(plan) = self.keys.get(key) {
             return PlanChoice::Plan(plan.clone());
         }
-        let (Some(hash), Some(redis)) = (&self.redis_hash, redis) else {
+        let Some(hash) = &self.redis_hash else {
             return self.unknown();
         };
         let cached = {
@@ -123,7 +123,7 @@ impl PlanResolver {
         };
         let plan = match cached {
             Some(plan) => plan,
-            None => match redis.hget(hash, key).await {
+            None => match store.lookup(hash, key).await {
                 Ok(found) => {
                     let plan = found.and_then(|name| {
                         let known = self.plans.iter().find(|p| ***p == *name).cloned();

@@ -304,6 +304,18 @@ impl Limiter {
         self.redis.as_deref()
     }
 
+    /// Reads `field` of the store's hash `hash` (the dynamic API keys).
+    /// Only Redis keeps hashes: without it the answer is "not there".
+    ///
+    /// # Errors
+    /// [`StoreError`] when Redis cannot answer.
+    pub async fn lookup(&self, hash: &str, field: &str) -> Result<Option<String>, StoreError> {
+        match &self.redis {
+            Some(redis) => redis.hget(hash, field).await,
+            None => Ok(None),
+        }
+    }
+
     /// Decides one request at `now_ms`; `on_error` overrides the store's
     /// policy (a route's own `on_error`).
     pub async fn decide_with(

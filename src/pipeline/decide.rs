@@ -106,7 +106,7 @@ async fn plan(
     }
     // Boxed: a Redis call's future is kilobytes, and this one would
     // otherwise sit in every request's future.
-    let choice = Box::pin(rt.plans.plan_of(caller.api_key, gw.limiter.redis(), now_ms)).await;
+    let choice = Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await;
     let view = match choice {
         PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
         PlanChoice::Reject => None,
