@@ -254,5 +254,31 @@ fn headers(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, decisions, identity_key, route_matching, headers);
+/// The canonical request target: the common case (a path already
+/// canonical, borrowed without allocating) against a spelling the slow
+/// path rewrites.
+fn canonical_target(c: &mut Criterion) {
+    let rules = tollgate::target::PathRules::default();
+    for (name, path) in [
+        ("clean", "/api/v1/users/42/orders"),
+        ("dotted", "/api/v1/x/../users/%34%32//orders"),
+    ] {
+        c.bench_function(&format!("target/canonical_path_{name}"), |b| {
+            b.iter(|| {
+                black_box(
+                    tollgate::target::canonical_path(black_box(path), &rules).map(|p| p.len()),
+                )
+            })
+        });
+    }
+}
+
+criterion_group!(
+    benches,
+    decisions,
+    identity_key,
+    route_matching,
+    headers,
+    canonical_target
+);
 criterion_main!(benches);
