@@ -1196,7 +1196,7 @@ fn backlog_and_uri_size_map_onto_the_model_and_are_checked() {
     );
     assert_eq!(c.server.backlog, 100);
     assert_eq!(c.server.max_uri_size, 2048);
-    // Defaults: above std's and tokio's 128 (see README), and a URI cap
+    // Defaults: above std's and tokio's 128 (see docs/proxying.md), and a URI cap
     // under hyper's own 64 KiB stop.
     let d = valid("listen: 127.0.0.1:1\nroutes: [ { name: a, respond: {} } ]\n");
     assert_eq!(d.server.backlog, 4096);
