@@ -1196,7 +1196,7 @@ fn backlog_and_uri_size_map_onto_the_model_and_are_checked() {
     );
     assert_eq!(c.server.backlog, 100);
     assert_eq!(c.server.max_uri_size, 2048);
-    // Defaults: above std's and tokio's 128 (see README), and a URI cap
+    // Defaults: above std's and tokio's 128 (see docs/proxying.md), and a URI cap
     // under hyper's own 64 KiB stop.
     let d = valid("listen: 127.0.0.1:1\nroutes: [ { name: a, respond: {} } ]\n");
     assert_eq!(d.server.backlog, 4096);
@@ -1494,8 +1494,11 @@ fn every_enum_spelling_is_accepted_by_both_the_loader_and_the_schema_or_by_neith
 
 #[test]
 fn the_configuration_reference_names_every_spelling() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
     let rows = reference_rows(&readme);
     for field in enum_fields() {
         let row_name = field.schema_path;
@@ -1516,12 +1519,12 @@ fn the_configuration_reference_names_every_spelling() {
     }
 }
 
-/// The rows of README's configuration reference table: field, default and
+/// The rows of the configuration reference table (docs/configuration.md): field, default and
 /// meaning, with the backticks around the field name removed.
 fn reference_rows(readme: &str) -> Vec<(String, String, String)> {
     let start = readme
         .find("## Configuration reference")
-        .expect("README has a configuration reference");
+        .expect("docs/configuration.md has a configuration reference");
     let section = &readme[start..];
     let end = section[3..].find("\n#").map_or(section.len(), |i| i + 3);
     section[..end]
@@ -1625,8 +1628,11 @@ fn every_documented_example_is_accepted_by_both_the_loader_and_the_schema() {
 #[test]
 fn every_default_in_the_configuration_reference_is_the_loaders() {
     let validator = schema_validator();
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
     let rows = reference_rows(&readme);
     let fields: Vec<&str> = rows.iter().map(|(name, _, _)| name.as_str()).collect();
     let base = "listen: 127.0.0.1:0

@@ -1523,7 +1523,7 @@ proptest! {
 // --- memory per key ---------------------------------------------------------
 
 /// `MEMORY USAGE` of each algorithm's key after `n` admitted requests on a
-/// limit of 100 per minute; printed for the README's table
+/// limit of 100 per minute; printed for the table in docs/limits.md
 /// (`cargo test --test limiter memory_per_key -- --nocapture`). The
 /// counters stay one small string whatever the traffic; the log grows with
 /// what it holds.

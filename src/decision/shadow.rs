@@ -21,7 +21,7 @@
 //!   `RateLimit` entries; such a read is not counted as a decision.
 //!
 //! So a shadow limit costs one more store call per request on routes that
-//! mix the two; the roll-out recipe in the README flips it to enforced once
+//! mix the two; the roll-out recipe in docs/operations.md flips it to enforced once
 //! its numbers look right.
 
 use tracing::info;
