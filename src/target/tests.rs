@@ -134,6 +134,27 @@ fn canonical_paths_are_borrowed() {
 }
 
 #[test]
+fn the_fast_path_takes_only_canonical_authorities() {
+    for ok in ["api.example.com", "127.0.0.1:8080", "a-b.c", "localhost:80"] {
+        assert!(is_canonical_authority(ok.as_bytes()), "{ok}");
+        assert!(matches!(canonical_authority(ok), Ok(Cow::Borrowed(_))));
+    }
+    for slow in [
+        "Api.example.com",
+        "example.com.",
+        "a..b",
+        "host:",
+        "host:123456",
+        "[::1]:80",
+        "u@h",
+        "",
+        "a:b:c",
+    ] {
+        assert!(!is_canonical_authority(slow.as_bytes()), "{slow}");
+    }
+}
+
+#[test]
 fn authorities() {
     assert_eq!(
         canonical_authority("WWW.Example.COM.").as_deref(),
