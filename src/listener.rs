@@ -31,10 +31,8 @@
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use std::future::Future;
@@ -45,7 +43,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
@@ -53,6 +51,7 @@ use tracing::{debug, warn};
 
 use crate::config::{ServerSettings, Timeouts};
 use crate::proxy::Secure;
+use crate::proxy::io::{Observed, Observer};
 
 /// How far hyper's own bound on a request head (the HTTP/1.1 read buffer,
 /// the HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`) lies above
@@ -241,9 +240,9 @@ impl<H: Handler> Conn<H> {
             permit,
         } = self;
         let activity = Arc::new(Activity::new());
-        let io = Tracked {
+        let io = Observed {
             inner: io,
-            activity: activity.clone(),
+            observer: activity.clone(),
         };
         let in_flight = activity.clone();
         let service = service_fn(move |mut req: Request<Incoming>| {
@@ -338,62 +337,14 @@ impl Drop for InFlight {
     }
 }
 
-/// An I/O stream that records its last activity.
-struct Tracked<I> {
-    inner: I,
-    activity: Arc<Activity>,
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Tracked<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.touch();
-        }
-        polled
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Tracked<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
+/// A client connection's bytes, either way, are activity.
+impl Observer for Arc<Activity> {
+    fn read(&self, _: usize) {
+        self.touch();
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+    fn wrote(&self, _: usize) {
+        self.touch();
     }
 }
 

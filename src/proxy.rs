@@ -39,6 +39,7 @@ use crate::config::{Timeouts, Upstream};
 use crate::problem::GatewayError;
 
 mod body;
+pub mod io;
 mod pool;
 use body::error_chain;
 pub use body::{ClientBody, ClientBodyError, UpstreamBody};

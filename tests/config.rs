@@ -44,7 +44,7 @@ fn nz(n: u64) -> NonZeroU64 {
 const FULL: &str = r#"
 listen: [127.0.0.1:0, "[::1]:0"]
 store:
-  redis: { url: "redis://127.0.0.1:6379/2", timeout: 40ms }
+  redis: { url: "redis://redis.test:6379/2", timeout: 40ms }
   on_error: allow
   prefix: "tg:"
 client_ip:
@@ -57,14 +57,14 @@ timeouts: { header_read: 2s, upstream_connect: 250ms, upstream_response: 1m }
 routes:
   - name: login
     match: { host: API.Example.com, path: /api/auth/login, methods: [post, GET] }
-    upstream: http://127.0.0.1:9000
+    upstream: http://upstream.test:9000
     timeout: 5s
     limits:
       - { name: login_ip, key: ip, limit: 5, window: 5m }
       - { name: login_user_ip, key: [ip, "header:X-Username"], limit: 3, window: 1h, cost: 2 }
   - name: api
     match: { host: "*.example.com", path_prefix: /api/ }
-    upstream: http://127.0.0.1:9000/base
+    upstream: http://upstream.test:9000/base
     cost: 3
     limits:
       - name: per.caller-1
@@ -89,7 +89,7 @@ fn full_file_maps_onto_the_model() {
     );
 
     let redis = c.store.redis.as_ref().expect("redis is configured");
-    assert_eq!(redis.url, "redis://127.0.0.1:6379/2");
+    assert_eq!(redis.url, "redis://redis.test:6379/2");
     assert_eq!(redis.timeout, Duration::from_millis(40));
     assert_eq!(c.store.on_error, OnError::Allow);
     assert_eq!(c.store.prefix, "tg:");
@@ -118,7 +118,7 @@ fn full_file_maps_onto_the_model() {
     let Action::Upstream(Upstream { uri, timeout, .. }) = &login.action else {
         panic!("login forwards: {:?}", login.action)
     };
-    assert_eq!(uri.to_string(), "http://127.0.0.1:9000/");
+    assert_eq!(uri.to_string(), "http://upstream.test:9000/");
     assert_eq!(*timeout, Duration::from_secs(5));
     assert_eq!(login.cost, 1);
     assert_eq!(login.limits.len(), 2);
@@ -147,7 +147,7 @@ fn full_file_maps_onto_the_model() {
     let Action::Upstream(Upstream { uri, timeout, .. }) = &api.action else {
         panic!("api forwards: {:?}", api.action)
     };
-    assert_eq!(uri.to_string(), "http://127.0.0.1:9000/base");
+    assert_eq!(uri.to_string(), "http://upstream.test:9000/base");
     assert_eq!(
         *timeout,
         Duration::from_secs(60),

@@ -705,6 +705,9 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
     // both reloads. Every one must succeed.
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
+    // The streamer publishes each completed request, so the test waits on
+    // its progress instead of polling the counter.
+    let (progress_tx, mut progress) = tokio::sync::watch::channel(0u64);
     let streamer = {
         let (stop, done) = (stop.clone(), done.clone());
         let port = bin.port;
@@ -719,7 +722,8 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
                 if r.status != StatusCode::OK {
                     failures.push(r.status);
                 }
-                done.fetch_add(1, Ordering::Relaxed);
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                let _ = progress_tx.send(n);
             }
             failures
         })
@@ -787,11 +791,13 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
 
     // Let the streamer overlap both reloads, then stop it.
     let before = done.load(Ordering::Relaxed);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while done.load(Ordering::Relaxed) < before + 3 {
-        assert!(Instant::now() < deadline, "the streaming client stalled");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        progress.wait_for(|&n| n >= before + 3),
+    )
+    .await
+    .expect("the streaming client stalled")
+    .expect("the streaming client is running");
     stop.store(true, Ordering::Relaxed);
     let failures = streamer.await.expect("streamer");
     assert!(failures.is_empty(), "failed requests: {failures:?}");

@@ -22,7 +22,7 @@
 //! error` does the same). Anything else that failed after being sent is not
 //! replayed: the upstream may have acted on it. "No response byte" is
 //! known exactly: each connection counts the bytes it has read
-//! ([`Counted`]).
+//! ([`ReadBytes`]).
 //!
 //! Idle connections are dropped after `timeouts.upstream_idle` (checked
 //! when a checkout passes them), which is kept below upstreams' keep-alive
@@ -30,11 +30,8 @@
 //! most [`MAX_IDLE`] are kept. https upstreams and routes that pass
 //! upgrades through keep the general client (TLS, ALPN, HTTP/2, upgrades).
 
-use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::uri::Authority;
@@ -43,11 +40,11 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tracing::debug;
 
 use super::body::UpstreamBody;
+use super::io::{Observed, Observer};
 
 /// Idle connections kept per upstream.
 pub const MAX_IDLE: usize = 256;
@@ -235,9 +232,9 @@ impl Pool {
         };
         let _ = stream.set_nodelay(true);
         let read = Arc::new(AtomicU64::new(0));
-        let stream = Counted {
-            stream,
-            read: read.clone(),
+        let stream = Observed {
+            inner: stream,
+            observer: ReadBytes(read.clone()),
         };
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
@@ -270,55 +267,14 @@ fn copy_head(req: &Request<UpstreamBody>) -> Request<UpstreamBody> {
     head
 }
 
-/// A connection that counts the bytes it reads, so a failed exchange can
-/// tell whether any response byte had arrived.
-struct Counted {
-    stream: TcpStream,
-    read: Arc<AtomicU64>,
-}
+/// Counts the bytes a pooled connection has read.
+#[derive(Debug)]
+struct ReadBytes(Arc<AtomicU64>);
 
-impl AsyncRead for Counted {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
-        let n = buf.filled().len() - before;
-        if n > 0 {
-            self.read.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for Counted {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+impl Observer for ReadBytes {
+    fn read(&self, n: usize) {
+        self.0.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
+    fn wrote(&self, _: usize) {}
 }

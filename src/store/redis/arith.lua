@@ -1,7 +1,9 @@
 -- Shared prelude of tollgate's scripts: exact integer arithmetic on Lua's
--- doubles and the `now` argument. Prepended to limits.lua and refund.lua
--- when they are loaded (see `SCRIPT` in redis.rs and `REFUND` in
--- cluster.rs), so both read numbers the same way.
+-- doubles, the `now` argument, and what the decision and backlog scripts
+-- write alike (the shortest expiry, sliding-log members). Prepended to
+-- limits.lua, refund.lua and push.lua when they are loaded (see `SCRIPT` in
+-- redis.rs, `REFUND` in cluster.rs and `PUSH` in backlog.rs), so they read
+-- and write state the same way.
 
 local EXACT = 9007199254740992 -- 2^53
 
@@ -67,3 +69,30 @@ local function now_ms(arg)
   return int(arg)
 end
 
+-- Keys whose state runs out sooner (a GCRA bucket refills in c*w/L ms, a
+-- fixed window may end a millisecond after a write) still live this long,
+-- or one window if that is shorter. State that no longer counts is the
+-- same as no state, so keeping it a little longer is harmless;
+-- expiring it sooner is not when clocks disagree (Redis expires by its own
+-- clock, decisions use the gateway's, and a gateway a little behind must
+-- still see what one a little ahead wrote).
+local MIN_TTL = 60000
+
+-- Adds `units` members at `ms` to the sliding log `key`, named `ms:n` with
+-- n counting on from the members that millisecond already has, so every
+-- admitted unit is a member of its own; ZADD in batches of 1000.
+local function log_add(key, ms, units)
+  local taken = redis.call('ZCOUNT', key, str(ms), str(ms))
+  local args = {}
+  for j = 1, units do
+    args[#args + 1] = str(ms)
+    args[#args + 1] = str(ms) .. ':' .. str(taken + j - 1)
+    if #args >= 2000 then
+      redis.call('ZADD', key, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then
+    redis.call('ZADD', key, unpack(args))
+  end
+end

@@ -63,14 +63,6 @@
 -- through idiv/cdiv, which correct the rounded double quotient to the exact
 -- integer one.
 
--- Keys whose state runs out sooner (a GCRA bucket refills in c*w/L ms, a
--- fixed window may end a millisecond after a write) still live this long,
--- or one window if that is shorter.
--- State that no longer counts is the same as no state, so keeping it is
--- harmless; expiring it sooner is not when clocks disagree: Redis expires by
--- its own clock, decisions use the gateway's, and a gateway a little behind
--- must still see what one a little ahead wrote.
-local MIN_TTL = 60000
 
 -- The message of a request that cannot be decided.
 local function fail(msg)
@@ -278,19 +270,7 @@ local function sliding_log(key, now, l, w, c)
     if c == 0 then
       return
     end
-    local taken = redis.call('ZCOUNT', key, str(now), str(now))
-    local args = {}
-    for j = 1, c do
-      args[#args + 1] = str(now)
-      args[#args + 1] = str(now) .. ':' .. str(taken + j - 1)
-      if #args >= 2000 then
-        redis.call('ZADD', key, unpack(args))
-        args = {}
-      end
-    end
-    if #args > 0 then
-      redis.call('ZADD', key, unpack(args))
-    end
+    log_add(key, now, c)
     redis.call('PEXPIRE', key, str(reset))
   end
 end

@@ -28,12 +28,8 @@
 -- is: it would fail its decisions anyway. Returns { added, skipped }, the
 -- numbers of keys. Arguments that do not split as above are an error reply.
 
--- int, idiv, cdiv, str and EXACT come from arith.lua, prepended.
-
--- As in limits.lua: fixed windows and gcra keys live at least this long
--- (or one window if shorter), so gateways with clocks a little apart
--- still see each other's writes.
-local MIN_TTL = 60000
+-- int, idiv, cdiv, str, EXACT, MIN_TTL and log_add come from arith.lua,
+-- prepended.
 
 local function counter(key, pattern)
   local raw = redis.pcall('GET', key)
@@ -117,20 +113,7 @@ local function sliding_log(key, now, w, f)
     return false
   end
   for p = 1, #f, 2 do
-    local ms, units = f[p], f[p + 1]
-    local taken = redis.call('ZCOUNT', key, str(ms), str(ms))
-    local args = {}
-    for j = 1, units do
-      args[#args + 1] = str(ms)
-      args[#args + 1] = str(ms) .. ':' .. str(taken + j - 1)
-      if #args >= 2000 then
-        redis.call('ZADD', key, unpack(args))
-        args = {}
-      end
-    end
-    if #args > 0 then
-      redis.call('ZADD', key, unpack(args))
-    end
+    log_add(key, f[p], f[p + 1])
   end
   if now >= w then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - w))
