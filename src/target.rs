@@ -140,11 +140,12 @@ pub struct Rewrite {
 }
 
 impl Rewrite {
-    /// The changes that make a request with `headers` carry `target`:
+    /// The changes that make a request with `headers` carry `target`
+    /// (taken whole, so a rewritten path moves instead of being copied):
     /// nothing in the common case of a canonical path and `Host`.
-    pub fn of(target: &Target<'_>, headers: &HeaderMap) -> Self {
-        let path = match &target.path {
-            Cow::Owned(p) => Some(p.clone()),
+    pub fn of(target: Target<'_>, headers: &HeaderMap) -> Self {
+        let path = match target.path {
+            Cow::Owned(p) => Some(p),
             Cow::Borrowed(_) => None,
         };
         let host = target.authority.as_deref().and_then(|a| {

@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use support::admin::{AdminGateway, value};
-use support::gateway::{Gateway, Upstream, get, send, send_from};
+use support::gateway::{Gateway, Upstream, get, h2c, send, send_from};
 
 /// What came back on a raw connection.
 #[derive(Debug)]
@@ -965,13 +965,7 @@ async fn the_drain_deadline_bounds_shutdown() {
 async fn oversized_h2_header_list_is_refused_and_the_connection_survives() {
     let up = Upstream::start().await;
     let gw = edge_gateway(&up, "server: { max_header_size: 16KiB }").await;
-    let stream = TcpStream::connect(gw.addr).await.expect("connect");
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("h2c handshake");
+    let (mut h2, conn) = h2c(gw.addr).await;
     tokio::spawn(conn);
     let big = "v".repeat(32 * 1024);
     let req = Request::get(format!("http://{}/x", gw.addr))
@@ -1018,13 +1012,7 @@ async fn http11_keep_alive_waits_for_the_next_head_at_most_header_read() {
 async fn idle_h2_connections_are_closed() {
     let up = Upstream::start().await;
     let gw = edge_gateway(&up, "timeouts: { idle: 1s }").await;
-    let stream = TcpStream::connect(gw.addr).await.expect("connect");
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("h2c handshake");
+    let (mut h2, conn) = h2c(gw.addr).await;
     let conn = tokio::spawn(conn);
     let req = Request::get(format!("http://{}/ok", gw.addr))
         .body(Full::new(Bytes::new()))
@@ -1399,13 +1387,7 @@ async fn oversized_h2_header_list_under_hypers_bound_is_a_431_problem_json() {
 
     let up = Upstream::start().await;
     let gw = edge_gateway(&up, "server: { max_header_size: 16KiB }").await;
-    let stream = TcpStream::connect(gw.addr).await.expect("connect");
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("h2c handshake");
+    let (mut h2, conn) = h2c(gw.addr).await;
     tokio::spawn(conn);
     let req = Request::get(format!("http://{}/x", gw.addr))
         .header("x-big", "v".repeat(20 * 1024))

@@ -10,11 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use support::gateway::{Gateway, Reply, Upstream, send};
+use support::gateway::{Gateway, Reply, Upstream, h2c, send};
 
 /// How a framework that decodes and normalises resolves a path it received:
 /// every escape decoded (`%2F` too), `\` as `/`, servlet `;parameters`
@@ -389,11 +388,7 @@ async fn a_host_with_a_trailing_dot_or_capitals_is_the_same_host() {
 
 /// Sends `req` over a new cleartext HTTP/2 connection.
 async fn h2(addr: std::net::SocketAddr, req: Request<Full<Bytes>>) -> (StatusCode, Bytes) {
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .expect("h2c handshake");
+    let (mut sender, conn) = h2c(addr).await;
     tokio::spawn(conn);
     let res = sender.send_request(req).await.expect("an h2 answer");
     let status = res.status();

@@ -40,8 +40,7 @@ pub fn route<B>(
         });
     };
     let route = route.clone();
-    let rewrite = target::Rewrite::of(&target, req.headers());
-    drop(target);
+    let rewrite = target::Rewrite::of(target, req.headers());
     rewrite.apply(&mut req).map_err(|e| {
         GatewayError::BadRequest(format!("the request target has no canonical form: {e}"))
     })?;

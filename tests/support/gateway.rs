@@ -289,6 +289,24 @@ pub async fn send_from(from: IpAddr, to: SocketAddr, req: Request<Full<Bytes>>) 
     }
 }
 
+/// A new cleartext HTTP/2 (prior knowledge) connection to `to`: the
+/// sender, and the connection to spawn.
+pub async fn h2c(
+    to: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    hyper::client::conn::http2::Connection<
+        TokioIo<tokio::net::TcpStream>,
+        Full<Bytes>,
+        TokioExecutor,
+    >,
+) {
+    let stream = tokio::net::TcpStream::connect(to).await.expect("connect");
+    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+        .await
+        .expect("h2c handshake")
+}
+
 /// Sends a request from 127.0.0.1.
 pub async fn send(to: SocketAddr, req: Request<Full<Bytes>>) -> Reply {
     send_from("127.0.0.1".parse().unwrap(), to, req).await
