@@ -181,8 +181,35 @@ pub fn rewrite<B>(
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
+    *req.uri_mut() = upstream_uri(req.uri(), upstream)?;
+    *req.version_mut() = Version::HTTP_11;
+
+    let headers = req.headers_mut();
+    strip_hop_by_hop(headers);
+    if !upstream.forward_proxy_authorization {
+        // Credentials for a proxy (RFC 9110 §11.7.4), which the gateway is
+        // the last of; a route can opt in to pass them on.
+        headers.remove(PROXY_AUTHORIZATION);
+    }
+    if !hop.trusted {
+        strip_forwarding(headers, hop.user_header);
+    }
+    append_forwarded_for(headers, hop.peer);
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(
+            X_FORWARDED_PROTO.clone(),
+            HeaderValue::from_static(hop.scheme_static()),
+        );
+    }
+    set_host(headers, host, upstream);
+    Ok(())
+}
+
+/// The upstream's scheme and authority, its base path, then the request's
+/// path and query.
+fn upstream_uri(uri: &Uri, upstream: &Upstream) -> Result<Uri, http::Error> {
     let base = upstream.uri.path().trim_end_matches('/');
-    let pq: PathAndQuery = match req.uri().path_and_query() {
+    let pq: PathAndQuery = match uri.path_and_query() {
         // Already validated by hyper: reuse it (a reference-counted clone)
         // instead of parsing it again.
         Some(pq) if base.is_empty() => pq.clone(),
@@ -198,35 +225,33 @@ pub fn rewrite<B>(
     parts.scheme = Some(upstream.uri.scheme().cloned().unwrap_or(Scheme::HTTP));
     parts.authority = upstream.uri.authority().cloned();
     parts.path_and_query = Some(pq);
-    *req.uri_mut() = Uri::from_parts(parts)?;
-    *req.version_mut() = Version::HTTP_11;
+    Ok(Uri::from_parts(parts)?)
+}
 
-    let headers = req.headers_mut();
-    strip_hop_by_hop(headers);
-    if !upstream.forward_proxy_authorization {
-        // Credentials for a proxy (RFC 9110 §11.7.4), which the gateway is
-        // the last of; a route can opt in to pass them on.
-        headers.remove(PROXY_AUTHORIZATION);
-    }
-    if !hop.trusted
-        && headers.keys().any(|k| {
-            k == X_FORWARDED_FOR
-                || k == X_FORWARDED_PROTO
-                || k == X_FORWARDED_HOST
-                || k == http::header::FORWARDED
-                || k == hop.user_header
-        })
-    {
+/// Drops what an untrusted peer claims about earlier hops: the forwarding
+/// headers and the user header that only a trusted proxy may set.
+fn strip_forwarding(headers: &mut HeaderMap, user_header: &HeaderName) {
+    if headers.keys().any(|k| {
+        k == X_FORWARDED_FOR
+            || k == X_FORWARDED_PROTO
+            || k == X_FORWARDED_HOST
+            || k == http::header::FORWARDED
+            || k == user_header
+    }) {
         headers.remove(&X_FORWARDED_FOR);
         headers.remove(&X_FORWARDED_PROTO);
         headers.remove(&X_FORWARDED_HOST);
         headers.remove(http::header::FORWARDED);
-        headers.remove(hop.user_header);
+        headers.remove(user_header);
     }
-    // Append the peer as the right-most hop (one combined line).
+}
+
+/// Appends the peer as the right-most hop of `X-Forwarded-For`, as one
+/// combined line.
+fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     // Rendered on the stack: an address is at most 45 bytes.
     let mut buf = [0u8; 48];
-    let peer = render_ip(hop.peer, &mut buf);
+    let peer = render_ip(peer, &mut buf);
     let xff = match headers.get_all(&X_FORWARDED_FOR).iter().count() {
         0 => HeaderValue::from_bytes(peer).ok(),
         _ => {
@@ -242,12 +267,11 @@ pub fn rewrite<B>(
     if let Some(v) = xff {
         headers.insert(X_FORWARDED_FOR.clone(), v);
     }
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(
-            X_FORWARDED_PROTO.clone(),
-            HeaderValue::from_static(hop.scheme_static()),
-        );
-    }
+}
+
+/// The client's host goes on as `Host` and `X-Forwarded-Host`; an https
+/// upstream gets its own name as `Host`.
+fn set_host(headers: &mut HeaderMap, host: Option<HeaderValue>, upstream: &Upstream) {
     if let Some(h) = host {
         if !headers.contains_key(&X_FORWARDED_HOST) {
             headers.insert(X_FORWARDED_HOST.clone(), h.clone());
@@ -266,10 +290,9 @@ pub fn rewrite<B>(
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         {
-            req.headers_mut().insert(HOST, authority);
+            headers.insert(HOST, authority);
         }
     }
-    Ok(())
 }
 
 impl Hop<'_> {

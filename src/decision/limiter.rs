@@ -335,8 +335,37 @@ impl Limiter {
             self.metrics.deny_cache_hits.inc();
             return Verdict::Decided(d);
         }
-        // issue 11: counts admitted in process during an outage reach Redis
-        // before decisions do.
+        let (called, result) = self.ask_redis(redis, now_ms, requests).await;
+        match result {
+            Ok(d) => {
+                if let Some(c) = &self.deny_cache {
+                    c.insert(now_ms, requests, &d);
+                }
+                if self.degraded.swap(false, Ordering::Relaxed) {
+                    self.metrics.fallback.set(0);
+                    info!("redis answers again; limits are shared again");
+                }
+                Verdict::Decided(d)
+            }
+            Err(e) => {
+                // A call the open breaker skipped is not a store error.
+                if called {
+                    self.metrics.errors.inc();
+                }
+                self.fail_over(&e, now_ms, requests, on_error)
+            }
+        }
+    }
+
+    /// Asks Redis, unless the breaker is open or counts admitted in process
+    /// during an outage have not reached it yet (issue 11: they go first).
+    /// Whether Redis was called, and its answer.
+    async fn ask_redis(
+        &self,
+        redis: &Arc<RedisStore>,
+        now_ms: u64,
+        requests: &[LimitRequest],
+    ) -> (bool, Result<Decision, StoreError>) {
         let gate = if self.resync.mode.load(Ordering::SeqCst) == SHARED {
             Gate::Redis
         } else {
@@ -365,41 +394,33 @@ impl Limiter {
         } else {
             Err(StoreError::Unavailable("breaker open".into()))
         };
-        match result {
-            Ok(d) => {
-                if let Some(c) = &self.deny_cache {
-                    c.insert(now_ms, requests, &d);
-                }
-                if self.degraded.swap(false, Ordering::Relaxed) {
-                    self.metrics.fallback.set(0);
-                    info!("redis answers again; limits are shared again");
+        (called, result)
+    }
+
+    /// Redis could not decide: the failure policy does, `on_error` (a
+    /// route's own) before the store's.
+    fn fail_over(
+        &self,
+        e: &StoreError,
+        now_ms: u64,
+        requests: &[LimitRequest],
+        on_error: Option<OnError>,
+    ) -> Verdict {
+        if !self.degraded.swap(true, Ordering::Relaxed) {
+            self.metrics.fallback.set(1);
+            warn!(error = %e, default_on_error = ?self.on_error, "redis cannot decide; deciding by on_error until it can");
+        }
+        match on_error.unwrap_or(self.on_error) {
+            OnError::Allow => Verdict::FailedOpen,
+            OnError::Deny => Verdict::Unavailable,
+            OnError::Local => {
+                let d = self.decide_locally(now_ms, requests);
+                // Only an outage: a refusal or garbage would refuse the
+                // push as well.
+                if d.allowed && matches!(e, StoreError::Unavailable(_) | StoreError::Timeout) {
+                    self.resync.record(now_ms, requests);
                 }
                 Verdict::Decided(d)
-            }
-            Err(e) => {
-                // A call the open breaker skipped is not a store error.
-                if called {
-                    self.metrics.errors.inc();
-                }
-                if !self.degraded.swap(true, Ordering::Relaxed) {
-                    self.metrics.fallback.set(1);
-                    warn!(error = %e, default_on_error = ?self.on_error, "redis cannot decide; deciding by on_error until it can");
-                }
-                match on_error.unwrap_or(self.on_error) {
-                    OnError::Allow => Verdict::FailedOpen,
-                    OnError::Deny => Verdict::Unavailable,
-                    OnError::Local => {
-                        let d = self.decide_locally(now_ms, requests);
-                        // Only an outage: a refusal or garbage would refuse
-                        // the push as well.
-                        if d.allowed
-                            && matches!(e, StoreError::Unavailable(_) | StoreError::Timeout)
-                        {
-                            self.resync.record(now_ms, requests);
-                        }
-                        Verdict::Decided(d)
-                    }
-                }
             }
         }
     }

@@ -167,8 +167,20 @@ pub async fn decide(
             Verdict::Unavailable => RouteDecision::Unavailable,
         };
     }
+    decide_mixed(limiter, now_ms, limits, route_shadow, requests, on_error).await
+}
 
-    // Mixed: enforced first, then the shadow limits.
+/// Some limits enforced, some shadow: the enforced ones first, then the
+/// shadow ones — for real when the request is admitted, only read when it
+/// is denied.
+async fn decide_mixed(
+    limiter: &Limiter,
+    now_ms: u64,
+    limits: &[Limit],
+    route_shadow: bool,
+    requests: &[LimitRequest],
+    on_error: Option<OnError>,
+) -> RouteDecision {
     let (enforced, shadowed): (Vec<usize>, Vec<usize>) =
         (0..limits.len()).partition(|&i| !is_shadow(route_shadow, &limits[i]));
     let pick = |idx: &[usize], cost_zero: bool| -> Vec<LimitRequest> {
@@ -196,7 +208,6 @@ pub async fn decide(
         verdicts[i] = Some(verdict(o, false));
         outcomes[i] = Some(*o);
     }
-    // Admitted: decide the shadow limits for real. Denied: only read them.
     let read_only = !de.allowed;
     if let Verdict::Decided(ds) = limiter
         .decide_with(now_ms, &pick(&shadowed, read_only), on_error)
