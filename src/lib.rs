@@ -22,6 +22,7 @@ pub mod identity;
 pub mod jwt;
 pub mod limit;
 pub mod listener;
+pub mod logs;
 pub mod metrics;
 pub mod pipeline;
 pub mod plans;

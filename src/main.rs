@@ -88,11 +88,16 @@ fn main() -> ExitCode {
     if matches!(cli.command, Some(Command::Schema)) {
         return print(&tollgate::config::schema::json(), ExitCode::SUCCESS);
     }
+    // Every line goes through a bounded queue that a thread of its own
+    // writes out: a slow or unread stderr drops (and counts) lines instead
+    // of holding up requests. The guard writes out what is queued at exit.
+    let (writer, _flush_at_exit) = tollgate::logs::stderr();
+    tollgate::logs::set_access(writer.clone(), cli.log_format == LogFormat::Json);
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         // Colours for a terminal only: a log file or a collector gets plain
         // text, not escape codes.
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());

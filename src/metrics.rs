@@ -20,8 +20,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -320,6 +322,7 @@ impl Metrics {
     /// A registry with every family.
     pub fn new() -> Self {
         let mut registry = Registry::default();
+        registry.register_collector(Box::new(LogLinesDropped));
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "tollgate_requests",
@@ -541,6 +544,24 @@ impl Metrics {
     }
 }
 
+/// `tollgate_log_lines_dropped_total`, read from the log queue at each
+/// scrape (see [`crate::logs`]).
+#[derive(Debug)]
+struct LogLinesDropped;
+
+impl Collector for LogLinesDropped {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let dropped = ConstCounter::new(crate::logs::dropped_lines());
+        let series = encoder.encode_descriptor(
+            "tollgate_log_lines_dropped",
+            "Log lines (access log included) dropped because stderr did not keep up",
+            None,
+            dropped.metric_type(),
+        )?;
+        dropped.encode(series)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,6 +594,7 @@ mod tests {
             "tollgate_store_breaker_open 0",
             "tollgate_store_fault{kind=\"auth\"} 0",
             "tollgate_store_fault{kind=\"tls\"} 0",
+            "tollgate_log_lines_dropped_total 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -596,6 +596,63 @@ async fn library_reload_keeps_counters_and_switches_new_requests() {
 
 // ---- the built binary ----
 
+/// A log reader that stalls must not stall the gateway: with its stderr a
+/// pipe nobody reads (it fills after a few hundred lines), every request
+/// is still answered, and the lines that did not fit are dropped and
+/// counted instead of waited for.
+#[tokio::test]
+async fn a_gateway_whose_stderr_nobody_reads_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nroutes:\n  - name: demo\n    respond: { body: hi }\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.arg("--config").arg(&path);
+    let started = support::binary::spawn_unread(cmd, 2);
+    let proxy = started.proxy[0];
+    let admin = started.admin.expect("an admin listener");
+    // More access-log lines than the pipe and the log queue hold together
+    // (64 KiB of pipe, `logs::QUEUE_LINES` lines of queue), over a few
+    // keep-alive connections.
+    let per_conn = (tollgate::logs::QUEUE_LINES + 2000) / 4;
+    let answered = AtomicU64::new(0);
+    let work = futures_util::future::join_all((0..4).map(|_| async {
+        let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        for _ in 0..per_conn {
+            let res = sender.send_request(get("/demo", &[])).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            answered.fetch_add(1, Ordering::Relaxed);
+        }
+    }));
+    // A generous bound that only a stalled gateway misses.
+    if tokio::time::timeout(Duration::from_secs(120), work)
+        .await
+        .is_err()
+    {
+        panic!(
+            "the gateway stopped answering after {} requests",
+            answered.load(Ordering::Relaxed)
+        );
+    }
+    let metrics = send(admin, get("/metrics", &[])).await.text();
+    let dropped = value(&metrics, "tollgate_log_lines_dropped_total").unwrap_or(0.0);
+    assert!(
+        dropped > 0.0,
+        "no log line was dropped, so the test did not fill the queue:\n{metrics}"
+    );
+    let mut child = started.child;
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// The binary, with its stderr written to a file the test reads.
 struct Binary {
     child: Child,

@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use http::Response;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::exchange::Exchange;
 use crate::decision::shadow::RouteDecision;
@@ -119,10 +119,14 @@ fn outcome(answer: &Answer, decided: Option<&RouteDecision>) -> Outcome {
     }
 }
 
+/// The access log's target: `RUST_LOG=info,tollgate::access=off` turns it
+/// off like any other.
+const ACCESS: &str = "tollgate::access";
+
 /// The start of a request, when its access-log line will be written (the
 /// log is often filtered out, `RUST_LOG=warn`; then no clock is read).
 pub fn started() -> Option<Instant> {
-    tracing::enabled!(target: "tollgate::access", tracing::Level::INFO).then(Instant::now)
+    tracing::enabled!(target: ACCESS, tracing::Level::INFO).then(Instant::now)
 }
 
 /// Counts the request, logs a failed forward by whose fault it was, and
@@ -153,21 +157,19 @@ pub fn record(ex: &Exchange, answer: &Answer, metrics: &Metrics, started: Option
             None => {}
         }
     }
-    if let Some(started) = started {
+    if let (Some(started), Some(log)) = (started, crate::logs::access()) {
         let status = match answer {
             Ok(res) => res.status(),
             Err(e) => e.status(),
         };
-        info!(
-            target: "tollgate::access",
-            route = route.unwrap_or("-"),
-            method = ex.method.as_str(),
-            status = status.as_u16(),
-            identity = ex.identity.as_str(),
-            decision = Decision::of(answer, decided).as_str(),
+        log.line(ACCESS, "request")
+            .str("route", route.unwrap_or("-"))
+            .str("method", ex.method.as_str())
+            .u64("status", u64::from(status.as_u16()))
+            .str("identity", ex.identity.as_str())
+            .str("decision", Decision::of(answer, decided).as_str())
             // Microsecond resolution is plenty for a log line.
-            latency_ms = started.elapsed().as_micros() as f64 / 1000.0,
-            "request"
-        );
+            .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64)
+            .write();
     }
 }

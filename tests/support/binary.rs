@@ -17,6 +17,9 @@ pub struct Started {
     pub admin: Option<SocketAddr>,
     /// Every line it writes after the listening ones.
     pub lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    /// For [`spawn_unread`]: the stderr pipe stays open, unread, while
+    /// this is held.
+    _unread: Option<mpsc::Sender<()>>,
 }
 
 impl Started {
@@ -45,7 +48,18 @@ impl Started {
 /// # Panics
 /// When the process does not report ready within 30 s, or exits first; the
 /// message carries what it wrote.
-pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -> Started {
+pub fn spawn_listening(cmd: Command, listeners: usize, tee: Option<&Path>) -> Started {
+    spawn(cmd, listeners, tee, false)
+}
+
+/// As [`spawn_listening`], but once the listeners are reported nobody
+/// reads its stderr again: the pipe stays open and fills up, as when a
+/// log collector stalls. Nothing arrives on [`Started::lines`].
+pub fn spawn_unread(cmd: Command, listeners: usize) -> Started {
+    spawn(cmd, listeners, None, true)
+}
+
+fn spawn(mut cmd: Command, listeners: usize, tee: Option<&Path>, unread: bool) -> Started {
     cmd.env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -56,11 +70,19 @@ pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -
     let (more, lines) = tokio::sync::mpsc::unbounded_channel();
     let seen_lines = Arc::new(Mutex::new(Vec::new()));
     let written = Arc::clone(&seen_lines);
+    let (hold, held) = mpsc::channel::<()>();
     std::thread::spawn(move || {
         let mut found = Vec::new();
         let mut reported = false;
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
+        let mut reader = BufReader::new(stderr);
+        let mut line = String::new();
+        while !(reported && unread) {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let line = line.trim_end_matches(['\n', '\r']).to_owned();
             if let Some(f) = file.as_mut() {
                 let _ = writeln!(f, "{line}");
             }
@@ -77,6 +99,9 @@ pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -
                 }
             }
         }
+        // Unread from here on: hold the pipe open until the test is done.
+        let _ = held.recv();
+        drop(reader);
     });
     let Ok(found) = is_ready.recv_timeout(Duration::from_secs(30)) else {
         let _ = child.kill();
@@ -91,6 +116,7 @@ pub fn spawn_listening(mut cmd: Command, listeners: usize, tee: Option<&Path>) -
         proxy: Vec::new(),
         admin: None,
         lines,
+        _unread: unread.then_some(hold),
     };
     for (admin, addr) in found {
         let addr = addr.expect("a listening line names its address");
