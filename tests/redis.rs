@@ -394,6 +394,59 @@ async fn gateway_starts_while_redis_is_down_and_serves_by_policy() {
     assert!(limited.header("ratelimit").is_some());
 }
 
+/// issue 13, cold start: a request that arrives while the first Redis
+/// connection is still coming up is decided by `on_error` after at most
+/// the store's `timeout`; it does not queue behind the connect (the
+/// gateway used to hold every request for a second at startup), and
+/// `/readyz` says 503 under `on_error: deny` until Redis is connected.
+#[tokio::test]
+async fn a_cold_start_decides_by_policy_within_the_timeout_instead_of_queueing() {
+    let mut server = RedisServer::start().await;
+    server.stop();
+    let src = yaml(&server.url(), "deny", 3, "").replace("redis: {", "redis: { timeout: 100ms, ");
+    let config = tollgate::config::load::parse_str(&src).expect("valid");
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (addr, admin_addr) = (proxy.local_addr().unwrap(), admin.local_addr().unwrap());
+    let serve = tollgate::server::Serve {
+        admin: Some(admin),
+        ..tollgate::server::Serve::on(vec![proxy])
+    };
+    // The listeners are bound: a request sent now waits in the backlog
+    // until the gateway serves.
+    let sent = Instant::now();
+    let first = tokio::spawn(send(addr, get("/t", &[])));
+    let started = tollgate::server::start(config, serve)
+        .await
+        .expect("starts");
+    let gw = Arc::clone(started.gateway());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(started.until(async {
+        let _ = stopped.await;
+    }));
+    let first = first.await.unwrap();
+    let waited = sent.elapsed();
+    assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        waited < Duration::from_millis(700),
+        "the first request waited {waited:?} for a connection that was not coming"
+    );
+    assert_eq!(
+        send(admin_addr, get("/readyz", &[])).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    server.restart().await;
+    assert!(
+        gw.limiter().wait_connected(Duration::from_secs(10)).await,
+        "never connected"
+    );
+    let ready = send(admin_addr, get("/readyz", &[])).await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.text());
+    assert_eq!(send(addr, get("/t", &[])).await.status, StatusCode::OK);
+    assert_eq!(limit_keys(&server).await.len(), 1, "decided in Redis");
+    let _ = stop.send(());
+}
+
 #[tokio::test]
 async fn local_fallback_divides_limits_by_live_instances() {
     let mut server = RedisServer::start().await;

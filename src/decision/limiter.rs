@@ -49,7 +49,7 @@ use crate::store::redis::backlog::Backlog;
 use crate::store::redis::fault::Fault;
 use crate::store::{Breaker, BreakerState, MemoryStore, RedisStore, Store, StoreError};
 
-/// How long startup waits for the first Redis connection.
+/// After this long without a first Redis connection, startup says so.
 const STARTUP_WAIT: Duration = Duration::from_secs(1);
 
 /// Decides requests against the configured store.
@@ -68,6 +68,10 @@ pub struct Limiter {
     /// What the fallback admitted during an outage, and whether decisions
     /// wait for it to reach Redis (module docs).
     resync: Arc<Resync>,
+    /// Until then (the store's `connect_timeout` after start) the first
+    /// connection may still be coming up, and a decision waits for it at
+    /// most the store's `timeout` before `on_error` decides.
+    warming_until: Instant,
 }
 
 /// Where one decision goes while counts may be behind Redis.
@@ -161,6 +165,23 @@ impl Drop for Limiter {
     }
 }
 
+/// Warns when Redis is not connected [`STARTUP_WAIT`] after start, naming
+/// why when Redis refuses this gateway.
+async fn warn_if_not_up(store: Arc<RedisStore>, redis: String) {
+    if store.wait_connected(STARTUP_WAIT).await {
+        return;
+    }
+    match store.fault() {
+        // Already logged at ERROR when it was found.
+        Some(fault) => {
+            warn!(%redis, %fault, "redis refuses this gateway at startup; serving by on_error until it accepts it");
+        }
+        None => {
+            warn!(%redis, "redis not reachable at startup; serving by on_error until it is");
+        }
+    }
+}
+
 /// How a decision was reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -186,19 +207,12 @@ impl Limiter {
             Some(r) => {
                 let store = Arc::new(RedisStore::connect(r).await?);
                 store.use_server_clock(cfg.clock == ClockSource::Redis);
-                // Give the first connection a moment so the first requests
-                // are not decided locally for nothing; never wait longer.
-                if !store.wait_connected(STARTUP_WAIT).await {
-                    match store.fault() {
-                        // Already logged at ERROR when it was found.
-                        Some(fault) => {
-                            warn!(redis = %r.describe(), %fault, "redis refuses this gateway at startup; serving by on_error until it accepts it");
-                        }
-                        None => {
-                            warn!(redis = %r.describe(), "redis not reachable at startup; serving by on_error until it is");
-                        }
-                    }
-                }
+                // Serving starts at once; the first connection comes up
+                // meanwhile (see `ask_redis`). Say so if it does not.
+                tasks.push(tokio::spawn(warn_if_not_up(
+                    Arc::clone(&store),
+                    r.describe(),
+                )));
                 tasks.push(tokio::spawn(Arc::clone(&breaker).probe(Arc::clone(&store))));
                 tasks.push(tokio::spawn(heartbeat::run(
                     Arc::clone(&store),
@@ -220,6 +234,11 @@ impl Limiter {
             wait: cfg.redis.as_ref().map_or(Duration::ZERO, |r| r.timeout),
             retry: cfg.breaker.probe_interval,
         });
+        let warming_until = Instant::now()
+            + cfg
+                .redis
+                .as_ref()
+                .map_or(Duration::ZERO, |r| r.connect_timeout);
         Ok(Self {
             memory: MemoryStore::new(),
             redis,
@@ -231,7 +250,18 @@ impl Limiter {
             tasks,
             metrics: StoreMetrics::default(),
             resync,
+            warming_until,
         })
+    }
+
+    /// Waits at most `timeout` for Redis to be connected; whether it is
+    /// (true at once without Redis). For callers that must not start
+    /// before the store can share counts, such as tests.
+    pub async fn wait_connected(&self, timeout: Duration) -> bool {
+        match &self.redis {
+            Some(r) => r.wait_connected(timeout).await,
+            None => true,
+        }
     }
 
     /// Records store latency, errors and the fallback state in `metrics`.
@@ -366,6 +396,12 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
     ) -> (bool, Result<Decision, StoreError>) {
+        // Cold start: the first connection may be on its way. Wait for it
+        // at most the store's timeout, then let `on_error` decide — never
+        // queue behind the connect.
+        if !redis.is_connected() && Instant::now() < self.warming_until {
+            redis.wait_connected(self.resync.wait).await;
+        }
         let gate = if self.resync.mode.load(Ordering::SeqCst) == SHARED {
             Gate::Redis
         } else {

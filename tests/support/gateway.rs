@@ -219,6 +219,15 @@ impl Gateway {
         let started = tollgate::server::start(config, serve)
             .await
             .expect("gateway starts");
+        // Serving starts before Redis is connected (its first requests are
+        // decided by on_error); these tests mean the connected gateway, so
+        // give the link the moment it needs, at most a second, as the
+        // binary's "redis not reachable at startup" warning does.
+        started
+            .gateway()
+            .limiter()
+            .wait_connected(std::time::Duration::from_secs(1))
+            .await;
         let inner = Arc::clone(started.gateway());
         let task = tokio::spawn(started.until(async {
             let _ = rx.await;
