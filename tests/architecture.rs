@@ -207,12 +207,6 @@ const KNOWN_FILE_CIRCLES: &[&[&str]] = &[
         "store/redis/topology",
     ],
     &[
-        "config/file",
-        "config/file/leaf",
-        "config/file/unknown",
-        "config/schema",
-    ],
-    &[
         "config/load",
         "config/load/callers",
         "config/load/check",
