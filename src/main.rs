@@ -9,11 +9,14 @@
 
 use std::fmt::Display;
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-
+use tollgate::config::Config;
+use tollgate::reload::{Hangups, Overrides, Reload};
+use tollgate::server::Serve;
+use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::EnvFilter;
 
 /// A rate-limiting reverse-proxy HTTP gateway.
@@ -88,41 +91,16 @@ fn main() -> ExitCode {
     if matches!(cli.command, Some(Command::Schema)) {
         return print(&tollgate::config::schema::json(), ExitCode::SUCCESS);
     }
-    // Every line goes through a bounded queue that a thread of its own
-    // writes out: a slow or unread stderr drops (and counts) lines instead
-    // of holding up requests. The guard writes out what is queued at exit.
-    let (writer, _flush_at_exit) = tollgate::logs::stderr();
-    tollgate::logs::set_access(writer.clone(), cli.log_format == LogFormat::Json);
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(writer)
-        // Colours for a terminal only: a log file or a collector gets plain
-        // text, not escape codes.
-        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
-    match cli.log_format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().init(),
-    }
+    // Kept to the end of `main`: dropping it writes out what is queued.
+    let _flush_at_exit = init_logging(cli.log_format);
 
     let path = match &cli.command {
         Some(Command::Check { file: Some(f) }) => f.clone(),
         _ => cli.config.clone(),
     };
-    let mut config = match tollgate::config::load::load_file(&path) {
+    let mut config = match load(&path) {
         Ok(c) => c,
-        Err(errors) => {
-            complain(format_args!(
-                "{}: {} error(s):",
-                path.display(),
-                errors.0.len()
-            ));
-            for e in &errors.0 {
-                complain(format_args!("  {e}"));
-            }
-            return ExitCode::from(BAD_CONFIG);
-        }
+        Err(status) => return status,
     };
     if matches!(cli.command, Some(Command::Check { .. })) {
         return print(
@@ -131,15 +109,67 @@ fn main() -> ExitCode {
         );
     }
 
-    let overrides = tollgate::reload::Overrides {
+    let overrides = Overrides {
         listen: cli.listen.clone(),
         admin: cli.admin,
     };
     overrides.apply(&mut config);
-    // `TOKIO_WORKER_THREADS=1` asks for one thread: then a current-thread
-    // runtime serves everything on the main thread, without the
-    // work-stealing scheduler's cross-thread queues and wake-ups, which
-    // cost CPU on every request and buy nothing with a single worker.
+    let runtime = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            complain(format_args!("cannot start the async runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(config, path, overrides))
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (`info` when unset), as text or
+/// as JSON lines. Every line goes through a bounded queue that a thread of
+/// its own writes out: a slow or unread stderr drops (and counts) lines
+/// instead of holding up requests. Dropping the guard writes out what is
+/// queued.
+fn init_logging(format: LogFormat) -> WorkerGuard {
+    let (writer, guard) = tollgate::logs::stderr();
+    tollgate::logs::set_access(writer.clone(), format == LogFormat::Json);
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(writer)
+        // Colours for a terminal only: a log file or a collector gets plain
+        // text, not escape codes.
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
+    guard
+}
+
+/// The configuration at `path`; when it does not load, every error is
+/// written to stderr and the exit status is [`BAD_CONFIG`].
+fn load(path: &Path) -> Result<Config, ExitCode> {
+    tollgate::config::load::load_file(path).map_err(|errors| {
+        complain(format_args!(
+            "{}: {} error(s):",
+            path.display(),
+            errors.0.len()
+        ));
+        for e in &errors.0 {
+            complain(format_args!("  {e}"));
+        }
+        ExitCode::from(BAD_CONFIG)
+    })
+}
+
+/// The async runtime.
+///
+/// `TOKIO_WORKER_THREADS=1` asks for one thread: then a current-thread
+/// runtime serves everything on the main thread, without the
+/// work-stealing scheduler's cross-thread queues and wake-ups, which
+/// cost CPU on every request and buy nothing with a single worker.
+fn runtime() -> io::Result<tokio::runtime::Runtime> {
     let one_thread = std::env::var("TOKIO_WORKER_THREADS")
         .is_ok_and(|v| v.trim().parse::<usize>().ok() == Some(1));
     let mut builder = if one_thread {
@@ -147,54 +177,63 @@ fn main() -> ExitCode {
     } else {
         tokio::runtime::Builder::new_multi_thread()
     };
-    let runtime = match builder.enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            complain(format_args!("cannot start the async runtime: {e}"));
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async move {
-        let hangups = tollgate::reload::Hangups::catch();
-        let shutdown = shutdown_signal();
-        // Every listener, the admin one too, with the configured accept queue.
-        let backlog = config.server.backlog;
-        let mut listeners = Vec::new();
-        for addr in config.listen.iter().map(|l| l.addr) {
-            match tollgate::listener::bind(addr, backlog) {
-                Ok(l) => listeners.push(l),
-                Err(e) => {
-                    complain(format_args!("cannot listen on {addr}: {e}"));
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-        let admin = match config.admin {
-            Some(addr) => match tollgate::listener::bind(addr, backlog) {
-                Ok(l) => Some(l),
-                Err(e) => {
-                    complain(format_args!("cannot listen on admin address {addr}: {e}"));
-                    return ExitCode::FAILURE;
-                }
-            },
-            None => None,
-        };
-        let serve = tollgate::server::Serve {
-            admin,
-            reload: Some(tollgate::reload::Reload {
+    builder.enable_all().build()
+}
+
+/// Serves `config` until SIGTERM or SIGINT, reloading it from `path` on
+/// SIGHUP; the exit status. Runs inside the runtime.
+async fn serve(config: Config, path: PathBuf, overrides: Overrides) -> ExitCode {
+    // SIGHUP, SIGTERM and SIGINT are caught before anything is bound.
+    let hangups = Hangups::catch();
+    let shutdown = shutdown_signal();
+    let serve = match bind_listeners(&config) {
+        Ok(bound) => Serve {
+            reload: Some(Reload {
                 path,
                 overrides,
                 hangups,
             }),
-            ..tollgate::server::Serve::on(listeners)
-        };
-        match tollgate::run(config, serve, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
+            ..bound
+        },
+        Err(status) => return status,
+    };
+    match tollgate::run(config, serve, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            complain(format_args!("tollgate: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Every listener of `config`, the admin one too, bound with the
+/// configured accept queue; an address that cannot be bound is said on
+/// stderr and ends the command with status 1.
+fn bind_listeners(config: &Config) -> Result<Serve, ExitCode> {
+    let backlog = config.server.backlog;
+    let mut listeners = Vec::new();
+    for addr in config.listen.iter().map(|l| l.addr) {
+        match tollgate::listener::bind(addr, backlog) {
+            Ok(l) => listeners.push(l),
             Err(e) => {
-                complain(format_args!("tollgate: {e}"));
-                ExitCode::FAILURE
+                complain(format_args!("cannot listen on {addr}: {e}"));
+                return Err(ExitCode::FAILURE);
             }
         }
+    }
+    let admin = match config.admin {
+        Some(addr) => match tollgate::listener::bind(addr, backlog) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                complain(format_args!("cannot listen on admin address {addr}: {e}"));
+                return Err(ExitCode::FAILURE);
+            }
+        },
+        None => None,
+    };
+    Ok(Serve {
+        admin,
+        ..Serve::on(listeners)
     })
 }
 

@@ -186,6 +186,75 @@ impl Default for StoreMetrics {
     }
 }
 
+impl StoreMetrics {
+    /// The store's series, registered in `registry`: call latency by store,
+    /// Redis errors, fallback, breaker and fault gauges, the outage backlog
+    /// and the deny cache.
+    fn register(registry: &mut Registry) -> Self {
+        let store_duration: HistogramFamily<StoreLabels> =
+            Family::new_with_constructor(store_histogram);
+        registry.register(
+            "tollgate_store_call_duration_seconds",
+            "Latency of one limiter decision by store (redis, memory)",
+            store_duration.clone(),
+        );
+        let store_errors = Counter::default();
+        registry.register(
+            "tollgate_store_errors",
+            "Redis calls that failed or timed out",
+            store_errors.clone(),
+        );
+        let store_fallback = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "tollgate_store_fallback",
+            "1 while Redis is failing and on_error decides, else 0",
+            store_fallback.clone(),
+        );
+        let store_breaker_open = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "tollgate_store_breaker_open",
+            "1 while the breaker in front of Redis is open (Redis is not called), else 0",
+            store_breaker_open.clone(),
+        );
+        let store_fault = Family::<FaultLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "tollgate_store_fault",
+            "1 while Redis refuses the gateway for this kind of reason (auth: WRONGPASS/NOAUTH, permission: NOPERM, tls: handshake or protocol mismatch), else 0",
+            store_fault.clone(),
+        );
+        let backlog_pushed = Counter::default();
+        registry.register(
+            "tollgate_store_backlog_pushed",
+            "Keys added to Redis when it returned, with what on_error: local admitted during the outage",
+            backlog_pushed.clone(),
+        );
+        let backlog_dropped = Counter::default();
+        registry.register(
+            "tollgate_store_backlog_dropped",
+            "Admissions on_error: local made during an outage that were not kept for Redis (the backlog was full)",
+            backlog_dropped.clone(),
+        );
+        let deny_cache_hits = Counter::default();
+        registry.register(
+            "tollgate_deny_cache_hits",
+            "Requests denied from the local deny cache, without a Redis call",
+            deny_cache_hits.clone(),
+        );
+        Self {
+            redis_duration: store_duration.get_or_create_owned(&StoreLabels { store: "redis" }),
+            memory_duration: store_duration.get_or_create_owned(&StoreLabels { store: "memory" }),
+            errors: store_errors,
+            fallback: store_fallback,
+            breaker_open: store_breaker_open,
+            deny_cache_hits,
+            faults: FaultKind::ALL
+                .map(|kind| store_fault.get_or_create_owned(&FaultLabels { kind: kind.label() })),
+            backlog_pushed,
+            backlog_dropped,
+        }
+    }
+}
+
 /// Every series of one limit of one route.
 #[derive(Debug, Clone)]
 pub struct LimitMetrics {
@@ -321,6 +390,7 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// A registry with every family.
     pub fn new() -> Self {
+        // `/metrics` lists the families in the order they are registered.
         let mut registry = Registry::default();
         registry.register_collector(Box::new(LogLinesDropped));
         let requests = Family::<RequestLabels, Counter>::default();
@@ -341,55 +411,7 @@ impl Metrics {
             "Limit decisions by route, limit and outcome (allowed, limited, shadow_limited, error)",
             decisions.clone(),
         );
-        let store_duration: HistogramFamily<StoreLabels> =
-            Family::new_with_constructor(store_histogram);
-        registry.register(
-            "tollgate_store_call_duration_seconds",
-            "Latency of one limiter decision by store (redis, memory)",
-            store_duration.clone(),
-        );
-        let store_errors = Counter::default();
-        registry.register(
-            "tollgate_store_errors",
-            "Redis calls that failed or timed out",
-            store_errors.clone(),
-        );
-        let store_fallback = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "tollgate_store_fallback",
-            "1 while Redis is failing and on_error decides, else 0",
-            store_fallback.clone(),
-        );
-        let store_breaker_open = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "tollgate_store_breaker_open",
-            "1 while the breaker in front of Redis is open (Redis is not called), else 0",
-            store_breaker_open.clone(),
-        );
-        let store_fault = Family::<FaultLabels, Gauge<i64, AtomicI64>>::default();
-        registry.register(
-            "tollgate_store_fault",
-            "1 while Redis refuses the gateway for this kind of reason (auth: WRONGPASS/NOAUTH, permission: NOPERM, tls: handshake or protocol mismatch), else 0",
-            store_fault.clone(),
-        );
-        let backlog_pushed = Counter::default();
-        registry.register(
-            "tollgate_store_backlog_pushed",
-            "Keys added to Redis when it returned, with what on_error: local admitted during the outage",
-            backlog_pushed.clone(),
-        );
-        let backlog_dropped = Counter::default();
-        registry.register(
-            "tollgate_store_backlog_dropped",
-            "Admissions on_error: local made during an outage that were not kept for Redis (the backlog was full)",
-            backlog_dropped.clone(),
-        );
-        let deny_cache_hits = Counter::default();
-        registry.register(
-            "tollgate_deny_cache_hits",
-            "Requests denied from the local deny cache, without a Redis call",
-            deny_cache_hits.clone(),
-        );
+        let store = StoreMetrics::register(&mut registry);
         let upstream_responses = Family::<UpstreamLabels, Counter>::default();
         registry.register(
             "tollgate_upstream_responses",
@@ -421,18 +443,6 @@ impl Metrics {
             "Configuration reloads by result (success, failure)",
             reloads.clone(),
         );
-        let store = StoreMetrics {
-            redis_duration: store_duration.get_or_create_owned(&StoreLabels { store: "redis" }),
-            memory_duration: store_duration.get_or_create_owned(&StoreLabels { store: "memory" }),
-            errors: store_errors,
-            fallback: store_fallback,
-            breaker_open: store_breaker_open,
-            deny_cache_hits,
-            faults: FaultKind::ALL
-                .map(|kind| store_fault.get_or_create_owned(&FaultLabels { kind: kind.label() })),
-            backlog_pushed,
-            backlog_dropped,
-        };
         Self {
             registry,
             store,

@@ -112,39 +112,17 @@ impl GatewayError {
 
     /// The problem+json body.
     pub fn problem(&self) -> Bytes {
-        let status = self.status();
-        let title = status.canonical_reason().unwrap_or("Error");
         let mut body = String::with_capacity(256);
         body.push('{');
         match self {
-            Self::Limited {
-                policies,
-                retry_after,
-            } => {
+            Self::Limited { policies, .. } => {
                 // The fixed part as literal JSON (the deny path renders this
                 // body for every refused request); the unit test checks it
                 // against the general rendering.
                 body.push_str(LIMITED_HEAD);
-                let detail = match retry_after {
-                    Some(s) => format!(
-                        "Rate limit exceeded for {}; retry in {s} s",
-                        policies.join(", ")
-                    ),
-                    None => format!(
-                        "The request costs more than the limit {} allows in a window; it can never be admitted",
-                        policies.join(", ")
-                    ),
-                };
                 body.push(',');
-                push_field(&mut body, "detail", &detail);
-                body.push_str(",\"violated-policies\":[");
-                for (i, p) in policies.iter().enumerate() {
-                    if i > 0 {
-                        body.push(',');
-                    }
-                    push_json_string(&mut body, p);
-                }
-                body.push(']');
+                push_field(&mut body, "detail", &self.detail());
+                push_policies(&mut body, policies);
             }
             Self::NoRoute { .. }
             | Self::UnknownApiKey
@@ -159,50 +137,71 @@ impl GatewayError {
             | Self::HeaderTooLarge { .. }
             | Self::UriTooLong { .. }
             | Self::StoreUnavailable => {
+                let status = self.status();
+                let title = status.canonical_reason().unwrap_or("Error");
                 push_field(&mut body, "type", "about:blank");
                 body.push(',');
                 push_common(&mut body, title, status);
                 body.push(',');
-                let detail = match self {
-                    Self::NoRoute { .. } => "No route matches this request".to_owned(),
-                    Self::UnknownApiKey => {
-                        "This route needs an API key known to the gateway".to_owned()
-                    }
-                    // Upstream details stay in the logs, not in the answer.
-                    Self::UpstreamConnect(_) => {
-                        "The upstream server could not be reached".to_owned()
-                    }
-                    Self::UpstreamTimeout(d) => format!(
-                        "The upstream server did not answer within {} ms",
-                        d.as_millis()
-                    ),
-                    Self::StoreUnavailable => "The rate limiter cannot decide right now and this route fails closed; retry shortly".to_owned(),
-                    Self::UpstreamFailed(_) => "The upstream connection failed".to_owned(),
-                    Self::BadRequest(why) => format!("The request is malformed: {why}"),
-                    Self::BadTarget(why) => format!("The request target is refused: {why}"),
-                    Self::PayloadTooLarge(max) => {
-                        format!("The request body is larger than {max} bytes")
-                    }
-                    Self::BadRequestBody(why) => {
-                        format!("The request body is malformed: {why}")
-                    }
-                    Self::ClientAborted(_) => {
-                        "The request body ended before it was complete".to_owned()
-                    }
-                    Self::HeaderTooLarge { size, max } => format!(
-                        "The request header block is {size} bytes; this gateway accepts at most {max}"
-                    ),
-                    Self::UriTooLong { length, max } => format!(
-                        "The request target's path and query are {length} bytes; this gateway accepts at most {max}"
-                    ),
-                    Self::Limited { .. } => String::new(),
-                };
-                push_field(&mut body, "detail", &detail);
+                push_field(&mut body, "detail", &self.detail());
             }
         }
         body.push('}');
         Bytes::from(body)
     }
+
+    /// The problem's `detail`: what happened, in words for the client.
+    fn detail(&self) -> String {
+        match self {
+            Self::Limited {
+                policies,
+                retry_after: Some(s),
+            } => format!(
+                "Rate limit exceeded for {}; retry in {s} s",
+                policies.join(", ")
+            ),
+            Self::Limited {
+                policies,
+                retry_after: None,
+            } => format!(
+                "The request costs more than the limit {} allows in a window; it can never be admitted",
+                policies.join(", ")
+            ),
+            Self::NoRoute { .. } => "No route matches this request".to_owned(),
+            Self::UnknownApiKey => "This route needs an API key known to the gateway".to_owned(),
+            // Upstream details stay in the logs, not in the answer.
+            Self::UpstreamConnect(_) => "The upstream server could not be reached".to_owned(),
+            Self::UpstreamTimeout(d) => format!(
+                "The upstream server did not answer within {} ms",
+                d.as_millis()
+            ),
+            Self::StoreUnavailable => "The rate limiter cannot decide right now and this route fails closed; retry shortly".to_owned(),
+            Self::UpstreamFailed(_) => "The upstream connection failed".to_owned(),
+            Self::BadRequest(why) => format!("The request is malformed: {why}"),
+            Self::BadTarget(why) => format!("The request target is refused: {why}"),
+            Self::PayloadTooLarge(max) => format!("The request body is larger than {max} bytes"),
+            Self::BadRequestBody(why) => format!("The request body is malformed: {why}"),
+            Self::ClientAborted(_) => "The request body ended before it was complete".to_owned(),
+            Self::HeaderTooLarge { size, max } => format!(
+                "The request header block is {size} bytes; this gateway accepts at most {max}"
+            ),
+            Self::UriTooLong { length, max } => format!(
+                "The request target's path and query are {length} bytes; this gateway accepts at most {max}"
+            ),
+        }
+    }
+}
+
+/// `,"violated-policies":[…]`: the names of the limits that denied.
+fn push_policies(body: &mut String, policies: &[String]) {
+    body.push_str(",\"violated-policies\":[");
+    for (i, p) in policies.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        push_json_string(body, p);
+    }
+    body.push(']');
 }
 
 fn push_common(body: &mut String, title: &str, status: StatusCode) {

@@ -7,12 +7,12 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use yaml_serde::Value;
 
-use super::super::position::{child_index, child_key};
 use super::leaf::tidy;
-use super::{
+use super::mappings::{
     ApiKeys, Breaker, ClientIp, Jwt, Limit, Match, PlanLimit, Reconnect, Redis, RedisTls, Respond,
     Root, Route, Sentinel, Server, ServerPath, Store, Timeouts, Users,
 };
+use crate::config::position::{child_index, child_key};
 
 /// A key the structs do not know.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +101,7 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
 
 /// The field names serde's derive gives a struct, asked from the derive
 /// itself (it passes them to `deserialize_struct`), so the "expected one
-/// of" lists can never drift from the structs above.
+/// of" lists can never drift from the structs of `mappings.rs`.
 pub(super) fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     struct Probe<'a>(&'a mut &'static [&'static str]);
 

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use http::HeaderName;
 use ipnet::IpNet;
 
-use super::super::file::{self, Field, Text};
-use super::super::position::child_key;
-use super::super::{ApiKeyConfig, ClientIpConfig, Plan, PlanLimit, UnknownKey, UserConfig};
 use super::check::{Check, Checked, Reported, choice, int, parse_timeout, positive, text};
 use super::limits::{is_month, parse_limit_name, parse_window};
+use crate::config::file::{self, Field, Text};
+use crate::config::position::child_key;
+use crate::config::{ApiKeyConfig, ClientIpConfig, Plan, PlanLimit, UnknownKey, UserConfig};
 use crate::jwt::{JwtAlgorithm, JwtVerifier};
 
 impl Check<'_> {

@@ -15,9 +15,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::super::file::{self, Field, Int, OneOrMany, Text};
-use super::super::position::{Pos, Positions, child_index, child_key};
-use super::ConfigError;
+use super::errors::ConfigError;
+use crate::config::file::{self, Field, Int, OneOrMany, Text};
+use crate::config::position::{Pos, Positions, child_index, child_key};
 
 /// Marks a check that failed; its error is already recorded.
 #[derive(Debug, Clone, Copy)]

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use http::HeaderName;
 
-use super::super::file::{self, Field, Flag, Int, OneOrMany, Text};
-use super::super::position::child_key;
-use super::super::{KeySource, KeySpec, Limit};
 use super::check::{Check, Checked, Reported, choice, leaf, parse_duration, positive, text};
+use crate::config::file::{self, Field, Flag, Int, OneOrMany, Text};
+use crate::config::position::child_key;
+use crate::config::{KeySource, KeySpec, Limit};
 use crate::limit::Algorithm;
 
 impl Check<'_> {

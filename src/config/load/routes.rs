@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use http::{HeaderValue, Method, StatusCode, Uri};
 
-use super::super::file::{self, Field, Flag, Text};
-use super::super::position::child_key;
-use super::super::{Action, OnError, PathMatch, Respond, Route, RouteMatch, Upstream};
 use super::check::{Check, Checked, Reported, choice, int, leaf, parse_timeout, positive, text};
+use crate::config::file::{self, Field, Flag, Text};
+use crate::config::position::child_key;
+use crate::config::{Action, OnError, PathMatch, Respond, Route, RouteMatch, Upstream};
 use crate::target::{EscapedSlashes, PathRules};
 
 impl Check<'_> {

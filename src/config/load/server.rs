@@ -6,10 +6,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::super::file::{self, Field, Text};
-use super::super::position::child_key;
-use super::super::{Listen, ServerSettings, Timeouts};
 use super::check::{Check, Checked, int, names, parse_timeout, spelled, text};
+use crate::config::file::{self, Field, Text};
+use crate::config::position::child_key;
+use crate::config::{Listen, ServerSettings, Timeouts};
 use crate::target::{EscapedSlashes, PathRules};
 
 impl Check<'_> {

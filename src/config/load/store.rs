@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
-use super::super::file;
-use super::super::position::child_key;
-use super::super::{
+use super::check::{Check, Checked, choice, int, parse_duration, parse_timeout, text};
+use crate::config::file;
+use crate::config::position::child_key;
+use crate::config::{
     BreakerConfig, ClockSource, OnError, RedisConfig, RedisTls, RedisTopology, StoreConfig,
 };
-use super::check::{Check, Checked, choice, int, parse_duration, parse_timeout, text};
 
 impl Check<'_> {
     pub(super) fn store(&mut self, store: &file::Store, path: &str) -> Checked<StoreConfig> {

@@ -1,0 +1,430 @@
+//! The file structs, one per mapping of the YAML file, from [`Root`] down.
+//!
+//! Every field is a [`Field`] and every leaf a [`Text`], [`Int`], [`Flag`]
+//! or [`OneOrMany`] (`leaf.rs`), so a mistake in one field never hides
+//! another; [`from_value`](super::from_value) reads them and collects the
+//! unknown keys. Each struct also derives its part of the JSON Schema: an
+//! enum field lists the spellings its loader parses, and durations,
+//! windows and sizes take the shapes of `shape.rs`.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+use yaml_serde::Value;
+
+use super::leaf::{Field, Flag, Int, OneOrMany, Text, describe, tidy};
+use super::shape::spellings;
+use crate::config::{ClockSource, HeaderMode, OnError};
+use crate::jwt::JwtAlgorithm;
+use crate::limit::Algorithm;
+use crate::target::EscapedSlashes;
+
+/// The whole file.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Root {
+    /// `listen: ADDR`, `{ addr, tls: { cert, key } }`, or a list of them.
+    pub listen: Field<OneOrMany<Listen>>,
+    /// `admin: ADDR`
+    pub admin: Field<Text>,
+    /// `store:`
+    pub store: Field<Store>,
+    /// `client_ip:`
+    pub client_ip: Field<ClientIp>,
+    /// `headers: ietf | github | legacy | none`
+    #[schemars(extend("enum" = spellings(&HeaderMode::SPELLINGS)))]
+    pub headers: Field<Text>,
+    /// `plans: { free: [limits], pro: [limits] }`
+    pub plans: Field<BTreeMap<String, Field<Vec<Field<PlanLimit>>>>>,
+    /// `api_keys: { header, keys, unknown, redis_hash, cache }`
+    pub api_keys: Field<ApiKeys>,
+    /// `users: { header, jwt }`
+    pub users: Field<Users>,
+    /// `timeouts:`
+    pub timeouts: Field<Timeouts>,
+    /// `routes:`
+    pub routes: Field<Vec<Field<Route>>>,
+    /// `server: { max_connections, backlog, max_header_size, max_uri_size, max_body_size }`
+    pub server: Field<Server>,
+}
+
+/// One `listen` entry: `127.0.0.1:8080` or `{ addr: …, tls: { cert, key } }`.
+///
+/// Read from an owned value (it is a [`OneOrMany`] item), so the mapping
+/// form checks its own unknown fields with `deny_unknown_fields`: the first
+/// unknown key of that small mapping is reported, with the fields allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// `127.0.0.1:8080`
+    Addr(Text),
+    /// `{ addr, tls }`
+    Map(ListenMap),
+}
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            map @ Value::Mapping(_) => ListenMap::deserialize(map)
+                .map(Self::Map)
+                .map_err(|e| de::Error::custom(tidy(&e.to_string()))),
+            seq @ Value::Sequence(_) => Err(de::Error::custom(format_args!(
+                "expected an address or a mapping {{ addr, tls }}, found {}",
+                describe(&seq)
+            ))),
+            other => Text::deserialize(other)
+                .map(Self::Addr)
+                .map_err(|e| de::Error::custom(e.to_string())),
+        }
+    }
+}
+
+/// `listen: { addr, tls }`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields, expecting = "a mapping")]
+pub struct ListenMap {
+    /// `addr: 127.0.0.1:8443`
+    pub addr: Field<Text>,
+    /// `tls: { cert, key }`
+    pub tls: Field<Tls>,
+}
+
+/// `listen[i].tls:`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields, expecting = "a mapping")]
+pub struct Tls {
+    /// `cert: /path/to/chain.pem`
+    pub cert: Field<Text>,
+    /// `key: /path/to/key.pem`
+    pub key: Field<Text>,
+}
+
+/// `server:` — caps on what one client may hold or send.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Server {
+    /// `max_connections: 10000`
+    pub max_connections: Field<Int>,
+    /// `backlog: 4096` (accept queue of each listener; capped by the kernel)
+    pub backlog: Field<Int>,
+    /// `max_header_size: 128KiB`
+    #[schemars(transform = super::shape::size)]
+    pub max_header_size: Field<Text>,
+    /// `max_uri_size: 16KiB` (path and query of the request target)
+    #[schemars(transform = super::shape::size)]
+    pub max_uri_size: Field<Text>,
+    /// `max_body_size: 10MiB`
+    #[schemars(transform = super::shape::size)]
+    pub max_body_size: Field<Text>,
+    /// `path: { normalize, merge_slashes, escaped_slashes }`
+    pub path: Field<ServerPath>,
+}
+
+/// `server.path:` — how request paths are made canonical.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct ServerPath {
+    /// `normalize: true` (false: route on and forward the raw path)
+    pub normalize: Field<Flag>,
+    /// `merge_slashes: true`
+    pub merge_slashes: Field<Flag>,
+    /// `escaped_slashes: reject | keep | decode`
+    #[schemars(extend("enum" = spellings(&EscapedSlashes::SPELLINGS)))]
+    pub escaped_slashes: Field<Text>,
+}
+
+/// `store:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Store {
+    /// `redis: { url, timeout }`
+    pub redis: Field<Redis>,
+    /// `on_error: allow | deny | local`
+    #[schemars(extend("enum" = spellings(&OnError::SPELLINGS)))]
+    pub on_error: Field<Text>,
+    /// `prefix: "tg:"`
+    pub prefix: Field<Text>,
+    /// `readable_keys: true` (Redis keys name the identity in clear)
+    pub readable_keys: Field<Flag>,
+    /// `clock: gateway | redis`
+    #[schemars(extend("enum" = spellings(&ClockSource::SPELLINGS)))]
+    pub clock: Field<Text>,
+    /// `breaker: { failures, probe_interval }`
+    pub breaker: Field<Breaker>,
+    /// `deny_cache: 10000` (entries; 0 turns it off)
+    pub deny_cache: Field<Int>,
+}
+
+/// `store.redis:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Redis {
+    /// `url: redis://host:port`
+    pub url: Field<Text>,
+    /// `cluster: [host:port, ...]` (seed nodes)
+    pub cluster: Field<OneOrMany<Text>>,
+    /// `sentinel: { service_name, nodes }`
+    pub sentinel: Field<Sentinel>,
+    /// `username: tollgate`
+    pub username: Field<Text>,
+    /// `password: s3cret`
+    pub password: Field<Text>,
+    /// `database: 0`
+    pub database: Field<Int>,
+    /// `tls: { ca_file }`
+    pub tls: Field<RedisTls>,
+    /// `timeout: 25ms`
+    #[schemars(transform = super::shape::duration)]
+    pub timeout: Field<Text>,
+    /// `connect_timeout: 1s`
+    #[schemars(transform = super::shape::duration)]
+    pub connect_timeout: Field<Text>,
+    /// `reconnect: { min, max, jitter }`
+    pub reconnect: Field<Reconnect>,
+    /// `pool_size: 1`
+    pub pool_size: Field<Int>,
+}
+
+/// `store.redis.sentinel:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Sentinel {
+    /// `service_name: mymaster`
+    pub service_name: Field<Text>,
+    /// `nodes: [host:port, ...]`
+    pub nodes: Field<OneOrMany<Text>>,
+}
+
+/// `store.redis.tls:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct RedisTls {
+    /// `ca_file: /etc/tollgate/redis-ca.pem`
+    pub ca_file: Field<Text>,
+}
+
+/// `store.redis.reconnect:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Reconnect {
+    /// `min: 100ms`
+    #[schemars(transform = super::shape::duration)]
+    pub min: Field<Text>,
+    /// `max: 1s`
+    #[schemars(transform = super::shape::duration)]
+    pub max: Field<Text>,
+    /// `jitter: 100ms`
+    #[schemars(transform = super::shape::duration)]
+    pub jitter: Field<Text>,
+}
+
+/// `store.breaker:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Breaker {
+    /// `failures: 3`
+    pub failures: Field<Int>,
+    /// `probe_interval: 200ms`
+    #[schemars(transform = super::shape::duration)]
+    pub probe_interval: Field<Text>,
+}
+
+/// `client_ip:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct ClientIp {
+    /// `trusted_proxies: [CIDR or IP, ...]`
+    pub trusted_proxies: Field<OneOrMany<Text>>,
+    /// `ipv6_prefix: 64`
+    pub ipv6_prefix: Field<Int>,
+}
+
+/// `api_keys:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct ApiKeys {
+    /// `header: x-api-key`
+    pub header: Field<Text>,
+    /// `keys: { KEY: PLAN }`
+    pub keys: Field<BTreeMap<String, Field<Text>>>,
+    /// `unknown: PLAN | reject`
+    pub unknown: Field<Text>,
+    /// `redis_hash: true` — look keys up with `HGET <prefix>keys KEY`
+    pub redis_hash: Field<bool>,
+    /// `cache: 10s` — how long a Redis answer is reused
+    #[schemars(transform = super::shape::duration)]
+    pub cache: Field<Text>,
+}
+
+/// One item of `plans.NAME:`.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct PlanLimit {
+    /// `name: per_minute`
+    pub name: Field<Text>,
+    /// `limit: 100`
+    pub limit: Field<Int>,
+    /// `window: 1m` or `window: month`
+    #[schemars(transform = super::shape::window)]
+    pub window: Field<Text>,
+    /// `algorithm: sliding_window | fixed_window | sliding_log | gcra`
+    #[schemars(extend("enum" = spellings(&Algorithm::SPELLINGS)))]
+    pub algorithm: Field<Text>,
+    /// `burst: 20`
+    pub burst: Field<Int>,
+}
+
+/// `users:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Users {
+    /// `header: x-user`
+    pub header: Field<Text>,
+    /// `jwt: { algorithm, secret | public_key, claim }`
+    pub jwt: Field<Jwt>,
+}
+
+/// `users.jwt:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Jwt {
+    /// `algorithm: HS256 | RS256 | ES256`
+    #[schemars(extend("enum" = spellings(&JwtAlgorithm::SPELLINGS)))]
+    pub algorithm: Field<Text>,
+    /// `secret: "..."` (HS256)
+    pub secret: Field<Text>,
+    /// `public_key: /path/key.pem` (RS256, ES256)
+    pub public_key: Field<Text>,
+    /// `claim: sub`
+    pub claim: Field<Text>,
+}
+
+/// `timeouts:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Timeouts {
+    /// `header_read: 10s`
+    #[schemars(transform = super::shape::duration)]
+    pub header_read: Field<Text>,
+    /// `upstream_connect: 5s`
+    #[schemars(transform = super::shape::duration)]
+    pub upstream_connect: Field<Text>,
+    /// `upstream_response: 30s`
+    #[schemars(transform = super::shape::duration)]
+    pub upstream_response: Field<Text>,
+    /// `upstream_idle: 4s` (idle keep-alive connections to upstreams)
+    #[schemars(transform = super::shape::duration)]
+    pub upstream_idle: Field<Text>,
+    /// `idle: 60s`
+    #[schemars(transform = super::shape::duration)]
+    pub idle: Field<Text>,
+    /// `drain: 30s`
+    #[schemars(transform = super::shape::duration)]
+    pub drain: Field<Text>,
+}
+
+/// One item of `routes:`.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Route {
+    /// `name: api`
+    pub name: Field<Text>,
+    /// `match: { host, path, path_prefix, methods }`
+    #[serde(rename = "match")]
+    pub matcher: Field<Match>,
+    /// `upstream: http://host:port[/base]`
+    pub upstream: Field<Text>,
+    /// `respond: { status, body, content_type }`
+    pub respond: Field<Respond>,
+    /// `timeout: 30s`
+    #[schemars(transform = super::shape::duration)]
+    pub timeout: Field<Text>,
+    /// `cost: 1`
+    pub cost: Field<Int>,
+    /// `limits:`
+    pub limits: Field<Vec<Field<Limit>>>,
+    /// `upstream_ca: /path/to/ca.pem` (https upstreams)
+    pub upstream_ca: Field<Text>,
+    /// `upgrade: true` (pass `Upgrade` requests such as WebSocket through)
+    pub upgrade: Field<Flag>,
+    /// `forward_proxy_authorization: true` (pass the client's
+    /// `Proxy-Authorization` on; it is removed otherwise)
+    pub forward_proxy_authorization: Field<Flag>,
+    /// `shadow: true`
+    pub shadow: Field<Flag>,
+    /// `on_error: allow | deny | local` (overrides `store.on_error`)
+    #[schemars(extend("enum" = spellings(&OnError::SPELLINGS)))]
+    pub on_error: Field<Text>,
+}
+
+/// `routes[i].match:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Match {
+    /// `host: api.example.com`
+    pub host: Field<Text>,
+    /// `path: /exact`
+    pub path: Field<Text>,
+    /// `path_prefix: /api/`
+    pub path_prefix: Field<Text>,
+    /// `methods: [GET, POST]`
+    pub methods: Field<OneOrMany<Text>>,
+}
+
+/// `routes[i].respond:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Respond {
+    /// `status: 200`
+    pub status: Field<Int>,
+    /// `body: "hello"`
+    pub body: Field<Text>,
+    /// `content_type: text/plain`
+    pub content_type: Field<Text>,
+}
+
+/// One item of `routes[i].limits:`.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Limit {
+    /// `name: per_ip`
+    pub name: Field<Text>,
+    /// `key: ip`, `key: api_key | ip`, `key: [ip, header:x-user]`
+    pub key: Field<OneOrMany<Text>>,
+    /// `limit: 100`
+    pub limit: Field<Int>,
+    /// `window: 1m` or `window: month`
+    #[schemars(transform = super::shape::window)]
+    pub window: Field<Text>,
+    /// `cost: 2`
+    pub cost: Field<Int>,
+    /// `shadow: true`
+    pub shadow: Field<Flag>,
+    /// `algorithm: sliding_window | fixed_window | sliding_log | gcra`
+    #[schemars(extend("enum" = spellings(&Algorithm::SPELLINGS)))]
+    pub algorithm: Field<Text>,
+    /// `burst: 20` (gcra only)
+    pub burst: Field<Int>,
+    /// `plan: true` — the numbers come from the caller's plan
+    pub plan: Field<bool>,
+}
