@@ -25,7 +25,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use hashbrown::HashTable;
 use smallvec::{SmallVec, smallvec};
 
-use super::{Store, StoreError};
+use super::contract::{Store, StoreError};
 use crate::limit::{
     Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar, fixed_window, gcra,
     sliding_log, sliding_window,
