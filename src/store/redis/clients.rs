@@ -34,12 +34,13 @@ use crate::store::contract::StoreError;
 /// Longer call timeouts are clamped to this, so deadlines cannot overflow.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 
-/// The pool of clients and the script's SHA-1: what a script call needs.
+/// The pool of clients and what every call through it needs.
 pub(super) struct Clients {
     /// `pool_size` clients; calls take them in turn (see [`Self::client`]).
     links: Vec<Link>,
     /// Round-robin position in `links`.
     next: AtomicUsize,
+    /// The decision script's SHA-1, once a `SCRIPT LOAD` answered it.
     pub(super) sha: OnceLock<Str>,
     /// A Redis Cluster: one request's keys may sit in several slots.
     pub(super) clustered: bool,
