@@ -1,61 +1,27 @@
 //! Limiter stores: where counters live.
 //!
-//! [`Store`] is the one trait every store implements; [`memory`] keeps state
-//! in process and [`redis`] shares it between gateway instances. Both pass
-//! the same conformance table (`tests/limiter.rs`), driven with an injected
-//! time: `now_ms` is an argument, never read inside a store.
+//! [`Store`] is the one trait every store implements (`contract`, with
+//! [`StoreError`]); [`memory`] keeps state in process and [`redis`] shares it
+//! between gateway instances. Both pass the same conformance table
+//! (`tests/limiter.rs`), driven with an injected time: `now_ms` is an
+//! argument, never read inside a store. [`keys`] names every key tollgate
+//! writes to a store.
 //!
-//! Around Redis: [`breaker`] stops calling it after repeated failures and
+//! Around Redis: [`Breaker`] stops calling it after repeated failures and
 //! probes it in the background; [`heartbeat`] counts the live gateway
-//! instances, which `on_error: local` divides each limit by.
+//! instances, which `on_error: local` divides each limit by. Both live in
+//! [`redis`] and are named here too.
+//!
+//! This file only declares the family and names its public items; every
+//! item lives in a file of its own, so imports run one way, from here down.
 
-pub mod breaker;
-pub mod heartbeat;
+mod contract;
 pub mod keys;
 pub mod memory;
 pub mod redis;
 
-use std::future::Future;
-
-use crate::limit::{Decision, LimitRequest};
-
-pub use breaker::{Breaker, BreakerState};
+pub use contract::{Store, StoreError};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
-
-/// Why a store could not decide.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The store is not connected.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// The call did not finish within the configured timeout.
-    #[error("store call timed out")]
-    Timeout,
-    /// The store answered something that is not a valid decision.
-    #[error("store replied garbage: {0}")]
-    Protocol(String),
-    /// Redis refused the gateway's command, in its own words: an ACL
-    /// permission is missing (`NOPERM`) or the connection is not
-    /// authenticated (`NOAUTH`, `WRONGPASS`). A configuration fault, not an
-    /// outage: it will not heal by waiting (see `redis::fault`).
-    #[error("redis refused: {0}")]
-    Refused(String),
-}
-
-/// A place that decides limits and keeps their counters.
-pub trait Store: Send + Sync {
-    /// Decides every limit of one request at `now_ms` (ms since the epoch).
-    /// Admits only if all admit, and then consumes each request's cost from
-    /// its limit; a denied request consumes nothing, and every outcome of a
-    /// denial shows its limit without it.
-    ///
-    /// # Errors
-    /// [`StoreError`] when the store cannot answer; nothing is consumed then
-    /// as far as the caller can tell.
-    fn decide(
-        &self,
-        now_ms: u64,
-        requests: &[LimitRequest],
-    ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
-}
+pub use redis::breaker::{Breaker, BreakerState};
+pub use redis::heartbeat;

@@ -1,5 +1,5 @@
 //! The layers of `docs/architecture.md`, held against the code: every
-//! `crate::` path (and `super::`, and a parent's use of its own child
+//! `crate::` path (and `super::`, `self::`, and a parent's use of its own child
 //! modules) in `src/` is an import; no module may import one of a higher
 //! layer, and no cycle may form, between files or between top-level
 //! modules. The layer table is read from the document itself, so the
@@ -118,9 +118,16 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
         for segs in paths_after(&code, "crate::") {
             add(segs);
         }
-        // `super::x` from `a/b` is `a::x`.
+        // `super::x` from `a/b` is `a::x`; `super::super::x` is `x`.
         for segs in paths_after(&code, "super::") {
-            let mut full: Vec<&str> = here[..here.len().saturating_sub(1)].to_vec();
+            let up = 1 + segs.iter().take_while(|s| **s == "super").count();
+            let mut full: Vec<&str> = here[..here.len().saturating_sub(up)].to_vec();
+            full.extend(segs.into_iter().skip(up - 1));
+            add(full);
+        }
+        // `self::x` from `a/b` is `a::b::x`.
+        for segs in paths_after(&code, "self::") {
+            let mut full = here.clone();
             full.extend(segs);
             add(full);
         }
@@ -188,83 +195,9 @@ fn top(module: &str) -> String {
     module.split('/').next().unwrap_or(module).to_owned()
 }
 
-/// The groups of files that still import each other, each a parent module
-/// whose file both declares its children and holds items they use (the
-/// shared items have not moved to a file of their own yet). The list may
-/// only shrink: a new circle, or a file joining one, fails the test.
-const KNOWN_FILE_CIRCLES: &[&[&str]] = &[&[
-    "store",
-    "store/breaker",
-    "store/heartbeat",
-    "store/memory",
-    "store/redis",
-    "store/redis/backlog",
-    "store/redis/batch",
-    "store/redis/cluster",
-    "store/redis/commands",
-    "store/redis/fault",
-    "store/redis/topology",
-]];
-
-/// The files that can reach each other, in groups of two or more.
-fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
-    let reach = |from: &str| {
-        let mut seen = BTreeSet::new();
-        let mut todo = vec![from.to_owned()];
-        while let Some(n) = todo.pop() {
-            for m in graph.get(&n).into_iter().flatten() {
-                if seen.insert(m.clone()) {
-                    todo.push(m.clone());
-                }
-            }
-        }
-        seen
-    };
-    let reaches: BTreeMap<&String, BTreeSet<String>> =
-        graph.keys().map(|n| (n, reach(n))).collect();
-    let mut groups: Vec<BTreeSet<String>> = Vec::new();
-    for (n, r) in &reaches {
-        if groups.iter().any(|g| g.contains(*n)) {
-            continue;
-        }
-        let group: BTreeSet<String> = r
-            .iter()
-            .filter(|m| reaches.get(m).is_some_and(|back| back.contains(*n)))
-            .cloned()
-            .chain(std::iter::once((*n).clone()))
-            .collect();
-        if group.len() > 1 {
-            groups.push(group);
-        }
-    }
-    groups
-}
-
 #[test]
-fn no_new_circle_between_files() {
-    let known: Vec<BTreeSet<String>> = KNOWN_FILE_CIRCLES
-        .iter()
-        .map(|g| g.iter().map(|s| (*s).to_owned()).collect())
-        .collect();
-    let found = circles(&imports());
-    let new: Vec<String> = found
-        .iter()
-        .filter(|g| !known.iter().any(|k| g.is_subset(k)))
-        .map(|g| g.iter().cloned().collect::<Vec<_>>().join(", "))
-        .collect();
-    assert!(
-        new.is_empty(),
-        "files import each other in a circle:\n{}",
-        new.join("\n")
-    );
-    // Outside those groups there is no circle at all.
-    let mut rest = imports();
-    for g in &known {
-        for m in g {
-            rest.remove(m);
-        }
-    }
-    if let Some(c) = cycle(&rest) {
+fn no_file_imports_another_in_a_circle() {
+    if let Some(c) = cycle(&imports()) {
         panic!("files import each other in a circle: {}", c.join(" -> "));
     }
 }

@@ -25,7 +25,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use hashbrown::HashTable;
 use smallvec::{SmallVec, smallvec};
 
-use super::{Store, StoreError};
+use super::contract::{Store, StoreError};
 use crate::limit::{
     Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar, fixed_window, gcra,
     sliding_log, sliding_window,
@@ -284,84 +284,128 @@ impl MemoryStore {
         }
         // A route has a few limits: the bookkeeping stays on the stack.
         let hashes: SmallVec<[u64; 4]> = requests.iter().map(|r| self.hash(&r.key)).collect();
+        let mut guards = self.lock_shards(&hashes);
+        let (mut outcomes, states) = check_each(&mut guards, now_ms, requests, &hashes);
+        let allowed = outcomes.iter().all(|o| o.admits);
+        if allowed {
+            self.consume(&mut guards, now_ms, requests, &hashes, states, &outcomes);
+        } else {
+            show_standing(&mut guards, now_ms, requests, &hashes, &mut outcomes);
+        }
+        Decision { allowed, outcomes }
+    }
+
+    /// Locks the shards that `hashes` fall in, each once, in ascending
+    /// order, so two decisions can never deadlock.
+    fn lock_shards(&self, hashes: &[u64]) -> Guards<'_> {
         let mut order: SmallVec<[usize; 4]> = hashes.iter().map(|&h| shard_of(h)).collect();
         order.sort_unstable();
         order.dedup();
-        let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> =
-            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
-        // Per request, the state to store if all admit; `None` for a sliding
-        // log, which is pruned in place (as the script's ZREMRANGEBYSCORE)
-        // and grown in place, never copied: it holds up to L entries.
-        let mut states: SmallVec<[Option<State>; 4]> = SmallVec::with_capacity(requests.len());
-        let mut outcomes = Outcomes::with_capacity(requests.len());
-        for (r, &h) in requests.iter().zip(&hashes) {
-            let g = guard(&mut guards, shard_of(h));
-            if r.algorithm == Algorithm::SlidingLog {
+        order.iter().map(|&i| (i, lock(&self.shards[i]))).collect()
+    }
+
+    /// Stores what every limit of an admitted request consumed: the state
+    /// [`check_each`] computed, or this request's units added to a sliding
+    /// log already held.
+    fn consume(
+        &self,
+        guards: &mut Guards<'_>,
+        now_ms: u64,
+        requests: &[LimitRequest],
+        hashes: &[u64],
+        states: SmallVec<[Option<State>; 4]>,
+        outcomes: &Outcomes,
+    ) {
+        for (((r, &h), st), o) in requests.iter().zip(hashes).zip(states).zip(outcomes) {
+            let g = guard(guards, shard_of(h));
+            if o.reset_ms == 0 {
+                // Nothing counts any more: absent is the same state, as
+                // the Redis script deletes the key. Keeping an empty
+                // state would also keep its window index, which a
+                // request from a clock behind would then honour.
+                g.remove(h, &r.key);
+                continue;
+            }
+            let Some(st) = st else {
+                // A sliding log already held: add this request's units.
                 if let Some(Entry {
                     state: State::Log(log),
+                    window_ms,
                     ..
                 }) = g.get_mut(h, &r.key)
                 {
-                    sliding_log::prune(log, now_ms, r.window_ms);
-                    let o = sliding_log::check(log, now_ms, r.limit, r.window_ms, r.cost);
-                    outcomes.push(o);
-                    states.push(None);
-                    continue;
+                    sliding_log::add(log, now_ms, r.cost);
+                    *window_ms = r.window_ms;
                 }
-            }
-            let st = State::for_request(g.get(h, &r.key).map(|e| &e.state), r, now_ms);
-            let (outcome, after) = st.check(r, now_ms, r.cost);
-            outcomes.push(outcome);
-            states.push(Some(after));
-        }
-        let allowed = outcomes.iter().all(|o| o.admits);
-        if allowed {
-            for (((r, &h), st), o) in requests.iter().zip(&hashes).zip(states).zip(&outcomes) {
-                let g = guard(&mut guards, shard_of(h));
-                if o.reset_ms == 0 {
-                    // Nothing counts any more: absent is the same state, as
-                    // the Redis script deletes the key. Keeping an empty
-                    // state would also keep its window index, which a
-                    // request from a clock behind would then honour.
-                    g.remove(h, &r.key);
-                    continue;
+                continue;
+            };
+            match g.get_mut(h, &r.key) {
+                Some(e) => {
+                    e.state = st;
+                    e.window_ms = r.window_ms;
                 }
-                let Some(st) = st else {
-                    // A sliding log already held: add this request's units.
-                    if let Some(Entry {
-                        state: State::Log(log),
-                        window_ms,
-                        ..
-                    }) = g.get_mut(h, &r.key)
-                    {
-                        sliding_log::add(log, now_ms, r.cost);
-                        *window_ms = r.window_ms;
-                    }
-                    continue;
-                };
-                match g.get_mut(h, &r.key) {
-                    Some(e) => {
-                        e.state = st;
-                        e.window_ms = r.window_ms;
-                    }
-                    None => g.insert(&self.hasher, h, r, st, now_ms),
-                }
-            }
-        } else {
-            // A denied request consumes nothing, so every limit shows its
-            // state without it. A limit that admitted answered with the
-            // request's cost taken: it answers again at cost 0, from the
-            // state still held (nothing was written).
-            for ((r, &h), o) in requests.iter().zip(&hashes).zip(&mut outcomes) {
-                if o.admits {
-                    let g = guard(&mut guards, shard_of(h));
-                    let standing = State::standing(g.get(h, &r.key).map(|e| &e.state), r, now_ms);
-                    o.remaining = standing.remaining;
-                    o.reset_ms = standing.reset_ms;
-                }
+                None => g.insert(&self.hasher, h, r, st, now_ms),
             }
         }
-        Decision { allowed, outcomes }
+    }
+}
+
+/// The shards of one decision, locked, each with its index.
+type Guards<'a> = SmallVec<[(usize, MutexGuard<'a, Shard>); 4]>;
+
+/// Each limit's outcome at the request's cost, and per limit the state to
+/// store if all admit: `None` for a sliding log, which is pruned in place
+/// (as the script's ZREMRANGEBYSCORE) and grown in place, never copied: it
+/// holds up to L entries.
+fn check_each(
+    guards: &mut Guards<'_>,
+    now_ms: u64,
+    requests: &[LimitRequest],
+    hashes: &[u64],
+) -> (Outcomes, SmallVec<[Option<State>; 4]>) {
+    let mut states: SmallVec<[Option<State>; 4]> = SmallVec::with_capacity(requests.len());
+    let mut outcomes = Outcomes::with_capacity(requests.len());
+    for (r, &h) in requests.iter().zip(hashes) {
+        let g = guard(guards, shard_of(h));
+        if r.algorithm == Algorithm::SlidingLog {
+            if let Some(Entry {
+                state: State::Log(log),
+                ..
+            }) = g.get_mut(h, &r.key)
+            {
+                sliding_log::prune(log, now_ms, r.window_ms);
+                let o = sliding_log::check(log, now_ms, r.limit, r.window_ms, r.cost);
+                outcomes.push(o);
+                states.push(None);
+                continue;
+            }
+        }
+        let st = State::for_request(g.get(h, &r.key).map(|e| &e.state), r, now_ms);
+        let (outcome, after) = st.check(r, now_ms, r.cost);
+        outcomes.push(outcome);
+        states.push(Some(after));
+    }
+    (outcomes, states)
+}
+
+/// A denied request consumes nothing, so every limit shows its state
+/// without it. A limit that admitted answered with the request's cost
+/// taken: it answers again at cost 0, from the state still held (nothing
+/// was written).
+fn show_standing(
+    guards: &mut Guards<'_>,
+    now_ms: u64,
+    requests: &[LimitRequest],
+    hashes: &[u64],
+    outcomes: &mut Outcomes,
+) {
+    for ((r, &h), o) in requests.iter().zip(hashes).zip(outcomes.iter_mut()) {
+        if o.admits {
+            let g = guard(guards, shard_of(h));
+            let standing = State::standing(g.get(h, &r.key).map(|e| &e.state), r, now_ms);
+            o.remaining = standing.remaining;
+            o.reset_ms = standing.reset_ms;
+        }
     }
 }
 

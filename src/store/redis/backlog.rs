@@ -8,7 +8,8 @@
 //! a limit of 10, then 10 more from Redis. So every admission the fallback
 //! makes during an outage is also recorded here, per Redis key, in the
 //! shape its algorithm counts in, and the limiter hands the lot to
-//! [`RedisStore::push`] before decisions go back to Redis.
+//! [`RedisStore::push`](super::RedisStore::push) (see `push`) before decisions
+//! go back to Redis.
 //!
 //! What "add" means per algorithm (push.lua does it on the server):
 //! - **sliding window**: the units admitted in the current and the previous
@@ -41,20 +42,15 @@
 //! and its identity may be granted its window again when Redis returns,
 //! as before this existed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
-use fred::types::Value;
-use fred::util::redis_keyslot;
-use futures_util::StreamExt;
 use prometheus_client::metrics::counter::Counter;
 use tracing::warn;
 
-use super::{RedisStore, arg};
 use crate::limit::{Algorithm, LimitRequest, calendar, fixed_window, gcra, sliding_window};
-use crate::store::StoreError;
 
 /// Items kept at most: keys, plus one per sliding-log run.
 pub const MAX_ITEMS: usize = 100_000;
@@ -526,134 +522,6 @@ impl Backlog {
                 }
             }
         }
-    }
-}
-
-/// Adds a backlog to the counters; its header comment names `KEYS` and
-/// `ARGV`.
-pub const PUSH: &str = concat!(include_str!("arith.lua"), include_str!("push.lua"));
-
-/// Keys in one push call at most, and arguments (a sliding log sends two
-/// per run); a key with more still goes, alone. One call then holds the
-/// server for about a millisecond.
-const MAX_PUSH_KEYS: usize = 256;
-const MAX_PUSH_ARGS: usize = 8_192;
-/// Push calls outstanding at once.
-const PUSH_CONCURRENCY: usize = 8;
-
-/// What one push did.
-#[derive(Debug, Default)]
-pub struct Pushed {
-    /// Keys added to.
-    pub added: usize,
-    /// Keys left as they were: they hold something else (garbage, another
-    /// type).
-    pub skipped: usize,
-    /// Records whose call failed, to put back ([`Backlog::restore`]).
-    pub failed: Vec<(String, Entry)>,
-    /// The first failure.
-    pub error: Option<StoreError>,
-}
-
-impl RedisStore {
-    /// Adds `entries` (taken from a [`Backlog`]) to the Redis counters at
-    /// `now_ms` with push.lua: one `EVAL` per Cluster slot (on one server,
-    /// per batch of keys), at most 256 keys each, a few calls
-    /// at a time, each bounded by the store's timeout.
-    ///
-    /// A call that fails returns its records in [`Pushed::failed`]. One
-    /// cut off after Redis ran it would then be added twice when pushed
-    /// again: those identities are denied early in that window, never
-    /// admitted more.
-    pub async fn push(&self, now_ms: u64, entries: Vec<(String, Entry)>) -> Pushed {
-        let mut groups: BTreeMap<u16, Vec<(String, Entry, Vec<Value>)>> = BTreeMap::new();
-        let mut done = Pushed::default();
-        for (key, entry) in entries {
-            let Some((w, numbers)) = entry.push_args(now_ms) else {
-                continue;
-            };
-            let mut args = Vec::with_capacity(3 + numbers.len());
-            let mut bad = false;
-            for v in [entry.algorithm.code(), w, numbers.len() as u64]
-                .into_iter()
-                .chain(numbers)
-            {
-                match arg(v, "push argument") {
-                    Ok(v) => args.push(v),
-                    Err(_) => bad = true,
-                }
-            }
-            if bad {
-                done.skipped += 1;
-                continue;
-            }
-            // One server takes any keys in one call; a Cluster, one slot.
-            let slot = if self.clients.clustered {
-                redis_keyslot(key.as_bytes())
-            } else {
-                0
-            };
-            groups.entry(slot).or_default().push((key, entry, args));
-        }
-        let mut calls = Vec::new();
-        for group in groups.into_values() {
-            let mut call: Vec<(String, Entry, Vec<Value>)> = Vec::new();
-            let mut args = 0;
-            for item in group {
-                if !call.is_empty()
-                    && (call.len() >= MAX_PUSH_KEYS || args + item.2.len() > MAX_PUSH_ARGS)
-                {
-                    calls.push(std::mem::take(&mut call));
-                    args = 0;
-                }
-                args += item.2.len();
-                call.push(item);
-            }
-            if !call.is_empty() {
-                calls.push(call);
-            }
-        }
-        let now = match arg(now_ms, "now") {
-            Ok(v) => v,
-            Err(e) => {
-                done.error = Some(e);
-                return done;
-            }
-        };
-        let mut results = futures_util::stream::iter(calls)
-            .map(|call| {
-                let now = now.clone();
-                async move {
-                    let keys: Vec<&str> = call.iter().map(|(k, _, _)| k.as_str()).collect();
-                    let mut args = vec![now];
-                    for (_, _, a) in &call {
-                        args.extend(a.iter().cloned());
-                    }
-                    let reply = self.eval(PUSH, &keys, args).await;
-                    (call, reply)
-                }
-            })
-            .buffer_unordered(PUSH_CONCURRENCY);
-        while let Some((call, reply)) = results.next().await {
-            let counts = reply.and_then(|v| match v {
-                Value::Array(a) => match a.as_slice() {
-                    [Value::Integer(x), Value::Integer(y)] => Ok((*x, *y)),
-                    _ => Err(StoreError::Protocol(format!("push replied {a:?}"))),
-                },
-                other => Err(StoreError::Protocol(format!("push replied {other:?}"))),
-            });
-            match counts {
-                Ok((added, skipped)) => {
-                    done.added += usize::try_from(added).unwrap_or(0);
-                    done.skipped += usize::try_from(skipped).unwrap_or(0);
-                }
-                Err(e) => {
-                    done.error.get_or_insert(e);
-                    done.failed.extend(call.into_iter().map(|(k, e, _)| (k, e)));
-                }
-            }
-        }
-        done
     }
 }
 

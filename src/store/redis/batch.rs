@@ -6,8 +6,8 @@
 //! waits for its decision has no reason to be a call of its own, so
 //! decisions of a standalone or Sentinel store go through a queue to one
 //! task (the batcher) that sends everything waiting as one call of
-//! [`limits.lua`](super::SCRIPT), which decides each request in turn, each
-//! exactly as a call of its own would (see the script's header).
+//! [`limits.lua`](super::script::SCRIPT), which decides each request in
+//! turn, each exactly as a call of its own would (see the script's header).
 //!
 //! Batches form by themselves, never by waiting: the batcher takes the
 //! first request waiting and everything queued behind it, up to
@@ -39,7 +39,7 @@
 //! A Redis Cluster is not batched: one script call touches one slot, and
 //! distinct identities hash to distinct slots, so batches of one slot would
 //! rarely hold more than one request. Its requests keep one call each
-//! (`RedisStore::decide_by`), through the same script as a batch of one.
+//! (`cluster::decide`), through the same script as a batch of one.
 
 use std::sync::Arc;
 
@@ -51,9 +51,10 @@ use tokio::time::Instant;
 
 use fred::types::ClusterHash;
 
-use super::{Clients, Encoded, parse_replies};
+use super::clients::Clients;
+use super::script::{Encoded, parse_replies};
 use crate::limit::Decision;
-use crate::store::StoreError;
+use crate::store::contract::StoreError;
 
 /// Requests in one call at most. Past a few dozen the saving per request is
 /// small and a larger call only delays the requests behind it.

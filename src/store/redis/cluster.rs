@@ -1,4 +1,5 @@
-//! Redis Cluster: requests whose limits sit in several hash slots.
+//! Redis Cluster: a decision is one script call of its own ([`decide`];
+//! no batches, see `batch`), unless its limits sit in several hash slots.
 //!
 //! Every script call must touch one slot. Keys carry the caller's identity
 //! as a hash tag (`tollgate:{ip:…}…`), so the limits of one identity share a
@@ -45,22 +46,59 @@
 
 use std::collections::BTreeMap;
 
-use fred::interfaces::{ClientLike, ClusterInterface};
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::{ClusterHash, Value};
 use fred::util::redis_keyslot;
-use futures_util::future::join_all;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::{Clients, RedisStore, SCRIPT, SERVER_CLOCK, store_error};
+use super::clients::Clients;
+use super::script::{Encoded, SERVER_CLOCK, parse_replies};
 use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, sliding_window};
-use crate::store::StoreError;
+use crate::store::contract::StoreError;
 
 /// Gives back a reservation; its header comment names `KEYS` and `ARGV`.
 pub const REFUND: &str = concat!(include_str!("arith.lua"), include_str!("refund.lua"));
 
+/// Decides one request in a Cluster, within `deadline`: in one call when
+/// its keys share a slot, slot group by slot group when they do not.
+pub(super) async fn decide(
+    clients: &Clients,
+    deadline: Instant,
+    now_ms: u64,
+    requests: &[LimitRequest],
+) -> Result<Decision, StoreError> {
+    // issue 4: keys in several Cluster slots, reserved slot by slot.
+    if spans_slots(requests) {
+        return decide_across_slots(clients, deadline, now_ms, requests).await;
+    }
+    tokio::time::timeout_at(
+        deadline,
+        decide_in_one_call(clients, deadline, now_ms, requests),
+    )
+    .await
+    .unwrap_or(Err(StoreError::Timeout))
+}
+
+/// Decides `requests` (a whole request, or one slot group of it) in one
+/// script call.
+async fn decide_in_one_call(
+    clients: &Clients,
+    deadline: Instant,
+    now_ms: u64,
+    requests: &[LimitRequest],
+) -> Result<Decision, StoreError> {
+    let encoded = Encoded::new(now_ms, requests, clients.server_clock())?;
+    let slot = first_key_slot(requests);
+    let reply = clients
+        .call(deadline, slot, std::iter::once(&encoded))
+        .await?;
+    parse_replies(reply, std::iter::once(requests.len()))?
+        .pop()
+        .unwrap_or_else(|| Err(StoreError::Protocol("script reply is empty".into())))
+}
+
 /// Whether the keys of `requests` fall in more than one hash slot.
-pub(super) fn spans_slots(requests: &[LimitRequest]) -> bool {
+fn spans_slots(requests: &[LimitRequest]) -> bool {
     let mut slots = requests.iter().map(|r| redis_keyslot(r.key.as_bytes()));
     match slots.next() {
         Some(first) => slots.any(|s| s != first),
@@ -70,7 +108,7 @@ pub(super) fn spans_slots(requests: &[LimitRequest]) -> bool {
 
 /// The hash slot of the first key, as fred's routing for a custom command
 /// (`ClusterHash::Custom`); a random node when there is no key.
-pub(super) fn first_key_slot(requests: &[LimitRequest]) -> ClusterHash {
+fn first_key_slot(requests: &[LimitRequest]) -> ClusterHash {
     requests.first().map_or(ClusterHash::Random, |r| {
         ClusterHash::Custom(redis_keyslot(r.key.as_bytes()))
     })
@@ -88,117 +126,115 @@ fn slot_groups(requests: &[LimitRequest]) -> Vec<Vec<usize>> {
     groups.into_values().collect()
 }
 
-impl RedisStore {
-    /// Decides a request whose keys span several slots: reserve slot group
-    /// by slot group in ascending order, refund on a deny (module docs).
-    pub(super) async fn decide_across_slots(
-        &self,
-        deadline: Instant,
-        now_ms: u64,
-        requests: &[LimitRequest],
-    ) -> Result<Decision, StoreError> {
-        let mut outcomes: Vec<Option<LimitOutcome>> = vec![None; requests.len()];
-        let mut reserved: Vec<Vec<usize>> = Vec::new();
-        let mut failure = None;
-        for group in slot_groups(requests) {
-            let part: Vec<LimitRequest> = group.iter().map(|&i| requests[i].clone()).collect();
-            let decided =
-                tokio::time::timeout_at(deadline, self.decide_by(deadline, now_ms, &part))
-                    .await
-                    .unwrap_or(Err(StoreError::Timeout));
-            match decided {
-                Ok(d) => {
-                    for (&i, o) in group.iter().zip(d.outcomes) {
-                        outcomes[i] = Some(o);
-                    }
-                    if d.allowed {
-                        reserved.push(group);
+/// Decides a request whose keys span several slots: reserve slot group
+/// by slot group in ascending order, refund on a deny (module docs).
+async fn decide_across_slots(
+    clients: &Clients,
+    deadline: Instant,
+    now_ms: u64,
+    requests: &[LimitRequest],
+) -> Result<Decision, StoreError> {
+    let mut outcomes: Vec<Option<LimitOutcome>> = vec![None; requests.len()];
+    let mut reserved: Vec<Vec<usize>> = Vec::new();
+    let mut failure = None;
+    for group in slot_groups(requests) {
+        let part: Vec<LimitRequest> = group.iter().map(|&i| requests[i].clone()).collect();
+        let decided = tokio::time::timeout_at(
+            deadline,
+            decide_in_one_call(clients, deadline, now_ms, &part),
+        )
+        .await
+        .unwrap_or(Err(StoreError::Timeout));
+        match decided {
+            Ok(d) => {
+                for (&i, o) in group.iter().zip(d.outcomes) {
+                    outcomes[i] = Some(o);
+                }
+                if d.allowed {
+                    reserved.push(group);
+                }
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    let allowed = failure.is_none() && outcomes.iter().all(|o| o.is_some_and(|o| o.admits));
+    if !allowed && !reserved.is_empty() {
+        // Its own budget: the decision's deadline may be spent.
+        let refund_by = Instant::now() + clients.timeout;
+        for group in &reserved {
+            match refund(clients, refund_by, now_ms, requests, group).await {
+                // Each refunded limit shows its counter as the refund
+                // left it: a read at cost 0, as the script answers for
+                // the limits of a denied request.
+                Ok((at, left)) => {
+                    for (i, state) in left {
+                        let r = &requests[i];
+                        let w = r.window_ms.max(1);
+                        let shown = sliding_window::check(state.at(at / w), at, r.limit, w, 0);
+                        if let Some(o) = outcomes[i].as_mut() {
+                            o.remaining = shown.remaining;
+                            o.reset_ms = shown.reset_ms;
+                        }
                     }
                 }
                 Err(e) => {
-                    failure = Some(e);
-                    break;
+                    warn!(error = %e, "could not refund a cross-slot reservation; those units stay consumed until the window decays");
                 }
             }
         }
-        let allowed = failure.is_none() && outcomes.iter().all(|o| o.is_some_and(|o| o.admits));
-        if !allowed && !reserved.is_empty() {
-            // Its own budget: the decision's deadline may be spent.
-            let refund_by = Instant::now() + self.timeout;
-            for group in &reserved {
-                match self.refund(refund_by, now_ms, requests, group).await {
-                    // Each refunded limit shows its counter as the refund
-                    // left it: a read at cost 0, as the script answers for
-                    // the limits of a denied request.
-                    Ok((at, left)) => {
-                        for (i, state) in left {
-                            let r = &requests[i];
-                            let w = r.window_ms.max(1);
-                            let shown = sliding_window::check(state.at(at / w), at, r.limit, w, 0);
-                            if let Some(o) = outcomes[i].as_mut() {
-                                o.remaining = shown.remaining;
-                                o.reset_ms = shown.reset_ms;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "could not refund a cross-slot reservation; those units stay consumed until the window decays");
-                    }
-                }
-            }
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        let outcomes = outcomes
-            .into_iter()
-            .map(|o| o.ok_or_else(|| StoreError::Protocol("a slot group went undecided".into())))
-            .collect::<Result<_, _>>()?;
-        Ok(Decision { allowed, outcomes })
     }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let outcomes = outcomes
+        .into_iter()
+        .map(|o| o.ok_or_else(|| StoreError::Protocol("a slot group went undecided".into())))
+        .collect::<Result<_, _>>()?;
+    Ok(Decision { allowed, outcomes })
+}
 
-    /// Gives back what the decision script consumed for `group` at `now_ms`.
-    /// Returns the instant of the refund (`now_ms`, or the server's with
-    /// `clock: redis`) and each refunded request's counter as it left it.
-    async fn refund(
-        &self,
-        deadline: Instant,
-        now_ms: u64,
-        requests: &[LimitRequest],
-        group: &[usize],
-    ) -> Result<(u64, Vec<(usize, sliding_window::State)>), StoreError> {
-        // refund.lua understands the sliding-window counter only; units a
-        // reservation took from a limit of another algorithm stay consumed
-        // until its window passes (never an over-admission; see module docs).
-        let group: Vec<usize> = group
-            .iter()
-            .copied()
-            .filter(|&i| requests[i].algorithm == Algorithm::SlidingWindow)
-            .collect();
-        if group.is_empty() {
-            return Ok((now_ms, Vec::new()));
-        }
-        let group = &group[..];
-        let keys: Vec<&str> = group.iter().map(|&i| requests[i].key.as_str()).collect();
-        let mut args = Vec::with_capacity(1 + 2 * group.len());
-        args.push(
-            if self.server_clock.load(std::sync::atomic::Ordering::Relaxed) {
-                Value::from(SERVER_CLOCK)
-            } else {
-                Value::Integer(i64::try_from(now_ms).unwrap_or(i64::MAX))
-            },
-        );
-        for &i in group {
-            args.push(Value::Integer(
-                i64::try_from(requests[i].window_ms).unwrap_or(i64::MAX),
-            ));
-            args.push(Value::Integer(
-                i64::try_from(requests[i].cost).unwrap_or(i64::MAX),
-            ));
-        }
-        let reply = self.eval_by(deadline, REFUND, &keys, args).await?;
-        parse_refund(reply, group)
+/// Gives back what the decision script consumed for `group` at `now_ms`.
+/// Returns the instant of the refund (`now_ms`, or the server's with
+/// `clock: redis`) and each refunded request's counter as it left it.
+async fn refund(
+    clients: &Clients,
+    deadline: Instant,
+    now_ms: u64,
+    requests: &[LimitRequest],
+    group: &[usize],
+) -> Result<(u64, Vec<(usize, sliding_window::State)>), StoreError> {
+    // refund.lua understands the sliding-window counter only; units a
+    // reservation took from a limit of another algorithm stay consumed
+    // until its window passes (never an over-admission; see module docs).
+    let group: Vec<usize> = group
+        .iter()
+        .copied()
+        .filter(|&i| requests[i].algorithm == Algorithm::SlidingWindow)
+        .collect();
+    if group.is_empty() {
+        return Ok((now_ms, Vec::new()));
     }
+    let group = &group[..];
+    let keys: Vec<&str> = group.iter().map(|&i| requests[i].key.as_str()).collect();
+    let mut args = Vec::with_capacity(1 + 2 * group.len());
+    args.push(if clients.server_clock() {
+        Value::from(SERVER_CLOCK)
+    } else {
+        Value::Integer(i64::try_from(now_ms).unwrap_or(i64::MAX))
+    });
+    for &i in group {
+        args.push(Value::Integer(
+            i64::try_from(requests[i].window_ms).unwrap_or(i64::MAX),
+        ));
+        args.push(Value::Integer(
+            i64::try_from(requests[i].cost).unwrap_or(i64::MAX),
+        ));
+    }
+    let reply = clients.eval_by(deadline, REFUND, &keys, args).await?;
+    parse_refund(reply, group)
 }
 
 /// Reads refund.lua's reply, `{ now, window, prev, cur, ... }` with one
@@ -226,57 +262,6 @@ fn parse_refund(
         left.push((i, sliding_window::State { window, prev, cur }));
     }
     Ok((at, left))
-}
-
-impl Clients {
-    /// `SCRIPT LOAD` on every primary of the cluster: `EVALSHA` goes to the
-    /// keys' node, and a script is cached per node.
-    pub(super) async fn load_script_everywhere(
-        &self,
-        deadline: Instant,
-    ) -> Result<fred::bytes_utils::Str, StoreError> {
-        let client = self.client();
-        let mut slots: BTreeMap<String, u16> = BTreeMap::new();
-        if let Some(state) = client.cached_cluster_state() {
-            for range in state.slots() {
-                slots
-                    .entry(range.primary.to_string())
-                    .or_insert(range.start);
-            }
-        }
-        if slots.is_empty() {
-            return Err(StoreError::Unavailable(
-                "cluster slot map not known yet".into(),
-            ));
-        }
-        let options = RedisStore::options(deadline)?;
-        let loads = slots.values().map(|&slot| {
-            let cmd = CustomCommand::new_static("SCRIPT", ClusterHash::Custom(slot), false);
-            let args = vec![Value::from("LOAD"), Value::from(SCRIPT)];
-            let options = options.clone();
-            async move {
-                client
-                    .with_options(&options)
-                    .custom::<Value, Value>(cmd, args)
-                    .await
-                    .map_err(store_error)
-            }
-        });
-        let mut sha = None;
-        for reply in join_all(loads).await {
-            match reply? {
-                Value::String(s) if s.len() == 40 => sha = Some(s),
-                other => {
-                    return Err(StoreError::Protocol(format!(
-                        "SCRIPT LOAD replied {other:?}, not a SHA-1"
-                    )));
-                }
-            }
-        }
-        let sha = sha.ok_or_else(|| StoreError::Unavailable("no cluster primary".into()))?;
-        let _ = self.sha.set(sha.clone());
-        Ok(sha)
-    }
 }
 
 #[cfg(test)]

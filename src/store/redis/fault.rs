@@ -46,7 +46,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::{error, info};
 
-use crate::store::StoreError;
+use crate::store::contract::StoreError;
 
 /// What kind of refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

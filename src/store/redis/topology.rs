@@ -22,7 +22,7 @@ use fred::rustls::{ClientConfig, RootCertStore};
 use fred::types::config::{Config as FredConfig, ServerConfig, TlsConfig, TlsConnector};
 
 use crate::config::{RedisConfig, RedisTopology};
-use crate::store::StoreError;
+use crate::store::contract::StoreError;
 
 /// fred's configuration for `cfg`.
 ///

@@ -34,8 +34,9 @@ use std::time::Duration;
 use prometheus_client::metrics::gauge::Gauge;
 use tracing::{info, warn};
 
-use super::{RedisStore, StoreError};
+use super::RedisStore;
 use crate::config::BreakerConfig;
+use crate::store::contract::StoreError;
 
 /// Whether decisions go to Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,6 +23,7 @@ use fred::types::Value;
 use tracing::debug;
 
 use super::RedisStore;
+use crate::store::keys;
 
 /// How often an instance announces itself.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -30,7 +31,7 @@ pub const INTERVAL: Duration = Duration::from_secs(1);
 pub const TTL: Duration = Duration::from_secs(3);
 
 /// The script; its header comment names `KEYS` and `ARGV`.
-pub const SCRIPT: &str = include_str!("redis/heartbeat.lua");
+pub const SCRIPT: &str = include_str!("heartbeat.lua");
 
 /// The number of live gateway instances, as last read from Redis.
 #[derive(Debug, Clone)]
@@ -62,7 +63,7 @@ pub fn instance_id() -> String {
 
 /// The sorted set's key: `<prefix>{instances}` (its own hash tag).
 pub fn key(prefix: &str) -> String {
-    super::keys::instances(prefix)
+    keys::instances(prefix)
 }
 
 /// Beats forever, updating `instances`; spawn it and abort it to stop.
