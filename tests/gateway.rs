@@ -467,12 +467,26 @@ struct Binary {
 
 impl Binary {
     async fn start(config: &std::path::Path) -> Binary {
+        Self::start_then(config, None).await
+    }
+
+    /// Starts it, then waits for a log line holding `needle` (the binary
+    /// serves before Redis is connected and says when it is).
+    async fn start_then(config: &std::path::Path, needle: Option<&str>) -> Binary {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
         cmd.arg("--config")
             .arg(config)
             .arg("--listen")
             .arg("127.0.0.1:0");
-        let started = support::binary::spawn_listening(cmd, 1, None);
+        let mut started = support::binary::spawn_listening(cmd, 1, None);
+        if let Some(needle) = needle {
+            assert!(
+                started
+                    .wait_for_line(needle, std::time::Duration::from_secs(10))
+                    .await,
+                "never logged {needle:?}"
+            );
+        }
         Binary {
             port: started.proxy[0].port(),
             child: started.child,
@@ -528,8 +542,8 @@ routes:
         ),
     )
     .unwrap();
-    let a = Binary::start(&path).await;
-    let b = Binary::start(&path).await;
+    let a = Binary::start_then(&path, Some("redis connected")).await;
+    let b = Binary::start_then(&path, Some("redis connected")).await;
     let mut ok = 0;
     for i in 0..10 {
         let bin = if i % 2 == 0 { &a } else { &b };

@@ -49,9 +49,6 @@ use crate::store::redis::backlog::Backlog;
 use crate::store::redis::fault::Fault;
 use crate::store::{Breaker, BreakerState, MemoryStore, RedisStore, Store, StoreError};
 
-/// After this long without a first Redis connection, startup says so.
-const STARTUP_WAIT: Duration = Duration::from_secs(1);
-
 /// Decides requests against the configured store.
 pub struct Limiter {
     memory: MemoryStore,
@@ -68,10 +65,11 @@ pub struct Limiter {
     /// What the fallback admitted during an outage, and whether decisions
     /// wait for it to reach Redis (module docs).
     resync: Arc<Resync>,
-    /// Until then (the store's `connect_timeout` after start) the first
-    /// connection may still be coming up, and a decision waits for it at
-    /// most the store's `timeout` before `on_error` decides.
-    warming_until: Instant,
+    /// A cold start: set until the first Redis connection is up or had its
+    /// `connect_timeout` to come up. Meanwhile a decision waits for it at
+    /// most the store's `timeout` before `on_error` decides, and the
+    /// instance is not ready.
+    warming: Arc<AtomicBool>,
 }
 
 /// Where one decision goes while counts may be behind Redis.
@@ -165,21 +163,31 @@ impl Drop for Limiter {
     }
 }
 
-/// Warns when Redis is not connected [`STARTUP_WAIT`] after start, naming
-/// why when Redis refuses this gateway.
-async fn warn_if_not_up(store: Arc<RedisStore>, redis: String) {
-    if store.wait_connected(STARTUP_WAIT).await {
-        return;
-    }
-    match store.fault() {
-        // Already logged at ERROR when it was found.
-        Some(fault) => {
-            warn!(%redis, %fault, "redis refuses this gateway at startup; serving by on_error until it accepts it");
+/// Ends the cold start (`warming`) when the first Redis connection is up
+/// or had `connect_timeout` to come up, and says which: the first
+/// connection at INFO, its absence as a warning (naming why when Redis
+/// refuses this gateway), then the connection when it comes.
+async fn announce_connection(
+    store: Arc<RedisStore>,
+    redis: String,
+    connect_timeout: Duration,
+    warming: Arc<AtomicBool>,
+) {
+    let up = store.wait_connected(connect_timeout).await;
+    warming.store(false, Ordering::Relaxed);
+    if !up {
+        match store.fault() {
+            // Already logged at ERROR when it was found.
+            Some(fault) => {
+                warn!(%redis, %fault, "redis refuses this gateway at startup; serving by on_error until it accepts it");
+            }
+            None => {
+                warn!(%redis, "redis not reachable at startup; serving by on_error until it is");
+            }
         }
-        None => {
-            warn!(%redis, "redis not reachable at startup; serving by on_error until it is");
-        }
+        while !store.wait_connected(Duration::from_secs(3600)).await {}
     }
+    info!(%redis, "redis connected");
 }
 
 /// How a decision was reached.
@@ -203,15 +211,18 @@ impl Limiter {
         let breaker = Arc::new(Breaker::new(cfg.breaker));
         let instances = Instances::default();
         let mut tasks = Vec::new();
+        let warming = Arc::new(AtomicBool::new(cfg.redis.is_some()));
         let redis = match &cfg.redis {
             Some(r) => {
                 let store = Arc::new(RedisStore::connect(r).await?);
                 store.use_server_clock(cfg.clock == ClockSource::Redis);
                 // Serving starts at once; the first connection comes up
-                // meanwhile (see `ask_redis`). Say so if it does not.
-                tasks.push(tokio::spawn(warn_if_not_up(
+                // meanwhile (see `ask_redis`).
+                tasks.push(tokio::spawn(announce_connection(
                     Arc::clone(&store),
                     r.describe(),
+                    r.connect_timeout,
+                    Arc::clone(&warming),
                 )));
                 tasks.push(tokio::spawn(Arc::clone(&breaker).probe(Arc::clone(&store))));
                 tasks.push(tokio::spawn(heartbeat::run(
@@ -234,11 +245,6 @@ impl Limiter {
             wait: cfg.redis.as_ref().map_or(Duration::ZERO, |r| r.timeout),
             retry: cfg.breaker.probe_interval,
         });
-        let warming_until = Instant::now()
-            + cfg
-                .redis
-                .as_ref()
-                .map_or(Duration::ZERO, |r| r.connect_timeout);
         Ok(Self {
             memory: MemoryStore::new(),
             redis,
@@ -250,7 +256,7 @@ impl Limiter {
             tasks,
             metrics: StoreMetrics::default(),
             resync,
-            warming_until,
+            warming,
         })
     }
 
@@ -277,8 +283,10 @@ impl Limiter {
 
     /// Whether decisions can be made: no Redis is configured, Redis is
     /// connected, or the `on_error` fallback answers while it is not
-    /// (`deny` answers 503, so it does not count). Never while Redis
-    /// refuses this gateway ([`Self::redis_fault`]): a wrong password or
+    /// (`deny` answers 503, so it does not count) — but at a cold start
+    /// only once the first connection had its `connect_timeout` to come
+    /// up: an instance is not put in service deciding in process when
+    /// Redis is a moment away. Never while Redis refuses this gateway ([`Self::redis_fault`]): a wrong password or
     /// missing permission does not heal by itself, and a rollout that
     /// brought it should stop at this instance rather than serve every
     /// request by `on_error` unnoticed.
@@ -288,7 +296,8 @@ impl Limiter {
             Some(r) => {
                 r.fault().is_none()
                     && (r.is_connected()
-                        || matches!(self.on_error, OnError::Allow | OnError::Local))
+                        || (matches!(self.on_error, OnError::Allow | OnError::Local)
+                            && !self.warming.load(Ordering::Relaxed)))
             }
         }
     }
@@ -399,7 +408,7 @@ impl Limiter {
         // Cold start: the first connection may be on its way. Wait for it
         // at most the store's timeout, then let `on_error` decide — never
         // queue behind the connect.
-        if !redis.is_connected() && Instant::now() < self.warming_until {
+        if !redis.is_connected() && self.warming.load(Ordering::Relaxed) {
             redis.wait_connected(self.resync.wait).await;
         }
         let gate = if self.resync.mode.load(Ordering::SeqCst) == SHARED {
