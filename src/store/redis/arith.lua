@@ -53,7 +53,7 @@ local shown = {}
 local function str(n)
   local s = shown[n]
   if s == nil then
-    s = string.format('%.0f', n)
+    s = string.format('%d', n)
     shown[n] = s
   end
   return s

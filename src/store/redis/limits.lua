@@ -33,28 +33,35 @@
 -- then      per request, in order, the index (from 1) of its shape; the
 --           request owns the next n keys of KEYS.
 --
--- Returns an array with one entry per request, in order. A decided request
--- is a flat integer array
---   { allowed, admits_1, remaining_1, reset_ms_1, retry_after_ms_1, ... }
+-- Returns one flat array for the whole batch, request after request. A
+-- decided request of n limits takes 1 + 4 n integers
+--   allowed, admits_1, remaining_1, reset_ms_1, retry_after_ms_1, ...
 -- allowed/admits are 1 or 0; retry_after_ms is -1 when the limit can never
 -- admit the request (c > L, or c > B for gcra). remaining and reset_ms are
 -- the limit's state after the decision: with the cost taken when the
 -- request is allowed, without it when it is denied, whichever limit denied
--- it. allowed = 1 only when every
--- limit admits, and only then is anything written: each key gets its new
--- state and an expiry at the instant nothing in it counts any more
--- (reset_ms; for fixed windows and gcra at least min(w, MIN_TTL), see
--- below), so idle
--- identities vanish. A denied request writes nothing
--- (a sliding log drops members that stopped counting; that changes no
--- decision).
+-- it. allowed = 1 only when every limit admits, and only then is anything
+-- written: each key gets its new state and an expiry at the instant
+-- nothing in it counts any more (reset_ms; for fixed windows and gcra at
+-- least min(w, MIN_TTL), see below), so idle identities vanish. A denied
+-- request writes nothing (a sliding log drops members that stopped
+-- counting; that changes no decision). The caller knows each request's n,
+-- so it can split the array; one array of integers is also what is
+-- cheapest for Redis to hand over.
 --
--- A request that cannot be decided is a string instead, the error message
--- ("ERR tollgate limits: ..."), and writes nothing: a key holding anything
--- but a well-formed state (another type, garbage) or bad arguments for it.
--- It fails only that request, never a guessed decision, never the rest of
--- the batch. Arguments that do not split into requests as above are an
--- error reply for the whole call.
+-- A request that cannot be decided takes one entry instead, a string: the
+-- error message ("ERR tollgate limits: ..."), and writes nothing: a key
+-- holding anything but a well-formed state (another type, garbage) or bad
+-- arguments for it. It fails only that request, never a guessed decision,
+-- never the rest of the batch. Arguments that do not split into requests
+-- as above are an error reply for the whole call.
+--
+-- Most requests have one or two sliding-window limits; a shape of those
+-- takes a fast path (one_window, two_windows below) that computes the same
+-- numbers as the general one with less work per request: the shape's
+-- numbers (window index, elapsed time) are worked out once per call, the
+-- key is read and written once per limit, and nothing is built per request
+-- but the counter's new value.
 --
 -- This mirrors src/limit/{sliding_window,fixed_window,sliding_log,gcra}.rs
 -- number for number. Lua numbers are doubles, exact for integers below
@@ -84,48 +91,62 @@ end
 -- function (called only when the whole request is admitted), or nil and an
 -- error message.
 
-local function sliding_window(key, now, l, w, c)
-  local idx = idiv(now, w)
-  local e = now - idx * w
-  -- The stored counts, rolled forward to window idx (State::at).
-  local prev, cur = 0, 0
-  local widx = idx
-  local raw, err = get(key)
-  if err then
-    return nil, err
+-- The sliding window in three steps, so the fast paths can read both
+-- limits of a request before deciding, and answer a limit again at cost 0
+-- without reading it again.
+
+-- The counts of key rolled forward to window idx (State::at): prev, cur
+-- and the window they belong to; or nil and an error message.
+local function sw_read(key, idx)
+  local raw = redis.pcall('GET', key)
+  if not raw then
+    return 0, 0, idx
   end
-  if raw then
-    local sw, sp, sc = string.match(raw, '^(%d+):(%d+):(%d+)$')
-    local kw, kp, kc = int(sw), int(sp), int(sc)
-    if sw == nil or kw == nil or kp == nil or kc == nil then
-      return nil, fail(key .. ' does not hold a "<window>:<prev>:<cur>" counter')
-    end
-    if kw >= idx then
-      -- kw > idx: a gateway whose clock is ahead wrote this; keep its
-      -- window rather than resetting the counts (State::at).
-      prev, cur, widx = kp, kc, kw
-    elseif kw + 1 == idx then
-      prev, cur = kc, 0
-    end
+  if type(raw) ~= 'string' then
+    return nil, fail(key .. ': ' .. tostring(raw.err))
   end
-  if l * w >= EXACT or (prev + cur + math.min(c, l)) * w >= EXACT then
+  local sw, sp, sc = string.match(raw, '^(%d+):(%d+):(%d+)$')
+  -- Digits only, so each is an integer; exact below 2^53.
+  local kw, kp, kc = tonumber(sw), tonumber(sp), tonumber(sc)
+  if kw == nil or kw >= EXACT or kp >= EXACT or kc >= EXACT then
+    return nil, fail(key .. ' does not hold a "<window>:<prev>:<cur>" counter')
+  end
+  if kw >= idx then
+    -- kw > idx: a gateway whose clock is ahead wrote this; keep its
+    -- window rather than resetting the counts (State::at).
+    return kp, kc, kw
+  elseif kw + 1 == idx then
+    return kc, 0, idx
+  end
+  return 0, 0, idx
+end
+
+-- sliding_window::check for cost c, e ms into the current window, on the
+-- counts prev and cur: admits, remaining, reset, retry and the current
+-- count after the decision; or nil and an error message.
+local function sw_check(key, e, l, w, c, prev, cur)
+  local least = c
+  if l < c then
+    least = l
+  end
+  local lw = l * w
+  if lw >= EXACT or (prev + cur + least) * w >= EXACT then
     return nil, fail(key .. ': counts times window reach 2^53, beyond exact arithmetic')
   end
-  -- sliding_window::check, times w: E*w = prev*(w-e) + cur*w.
-  local lw = l * w
+  -- Times w: E*w = prev*(w-e) + cur*w.
   local decayed = prev * (w - e)
   local admits = c <= l and decayed + (cur + c) * w <= lw
-  local cur_after = cur
+  local after = cur
   if admits then
-    cur_after = cur + c
+    after = cur + c
   end
-  local used = decayed + cur_after * w
+  local used = decayed + after * w
   local remaining = 0
   if lw > used then
     remaining = idiv(lw - used, w)
   end
   local reset = 0
-  if cur_after > 0 then
+  if after > 0 then
     reset = 2 * w - e
   elseif prev > 0 then
     reset = w - e
@@ -143,15 +164,33 @@ local function sliding_window(key, now, l, w, c)
     -- cur*(w-e') <= (L-c)*w.
     retry = (w - e) + cdiv(w * (cur - (l - c)), cur)
   end
-  local value = str(widx) .. ':' .. str(prev) .. ':' .. str(cur_after)
+  return admits, remaining, reset, retry, after
+end
+
+-- Writes the counts and the expiry reset ms away.
+local function sw_write(key, widx, prev, cur, reset)
+  if reset > 0 then
+    redis.call('SET', key, string.format('%d:%d:%d', widx, prev, cur), 'PX', str(reset))
+  else
+    -- Nothing left to decay (cost 0 on an empty counter): absent is the
+    -- same state, and costs no memory.
+    redis.call('DEL', key)
+  end
+end
+
+local function sliding_window(key, now, l, w, c)
+  local idx = idiv(now, w)
+  local e = now - idx * w
+  local prev, cur, widx = sw_read(key, idx)
+  if prev == nil then
+    return nil, cur
+  end
+  local admits, remaining, reset, retry, after = sw_check(key, e, l, w, c, prev, cur)
+  if admits == nil then
+    return nil, remaining
+  end
   return admits, remaining, reset, retry, function()
-    if reset > 0 then
-      redis.call('SET', key, value, 'PX', str(reset))
-    else
-      -- Nothing left to decay (cost 0 on an empty counter): absent is the
-      -- same state, and costs no memory.
-      redis.call('DEL', key)
-    end
+    sw_write(key, widx, prev, after, reset)
   end
 end
 
@@ -402,6 +441,82 @@ local function decide(k, n, now, a)
   return reply
 end
 
+-- The fast path of a request with one sliding-window limit (shape sh, its
+-- key key); appends its answer to out from o + 1 and returns the new end.
+local function one_window(key, sh, out, o)
+  local prev, cur, widx = sw_read(key, sh.idx1)
+  if prev == nil then
+    out[o + 1] = cur
+    return o + 1
+  end
+  local admits, remaining, reset, retry, after = sw_check(key, sh.e1, sh.l1, sh.w1, sh.c1, prev, cur)
+  if admits == nil then
+    out[o + 1] = remaining
+    return o + 1
+  end
+  local flag = 0
+  if admits then
+    flag = 1
+    sw_write(key, widx, prev, after, reset)
+  end
+  -- Denied, the one limit already answered without the cost.
+  out[o + 1] = flag
+  out[o + 2] = flag
+  out[o + 3] = remaining
+  out[o + 4] = reset
+  out[o + 5] = retry
+  return o + 5
+end
+
+-- The fast path of a request with two sliding-window limits, as decide
+-- answers it: both read and decided, both written only when both admit,
+-- and on a deny the limit that admitted answers again at cost 0.
+local function two_windows(key1, key2, sh, out, o)
+  local p1, c1, w1 = sw_read(key1, sh.idx1)
+  if p1 == nil then
+    out[o + 1] = c1
+    return o + 1
+  end
+  local a1, rem1, res1, ret1, after1 = sw_check(key1, sh.e1, sh.l1, sh.w1, sh.c1, p1, c1)
+  if a1 == nil then
+    out[o + 1] = rem1
+    return o + 1
+  end
+  local p2, c2, w2 = sw_read(key2, sh.idx2)
+  if p2 == nil then
+    out[o + 1] = c2
+    return o + 1
+  end
+  local a2, rem2, res2, ret2, after2 = sw_check(key2, sh.e2, sh.l2, sh.w2, sh.c2, p2, c2)
+  if a2 == nil then
+    out[o + 1] = rem2
+    return o + 1
+  end
+  local _
+  if a1 and a2 then
+    sw_write(key1, w1, p1, after1, res1)
+    sw_write(key2, w2, p2, after2, res2)
+    out[o + 1] = 1
+  else
+    if a1 then
+      _, rem1, res1 = sw_check(key1, sh.e1, sh.l1, sh.w1, 0, p1, c1)
+    end
+    if a2 then
+      _, rem2, res2 = sw_check(key2, sh.e2, sh.l2, sh.w2, 0, p2, c2)
+    end
+    out[o + 1] = 0
+  end
+  out[o + 2] = a1 and 1 or 0
+  out[o + 3] = rem1
+  out[o + 4] = res1
+  out[o + 5] = ret1
+  out[o + 6] = a2 and 1 or 0
+  out[o + 7] = rem2
+  out[o + 8] = res2
+  out[o + 9] = ret2
+  return o + 9
+end
+
 -- TIME is read once per call: every request of a batch is decided at the
 -- same server instant.
 local server_now = nil
@@ -413,6 +528,18 @@ local function request_now(arg)
     return server_now
   end
   return int(arg)
+end
+
+-- Limit i of the shape whose arguments start after ARGV[at], when it is a
+-- sliding window with usable numbers: l, w, c; nil otherwise (the general
+-- path then answers, with its errors).
+local function fast_limit(at, i)
+  local base = at + 5 * (i - 1)
+  local l, w, c = int(ARGV[base + 2]), int(ARGV[base + 3]), int(ARGV[base + 4])
+  if int(ARGV[base + 1]) == 0 and l and w and c and int(ARGV[base + 5]) and w > 0 then
+    return l, w, c
+  end
+  return nil
 end
 
 local malformed = 'expected S, S shapes of 2 + 5 n arguments, then a shape index per request of n keys'
@@ -427,28 +554,61 @@ for s = 1, count do
   if n == nil or a + 2 + 5 * n > #ARGV then
     return redis.error_reply(fail(malformed))
   end
-  shapes[s] = { n = n, now = ARGV[a + 2], at = a + 2 }
+  local sh = { n = n, now = request_now(ARGV[a + 2]), at = a + 2, fast = 0 }
+  if sh.now ~= nil and (n == 1 or n == 2) then
+    local l1, w1, c1 = fast_limit(sh.at, 1)
+    if l1 then
+      sh.l1, sh.w1, sh.c1 = l1, w1, c1
+      sh.idx1 = idiv(sh.now, w1)
+      sh.e1 = sh.now - sh.idx1 * w1
+      sh.fast = 1
+    end
+    if l1 and n == 2 then
+      local l2, w2, c2 = fast_limit(sh.at, 2)
+      if l2 then
+        sh.l2, sh.w2, sh.c2 = l2, w2, c2
+        sh.idx2 = idiv(sh.now, w2)
+        sh.e2 = sh.now - sh.idx2 * w2
+        sh.fast = 2
+      else
+        sh.fast = 0
+      end
+    end
+  end
+  shapes[s] = sh
   a = a + 2 + 5 * n
 end
 
-local replies = {}
+local keys = #KEYS
+local out, o = {}, 0
 local k = 0
 for r = a + 1, #ARGV do
-  local shape = shapes[int(ARGV[r])]
-  if shape == nil or k + shape.n > #KEYS then
+  local sh = shapes[int(ARGV[r])]
+  if sh == nil or k + sh.n > keys then
     return redis.error_reply(fail(malformed))
   end
-  local now = request_now(shape.now)
-  local reply, err
-  if now == nil then
-    err = fail('now must be an integer in [0, 2^53)')
+  if sh.fast == 1 then
+    o = one_window(KEYS[k + 1], sh, out, o)
+  elseif sh.fast == 2 then
+    o = two_windows(KEYS[k + 1], KEYS[k + 2], sh, out, o)
+  elseif sh.now == nil then
+    o = o + 1
+    out[o] = fail('now must be an integer in [0, 2^53)')
   else
-    reply, err = decide(k, shape.n, now, shape.at)
+    local reply, err = decide(k, sh.n, sh.now, sh.at)
+    if reply then
+      for i = 1, #reply do
+        out[o + i] = reply[i]
+      end
+      o = o + #reply
+    else
+      o = o + 1
+      out[o] = err
+    end
   end
-  replies[#replies + 1] = reply or err
-  k = k + shape.n
+  k = k + sh.n
 end
-if k ~= #KEYS then
+if k ~= keys then
   return redis.error_reply(fail(malformed))
 end
-return replies
+return out

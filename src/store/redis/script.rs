@@ -7,7 +7,7 @@
 use fred::bytes_utils::Str;
 use fred::types::Value;
 
-use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, calendar};
+use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar};
 use crate::store::contract::StoreError;
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
@@ -122,14 +122,16 @@ pub(super) fn arg(v: u64, what: &str) -> Result<Value, StoreError> {
     }
 }
 
-/// Splits the script's reply into one result per request; `sizes` are the
-/// requests' numbers of limits, in the order they were sent. A request the
-/// script could not decide (garbage in one of its keys) is answered by its
-/// error message and fails alone, as [`StoreError::Protocol`] like the error
-/// reply of a call of its own.
+/// Splits the script's reply, one flat array for the whole call, into one
+/// result per request; `sizes` are the requests' numbers of limits, in the
+/// order they were sent. A decided request is `1 + 4 n` integers, read
+/// straight into its [`Decision`] (no allocation for up to two limits); a
+/// request the script could not decide (garbage in one of its keys) is one
+/// string, its error message, and fails alone, as [`StoreError::Protocol`]
+/// like the error reply of a call of its own.
 ///
 /// # Errors
-/// The reply as a whole is not one entry per request.
+/// The reply as a whole is not an array of as many answers as requests.
 pub(super) fn parse_replies(
     reply: Value,
     sizes: impl ExactSizeIterator<Item = usize>,
@@ -137,83 +139,102 @@ pub(super) fn parse_replies(
     let Value::Array(items) = reply else {
         return Err(StoreError::Protocol("script reply is not an array".into()));
     };
-    if items.len() != sizes.len() {
-        return Err(StoreError::Protocol(format!(
-            "script reply has {} entries for {} requests",
-            items.len(),
-            sizes.len()
-        )));
-    }
-    Ok(items
-        .into_iter()
-        .zip(sizes)
-        .map(|(item, n)| match item {
-            Value::Array(_) => parse_reply(item, n),
-            Value::String(msg) => Err(StoreError::Protocol(msg.to_string())),
-            Value::Bytes(msg) => Err(StoreError::Protocol(
+    let requests = sizes.len();
+    let mut items = items.into_iter();
+    let mut replies = Vec::with_capacity(requests);
+    for n in sizes {
+        let reply = match items.next() {
+            Some(Value::Integer(allowed)) => parse_decision(allowed, n, &mut items)?,
+            Some(Value::String(msg)) => Err(StoreError::Protocol(msg.to_string())),
+            Some(Value::Bytes(msg)) => Err(StoreError::Protocol(
                 String::from_utf8_lossy(&msg).into_owned(),
             )),
-            other => Err(StoreError::Protocol(format!(
-                "script reply holds {other:?}, not a decision"
-            ))),
-        })
-        .collect())
-}
-
-/// Reads one request's flat reply: allowed, then per limit admits,
-/// remaining, reset_ms and retry_after_ms (−1 for never).
-fn parse_reply(reply: Value, n: usize) -> Result<Decision, StoreError> {
-    let bad = |why: &str| StoreError::Protocol(format!("script reply {why}"));
-    let Value::Array(items) = reply else {
-        return Err(bad("is not an array"));
-    };
-    if items.len() != 1 + 4 * n {
-        return Err(bad(&format!(
-            "has {} items, expected {}",
-            items.len(),
-            1 + 4 * n
+            Some(other) => {
+                return Err(StoreError::Protocol(format!(
+                    "script reply holds {other:?}, not a decision"
+                )));
+            }
+            None => {
+                return Err(StoreError::Protocol(format!(
+                    "script reply ends after {} of {requests} requests",
+                    replies.len()
+                )));
+            }
+        };
+        replies.push(reply);
+    }
+    if items.next().is_some() {
+        return Err(StoreError::Protocol(format!(
+            "script reply has more than {requests} answers"
         )));
     }
-    let ints = items
-        .into_iter()
-        .map(|v| match v {
-            Value::Integer(i) => Ok(i),
-            _ => Err(bad("holds a non-integer")),
-        })
-        .collect::<Result<Vec<i64>, _>>()?;
-    let flag = |i: i64| match i {
+    Ok(replies)
+}
+
+/// Reads one decided request after its `allowed` flag: per limit admits,
+/// remaining, reset_ms and retry_after_ms (−1 for never). Numbers out of
+/// their range fail this request only.
+///
+/// # Errors
+/// The reply ends early or holds something else than integers: the whole
+/// reply is unusable then, as the requests after this one cannot be found.
+fn parse_decision(
+    allowed: i64,
+    n: usize,
+    items: &mut impl Iterator<Item = Value>,
+) -> Result<Result<Decision, StoreError>, StoreError> {
+    let mut int = || match items.next() {
+        Some(Value::Integer(i)) => Ok(i),
+        Some(_) => Err(bad("holds a non-integer")),
+        None => Err(bad("ends inside a decision")),
+    };
+    let mut outcomes = Outcomes::new();
+    let mut wrong = None;
+    for _ in 0..n {
+        let o = [int()?, int()?, int()?, int()?];
+        match outcome(o) {
+            Ok(o) => outcomes.push(o),
+            Err(e) => wrong = wrong.or(Some(e)),
+        }
+    }
+    if let Some(e) = wrong {
+        return Ok(Err(e));
+    }
+    Ok(match flag(allowed) {
+        Ok(allowed) if allowed == outcomes.iter().all(|o| o.admits) => {
+            Ok(Decision { allowed, outcomes })
+        }
+        Ok(_) => Err(bad(
+            "contradicts itself: allowed is not every limit admitting",
+        )),
+        Err(e) => Err(e),
+    })
+}
+
+/// One limit's answer from its four integers.
+fn outcome([admits, remaining, reset_ms, retry]: [i64; 4]) -> Result<LimitOutcome, StoreError> {
+    let count = |i: i64| u64::try_from(i).map_err(|_| bad("holds a negative count"));
+    Ok(LimitOutcome {
+        admits: flag(admits)?,
+        remaining: count(remaining)?,
+        reset_ms: count(reset_ms)?,
+        retry_after_ms: match retry {
+            -1 => None,
+            v => Some(count(v)?),
+        },
+    })
+}
+
+fn flag(i: i64) -> Result<bool, StoreError> {
+    match i {
         0 => Ok(false),
         1 => Ok(true),
         _ => Err(bad("holds a flag that is not 0 or 1")),
-    };
-    let count = |i: i64| u64::try_from(i).map_err(|_| bad("holds a negative count"));
-    let Some((&allowed, per_limit)) = ints.split_first() else {
-        return Err(bad("is empty"));
-    };
-    let allowed = flag(allowed)?;
-    let outcomes = per_limit
-        .chunks_exact(4)
-        .map(|o| {
-            Ok(LimitOutcome {
-                admits: flag(o[0])?,
-                remaining: count(o[1])?,
-                reset_ms: count(o[2])?,
-                retry_after_ms: match o[3] {
-                    -1 => None,
-                    v => Some(count(v)?),
-                },
-            })
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    if allowed != outcomes.iter().all(|o| o.admits) {
-        return Err(bad(
-            "contradicts itself: allowed is not every limit admitting",
-        ));
     }
-    Ok(Decision {
-        allowed,
-        outcomes: outcomes.into(),
-    })
+}
+
+fn bad(why: &str) -> StoreError {
+    StoreError::Protocol(format!("script reply {why}"))
 }
 
 #[cfg(test)]
