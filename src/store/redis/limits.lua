@@ -19,19 +19,24 @@
 --             gcra            string "<tat>:<rem>", the theoretical arrival
 --                             time tat + rem/L ms
 -- ARGV[1]   S, the number of shapes that follow. A shape is what a request
---           asks apart from its keys, 2 + 5 n arguments:
+--           asks apart from its keys and its instant, 1 + 5 n arguments:
 --   n         its number of limits (of keys)
---   now       integer ms since the epoch (the caller's clock), or the
---             string TIME to read the server's clock (`clock: redis`; read
---             once per call, so a batch shares one instant)
 --   then per limit i: algorithm (0 sliding_window, 1 fixed_window,
 --             2 sliding_log, 3 gcra, 4 calendar month), limit L, window w
 --             (ms, >= 1), cost c and burst B (gcra; ignored otherwise). For
 --             a calendar month, w is the month's end (ms) and B its index.
---           Requests of one route at one instant share a shape, so a batch
---           sends each once.
--- then      per request, in order, the index (from 1) of its shape; the
---           request owns the next n keys of KEYS.
+--           Requests of one route share a shape, so a batch sends each
+--           once.
+-- then      runs of requests, in order, 3 arguments each:
+--   shape     the index (from 1) of the requests' shape
+--   now       their instant: integer ms since the epoch (the caller's
+--             clock), or the string TIME to read the server's clock
+--             (`clock: redis`; read once per call, so a batch shares one
+--             instant)
+--   count     how many requests in a row have this shape and instant; each
+--           owns the next n keys of KEYS.
+--           A batch's requests come from a few milliseconds, so it is a
+--           few runs however many requests it holds.
 --
 -- Returns one flat array for the whole batch, request after request. A
 -- decided request of n limits takes 1 + 4 n integers
@@ -441,15 +446,16 @@ local function decide(k, n, now, a)
   return reply
 end
 
--- The fast path of a request with one sliding-window limit (shape sh, its
--- key key); appends its answer to out from o + 1 and returns the new end.
-local function one_window(key, sh, out, o)
-  local prev, cur, widx = sw_read(key, sh.idx1)
+-- The fast path of a request with one sliding-window limit, key, of shape
+-- sh, at e ms into window idx; appends its answer to out from o + 1 and
+-- returns the new end.
+local function one_window(key, sh, idx, e, out, o)
+  local prev, cur, widx = sw_read(key, idx)
   if prev == nil then
     out[o + 1] = cur
     return o + 1
   end
-  local admits, remaining, reset, retry, after = sw_check(key, sh.e1, sh.l1, sh.w1, sh.c1, prev, cur)
+  local admits, remaining, reset, retry, after = sw_check(key, e, sh.l1, sh.w1, sh.c1, prev, cur)
   if admits == nil then
     out[o + 1] = remaining
     return o + 1
@@ -470,24 +476,25 @@ end
 
 -- The fast path of a request with two sliding-window limits, as decide
 -- answers it: both read and decided, both written only when both admit,
--- and on a deny the limit that admitted answers again at cost 0.
-local function two_windows(key1, key2, sh, out, o)
-  local p1, c1, w1 = sw_read(key1, sh.idx1)
+-- and on a deny the limit that admitted answers again at cost 0. at holds
+-- the window index and elapsed time of each limit: idx1, e1, idx2, e2.
+local function two_windows(key1, key2, sh, at, out, o)
+  local p1, c1, w1 = sw_read(key1, at[1])
   if p1 == nil then
     out[o + 1] = c1
     return o + 1
   end
-  local a1, rem1, res1, ret1, after1 = sw_check(key1, sh.e1, sh.l1, sh.w1, sh.c1, p1, c1)
+  local a1, rem1, res1, ret1, after1 = sw_check(key1, at[2], sh.l1, sh.w1, sh.c1, p1, c1)
   if a1 == nil then
     out[o + 1] = rem1
     return o + 1
   end
-  local p2, c2, w2 = sw_read(key2, sh.idx2)
+  local p2, c2, w2 = sw_read(key2, at[3])
   if p2 == nil then
     out[o + 1] = c2
     return o + 1
   end
-  local a2, rem2, res2, ret2, after2 = sw_check(key2, sh.e2, sh.l2, sh.w2, sh.c2, p2, c2)
+  local a2, rem2, res2, ret2, after2 = sw_check(key2, at[4], sh.l2, sh.w2, sh.c2, p2, c2)
   if a2 == nil then
     out[o + 1] = rem2
     return o + 1
@@ -499,10 +506,10 @@ local function two_windows(key1, key2, sh, out, o)
     out[o + 1] = 1
   else
     if a1 then
-      _, rem1, res1 = sw_check(key1, sh.e1, sh.l1, sh.w1, 0, p1, c1)
+      _, rem1, res1 = sw_check(key1, at[2], sh.l1, sh.w1, 0, p1, c1)
     end
     if a2 then
-      _, rem2, res2 = sw_check(key2, sh.e2, sh.l2, sh.w2, 0, p2, c2)
+      _, rem2, res2 = sw_check(key2, at[4], sh.l2, sh.w2, 0, p2, c2)
     end
     out[o + 1] = 0
   end
@@ -542,7 +549,7 @@ local function fast_limit(at, i)
   return nil
 end
 
-local malformed = 'expected S, S shapes of 2 + 5 n arguments, then a shape index per request of n keys'
+local malformed = 'expected S, S shapes of 1 + 5 n arguments, then runs of shape index, now and count of requests of n keys each'
 local shapes = {}
 local a = 1
 local count = int(ARGV[1])
@@ -551,62 +558,74 @@ if count == nil then
 end
 for s = 1, count do
   local n = int(ARGV[a + 1])
-  if n == nil or a + 2 + 5 * n > #ARGV then
+  if n == nil or a + 1 + 5 * n > #ARGV then
     return redis.error_reply(fail(malformed))
   end
-  local sh = { n = n, now = request_now(ARGV[a + 2]), at = a + 2, fast = 0 }
-  if sh.now ~= nil and (n == 1 or n == 2) then
+  local sh = { n = n, at = a + 1, fast = 0 }
+  if n == 1 or n == 2 then
     local l1, w1, c1 = fast_limit(sh.at, 1)
-    if l1 then
-      sh.l1, sh.w1, sh.c1 = l1, w1, c1
-      sh.idx1 = idiv(sh.now, w1)
-      sh.e1 = sh.now - sh.idx1 * w1
-      sh.fast = 1
-    end
+    local l2, w2, c2
     if l1 and n == 2 then
-      local l2, w2, c2 = fast_limit(sh.at, 2)
-      if l2 then
-        sh.l2, sh.w2, sh.c2 = l2, w2, c2
-        sh.idx2 = idiv(sh.now, w2)
-        sh.e2 = sh.now - sh.idx2 * w2
-        sh.fast = 2
-      else
-        sh.fast = 0
-      end
+      l2, w2, c2 = fast_limit(sh.at, 2)
+    end
+    if l1 and (n == 1 or l2) then
+      sh.l1, sh.w1, sh.c1, sh.l2, sh.w2, sh.c2 = l1, w1, c1, l2, w2, c2
+      sh.fast = n
     end
   end
   shapes[s] = sh
-  a = a + 2 + 5 * n
+  a = a + 1 + 5 * n
 end
 
 local keys = #KEYS
 local out, o = {}, 0
 local k = 0
-for r = a + 1, #ARGV do
-  local sh = shapes[int(ARGV[r])]
-  if sh == nil or k + sh.n > keys then
+local at = {}
+if (#ARGV - a) % 3 ~= 0 then
+  return redis.error_reply(fail(malformed))
+end
+for r = a + 1, #ARGV, 3 do
+  local sh, now, run = shapes[int(ARGV[r])], request_now(ARGV[r + 1]), int(ARGV[r + 2])
+  if sh == nil or run == nil or k + run * sh.n > keys then
     return redis.error_reply(fail(malformed))
   end
-  if sh.fast == 1 then
-    o = one_window(KEYS[k + 1], sh, out, o)
-  elseif sh.fast == 2 then
-    o = two_windows(KEYS[k + 1], KEYS[k + 2], sh, out, o)
-  elseif sh.now == nil then
-    o = o + 1
-    out[o] = fail('now must be an integer in [0, 2^53)')
-  else
-    local reply, err = decide(k, sh.n, sh.now, sh.at)
-    if reply then
-      for i = 1, #reply do
-        out[o + i] = reply[i]
-      end
-      o = o + #reply
-    else
+  if now == nil then
+    for _ = 1, run do
       o = o + 1
-      out[o] = err
+      out[o] = fail('now must be an integer in [0, 2^53)')
+    end
+    k = k + run * sh.n
+  elseif sh.fast == 1 then
+    local idx = idiv(now, sh.w1)
+    local e = now - idx * sh.w1
+    for _ = 1, run do
+      k = k + 1
+      o = one_window(KEYS[k], sh, idx, e, out, o)
+    end
+  elseif sh.fast == 2 then
+    at[1] = idiv(now, sh.w1)
+    at[2] = now - at[1] * sh.w1
+    at[3] = idiv(now, sh.w2)
+    at[4] = now - at[3] * sh.w2
+    for _ = 1, run do
+      o = two_windows(KEYS[k + 1], KEYS[k + 2], sh, at, out, o)
+      k = k + 2
+    end
+  else
+    for _ = 1, run do
+      local reply, err = decide(k, sh.n, now, sh.at)
+      if reply then
+        for i = 1, #reply do
+          out[o + i] = reply[i]
+        end
+        o = o + #reply
+      else
+        o = o + 1
+        out[o] = err
+      end
+      k = k + sh.n
     end
   end
-  k = k + sh.n
 end
 if k ~= keys then
   return redis.error_reply(fail(malformed))

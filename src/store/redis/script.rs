@@ -6,6 +6,7 @@
 
 use fred::bytes_utils::Str;
 use fred::types::Value;
+use smallvec::SmallVec;
 
 use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar};
 use crate::store::contract::StoreError;
@@ -19,11 +20,33 @@ pub(super) const SERVER_CLOCK: &str = "TIME";
 /// Arguments at or above 2^53 are refused: the script computes in doubles.
 const MAX_ARG: u64 = 1 << 53;
 
-/// One request's part of a script call: its keys and its shape, the
-/// arguments it sends apart from its keys (see limits.lua's header).
+/// One request's part of a script call: its keys, its shape (what it asks
+/// apart from its keys and its instant: n, then algorithm, limit, window,
+/// cost and burst per limit) and its instant (see limits.lua's header).
+/// Numbers stay numbers until the call is encoded; inline for up to two
+/// limits, so a request allocates only its keys' bytes.
 pub(super) struct Encoded {
-    pub(super) keys: Vec<Value>,
-    pub(super) shape: Vec<Value>,
+    pub(super) keys: SmallVec<[Value; 2]>,
+    shape: SmallVec<[i64; 11]>,
+    now: Now,
+}
+
+/// A request's instant as the script is told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Now {
+    /// Milliseconds on the gateway's clock, below 2^53.
+    At(i64),
+    /// Redis `TIME` (`clock: redis`).
+    Server,
+}
+
+impl Now {
+    fn value(self) -> Value {
+        match self {
+            Now::At(ms) => Value::Integer(ms),
+            Now::Server => Value::from(SERVER_CLOCK),
+        }
+    }
 }
 
 impl Encoded {
@@ -34,26 +57,28 @@ impl Encoded {
         requests: &[LimitRequest],
         server_clock: bool,
     ) -> Result<Encoded, StoreError> {
-        let mut shape = script_args(now_ms, requests)?;
+        let shape = shape(now_ms, requests)?;
+        let now = number(now_ms, "now")?;
         // issue 4 (clock: redis): the script reads TIME when `now` is "TIME".
-        if server_clock {
-            shape[1] = Value::from(SERVER_CLOCK);
-        }
+        let now = if server_clock {
+            Now::Server
+        } else {
+            Now::At(now)
+        };
         let keys = requests
             .iter()
             .map(|r| Value::from(r.key.as_str()))
             .collect();
-        Ok(Encoded { keys, shape })
+        Ok(Encoded { keys, shape, now })
     }
 }
 
-/// One request's shape for the script: its number of limits, now, then
+/// One request's shape for the script: its number of limits, then
 /// algorithm, limit, window, cost and burst per limit (for a calendar
-/// month: the month's end and its index).
-fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, StoreError> {
-    let mut argv = Vec::with_capacity(2 + 5 * requests.len());
-    argv.push(Value::Integer(requests.len() as i64));
-    argv.push(arg(now_ms, "now")?);
+/// month: the month's end and its index, at `now_ms`).
+fn shape(now_ms: u64, requests: &[LimitRequest]) -> Result<SmallVec<[i64; 11]>, StoreError> {
+    let mut argv = SmallVec::with_capacity(1 + 5 * requests.len());
+    argv.push(requests.len() as i64);
     for r in requests {
         // A calendar month is computed here, once, for both stores' sake:
         // the script is told the month index and when it ends.
@@ -65,25 +90,27 @@ fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, Sto
             }
             _ => (r.window_ms, r.limit),
         };
-        argv.push(arg(r.algorithm.code(), "algorithm")?);
-        argv.push(arg(r.limit, "limit")?);
-        argv.push(arg(window, "window")?);
-        argv.push(arg(r.cost, "cost")?);
-        argv.push(arg(burst, "burst")?);
+        argv.push(number(r.algorithm.code(), "algorithm")?);
+        argv.push(number(r.limit, "limit")?);
+        argv.push(number(window, "window")?);
+        argv.push(number(r.cost, "cost")?);
+        argv.push(number(burst, "burst")?);
     }
     Ok(argv)
 }
 
-/// `EVALSHA sha numkeys key... S shape... index...`: every request's keys,
-/// each distinct shape once, then each request's shape index, in the same
-/// order (limits.lua's header). Arguments are most of what a call costs
-/// Redis per request, and a batch's requests mostly share a few shapes.
+/// `EVALSHA sha numkeys key... S shape... (shape now count)...`: every
+/// request's keys, each distinct shape once, then the requests in order as
+/// runs of one shape at one instant (limits.lua's header). Arguments are
+/// much of what a call costs Redis, and a batch's requests mostly share a
+/// shape and come from a few milliseconds.
 pub(super) fn evalsha_args<'a>(
     sha: &Str,
     requests: impl Iterator<Item = &'a Encoded> + Clone,
 ) -> Vec<Value> {
-    let mut shapes: Vec<&[Value]> = Vec::new();
-    let mut indices = Vec::new();
+    let mut shapes: SmallVec<[&[i64]; 4]> = SmallVec::new();
+    // (shape index, instant, requests in a row)
+    let mut runs: SmallVec<[(usize, Now, i64); 8]> = SmallVec::new();
     let mut keys = 0;
     for e in requests.clone() {
         keys += e.keys.len();
@@ -94,10 +121,13 @@ pub(super) fn evalsha_args<'a>(
                 shapes.len() - 1
             }
         };
-        indices.push(Value::Integer(i as i64 + 1));
+        match runs.last_mut() {
+            Some((shape, now, count)) if *shape == i && *now == e.now => *count += 1,
+            _ => runs.push((i, e.now, 1)),
+        }
     }
     let shape_args: usize = shapes.iter().map(|s| s.len()).sum();
-    let mut args = Vec::with_capacity(3 + keys + shape_args + indices.len());
+    let mut args = Vec::with_capacity(3 + keys + shape_args + 3 * runs.len());
     args.push(Value::String(sha.clone()));
     args.push(Value::Integer(keys as i64));
     for e in requests {
@@ -105,16 +135,25 @@ pub(super) fn evalsha_args<'a>(
     }
     args.push(Value::Integer(shapes.len() as i64));
     for s in shapes {
-        args.extend(s.iter().cloned());
+        args.extend(s.iter().map(|&v| Value::Integer(v)));
     }
-    args.extend(indices);
+    for (shape, now, count) in runs {
+        args.push(Value::Integer(shape as i64 + 1));
+        args.push(now.value());
+        args.push(Value::Integer(count));
+    }
     args
 }
 
 pub(super) fn arg(v: u64, what: &str) -> Result<Value, StoreError> {
+    number(v, what).map(Value::Integer)
+}
+
+/// `v` as the script takes it: below 2^53.
+fn number(v: u64, what: &str) -> Result<i64, StoreError> {
     if v < MAX_ARG {
         // Below 2^53, so it fits an i64.
-        Ok(Value::Integer(v as i64))
+        Ok(v as i64)
     } else {
         Err(StoreError::Protocol(format!(
             "{what} {v} is not below 2^53, beyond what the script computes exactly"

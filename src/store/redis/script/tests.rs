@@ -59,7 +59,7 @@ fn rejects_replies_of_the_wrong_shape() {
 }
 
 #[test]
-fn a_batch_sends_each_shape_once() {
+fn a_batch_sends_each_shape_once_and_its_requests_as_runs() {
     let req = |key: &str, cost| LimitRequest {
         key: key.into(),
         limit: 10,
@@ -67,23 +67,41 @@ fn a_batch_sends_each_shape_once() {
         cost,
         algorithm: Algorithm::SlidingWindow,
     };
-    let encode = |key: &str, cost| Encoded {
-        keys: vec![Value::from(key)],
-        shape: script_args(7, &[req(key, cost)]).unwrap(),
-    };
-    let batch = [encode("a", 1), encode("b", 2), encode("c", 1)];
+    let encode = |key: &str, now, cost| Encoded::new(now, &[req(key, cost)], false).unwrap();
+    let batch = [
+        encode("a", 7, 1),
+        encode("b", 7, 2),
+        encode("c", 7, 1),
+        encode("d", 8, 1),
+        encode("e", 8, 1),
+    ];
     let sha = Str::from("0".repeat(40));
-    let mut expected = vec![Value::String(sha.clone()), Value::Integer(3)];
-    expected.extend(["a", "b", "c"].map(Value::from));
+    let mut expected = vec![Value::String(sha.clone()), Value::Integer(5)];
+    expected.extend(["a", "b", "c", "d", "e"].map(Value::from));
     expected.push(Value::Integer(2)); // two shapes: cost 1 and cost 2
-    expected.extend(ints(&[1, 7, 0, 10, 1_000, 1, 10]));
-    expected.extend(ints(&[1, 7, 0, 10, 1_000, 2, 10]));
-    expected.extend(ints(&[1, 2, 1])); // a and c share the first
+    expected.extend(ints(&[1, 0, 10, 1_000, 1, 10]));
+    expected.extend(ints(&[1, 0, 10, 1_000, 2, 10]));
+    // (shape, now, count): a; b; c; d and e together
+    expected.extend(ints(&[1, 7, 1, 2, 7, 1, 1, 7, 1, 1, 8, 2]));
     assert_eq!(evalsha_args(&sha, batch.iter()), expected);
+
+    // clock: redis sends TIME in place of the instant.
+    let server = Encoded::new(7, &[req("a", 1)], true).unwrap();
+    let args = evalsha_args(&sha, std::iter::once(&server));
+    assert_eq!(args[args.len() - 2], Value::from(SERVER_CLOCK));
 }
 
 #[test]
 fn refuses_arguments_beyond_exact_doubles() {
-    assert!(script_args(1 << 53, &[]).is_err());
-    assert!(script_args((1 << 53) - 1, &[]).is_ok());
+    let req = |limit| LimitRequest {
+        key: "k".into(),
+        limit,
+        window_ms: 1_000,
+        cost: 1,
+        algorithm: Algorithm::SlidingWindow,
+    };
+    assert!(Encoded::new(1 << 53, &[], false).is_err());
+    assert!(Encoded::new((1 << 53) - 1, &[], false).is_ok());
+    assert!(Encoded::new(0, &[req(1 << 53)], false).is_err());
+    assert!(Encoded::new(0, &[req((1 << 53) - 1)], false).is_ok());
 }
