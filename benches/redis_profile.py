@@ -25,8 +25,12 @@ rounds interleaved (A B C ... A B C ...), medians reported, as in `load.py`.
 They share one redis-server; the limits are far from reached, so sharing
 counters changes no decision.
 
+With --memory each binary also runs the `1 limit` shape on the in-process
+store: the difference is what deciding in Redis costs the gateway.
+
 Usage: python3 benches/redis_profile.py [--rounds 3] [--duration 3]
          [--binary NAME=PATH ...] [--no-build] [--shapes "1 limit,2 limits"]
+         [--memory]
 Without --binary it builds and uses this checkout's release binary.
 """
 
@@ -64,6 +68,8 @@ def main():
     ap.add_argument("--binary", action="append", default=[], metavar="NAME=PATH")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--memory", action="store_true",
+                    help="also each binary with the in-process store (1 limit): what Redis adds")
     args = ap.parse_args()
 
     load.ensure_tools()
@@ -104,22 +110,23 @@ def main():
         started.append(ngx)
         load.wait_port(port)
         contenders.append(("nginx proxy_pass", port, ngx.pids, False))
-        for shape in shapes:
+        runs = [(shape, True) for shape in shapes] + ([("1 limit", False)] if args.memory else [])
+        for shape, uses_redis in runs:
             for bname, path in binaries:
                 port = load.free_port()
-                name = f"{bname}, {shape}"
+                name = f"{bname}, {shape}" if uses_redis else f"{bname}, memory"
                 cfg = os.path.join(tmp, re.sub(r"\W+", "_", name) + ".yaml")
-                load.tollgate_config(cfg, port, up_port, SHAPES[shape], redis_port)
+                load.tollgate_config(cfg, port, up_port, SHAPES[shape], redis_port if uses_redis else None)
                 p = load.Process([path, "--config", cfg],
                                  env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "warn"})
                 started.append(p)
                 load.wait_port(port)
-                contenders.append((name, port, p.pids, True))
+                contenders.append((name, port, p.pids, uses_redis))
 
         results = {c[0]: [] for c in contenders}
         for r in range(args.rounds):
             for name, port, pids, uses_redis in contenders:
-                script = keys_lua if uses_redis else None
+                script = None if name == "nginx proxy_pass" else keys_lua
                 load.run_wrk(port, 1, script)  # warm-up: pools, script load, keys
                 p0, r0, s0 = load.cpu_ticks(pids()), load.cpu_ticks(redis.pids()), commandstats(redis_port)
                 reqs, rps, p99, _ = load.run_wrk(port, args.duration, script)
@@ -129,7 +136,8 @@ def main():
                          for c in s1}
                 calls, usec = delta.get("evalsha", (0, 0))
                 inner = {c: n / max(reqs, 1) for c, (n, _) in delta.items()
-                         if c not in ("evalsha", "eval", "info", "ping", "script", "hget") and n > 0}
+                         if c not in ("evalsha", "eval", "info", "ping", "script", "hget")
+                         and n >= 0.005 * reqs}
                 results[name].append({
                     "cpu": us(p1 - p0), "redis_cpu": us(r1 - r0) if uses_redis else 0.0,
                     "rps": rps, "p99": p99,

@@ -64,9 +64,10 @@
 -- Most requests have one or two sliding-window limits; a shape of those
 -- takes a fast path (one_window, two_windows below) that computes the same
 -- numbers as the general one with less work per request: the shape's
--- numbers (window index, elapsed time) are worked out once per call, the
--- key is read and written once per limit, and nothing is built per request
--- but the counter's new value.
+-- arguments are read once per call and its window index and elapsed time
+-- once per run, each key is read (GET) and written (SET ... PX) once, and
+-- nothing is built per request but the counter's new value (one
+-- string.format) and its entries of the reply.
 --
 -- This mirrors src/limit/{sliding_window,fixed_window,sliding_log,gcra}.rs
 -- number for number. Lua numbers are doubles, exact for integers below
