@@ -29,8 +29,9 @@ end
 
 -- floor(a / b) for integers 0 <= a < 2^53, b >= 1. The double quotient is
 -- correctly rounded and may land on the neighbouring integer; one step fixes it.
+local floor = math.floor
 local function idiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then

@@ -101,17 +101,22 @@ end
 -- limits of a request before deciding, and answer a limit again at cost 0
 -- without reading it again.
 
+-- Named once: each mention of a global such as string.match is two table
+-- lookups, and the fast paths run these for every request.
+local redis_call, redis_pcall = redis.call, redis.pcall
+local match, format = string.match, string.format
+
 -- The counts of key rolled forward to window idx (State::at): prev, cur
 -- and the window they belong to; or nil and an error message.
 local function sw_read(key, idx)
-  local raw = redis.pcall('GET', key)
+  local raw = redis_pcall('GET', key)
   if not raw then
     return 0, 0, idx
   end
   if type(raw) ~= 'string' then
     return nil, fail(key .. ': ' .. tostring(raw.err))
   end
-  local sw, sp, sc = string.match(raw, '^(%d+):(%d+):(%d+)$')
+  local sw, sp, sc = match(raw, '^(%d+):(%d+):(%d+)$')
   -- Digits only, so each is an integer; exact below 2^53.
   local kw, kp, kc = tonumber(sw), tonumber(sp), tonumber(sc)
   if kw == nil or kw >= EXACT or kp >= EXACT or kc >= EXACT then
@@ -176,11 +181,11 @@ end
 -- Writes the counts and the expiry reset ms away.
 local function sw_write(key, widx, prev, cur, reset)
   if reset > 0 then
-    redis.call('SET', key, string.format('%d:%d:%d', widx, prev, cur), 'PX', str(reset))
+    redis_call('SET', key, format('%d:%d:%d', widx, prev, cur), 'PX', str(reset))
   else
     -- Nothing left to decay (cost 0 on an empty counter): absent is the
     -- same state, and costs no memory.
-    redis.call('DEL', key)
+    redis_call('DEL', key)
   end
 end
 
@@ -447,16 +452,16 @@ local function decide(k, n, now, a)
   return reply
 end
 
--- The fast path of a request with one sliding-window limit, key, of shape
--- sh, at e ms into window idx; appends its answer to out from o + 1 and
--- returns the new end.
-local function one_window(key, sh, idx, e, out, o)
+-- The fast path of a request with one sliding-window limit, key, of limit
+-- l, window w and cost c, at e ms into window idx; appends its answer to
+-- out from o + 1 and returns the new end.
+local function one_window(key, l, w, c, idx, e, out, o)
   local prev, cur, widx = sw_read(key, idx)
   if prev == nil then
     out[o + 1] = cur
     return o + 1
   end
-  local admits, remaining, reset, retry, after = sw_check(key, e, sh.l1, sh.w1, sh.c1, prev, cur)
+  local admits, remaining, reset, retry, after = sw_check(key, e, l, w, c, prev, cur)
   if admits == nil then
     out[o + 1] = remaining
     return o + 1
@@ -480,12 +485,13 @@ end
 -- and on a deny the limit that admitted answers again at cost 0. at holds
 -- the window index and elapsed time of each limit: idx1, e1, idx2, e2.
 local function two_windows(key1, key2, sh, at, out, o)
+  local l1, wl1, cost1, l2, wl2, cost2 = sh.l1, sh.w1, sh.c1, sh.l2, sh.w2, sh.c2
   local p1, c1, w1 = sw_read(key1, at[1])
   if p1 == nil then
     out[o + 1] = c1
     return o + 1
   end
-  local a1, rem1, res1, ret1, after1 = sw_check(key1, at[2], sh.l1, sh.w1, sh.c1, p1, c1)
+  local a1, rem1, res1, ret1, after1 = sw_check(key1, at[2], l1, wl1, cost1, p1, c1)
   if a1 == nil then
     out[o + 1] = rem1
     return o + 1
@@ -495,7 +501,7 @@ local function two_windows(key1, key2, sh, at, out, o)
     out[o + 1] = c2
     return o + 1
   end
-  local a2, rem2, res2, ret2, after2 = sw_check(key2, at[4], sh.l2, sh.w2, sh.c2, p2, c2)
+  local a2, rem2, res2, ret2, after2 = sw_check(key2, at[4], l2, wl2, cost2, p2, c2)
   if a2 == nil then
     out[o + 1] = rem2
     return o + 1
@@ -507,10 +513,10 @@ local function two_windows(key1, key2, sh, at, out, o)
     out[o + 1] = 1
   else
     if a1 then
-      _, rem1, res1 = sw_check(key1, at[2], sh.l1, sh.w1, 0, p1, c1)
+      _, rem1, res1 = sw_check(key1, at[2], l1, wl1, 0, p1, c1)
     end
     if a2 then
-      _, rem2, res2 = sw_check(key2, at[4], sh.l2, sh.w2, 0, p2, c2)
+      _, rem2, res2 = sw_check(key2, at[4], l2, wl2, 0, p2, c2)
     end
     out[o + 1] = 0
   end
@@ -597,11 +603,12 @@ for r = a + 1, #ARGV, 3 do
     end
     k = k + run * sh.n
   elseif sh.fast == 1 then
-    local idx = idiv(now, sh.w1)
-    local e = now - idx * sh.w1
+    local l, w, c = sh.l1, sh.w1, sh.c1
+    local idx = idiv(now, w)
+    local e = now - idx * w
     for _ = 1, run do
       k = k + 1
-      o = one_window(KEYS[k], sh, idx, e, out, o)
+      o = one_window(KEYS[k], l, w, c, idx, e, out, o)
     end
   elseif sh.fast == 2 then
     at[1] = idiv(now, sh.w1)
