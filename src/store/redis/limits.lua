@@ -84,19 +84,6 @@ end
 
 -- int, idiv, cdiv, str, now_ms and EXACT come from arith.lua, prepended.
 
--- The string at key, nil when absent, or an error reply.
-local function get(key)
-  local raw = redis.pcall('GET', key)
-  if type(raw) == 'table' and raw.err then
-    return nil, fail(key .. ': ' .. raw.err)
-  end
-  return raw or nil, nil
-end
-
--- Each algorithm returns admits, remaining, reset, retry and a write
--- function (called only when the whole request is admitted), or nil and an
--- error message.
-
 -- The sliding window in three steps, so the fast paths can read both
 -- limits of a request before deciding, and answer a limit again at cost 0
 -- without reading it again.
@@ -189,269 +176,6 @@ local function sw_write(key, widx, prev, cur, reset)
   end
 end
 
-local function sliding_window(key, now, l, w, c)
-  local idx = idiv(now, w)
-  local e = now - idx * w
-  local prev, cur, widx = sw_read(key, idx)
-  if prev == nil then
-    return nil, cur
-  end
-  local admits, remaining, reset, retry, after = sw_check(key, e, l, w, c, prev, cur)
-  if admits == nil then
-    return nil, remaining
-  end
-  return admits, remaining, reset, retry, function()
-    sw_write(key, widx, prev, after, reset)
-  end
-end
-
--- A fixed window: index idx for now, ending at end_of(widx) for the window
--- widx the count belongs to.
-local function fixed(key, now, l, c, idx, end_of, min_ttl)
-  local widx, count = idx, 0
-  local raw, err = get(key)
-  if err then
-    return nil, err
-  end
-  if raw then
-    local sw, sc = string.match(raw, '^(%d+):(%d+)$')
-    local kw, kc = int(sw), int(sc)
-    if sw == nil or kw == nil or kc == nil then
-      return nil, fail(key .. ' does not hold a "<window>:<count>" counter')
-    end
-    if kw >= idx then
-      widx, count = kw, kc
-    end
-  end
-  local window_end = end_of(widx)
-  if window_end >= EXACT or count + math.min(c, l) >= EXACT then
-    return nil, fail(key .. ': window or count reach 2^53, beyond exact arithmetic')
-  end
-  local admits = c <= l and count + c <= l
-  local after = count
-  if admits then
-    after = count + c
-  end
-  local to_end = math.max(0, window_end - now)
-  local reset = 0
-  if after > 0 then
-    reset = to_end
-  end
-  local retry
-  if admits then
-    retry = 0
-  elseif c > l then
-    retry = -1
-  else
-    retry = to_end
-  end
-  local value = str(widx) .. ':' .. str(after)
-  return admits, math.max(0, l - after), reset, retry, function()
-    if reset > 0 then
-      redis.call('SET', key, value, 'PX', str(math.max(reset, min_ttl)))
-    else
-      redis.call('DEL', key)
-    end
-  end
-end
-
-local function fixed_window(key, now, l, w, c)
-  return fixed(key, now, l, c, idiv(now, w), function(widx)
-    return (widx + 1) * w
-  end, math.min(w, MIN_TTL))
-end
-
--- A calendar month: the caller sends the month's end in the window slot and
--- its index (months since January 1970) in the burst slot, computed once in
--- Rust (src/limit/calendar.rs). State from a clock ahead is measured to the
--- end of now's month, as the in-process store does.
-local function calendar_month(key, now, l, month_end, c, index)
-  return fixed(key, now, l, c, index, function(_)
-    return month_end
-  end, MIN_TTL)
-end
-
-local function sliding_log(key, now, l, w, c)
-  local kind = redis.call('TYPE', key).ok
-  if kind ~= 'zset' and kind ~= 'none' then
-    return nil, fail(key .. ' holds a ' .. kind .. ', not a sorted-set log')
-  end
-  if now >= w then
-    -- Units at s <= now - w no longer count.
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - w))
-  end
-  local used = redis.call('ZCARD', key)
-  local admits = c <= l and used + c <= l
-  local after = used
-  if admits then
-    after = used + c
-  end
-  local newest = nil
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if last[2] then
-    newest = int(last[2])
-    if newest == nil then
-      return nil, fail(key .. ' holds a member whose score is not a time in ms')
-    end
-  end
-  if admits and c > 0 then
-    newest = math.max(newest or now, now)
-  end
-  local reset = 0
-  if newest then
-    reset = math.max(0, newest + w - now)
-  end
-  local retry
-  if admits then
-    retry = 0
-  elseif c > l then
-    retry = -1
-  else
-    -- The k-th oldest unit must leave, k = used - (L - c) >= 1.
-    local k = used - (l - c)
-    local kth = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
-    local s = int(kth[2])
-    if s == nil then
-      return nil, fail(key .. ' holds a member whose score is not a time in ms')
-    end
-    retry = math.max(0, s + w - now)
-  end
-  return admits, math.max(0, l - after), reset, retry, function()
-    if c == 0 then
-      return
-    end
-    log_add(key, now, c)
-    redis.call('PEXPIRE', key, str(reset))
-  end
-end
-
-local function gcra(key, now, l, w, c, b)
-  -- A limit of 0 (refused by the configuration) counts as 1, as in gcra.rs.
-  l = math.max(l, 1)
-  local tat, rem = 0, 0
-  local raw, err = get(key)
-  if err then
-    return nil, err
-  end
-  if raw then
-    local st, sr = string.match(raw, '^(%d+):(%d+)$')
-    tat, rem = int(st), int(sr)
-    if st == nil or tat == nil or rem == nil then
-      return nil, fail(key .. ' does not hold a "<tat>:<rem>" arrival time')
-    end
-  end
-  if rem >= l then
-    -- The limit was lowered since this was written: round up (gcra.rs).
-    tat, rem = tat + 1, 0
-  end
-  local base_ms, base_rem = now, 0
-  if tat > now or (tat == now and rem > 0) then
-    base_ms, base_rem = tat, rem
-  end
-  if b * w * 3 >= EXACT or (base_ms - now) * l + base_rem + math.min(c, b) * w >= EXACT then
-    return nil, fail(key .. ': burst times window reach 2^53, beyond exact arithmetic')
-  end
-  -- Everything in units of 1/L ms, where one unit of cost is exactly w.
-  local diff = (base_ms - now) * l + base_rem
-  local cap = b * w
-  local admits = c <= b and diff + c * w <= cap
-  local diff_after = diff
-  if admits then
-    diff_after = diff + c * w
-  end
-  local remaining = 0
-  if cap > diff_after then
-    remaining = idiv(cap - diff_after, w)
-  end
-  local reset = cdiv(diff_after, l)
-  local retry
-  if admits then
-    retry = 0
-  elseif c > b then
-    retry = -1
-  else
-    retry = cdiv(diff + c * w - cap, l)
-  end
-  return admits, remaining, reset, retry, function()
-    local total = base_rem + c * w
-    local q = idiv(total, l)
-    local value = str(base_ms + q) .. ':' .. str(total - q * l)
-    if reset > 0 then
-      redis.call('SET', key, value, 'PX', str(math.max(reset, math.min(w, MIN_TTL))))
-    else
-      redis.call('DEL', key)
-    end
-  end
-end
-
-local ALGORITHMS = {
-  [0] = sliding_window,
-  [1] = fixed_window,
-  [2] = sliding_log,
-  [3] = gcra,
-  [4] = calendar_month,
-}
-
--- Decides one request: its n limits are KEYS[k + 1 .. k + n] and
--- ARGV[a + 1 .. a + 5n]. Returns the reply array, or nil and an error
--- message.
-local function decide(k, n, now, a)
-  local reply = { 1 }
-  local writes = {}
-  local allowed = true
-  for i = 1, n do
-    local key = KEYS[k + i]
-    local base = a + 5 * (i - 1)
-    local alg = int(ARGV[base + 1])
-    local l = int(ARGV[base + 2])
-    local w = int(ARGV[base + 3])
-    local c = int(ARGV[base + 4])
-    local b = int(ARGV[base + 5])
-    if alg == nil or ALGORITHMS[alg] == nil then
-      return nil, fail('unknown algorithm for ' .. key)
-    end
-    if l == nil or w == nil or c == nil or b == nil or w == 0 then
-      return nil, fail('limit, window, cost and burst of ' .. key .. ' must be integers in [0, 2^53), window >= 1')
-    end
-    local admits, remaining, reset, retry, write = ALGORITHMS[alg](key, now, l, w, c, b)
-    if admits == nil then
-      return nil, remaining
-    end
-    if not admits then
-      allowed = false
-    end
-    reply[#reply + 1] = admits and 1 or 0
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = reset
-    reply[#reply + 1] = retry
-    writes[i] = write
-  end
-  if not allowed then
-    reply[1] = 0
-    -- A denied request consumes nothing, so every limit shows its state
-    -- without it. A limit that admitted answered with the request's cost
-    -- taken: it answers again at cost 0, which writes nothing.
-    for i = 1, n do
-      local at = 2 + 4 * (i - 1)
-      if reply[at] == 1 then
-        local base = a + 5 * (i - 1)
-        local admits, remaining, reset = ALGORITHMS[int(ARGV[base + 1])](
-          KEYS[k + i], now, int(ARGV[base + 2]), int(ARGV[base + 3]), 0, int(ARGV[base + 5]))
-        if admits == nil then
-          return nil, remaining
-        end
-        reply[at + 1] = remaining
-        reply[at + 2] = reset
-      end
-    end
-    return reply
-  end
-  for i = 1, n do
-    writes[i]()
-  end
-  return reply
-end
-
 -- The fast path of a request with one sliding-window limit, key, of limit
 -- l, window w and cost c, at e ms into window idx; appends its answer to
 -- out from o + 1 and returns the new end.
@@ -531,6 +255,290 @@ local function two_windows(key1, key2, sh, at, out, o)
   return o + 9
 end
 
+-- The general path: every algorithm, any number of limits, one request
+-- at a time (decide). Built on the first request that needs it: a script's
+-- local functions are created anew on every call, and most calls never
+-- take this path.
+local function general()
+  -- The string at key, nil when absent, or an error reply.
+  local function get(key)
+    local raw = redis.pcall('GET', key)
+    if type(raw) == 'table' and raw.err then
+      return nil, fail(key .. ': ' .. raw.err)
+    end
+    return raw or nil, nil
+  end
+
+  -- Each algorithm returns admits, remaining, reset, retry and a write
+  -- function (called only when the whole request is admitted), or nil and an
+  -- error message.
+
+  local function sliding_window(key, now, l, w, c)
+    local idx = idiv(now, w)
+    local e = now - idx * w
+    local prev, cur, widx = sw_read(key, idx)
+    if prev == nil then
+      return nil, cur
+    end
+    local admits, remaining, reset, retry, after = sw_check(key, e, l, w, c, prev, cur)
+    if admits == nil then
+      return nil, remaining
+    end
+    return admits, remaining, reset, retry, function()
+      sw_write(key, widx, prev, after, reset)
+    end
+  end
+
+  -- A fixed window: index idx for now, ending at end_of(widx) for the window
+  -- widx the count belongs to.
+  local function fixed(key, now, l, c, idx, end_of, min_ttl)
+    local widx, count = idx, 0
+    local raw, err = get(key)
+    if err then
+      return nil, err
+    end
+    if raw then
+      local sw, sc = string.match(raw, '^(%d+):(%d+)$')
+      local kw, kc = int(sw), int(sc)
+      if sw == nil or kw == nil or kc == nil then
+        return nil, fail(key .. ' does not hold a "<window>:<count>" counter')
+      end
+      if kw >= idx then
+        widx, count = kw, kc
+      end
+    end
+    local window_end = end_of(widx)
+    if window_end >= EXACT or count + math.min(c, l) >= EXACT then
+      return nil, fail(key .. ': window or count reach 2^53, beyond exact arithmetic')
+    end
+    local admits = c <= l and count + c <= l
+    local after = count
+    if admits then
+      after = count + c
+    end
+    local to_end = math.max(0, window_end - now)
+    local reset = 0
+    if after > 0 then
+      reset = to_end
+    end
+    local retry
+    if admits then
+      retry = 0
+    elseif c > l then
+      retry = -1
+    else
+      retry = to_end
+    end
+    local value = str(widx) .. ':' .. str(after)
+    return admits, math.max(0, l - after), reset, retry, function()
+      if reset > 0 then
+        redis.call('SET', key, value, 'PX', str(math.max(reset, min_ttl)))
+      else
+        redis.call('DEL', key)
+      end
+    end
+  end
+
+  local function fixed_window(key, now, l, w, c)
+    return fixed(key, now, l, c, idiv(now, w), function(widx)
+      return (widx + 1) * w
+    end, math.min(w, MIN_TTL))
+  end
+
+  -- A calendar month: the caller sends the month's end in the window slot and
+  -- its index (months since January 1970) in the burst slot, computed once in
+  -- Rust (src/limit/calendar.rs). State from a clock ahead is measured to the
+  -- end of now's month, as the in-process store does.
+  local function calendar_month(key, now, l, month_end, c, index)
+    return fixed(key, now, l, c, index, function(_)
+      return month_end
+    end, MIN_TTL)
+  end
+
+  local function sliding_log(key, now, l, w, c)
+    local kind = redis.call('TYPE', key).ok
+    if kind ~= 'zset' and kind ~= 'none' then
+      return nil, fail(key .. ' holds a ' .. kind .. ', not a sorted-set log')
+    end
+    if now >= w then
+      -- Units at s <= now - w no longer count.
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - w))
+    end
+    local used = redis.call('ZCARD', key)
+    local admits = c <= l and used + c <= l
+    local after = used
+    if admits then
+      after = used + c
+    end
+    local newest = nil
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if last[2] then
+      newest = int(last[2])
+      if newest == nil then
+        return nil, fail(key .. ' holds a member whose score is not a time in ms')
+      end
+    end
+    if admits and c > 0 then
+      newest = math.max(newest or now, now)
+    end
+    local reset = 0
+    if newest then
+      reset = math.max(0, newest + w - now)
+    end
+    local retry
+    if admits then
+      retry = 0
+    elseif c > l then
+      retry = -1
+    else
+      -- The k-th oldest unit must leave, k = used - (L - c) >= 1.
+      local k = used - (l - c)
+      local kth = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
+      local s = int(kth[2])
+      if s == nil then
+        return nil, fail(key .. ' holds a member whose score is not a time in ms')
+      end
+      retry = math.max(0, s + w - now)
+    end
+    return admits, math.max(0, l - after), reset, retry, function()
+      if c == 0 then
+        return
+      end
+      log_add(key, now, c)
+      redis.call('PEXPIRE', key, str(reset))
+    end
+  end
+
+  local function gcra(key, now, l, w, c, b)
+    -- A limit of 0 (refused by the configuration) counts as 1, as in gcra.rs.
+    l = math.max(l, 1)
+    local tat, rem = 0, 0
+    local raw, err = get(key)
+    if err then
+      return nil, err
+    end
+    if raw then
+      local st, sr = string.match(raw, '^(%d+):(%d+)$')
+      tat, rem = int(st), int(sr)
+      if st == nil or tat == nil or rem == nil then
+        return nil, fail(key .. ' does not hold a "<tat>:<rem>" arrival time')
+      end
+    end
+    if rem >= l then
+      -- The limit was lowered since this was written: round up (gcra.rs).
+      tat, rem = tat + 1, 0
+    end
+    local base_ms, base_rem = now, 0
+    if tat > now or (tat == now and rem > 0) then
+      base_ms, base_rem = tat, rem
+    end
+    if b * w * 3 >= EXACT or (base_ms - now) * l + base_rem + math.min(c, b) * w >= EXACT then
+      return nil, fail(key .. ': burst times window reach 2^53, beyond exact arithmetic')
+    end
+    -- Everything in units of 1/L ms, where one unit of cost is exactly w.
+    local diff = (base_ms - now) * l + base_rem
+    local cap = b * w
+    local admits = c <= b and diff + c * w <= cap
+    local diff_after = diff
+    if admits then
+      diff_after = diff + c * w
+    end
+    local remaining = 0
+    if cap > diff_after then
+      remaining = idiv(cap - diff_after, w)
+    end
+    local reset = cdiv(diff_after, l)
+    local retry
+    if admits then
+      retry = 0
+    elseif c > b then
+      retry = -1
+    else
+      retry = cdiv(diff + c * w - cap, l)
+    end
+    return admits, remaining, reset, retry, function()
+      local total = base_rem + c * w
+      local q = idiv(total, l)
+      local value = str(base_ms + q) .. ':' .. str(total - q * l)
+      if reset > 0 then
+        redis.call('SET', key, value, 'PX', str(math.max(reset, math.min(w, MIN_TTL))))
+      else
+        redis.call('DEL', key)
+      end
+    end
+  end
+
+  local ALGORITHMS = {
+    [0] = sliding_window,
+    [1] = fixed_window,
+    [2] = sliding_log,
+    [3] = gcra,
+    [4] = calendar_month,
+  }
+
+  -- Decides one request: its n limits are KEYS[k + 1 .. k + n] and
+  -- ARGV[a + 1 .. a + 5n]. Returns the reply array, or nil and an error
+  -- message.
+  local function decide(k, n, now, a)
+    local reply = { 1 }
+    local writes = {}
+    local allowed = true
+    for i = 1, n do
+      local key = KEYS[k + i]
+      local base = a + 5 * (i - 1)
+      local alg = int(ARGV[base + 1])
+      local l = int(ARGV[base + 2])
+      local w = int(ARGV[base + 3])
+      local c = int(ARGV[base + 4])
+      local b = int(ARGV[base + 5])
+      if alg == nil or ALGORITHMS[alg] == nil then
+        return nil, fail('unknown algorithm for ' .. key)
+      end
+      if l == nil or w == nil or c == nil or b == nil or w == 0 then
+        return nil, fail('limit, window, cost and burst of ' .. key .. ' must be integers in [0, 2^53), window >= 1')
+      end
+      local admits, remaining, reset, retry, write = ALGORITHMS[alg](key, now, l, w, c, b)
+      if admits == nil then
+        return nil, remaining
+      end
+      if not admits then
+        allowed = false
+      end
+      reply[#reply + 1] = admits and 1 or 0
+      reply[#reply + 1] = remaining
+      reply[#reply + 1] = reset
+      reply[#reply + 1] = retry
+      writes[i] = write
+    end
+    if not allowed then
+      reply[1] = 0
+      -- A denied request consumes nothing, so every limit shows its state
+      -- without it. A limit that admitted answered with the request's cost
+      -- taken: it answers again at cost 0, which writes nothing.
+      for i = 1, n do
+        local at = 2 + 4 * (i - 1)
+        if reply[at] == 1 then
+          local base = a + 5 * (i - 1)
+          local admits, remaining, reset = ALGORITHMS[int(ARGV[base + 1])](
+            KEYS[k + i], now, int(ARGV[base + 2]), int(ARGV[base + 3]), 0, int(ARGV[base + 5]))
+          if admits == nil then
+            return nil, remaining
+          end
+          reply[at + 1] = remaining
+          reply[at + 2] = reset
+        end
+      end
+      return reply
+    end
+    for i = 1, n do
+      writes[i]()
+    end
+    return reply
+  end
+
+  return decide
+end
+
 -- TIME is read once per call: every request of a batch is decided at the
 -- same server instant.
 local server_now = nil
@@ -584,6 +592,7 @@ for s = 1, count do
   a = a + 1 + 5 * n
 end
 
+local decide = nil
 local keys = #KEYS
 local out, o = {}, 0
 local k = 0
@@ -620,6 +629,7 @@ for r = a + 1, #ARGV, 3 do
       k = k + 2
     end
   else
+    decide = decide or general()
     for _ = 1, run do
       local reply, err = decide(k, sh.n, now, sh.at)
       if reply then
