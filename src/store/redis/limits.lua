@@ -93,18 +93,28 @@ end
 local redis_call, redis_pcall = redis.call, redis.pcall
 local match, format = string.match, string.format
 
--- The counts of key rolled forward to window idx (State::at): prev, cur
--- and the window they belong to; or nil and an error message.
-local function sw_read(key, idx)
+-- The counts of key rolled forward to window idx (State::at), idx_s being
+-- idx in decimal: prev, cur, and the decimals of the window they belong to
+-- and of prev, which a write puts back as they are (turning numbers into
+-- text is among the dearest things a script does); or nil and an error
+-- message.
+local function sw_read(key, idx, idx_s)
   local raw = redis_pcall('GET', key)
   if not raw then
-    return 0, 0, idx
+    return 0, 0, idx_s, '0'
   end
   if type(raw) ~= 'string' then
     return nil, fail(key .. ': ' .. tostring(raw.err))
   end
   local sw, sp, sc = match(raw, '^(%d+):(%d+):(%d+)$')
   -- Digits only, so each is an integer; exact below 2^53.
+  if sw == idx_s then
+    -- Written in this window, the common case: no need to read the window.
+    local kp, kc = tonumber(sp), tonumber(sc)
+    if kp < EXACT and kc < EXACT then
+      return kp, kc, sw, sp
+    end
+  end
   local kw, kp, kc = tonumber(sw), tonumber(sp), tonumber(sc)
   if kw == nil or kw >= EXACT or kp >= EXACT or kc >= EXACT then
     return nil, fail(key .. ' does not hold a "<window>:<prev>:<cur>" counter')
@@ -112,11 +122,11 @@ local function sw_read(key, idx)
   if kw >= idx then
     -- kw > idx: a gateway whose clock is ahead wrote this; keep its
     -- window rather than resetting the counts (State::at).
-    return kp, kc, kw
+    return kp, kc, sw, sp
   elseif kw + 1 == idx then
-    return kc, 0, idx
+    return kc, 0, idx_s, sc
   end
-  return 0, 0, idx
+  return 0, 0, idx_s, '0'
 end
 
 -- sliding_window::check for cost c, e ms into the current window, on the
@@ -165,10 +175,11 @@ local function sw_check(key, e, l, w, c, prev, cur)
   return admits, remaining, reset, retry, after
 end
 
--- Writes the counts and the expiry reset ms away.
-local function sw_write(key, widx, prev, cur, reset)
+-- Writes the counts (the window and prev as sw_read gave their decimals)
+-- and the expiry reset ms away.
+local function sw_write(key, window_s, prev_s, cur, reset)
   if reset > 0 then
-    redis_call('SET', key, format('%d:%d:%d', widx, prev, cur), 'PX', str(reset))
+    redis_call('SET', key, window_s .. ':' .. prev_s .. ':' .. format('%d', cur), 'PX', str(reset))
   else
     -- Nothing left to decay (cost 0 on an empty counter): absent is the
     -- same state, and costs no memory.
@@ -177,10 +188,10 @@ local function sw_write(key, widx, prev, cur, reset)
 end
 
 -- The fast path of a request with one sliding-window limit, key, of limit
--- l, window w and cost c, at e ms into window idx; appends its answer to
--- out from o + 1 and returns the new end.
-local function one_window(key, l, w, c, idx, e, out, o)
-  local prev, cur, widx = sw_read(key, idx)
+-- l, window w and cost c, at e ms into window idx (idx_s in decimal);
+-- appends its answer to out from o + 1 and returns the new end.
+local function one_window(key, l, w, c, idx, idx_s, e, out, o)
+  local prev, cur, window_s, prev_s = sw_read(key, idx, idx_s)
   if prev == nil then
     out[o + 1] = cur
     return o + 1
@@ -193,7 +204,7 @@ local function one_window(key, l, w, c, idx, e, out, o)
   local flag = 0
   if admits then
     flag = 1
-    sw_write(key, widx, prev, after, reset)
+    sw_write(key, window_s, prev_s, after, reset)
   end
   -- Denied, the one limit already answered without the cost.
   out[o + 1] = flag
@@ -207,40 +218,41 @@ end
 -- The fast path of a request with two sliding-window limits, as decide
 -- answers it: both read and decided, both written only when both admit,
 -- and on a deny the limit that admitted answers again at cost 0. at holds
--- the window index and elapsed time of each limit: idx1, e1, idx2, e2.
+-- the window index, its decimal and the elapsed time of each limit: idx1,
+-- idx1_s, e1, idx2, idx2_s, e2.
 local function two_windows(key1, key2, sh, at, out, o)
   local l1, wl1, cost1, l2, wl2, cost2 = sh.l1, sh.w1, sh.c1, sh.l2, sh.w2, sh.c2
-  local p1, c1, w1 = sw_read(key1, at[1])
+  local p1, c1, w1, ps1 = sw_read(key1, at[1], at[2])
   if p1 == nil then
     out[o + 1] = c1
     return o + 1
   end
-  local a1, rem1, res1, ret1, after1 = sw_check(key1, at[2], l1, wl1, cost1, p1, c1)
+  local a1, rem1, res1, ret1, after1 = sw_check(key1, at[3], l1, wl1, cost1, p1, c1)
   if a1 == nil then
     out[o + 1] = rem1
     return o + 1
   end
-  local p2, c2, w2 = sw_read(key2, at[3])
+  local p2, c2, w2, ps2 = sw_read(key2, at[4], at[5])
   if p2 == nil then
     out[o + 1] = c2
     return o + 1
   end
-  local a2, rem2, res2, ret2, after2 = sw_check(key2, at[4], l2, wl2, cost2, p2, c2)
+  local a2, rem2, res2, ret2, after2 = sw_check(key2, at[6], l2, wl2, cost2, p2, c2)
   if a2 == nil then
     out[o + 1] = rem2
     return o + 1
   end
   local _
   if a1 and a2 then
-    sw_write(key1, w1, p1, after1, res1)
-    sw_write(key2, w2, p2, after2, res2)
+    sw_write(key1, w1, ps1, after1, res1)
+    sw_write(key2, w2, ps2, after2, res2)
     out[o + 1] = 1
   else
     if a1 then
-      _, rem1, res1 = sw_check(key1, at[2], l1, wl1, 0, p1, c1)
+      _, rem1, res1 = sw_check(key1, at[3], l1, wl1, 0, p1, c1)
     end
     if a2 then
-      _, rem2, res2 = sw_check(key2, at[4], l2, wl2, 0, p2, c2)
+      _, rem2, res2 = sw_check(key2, at[6], l2, wl2, 0, p2, c2)
     end
     out[o + 1] = 0
   end
@@ -276,7 +288,7 @@ local function general()
   local function sliding_window(key, now, l, w, c)
     local idx = idiv(now, w)
     local e = now - idx * w
-    local prev, cur, widx = sw_read(key, idx)
+    local prev, cur, window_s, prev_s = sw_read(key, idx, str(idx))
     if prev == nil then
       return nil, cur
     end
@@ -285,7 +297,7 @@ local function general()
       return nil, remaining
     end
     return admits, remaining, reset, retry, function()
-      sw_write(key, widx, prev, after, reset)
+      sw_write(key, window_s, prev_s, after, reset)
     end
   end
 
@@ -539,6 +551,15 @@ local function general()
   return decide
 end
 
+-- An integer argument read once: int without remembering it.
+local function num(s)
+  local n = tonumber(s)
+  if n ~= nil and n >= 0 and n < EXACT and n % 1 == 0 then
+    return n
+  end
+  return nil
+end
+
 -- TIME is read once per call: every request of a batch is decided at the
 -- same server instant.
 local server_now = nil
@@ -549,7 +570,7 @@ local function request_now(arg)
     end
     return server_now
   end
-  return int(arg)
+  return num(arg)
 end
 
 -- Limit i of the shape whose arguments start after ARGV[at], when it is a
@@ -557,8 +578,8 @@ end
 -- path then answers, with its errors).
 local function fast_limit(at, i)
   local base = at + 5 * (i - 1)
-  local l, w, c = int(ARGV[base + 2]), int(ARGV[base + 3]), int(ARGV[base + 4])
-  if int(ARGV[base + 1]) == 0 and l and w and c and int(ARGV[base + 5]) and w > 0 then
+  local l, w, c = num(ARGV[base + 2]), num(ARGV[base + 3]), num(ARGV[base + 4])
+  if ARGV[base + 1] == '0' and l and w and c and num(ARGV[base + 5]) and w > 0 then
     return l, w, c
   end
   return nil
@@ -567,16 +588,17 @@ end
 local malformed = 'expected S, S shapes of 1 + 5 n arguments, then runs of shape index, now and count of requests of n keys each'
 local shapes = {}
 local a = 1
-local count = int(ARGV[1])
+local count = num(ARGV[1])
 if count == nil then
   return redis.error_reply(fail(malformed))
 end
 for s = 1, count do
-  local n = int(ARGV[a + 1])
+  local n = num(ARGV[a + 1])
   if n == nil or a + 1 + 5 * n > #ARGV then
     return redis.error_reply(fail(malformed))
   end
-  local sh = { n = n, at = a + 1, fast = 0 }
+  -- Every field at once: a table grown field by field is rehashed as it grows.
+  local sh = { n = n, at = a + 1, fast = 0, l1 = 0, w1 = 0, c1 = 0, l2 = 0, w2 = 0, c2 = 0 }
   if n == 1 or n == 2 then
     local l1, w1, c1 = fast_limit(sh.at, 1)
     local l2, w2, c2
@@ -601,7 +623,7 @@ if (#ARGV - a) % 3 ~= 0 then
   return redis.error_reply(fail(malformed))
 end
 for r = a + 1, #ARGV, 3 do
-  local sh, now, run = shapes[int(ARGV[r])], request_now(ARGV[r + 1]), int(ARGV[r + 2])
+  local sh, now, run = shapes[num(ARGV[r])], request_now(ARGV[r + 1]), num(ARGV[r + 2])
   if sh == nil or run == nil or k + run * sh.n > keys then
     return redis.error_reply(fail(malformed))
   end
@@ -614,16 +636,18 @@ for r = a + 1, #ARGV, 3 do
   elseif sh.fast == 1 then
     local l, w, c = sh.l1, sh.w1, sh.c1
     local idx = idiv(now, w)
-    local e = now - idx * w
+    local idx_s, e = str(idx), now - idx * w
     for _ = 1, run do
       k = k + 1
-      o = one_window(KEYS[k], l, w, c, idx, e, out, o)
+      o = one_window(KEYS[k], l, w, c, idx, idx_s, e, out, o)
     end
   elseif sh.fast == 2 then
     at[1] = idiv(now, sh.w1)
-    at[2] = now - at[1] * sh.w1
-    at[3] = idiv(now, sh.w2)
-    at[4] = now - at[3] * sh.w2
+    at[2] = str(at[1])
+    at[3] = now - at[1] * sh.w1
+    at[4] = idiv(now, sh.w2)
+    at[5] = str(at[4])
+    at[6] = now - at[4] * sh.w2
     for _ = 1, run do
       o = two_windows(KEYS[k + 1], KEYS[k + 2], sh, at, out, o)
       k = k + 2
