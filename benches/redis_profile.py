@@ -25,16 +25,28 @@ rounds interleaved (A B C ... A B C ...), medians reported, as in `load.py`.
 They share one redis-server; the limits are far from reached, so sharing
 counters changes no decision.
 
+With --callgrind REV,... it measures instead what the decision script
+itself costs, in instructions, which unlike CPU time repeat to the last
+digit on a shared machine: the script of each git revision (arith.lua and
+limits.lua as that revision has them) runs in a redis-server under
+valgrind's callgrind, driven by redis-benchmark with one request of 12
+decisions at a time over 2,000 random keys (`EVALSHA` with the arguments
+that revision's header asks for), and the instructions redis-server spends
+per call are divided by 12. `floor` is a script that only does what every
+decision must: one `GET` and one `SET ... PX` per key.
+
 With --memory each binary also runs the `1 limit` shape on the in-process
 store: the difference is what deciding in Redis costs the gateway.
 
 Usage: python3 benches/redis_profile.py [--rounds 3] [--duration 3]
          [--binary NAME=PATH ...] [--no-build] [--shapes "1 limit,2 limits"]
          [--memory]
+       python3 benches/redis_profile.py --callgrind main,HEAD
 Without --binary it builds and uses this checkout's release binary.
 """
 
 import argparse
+import glob
 import os
 import re
 import statistics
@@ -42,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import shutil
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import load  # noqa: E402  (the helpers of the load benchmark)
@@ -61,6 +74,76 @@ def commandstats(port):
             for m in re.finditer(r"^cmdstat_(\w+):calls=(\d+),usec=(\d+)", out, re.M)}
 
 
+FLOOR = """local out, o = {}, 0
+for i = 1, #KEYS do
+  redis.pcall('GET', KEYS[i])
+  redis.call('SET', KEYS[i], '29463820:0:12', 'PX', '3600000')
+  out[o + 1] = 1 out[o + 2] = 1 out[o + 3] = 99 out[o + 4] = 3600000 out[o + 5] = 0
+  o = o + 5
+end
+return out
+"""
+
+
+def script_of(rev):
+    """The decision script of a git revision, and whether its arguments
+    are runs (shape, now, count) or a shape index per request."""
+    if rev == "floor":
+        return FLOOR, True
+    text = "".join(subprocess.run(["git", "show", f"{rev}:src/store/redis/{f}"], cwd=load.ROOT,
+                                  capture_output=True, text=True, check=True).stdout
+                   for f in ("arith.lua", "limits.lua"))
+    return text, "runs of requests" in text
+
+
+def callgrind(revs, batch=12, calls=1000):
+    """Instructions redis-server spends per decision, per revision's script."""
+    tmp = tempfile.mkdtemp(prefix="tollgate-cg-")
+    port = load.free_port()
+    redis = load.Process(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.%p",
+                          "redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+                          "--dir", tmp])
+    cli = lambda *a, **kw: subprocess.run(["redis-cli", "-p", str(port)] + list(a), capture_output=True,  # noqa: E731
+                                          text=True, **kw).stdout.strip()
+    try:
+        load.wait_port(port, timeout=60)
+
+        def instructions():
+            subprocess.run(["callgrind_control", "-d", str(redis.proc.pid)], capture_output=True)
+            time.sleep(0.5)
+            newest = max(glob.glob(f"{tmp}/cg.*"), key=os.path.getmtime)
+            with open(newest) as f:
+                return int(re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M).group(1))
+
+        print(f"\nInstructions redis-server spends per decision, calls of {batch} decisions "
+              f"(valgrind callgrind, {calls} calls):\n")
+        for rev in revs + ["floor"]:
+            script, runs = script_of(rev)
+            sha = cli("-x", "SCRIPT", "LOAD", input=script)
+            for n in (1, 2):
+                now = str(int(time.time() * 1000))
+                keys = [f"tg:{{__rand_int__}}l{j}" for _ in range(batch) for j in range(n)]
+                limits = []
+                for j in range(n):
+                    limits += ["0", "100000000", str(60000 * (1 + 59 * j)), "1", "100000000"]
+                if runs:
+                    argv = ["1", str(n)] + limits + ["1", now, str(batch)]
+                else:
+                    argv = ["1", str(n), now] + limits + ["1"] * batch
+                bench = ["redis-benchmark", "-p", str(port), "-r", "2000", "-c", "1", "-q",
+                         "EVALSHA", sha, str(len(keys))] + keys + argv
+                subprocess.run(bench[:1] + ["-n", "300"] + bench[1:], capture_output=True)  # keys exist
+                subprocess.run(["callgrind_control", "-z", str(redis.proc.pid)], capture_output=True)
+                time.sleep(0.3)
+                subprocess.run(bench[:1] + ["-n", str(calls)] + bench[1:], capture_output=True)
+                per_call = instructions() / calls
+                print(f"  {rev:12} {n} limit{'s' if n > 1 else ' '}  {per_call / batch:9,.0f} per decision "
+                      f"({per_call:,.0f} per call)")
+    finally:
+        redis.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -68,11 +151,16 @@ def main():
     ap.add_argument("--binary", action="append", default=[], metavar="NAME=PATH")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--callgrind", default="", metavar="REV,...",
+                    help="instructions per decision of each git revision's script instead")
     ap.add_argument("--memory", action="store_true",
                     help="also each binary with the in-process store (1 limit): what Redis adds")
     args = ap.parse_args()
 
     load.ensure_tools()
+    if args.callgrind:
+        callgrind([r.strip() for r in args.callgrind.split(",") if r.strip()])
+        return
     binaries = []
     for b in args.binary:
         name, _, path = b.partition("=")
