@@ -57,6 +57,7 @@ import shutil
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ beside the benches
 import load  # noqa: E402  (the helpers of the load benchmark)
 
 SHAPES = {
