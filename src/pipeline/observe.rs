@@ -12,6 +12,11 @@
 //! purpose: paths carry tokens and user ids often enough. `main` renders
 //! the events as text or JSON (`--log-format`); `RUST_LOG` filters them
 //! like any other target (`tollgate::access=off` silences them).
+//!
+//! With `access_log.replay: true` a line also carries what `tollgate
+//! simulate` replays it from ([`Recording`](super::exchange::Recording)):
+//! `ts` (ms), `peer` and `client` (IPs), `host`, `path` (without the
+//! query) and `caller` (a digest of the API key or user).
 
 use std::time::Instant;
 
@@ -154,6 +159,7 @@ pub fn record(ex: &Exchange, answer: &Answer, metrics: &Metrics, started: Option
         }
     }
     if let Some(started) = started {
+        let rec = ex.recording.as_ref();
         let status = match answer {
             Ok(res) => res.status(),
             Err(e) => e.status(),
@@ -167,6 +173,13 @@ pub fn record(ex: &Exchange, answer: &Answer, metrics: &Metrics, started: Option
             decision = Decision::of(answer, decided).as_str(),
             // Microsecond resolution is plenty for a log line.
             latency_ms = started.elapsed().as_micros() as f64 / 1000.0,
+            // Absent unless `access_log.replay` is on.
+            ts = rec.map(|r| r.ts_ms),
+            peer = rec.map(|_| display(ex.peer.ip())),
+            client = rec.and_then(|r| r.client).map(display),
+            host = rec.and_then(|r| r.host.as_deref()),
+            path = rec.map(|r| r.path.as_str()),
+            caller = rec.and_then(|r| r.caller.as_deref()),
             "request"
         );
     }
