@@ -45,6 +45,54 @@ enum Command {
     },
     /// Print the JSON Schema of the configuration file (for editor completion).
     Schema,
+    /// Replay recorded traffic through the configuration's routes and limits
+    /// on a clock that follows the log, and report what they would have done.
+    Simulate(SimulateArgs),
+}
+
+/// `tollgate simulate` (docs/simulate.md).
+#[derive(Debug, clap::Args)]
+struct SimulateArgs {
+    /// Logs to replay, in order; `.gz` files are read through gzip.
+    #[arg(required = true, value_name = "LOG")]
+    logs: Vec<PathBuf>,
+    /// Replay through this configuration too, and report who is newly
+    /// limited and who no longer is.
+    #[arg(long, value_name = "OLD.yaml")]
+    against: Option<PathBuf>,
+    /// The report's form.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    format: ReportFormat,
+    /// Write the report to this file instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// The logs' format (default: detected from the first non-empty line).
+    #[arg(long, value_enum)]
+    input: Option<InputArg>,
+    /// Combined format: the header an extra quoted field after the user
+    /// agent becomes, in order (repeatable; `-` skips a field).
+    #[arg(long = "field", value_name = "HEADER")]
+    fields: Vec<String>,
+    /// The `Host` of requests whose line names none.
+    #[arg(long, value_name = "HOST")]
+    host: Option<String>,
+    /// Offenders listed per route and per limit.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ReportFormat {
+    Table,
+    Json,
+    Html,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum InputArg {
+    Combined,
+    Tollgate,
+    Jsonl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -87,6 +135,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(cli.command, Some(Command::Schema)) {
         return print(&tollgate::config::schema::json(), ExitCode::SUCCESS);
+    }
+    if let Some(Command::Simulate(args)) = &cli.command {
+        return simulate(&cli.config, args);
     }
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
@@ -191,6 +242,65 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+/// `tollgate simulate`: the report on stdout or in `--out`; exit status 2
+/// for a configuration that does not load, 1 for a log that cannot be read.
+fn simulate(config: &std::path::Path, args: &SimulateArgs) -> ExitCode {
+    use tollgate::simulate::{self, InputFormat, OutputFormat, SimError};
+    let mut fields = Vec::new();
+    for f in &args.fields {
+        match http::HeaderName::from_bytes(f.as_bytes()) {
+            Ok(name) => fields.push(name),
+            Err(_) => {
+                complain(format_args!("--field {f:?} is not a header name"));
+                return ExitCode::from(BAD_CONFIG);
+            }
+        }
+    }
+    let opts = simulate::Options {
+        against: args.against.clone(),
+        input: args.input.map(|i| match i {
+            InputArg::Combined => InputFormat::Combined,
+            InputArg::Tollgate => InputFormat::Tollgate,
+            InputArg::Jsonl => InputFormat::Jsonl,
+        }),
+        fields,
+        host: args.host.clone(),
+        top: args.top,
+        progress: io::stderr().is_terminal(),
+        ..simulate::Options::new(config, args.logs.clone())
+    };
+    let report = match simulate::simulate(&opts) {
+        Ok(r) => r,
+        Err(SimError::Config { path, errors }) => {
+            complain(format_args!("{path}: {} error(s):", errors.0.len()));
+            for e in &errors.0 {
+                complain(format_args!("  {e}"));
+            }
+            return ExitCode::from(BAD_CONFIG);
+        }
+        Err(e) => {
+            complain(format_args!("tollgate simulate: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let format = match args.format {
+        ReportFormat::Table => OutputFormat::Table,
+        ReportFormat::Json => OutputFormat::Json,
+        ReportFormat::Html => OutputFormat::Html,
+    };
+    let text = simulate::render(&report, format);
+    match &args.out {
+        Some(path) => match std::fs::write(path, text) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                complain(format_args!("cannot write {}: {e}", path.display()));
+                ExitCode::FAILURE
+            }
+        },
+        None => print(text.trim_end(), ExitCode::SUCCESS),
+    }
 }
 
 /// A future that completes on SIGTERM or SIGINT, with both caught from the

@@ -81,7 +81,7 @@ impl Gateway {
     pub async fn decide_only<B>(&self, req: Request<B>, peer: SocketAddr) -> Rehearsal {
         let rt = self.runtime.load();
         let mut ex = Exchange::new(req.method().clone(), peer);
-        ex.identities = Some(Vec::new());
+        ex.identities = Some(exchange::Identities::default());
         let ended = self.until_act(req, &rt, &mut ex).await.map(drop);
         Rehearsal {
             exchange: ex,

@@ -34,9 +34,9 @@ pub struct Exchange {
     /// The limits as this caller sees them and what they decided; `None`
     /// on routes without limits and for requests refused before deciding.
     pub checked: Option<Checked>,
-    /// When asked for (`Some` before the phases run): the identity part of
-    /// each decided limit's store key (`ip=192.0.2.7/32`), in limit order.
-    pub identities: Option<Vec<String>>,
+    /// When asked for (`Some` before the phases run): who the caller is
+    /// and what each limit counted it as.
+    pub identities: Option<Identities>,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
 }
@@ -80,6 +80,9 @@ impl Exchange {
     /// access log its client IP and digest.
     pub(super) fn identified(&mut self, caller: &Caller<'_>) {
         self.identity = IdentityKind::of(caller);
+        if let Some(ids) = &mut self.identities {
+            identity::write_key(&mut ids.caller, &STRONGEST, caller);
+        }
         if let Some(r) = &mut self.recording {
             r.client = Some(caller.ip.addr());
             r.caller = caller_digest(caller);
@@ -89,7 +92,7 @@ impl Exchange {
     /// The identity each of `limits` counts `caller` as, when asked for.
     pub(super) fn counted_as(&mut self, caller: &Caller<'_>, limits: &[Limit]) {
         if let Some(ids) = &mut self.identities {
-            ids.extend(limits.iter().map(|l| {
+            ids.limits.extend(limits.iter().map(|l| {
                 let mut id = String::with_capacity(32);
                 identity::write_key(&mut id, &l.key, caller);
                 id
@@ -107,6 +110,22 @@ impl Exchange {
         self.checked.as_ref().map(|c| &c.decision)
     }
 }
+
+/// Who a caller is, as the store keys write identities: for a
+/// [`Rehearsal`].
+#[derive(Debug, Default)]
+pub struct Identities {
+    /// The strongest identity the caller presented (`api_key | user | ip`).
+    pub caller: String,
+    /// The identity part of each decided limit's store key
+    /// (`ip=192.0.2.7/32`), in limit order; empty when no limit decided.
+    pub limits: Vec<String>,
+}
+
+/// `api_key | user | ip`: the caller's strongest identity.
+static STRONGEST: std::sync::LazyLock<KeySpec> = std::sync::LazyLock::new(|| KeySpec {
+    parts: vec![vec![KeySource::ApiKey, KeySource::User, KeySource::Ip]],
+});
 
 /// What the phases before `act` made of one request
 /// ([`Gateway::decide_only`](super::Gateway::decide_only)).
