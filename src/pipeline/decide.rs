@@ -55,8 +55,8 @@ pub async fn decide<B>(
         Some(v) => (&v.limits[..], &v.key_suffixes[..]),
         None => (&route.route.limits[..], &route.key_suffixes[..]),
     };
-    ex.counted_as(&caller, limits);
     let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller);
+    ex.counted_as(&requests);
     let decision = shadow::decide(
         &gw.limiter,
         now_ms,

@@ -10,6 +10,8 @@ use http::{HeaderValue, Method, Request};
 
 use super::gateway::Runtime;
 use crate::config::{KeySource, KeySpec, Limit};
+use crate::limit::LimitRequest;
+use ipnet::IpNet;
 use crate::decision::shadow::RouteDecision;
 use crate::identity::{self, Caller};
 use crate::metrics::RouteMetrics;
@@ -81,7 +83,7 @@ impl Exchange {
     pub(super) fn identified(&mut self, caller: &Caller<'_>) {
         self.identity = IdentityKind::of(caller);
         if let Some(ids) = &mut self.identities {
-            identity::write_key(&mut ids.caller, &STRONGEST, caller);
+            ids.caller = Some(Strongest::of(caller));
         }
         if let Some(r) = &mut self.recording {
             r.client = Some(caller.ip.addr());
@@ -89,14 +91,11 @@ impl Exchange {
         }
     }
 
-    /// The identity each of `limits` counts `caller` as, when asked for.
-    pub(super) fn counted_as(&mut self, caller: &Caller<'_>, limits: &[Limit]) {
+    /// The store key each decided limit counts the caller under, when
+    /// asked for.
+    pub(super) fn counted_as(&mut self, requests: &[LimitRequest]) {
         if let Some(ids) = &mut self.identities {
-            ids.limits.extend(limits.iter().map(|l| {
-                let mut id = String::with_capacity(32);
-                identity::write_key(&mut id, &l.key, caller);
-                id
-            }));
+            ids.keys.extend(requests.iter().map(|r| r.key.clone()));
         }
     }
 
@@ -111,21 +110,67 @@ impl Exchange {
     }
 }
 
-/// Who a caller is, as the store keys write identities: for a
-/// [`Rehearsal`].
+/// Who a caller is: for a [`Rehearsal`].
 #[derive(Debug, Default)]
 pub struct Identities {
-    /// The strongest identity the caller presented (`api_key | user | ip`).
-    pub caller: String,
-    /// The identity part of each decided limit's store key
-    /// (`ip=192.0.2.7/32`), in limit order; empty when no limit decided.
-    pub limits: Vec<String>,
+    /// The strongest identity the caller presented; `None` on routes
+    /// without limits.
+    pub caller: Option<Strongest>,
+    /// The store key of each decided limit, in limit order; empty when no
+    /// limit decided. The identity is between its first `{` and last `}`
+    /// ([`keys::counter_key`](crate::store::keys::counter_key)): readable
+    /// text with the in-process store, a digest with Redis.
+    pub keys: Vec<String>,
 }
 
-/// `api_key | user | ip`: the caller's strongest identity.
-static STRONGEST: std::sync::LazyLock<KeySpec> = std::sync::LazyLock::new(|| KeySpec {
-    parts: vec![vec![KeySource::ApiKey, KeySource::User, KeySource::Ip]],
-});
+/// A caller's strongest identity — its API key, else its user, else its
+/// client IP — kept as found, so that a replay can count callers without
+/// writing each one out.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Strongest {
+    /// The API key.
+    ApiKey(Box<[u8]>),
+    /// The user.
+    User(Box<[u8]>),
+    /// The client IP, grouped.
+    Ip(IpNet),
+}
+
+impl Strongest {
+    fn of(caller: &Caller<'_>) -> Self {
+        match (caller.api_key, &caller.user) {
+            (Some(k), _) => Self::ApiKey(k.into()),
+            (None, Some(u)) => Self::User(u.as_ref().into()),
+            (None, None) => Self::Ip(caller.ip),
+        }
+    }
+
+    /// The identity as a store key writes it (`key=…`, `user=…`, `ip=…`).
+    pub fn text(&self) -> String {
+        let empty = http::HeaderMap::new();
+        let (api_key, user, source) = match self {
+            Self::ApiKey(k) => (Some(&k[..]), None, KeySource::ApiKey),
+            Self::User(u) => (None, Some(std::borrow::Cow::Borrowed(&u[..])), KeySource::User),
+            Self::Ip(_) => (None, None, KeySource::Ip),
+        };
+        let ip = match self {
+            Self::Ip(ip) => *ip,
+            _ => IpNet::from(IpAddr::from([0, 0, 0, 0])),
+        };
+        let caller = Caller {
+            ip,
+            api_key,
+            user,
+            headers: &empty,
+        };
+        let mut text = String::with_capacity(48);
+        let spec = KeySpec {
+            parts: vec![vec![source]],
+        };
+        identity::write_key(&mut text, &spec, &caller);
+        text
+    }
+}
 
 /// What the phases before `act` made of one request
 /// ([`Gateway::decide_only`](super::Gateway::decide_only)).

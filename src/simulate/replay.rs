@@ -189,6 +189,74 @@ impl Sim {
     }
 }
 
+/// What the reader thread hands over, a batch at a time.
+enum Item {
+    Request(input::Line),
+    Skip,
+    Bad(BadLine),
+}
+
+/// Lines per batch sent from the reader thread.
+const BATCH: usize = 1024;
+
+/// Reads and parses `files` on a thread of its own, so that the replay
+/// (which must be in order, on one thread) only decides: batches of
+/// parsed lines, or the read error that ended the input.
+fn reader(
+    files: Vec<std::path::PathBuf>,
+    parser: Parser,
+    show_bad: usize,
+) -> (
+    std::sync::mpsc::Receiver<Result<Vec<Item>, SimError>>,
+    Arc<std::sync::atomic::AtomicU64>,
+) {
+    let (tx, rx) = std::sync::mpsc::sync_channel(8);
+    let mut lines = Lines::new(files);
+    let read = lines.read.clone();
+    std::thread::spawn(move || {
+        let mut buf = Vec::with_capacity(1024);
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut shown = 0;
+        loop {
+            match lines.next_into(&mut buf) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+            batch.push(match parser.parse(&buf) {
+                Ok(Parsed::Request(line)) => Item::Request(line),
+                Ok(Parsed::Skip) => Item::Skip,
+                Err(error) => {
+                    shown += 1;
+                    Item::Bad(BadLine {
+                        file: if shown <= show_bad {
+                            lines.file().map(|p| p.display().to_string()).unwrap_or_default()
+                        } else {
+                            String::new()
+                        },
+                        line: lines.number,
+                        error,
+                    })
+                }
+            });
+            if batch.len() == BATCH
+                && tx
+                    .send(Ok(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))))
+                    .is_err()
+            {
+                return;
+            }
+        }
+        if !batch.is_empty() {
+            let _ = tx.send(Ok(batch));
+        }
+    });
+    (rx, read)
+}
+
 async fn run(
     opts: &Options,
     format: InputFormat,
@@ -207,17 +275,15 @@ async fn run(
         format: Some(format),
         ..InputStats::default()
     };
-    let mut lines = Lines::new(opts.logs.clone());
+    let (batches, read) = reader(opts.logs.clone(), parser, opts.show_bad);
     let progress = (opts.progress && std::io::stderr().is_terminal())
         .then(|| progress_bar(&opts.logs));
-    let mut buf = Vec::with_capacity(1024);
     let mut now = 0u64;
-    while lines.next_into(&mut buf)? {
-        stats.lines += 1;
-        if let Some(bar) = &progress
-            && stats.lines % 65_536 == 0
-        {
-            bar.set_position(lines.read.load(Ordering::Relaxed));
+    for batch in batches {
+        let batch = batch?;
+        stats.lines += batch.len() as u64;
+        if let Some(bar) = &progress {
+            bar.set_position(read.load(Ordering::Relaxed));
             let secs = started.elapsed().as_secs_f64().max(1e-3);
             bar.set_message(format!(
                 "{} lines, {:.0} lines/s",
@@ -225,39 +291,34 @@ async fn run(
                 stats.lines as f64 / secs
             ));
         }
-        let line = match parser.parse(&buf) {
-            Ok(Parsed::Request(line)) => line,
-            Ok(Parsed::Skip) => {
-                stats.skipped += 1;
-                continue;
-            }
-            Err(error) => {
-                stats.bad += 1;
-                if stats.bad_shown.len() < opts.show_bad {
-                    stats.bad_shown.push(BadLine {
-                        file: lines
-                            .file()
-                            .map(|p| p.display().to_string())
-                            .unwrap_or_default(),
-                        line: lines.number,
-                        error,
-                    });
+        for item in batch {
+            let line = match item {
+                Item::Request(line) => line,
+                Item::Skip => {
+                    stats.skipped += 1;
+                    continue;
                 }
-                continue;
+                Item::Bad(bad) => {
+                    stats.bad += 1;
+                    if stats.bad_shown.len() < opts.show_bad {
+                        stats.bad_shown.push(bad);
+                    }
+                    continue;
+                }
+            };
+            stats.requests += 1;
+            if line.ts_ms < now {
+                stats.out_of_order += 1;
+            } else {
+                now = line.ts_ms;
             }
-        };
-        stats.requests += 1;
-        if line.ts_ms < now {
-            stats.out_of_order += 1;
-        } else {
-            now = line.ts_ms;
+            stats.first_ms.get_or_insert(now);
+            stats.last_ms = Some(now);
+            if let Some(old) = &mut old {
+                old.step(now, copy(&line.req), line.peer).await;
+            }
+            sim.step(now, line.req, line.peer).await;
         }
-        stats.first_ms.get_or_insert(now);
-        stats.last_ms = Some(now);
-        if let Some(old) = &mut old {
-            old.step(now, copy(&line.req), line.peer).await;
-        }
-        sim.step(now, line.req, line.peer).await;
     }
     if let Some(bar) = progress {
         bar.finish_and_clear();

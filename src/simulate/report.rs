@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::replay::{InputStats, Replayed};
 use super::tally::{Counts, Identities, LimitTally, Quota, RouteTally, Timeline};
 use super::time::minute_label;
+use crate::pipeline::exchange::Strongest;
 use crate::top::hash_identity;
 
 /// Version of the JSON shape.
@@ -241,22 +242,33 @@ fn offender(id: &str, c: Counts) -> Offender {
 }
 
 /// The `n` identities with the most denials (then requests, then text).
-fn top(ids: &Identities, n: usize) -> Vec<Offender> {
-    let mut limited: Vec<(&str, Counts)> = ids
+fn top<K>(ids: &Identities<K>, n: usize, text: impl Fn(&K) -> String) -> Vec<Offender> {
+    let mut limited: Vec<(&K, Counts)> = ids
         .0
         .iter()
         .filter(|(_, c)| c.limited > 0)
-        .map(|(k, c)| (&**k, *c))
+        .map(|(k, c)| (k, *c))
         .collect();
-    limited.sort_unstable_by(|a, b| {
+    limited.sort_unstable_by(|a, b| (b.1.limited, b.1.requests).cmp(&(a.1.limited, a.1.requests)));
+    // Ties at the cut are broken by text, so the report does not depend on
+    // the map's order.
+    let cut = limited
+        .get(n.saturating_sub(1))
+        .map(|(_, c)| (c.limited, c.requests));
+    let mut shown: Vec<(String, Counts)> = limited
+        .into_iter()
+        .take_while(|(_, c)| cut.is_none_or(|cut| (c.limited, c.requests) >= cut))
+        .map(|(k, c)| (text(k), c))
+        .collect();
+    shown.sort_by(|a, b| {
         (b.1.limited, b.1.requests)
             .cmp(&(a.1.limited, a.1.requests))
-            .then(a.0.cmp(b.0))
+            .then_with(|| a.0.cmp(&b.0))
     });
-    limited
+    shown
         .into_iter()
         .take(n)
-        .map(|(id, c)| offender(id, c))
+        .map(|(id, c)| offender(&id, c))
         .collect()
 }
 
@@ -323,7 +335,7 @@ fn limit(t: &LimitTally, n: usize) -> Limit {
         limited_share: share(t.counts),
         identities,
         identities_limited,
-        top_offenders: top(&t.identities, n),
+        top_offenders: top(&t.identities, n, |k| k.to_string()),
         peak_minute,
         peak_limited_minute,
         timeline: timeline(&t.timeline, false),
@@ -342,7 +354,7 @@ fn route(t: &RouteTally, n: usize) -> Route {
         rejected: t.rejected,
         identities,
         identities_limited,
-        top_offenders: top(&t.callers, n),
+        top_offenders: top(&t.callers, n, Strongest::text),
         peak_minute,
         peak_limited_minute,
         limits: t.limits.iter().map(|l| limit(l, n)).collect(),
@@ -350,8 +362,10 @@ fn route(t: &RouteTally, n: usize) -> Route {
     }
 }
 
+type Ids = Identities<Box<str>>;
+
 /// Identities limited in `a` and never in `b`.
-fn changed(a: &Identities, b: Option<&Identities>, n: usize) -> Changed {
+fn changed(a: &Ids, b: Option<&Ids>, n: usize) -> Changed {
     let mut ids: Vec<(&str, Counts)> = a
         .0
         .iter()

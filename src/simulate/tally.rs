@@ -6,7 +6,9 @@
 //! with the distinct identities and minutes seen, never with the lines.
 //! Digests for the report are made at the end, for the few shown.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
 
 use crate::config::{Config, Limit};
@@ -14,6 +16,7 @@ use crate::decision::shadow::RouteDecision;
 use crate::limit::Algorithm;
 use crate::metrics::LimitVerdict;
 use crate::pipeline::Rehearsal;
+use crate::pipeline::exchange::Strongest;
 use crate::problem::GatewayError;
 
 /// Requests and the share of them denied.
@@ -60,18 +63,75 @@ impl Timeline {
     }
 }
 
-/// Counts per identity.
-#[derive(Debug, Default, Clone)]
-pub struct Identities(pub HashMap<Box<str>, Counts>);
+/// A fast hash for the tallies' maps (the multiply-rotate of rustc's
+/// `FxHasher`). Not resistant to chosen collisions, which only a log
+/// written to slow its own replay down could aim at.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Fx(u64);
 
-impl Identities {
-    fn add(&mut self, id: &str, limited: bool) {
+impl Fx {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for Fx {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Counts per identity.
+#[derive(Debug, Clone)]
+pub struct Identities<K>(pub HashMap<K, Counts, BuildHasherDefault<Fx>>);
+
+impl<K> Default for Identities<K> {
+    fn default() -> Self {
+        Self(HashMap::default())
+    }
+}
+
+impl<K: Hash + Eq> Identities<K> {
+    fn add<Q>(&mut self, id: &Q, limited: bool)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
         match self.0.get_mut(id) {
             Some(c) => c.add(limited),
             None => {
                 let mut c = Counts::default();
                 c.add(limited);
-                self.0.insert(id.into(), c);
+                self.0.insert(id.to_owned().into(), c);
             }
         }
     }
@@ -120,8 +180,8 @@ pub struct LimitTally {
     pub quota: Quota,
     /// Requests it decided and denied.
     pub counts: Counts,
-    /// By the identity it counts.
-    pub identities: Identities,
+    /// By the identity it counts (its text in the store key).
+    pub identities: Identities<Box<str>>,
     /// By minute.
     pub timeline: Timeline,
 }
@@ -139,7 +199,7 @@ pub struct RouteTally {
     pub rejected: u64,
     /// By the caller's strongest identity (API key, user, IP); only on
     /// routes with limits.
-    pub callers: Identities,
+    pub callers: Identities<Strongest>,
     /// By minute.
     pub timeline: Timeline,
     /// The limits met, in order of first use.
@@ -211,23 +271,31 @@ impl Tally {
         m.counts.add(limited);
         m.shadow_limited += u64::from(shadow);
         let Some(ids) = &ex.identities else { return };
-        if !ids.caller.is_empty() {
-            route.callers.add(&ids.caller, limited || shadow);
+        if let Some(caller) = &ids.caller {
+            route.callers.add(caller, limited || shadow);
         }
         let route_shadow = ex.route.as_ref().is_some_and(|c| c.route.shadow);
         let Some(checked) = &ex.checked else { return };
         let RouteDecision::Decided(d) = &checked.decision else {
             return;
         };
-        for ((limit, verdict), id) in checked.limits().iter().zip(&d.verdicts).zip(&ids.limits) {
+        for ((limit, verdict), key) in checked.limits().iter().zip(&d.verdicts).zip(&ids.keys) {
             // `None`: only read, not decided (an enforced limit denied first).
             let Some(v) = verdict else { continue };
             let denied = matches!(v, LimitVerdict::Limited | LimitVerdict::ShadowLimited);
             let t = limit_tally(&mut route.limits, limit, route_shadow);
             t.counts.add(denied);
-            t.identities.add(id, denied);
+            t.identities.add(identity_of(key), denied);
             t.timeline.at(minute).counts.add(denied);
         }
+    }
+}
+
+/// The identity part of a store key: between its first `{` and last `}`.
+fn identity_of(key: &str) -> &str {
+    match (key.find('{'), key.rfind('}')) {
+        (Some(a), Some(b)) if a < b => &key[a + 1..b],
+        _ => key,
     }
 }
 
