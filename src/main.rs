@@ -79,6 +79,9 @@ struct SimulateArgs {
     /// Offenders listed per route and per limit.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// Also write every request's decision to this file (JSON lines).
+    #[arg(long, value_name = "FILE")]
+    decisions: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -268,6 +271,7 @@ fn simulate(config: &std::path::Path, args: &SimulateArgs) -> ExitCode {
         fields,
         host: args.host.clone(),
         top: args.top,
+        decisions: args.decisions.clone(),
         progress: io::stderr().is_terminal(),
         ..simulate::Options::new(config, args.logs.clone())
     };

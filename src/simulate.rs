@@ -21,6 +21,7 @@ pub mod replay;
 pub mod report;
 pub mod table;
 pub mod tally;
+pub mod trace;
 pub mod time;
 
 pub use options::{InputFormat, Options, OutputFormat, SimError};

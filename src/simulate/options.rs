@@ -66,6 +66,8 @@ pub struct Options {
     pub show_bad: usize,
     /// Show a progress bar (stderr is a terminal).
     pub progress: bool,
+    /// Write every request's decision here, one JSON object a line.
+    pub decisions: Option<PathBuf>,
 }
 
 impl Options {
@@ -81,6 +83,7 @@ impl Options {
             top: 10,
             show_bad: 5,
             progress: false,
+            decisions: None,
         }
     }
 }

@@ -20,10 +20,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::input::{self, Lines, Parsed, Parser};
 use super::options::{InputFormat, Options, SimError};
 use super::tally::Tally;
+use super::trace;
 use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::identity::{self, Caller};
-use crate::pipeline::Gateway;
+use crate::pipeline::{Gateway, Rehearsal};
 use crate::pipeline::exchange::caller_digest;
 
 /// The `Host` of requests whose line names none, unless `--host` says.
@@ -182,10 +183,11 @@ impl Sim {
         })
     }
 
-    async fn step(&mut self, ts_ms: u64, req: Request<()>, peer: SocketAddr) {
+    async fn step(&mut self, ts_ms: u64, req: Request<()>, peer: SocketAddr) -> Rehearsal {
         self.clock.set(ts_ms);
         let r = self.gateway.decide_only(req, peer).await;
         self.tally.add(ts_ms / 60_000, &r);
+        r
     }
 }
 
@@ -278,6 +280,15 @@ async fn run(
     let (batches, read) = reader(opts.logs.clone(), parser, opts.show_bad);
     let progress = (opts.progress && std::io::stderr().is_terminal())
         .then(|| progress_bar(&opts.logs));
+    let mut trace = match &opts.decisions {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| SimError::Io {
+                path: path.display().to_string(),
+                source: e,
+            })?,
+        )),
+        None => None,
+    };
     let mut now = 0u64;
     for batch in batches {
         let batch = batch?;
@@ -317,8 +328,24 @@ async fn run(
             if let Some(old) = &mut old {
                 old.step(now, copy(&line.req), line.peer).await;
             }
-            sim.step(now, line.req, line.peer).await;
+            let r = sim.step(now, line.req, line.peer).await;
+            if let Some(out) = &mut trace {
+                trace::write(out, stats.requests, now, &r).map_err(|e| SimError::Io {
+                    path: opts
+                        .decisions
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    source: e,
+                })?;
+            }
         }
+    }
+    if let Some(mut out) = trace {
+        std::io::Write::flush(&mut out).map_err(|e| SimError::Io {
+            path: "--decisions".into(),
+            source: e,
+        })?;
     }
     if let Some(bar) = progress {
         bar.finish_and_clear();
