@@ -21,8 +21,8 @@ pub mod replay;
 pub mod report;
 pub mod table;
 pub mod tally;
-pub mod trace;
 pub mod time;
+pub mod trace;
 
 pub use options::{InputFormat, Options, OutputFormat, SimError};
 pub use report::Report;

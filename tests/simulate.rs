@@ -122,7 +122,11 @@ struct Seen {
 /// `"a";r=4;t=10, "b";r=0;t=3` → {a: 4, b: 0}
 fn remaining(header: Option<&str>) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for item in header.unwrap_or("").split(',').filter(|s| !s.trim().is_empty()) {
+    for item in header
+        .unwrap_or("")
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+    {
         let mut parts = item.trim().split(';');
         let name = parts.next().unwrap().trim_matches('"').to_owned();
         let r = parts
@@ -140,7 +144,9 @@ async fn live(config: &str, seq: &[Recorded]) -> Vec<Seen> {
     let mut seen = Vec::new();
     for r in seq {
         clock.set(r.ts);
-        let mut b = Request::builder().uri(&r.path).header("host", "gateway.test");
+        let mut b = Request::builder()
+            .uri(&r.path)
+            .header("host", "gateway.test");
         if let Some(k) = r.key {
             b = b.header("x-api-key", k);
         }
@@ -289,8 +295,15 @@ async fn a_replayable_access_log_replays_to_the_same_decisions() {
         live(&config, &seq).await
     };
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert_eq!(log.lines().count(), seq.len(), "one access line per request");
-    assert!(!log.contains("gold-key") && !log.contains("\"k1\""), "no raw API key in the log");
+    assert_eq!(
+        log.lines().count(),
+        seq.len(),
+        "one access line per request"
+    );
+    assert!(
+        !log.contains("gold-key") && !log.contains("\"k1\""),
+        "no raw API key in the log"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let config_path = write(dir.path(), "gateway.yaml", &config);
@@ -357,7 +370,8 @@ fn bad_lines_are_counted_shown_with_their_line_numbers_and_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = small_log();
     log.insert_str(0, "this is not a log line\n");
-    log += "192.0.2.9 - - [01/May/2024:00:00:09 +0000] \"GET /api/x HTTP/1.1\" 200 5 \"-\" \"test\"\n";
+    log +=
+        "192.0.2.9 - - [01/May/2024:00:00:09 +0000] \"GET /api/x HTTP/1.1\" 200 5 \"-\" \"test\"\n";
     log += "\n";
     log += "192.0.2.9 - - [32/May/2024:00:00:09 +0000] \"GET /api/x HTTP/1.1\" 200 5 \"-\" \"t\" \"k\"\n";
     let path = write(dir.path(), "access.log", &log);
@@ -375,14 +389,34 @@ fn bad_lines_are_counted_shown_with_their_line_numbers_and_skipped() {
     assert_eq!(shown[0].0, 1);
     assert!(shown[1].1.contains("extra quoted field"), "{shown:?}");
     assert!(shown[2].1.contains("time"), "{shown:?}");
-    assert!(r.input.bad_examples.iter().all(|b| b.file == path.display().to_string()));
+    assert!(
+        r.input
+            .bad_examples
+            .iter()
+            .all(|b| b.file == path.display().to_string())
+    );
     // The rest is replayed as if they were not there.
     let api = &r.routes[0];
     assert_eq!((api.requests, api.limited), (17, 9));
 
     // The table shows them with file:line.
     let table = simulate::render(&r, OutputFormat::Table);
-    assert!(table.contains(&format!("{}:1: ", path.display())), "{table}");
+    assert!(
+        table.contains(&format!("{}:1: ", path.display())),
+        "{table}"
+    );
+
+    // Numbers count from 1 in each file, also past a few thousand lines.
+    let first = write(dir.path(), "first.log", &small_log().repeat(300));
+    let second = write(dir.path(), "second.log", &format!("{}oops\n", small_log()));
+    let r =
+        simulate::simulate(&small_opts(dir.path(), SMALL, vec![first, second.clone()])).unwrap();
+    assert_eq!((r.input.lines, r.input.bad_lines), (17 * 301 + 1, 1));
+    let bad = &r.input.bad_examples[0];
+    assert_eq!(
+        (bad.file.as_str(), bad.line),
+        (second.to_str().unwrap(), 18)
+    );
 }
 
 #[test]
@@ -403,7 +437,15 @@ fn gzip_logs_read_like_plain_ones() {
     let routes = |r: &simulate::Report| serde_json::to_value(&r.routes).unwrap();
     assert_eq!(routes(&a), routes(&b));
     let api = &b.routes[0];
-    assert_eq!((api.requests, api.limited, api.identities, api.identities_limited), (17, 9, 3, 2));
+    assert_eq!(
+        (
+            api.requests,
+            api.limited,
+            api.identities,
+            api.identities_limited
+        ),
+        (17, 9, 3, 2)
+    );
     let per_key = &api.limits[0];
     assert_eq!(per_key.name, "per_key");
     assert_eq!(per_key.top_offenders[0].kind, "header:x-api-key");
@@ -449,7 +491,10 @@ fn against_names_who_is_newly_limited_and_who_no_longer_is() {
     let d = r.diff.iter().find(|d| d.limit == "per_key").unwrap();
     assert_eq!((d.newly_limited.count, d.no_longer_limited.count), (0, 1));
     let table = simulate::render(&r, OutputFormat::Table);
-    assert!(table.contains("api/per_key: 0 newly limited, 1 no longer limited"), "{table}");
+    assert!(
+        table.contains("api/per_key: 0 newly limited, 1 no longer limited"),
+        "{table}"
+    );
 }
 
 fn tollgate() -> Command {
@@ -470,7 +515,11 @@ fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
         .args(["--field", "x-api-key", "--format", "json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.stderr.is_empty(), "quiet when stderr is not a terminal");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let keys = |v: &serde_json::Value| -> Vec<String> {
@@ -481,23 +530,79 @@ fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
     assert_eq!(v["version"], 1);
     assert_eq!(
         keys(&v),
-        ["against", "config", "diff", "input", "refused", "refused_examples", "routes", "unrouted", "version"]
+        [
+            "against",
+            "config",
+            "diff",
+            "input",
+            "refused",
+            "refused_examples",
+            "routes",
+            "unrouted",
+            "version"
+        ]
     );
     assert_eq!(
         keys(&v["input"]),
-        ["bad_examples", "bad_lines", "files", "first", "format", "last", "lines", "lines_per_second", "out_of_order", "requests", "seconds", "skipped"]
+        [
+            "bad_examples",
+            "bad_lines",
+            "files",
+            "first",
+            "format",
+            "last",
+            "lines",
+            "lines_per_second",
+            "out_of_order",
+            "requests",
+            "seconds",
+            "skipped"
+        ]
     );
     let route = &v["routes"][0];
     assert_eq!(
         keys(route),
-        ["identities", "identities_limited", "limited", "limited_share", "limits", "name", "peak_limited_minute", "peak_minute", "rejected", "requests", "shadow_limited", "timeline", "top_offenders"]
+        [
+            "identities",
+            "identities_limited",
+            "limited",
+            "limited_share",
+            "limits",
+            "name",
+            "peak_limited_minute",
+            "peak_minute",
+            "rejected",
+            "requests",
+            "shadow_limited",
+            "timeline",
+            "top_offenders"
+        ]
     );
     assert_eq!(
         keys(&route["limits"][0]),
-        ["identities", "identities_limited", "limited", "limited_share", "name", "peak_limited_minute", "peak_minute", "quota", "requests", "shadow", "timeline", "top_offenders"]
+        [
+            "identities",
+            "identities_limited",
+            "limited",
+            "limited_share",
+            "name",
+            "peak_limited_minute",
+            "peak_minute",
+            "quota",
+            "requests",
+            "shadow",
+            "timeline",
+            "top_offenders"
+        ]
     );
-    assert_eq!(keys(&route["top_offenders"][0]), ["identity", "kind", "limited", "requests"]);
-    assert_eq!(keys(&route["timeline"][0]), ["limited", "minute", "requests", "shadow_limited", "ts_ms"]);
+    assert_eq!(
+        keys(&route["top_offenders"][0]),
+        ["identity", "kind", "limited", "requests"]
+    );
+    assert_eq!(
+        keys(&route["timeline"][0]),
+        ["limited", "minute", "requests", "shadow_limited", "ts_ms"]
+    );
     assert_eq!(route["limits"][0]["quota"], "3 per 1m (sliding_window)");
     assert_eq!(route["timeline"][0]["minute"], "2024-05-01T00:00Z");
     assert_eq!(route["limited"], 9);
@@ -512,12 +617,25 @@ fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
         .arg(&html)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.stdout.is_empty());
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.starts_with("<!doctype html>") && page.contains("<svg"), "{page}");
-    assert!(!page.contains("http://") || !page.contains("<script"), "nothing fetched");
-    assert!(!page.contains("src=") && !page.contains("<link"), "nothing fetched");
+    assert!(
+        page.starts_with("<!doctype html>") && page.contains("<svg"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("http://") || !page.contains("<script"),
+        "nothing fetched"
+    );
+    assert!(
+        !page.contains("src=") && !page.contains("<link"),
+        "nothing fetched"
+    );
 
     // The table by default.
     let out = tollgate()
@@ -528,11 +646,19 @@ fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
         .output()
         .unwrap();
     let table = String::from_utf8(out.stdout).unwrap();
-    assert!(table.contains("per_key") && table.contains("3 per 1m"), "{table}");
+    assert!(
+        table.contains("per_key") && table.contains("3 per 1m"),
+        "{table}"
+    );
 
     // A bad configuration: 2, with the error. A missing log: 1.
     let bad = write(dir.path(), "bad.yaml", "listen: 127.0.0.1:0\nroutes: 3\n");
-    let out = tollgate().args(["simulate", "-c"]).arg(&bad).arg(&log).output().unwrap();
+    let out = tollgate()
+        .args(["simulate", "-c"])
+        .arg(&bad)
+        .arg(&log)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("routes"));
     let out = tollgate()
@@ -551,10 +677,16 @@ fn the_input_format_is_detected_or_chosen() {
     let log = write(dir.path(), "t.jsonl", &jsonl(&seq));
     let mut opts = small_opts(dir.path(), CONFIG, vec![log]);
     let r = simulate::simulate(&opts).unwrap();
-    assert_eq!((r.input.format, r.input.requests, r.input.bad_lines), ("jsonl", 50, 0));
+    assert_eq!(
+        (r.input.format, r.input.requests, r.input.bad_lines),
+        ("jsonl", 50, 0)
+    );
     // Read as combined, every line is bad, and the run still ends.
     opts.input = Some(InputFormat::Combined);
     let r = simulate::simulate(&opts).unwrap();
-    assert_eq!((r.input.format, r.input.requests, r.input.bad_lines), ("combined", 0, 50));
+    assert_eq!(
+        (r.input.format, r.input.requests, r.input.bad_lines),
+        ("combined", 0, 50)
+    );
     assert_eq!(r.input.bad_examples.len(), 5, "the first few are shown");
 }

@@ -10,14 +10,14 @@ use http::{HeaderValue, Method, Request};
 
 use super::gateway::Runtime;
 use crate::config::{KeySource, KeySpec, Limit};
-use crate::limit::LimitRequest;
-use ipnet::IpNet;
 use crate::decision::shadow::RouteDecision;
 use crate::identity::{self, Caller};
+use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
 use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
 use crate::top;
+use ipnet::IpNet;
 
 /// What the phases learnt about one request: filled as they go, read by
 /// [`observe`] and for the rate-limit headers.
@@ -150,7 +150,11 @@ impl Strongest {
         let empty = http::HeaderMap::new();
         let (api_key, user, source) = match self {
             Self::ApiKey(k) => (Some(&k[..]), None, KeySource::ApiKey),
-            Self::User(u) => (None, Some(std::borrow::Cow::Borrowed(&u[..])), KeySource::User),
+            Self::User(u) => (
+                None,
+                Some(std::borrow::Cow::Borrowed(&u[..])),
+                KeySource::User,
+            ),
             Self::Ip(_) => (None, None, KeySource::Ip),
         };
         let ip = match self {

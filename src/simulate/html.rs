@@ -89,7 +89,11 @@ fn chart(out: &mut String, route: &Route, first: u64, last: u64) {
         let x = LEFT + i as f64 * bw;
         let w = (bw - if bw > 3.0 { 1.0 } else { 0.0 }).max(0.5);
         let mut base = 0;
-        for (v, colour, what) in [(b.1, ALLOWED, "allowed"), (b.3, SHADOW, "shadow-limited"), (b.2, LIMITED, "limited")] {
+        for (v, colour, what) in [
+            (b.1, ALLOWED, "allowed"),
+            (b.3, SHADOW, "shadow-limited"),
+            (b.2, LIMITED, "limited"),
+        ] {
             if v == 0 {
                 continue;
             }
@@ -106,7 +110,11 @@ fn chart(out: &mut String, route: &Route, first: u64, last: u64) {
     }
     // Time labels: first, middle, last bar.
     let n = bars.len();
-    for (i, anchor) in [(0, "start"), (n / 2, "middle"), (n.saturating_sub(1), "end")] {
+    for (i, anchor) in [
+        (0, "start"),
+        (n / 2, "middle"),
+        (n.saturating_sub(1), "end"),
+    ] {
         if let Some(b) = bars.get(i) {
             let x = LEFT + i as f64 * bw + if anchor == "end" { bw } else { 0.0 };
             let _ = write!(
@@ -185,15 +193,35 @@ td:first-child,th:first-child{{text-align:left}} code{{font-size:12px}}
     if !i.bad_examples.is_empty() {
         out.push_str("<h4>Bad lines (first few)</h4><ul>");
         for b in &i.bad_examples {
-            let _ = write!(out, "<li><code>{}:{}</code> {}</li>", esc(&b.file), b.line, esc(&b.error));
+            let _ = write!(
+                out,
+                "<li><code>{}:{}</code> {}</li>",
+                esc(&b.file),
+                b.line,
+                esc(&b.error)
+            );
         }
         out.push_str("</ul>");
     }
     if let Some(a) = &r.against {
-        let _ = write!(out, "<p>Compared with <code>{}</code>: see the end of the page.</p>", esc(a));
+        let _ = write!(
+            out,
+            "<p>Compared with <code>{}</code>: see the end of the page.</p>",
+            esc(a)
+        );
     }
-    let first = r.routes.iter().flat_map(|r| r.timeline.first()).map(|m| m.ts_ms).min();
-    let last = r.routes.iter().flat_map(|r| r.timeline.last()).map(|m| m.ts_ms).max();
+    let first = r
+        .routes
+        .iter()
+        .flat_map(|r| r.timeline.first())
+        .map(|m| m.ts_ms)
+        .min();
+    let last = r
+        .routes
+        .iter()
+        .flat_map(|r| r.timeline.last())
+        .map(|m| m.ts_ms)
+        .max();
     for route in &r.routes {
         let _ = write!(
             out,
@@ -223,27 +251,40 @@ td:first-child,th:first-child{{text-align:left}} code{{font-size:12px}}
                     out,
                     "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     esc(&l.name),
-                    if l.shadow { " <span class=muted>(shadow)</span>" } else { "" },
+                    if l.shadow {
+                        " <span class=muted>(shadow)</span>"
+                    } else {
+                        ""
+                    },
                     esc(&l.quota),
                     thousands(l.requests),
                     thousands(l.limited),
                     percent(l.limited_share),
                     thousands(l.identities),
                     thousands(l.identities_limited),
-                    l.peak_limited_minute
-                        .as_ref()
-                        .map_or_else(|| "-".to_owned(), |p| format!("{} ({})", p.minute, thousands(p.limited))),
+                    l.peak_limited_minute.as_ref().map_or_else(
+                        || "-".to_owned(),
+                        |p| format!("{} ({})", p.minute, thousands(p.limited))
+                    ),
                 );
             }
             out.push_str("</table>");
         }
         offenders(&mut out, "Most limited callers", &route.top_offenders);
         for l in &route.limits {
-            offenders(&mut out, &format!("Most limited by {}", l.name), &l.top_offenders);
+            offenders(
+                &mut out,
+                &format!("Most limited by {}", l.name),
+                &l.top_offenders,
+            );
         }
     }
     if let Some(a) = &r.against {
-        let _ = write!(out, "<h2>Against {}</h2><table><tr><th>route / limit</th><th>newly limited</th><th>no longer limited</th></tr>", esc(a));
+        let _ = write!(
+            out,
+            "<h2>Against {}</h2><table><tr><th>route / limit</th><th>newly limited</th><th>no longer limited</th></tr>",
+            esc(a)
+        );
         for d in &r.diff {
             let _ = write!(
                 out,
@@ -256,8 +297,16 @@ td:first-child,th:first-child{{text-align:left}} code{{font-size:12px}}
         }
         out.push_str("</table>");
         for d in &r.diff {
-            offenders(&mut out, &format!("{}/{}: newly limited", d.route, d.limit), &d.newly_limited.identities);
-            offenders(&mut out, &format!("{}/{}: no longer limited", d.route, d.limit), &d.no_longer_limited.identities);
+            offenders(
+                &mut out,
+                &format!("{}/{}: newly limited", d.route, d.limit),
+                &d.newly_limited.identities,
+            );
+            offenders(
+                &mut out,
+                &format!("{}/{}: no longer limited", d.route, d.limit),
+                &d.no_longer_limited.identities,
+            );
         }
     }
     out.push_str("</body></html>\n");

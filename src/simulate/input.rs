@@ -85,7 +85,9 @@ pub fn first_line(path: &Path) -> Result<Vec<u8>, SimError> {
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let n = r.read_until(b'\n', &mut buf).map_err(|e| io_error(path, e))?;
+        let n = r
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| io_error(path, e))?;
         if n == 0 || !buf.trim_ascii().is_empty() {
             return Ok(buf);
         }
@@ -133,8 +135,12 @@ pub struct Lines {
     current: Option<(PathBuf, Box<dyn BufRead + Send>)>,
     /// 1-based number of the line last read, in its file.
     pub number: u64,
+    /// Index in the list of files of the file now read.
+    pub index: usize,
     /// Bytes read from the files so far (compressed, for gzip).
     pub read: Arc<AtomicU64>,
+    /// Whether a file has been opened yet.
+    current_seen: bool,
 }
 
 impl Lines {
@@ -144,7 +150,9 @@ impl Lines {
             files: files.into_iter(),
             current: None,
             number: 0,
+            index: 0,
             read: Arc::default(),
+            current_seen: false,
         }
     }
 
@@ -159,19 +167,33 @@ impl Lines {
     /// # Errors
     /// A file cannot be opened or read (a truncated gzip stream too).
     pub fn next_into(&mut self, buf: &mut Vec<u8>) -> Result<bool, SimError> {
+        buf.clear();
+        self.append_next(buf)
+    }
+
+    /// Appends the next line to `buf` (without its line ending); false at
+    /// the end of the last file.
+    ///
+    /// # Errors
+    /// As [`Self::next_into`].
+    pub fn append_next(&mut self, buf: &mut Vec<u8>) -> Result<bool, SimError> {
+        let start = buf.len();
         loop {
             if self.current.is_none() {
                 let Some(path) = self.files.next() else {
                     return Ok(false);
                 };
                 let reader = open(&path, self.read.clone())?;
+                if self.current_seen {
+                    self.index += 1;
+                }
+                self.current_seen = true;
                 self.current = Some((path, reader));
                 self.number = 0;
             }
             let Some((path, reader)) = &mut self.current else {
                 continue;
             };
-            buf.clear();
             let n = reader
                 .read_until(b'\n', buf)
                 .map_err(|e| io_error(path, e))?;
@@ -180,7 +202,7 @@ impl Lines {
                 continue;
             }
             self.number += 1;
-            while buf.last().is_some_and(|&c| c == b'\n' || c == b'\r') {
+            while buf.len() > start && buf.last().is_some_and(|&c| c == b'\n' || c == b'\r') {
                 buf.pop();
             }
             return Ok(true);
@@ -607,7 +629,10 @@ mod tests {
 
     #[test]
     fn combined_with_extra_fields() {
-        let p = parser(InputFormat::Combined, &["x-forwarded-for", "-", "x-api-key"]);
+        let p = parser(
+            InputFormat::Combined,
+            &["x-forwarded-for", "-", "x-api-key"],
+        );
         let l = line(
             &p,
             r#"10.0.0.1 - - [10/Oct/2000:13:55:36 -0700] "POST /api/x?y=1 HTTP/1.1" 200 12 "-" "curl/8 \"q\"" "203.0.113.9, 10.0.0.2" "skip" "k\x22x""#,
@@ -629,18 +654,29 @@ mod tests {
         for (s, why) in [
             ("garbage", "one field only"),
             ("1.2.3.4 - - [x] \"GET / HTTP/1.1\" 200 1", "time"),
-            ("nope - - [10/Oct/2000:13:55:36 -0700] \"GET /\"", "IP address"),
-            ("1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] \"-\" 400 0", "request line"),
+            (
+                "nope - - [10/Oct/2000:13:55:36 -0700] \"GET /\"",
+                "IP address",
+            ),
+            (
+                "1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] \"-\" 400 0",
+                "request line",
+            ),
         ] {
             let e = p.parse(s.as_bytes()).unwrap_err();
             assert!(e.contains(why), "{s}: {e}");
         }
         // The common format reads when no extra field is wanted.
-        let l = line(&p, "1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] \"GET /a HTTP/1.0\" 200 1");
+        let l = line(
+            &p,
+            "1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] \"GET /a HTTP/1.0\" 200 1",
+        );
         assert_eq!(l.req.uri(), "/a");
         let p = parser(InputFormat::Combined, &["x-api-key"]);
         let e = p
-            .parse(b"1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] \"GET /a HTTP/1.0\" 200 1 \"-\" \"ua\"")
+            .parse(
+                b"1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] \"GET /a HTTP/1.0\" 200 1 \"-\" \"ua\"",
+            )
             .unwrap_err();
         assert!(e.contains("1 extra quoted field(s)"), "{e}");
     }
@@ -683,7 +719,9 @@ mod tests {
             Ok(Parsed::Skip)
         ));
         let e = p
-            .parse(br#"{"fields":{"message":"request","method":"GET"},"target":"tollgate::access"}"#)
+            .parse(
+                br#"{"fields":{"message":"request","method":"GET"},"target":"tollgate::access"}"#,
+            )
             .unwrap_err();
         assert!(e.contains("access_log.replay"), "{e}");
     }

@@ -10,12 +10,14 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, mpsc};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request};
 use indicatif::{ProgressBar, ProgressStyle};
+use tokio::runtime::Runtime;
 
 use super::input::{self, Lines, Parsed, Parser};
 use super::options::{InputFormat, Options, SimError};
@@ -24,8 +26,8 @@ use super::trace;
 use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::identity::{self, Caller};
-use crate::pipeline::{Gateway, Rehearsal};
 use crate::pipeline::exchange::caller_digest;
+use crate::pipeline::{Gateway, Rehearsal};
 
 /// The `Host` of requests whose line names none, unless `--host` says.
 pub const DEFAULT_HOST: &str = "localhost";
@@ -85,11 +87,10 @@ pub struct Replayed {
 /// # Errors
 /// The file does not load.
 pub fn load(path: &std::path::Path, format: InputFormat) -> Result<Config, SimError> {
-    let mut config =
-        crate::config::load::load_file(path).map_err(|errors| SimError::Config {
-            path: path.display().to_string(),
-            errors,
-        })?;
+    let mut config = crate::config::load::load_file(path).map_err(|errors| SimError::Config {
+        path: path.display().to_string(),
+        errors,
+    })?;
     offline(&mut config, format);
     Ok(config)
 }
@@ -135,18 +136,15 @@ pub fn replay(opts: &Options) -> Result<Replayed, SimError> {
         },
     };
     let config = load(&opts.config, format)?;
-    let against = opts
-        .against
-        .as_ref()
-        .map(|p| load(p, format))
-        .transpose()?;
+    let against = opts.against.as_ref().map(|p| load(p, format)).transpose()?;
     // An HTTP/1.1 request needs a host, and a combined log records none.
-    let host = HeaderValue::from_str(opts.host.as_deref().unwrap_or(DEFAULT_HOST)).map_err(|_| {
-        SimError::Io {
-            path: "--host".into(),
-            source: std::io::Error::other("not a header value"),
-        }
-    })?;
+    let host =
+        HeaderValue::from_str(opts.host.as_deref().unwrap_or(DEFAULT_HOST)).map_err(|_| {
+            SimError::Io {
+                path: "--host".into(),
+                source: std::io::Error::other("not a header value"),
+            }
+        })?;
     let parser = Parser::new(
         format,
         &opts.fields,
@@ -161,7 +159,7 @@ pub fn replay(opts: &Options) -> Result<Replayed, SimError> {
             path: "runtime".into(),
             source: e,
         })?;
-    runtime.block_on(run(opts, format, parser, config, against))
+    run(&runtime, opts, format, parser, config, against)
 }
 
 /// One configuration replayed: its gateway, its clock, its tally.
@@ -172,10 +170,10 @@ struct Sim {
 }
 
 impl Sim {
-    async fn new(config: Config) -> Result<Self, SimError> {
+    fn new(runtime: &Runtime, config: Config) -> Result<Self, SimError> {
         let clock = ManualClock::new(0);
         let tally = Tally::new(&config);
-        let gateway = Gateway::with_clock(config, Arc::new(clock.clone())).await?;
+        let gateway = runtime.block_on(Gateway::with_clock(config, Arc::new(clock.clone())))?;
         Ok(Self {
             gateway,
             clock,
@@ -183,83 +181,120 @@ impl Sim {
         })
     }
 
-    async fn step(&mut self, ts_ms: u64, req: Request<()>, peer: SocketAddr) -> Rehearsal {
+    fn step(
+        &mut self,
+        runtime: &Runtime,
+        ts_ms: u64,
+        req: Request<()>,
+        peer: SocketAddr,
+    ) -> Rehearsal {
         self.clock.set(ts_ms);
-        let r = self.gateway.decide_only(req, peer).await;
+        let r = at_once(runtime, self.gateway.decide_only(req, peer));
         self.tally.add(ts_ms / 60_000, &r);
         r
     }
 }
 
-/// What the reader thread hands over, a batch at a time.
-enum Item {
-    Request(input::Line),
-    Skip,
-    Bad(BadLine),
+/// Lines read from one file, handed from the reader thread to the replay.
+/// Its buffers go back to the reader to be filled again, so that memory
+/// is allocated and freed on one thread only.
+#[derive(Default)]
+struct Chunk {
+    /// The lines, one after the other.
+    text: Vec<u8>,
+    /// Where each line ends in `text`.
+    ends: Vec<usize>,
+    /// The file's index among the logs.
+    file: usize,
+    /// The number of the chunk's first line in its file.
+    first_line: u64,
 }
 
-/// Lines per batch sent from the reader thread.
-const BATCH: usize = 1024;
+/// Lines per chunk.
+const CHUNK_LINES: usize = 2048;
+/// Chunks in flight between the threads (bounds the memory used).
+const CHUNKS: usize = 8;
 
-/// Reads and parses `files` on a thread of its own, so that the replay
-/// (which must be in order, on one thread) only decides: batches of
-/// parsed lines, or the read error that ended the input.
+/// Reads `files` on a thread of its own (gzip is decompressed there), so
+/// that the replay thread, which must take lines in order, only parses and
+/// decides. Yields chunks of lines, or the read error that ended the input;
+/// send used chunks back on the second channel.
 fn reader(
     files: Vec<std::path::PathBuf>,
-    parser: Parser,
-    show_bad: usize,
 ) -> (
-    std::sync::mpsc::Receiver<Result<Vec<Item>, SimError>>,
+    mpsc::Receiver<Result<Chunk, SimError>>,
+    mpsc::SyncSender<Chunk>,
     Arc<std::sync::atomic::AtomicU64>,
 ) {
-    let (tx, rx) = std::sync::mpsc::sync_channel(8);
+    let (tx, rx) = mpsc::sync_channel(CHUNKS);
+    let (give_back, returned) = mpsc::sync_channel::<Chunk>(CHUNKS + 2);
     let mut lines = Lines::new(files);
     let read = lines.read.clone();
     std::thread::spawn(move || {
-        let mut buf = Vec::with_capacity(1024);
-        let mut batch = Vec::with_capacity(BATCH);
-        let mut shown = 0;
+        let mut made = 0;
+        let mut fresh = || -> Option<Chunk> {
+            if made < CHUNKS + 1 {
+                made += 1;
+                return Some(Chunk::default());
+            }
+            returned.recv().ok()
+        };
+        let Some(mut chunk) = fresh() else { return };
         loop {
-            match lines.next_into(&mut buf) {
-                Ok(true) => {}
-                Ok(false) => break,
+            let file = lines.index;
+            let before = chunk.text.len();
+            let more = match lines.append_next(&mut chunk.text) {
+                Ok(more) => more,
                 Err(e) => {
                     let _ = tx.send(Err(e));
                     return;
                 }
-            }
-            batch.push(match parser.parse(&buf) {
-                Ok(Parsed::Request(line)) => Item::Request(line),
-                Ok(Parsed::Skip) => Item::Skip,
-                Err(error) => {
-                    shown += 1;
-                    Item::Bad(BadLine {
-                        file: if shown <= show_bad {
-                            lines.file().map(|p| p.display().to_string()).unwrap_or_default()
-                        } else {
-                            String::new()
-                        },
-                        line: lines.number,
-                        error,
-                    })
+            };
+            // A full chunk, the end, or a line from the next file: the
+            // chunk goes, and the line just read starts the next one.
+            let switched = more && !chunk.ends.is_empty() && lines.index != file;
+            if switched || !more || chunk.ends.len() == CHUNK_LINES {
+                let mut next = match fresh() {
+                    Some(c) => c,
+                    None => return,
+                };
+                next.text.clear();
+                next.ends.clear();
+                if more {
+                    next.text.extend_from_slice(&chunk.text[before..]);
+                    chunk.text.truncate(before);
                 }
-            });
-            if batch.len() == BATCH
-                && tx
-                    .send(Ok(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))))
-                    .is_err()
-            {
-                return;
+                if !chunk.ends.is_empty() && tx.send(Ok(chunk)).is_err() {
+                    return;
+                }
+                chunk = next;
+                if !more {
+                    return;
+                }
             }
-        }
-        if !batch.is_empty() {
-            let _ = tx.send(Ok(batch));
+            if chunk.ends.is_empty() {
+                chunk.file = lines.index;
+                chunk.first_line = lines.number;
+            }
+            chunk.ends.push(chunk.text.len());
         }
     });
-    (rx, read)
+    (rx, give_back, read)
 }
 
-async fn run(
+/// The output of `f`, polled here: on the in-process store a decision
+/// never waits, so the first poll finishes it without a trip through the
+/// runtime's scheduler. Should one ever wait, the runtime drives it.
+fn at_once<F: Future>(runtime: &Runtime, f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => runtime.block_on(f),
+    }
+}
+
+fn run(
+    runtime: &Runtime,
     opts: &Options,
     format: InputFormat,
     parser: Parser,
@@ -267,9 +302,9 @@ async fn run(
     against: Option<Config>,
 ) -> Result<Replayed, SimError> {
     let started = Instant::now();
-    let mut sim = Sim::new(config).await?;
+    let mut sim = Sim::new(runtime, config)?;
     let mut old = match against {
-        Some(c) => Some(Sim::new(c).await?),
+        Some(c) => Some(Sim::new(runtime, c)?),
         None => None,
     };
     let mut stats = InputStats {
@@ -277,9 +312,9 @@ async fn run(
         format: Some(format),
         ..InputStats::default()
     };
-    let (batches, read) = reader(opts.logs.clone(), parser, opts.show_bad);
-    let progress = (opts.progress && std::io::stderr().is_terminal())
-        .then(|| progress_bar(&opts.logs));
+    let (chunks, give_back, read) = reader(opts.logs.clone());
+    let progress =
+        (opts.progress && std::io::stderr().is_terminal()).then(|| progress_bar(&opts.logs));
     let mut trace = match &opts.decisions {
         Some(path) => Some(std::io::BufWriter::new(
             std::fs::File::create(path).map_err(|e| SimError::Io {
@@ -290,9 +325,9 @@ async fn run(
         None => None,
     };
     let mut now = 0u64;
-    for batch in batches {
-        let batch = batch?;
-        stats.lines += batch.len() as u64;
+    for chunk in chunks {
+        let chunk = chunk?;
+        stats.lines += chunk.ends.len() as u64;
         if let Some(bar) = &progress {
             bar.set_position(read.load(Ordering::Relaxed));
             let secs = started.elapsed().as_secs_f64().max(1e-3);
@@ -302,17 +337,28 @@ async fn run(
                 stats.lines as f64 / secs
             ));
         }
-        for item in batch {
-            let line = match item {
-                Item::Request(line) => line,
-                Item::Skip => {
+        let mut start = 0;
+        for (i, &end) in chunk.ends.iter().enumerate() {
+            let text = &chunk.text[start..end];
+            start = end;
+            let line = match parser.parse(text) {
+                Ok(Parsed::Request(line)) => line,
+                Ok(Parsed::Skip) => {
                     stats.skipped += 1;
                     continue;
                 }
-                Item::Bad(bad) => {
+                Err(error) => {
                     stats.bad += 1;
                     if stats.bad_shown.len() < opts.show_bad {
-                        stats.bad_shown.push(bad);
+                        stats.bad_shown.push(BadLine {
+                            file: opts
+                                .logs
+                                .get(chunk.file)
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_default(),
+                            line: chunk.first_line + i as u64,
+                            error,
+                        });
                     }
                     continue;
                 }
@@ -326,9 +372,9 @@ async fn run(
             stats.first_ms.get_or_insert(now);
             stats.last_ms = Some(now);
             if let Some(old) = &mut old {
-                old.step(now, copy(&line.req), line.peer).await;
+                old.step(runtime, now, copy(&line.req), line.peer);
             }
-            let r = sim.step(now, line.req, line.peer).await;
+            let r = sim.step(runtime, now, line.req, line.peer);
             if let Some(out) = &mut trace {
                 trace::write(out, stats.requests, now, &r).map_err(|e| SimError::Io {
                     path: opts
@@ -340,6 +386,8 @@ async fn run(
                 })?;
             }
         }
+        // Only fails once the reader has finished; the chunk is dropped then.
+        let _ = give_back.try_send(chunk);
     }
     if let Some(mut out) = trace {
         std::io::Write::flush(&mut out).map_err(|e| SimError::Io {

@@ -280,13 +280,12 @@ fn peaks(t: &Timeline) -> (Option<Peak>, Option<Peak>) {
     };
     // The earliest of equals: `max_by_key` keeps the last, so walk back.
     let busiest = t.0.iter().rev().max_by_key(|m| m.counts.requests).map(peak);
-    let limited = t
-        .0
-        .iter()
-        .rev()
-        .filter(|m| m.counts.limited > 0)
-        .max_by_key(|m| m.counts.limited)
-        .map(peak);
+    let limited =
+        t.0.iter()
+            .rev()
+            .filter(|m| m.counts.limited > 0)
+            .max_by_key(|m| m.counts.limited)
+            .map(peak);
     (busiest, limited)
 }
 
@@ -315,7 +314,12 @@ fn quota(q: &Quota) -> String {
 
 /// `5m`, `1h`, `90s`: the largest unit that divides the window.
 pub fn window(ms: u64) -> String {
-    for (unit, len) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
+    for (unit, len) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
         if ms % len == 0 {
             return format!("{}{unit}", ms / len);
         }
@@ -366,14 +370,15 @@ type Ids = Identities<Box<str>>;
 
 /// Identities limited in `a` and never in `b`.
 fn changed(a: &Ids, b: Option<&Ids>, n: usize) -> Changed {
-    let mut ids: Vec<(&str, Counts)> = a
-        .0
-        .iter()
-        .filter(|(id, c)| {
-            c.limited > 0 && b.and_then(|b| b.0.get(&***id)).is_none_or(|o| o.limited == 0)
-        })
-        .map(|(k, c)| (&**k, *c))
-        .collect();
+    let mut ids: Vec<(&str, Counts)> =
+        a.0.iter()
+            .filter(|(id, c)| {
+                c.limited > 0
+                    && b.and_then(|b| b.0.get(&***id))
+                        .is_none_or(|o| o.limited == 0)
+            })
+            .map(|(k, c)| (&**k, *c))
+            .collect();
     ids.sort_unstable_by(|x, y| y.1.limited.cmp(&x.1.limited).then(x.0.cmp(y.0)));
     Changed {
         count: ids.len() as u64,

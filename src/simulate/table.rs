@@ -160,7 +160,12 @@ pub fn render(r: &Report) -> String {
             percent(route.limited_share),
             thousands(route.identities),
             thousands(route.identities_limited),
-            peak(route.peak_limited_minute.as_ref().or(route.peak_minute.as_ref())),
+            peak(
+                route
+                    .peak_limited_minute
+                    .as_ref()
+                    .or(route.peak_minute.as_ref()),
+            ),
         ]);
         for l in &route.limits {
             rows.push(vec![
@@ -184,7 +189,12 @@ pub fn render(r: &Report) -> String {
             continue;
         }
         let _ = writeln!(out, "\ntop offenders on {}:", route.name);
-        offenders(&mut out, "  ", "callers of the route:", &route.top_offenders);
+        offenders(
+            &mut out,
+            "  ",
+            "callers of the route:",
+            &route.top_offenders,
+        );
         for l in &route.limits {
             offenders(
                 &mut out,
@@ -206,7 +216,12 @@ pub fn render(r: &Report) -> String {
                 thousands(d.newly_limited.count),
                 thousands(d.no_longer_limited.count)
             );
-            offenders(&mut out, "    ", "newly limited:", &d.newly_limited.identities);
+            offenders(
+                &mut out,
+                "    ",
+                "newly limited:",
+                &d.newly_limited.identities,
+            );
             offenders(
                 &mut out,
                 "    ",

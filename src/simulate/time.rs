@@ -149,7 +149,10 @@ mod tests {
     #[test]
     fn access_log_time() {
         // 2000-10-10 20:55:36 UTC
-        assert_eq!(parse_clf(b"10/Oct/2000:13:55:36 -0700"), Some(971_211_336_000));
+        assert_eq!(
+            parse_clf(b"10/Oct/2000:13:55:36 -0700"),
+            Some(971_211_336_000)
+        );
         assert_eq!(
             parse_clf(b"10/Oct/2000:20:55:36.250 +0000"),
             Some(971_211_336_250)
