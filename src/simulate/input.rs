@@ -52,6 +52,9 @@ pub struct Line {
 }
 
 /// What a line turned out to be.
+// Made and taken apart at once, never stored: boxing the request would
+// cost an allocation per line for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Parsed {
     /// A request.

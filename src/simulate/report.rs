@@ -249,7 +249,7 @@ fn top<K>(ids: &Identities<K>, n: usize, text: impl Fn(&K) -> String) -> Vec<Off
         .filter(|(_, c)| c.limited > 0)
         .map(|(k, c)| (k, *c))
         .collect();
-    limited.sort_unstable_by(|a, b| (b.1.limited, b.1.requests).cmp(&(a.1.limited, a.1.requests)));
+    limited.sort_unstable_by_key(|(_, c)| std::cmp::Reverse((c.limited, c.requests)));
     // Ties at the cut are broken by text, so the report does not depend on
     // the map's order.
     let cut = limited
