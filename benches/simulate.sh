@@ -35,10 +35,12 @@ for i in $(seq "$RUNS"); do
     2> "$WORK/time.txt"
   wall=$(grep "Elapsed (wall clock)" "$WORK/time.txt" | awk '{print $NF}')
   rss=$(grep "Maximum resident set size" "$WORK/time.txt" | awk '{print $NF}')
-  python3 - "$WORK/report.json" "$wall" "$rss" <<'PY'
+  user=$(grep "User time" "$WORK/time.txt" | awk '{print $NF}')
+  python3 - "$WORK/report.json" "$wall" "$rss" "$user" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["input"]
-print("run: %d lines in %.2f s replay (%s wall): %d lines/s, peak RSS %.1f MiB"
-      % (r["lines"], r["seconds"], sys.argv[2], r["lines_per_second"], int(sys.argv[3]) / 1024))
+print("run: %d lines in %.2f s replay (%s wall, %s s CPU): %d lines/s, peak RSS %.1f MiB; load average %s"
+      % (r["lines"], r["seconds"], sys.argv[2], sys.argv[4], r["lines_per_second"],
+         int(sys.argv[3]) / 1024, sys.argv[5]))
 PY
 done
