@@ -10,8 +10,9 @@
 //! the phases left in the [`Exchange`].
 //!
 //! [`Gateway::decide_only`] runs the same phases up to `act` and stops
-//! there: nothing is answered, forwarded or counted in the metrics. It is
-//! how `tollgate simulate` replays recorded requests through the routing,
+//! there: nothing is answered or forwarded, and no access-log line is
+//! written (the limits consume, and their per-limit series count, as for a
+//! served request). It is how `tollgate simulate` replays recorded requests through the routing,
 //! identity and limiter code the gateway serves with.
 
 use std::net::SocketAddr;
