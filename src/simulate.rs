@@ -3,13 +3,14 @@
 //! report what the limits would have done.
 //!
 //! The replay ([`replay`]) reads the logs ([`input`]: combined, tollgate's
-//! JSON access log, JSON lines; gzip or not), builds a [`Gateway`] per
-//! configuration on the in-process store with a manual clock, and runs
-//! every line through [`Gateway::decide_only`] — the pipeline's guard,
-//! route and decide phases, the very ones a served request goes through —
-//! at the line's time. [`tally`] counts what they decided; [`report`]
-//! turns that into the report, which [`table`], JSON (`serde_json`) and
-//! [`html`] render. docs/simulate.md is the manual.
+//! JSON access log, JSON lines; gzip or not) on a thread of their own
+//! (`reader.rs`), builds a [`Gateway`] per configuration on the in-process
+//! store with a manual clock, and runs every line through
+//! [`Gateway::decide_only`] — the pipeline's guard, route and decide
+//! phases, the very ones a served request goes through — at the line's
+//! time. [`tally`] counts what they decided; [`report`] turns that into the
+//! report, which [`table`], JSON (`serde_json`) and [`html`] render.
+//! docs/simulate.md is the manual.
 //!
 //! [`Gateway`]: crate::pipeline::Gateway
 //! [`Gateway::decide_only`]: crate::pipeline::Gateway::decide_only
@@ -17,6 +18,7 @@
 pub mod html;
 pub mod input;
 pub mod options;
+mod reader;
 pub mod replay;
 pub mod report;
 pub mod table;

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{MinuteOut, Offender, Report, Route};
+use super::report::{Limit, LimitDiff, MinuteOut, Offender, Report, Route};
 use super::table::{percent, thousands};
 use super::time::minute_label;
 
@@ -36,12 +36,15 @@ fn esc(s: &str) -> String {
     out
 }
 
-/// Per bar: (start ms, allowed, limited, shadow-limited).
-fn bars(t: &[MinuteOut], first: u64, last: u64) -> (u64, Vec<(u64, u64, u64, u64)>) {
+/// One bar: (start ms, allowed, limited, shadow-limited).
+type Bar = (u64, u64, u64, u64);
+
+/// The bars from minute `first` to `last`, and the minutes each stands for.
+fn bars(t: &[MinuteOut], first: u64, last: u64) -> (u64, Vec<Bar>) {
     let minutes = (last - first) / 60_000 + 1;
     let per_bar = minutes.div_ceil(MAX_BARS).max(1);
     let n = minutes.div_ceil(per_bar) as usize;
-    let mut out: Vec<(u64, u64, u64, u64)> = (0..n)
+    let mut out: Vec<Bar> = (0..n)
         .map(|i| (first + i as u64 * per_bar * 60_000, 0, 0, 0))
         .collect();
     for m in t {
@@ -56,108 +59,179 @@ fn bars(t: &[MinuteOut], first: u64, last: u64) -> (u64, Vec<(u64, u64, u64, u64
     (per_bar, out)
 }
 
+/// The geometry of one chart: the bars' width and the height of a value.
+struct Plot {
+    /// The tallest bar's total (at least 1).
+    max: u64,
+    /// One bar's width, with its gap.
+    bw: f64,
+    /// The height of the plotting area.
+    plot_h: f64,
+}
+
+impl Plot {
+    fn new(bars: &[Bar]) -> Self {
+        let max = bars
+            .iter()
+            .map(|b| b.1 + b.2 + b.3)
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let plot_w = WIDTH - LEFT - 8.0;
+        Self {
+            max,
+            bw: plot_w / bars.len() as f64,
+            plot_h: HEIGHT - TOP - BOTTOM,
+        }
+    }
+
+    /// The y coordinate of value `v`.
+    fn y(&self, v: u64) -> f64 {
+        TOP + self.plot_h - (v as f64 / self.max as f64) * self.plot_h
+    }
+
+    /// Grid and axis labels: 0, half, max.
+    fn grid(&self, out: &mut String) {
+        for v in [0, self.max / 2, self.max] {
+            let yy = self.y(v);
+            let _ = write!(
+                out,
+                r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{x2:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{tx:.1}" y="{ty:.1}" font-size="11" text-anchor="end" fill="#555">{label}</text>"##,
+                x2 = WIDTH - 8.0,
+                tx = LEFT - 6.0,
+                ty = yy + 4.0,
+                label = thousands(v)
+            );
+        }
+    }
+
+    /// The bars: allowed at the bottom, then shadow-limited, then limited.
+    fn stacks(&self, out: &mut String, bars: &[Bar]) {
+        for (i, b) in bars.iter().enumerate() {
+            let x = LEFT + i as f64 * self.bw;
+            let w = (self.bw - if self.bw > 3.0 { 1.0 } else { 0.0 }).max(0.5);
+            let mut base = 0;
+            for (v, colour, what) in [
+                (b.1, ALLOWED, "allowed"),
+                (b.3, SHADOW, "shadow-limited"),
+                (b.2, LIMITED, "limited"),
+            ] {
+                if v == 0 {
+                    continue;
+                }
+                let (top, bottom) = (self.y(base + v), self.y(base));
+                let _ = write!(
+                    out,
+                    r#"<rect x="{x:.2}" y="{top:.2}" width="{w:.2}" height="{h:.2}" fill="{colour}"><title>{t}: {n} {what}</title></rect>"#,
+                    h = (bottom - top).max(0.5),
+                    t = minute_label(b.0),
+                    n = thousands(v)
+                );
+                base += v;
+            }
+        }
+    }
+
+    /// Time labels under the first, middle and last bar.
+    fn time_axis(&self, out: &mut String, bars: &[Bar]) {
+        let n = bars.len();
+        for (i, anchor) in [
+            (0, "start"),
+            (n / 2, "middle"),
+            (n.saturating_sub(1), "end"),
+        ] {
+            if let Some(b) = bars.get(i) {
+                let x = LEFT + i as f64 * self.bw + if anchor == "end" { self.bw } else { 0.0 };
+                let _ = write!(
+                    out,
+                    r##"<text x="{x:.1}" y="{ty:.1}" font-size="11" text-anchor="{anchor}" fill="#555">{label}</text>"##,
+                    ty = HEIGHT - 8.0,
+                    label = minute_label(b.0)
+                );
+            }
+        }
+    }
+}
+
+/// The chart of `route` from minute `first` to `last`, as inline SVG.
 fn chart(out: &mut String, route: &Route, first: u64, last: u64) {
     let (per_bar, bars) = bars(&route.timeline, first, last);
-    let max = bars
-        .iter()
-        .map(|b| b.1 + b.2 + b.3)
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let plot_w = WIDTH - LEFT - 8.0;
-    let plot_h = HEIGHT - TOP - BOTTOM;
-    let bw = plot_w / bars.len() as f64;
-    let y = |v: u64| TOP + plot_h - (v as f64 / max as f64) * plot_h;
+    let plot = Plot::new(&bars);
     let _ = write!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="requests of route {name} per {per_bar} minute(s): allowed and limited">"#,
         name = esc(&route.name)
     );
-    // Grid and axis labels: 0, half, max.
-    for v in [0, max / 2, max] {
-        let yy = y(v);
-        let _ = write!(
-            out,
-            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{x2:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{tx:.1}" y="{ty:.1}" font-size="11" text-anchor="end" fill="#555">{label}</text>"##,
-            x2 = WIDTH - 8.0,
-            tx = LEFT - 6.0,
-            ty = yy + 4.0,
-            label = thousands(v)
-        );
-    }
-    for (i, b) in bars.iter().enumerate() {
-        let x = LEFT + i as f64 * bw;
-        let w = (bw - if bw > 3.0 { 1.0 } else { 0.0 }).max(0.5);
-        let mut base = 0;
-        for (v, colour, what) in [
-            (b.1, ALLOWED, "allowed"),
-            (b.3, SHADOW, "shadow-limited"),
-            (b.2, LIMITED, "limited"),
-        ] {
-            if v == 0 {
-                continue;
-            }
-            let (top, bottom) = (y(base + v), y(base));
-            let _ = write!(
-                out,
-                r#"<rect x="{x:.2}" y="{top:.2}" width="{w:.2}" height="{h:.2}" fill="{colour}"><title>{t}: {n} {what}</title></rect>"#,
-                h = (bottom - top).max(0.5),
-                t = minute_label(b.0),
-                n = thousands(v)
-            );
-            base += v;
-        }
-    }
-    // Time labels: first, middle, last bar.
-    let n = bars.len();
-    for (i, anchor) in [
-        (0, "start"),
-        (n / 2, "middle"),
-        (n.saturating_sub(1), "end"),
-    ] {
-        if let Some(b) = bars.get(i) {
-            let x = LEFT + i as f64 * bw + if anchor == "end" { bw } else { 0.0 };
-            let _ = write!(
-                out,
-                r##"<text x="{x:.1}" y="{ty:.1}" font-size="11" text-anchor="{anchor}" fill="#555">{label}</text>"##,
-                ty = HEIGHT - 8.0,
-                label = minute_label(b.0)
-            );
-        }
-    }
+    plot.grid(out);
+    plot.stacks(out, &bars);
+    plot.time_axis(out, &bars);
     let _ = write!(
         out,
         r##"<line x1="{LEFT}" y1="{yb:.1}" x2="{x2:.1}" y2="{yb:.1}" stroke="#888"/></svg>"##,
-        yb = TOP + plot_h,
+        yb = TOP + plot.plot_h,
         x2 = WIDTH - 8.0
     );
 }
 
+/// A table: a row of `head`ers, then `rows`, whose cells are HTML already.
+fn table<const N: usize>(
+    out: &mut String,
+    head: [&str; N],
+    rows: impl IntoIterator<Item = [String; N]>,
+) {
+    out.push_str("<table><tr>");
+    for h in head {
+        let _ = write!(out, "<th>{h}</th>");
+    }
+    out.push_str("</tr>");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let _ = write!(out, "<td>{cell}</td>");
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+}
+
+/// A titled table of offenders (nothing when there are none).
 fn offenders(out: &mut String, title: &str, list: &[Offender]) {
     if list.is_empty() {
         return;
     }
-    let _ = write!(
+    let _ = write!(out, "<h4>{}</h4>", esc(title));
+    table(
         out,
-        "<h4>{}</h4><table><tr><th>identity</th><th>kind</th><th>requests</th><th>limited</th></tr>",
-        esc(title)
+        ["identity", "kind", "requests", "limited"],
+        list.iter().map(|o| {
+            [
+                format!("<code>{}</code>", esc(&o.identity)),
+                esc(&o.kind),
+                thousands(o.requests),
+                thousands(o.limited),
+            ]
+        }),
     );
-    for o in list {
-        let _ = write!(
-            out,
-            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&o.identity),
-            esc(&o.kind),
-            thousands(o.requests),
-            thousands(o.limited)
-        );
-    }
-    out.push_str("</table>");
 }
 
 /// The report as an HTML page.
 pub fn render(r: &Report) -> String {
     let mut out = String::with_capacity(64 * 1024);
+    head(&mut out, r);
+    summary(&mut out, r);
+    let span = span(&r.routes);
+    for route in &r.routes {
+        route_section(&mut out, route, span);
+    }
+    if let Some(a) = &r.against {
+        against(&mut out, a, &r.diff);
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// The page up to its title.
+fn head(out: &mut String, r: &Report) {
     let title = format!("tollgate simulate: {}", r.config);
     let _ = write!(
         out,
@@ -171,6 +245,10 @@ td:first-child,th:first-child{{text-align:left}} code{{font-size:12px}}
 </style></head><body><h1>{t}</h1>"#,
         t = esc(&title)
     );
+}
+
+/// What was read, the bad lines, and the `--against` note.
+fn summary(out: &mut String, r: &Report) {
     let i = &r.input;
     let _ = write!(
         out,
@@ -210,105 +288,114 @@ td:first-child,th:first-child{{text-align:left}} code{{font-size:12px}}
             esc(a)
         );
     }
-    let first = r
-        .routes
-        .iter()
-        .flat_map(|r| r.timeline.first())
-        .map(|m| m.ts_ms)
-        .min();
-    let last = r
-        .routes
-        .iter()
-        .flat_map(|r| r.timeline.last())
-        .map(|m| m.ts_ms)
-        .max();
-    for route in &r.routes {
+}
+
+/// The first and last minute any route saw, which every chart spans.
+fn span(routes: &[Route]) -> Option<(u64, u64)> {
+    let first = routes.iter().flat_map(|r| r.timeline.first());
+    let last = routes.iter().flat_map(|r| r.timeline.last());
+    Some((first.map(|m| m.ts_ms).min()?, last.map(|m| m.ts_ms).max()?))
+}
+
+/// One route: its numbers, its chart, its limits and top offenders.
+fn route_section(out: &mut String, route: &Route, span: Option<(u64, u64)>) {
+    let _ = write!(
+        out,
+        "<h2>Route {}</h2><p>{} requests, <b>{} limited</b> ({}), {} shadow-limited, {} rejected; {} callers, {} of them limited.</p>",
+        esc(&route.name),
+        thousands(route.requests),
+        thousands(route.limited),
+        percent(route.limited_share),
+        thousands(route.shadow_limited),
+        thousands(route.rejected),
+        thousands(route.identities),
+        thousands(route.identities_limited),
+    );
+    if let Some((first, last)) = span
+        && route.requests > 0
+    {
         let _ = write!(
             out,
-            "<h2>Route {}</h2><p>{} requests, <b>{} limited</b> ({}), {} shadow-limited, {} rejected; {} callers, {} of them limited.</p>",
-            esc(&route.name),
-            thousands(route.requests),
-            thousands(route.limited),
-            percent(route.limited_share),
-            thousands(route.shadow_limited),
-            thousands(route.rejected),
-            thousands(route.identities),
-            thousands(route.identities_limited),
+            r#"<div class="key"><span style="background:{ALLOWED}"></span>allowed<span style="background:{SHADOW}"></span>shadow-limited<span style="background:{LIMITED}"></span>limited</div>"#
         );
-        if let (Some(first), Some(last)) = (first, last)
-            && route.requests > 0
-        {
-            let _ = write!(
-                out,
-                r#"<div class="key"><span style="background:{ALLOWED}"></span>allowed<span style="background:{SHADOW}"></span>shadow-limited<span style="background:{LIMITED}"></span>limited</div>"#
-            );
-            chart(&mut out, route, first, last);
-        }
-        if !route.limits.is_empty() {
-            out.push_str("<table><tr><th>limit</th><th>quota</th><th>requests</th><th>limited</th><th>share</th><th>identities</th><th>limited ids</th><th>peak limited minute</th></tr>");
-            for l in &route.limits {
-                let _ = write!(
-                    out,
-                    "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    esc(&l.name),
-                    if l.shadow {
-                        " <span class=muted>(shadow)</span>"
-                    } else {
-                        ""
-                    },
-                    esc(&l.quota),
-                    thousands(l.requests),
-                    thousands(l.limited),
-                    percent(l.limited_share),
-                    thousands(l.identities),
-                    thousands(l.identities_limited),
-                    l.peak_limited_minute.as_ref().map_or_else(
-                        || "-".to_owned(),
-                        |p| format!("{} ({})", p.minute, thousands(p.limited))
-                    ),
-                );
-            }
-            out.push_str("</table>");
-        }
-        offenders(&mut out, "Most limited callers", &route.top_offenders);
-        for l in &route.limits {
-            offenders(
-                &mut out,
-                &format!("Most limited by {}", l.name),
-                &l.top_offenders,
-            );
-        }
+        chart(out, route, first, last);
     }
-    if let Some(a) = &r.against {
-        let _ = write!(
+    if !route.limits.is_empty() {
+        limits(out, &route.limits);
+    }
+    offenders(out, "Most limited callers", &route.top_offenders);
+    for l in &route.limits {
+        offenders(
             out,
-            "<h2>Against {}</h2><table><tr><th>route / limit</th><th>newly limited</th><th>no longer limited</th></tr>",
-            esc(a)
+            &format!("Most limited by {}", l.name),
+            &l.top_offenders,
         );
-        for d in &r.diff {
-            let _ = write!(
-                out,
-                "<tr><td>{}/{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&d.route),
-                esc(&d.limit),
+    }
+}
+
+/// A route's limits as a table.
+fn limits(out: &mut String, limits: &[Limit]) {
+    let head = [
+        "limit",
+        "quota",
+        "requests",
+        "limited",
+        "share",
+        "identities",
+        "limited ids",
+        "peak limited minute",
+    ];
+    table(
+        out,
+        head,
+        limits.iter().map(|l| {
+            let shadow = if l.shadow {
+                " <span class=muted>(shadow)</span>"
+            } else {
+                ""
+            };
+            [
+                format!("{}{shadow}", esc(&l.name)),
+                esc(&l.quota),
+                thousands(l.requests),
+                thousands(l.limited),
+                percent(l.limited_share),
+                thousands(l.identities),
+                thousands(l.identities_limited),
+                l.peak_limited_minute.as_ref().map_or_else(
+                    || "-".to_owned(),
+                    |p| format!("{} ({})", p.minute, thousands(p.limited)),
+                ),
+            ]
+        }),
+    );
+}
+
+/// The comparison with the `--against` file `a`: per limit, who changes
+/// side.
+fn against(out: &mut String, a: &str, diff: &[LimitDiff]) {
+    let _ = write!(out, "<h2>Against {}</h2>", esc(a));
+    table(
+        out,
+        ["route / limit", "newly limited", "no longer limited"],
+        diff.iter().map(|d| {
+            [
+                format!("{}/{}", esc(&d.route), esc(&d.limit)),
                 thousands(d.newly_limited.count),
-                thousands(d.no_longer_limited.count)
-            );
-        }
-        out.push_str("</table>");
-        for d in &r.diff {
-            offenders(
-                &mut out,
-                &format!("{}/{}: newly limited", d.route, d.limit),
-                &d.newly_limited.identities,
-            );
-            offenders(
-                &mut out,
-                &format!("{}/{}: no longer limited", d.route, d.limit),
-                &d.no_longer_limited.identities,
-            );
-        }
+                thousands(d.no_longer_limited.count),
+            ]
+        }),
+    );
+    for d in diff {
+        offenders(
+            out,
+            &format!("{}/{}: newly limited", d.route, d.limit),
+            &d.newly_limited.identities,
+        );
+        offenders(
+            out,
+            &format!("{}/{}: no longer limited", d.route, d.limit),
+            &d.no_longer_limited.identities,
+        );
     }
-    out.push_str("</body></html>\n");
-    out
 }

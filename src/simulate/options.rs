@@ -111,3 +111,14 @@ pub enum SimError {
     #[error("cannot build the gateway: {0}")]
     Start(#[from] crate::pipeline::StartError),
 }
+
+impl SimError {
+    /// `path` (a file, or an option that stands for one) cannot be read
+    /// or written.
+    pub(crate) fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_string(),
+            source,
+        }
+    }
+}

@@ -10,8 +10,8 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -19,10 +19,11 @@ use http::{HeaderValue, Request};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::runtime::Runtime;
 
-use super::input::{self, Lines, Parsed, Parser};
+use super::input::{self, Line, Parsed, Parser};
 use super::options::{InputFormat, Options, SimError};
+use super::reader::{self, Chunk};
 use super::tally::Tally;
-use super::trace;
+use super::trace::Trace;
 use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::identity::{self, Caller};
@@ -138,13 +139,8 @@ pub fn replay(opts: &Options) -> Result<Replayed, SimError> {
     let config = load(&opts.config, format)?;
     let against = opts.against.as_ref().map(|p| load(p, format)).transpose()?;
     // An HTTP/1.1 request needs a host, and a combined log records none.
-    let host =
-        HeaderValue::from_str(opts.host.as_deref().unwrap_or(DEFAULT_HOST)).map_err(|_| {
-            SimError::Io {
-                path: "--host".into(),
-                source: std::io::Error::other("not a header value"),
-            }
-        })?;
+    let host = HeaderValue::from_str(opts.host.as_deref().unwrap_or(DEFAULT_HOST))
+        .map_err(|_| SimError::io("--host", std::io::Error::other("not a header value")))?;
     let parser = Parser::new(
         format,
         &opts.fields,
@@ -155,10 +151,7 @@ pub fn replay(opts: &Options) -> Result<Replayed, SimError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| SimError::Io {
-            path: "runtime".into(),
-            source: e,
-        })?;
+        .map_err(|e| SimError::io("runtime", e))?;
     run(&runtime, opts, format, parser, config, against)
 }
 
@@ -195,93 +188,6 @@ impl Sim {
     }
 }
 
-/// Lines read from one file, handed from the reader thread to the replay.
-/// Its buffers go back to the reader to be filled again, so that memory
-/// is allocated and freed on one thread only.
-#[derive(Default)]
-struct Chunk {
-    /// The lines, one after the other.
-    text: Vec<u8>,
-    /// Where each line ends in `text`.
-    ends: Vec<usize>,
-    /// The file's index among the logs.
-    file: usize,
-    /// The number of the chunk's first line in its file.
-    first_line: u64,
-}
-
-/// Lines per chunk.
-const CHUNK_LINES: usize = 2048;
-/// Chunks in flight between the threads (bounds the memory used).
-const CHUNKS: usize = 8;
-
-/// Reads `files` on a thread of its own (gzip is decompressed there), so
-/// that the replay thread, which must take lines in order, only parses and
-/// decides. Yields chunks of lines, or the read error that ended the input;
-/// send used chunks back on the second channel.
-fn reader(
-    files: Vec<std::path::PathBuf>,
-) -> (
-    mpsc::Receiver<Result<Chunk, SimError>>,
-    mpsc::SyncSender<Chunk>,
-    Arc<std::sync::atomic::AtomicU64>,
-) {
-    let (tx, rx) = mpsc::sync_channel(CHUNKS);
-    let (give_back, returned) = mpsc::sync_channel::<Chunk>(CHUNKS + 2);
-    let mut lines = Lines::new(files);
-    let read = lines.read.clone();
-    std::thread::spawn(move || {
-        let mut made = 0;
-        let mut fresh = || -> Option<Chunk> {
-            if made < CHUNKS + 1 {
-                made += 1;
-                return Some(Chunk::default());
-            }
-            returned.recv().ok()
-        };
-        let Some(mut chunk) = fresh() else { return };
-        loop {
-            let file = lines.index;
-            let before = chunk.text.len();
-            let more = match lines.append_next(&mut chunk.text) {
-                Ok(more) => more,
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
-                }
-            };
-            // A full chunk, the end, or a line from the next file: the
-            // chunk goes, and the line just read starts the next one.
-            let switched = more && !chunk.ends.is_empty() && lines.index != file;
-            if switched || !more || chunk.ends.len() == CHUNK_LINES {
-                let mut next = match fresh() {
-                    Some(c) => c,
-                    None => return,
-                };
-                next.text.clear();
-                next.ends.clear();
-                if more {
-                    next.text.extend_from_slice(&chunk.text[before..]);
-                    chunk.text.truncate(before);
-                }
-                if !chunk.ends.is_empty() && tx.send(Ok(chunk)).is_err() {
-                    return;
-                }
-                chunk = next;
-                if !more {
-                    return;
-                }
-            }
-            if chunk.ends.is_empty() {
-                chunk.file = lines.index;
-                chunk.first_line = lines.number;
-            }
-            chunk.ends.push(chunk.text.len());
-        }
-    });
-    (rx, give_back, read)
-}
-
 /// The output of `f`, polled here: on the in-process store a decision
 /// never waits, so the first poll finishes it without a trip through the
 /// runtime's scheduler. Should one ever wait, the runtime drives it.
@@ -293,6 +199,8 @@ fn at_once<F: Future>(runtime: &Runtime, f: F) -> F::Output {
     }
 }
 
+/// The replay itself: the gateways built, the reader started, every
+/// chunk of lines replayed in order, then what was counted.
 fn run(
     runtime: &Runtime,
     opts: &Options,
@@ -302,108 +210,119 @@ fn run(
     against: Option<Config>,
 ) -> Result<Replayed, SimError> {
     let started = Instant::now();
-    let mut sim = Sim::new(runtime, config)?;
-    let mut old = match against {
-        Some(c) => Some(Sim::new(runtime, c)?),
-        None => None,
+    let sim = Sim::new(runtime, config)?;
+    let old = against.map(|c| Sim::new(runtime, c)).transpose()?;
+    let (chunks, give_back, read) = reader::spawn(opts.logs.clone());
+    let progress = Progress::new(opts, read, started);
+    let trace = opts.decisions.as_deref().map(Trace::create).transpose()?;
+    let mut run = Run {
+        runtime,
+        parser,
+        sim,
+        old,
+        trace,
+        show_bad: opts.show_bad,
+        now: 0,
+        stats: InputStats {
+            files: opts.logs.iter().map(|p| p.display().to_string()).collect(),
+            format: Some(format),
+            ..InputStats::default()
+        },
     };
-    let mut stats = InputStats {
-        files: opts.logs.iter().map(|p| p.display().to_string()).collect(),
-        format: Some(format),
-        ..InputStats::default()
-    };
-    let (chunks, give_back, read) = reader(opts.logs.clone());
-    let progress =
-        (opts.progress && std::io::stderr().is_terminal()).then(|| progress_bar(&opts.logs));
-    let mut trace = match &opts.decisions {
-        Some(path) => Some(std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|e| SimError::Io {
-                path: path.display().to_string(),
-                source: e,
-            })?,
-        )),
-        None => None,
-    };
-    let mut now = 0u64;
     for chunk in chunks {
         let chunk = chunk?;
-        stats.lines += chunk.ends.len() as u64;
-        if let Some(bar) = &progress {
-            bar.set_position(read.load(Ordering::Relaxed));
-            let secs = started.elapsed().as_secs_f64().max(1e-3);
-            bar.set_message(format!(
-                "{} lines, {:.0} lines/s",
-                stats.lines,
-                stats.lines as f64 / secs
-            ));
-        }
+        run.stats.lines += chunk.ends.len() as u64;
+        progress.show(run.stats.lines);
+        run.chunk(&chunk)?;
+        // Only fails once the reader has finished; the chunk is dropped then.
+        let _ = give_back.try_send(chunk);
+    }
+    run.finish(progress, started)
+}
+
+/// A replay under way: the gateways, the replay clock's time, what was
+/// read so far.
+struct Run<'a> {
+    runtime: &'a Runtime,
+    parser: Parser,
+    /// The simulated configuration.
+    sim: Sim,
+    /// `--against`'s.
+    old: Option<Sim>,
+    /// `--decisions`.
+    trace: Option<Trace>,
+    /// Bad lines kept for the report.
+    show_bad: usize,
+    /// The time of the latest line so far (ms).
+    now: u64,
+    stats: InputStats,
+}
+
+impl Run<'_> {
+    /// Replays the lines of `chunk`, in order.
+    fn chunk(&mut self, chunk: &Chunk) -> Result<(), SimError> {
         let mut start = 0;
         for (i, &end) in chunk.ends.iter().enumerate() {
             let text = &chunk.text[start..end];
             start = end;
-            let line = match parser.parse(text) {
-                Ok(Parsed::Request(line)) => line,
-                Ok(Parsed::Skip) => {
-                    stats.skipped += 1;
-                    continue;
-                }
-                Err(error) => {
-                    stats.bad += 1;
-                    if stats.bad_shown.len() < opts.show_bad {
-                        stats.bad_shown.push(BadLine {
-                            file: opts
-                                .logs
-                                .get(chunk.file)
-                                .map(|p| p.display().to_string())
-                                .unwrap_or_default(),
-                            line: chunk.first_line + i as u64,
-                            error,
-                        });
-                    }
-                    continue;
-                }
-            };
-            stats.requests += 1;
-            if line.ts_ms < now {
-                stats.out_of_order += 1;
-            } else {
-                now = line.ts_ms;
-            }
-            stats.first_ms.get_or_insert(now);
-            stats.last_ms = Some(now);
-            if let Some(old) = &mut old {
-                old.step(runtime, now, copy(&line.req), line.peer);
-            }
-            let r = sim.step(runtime, now, line.req, line.peer);
-            if let Some(out) = &mut trace {
-                trace::write(out, stats.requests, now, &r).map_err(|e| SimError::Io {
-                    path: opts
-                        .decisions
-                        .as_ref()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    source: e,
-                })?;
+            match self.parser.parse(text) {
+                Ok(Parsed::Request(line)) => self.request(line)?,
+                Ok(Parsed::Skip) => self.stats.skipped += 1,
+                Err(error) => self.bad(chunk.file, chunk.first_line + i as u64, error),
             }
         }
-        // Only fails once the reader has finished; the chunk is dropped then.
-        let _ = give_back.try_send(chunk);
+        Ok(())
     }
-    if let Some(mut out) = trace {
-        std::io::Write::flush(&mut out).map_err(|e| SimError::Io {
-            path: "--decisions".into(),
-            source: e,
-        })?;
+
+    /// Counts a line that could not be read, and keeps the first few.
+    fn bad(&mut self, file: usize, line: u64, error: String) {
+        self.stats.bad += 1;
+        if self.stats.bad_shown.len() < self.show_bad {
+            self.stats.bad_shown.push(BadLine {
+                file: self.stats.files.get(file).cloned().unwrap_or_default(),
+                line,
+                error,
+            });
+        }
     }
-    if let Some(bar) = progress {
-        bar.finish_and_clear();
+
+    /// Replays one request through each configuration at its time, or at
+    /// the latest time so far when it is out of order.
+    fn request(&mut self, line: Line) -> Result<(), SimError> {
+        let stats = &mut self.stats;
+        stats.requests += 1;
+        if line.ts_ms < self.now {
+            stats.out_of_order += 1;
+        } else {
+            self.now = line.ts_ms;
+        }
+        stats.first_ms.get_or_insert(self.now);
+        stats.last_ms = Some(self.now);
+        if let Some(old) = &mut self.old {
+            old.step(self.runtime, self.now, copy(&line.req), line.peer);
+        }
+        let r = self.sim.step(self.runtime, self.now, line.req, line.peer);
+        if let Some(trace) = &mut self.trace {
+            trace.record(self.stats.requests, self.now, &r)?;
+        }
+        Ok(())
     }
-    stats.elapsed = started.elapsed();
-    Ok(Replayed {
-        tally: sim.tally,
-        against: old.map(|o| o.tally),
-        input: stats,
-    })
+
+    /// The end of the input: the trace written out, the tallies.
+    fn finish(self, progress: Progress, started: Instant) -> Result<Replayed, SimError> {
+        if let Some(trace) = self.trace {
+            trace.finish()?;
+        }
+        progress.finish();
+        Ok(Replayed {
+            tally: self.sim.tally,
+            against: self.old.map(|o| o.tally),
+            input: InputStats {
+                elapsed: started.elapsed(),
+                ..self.stats
+            },
+        })
+    }
 }
 
 /// A copy of a request head (`Request` is not `Clone`).
@@ -416,18 +335,54 @@ fn copy(req: &Request<()>) -> Request<()> {
     r
 }
 
-fn progress_bar(logs: &[std::path::PathBuf]) -> ProgressBar {
-    let total: u64 = logs
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum();
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg} (ETA {eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
+/// The progress bar on stderr, when asked for and stderr is a terminal.
+struct Progress {
+    bar: Option<ProgressBar>,
+    /// Bytes of the logs read so far.
+    read: Arc<AtomicU64>,
+    started: Instant,
+}
+
+impl Progress {
+    fn new(opts: &Options, read: Arc<AtomicU64>, started: Instant) -> Self {
+        let bar =
+            (opts.progress && std::io::stderr().is_terminal()).then(|| Self::bar_for(&opts.logs));
+        Self { bar, read, started }
+    }
+
+    /// Shows the bytes read, and `lines` with the rate so far.
+    fn show(&self, lines: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.read.load(Ordering::Relaxed));
+            let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+            bar.set_message(format!(
+                "{} lines, {:.0} lines/s",
+                lines,
+                lines as f64 / secs
+            ));
+        }
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    /// A bar as long as the logs' bytes.
+    fn bar_for(logs: &[std::path::PathBuf]) -> ProgressBar {
+        let total: u64 = logs
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg} (ETA {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    }
 }

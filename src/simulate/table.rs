@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{Offender, Peak, Report};
+use super::report::{Limit, LimitDiff, Offender, Peak, Report, Route};
 
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: u64) -> String {
@@ -89,6 +89,18 @@ fn offenders(out: &mut String, indent: &str, title: &str, list: &[Offender]) {
 /// The report as text.
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
+    summary(&mut out, r);
+    out.push('\n');
+    columns(&mut out, "", &route_rows(&r.routes));
+    top_offenders(&mut out, &r.routes);
+    if let Some(a) = &r.against {
+        against(&mut out, a, &r.diff);
+    }
+    out
+}
+
+/// The title, what was read, the refusals and the bad lines.
+fn summary(out: &mut String, r: &Report) {
     let i = &r.input;
     let _ = write!(out, "tollgate simulate: {}", r.config);
     if let Some(a) = &r.against {
@@ -131,8 +143,10 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(out, "  {}:{}: {}", b.file, b.line, b.error);
         }
     }
-    out.push('\n');
+}
 
+/// The table of routes, each followed by its limits.
+fn route_rows(routes: &[Route]) -> Vec<Vec<String>> {
     let mut rows = vec![vec![
         "route / limit".to_owned(),
         "quota".to_owned(),
@@ -143,94 +157,91 @@ pub fn render(r: &Report) -> String {
         "limited ids".to_owned(),
         "peak minute (req/limited)".to_owned(),
     ]];
-    for route in &r.routes {
-        let extra = [
-            (route.shadow_limited, "shadow-limited"),
-            (route.rejected, "rejected"),
-        ]
-        .iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(n, what)| format!(" +{} {what}", thousands(*n)))
-        .collect::<String>();
-        rows.push(vec![
-            format!("{}{extra}", route.name),
-            String::new(),
-            thousands(route.requests),
-            thousands(route.limited),
-            percent(route.limited_share),
-            thousands(route.identities),
-            thousands(route.identities_limited),
-            peak(
-                route
-                    .peak_limited_minute
-                    .as_ref()
-                    .or(route.peak_minute.as_ref()),
-            ),
-        ]);
-        for l in &route.limits {
-            rows.push(vec![
-                format!("  {}{}", l.name, if l.shadow { " (shadow)" } else { "" }),
-                l.quota.clone(),
-                thousands(l.requests),
-                thousands(l.limited),
-                percent(l.limited_share),
-                thousands(l.identities),
-                thousands(l.identities_limited),
-                peak(l.peak_limited_minute.as_ref().or(l.peak_minute.as_ref())),
-            ]);
-        }
+    for route in routes {
+        rows.push(route_row(route));
+        rows.extend(route.limits.iter().map(limit_row));
     }
-    columns(&mut out, "", &rows);
+    rows
+}
 
-    for route in &r.routes {
+/// A route's row: its name with what else befell its requests, no quota.
+fn route_row(route: &Route) -> Vec<String> {
+    let extra = [
+        (route.shadow_limited, "shadow-limited"),
+        (route.rejected, "rejected"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!(" +{} {what}", thousands(*n)))
+    .collect::<String>();
+    vec![
+        format!("{}{extra}", route.name),
+        String::new(),
+        thousands(route.requests),
+        thousands(route.limited),
+        percent(route.limited_share),
+        thousands(route.identities),
+        thousands(route.identities_limited),
+        peak(
+            route
+                .peak_limited_minute
+                .as_ref()
+                .or(route.peak_minute.as_ref()),
+        ),
+    ]
+}
+
+/// A limit's row, indented under its route.
+fn limit_row(l: &Limit) -> Vec<String> {
+    vec![
+        format!("  {}{}", l.name, if l.shadow { " (shadow)" } else { "" }),
+        l.quota.clone(),
+        thousands(l.requests),
+        thousands(l.limited),
+        percent(l.limited_share),
+        thousands(l.identities),
+        thousands(l.identities_limited),
+        peak(l.peak_limited_minute.as_ref().or(l.peak_minute.as_ref())),
+    ]
+}
+
+/// Per route with any, the most limited callers and identities per limit.
+fn top_offenders(out: &mut String, routes: &[Route]) {
+    for route in routes {
         let any = !route.top_offenders.is_empty()
             || route.limits.iter().any(|l| !l.top_offenders.is_empty());
         if !any {
             continue;
         }
         let _ = writeln!(out, "\ntop offenders on {}:", route.name);
-        offenders(
-            &mut out,
-            "  ",
-            "callers of the route:",
-            &route.top_offenders,
-        );
+        offenders(out, "  ", "callers of the route:", &route.top_offenders);
         for l in &route.limits {
-            offenders(
-                &mut out,
-                "  ",
-                &format!("limit {}:", l.name),
-                &l.top_offenders,
-            );
+            offenders(out, "  ", &format!("limit {}:", l.name), &l.top_offenders);
         }
     }
+}
 
-    if let Some(a) = &r.against {
-        let _ = writeln!(out, "\nagainst {a}:");
-        for d in &r.diff {
-            let _ = writeln!(
-                out,
-                "  {}/{}: {} newly limited, {} no longer limited",
-                d.route,
-                d.limit,
-                thousands(d.newly_limited.count),
-                thousands(d.no_longer_limited.count)
-            );
-            offenders(
-                &mut out,
-                "    ",
-                "newly limited:",
-                &d.newly_limited.identities,
-            );
-            offenders(
-                &mut out,
-                "    ",
-                "no longer limited (denials under the old file):",
-                &d.no_longer_limited.identities,
-            );
-        }
+/// The comparison with the `--against` file `a`: per limit, who changes
+/// side.
+fn against(out: &mut String, a: &str, diff: &[LimitDiff]) {
+    let _ = writeln!(out, "\nagainst {a}:");
+    for d in diff {
+        let _ = writeln!(
+            out,
+            "  {}/{}: {} newly limited, {} no longer limited",
+            d.route,
+            d.limit,
+            thousands(d.newly_limited.count),
+            thousands(d.no_longer_limited.count)
+        );
+        offenders(out, "    ", "newly limited:", &d.newly_limited.identities);
+        offenders(
+            out,
+            "    ",
+            "no longer limited (denials under the old file):",
+            &d.no_longer_limited.identities,
+        );
     }
-    out
 }
 
 #[cfg(test)]

@@ -14,13 +14,52 @@
 //! denied first). `remaining` is what the `RateLimit` header's `r` shows;
 //! `retry_after` the `Retry-After` seconds of a 429.
 
-use std::io::{self, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
 
 use serde::Serialize;
 
+use super::options::SimError;
 use crate::metrics::LimitVerdict;
 use crate::pipeline::Rehearsal;
 use crate::problem::GatewayError;
+
+/// The `--decisions` file, written as the replay goes.
+pub struct Trace {
+    path: String,
+    out: BufWriter<File>,
+}
+
+impl Trace {
+    /// Creates (or empties) the file at `path`.
+    ///
+    /// # Errors
+    /// The file cannot be created.
+    pub fn create(path: &Path) -> Result<Self, SimError> {
+        let file = File::create(path).map_err(|e| SimError::io(path.display(), e))?;
+        Ok(Self {
+            path: path.display().to_string(),
+            out: BufWriter::new(file),
+        })
+    }
+
+    /// Writes request number `n`'s decision, made at `ts`.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn record(&mut self, n: u64, ts: u64, r: &Rehearsal) -> Result<(), SimError> {
+        write(&mut self.out, n, ts, r).map_err(|e| SimError::io(&self.path, e))
+    }
+
+    /// Writes out what is buffered.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn finish(mut self) -> Result<(), SimError> {
+        self.out.flush().map_err(|e| SimError::io("--decisions", e))
+    }
+}
 
 #[derive(Serialize)]
 struct Decision<'a> {
