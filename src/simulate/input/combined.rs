@@ -13,7 +13,8 @@ use super::line::{Line, ip};
 use crate::simulate::time;
 
 /// Reads one line. `fields` name the header of each extra quoted field
-/// (`None`: skipped); `host` is the `Host` of every request.
+/// (`None`: skipped); `host` is the `Host` of every request that no
+/// field gives one.
 ///
 /// # Errors
 /// What is wrong with the line, for the bad-lines report.
@@ -28,11 +29,14 @@ pub fn parse(
     let (request, rest) = quoted(rest).ok_or("no quoted request line")?;
     let (method, target) = request_line(&request)?;
     let mut headers = HeaderMap::new();
-    if let Some(h) = host {
-        headers.insert(HOST, h.clone());
-    }
     if !fields.is_empty() {
         extra_fields(rest, fields, &mut headers)?;
+    }
+    // `--host` unless a field named `host` gave one.
+    if let Some(h) = host
+        && !headers.contains_key(HOST)
+    {
+        headers.insert(HOST, h.clone());
     }
     Ok(Line::new(
         ts_ms,

@@ -47,6 +47,19 @@ fn combined_with_extra_fields() {
 }
 
 #[test]
+fn a_host_field_takes_the_place_of_the_default_host() {
+    let p = parser(InputFormat::Combined, &["host"]);
+    let logged =
+        r#"10.0.0.1 - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.1" 200 1 "-" "ua" "www.test""#;
+    let h = line(&p, logged).req.headers().clone();
+    assert_eq!(h.get_all("host").iter().count(), 1);
+    assert_eq!(h["host"], "www.test");
+    // Logged as `-`: the default host stands.
+    let unlogged = logged.replace("\"www.test\"", "\"-\"");
+    assert_eq!(line(&p, &unlogged).req.headers()["host"], "api.test");
+}
+
+#[test]
 fn combined_bad_lines_say_why() {
     let p = parser(InputFormat::Combined, &[]);
     for (s, why) in [
