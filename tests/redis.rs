@@ -226,8 +226,15 @@ async fn outage_under_load_with_local_costs_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_with_a_deny_route_answers_503_then_recovers() {
     let mut server = RedisServer::start().await;
-    // The store fails open; the route's own policy fails closed.
-    let gw = Gateway::start(&yaml(&server.url(), "allow", 1_000_000, "on_error: deny")).await;
+    // The store fails open; the route's own policy fails closed. A call
+    // bound of 250 ms rather than 25: on a crowded machine the first calls
+    // after the restart (the script loaded again) can outlast 25 ms, and
+    // each would be a correct 503 that this test would read as a relapse.
+    let gw = Gateway::start(
+        &yaml(&server.url(), "allow", 1_000_000, "on_error: deny")
+            .replace("redis: {", "redis: { timeout: 250ms, "),
+    )
+    .await;
     assert_eq!(send(gw.addr, get("/t", &[])).await.status, StatusCode::OK);
 
     let load = Load::start(gw.addr, 2, Duration::from_millis(5));
