@@ -1726,11 +1726,18 @@ async fn abusive_client(gateways: &[std::net::SocketAddr], window_ms: u64, windo
 }
 
 /// Over-admission a caller can get per window in sync mode (docs/redis.md,
-/// `decision::sync`): `(N − 1) · (r · (2·interval + RTT) + 1)`, `r` the
-/// rate at each instance. RTT is bounded by the store's timeout here: an
-/// exchange that takes longer fails.
-fn sync_bound(instances: u64, rate_per_instance: f64, interval_ms: u64, timeout_ms: u64) -> f64 {
-    (instances - 1) as f64 * (rate_per_instance * (2 * interval_ms + timeout_ms) as f64 + 1.0)
+/// `decision::sync`): `L/10 + (N − 1) · (r · (2·interval + RTT) + 1)`,
+/// `r` the rate at each instance. RTT is bounded by the store's timeout
+/// here: an exchange that takes longer fails.
+fn sync_bound(
+    limit: u64,
+    instances: u64,
+    rate_per_instance: f64,
+    interval_ms: u64,
+    timeout_ms: u64,
+) -> f64 {
+    limit as f64 / 10.0
+        + (instances - 1) as f64 * (rate_per_instance * (2 * interval_ms + timeout_ms) as f64 + 1.0)
 }
 
 /// issue 13: an abusive client spread round robin over three gateways in
@@ -1752,7 +1759,7 @@ async fn sync_over_admission(algorithm: &str) {
     let b = Gateway::start(&src).await;
     let c = Gateway::start(&src).await;
     let abuse = abusive_client(&[a.addr, b.addr, c.addr], WINDOW_MS, 4).await;
-    let bound = sync_bound(3, abuse.rate_per_instance, 100, 100);
+    let bound = sync_bound(LIMIT, 3, abuse.rate_per_instance, 100, 100);
     let errors: Vec<f64> = [&a, &b, &c]
         .iter()
         .map(|g| {

@@ -30,6 +30,16 @@
 //! (garbage, `NOPERM`) is dropped with a warning, since waiting would not
 //! help. While the link is down a decision in the behind state is counted
 //! as the failed call it would have been (errors, breaker), as before.
+//!
+//! issue 13, `sync` mode: limits with a `sync` interval are decided in
+//! process by [`SyncTable`] against the fleet's totals, and a task started
+//! by the first such decision exchanges their counts with Redis every
+//! interval ([`sync`] has the design and its bound). The failure policy is
+//! the one above: while Redis is down, the breaker open, an exchange has
+//! failed or a fallback decision was made, the counts held are stale and
+//! `on_error` decides; a decision that finds them so asks the task for an
+//! exchange at once (after the outage's push) and waits for it at most the
+//! store's timeout, as it would wait for the push in exact mode.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -447,7 +457,8 @@ impl Limiter {
 
     /// Redis decides again (or `sync` mode does): says so once.
     fn shared_again(&self) {
-        if self.degraded.swap(false, Ordering::Relaxed) {
+        // A load first: the usual case writes nothing to the shared line.
+        if self.degraded.load(Ordering::Relaxed) && self.degraded.swap(false, Ordering::Relaxed) {
             self.metrics.fallback.set(0);
             info!("redis answers again; limits are shared again");
         }
@@ -632,6 +643,7 @@ impl Limiter {
                 breaker: Arc::clone(&self.breaker),
                 link: Arc::clone(&self.link),
                 resync: Arc::clone(&self.resync),
+                instances: self.instances.clone(),
                 metrics: self.metrics.clone(),
                 clock: Arc::clone(&self.clock),
             }))
@@ -888,6 +900,7 @@ struct Exchange {
     breaker: Arc<Breaker>,
     link: Arc<SyncLink>,
     resync: Arc<Resync>,
+    instances: Instances,
     metrics: StoreMetrics,
     clock: Arc<dyn Clock>,
 }
@@ -927,6 +940,7 @@ impl Exchange {
             self.resync.push_ended(deadline).await;
         }
         let pushed = self.resync.mode.load(Ordering::SeqCst) == SHARED;
+        self.table.set_instances(self.instances.get());
         let deltas = self.table.take(now_ms, stale);
         if deltas.is_empty() {
             return;

@@ -17,19 +17,28 @@
 //! the call then reads its totals, so a gateway learns when the fleet's
 //! count decays.
 //!
+//! Which keys go when: a key is urgent — sent at the next tick — when its
+//! totals were never read, when it denied, or once this instance has
+//! admitted `1/(10·N)` of the room its view leaves (`N` live instances);
+//! any other touched key waits, up to 100 intervals (a quarter of its
+//! window at most). So Redis works for the callers near their limits, and
+//! for the rest once per key every 100 intervals, however busy they are.
+//!
 //! Only counters can be synced: a sliding or fixed window (calendar months
 //! too) is a sum that gateways can add to apart. A sliding log or GCRA
 //! state is not; the loader refuses `sync` on them.
 //!
 //! **The bound.** A gateway misses at most what the others admitted since
 //! their last exchange before its own last one, and since: up to two
-//! intervals and a round trip of their traffic. So in any window a caller
-//! whose requests reach N instances at a rate of `r` each gets at most
-//! `L + (N − 1) · r · (2·interval + RTT)` admitted — about
-//! `rate × interval × instances`, twice that when the exchanges fall
-//! badly in phase — and never more than `N · L` (each instance stops at
-//! `L` on its own). One instance alone is exact. `docs/redis.md` has a
-//! worked example and measured figures.
+//! intervals and a round trip of their traffic, or one request more when
+//! their last exchange of the key is older than an interval. A waiting
+//! key adds what the instances admit unseen while it waits, a tenth of
+//! the room left in all. So in any window a caller whose requests reach
+//! N instances at a rate of `r` each gets at most
+//! `L + L/10 + (N − 1) · (r · (2·interval + RTT) + 1)` admitted — about
+//! `rate × interval × instances` — and never fewer than `L` (a view only
+//! ever misses counts). One instance alone is exact. `docs/redis.md` has
+//! a worked example and measured figures.
 //!
 //! `RateLimit` headers come from the same sum: `remaining` is
 //! `L − (fleet + sent + unsent)`, never negative, approximate by the
@@ -43,6 +52,7 @@
 //! [`Limiter`]: super::limiter::Limiter
 //! [`RedisStore::sync`]: crate::store::RedisStore::sync
 
+use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -174,8 +184,16 @@ struct Entry {
     sent: Counts,
     /// Admitted here since.
     unsent: Counts,
-    /// In the shard's list of keys for the next exchange.
+    /// Touched since its last exchange: in the shard's `waiting` list.
     queued: bool,
+    /// Also in the shard's `urgent` list: exchanged at the next tick.
+    urgent: bool,
+    /// When it was queued (its record in `waiting`).
+    queued_at: u64,
+    /// Longest a queued key that is not urgent waits, in ms.
+    max_wait_ms: u64,
+    /// Its totals have been read from Redis at least once.
+    read: bool,
     /// In the exchange under way.
     in_flight: bool,
     /// Redis holds something else at this key: decisions on it fail (as
@@ -196,6 +214,10 @@ impl Entry {
             sent: Counts::default(),
             unsent: Counts::default(),
             queued: false,
+            urgent: false,
+            queued_at: 0,
+            max_wait_ms: max_wait(interval_ms, window_ms),
+            read: false,
             in_flight: false,
             garbage: false,
             taken_at: 0,
@@ -230,25 +252,65 @@ impl Entry {
     }
 }
 
+/// How long a key far from its limit may wait for its exchange: a hundred
+/// intervals, at most a quarter of its window, at least one interval.
+fn max_wait(interval_ms: u64, window_ms: u64) -> u64 {
+    interval_ms
+        .saturating_mul(MAX_WAIT_INTERVALS)
+        .min(window_ms / 4)
+        .max(interval_ms)
+}
+
+/// A queued key waits at most this many intervals (see [`max_wait`]).
+const MAX_WAIT_INTERVALS: u64 = 100;
+
+/// The share of the room left that the instances may admit, together,
+/// between two exchanges of a key that waits: a key becomes urgent once
+/// this instance has admitted `1 / (ROOM_SHARE · N)` of the room its view
+/// leaves.
+const ROOM_SHARE: u64 = 10;
+
+/// Keys that waited their longest taken in one exchange at most (urgent
+/// ones are not counted): when many come due at once — all first touched
+/// in the same second — the work is spread over a few ticks instead of
+/// holding the runtime for one large exchange.
+const MAX_WAITED_PER_EXCHANGE: usize = 1024;
+
+/// Keys waiting for an exchange: `urgent` ones go at the next tick,
+/// `waiting` ones (every queued key, in the order it was queued) when
+/// they have waited their longest.
+#[derive(Default)]
+struct Queue {
+    urgent: Vec<Box<str>>,
+    waiting: VecDeque<(u64, Box<str>)>,
+}
+
+impl Queue {
+    /// Queues `e` (once) as touched at `now`; `urgent` also puts it in the
+    /// list for the next tick.
+    fn touch(&mut self, e: &mut Entry, now: u64, urgent: bool) {
+        if !e.queued {
+            e.queued = true;
+            e.queued_at = now;
+            self.waiting.push_back((now, e.key.clone()));
+        }
+        if urgent && !e.urgent {
+            e.urgent = true;
+            self.urgent.push(e.key.clone());
+        }
+    }
+}
+
 #[derive(Default)]
 struct Shard {
     table: HashTable<Entry>,
-    /// Keys touched since the last exchange (each once: `Entry::queued`).
-    queue: Vec<Box<str>>,
+    queue: Queue,
     swept_at_len: usize,
 }
 
 impl Shard {
     fn find(&mut self, hash: u64, key: &str) -> Option<&mut Entry> {
         self.table.find_mut(hash, |e| *e.key == *key)
-    }
-
-    /// Puts `e`'s key in the queue for the next exchange, once.
-    fn enqueue(queue: &mut Vec<Box<str>>, e: &mut Entry) {
-        if !e.queued {
-            e.queued = true;
-            queue.push(e.key.clone());
-        }
     }
 }
 
@@ -261,6 +323,11 @@ pub struct SyncTable {
     tick_ms: AtomicU64,
     /// Wakes the exchange task when `tick_ms` shrinks.
     tick_changed: Notify,
+    /// The live instances last counted (at least 1), for the share of the
+    /// room a waiting key may use.
+    instances: AtomicU64,
+    /// The shard each exchange starts at, turning.
+    rotation: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for SyncTable {
@@ -311,7 +378,14 @@ impl SyncTable {
             hasher: RandomState::new(),
             tick_ms: AtomicU64::new(u64::MAX),
             tick_changed: Notify::new(),
+            instances: AtomicU64::new(1),
+            rotation: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// The live instances sharing the keys (from the heartbeat).
+    pub fn set_instances(&self, n: u64) {
+        self.instances.store(n.max(1), Ordering::Relaxed);
     }
 
     fn hash(&self, key: &str) -> u64 {
@@ -369,6 +443,7 @@ impl SyncTable {
             views.push((e.kind, view));
         }
         let allowed = outcomes.iter().all(|o| o.admits);
+        let instances = self.instances.load(Ordering::Relaxed);
         for (((r, &h), o), (kind, view)) in
             requests.iter().zip(&hashes).zip(&mut outcomes).zip(&views)
         {
@@ -377,6 +452,7 @@ impl SyncTable {
             let Some(e) = table.find_mut(h, |e| *e.key == *r.key) else {
                 continue;
             };
+            let denies = !o.admits;
             if allowed && consume {
                 let i = kind.index(now, r.window_ms);
                 let mut u = kind.roll(e.unsent, i);
@@ -386,9 +462,16 @@ impl SyncTable {
                 // Shown without the refused request.
                 *o = kind.check(*view, now, r, 0);
             }
-            // Touched: exchanged at the next interval, if only to read the
-            // fleet's totals.
-            Shard::enqueue(queue, e);
+            // Touched: exchanged within its longest wait, if only to read
+            // the fleet's totals; at the next tick when its totals were
+            // never read, when it denies (the caller is at its limit), or
+            // when this instance has used its share of the room left.
+            let u = kind.roll(e.unsent, kind.index(now, r.window_ms));
+            let owed = u.prev.saturating_add(u.cur);
+            let urgent = !e.read
+                || denies
+                || owed.saturating_mul(ROOM_SHARE).saturating_mul(instances) > o.remaining;
+            queue.touch(e, now, urgent);
         }
         Some(Decision { allowed, outcomes })
     }
@@ -428,6 +511,7 @@ impl SyncTable {
             *e = Entry::new(&r.key, kind, r.window_ms, interval);
         } else if e.interval_ms != interval {
             e.interval_ms = interval;
+            e.max_wait_ms = max_wait(interval, e.window_ms);
             if self.tick_ms.fetch_min(interval, Ordering::Relaxed) > interval {
                 self.tick_changed.notify_waiters();
             }
@@ -443,48 +527,65 @@ impl SyncTable {
         order.iter().map(|&i| (i, lock(&self.shards[i]))).collect()
     }
 
-    /// Takes the keys due for an exchange at `now` — touched since their
-    /// last one, at least their interval ago (less half a tick, so a key
-    /// is not left a whole tick late), or every key touched when `all` —
-    /// with what each owes Redis. Their admissions move from `unsent` to
-    /// `sent` until [`Self::apply`].
+    /// Takes the keys due for an exchange at `now` — the urgent ones whose
+    /// interval has passed since their last exchange (less half a tick, so
+    /// a key is not left a whole tick late), and those that waited their
+    /// longest; every queued key when `all` — with what each owes Redis.
+    /// Their admissions move from `unsent` to `sent` until [`Self::apply`].
     pub fn take(&self, now: u64, all: bool) -> Vec<Delta> {
         let half_tick = self.tick_ms.load(Ordering::Relaxed).min(u64::MAX / 2) / 2;
         let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let mut shard = lock(shard);
+        let mut waited = 0;
+        // Each exchange starts at another shard, so a budget used up early
+        // does not leave the same shards behind every time.
+        let first = self.rotation.fetch_add(1, Ordering::Relaxed);
+        for n in 0..SHARDS {
+            let mut shard = lock(&self.shards[(first + n) % SHARDS]);
             let Shard { table, queue, .. } = &mut *shard;
             let mut later = Vec::new();
-            for key in queue.drain(..) {
+            for key in std::mem::take(&mut queue.urgent) {
                 let h = self.hasher.hash_one(key.as_bytes());
                 let Some(e) = table.find_mut(h, |e| e.key == key) else {
                     continue;
                 };
+                if !e.urgent {
+                    continue;
+                }
                 let due = all
                     || now.saturating_add(half_tick) >= e.taken_at.saturating_add(e.interval_ms);
                 if e.in_flight || !due {
                     later.push(key);
                     continue;
                 }
-                let i = e.kind.index(now, e.window_ms);
-                let sent = e.kind.roll(e.unsent, i);
-                e.sent = sent;
-                e.unsent = empty(i);
-                e.queued = false;
-                e.in_flight = true;
-                e.taken_at = now;
-                out.push(Delta {
-                    key: key.into(),
-                    counter: e.kind.counter(now, e.window_ms),
-                    prev: if e.kind == Kind::Sliding {
-                        sent.prev
-                    } else {
-                        0
-                    },
-                    cur: sent.cur,
-                });
+                out.push(take_one(e, now));
             }
-            *queue = later;
+            queue.urgent = later;
+            while let Some((at, key)) = queue.waiting.pop_front() {
+                let h = self.hasher.hash_one(key.as_bytes());
+                let Some(e) = table.find_mut(h, |e| e.key == key) else {
+                    continue;
+                };
+                if !e.queued || e.queued_at != at {
+                    // Taken since (as urgent) and maybe queued again: this
+                    // record is stale.
+                    continue;
+                }
+                if !all
+                    && (now < at.saturating_add(e.max_wait_ms) || waited >= MAX_WAITED_PER_EXCHANGE)
+                {
+                    // Queued in order: the rest waited less.
+                    queue.waiting.push_front((at, key));
+                    break;
+                }
+                waited += 1;
+                if e.in_flight {
+                    // Taken again once its exchange is answered.
+                    e.urgent = true;
+                    queue.urgent.push(key);
+                    continue;
+                }
+                out.push(take_one(e, now));
+            }
         }
         out
     }
@@ -503,6 +604,7 @@ impl SyncTable {
                 continue;
             };
             e.in_flight = false;
+            let now = e.taken_at;
             let sent = std::mem::take(&mut e.sent);
             match answer {
                 Ok(Some(t)) => {
@@ -512,19 +614,42 @@ impl SyncTable {
                         cur: t.cur,
                     };
                     e.garbage = false;
+                    e.read = true;
                 }
                 Ok(None) => {
                     // Not added: decisions on the key fail until it is
                     // read again, each interval.
                     e.garbage = true;
-                    Shard::enqueue(queue, e);
+                    queue.touch(e, now, true);
                 }
                 Err(_) => {
                     e.unsent = e.kind.merge(sent, e.unsent);
-                    Shard::enqueue(queue, e);
+                    queue.touch(e, now, true);
                 }
             }
         }
+    }
+}
+
+/// Takes `e` for an exchange at `now`: what it owes moves to `sent`.
+fn take_one(e: &mut Entry, now: u64) -> Delta {
+    let i = e.kind.index(now, e.window_ms);
+    let sent = e.kind.roll(e.unsent, i);
+    e.sent = sent;
+    e.unsent = empty(i);
+    e.queued = false;
+    e.urgent = false;
+    e.in_flight = true;
+    e.taken_at = now;
+    Delta {
+        key: e.key.to_string(),
+        counter: e.kind.counter(now, e.window_ms),
+        prev: if e.kind == Kind::Sliding {
+            sent.prev
+        } else {
+            0
+        },
+        cur: sent.cur,
     }
 }
 
@@ -675,6 +800,48 @@ mod tests {
     }
 
     #[test]
+    fn a_key_far_from_its_limit_waits_and_one_near_it_does_not() {
+        let table = SyncTable::new();
+        table.set_instances(2);
+        let far = req("far", 1_000, 60_000);
+        let near = req("near", 20, 60_000);
+        let i = T0 / 60_000;
+        let read = |cur| {
+            Ok(Some(Totals {
+                window: i,
+                prev: 0,
+                cur,
+            }))
+        };
+        // Never read: both go at the next tick.
+        one(&table, T0, &far, 100).unwrap();
+        one(&table, T0, &near, 100).unwrap();
+        let deltas = table.take(T0 + 100, false);
+        assert_eq!(deltas.len(), 2);
+        table.apply(deltas, vec![read(1), read(1)]);
+        // 3 of 1,000 owed here: far below a tenth of the room left
+        // shared by two instances (49); 1 of 20 is not (0.9).
+        for _ in 0..3 {
+            one(&table, T0 + 150, &far, 100).unwrap();
+        }
+        one(&table, T0 + 150, &near, 100).unwrap();
+        let keys = |now, all| -> Vec<String> {
+            let deltas = table.take(now, all);
+            let keys = deltas.iter().map(|d| d.key.clone()).collect();
+            let answers = deltas.iter().map(|_| read(0)).collect();
+            table.apply(deltas, answers);
+            keys
+        };
+        assert_eq!(keys(T0 + 200, false), ["near"]);
+        // The far one waits its longest: a hundred intervals.
+        assert!(keys(T0 + 150 + 9_999, false).is_empty());
+        assert_eq!(keys(T0 + 150 + 10_000, false), ["far"]);
+        // While the counts are stale, everything queued goes at once.
+        one(&table, T0 + 16_000, &far, 100).unwrap();
+        assert_eq!(keys(T0 + 16_001, true), ["far"]);
+    }
+
+    #[test]
     fn a_denied_request_consumes_nothing_and_shows_every_limit_without_it() {
         let table = SyncTable::new();
         let both = [req("a", 10, 60_000), req("b", 1, 60_000)];
@@ -754,8 +921,8 @@ mod tests {
         /// N gateways over one Redis, exchanging every `interval` ms each at
         /// its own phase (answers arrive at once), a caller spread round
         /// robin over them at `r` per gateway: in every fixed window at most
-        /// `L + (N − 1)·(r·2·interval + 1)` are admitted (the module's
-        /// bound with no round trip), and at least `L`.
+        /// `L + L/10 + (N − 1)·(r·2·interval + 1)` are admitted (the
+        /// module's bound with no round trip), and at least `L`.
         #[test]
         fn the_fleet_stays_within_the_bound(
             n in 2..5u64,
@@ -766,11 +933,15 @@ mod tests {
         ) {
             const W: u64 = 10_000;
             let tables: Vec<SyncTable> = (0..n).map(|_| SyncTable::new()).collect();
+            for t in &tables {
+                t.set_instances(n);
+            }
             let mut redis = FakeRedis::default();
             let r = LimitRequest { algorithm: Algorithm::FixedWindow, ..req("caller", limit, W) };
             // One request every `gap` ms, to the gateways in turn.
             let per_gateway = 1.0 / (gap * n) as f64;
-            let bound = (n - 1) as f64 * (per_gateway * (2 * interval) as f64 + 1.0);
+            let bound = limit as f64 / ROOM_SHARE as f64
+                + (n - 1) as f64 * (per_gateway * (2 * interval) as f64 + 1.0);
             let start = T0 - T0 % W;
             let mut admitted = [0u64; 4];
             let mut next_exchange: Vec<u64> = phases.iter().take(n as usize).map(|p| start + p % interval).collect();
