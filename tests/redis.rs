@@ -2036,3 +2036,84 @@ async fn sync_mode_outage_with_deny_answers_503() {
 async fn sync_mode_outage_with_allow_admits_without_headers() {
     sync_outage("allow").await;
 }
+
+/// The `r` of each policy in a `RateLimit` header, in order.
+fn remainings(reply: &support::gateway::Reply) -> Vec<u64> {
+    reply
+        .header("ratelimit")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|p| p.split(';').find_map(|f| f.trim().strip_prefix("r=")))
+        .filter_map(|r| r.parse().ok())
+        .collect()
+}
+
+/// issue 13: a route mixing a synced limit and an exact one admits only
+/// when both do and consumes from both only then: whichever denies, the
+/// other shows what it has without the refused request.
+#[tokio::test]
+async fn a_route_mixing_synced_and_exact_limits_consumes_only_what_both_admit() {
+    let server = RedisServer::start().await;
+    let src = |synced: u64, exact: u64| {
+        format!(
+            "listen: 127.0.0.1:0
+store:
+  redis: {{ url: '{}' }}
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200, body: ok }}
+    limits:
+      - {{ name: synced, key: ip, limit: {synced}, window: 1d, sync: 100ms }}
+      - {{ name: exact, key: ip, limit: {exact}, window: 1d }}
+",
+            server.url()
+        )
+    };
+    // The exact limit denies first.
+    let gw = Gateway::start(&src(5, 3)).await;
+    for r in [[4, 2], [3, 1], [2, 0]] {
+        let reply = send(gw.addr, get("/t", &[])).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(remainings(&reply), r);
+    }
+    let refused = send(gw.addr, get("/t", &[])).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        remainings(&refused),
+        [2, 0],
+        "the synced limit is not consumed"
+    );
+    assert!(
+        refused.text().contains(r#""violated-policies":["exact"]"#),
+        "{}",
+        refused.text()
+    );
+    gw.stop().await;
+
+    // The synced limit denies first (other keys: other limit numbers give
+    // other routes' keys the same names, so start on a clean server).
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("FLUSHALL");
+    let gw = Gateway::start(&src(2, 5)).await;
+    for r in [[1, 4], [0, 3]] {
+        let reply = send(gw.addr, get("/t", &[])).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(remainings(&reply), r);
+    }
+    let refused = send(gw.addr, get("/t", &[])).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        remainings(&refused),
+        [0, 3],
+        "the exact limit is read, not consumed"
+    );
+    assert!(
+        refused.text().contains(r#""violated-policies":["synced"]"#),
+        "{}",
+        refused.text()
+    );
+}

@@ -308,12 +308,6 @@ struct Shard {
     swept_at_len: usize,
 }
 
-impl Shard {
-    fn find(&mut self, hash: u64, key: &str) -> Option<&mut Entry> {
-        self.table.find_mut(hash, |e| *e.key == *key)
-    }
-}
-
 /// The counts of every key in sync mode, with what each owes Redis.
 pub struct SyncTable {
     shards: Box<[Mutex<Shard>]>,
@@ -430,48 +424,46 @@ impl SyncTable {
         intervals: &[u64],
         consume: bool,
     ) -> Option<Decision> {
+        let instances = self.instances.load(Ordering::Relaxed);
+        if let ([r], [interval]) = (requests, intervals) {
+            // One limit, the common case: one lock, one lookup.
+            let h = self.hash(&r.key);
+            let mut shard = lock(&self.shards[shard_of(h)]);
+            let Shard {
+                table,
+                queue,
+                swept_at_len,
+            } = &mut *shard;
+            let e = self.entry(table, swept_at_len, h, r, *interval, now)?;
+            let view = e.view(e.kind.index(now, r.window_ms));
+            let mut o = e.kind.check(view, now, r, r.cost);
+            let allowed = o.admits;
+            settle(e, queue, view, r, &mut o, allowed, consume, now, instances);
+            let mut outcomes = Outcomes::new();
+            outcomes.push(o);
+            return Some(Decision { allowed, outcomes });
+        }
         let hashes: SmallVec<[u64; 4]> = requests.iter().map(|r| self.hash(&r.key)).collect();
         let mut guards = self.lock_shards(&hashes);
-        let mut views: SmallVec<[(Kind, Counts); 4]> = SmallVec::new();
+        let mut views: SmallVec<[Counts; 4]> = SmallVec::new();
         let mut outcomes = Outcomes::with_capacity(requests.len());
         for ((r, &h), &interval) in requests.iter().zip(&hashes).zip(intervals) {
-            let shard = guard(&mut guards, shard_of(h));
-            let e = self.entry(shard, h, r, interval, now)?;
-            let i = e.kind.index(now, r.window_ms);
-            let view = e.view(i);
+            let Shard {
+                table,
+                swept_at_len,
+                ..
+            } = guard(&mut guards, shard_of(h));
+            let e = self.entry(table, swept_at_len, h, r, interval, now)?;
+            let view = e.view(e.kind.index(now, r.window_ms));
             outcomes.push(e.kind.check(view, now, r, r.cost));
-            views.push((e.kind, view));
+            views.push(view);
         }
         let allowed = outcomes.iter().all(|o| o.admits);
-        let instances = self.instances.load(Ordering::Relaxed);
-        for (((r, &h), o), (kind, view)) in
-            requests.iter().zip(&hashes).zip(&mut outcomes).zip(&views)
-        {
-            let shard = guard(&mut guards, shard_of(h));
-            let Shard { table, queue, .. } = shard;
-            let Some(e) = table.find_mut(h, |e| *e.key == *r.key) else {
-                continue;
-            };
-            let denies = !o.admits;
-            if allowed && consume {
-                let i = kind.index(now, r.window_ms);
-                let mut u = kind.roll(e.unsent, i);
-                u.cur = u.cur.saturating_add(r.cost);
-                e.unsent = u;
-            } else if o.admits && r.cost > 0 {
-                // Shown without the refused request.
-                *o = kind.check(*view, now, r, 0);
+        for (((r, &h), o), view) in requests.iter().zip(&hashes).zip(&mut outcomes).zip(&views) {
+            let Shard { table, queue, .. } = guard(&mut guards, shard_of(h));
+            if let Some(e) = table.find_mut(h, |e| *e.key == *r.key) {
+                settle(e, queue, *view, r, o, allowed, consume, now, instances);
             }
-            // Touched: exchanged within its longest wait, if only to read
-            // the fleet's totals; at the next tick when its totals were
-            // never read, when it denies (the caller is at its limit), or
-            // when this instance has used its share of the room left.
-            let u = kind.roll(e.unsent, kind.index(now, r.window_ms));
-            let owed = u.prev.saturating_add(u.cur);
-            let urgent = !e.read
-                || denies
-                || owed.saturating_mul(ROOM_SHARE).saturating_mul(instances) > o.remaining;
-            queue.touch(e, now, urgent);
         }
         Some(Decision { allowed, outcomes })
     }
@@ -480,7 +472,8 @@ impl SyncTable {
     /// holds garbage in Redis.
     fn entry<'s>(
         &self,
-        shard: &'s mut Shard,
+        table: &'s mut HashTable<Entry>,
+        swept_at_len: &mut usize,
         h: u64,
         r: &LimitRequest,
         interval: u64,
@@ -488,23 +481,21 @@ impl SyncTable {
     ) -> Option<&'s mut Entry> {
         let kind = Kind::of(r.algorithm)?;
         let interval = interval.max(1);
-        if shard.find(h, &r.key).is_none() {
-            let len = shard.table.len();
-            if len > 1024 && len >= 2 * shard.swept_at_len {
-                shard.table.retain(|e| !e.is_idle(now));
-                shard.swept_at_len = shard.table.len().max(512);
+        if table.find(h, |e| *e.key == *r.key).is_none() {
+            let len = table.len();
+            if len > 1024 && len >= 2 * *swept_at_len {
+                table.retain(|e| !e.is_idle(now));
+                *swept_at_len = table.len().max(512);
             }
             let hasher = &self.hasher;
-            shard
-                .table
-                .insert_unique(h, Entry::new(&r.key, kind, r.window_ms, interval), |e| {
-                    hasher.hash_one(e.key.as_bytes())
-                });
+            table.insert_unique(h, Entry::new(&r.key, kind, r.window_ms, interval), |e| {
+                hasher.hash_one(e.key.as_bytes())
+            });
             if self.tick_ms.fetch_min(interval, Ordering::Relaxed) > interval {
                 self.tick_changed.notify_waiters();
             }
         }
-        let e = shard.find(h, &r.key)?;
+        let e = table.find_mut(h, |e| *e.key == *r.key)?;
         if e.window_ms != r.window_ms || e.kind != kind {
             // The limit changed on reload: what was counted under the old
             // window is not this limit's any more (nor Redis's view of it).
@@ -629,6 +620,44 @@ impl SyncTable {
             }
         }
     }
+}
+
+/// After a decision: an admitted request's cost is owed to Redis (when
+/// `consume`), a denied request shows `r`'s limit without it, and the key
+/// is queued for an exchange — within its longest wait, if only to read
+/// the fleet's totals; at the next tick when its totals were never read,
+/// when it denies (the caller is at its limit), or when this instance has
+/// used its share of the room left.
+#[allow(clippy::too_many_arguments)]
+fn settle(
+    e: &mut Entry,
+    queue: &mut Queue,
+    view: Counts,
+    r: &LimitRequest,
+    o: &mut LimitOutcome,
+    allowed: bool,
+    consume: bool,
+    now: u64,
+    instances: u64,
+) {
+    let i = e.kind.index(now, r.window_ms);
+    let denies = !o.admits;
+    if allowed {
+        if consume {
+            let mut u = e.kind.roll(e.unsent, i);
+            u.cur = u.cur.saturating_add(r.cost);
+            e.unsent = u;
+        }
+    } else if o.admits && r.cost > 0 {
+        // Shown without the refused request.
+        *o = e.kind.check(view, now, r, 0);
+    }
+    let u = e.kind.roll(e.unsent, i);
+    let owed = u.prev.saturating_add(u.cur);
+    let urgent = !e.read
+        || denies
+        || owed.saturating_mul(ROOM_SHARE).saturating_mul(instances) > o.remaining;
+    queue.touch(e, now, urgent);
 }
 
 /// Takes `e` for an exchange at `now`: what it owes moves to `sent`.
