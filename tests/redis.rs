@@ -1887,10 +1887,13 @@ async fn sync_mode_headers_show_the_last_fleet_total_plus_the_unsent() {
     exchanged_after(&a, before).await;
     // Now A knows 9: the tenth is its last.
     ok(&sync_send(&a).await.0, 0);
-    let (refused, _) = sync_send(&a).await;
+    let (refused, before) = sync_send(&a).await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(remaining(&refused), Some(0));
     assert!(refused.header("retry-after").is_some());
+    // A's tenth reaches Redis (the denial made the key urgent).
+    exchanged_after(&a, before).await;
+    assert_eq!(fleet_total(&server).await, 10);
     // B last read 8 and admits one more: 11 in all, one over the limit
     // (the approximation the bound covers). Then it reads 11 and shows 0,
     // not less.
