@@ -20,6 +20,11 @@ machine hit all of them alike. For every run the script records:
   commandstats before and after (commands a script runs inside Redis are
   not round trips and are not counted).
 
+Both sides do the same work: by default each proxy under test writes one
+access-log line per request to a file (nginx `access_log`, tollgate's
+access log on stderr at `RUST_LOG=info`); `--no-access-log` turns both off.
+The upstream nginx logs nothing.
+
 Each figure is the median over the rounds; ratios are to nginx `proxy_pass`
 measured in the same run. One worker/thread per proxy
 (`TOKIO_WORKER_THREADS=1` for tollgate, `worker_processes 1` for nginx).
@@ -38,6 +43,7 @@ after a warm-up on 1,000 other keys, so what Redis allocates once (script
 cache, client buffers) is not counted per identity.
 
 Usage: python3 benches/load.py [--rounds 3] [--duration 5] [--only NAME,...]
+       [--no-access-log] [--binary PATH] [--no-build]
 (`--only "redis memory" --rounds 0` measures only the memory figure)
 Needs wrk, nginx and redis-server; installs them with apt-get when missing.
 Traffic goes only to 127.0.0.1.
@@ -111,8 +117,9 @@ def children(pid):
 class Nginx:
     """An nginx instance with one worker, from a generated config."""
 
-    def __init__(self, tmp, name, body):
+    def __init__(self, tmp, name, body, access_log=False):
         self.dir = os.path.join(tmp, re.sub(r"\W+", "_", name))
+        log = f"access_log {self.dir}/access.log;" if access_log else "access_log off;"
         os.makedirs(self.dir, exist_ok=True)
         conf = os.path.join(self.dir, "nginx.conf")
         with open(conf, "w") as f:
@@ -123,7 +130,7 @@ pid {self.dir}/nginx.pid;
 error_log {self.dir}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
-  access_log off;
+  {log}
   client_body_temp_path {self.dir};
   proxy_temp_path {self.dir};
   fastcgi_temp_path {self.dir};
@@ -144,8 +151,9 @@ http {{
 
 
 class Process:
-    def __init__(self, argv, env=None):
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    def __init__(self, argv, env=None, stderr=None):
+        err = open(stderr, "ab") if stderr else subprocess.DEVNULL
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err,
                                      env=dict(os.environ, **(env or {})))
 
     def pids(self):
@@ -260,12 +268,17 @@ def main():
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--only", default="")
     ap.add_argument("--no-build", action="store_true", help="use the existing target/release/tollgate")
+    ap.add_argument("--binary", help="the tollgate binary to measure (default: target/release/tollgate)")
+    ap.add_argument("--no-access-log", action="store_true",
+                    help="no access log on either side (by default nginx and tollgate each "
+                         "write one line per request to a file)")
     args = ap.parse_args()
 
     ensure_tools()
-    if not args.no_build:
+    if not args.no_build and not args.binary:
         subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    binary = os.path.join(ROOT, "target", "release", "tollgate")
+    binary = args.binary or os.path.join(ROOT, "target", "release", "tollgate")
+    logs = not args.no_access_log
     tmp = tempfile.mkdtemp(prefix="tollgate-load-")
     started = []
     try:
@@ -292,7 +305,7 @@ def main():
 
         def add_nginx(name, body_fmt):
             port = free_port()
-            n = Nginx(tmp, name, body_fmt.format(port=port, up=up_port))
+            n = Nginx(tmp, name, body_fmt.format(port=port, up=up_port), access_log=logs)
             started.append(n)
             wait_port(port)
             contenders.append((name, port, n.pids, False, None))
@@ -311,7 +324,9 @@ def main():
             port = free_port()
             cfg = os.path.join(tmp, name.replace(" ", "_") + ".yaml")
             tollgate_config(cfg, port, up_port, limits, redis_port if use_redis else None, sync)
-            p = Process([binary, "--config", cfg], env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "warn"})
+            p = Process([binary, "--config", cfg],
+                        env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "info" if logs else "warn"},
+                        stderr=cfg + ".log" if logs else None)
             started.append(p)
             wait_port(port)
             contenders.append((name, port, p.pids, use_redis, script))

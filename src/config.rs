@@ -43,6 +43,19 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// Caps on connections, header and body sizes.
     pub server: ServerSettings,
+    /// What the access log writes beyond its usual fields.
+    pub access_log: AccessLog,
+}
+
+/// `access_log:` — what each access-log line carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AccessLog {
+    /// Also write what `tollgate simulate` needs to replay the request:
+    /// the time in milliseconds, the TCP peer and the client IP, the host
+    /// and path of the request target (without its query), and a digest of
+    /// the caller's API key or user — never the key itself. Off by default:
+    /// paths can carry personal data.
+    pub replay: bool,
 }
 
 /// One listening address.

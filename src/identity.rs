@@ -1,5 +1,6 @@
-//! Who is calling: client IP, API key, user, headers — and the store key
-//! built from them.
+//! Who is calling: client IP, API key, user, headers — and the identity
+//! part of a store key built from them ([`write_key`]; `store::keys`
+//! names the whole key).
 //!
 //! The client IP is the TCP peer unless the peer is a trusted proxy; then the
 //! forwarding headers are walked from the right (DESIGN §3). Identity values

@@ -31,6 +31,7 @@ pub mod proxy;
 pub mod reload;
 pub mod routing;
 pub mod server;
+pub mod simulate;
 pub mod store;
 pub mod target;
 pub mod tls;

@@ -13,11 +13,13 @@
 //! `timestamp`, `level`, `fields` and `target`), and handed to the queue
 //! whole — no formatter per field, no subscriber machinery.
 //!
-//! The sink is the process's, like stderr itself: [`stderr`] sets it up
-//! once and [`set_access`] names the access log's format. A library user
-//! that sets neither (the in-process tests) writes no access log.
+//! The queue is the process's, like stderr itself ([`stderr`] sets it up
+//! once). The access log is a gateway's own ([`AccessLog`], handed to it
+//! with `server::Serve::access_log`): a gateway without one — the
+//! in-process tests, unless they ask — writes no access-log line.
 
 use std::io::Write as _;
+use std::net::IpAddr;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -35,7 +37,6 @@ pub struct AccessLog {
 }
 
 static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
-static ACCESS: OnceLock<AccessLog> = OnceLock::new();
 
 /// A writer into the bounded queue in front of stderr, for the `tracing`
 /// subscriber and the access log. Lines written while the queue is full
@@ -49,16 +50,6 @@ pub fn stderr() -> (NonBlocking, WorkerGuard) {
         .finish(std::io::stderr());
     let _ = DROPPED.set(writer.error_counter());
     (writer, guard)
-}
-
-/// Makes `writer` the access log's, in JSON or text. The first call wins.
-pub fn set_access(writer: NonBlocking, json: bool) {
-    let _ = ACCESS.set(AccessLog { writer, json });
-}
-
-/// The access log, when the process has one.
-pub fn access() -> Option<&'static AccessLog> {
-    ACCESS.get()
 }
 
 /// Log lines dropped because the queue was full, since start.
@@ -75,6 +66,12 @@ pub struct AccessLine<'a> {
 }
 
 impl AccessLog {
+    /// An access log written to `writer` (from [`stderr`], or any other
+    /// non-blocking writer), as one JSON object a line or as text.
+    pub fn new(writer: NonBlocking, json: bool) -> Self {
+        Self { writer, json }
+    }
+
     /// Starts a line of event `message` for `target`, stamped now.
     pub fn line<'a>(&'a self, target: &'a str, message: &str) -> AccessLine<'a> {
         let mut buf = Vec::with_capacity(256);
@@ -133,6 +130,40 @@ impl AccessLine<'_> {
         self.buf
             .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
         self
+    }
+
+    /// A text field when there is one.
+    #[must_use]
+    pub fn opt_str(self, key: &str, value: Option<&str>) -> Self {
+        match value {
+            Some(v) => self.str(key, v),
+            None => self,
+        }
+    }
+
+    /// An IP address, as text.
+    #[must_use]
+    pub fn ip(mut self, key: &str, ip: IpAddr) -> Self {
+        self.key(key);
+        let quote = self.log.json;
+        if quote {
+            self.buf.push(b'"');
+        }
+        // Only on replayable lines (`access_log.replay`).
+        let _ = write!(self.buf, "{ip}");
+        if quote {
+            self.buf.push(b'"');
+        }
+        self
+    }
+
+    /// An IP address when there is one.
+    #[must_use]
+    pub fn opt_ip(self, key: &str, ip: Option<IpAddr>) -> Self {
+        match ip {
+            Some(ip) => self.ip(key, ip),
+            None => self,
+        }
     }
 
     /// Microseconds, written as milliseconds with three decimals.

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tollgate::config::Config;
+use tollgate::logs::AccessLog;
 use tollgate::reload::{Hangups, Overrides, Reload};
 use tollgate::server::Serve;
 use tracing_appender::non_blocking::WorkerGuard;
@@ -48,6 +49,57 @@ enum Command {
     },
     /// Print the JSON Schema of the configuration file (for editor completion).
     Schema,
+    /// Replay recorded traffic through the configuration's routes and limits
+    /// on a clock that follows the log, and report what they would have done.
+    Simulate(SimulateArgs),
+}
+
+/// `tollgate simulate` (docs/simulate.md).
+#[derive(Debug, clap::Args)]
+struct SimulateArgs {
+    /// Logs to replay, in order; `.gz` files are read through gzip.
+    #[arg(required = true, value_name = "LOG")]
+    logs: Vec<PathBuf>,
+    /// Replay through this configuration too, and report who is newly
+    /// limited and who no longer is.
+    #[arg(long, value_name = "OLD.yaml")]
+    against: Option<PathBuf>,
+    /// The report's form.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    format: ReportFormat,
+    /// Write the report to this file instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// The logs' format (default: detected from the first non-empty line).
+    #[arg(long, value_enum)]
+    input: Option<InputArg>,
+    /// Combined format: the header an extra quoted field after the user
+    /// agent becomes, in order (repeatable; `-` skips a field).
+    #[arg(long = "field", value_name = "HEADER")]
+    fields: Vec<String>,
+    /// The `Host` of requests whose line names none.
+    #[arg(long, value_name = "HOST")]
+    host: Option<String>,
+    /// Offenders listed per route and per limit.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Also write every request's decision to this file (JSON lines).
+    #[arg(long, value_name = "FILE")]
+    decisions: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ReportFormat {
+    Table,
+    Json,
+    Html,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum InputArg {
+    Combined,
+    Tollgate,
+    Jsonl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -91,8 +143,12 @@ fn main() -> ExitCode {
     if matches!(cli.command, Some(Command::Schema)) {
         return print(&tollgate::config::schema::json(), ExitCode::SUCCESS);
     }
-    // Kept to the end of `main`: dropping it writes out what is queued.
-    let _flush_at_exit = init_logging(cli.log_format);
+    if let Some(Command::Simulate(args)) = &cli.command {
+        return simulate(&cli.config, args);
+    }
+    // The guard is kept to the end of `main`: dropping it writes out what
+    // is queued.
+    let (access_log, _flush_at_exit) = init_logging(cli.log_format);
 
     let path = match &cli.command {
         Some(Command::Check { file: Some(f) }) => f.clone(),
@@ -121,17 +177,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(config, path, overrides))
+    runtime.block_on(serve(config, path, overrides, access_log))
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (`info` when unset), as text or
 /// as JSON lines. Every line goes through a bounded queue that a thread of
 /// its own writes out: a slow or unread stderr drops (and counts) lines
-/// instead of holding up requests. Dropping the guard writes out what is
-/// queued.
-fn init_logging(format: LogFormat) -> WorkerGuard {
+/// instead of holding up requests. The access log, in the same format and
+/// queue; dropping the guard writes out what is queued.
+fn init_logging(format: LogFormat) -> (AccessLog, WorkerGuard) {
     let (writer, guard) = tollgate::logs::stderr();
-    tollgate::logs::set_access(writer.clone(), format == LogFormat::Json);
+    let access_log = AccessLog::new(writer.clone(), format == LogFormat::Json);
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -144,7 +200,7 @@ fn init_logging(format: LogFormat) -> WorkerGuard {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
     }
-    guard
+    (access_log, guard)
 }
 
 /// The configuration at `path`; when it does not load, every error is
@@ -182,7 +238,12 @@ fn runtime() -> io::Result<tokio::runtime::Runtime> {
 
 /// Serves `config` until SIGTERM or SIGINT, reloading it from `path` on
 /// SIGHUP; the exit status. Runs inside the runtime.
-async fn serve(config: Config, path: PathBuf, overrides: Overrides) -> ExitCode {
+async fn serve(
+    config: Config,
+    path: PathBuf,
+    overrides: Overrides,
+    access_log: AccessLog,
+) -> ExitCode {
     // SIGHUP, SIGTERM and SIGINT are caught before anything is bound.
     let hangups = Hangups::catch();
     let shutdown = shutdown_signal();
@@ -193,6 +254,7 @@ async fn serve(config: Config, path: PathBuf, overrides: Overrides) -> ExitCode 
                 overrides,
                 hangups,
             }),
+            access_log: Some(access_log),
             ..bound
         },
         Err(status) => return status,
@@ -235,6 +297,66 @@ fn bind_listeners(config: &Config) -> Result<Serve, ExitCode> {
         admin,
         ..Serve::on(listeners)
     })
+}
+
+/// `tollgate simulate`: the report on stdout or in `--out`; exit status 2
+/// for a configuration that does not load, 1 for a log that cannot be read.
+fn simulate(config: &std::path::Path, args: &SimulateArgs) -> ExitCode {
+    use tollgate::simulate::{self, InputFormat, OutputFormat, SimError};
+    let mut fields = Vec::new();
+    for f in &args.fields {
+        match http::HeaderName::from_bytes(f.as_bytes()) {
+            Ok(name) => fields.push(name),
+            Err(_) => {
+                complain(format_args!("--field {f:?} is not a header name"));
+                return ExitCode::from(BAD_CONFIG);
+            }
+        }
+    }
+    let opts = simulate::Options {
+        against: args.against.clone(),
+        input: args.input.map(|i| match i {
+            InputArg::Combined => InputFormat::Combined,
+            InputArg::Tollgate => InputFormat::Tollgate,
+            InputArg::Jsonl => InputFormat::Jsonl,
+        }),
+        fields,
+        host: args.host.clone(),
+        top: args.top,
+        decisions: args.decisions.clone(),
+        progress: io::stderr().is_terminal(),
+        ..simulate::Options::new(config, args.logs.clone())
+    };
+    let report = match simulate::simulate(&opts) {
+        Ok(r) => r,
+        Err(SimError::Config { path, errors }) => {
+            complain(format_args!("{path}: {} error(s):", errors.0.len()));
+            for e in &errors.0 {
+                complain(format_args!("  {e}"));
+            }
+            return ExitCode::from(BAD_CONFIG);
+        }
+        Err(e) => {
+            complain(format_args!("tollgate simulate: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let format = match args.format {
+        ReportFormat::Table => OutputFormat::Table,
+        ReportFormat::Json => OutputFormat::Json,
+        ReportFormat::Html => OutputFormat::Html,
+    };
+    let text = simulate::render(&report, format);
+    match &args.out {
+        Some(path) => match std::fs::write(path, text) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                complain(format_args!("cannot write {}: {e}", path.display()));
+                ExitCode::FAILURE
+            }
+        },
+        None => print(text.trim_end(), ExitCode::SUCCESS),
+    }
 }
 
 /// A future that completes on SIGTERM or SIGINT, with both caught from the

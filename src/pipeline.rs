@@ -8,14 +8,22 @@
 //! ([`refusal::response`]), the rate-limit headers are applied once, and
 //! [`observe`] counts the request and writes its access-log line from what
 //! the phases left in the [`Exchange`].
+//!
+//! [`Gateway::decide_only`] runs the same phases up to `act` and stops
+//! there: nothing is answered or forwarded, and no access-log line is
+//! written (the limits consume, and their per-limit series count, as for a
+//! served request). It is how `tollgate simulate` replays recorded requests through the routing,
+//! identity and limiter code the gateway serves with.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use http::{Request, Response};
 
 use crate::headers;
 use crate::problem::GatewayError;
 use crate::proxy::{Body, ClientBody};
+use crate::routing::CompiledRoute;
 
 pub mod act;
 pub mod decide;
@@ -25,7 +33,7 @@ pub mod observe;
 pub mod refusal;
 pub mod route;
 
-pub use exchange::Exchange;
+pub use exchange::{Exchange, Rehearsal};
 pub use gateway::{Gateway, Runtime, StartError};
 
 impl Gateway {
@@ -42,11 +50,20 @@ impl Gateway {
         peer: SocketAddr,
     ) -> Response<Body> {
         let req = req.map(Into::into);
-        let started = observe::started();
+        let started = observe::started(self.access_log.as_ref());
         let rt = self.runtime.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
+        if started.is_some() && rt.config.access_log.replay {
+            ex.record_for_replay(&req, self.clock.now_ms());
+        }
         let answer = self.phases(req, &rt, &mut ex).await;
-        observe::record(&ex, &answer, &self.metrics, started);
+        observe::record(
+            &ex,
+            &answer,
+            &self.metrics,
+            self.access_log.as_ref(),
+            started,
+        );
         let mut res = answer.unwrap_or_else(|refusal| refusal::response(&refusal));
         if let Some(checked) = &ex.checked {
             headers::apply(
@@ -61,6 +78,24 @@ impl Gateway {
         res
     }
 
+    /// Runs `req` from `peer` through the phases before `act` — guard,
+    /// route, decide — at the gateway clock's time, and stops where `act`
+    /// would take over. The limits consume as they do for a served
+    /// request, and the per-limit metrics and top offenders count it;
+    /// nothing is answered or forwarded, and no access-log line is
+    /// written. The [`Rehearsal`] holds what the phases found, with the
+    /// identity each limit counted.
+    pub async fn decide_only<B>(&self, req: Request<B>, peer: SocketAddr) -> Rehearsal {
+        let rt = self.runtime.load();
+        let mut ex = Exchange::new(req.method().clone(), peer);
+        ex.identities = Some(exchange::Identities::default());
+        let ended = self.until_act(req, &rt, &mut ex).await.map(drop);
+        Rehearsal {
+            exchange: ex,
+            refusal: ended.err(),
+        }
+    }
+
     /// The phases in order; the first refusal ends the request.
     async fn phases(
         &self,
@@ -68,11 +103,22 @@ impl Gateway {
         rt: &Runtime,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
+        let (req, route) = self.until_act(req, rt, ex).await?;
+        act::act(self, rt, &route, req, ex.peer.ip()).await
+    }
+
+    /// The phases before `act`: the request, canonical, and its route.
+    async fn until_act<B>(
+        &self,
+        req: Request<B>,
+        rt: &Runtime,
+        ex: &mut Exchange,
+    ) -> Result<(Request<B>, Arc<CompiledRoute>), GatewayError> {
         crate::guard::check(&req, &rt.config.server)?;
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);
         decide::decide(self, rt, &route, &req, ex).await?;
-        act::act(self, rt, &route, req, ex.peer.ip()).await
+        Ok((req, route))
     }
 }
 

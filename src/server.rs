@@ -22,6 +22,7 @@ use crate::admin;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::listener::{self, Handler};
+use crate::logs::AccessLog;
 use crate::pipeline::{Gateway, StartError};
 use crate::proxy::Body;
 use crate::reload::Reload;
@@ -37,6 +38,8 @@ pub struct Serve {
     pub reload: Option<Reload>,
     /// The clock the limiter reads.
     pub clock: Arc<dyn Clock>,
+    /// Where each request's access-log line goes; none without it.
+    pub access_log: Option<AccessLog>,
 }
 
 impl Serve {
@@ -47,6 +50,7 @@ impl Serve {
             admin: None,
             reload: None,
             clock: Arc::new(SystemClock),
+            access_log: None,
         }
     }
 }
@@ -98,8 +102,12 @@ impl Started {
 ///
 /// # Errors
 /// The gateway cannot be built (see [`Gateway::with_clock`]).
-pub async fn start(config: Config, serve: Serve) -> Result<Started, StartError> {
-    let gateway = Arc::new(Gateway::with_clock(config, serve.clock.clone()).await?);
+pub async fn start(config: Config, mut serve: Serve) -> Result<Started, StartError> {
+    let gateway = Arc::new(
+        Gateway::with_clock(config, serve.clock.clone())
+            .await?
+            .with_access_log(serve.access_log.take()),
+    );
     Ok(Started { gateway, serve })
 }
 

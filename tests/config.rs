@@ -256,7 +256,7 @@ fn unknown_top_level_field() {
     let src = "listen: 127.0.0.1:8080\nlisen: 127.0.0.1:8081\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
-        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, users, timeouts, routes, server (line 2, col 1)"#
+        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, users, timeouts, routes, server, access_log (line 2, col 1)"#
     );
 }
 

@@ -1116,6 +1116,56 @@ async fn concurrent_decisions_on_distinct_keys_share_calls() {
     );
 }
 
+/// One call deciding many requests — one and two sliding windows (the
+/// script's fast paths) beside other shapes, several instants, keys shared
+/// between requests, denials — answers each exactly as the in-process store
+/// does deciding them one by one in the same order.
+#[tokio::test]
+async fn a_batch_decides_like_its_requests_one_by_one() {
+    let server = RedisServer::start().await;
+    let store = patient(&server).await;
+    let mut conn = server.connection().await;
+    warm(&store).await;
+    let memory = MemoryStore::new();
+
+    const N: u64 = 60;
+    let limit = |id: u64, name: &str, limit, window_ms, algorithm| LimitRequest {
+        algorithm,
+        ..one(&format!("batch:{{{id}}}:{name}"), limit, window_ms, 1)
+    };
+    let requests: Vec<(u64, Vec<LimitRequest>)> = (0..N)
+        .map(|i| {
+            let id = i % 7;
+            let limits = match i % 4 {
+                0 | 1 => vec![limit(id, "s", 5, 10_000, SW)],
+                2 => vec![limit(id, "s", 5, 10_000, SW), limit(id, "m", 8, 60_000, SW)],
+                _ => vec![limit(id, "s", 5, 10_000, SW), limit(id, "f", 6, 60_000, FW)],
+            };
+            let cost = i % 3;
+            let limits = limits
+                .into_iter()
+                .map(|r| LimitRequest { cost, ..r })
+                .collect();
+            // Runs of a few requests per instant, one stepping back.
+            let at = T0 + 9_990 + i / 5 - u64::from(i == 33) * 3;
+            (at, limits)
+        })
+        .collect();
+    let before = command_calls(&mut conn, "evalsha").await;
+    // All queued before the batcher runs (this runtime has one thread).
+    let decided =
+        futures_util::future::join_all(requests.iter().map(|(at, r)| store.decide(*at, r))).await;
+    let sent = command_calls(&mut conn, "evalsha").await - before;
+    assert_eq!(sent, 1, "{N} queued decisions took {sent} calls");
+    let mut denied = 0;
+    for (i, ((at, r), got)) in requests.iter().zip(decided).enumerate() {
+        let want = memory.decide_now(*at, r);
+        denied += usize::from(!want.allowed);
+        assert_eq!(got.unwrap(), want, "request {i}");
+    }
+    assert!(denied > 0, "the batch should deny some requests");
+}
+
 #[tokio::test]
 async fn concurrent_decisions_on_one_key_admit_exactly_the_limit() {
     let server = RedisServer::start().await;

@@ -21,7 +21,7 @@
 //! |---|---|
 //! | `check.rs` | nothing itself: the `Check` walker, its field helpers and the duration parsers every section uses |
 //! | `errors.rs` | nothing: [`ConfigError`] and [`ConfigErrors`], what loading reports |
-//! | `server.rs` | `listen` (with TLS), `server` (caps, sizes, `server.path`), `timeouts` |
+//! | `server.rs` | `listen` (with TLS), `server` (caps, sizes, `server.path`), `timeouts`, `access_log` |
 //! | `store.rs` | `store`: Redis and its topologies, `on_error`, `clock`, breaker, deny cache |
 //! | `callers.rs` | `client_ip`, `api_keys`, `plans`, `users` (header, JWT) |
 //! | `routes.rs` | `routes`: match, upstream or respond, cost, `on_error`, shadow |
@@ -197,6 +197,7 @@ impl Check<'_> {
         let users = self.optional(&root.users, "users", Self::users);
         let timeouts = self.optional(&root.timeouts, "timeouts", Self::timeouts);
         let server = self.optional(&root.server, "server", Self::server);
+        let access_log = self.optional(&root.access_log, "access_log", Self::access_log);
         // Routes are checked even when `timeouts` is not, with the default.
         let default_timeout = match &timeouts {
             Ok(Some(t)) => t.upstream_response,
@@ -219,6 +220,7 @@ impl Check<'_> {
             timeouts: timeouts?.unwrap_or_default(),
             routes: routes?,
             server: server?.unwrap_or_default(),
+            access_log: access_log?.unwrap_or_default(),
         })
     }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use http::Request;
 use tracing::debug;
 
-use super::exchange::{Checked, Exchange, IdentityKind};
+use super::exchange::{Checked, Exchange};
 use super::gateway::{Gateway, Runtime};
 use crate::config::{Config, Limit};
 use crate::decision::shadow::{self, RouteDecision};
@@ -49,13 +49,14 @@ pub async fn decide<B>(
         users: &cfg.users,
     };
     let caller = identity::caller(idc, ex.peer.ip(), req.headers());
-    ex.identity = IdentityKind::of(&caller);
+    ex.identified(&caller);
     let view = plan(gw, rt, route, &caller, now_ms).await?;
     let (limits, suffixes) = match &view {
         Some(v) => (&v.limits[..], &v.key_suffixes[..]),
         None => (&route.route.limits[..], &route.key_suffixes[..]),
     };
     let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller);
+    ex.counted_as(&requests);
     let decision = shadow::decide(
         &gw.limiter,
         now_ms,

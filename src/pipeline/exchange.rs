@@ -1,18 +1,23 @@
 //! The per-request context the phases fill as they go, and what they fill
-//! it with: the limits a caller met ([`Checked`]) and the kind of identity
-//! it presented ([`IdentityKind`]).
+//! it with: the limits a caller met ([`Checked`]), the kind of identity
+//! it presented ([`IdentityKind`]), and, when asked, what a replay needs
+//! ([`Recording`] for the access log, the identities of a [`Rehearsal`]).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use http::{HeaderValue, Method};
+use http::{HeaderValue, Method, Request};
 
 use super::gateway::Runtime;
-use crate::config::Limit;
+use crate::config::{KeySource, KeySpec, Limit};
 use crate::decision::shadow::RouteDecision;
-use crate::identity::Caller;
+use crate::identity::{self, Caller};
+use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
+use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
+use crate::top;
+use ipnet::IpNet;
 
 /// What the phases learnt about one request: filled as they go, read by
 /// [`observe`] and for the rate-limit headers.
@@ -31,6 +36,11 @@ pub struct Exchange {
     /// The limits as this caller sees them and what they decided; `None`
     /// on routes without limits and for requests refused before deciding.
     pub checked: Option<Checked>,
+    /// When asked for (`Some` before the phases run): who the caller is
+    /// and what each limit counted it as.
+    pub identities: Option<Identities>,
+    /// What the access-log line carries for a replay (`access_log.replay`).
+    pub recording: Option<Recording>,
 }
 
 impl Exchange {
@@ -42,6 +52,50 @@ impl Exchange {
             metrics: None,
             identity: IdentityKind::None,
             checked: None,
+            identities: None,
+            recording: None,
+        }
+    }
+
+    /// Starts the replay fields of the access-log line: the time and the
+    /// target as the client sent it (routing makes it canonical again on
+    /// replay).
+    pub(super) fn record_for_replay<B>(&mut self, req: &Request<B>, now_ms: u64) {
+        let host = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .or_else(|| {
+                let h = req.headers().get(http::header::HOST)?;
+                h.to_str().ok().map(str::to_owned)
+            });
+        self.recording = Some(Recording {
+            ts_ms: now_ms,
+            host,
+            path: req.uri().path().to_owned(),
+            client: None,
+            caller: None,
+        });
+    }
+
+    /// The caller the decision phase found: its kind, and for a replayable
+    /// access log its client IP and digest.
+    pub(super) fn identified(&mut self, caller: &Caller<'_>) {
+        self.identity = IdentityKind::of(caller);
+        if let Some(ids) = &mut self.identities {
+            ids.caller = Some(Strongest::of(caller));
+        }
+        if let Some(r) = &mut self.recording {
+            r.client = Some(caller.ip.addr());
+            r.caller = caller_digest(caller);
+        }
+    }
+
+    /// The store key each decided limit counts the caller under, when
+    /// asked for.
+    pub(super) fn counted_as(&mut self, requests: &[LimitRequest]) {
+        if let Some(ids) = &mut self.identities {
+            ids.keys.extend(requests.iter().map(|r| r.key.clone()));
         }
     }
 
@@ -54,6 +108,120 @@ impl Exchange {
     pub fn decision(&self) -> Option<&RouteDecision> {
         self.checked.as_ref().map(|c| &c.decision)
     }
+}
+
+/// Who a caller is: for a [`Rehearsal`].
+#[derive(Debug, Default)]
+pub struct Identities {
+    /// The strongest identity the caller presented; `None` on routes
+    /// without limits.
+    pub caller: Option<Strongest>,
+    /// The store key of each decided limit, in limit order; empty when no
+    /// limit decided. The identity is between its first `{` and last `}`
+    /// ([`keys::counter_key`](crate::store::keys::counter_key)): readable
+    /// text with the in-process store, a digest with Redis.
+    pub keys: Vec<String>,
+}
+
+/// A caller's strongest identity — its API key, else its user, else its
+/// client IP — kept as found, so that a replay can count callers without
+/// writing each one out.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Strongest {
+    /// The API key.
+    ApiKey(Box<[u8]>),
+    /// The user.
+    User(Box<[u8]>),
+    /// The client IP, grouped.
+    Ip(IpNet),
+}
+
+impl Strongest {
+    fn of(caller: &Caller<'_>) -> Self {
+        match (caller.api_key, &caller.user) {
+            (Some(k), _) => Self::ApiKey(k.into()),
+            (None, Some(u)) => Self::User(u.as_ref().into()),
+            (None, None) => Self::Ip(caller.ip),
+        }
+    }
+
+    /// The identity as a store key writes it (`key=…`, `user=…`, `ip=…`).
+    pub fn text(&self) -> String {
+        let empty = http::HeaderMap::new();
+        let (api_key, user, source) = match self {
+            Self::ApiKey(k) => (Some(&k[..]), None, KeySource::ApiKey),
+            Self::User(u) => (
+                None,
+                Some(std::borrow::Cow::Borrowed(&u[..])),
+                KeySource::User,
+            ),
+            Self::Ip(_) => (None, None, KeySource::Ip),
+        };
+        let ip = match self {
+            Self::Ip(ip) => *ip,
+            _ => IpNet::from(IpAddr::from([0, 0, 0, 0])),
+        };
+        let caller = Caller {
+            ip,
+            api_key,
+            user,
+            headers: &empty,
+        };
+        let mut text = String::with_capacity(48);
+        let spec = KeySpec {
+            parts: vec![vec![source]],
+        };
+        identity::write_key(&mut text, &spec, &caller);
+        text
+    }
+}
+
+/// What the phases before `act` made of one request
+/// ([`Gateway::decide_only`](super::Gateway::decide_only)).
+#[derive(Debug)]
+pub struct Rehearsal {
+    /// What they found, with [`Exchange::identities`] filled.
+    pub exchange: Exchange,
+    /// The refusal that ended the request; `None` where `act` would have
+    /// answered or forwarded it.
+    pub refusal: Option<GatewayError>,
+}
+
+/// The fields an access-log line adds for `tollgate simulate`
+/// (`access_log.replay: true`).
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// When the request arrived, by the gateway's clock (ms since the epoch).
+    pub ts_ms: u64,
+    /// The authority as sent (absolute form or `Host`).
+    pub host: Option<String>,
+    /// The path as sent, without the query.
+    pub path: String,
+    /// The client IP the identity phase found (through trusted proxies;
+    /// IPv6 as its group's first address); `None` on routes without limits.
+    pub client: Option<IpAddr>,
+    /// [`caller_digest`]: the API key's or user's, never the key itself.
+    pub caller: Option<String>,
+}
+
+/// The digest that stands for a caller's API key, or else its user, in a
+/// replayable access log: [`top::hash_identity`] of `key=<key>` or
+/// `user=<user>` as the store key writes it, so it matches the
+/// `/admin/top` view. `None` for a caller known only by its IP.
+pub fn caller_digest(caller: &Caller<'_>) -> Option<String> {
+    let source = if caller.api_key.is_some() {
+        KeySource::ApiKey
+    } else if caller.user.is_some() {
+        KeySource::User
+    } else {
+        return None;
+    };
+    let mut text = String::with_capacity(48);
+    let spec = KeySpec {
+        parts: vec![vec![source]],
+    };
+    identity::write_key(&mut text, &spec, caller);
+    Some(top::hash_identity(&text))
 }
 
 /// The limits one caller met on one route, and what they decided.

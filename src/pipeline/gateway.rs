@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::decision::limiter::Limiter;
+use crate::logs::AccessLog;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
 use crate::proxy::{self, Forwarder};
@@ -91,6 +92,8 @@ pub struct Gateway {
     pub(super) clock: Arc<dyn Clock>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) top: TopOffenders,
+    /// Where each request's access-log line goes, if anywhere.
+    pub(super) access_log: Option<AccessLog>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -128,7 +131,15 @@ impl Gateway {
             clock,
             metrics,
             top: TopOffenders::default(),
+            access_log: None,
         })
+    }
+
+    /// Writes an access-log line per request to `log`.
+    #[must_use]
+    pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
+        self.access_log = log;
+        self
     }
 
     /// Runs `f` on the configuration currently served.

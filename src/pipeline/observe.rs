@@ -12,6 +12,11 @@
 //! purpose: paths carry tokens and user ids often enough. `main` renders
 //! the events as text or JSON (`--log-format`); `RUST_LOG` filters them
 //! like any other target (`tollgate::access=off` silences them).
+//!
+//! With `access_log.replay: true` a line also carries what `tollgate
+//! simulate` replays it from ([`Recording`](super::exchange::Recording)):
+//! `ts` (ms), `peer` and `client` (IPs), `host`, `path` (without the
+//! query) and `caller` (a digest of the API key or user).
 
 use std::time::Instant;
 
@@ -20,6 +25,7 @@ use tracing::{debug, warn};
 
 use super::exchange::Exchange;
 use crate::decision::shadow::RouteDecision;
+use crate::logs::AccessLog;
 use crate::metrics::{ClientErrorKind, Metrics, Outcome, UpstreamErrorKind};
 use crate::problem::GatewayError;
 use crate::proxy::Body;
@@ -123,15 +129,23 @@ fn outcome(answer: &Answer, decided: Option<&RouteDecision>) -> Outcome {
 /// off like any other.
 const ACCESS: &str = "tollgate::access";
 
-/// The start of a request, when its access-log line will be written (the
-/// log is often filtered out, `RUST_LOG=warn`; then no clock is read).
-pub fn started() -> Option<Instant> {
-    tracing::enabled!(target: ACCESS, tracing::Level::INFO).then(Instant::now)
+/// The start of a request, when its access-log line will be written: the
+/// gateway has an access log and `RUST_LOG` lets it through (it is often
+/// filtered out, `RUST_LOG=warn`; then no clock is read).
+pub fn started(access_log: Option<&AccessLog>) -> Option<Instant> {
+    (access_log.is_some() && tracing::enabled!(target: ACCESS, tracing::Level::INFO))
+        .then(Instant::now)
 }
 
 /// Counts the request, logs a failed forward by whose fault it was, and
 /// writes the access-log line.
-pub fn record(ex: &Exchange, answer: &Answer, metrics: &Metrics, started: Option<Instant>) {
+pub fn record(
+    ex: &Exchange,
+    answer: &Answer,
+    metrics: &Metrics,
+    access_log: Option<&AccessLog>,
+    started: Option<Instant>,
+) {
     let decided = ex.decision();
     let route = ex.route.as_ref().map(|r| &*r.route.name);
     match &ex.metrics {
@@ -157,19 +171,30 @@ pub fn record(ex: &Exchange, answer: &Answer, metrics: &Metrics, started: Option
             None => {}
         }
     }
-    if let (Some(started), Some(log)) = (started, crate::logs::access()) {
+    if let (Some(started), Some(log)) = (started, access_log) {
         let status = match answer {
             Ok(res) => res.status(),
             Err(e) => e.status(),
         };
-        log.line(ACCESS, "request")
+        let mut line = log
+            .line(ACCESS, "request")
             .str("route", route.unwrap_or("-"))
             .str("method", ex.method.as_str())
             .u64("status", u64::from(status.as_u16()))
             .str("identity", ex.identity.as_str())
             .str("decision", Decision::of(answer, decided).as_str())
             // Microsecond resolution is plenty for a log line.
-            .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64)
-            .write();
+            .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64);
+        // Absent unless `access_log.replay` is on.
+        if let Some(r) = &ex.recording {
+            line = line
+                .u64("ts", r.ts_ms)
+                .ip("peer", ex.peer.ip())
+                .opt_ip("client", r.client)
+                .opt_str("host", r.host.as_deref())
+                .str("path", &r.path)
+                .opt_str("caller", r.caller.as_deref());
+        }
+        line.write();
     }
 }

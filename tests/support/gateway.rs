@@ -205,6 +205,16 @@ impl Gateway {
 
     /// Starts a gateway whose limiter reads time from `clock`.
     pub async fn start_with_clock(yaml: &str, clock: Arc<dyn tollgate::clock::Clock>) -> Gateway {
+        Self::start_logging(yaml, clock, None).await
+    }
+
+    /// Starts a gateway on `clock` that writes its access log to
+    /// `access_log` (none when `None`, as the other starts).
+    pub async fn start_logging(
+        yaml: &str,
+        clock: Arc<dyn tollgate::clock::Clock>,
+        access_log: Option<tollgate::logs::AccessLog>,
+    ) -> Gateway {
         let config = tollgate::config::load::parse_str(yaml)
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -214,6 +224,7 @@ impl Gateway {
         let (tx, rx) = oneshot::channel::<()>();
         let serve = tollgate::server::Serve {
             clock,
+            access_log,
             ..tollgate::server::Serve::on(vec![listener])
         };
         let started = tollgate::server::start(config, serve)

@@ -49,6 +49,17 @@ pub struct Root {
     pub routes: Field<Vec<Field<Route>>>,
     /// `server: { max_connections, backlog, max_header_size, max_uri_size, max_body_size }`
     pub server: Field<Server>,
+    /// `access_log: { replay }`
+    pub access_log: Field<AccessLog>,
+}
+
+/// `access_log:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct AccessLog {
+    /// `replay: true` (write what `tollgate simulate` needs to replay a request)
+    pub replay: Field<Flag>,
 }
 
 /// One `listen` entry: `127.0.0.1:8080` or `{ addr: …, tls: { cert, key } }`.

@@ -1,6 +1,6 @@
 //! The listener side of the file: `listen` (addresses and TLS), `server`
-//! (connection caps, header, target and body sizes, `server.path`) and
-//! `timeouts`. Their defaults live beside their types:
+//! (connection caps, header, target and body sizes, `server.path`),
+//! `timeouts` and `access_log`. Their defaults live beside their types:
 //! [`ServerSettings`], [`PathRules`] and [`Timeouts`].
 
 use std::net::SocketAddr;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::check::{Check, Checked, int, names, parse_timeout, spelled, text};
 use crate::config::file::{self, Field, Text};
 use crate::config::position::child_key;
-use crate::config::{Listen, ServerSettings, Timeouts};
+use crate::config::{AccessLog, Listen, ServerSettings, Timeouts};
 use crate::target::{EscapedSlashes, PathRules};
 
 impl Check<'_> {
@@ -119,6 +119,18 @@ impl Check<'_> {
             normalize: normalize?.unwrap_or(defaults.normalize),
             merge_slashes: merge_slashes?.unwrap_or(defaults.merge_slashes),
             escaped_slashes: escaped_slashes?.unwrap_or(defaults.escaped_slashes),
+        })
+    }
+
+    pub(super) fn access_log(
+        &mut self,
+        section: &file::AccessLog,
+        path: &str,
+    ) -> Checked<AccessLog> {
+        let flag = |_: &mut Self, b: &file::Flag, _: &str| Ok(b.0);
+        let replay = self.optional(&section.replay, &child_key(path, "replay"), flag);
+        Ok(AccessLog {
+            replay: replay?.unwrap_or_default(),
         })
     }
 

@@ -6,8 +6,9 @@
 
 use fred::bytes_utils::Str;
 use fred::types::Value;
+use smallvec::SmallVec;
 
-use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, calendar};
+use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar};
 use crate::store::contract::StoreError;
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
@@ -19,11 +20,33 @@ pub(super) const SERVER_CLOCK: &str = "TIME";
 /// Arguments at or above 2^53 are refused: the script computes in doubles.
 const MAX_ARG: u64 = 1 << 53;
 
-/// One request's part of a script call: its keys and its shape, the
-/// arguments it sends apart from its keys (see limits.lua's header).
+/// One request's part of a script call: its keys, its shape (what it asks
+/// apart from its keys and its instant: n, then algorithm, limit, window,
+/// cost and burst per limit) and its instant (see limits.lua's header).
+/// Numbers stay numbers until the call is encoded; inline for up to two
+/// limits, so a request allocates only its keys' bytes.
 pub(super) struct Encoded {
-    pub(super) keys: Vec<Value>,
-    pub(super) shape: Vec<Value>,
+    pub(super) keys: SmallVec<[Value; 2]>,
+    shape: SmallVec<[i64; 11]>,
+    now: Now,
+}
+
+/// A request's instant as the script is told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Now {
+    /// Milliseconds on the gateway's clock, below 2^53.
+    At(i64),
+    /// Redis `TIME` (`clock: redis`).
+    Server,
+}
+
+impl Now {
+    fn value(self) -> Value {
+        match self {
+            Now::At(ms) => Value::Integer(ms),
+            Now::Server => Value::from(SERVER_CLOCK),
+        }
+    }
 }
 
 impl Encoded {
@@ -34,26 +57,28 @@ impl Encoded {
         requests: &[LimitRequest],
         server_clock: bool,
     ) -> Result<Encoded, StoreError> {
-        let mut shape = script_args(now_ms, requests)?;
+        let shape = shape(now_ms, requests)?;
+        let now = number(now_ms, "now")?;
         // issue 4 (clock: redis): the script reads TIME when `now` is "TIME".
-        if server_clock {
-            shape[1] = Value::from(SERVER_CLOCK);
-        }
+        let now = if server_clock {
+            Now::Server
+        } else {
+            Now::At(now)
+        };
         let keys = requests
             .iter()
             .map(|r| Value::from(r.key.as_str()))
             .collect();
-        Ok(Encoded { keys, shape })
+        Ok(Encoded { keys, shape, now })
     }
 }
 
-/// One request's shape for the script: its number of limits, now, then
+/// One request's shape for the script: its number of limits, then
 /// algorithm, limit, window, cost and burst per limit (for a calendar
-/// month: the month's end and its index).
-fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, StoreError> {
-    let mut argv = Vec::with_capacity(2 + 5 * requests.len());
-    argv.push(Value::Integer(requests.len() as i64));
-    argv.push(arg(now_ms, "now")?);
+/// month: the month's end and its index, at `now_ms`).
+fn shape(now_ms: u64, requests: &[LimitRequest]) -> Result<SmallVec<[i64; 11]>, StoreError> {
+    let mut argv = SmallVec::with_capacity(1 + 5 * requests.len());
+    argv.push(requests.len() as i64);
     for r in requests {
         // A calendar month is computed here, once, for both stores' sake:
         // the script is told the month index and when it ends.
@@ -65,25 +90,27 @@ fn script_args(now_ms: u64, requests: &[LimitRequest]) -> Result<Vec<Value>, Sto
             }
             _ => (r.window_ms, r.limit),
         };
-        argv.push(arg(r.algorithm.code(), "algorithm")?);
-        argv.push(arg(r.limit, "limit")?);
-        argv.push(arg(window, "window")?);
-        argv.push(arg(r.cost, "cost")?);
-        argv.push(arg(burst, "burst")?);
+        argv.push(number(r.algorithm.code(), "algorithm")?);
+        argv.push(number(r.limit, "limit")?);
+        argv.push(number(window, "window")?);
+        argv.push(number(r.cost, "cost")?);
+        argv.push(number(burst, "burst")?);
     }
     Ok(argv)
 }
 
-/// `EVALSHA sha numkeys key... S shape... index...`: every request's keys,
-/// each distinct shape once, then each request's shape index, in the same
-/// order (limits.lua's header). Arguments are most of what a call costs
-/// Redis per request, and a batch's requests mostly share a few shapes.
+/// `EVALSHA sha numkeys key... S shape... (shape now count)...`: every
+/// request's keys, each distinct shape once, then the requests in order as
+/// runs of one shape at one instant (limits.lua's header). Arguments are
+/// much of what a call costs Redis, and a batch's requests mostly share a
+/// shape and come from a few milliseconds.
 pub(super) fn evalsha_args<'a>(
     sha: &Str,
     requests: impl Iterator<Item = &'a Encoded> + Clone,
 ) -> Vec<Value> {
-    let mut shapes: Vec<&[Value]> = Vec::new();
-    let mut indices = Vec::new();
+    let mut shapes: SmallVec<[&[i64]; 4]> = SmallVec::new();
+    // (shape index, instant, requests in a row)
+    let mut runs: SmallVec<[(usize, Now, i64); 8]> = SmallVec::new();
     let mut keys = 0;
     for e in requests.clone() {
         keys += e.keys.len();
@@ -94,10 +121,13 @@ pub(super) fn evalsha_args<'a>(
                 shapes.len() - 1
             }
         };
-        indices.push(Value::Integer(i as i64 + 1));
+        match runs.last_mut() {
+            Some((shape, now, count)) if *shape == i && *now == e.now => *count += 1,
+            _ => runs.push((i, e.now, 1)),
+        }
     }
     let shape_args: usize = shapes.iter().map(|s| s.len()).sum();
-    let mut args = Vec::with_capacity(3 + keys + shape_args + indices.len());
+    let mut args = Vec::with_capacity(3 + keys + shape_args + 3 * runs.len());
     args.push(Value::String(sha.clone()));
     args.push(Value::Integer(keys as i64));
     for e in requests {
@@ -105,16 +135,25 @@ pub(super) fn evalsha_args<'a>(
     }
     args.push(Value::Integer(shapes.len() as i64));
     for s in shapes {
-        args.extend(s.iter().cloned());
+        args.extend(s.iter().map(|&v| Value::Integer(v)));
     }
-    args.extend(indices);
+    for (shape, now, count) in runs {
+        args.push(Value::Integer(shape as i64 + 1));
+        args.push(now.value());
+        args.push(Value::Integer(count));
+    }
     args
 }
 
 pub(super) fn arg(v: u64, what: &str) -> Result<Value, StoreError> {
+    number(v, what).map(Value::Integer)
+}
+
+/// `v` as the script takes it: below 2^53.
+fn number(v: u64, what: &str) -> Result<i64, StoreError> {
     if v < MAX_ARG {
         // Below 2^53, so it fits an i64.
-        Ok(Value::Integer(v as i64))
+        Ok(v as i64)
     } else {
         Err(StoreError::Protocol(format!(
             "{what} {v} is not below 2^53, beyond what the script computes exactly"
@@ -122,14 +161,16 @@ pub(super) fn arg(v: u64, what: &str) -> Result<Value, StoreError> {
     }
 }
 
-/// Splits the script's reply into one result per request; `sizes` are the
-/// requests' numbers of limits, in the order they were sent. A request the
-/// script could not decide (garbage in one of its keys) is answered by its
-/// error message and fails alone, as [`StoreError::Protocol`] like the error
-/// reply of a call of its own.
+/// Splits the script's reply, one flat array for the whole call, into one
+/// result per request; `sizes` are the requests' numbers of limits, in the
+/// order they were sent. A decided request is `1 + 4 n` integers, read
+/// straight into its [`Decision`] (no allocation for up to two limits); a
+/// request the script could not decide (garbage in one of its keys) is one
+/// string, its error message, and fails alone, as [`StoreError::Protocol`]
+/// like the error reply of a call of its own.
 ///
 /// # Errors
-/// The reply as a whole is not one entry per request.
+/// The reply as a whole is not an array of as many answers as requests.
 pub(super) fn parse_replies(
     reply: Value,
     sizes: impl ExactSizeIterator<Item = usize>,
@@ -137,83 +178,102 @@ pub(super) fn parse_replies(
     let Value::Array(items) = reply else {
         return Err(StoreError::Protocol("script reply is not an array".into()));
     };
-    if items.len() != sizes.len() {
-        return Err(StoreError::Protocol(format!(
-            "script reply has {} entries for {} requests",
-            items.len(),
-            sizes.len()
-        )));
-    }
-    Ok(items
-        .into_iter()
-        .zip(sizes)
-        .map(|(item, n)| match item {
-            Value::Array(_) => parse_reply(item, n),
-            Value::String(msg) => Err(StoreError::Protocol(msg.to_string())),
-            Value::Bytes(msg) => Err(StoreError::Protocol(
+    let requests = sizes.len();
+    let mut items = items.into_iter();
+    let mut replies = Vec::with_capacity(requests);
+    for n in sizes {
+        let reply = match items.next() {
+            Some(Value::Integer(allowed)) => parse_decision(allowed, n, &mut items)?,
+            Some(Value::String(msg)) => Err(StoreError::Protocol(msg.to_string())),
+            Some(Value::Bytes(msg)) => Err(StoreError::Protocol(
                 String::from_utf8_lossy(&msg).into_owned(),
             )),
-            other => Err(StoreError::Protocol(format!(
-                "script reply holds {other:?}, not a decision"
-            ))),
-        })
-        .collect())
-}
-
-/// Reads one request's flat reply: allowed, then per limit admits,
-/// remaining, reset_ms and retry_after_ms (−1 for never).
-fn parse_reply(reply: Value, n: usize) -> Result<Decision, StoreError> {
-    let bad = |why: &str| StoreError::Protocol(format!("script reply {why}"));
-    let Value::Array(items) = reply else {
-        return Err(bad("is not an array"));
-    };
-    if items.len() != 1 + 4 * n {
-        return Err(bad(&format!(
-            "has {} items, expected {}",
-            items.len(),
-            1 + 4 * n
+            Some(other) => {
+                return Err(StoreError::Protocol(format!(
+                    "script reply holds {other:?}, not a decision"
+                )));
+            }
+            None => {
+                return Err(StoreError::Protocol(format!(
+                    "script reply ends after {} of {requests} requests",
+                    replies.len()
+                )));
+            }
+        };
+        replies.push(reply);
+    }
+    if items.next().is_some() {
+        return Err(StoreError::Protocol(format!(
+            "script reply has more than {requests} answers"
         )));
     }
-    let ints = items
-        .into_iter()
-        .map(|v| match v {
-            Value::Integer(i) => Ok(i),
-            _ => Err(bad("holds a non-integer")),
-        })
-        .collect::<Result<Vec<i64>, _>>()?;
-    let flag = |i: i64| match i {
+    Ok(replies)
+}
+
+/// Reads one decided request after its `allowed` flag: per limit admits,
+/// remaining, reset_ms and retry_after_ms (−1 for never). Numbers out of
+/// their range fail this request only.
+///
+/// # Errors
+/// The reply ends early or holds something else than integers: the whole
+/// reply is unusable then, as the requests after this one cannot be found.
+fn parse_decision(
+    allowed: i64,
+    n: usize,
+    items: &mut impl Iterator<Item = Value>,
+) -> Result<Result<Decision, StoreError>, StoreError> {
+    let mut int = || match items.next() {
+        Some(Value::Integer(i)) => Ok(i),
+        Some(_) => Err(bad("holds a non-integer")),
+        None => Err(bad("ends inside a decision")),
+    };
+    let mut outcomes = Outcomes::new();
+    let mut wrong = None;
+    for _ in 0..n {
+        let o = [int()?, int()?, int()?, int()?];
+        match outcome(o) {
+            Ok(o) => outcomes.push(o),
+            Err(e) => wrong = wrong.or(Some(e)),
+        }
+    }
+    if let Some(e) = wrong {
+        return Ok(Err(e));
+    }
+    Ok(match flag(allowed) {
+        Ok(allowed) if allowed == outcomes.iter().all(|o| o.admits) => {
+            Ok(Decision { allowed, outcomes })
+        }
+        Ok(_) => Err(bad(
+            "contradicts itself: allowed is not every limit admitting",
+        )),
+        Err(e) => Err(e),
+    })
+}
+
+/// One limit's answer from its four integers.
+fn outcome([admits, remaining, reset_ms, retry]: [i64; 4]) -> Result<LimitOutcome, StoreError> {
+    let count = |i: i64| u64::try_from(i).map_err(|_| bad("holds a negative count"));
+    Ok(LimitOutcome {
+        admits: flag(admits)?,
+        remaining: count(remaining)?,
+        reset_ms: count(reset_ms)?,
+        retry_after_ms: match retry {
+            -1 => None,
+            v => Some(count(v)?),
+        },
+    })
+}
+
+fn flag(i: i64) -> Result<bool, StoreError> {
+    match i {
         0 => Ok(false),
         1 => Ok(true),
         _ => Err(bad("holds a flag that is not 0 or 1")),
-    };
-    let count = |i: i64| u64::try_from(i).map_err(|_| bad("holds a negative count"));
-    let Some((&allowed, per_limit)) = ints.split_first() else {
-        return Err(bad("is empty"));
-    };
-    let allowed = flag(allowed)?;
-    let outcomes = per_limit
-        .chunks_exact(4)
-        .map(|o| {
-            Ok(LimitOutcome {
-                admits: flag(o[0])?,
-                remaining: count(o[1])?,
-                reset_ms: count(o[2])?,
-                retry_after_ms: match o[3] {
-                    -1 => None,
-                    v => Some(count(v)?),
-                },
-            })
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    if allowed != outcomes.iter().all(|o| o.admits) {
-        return Err(bad(
-            "contradicts itself: allowed is not every limit admitting",
-        ));
     }
-    Ok(Decision {
-        allowed,
-        outcomes: outcomes.into(),
-    })
+}
+
+fn bad(why: &str) -> StoreError {
+    StoreError::Protocol(format!("script reply {why}"))
 }
 
 #[cfg(test)]
