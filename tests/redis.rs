@@ -2120,3 +2120,82 @@ routes:
         refused.text()
     );
 }
+
+/// issue 13: in a Redis Cluster, sync mode's exchange reaches every slot —
+/// one call per slot — and each key holds what its caller was admitted.
+#[tokio::test]
+async fn sync_mode_exchanges_with_every_cluster_slot() {
+    let cluster = RedisCluster::start(3).await;
+    let seeds: Vec<String> = cluster
+        .seeds()
+        .iter()
+        .map(|(h, p)| format!("{h}:{p}"))
+        .collect();
+    let gw = Gateway::start(&format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {{ cluster: [{}], timeout: 2s, sync: 100ms }}
+  on_error: deny
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200 }}
+    limits: [ {{ name: per_user, key: 'header:x-user', limit: 3, window: 1d }} ]
+",
+        seeds.join(", ")
+    ))
+    .await;
+    let as_user = |user: String| get("/t", &[("x-user", user.as_str())]);
+    // The cluster may need a moment after startup; deny answers 503 then.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while send(gw.addr, as_user("warm".into())).await.status != StatusCode::OK {
+        assert!(Instant::now() < deadline, "the gateway never decided");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for u in 0..20 {
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            statuses.push(
+                send(gw.addr, as_user(format!("u{u}")))
+                    .await
+                    .status
+                    .as_u16(),
+            );
+        }
+        assert_eq!(statuses, [200, 200, 200, 429], "user u{u}");
+    }
+    // Every key reaches its node: 21 keys, 61 admitted in all.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut counts = Vec::new();
+        for node in &cluster.nodes {
+            if let Ok(redis::Value::Array(found)) = query(node.port, &["KEYS", "tg:{*}?*"]).await {
+                for k in found {
+                    if let redis::Value::BulkString(k) = k {
+                        let key = String::from_utf8_lossy(&k).into_owned();
+                        let value = query_string(node.port, &["GET", &key])
+                            .await
+                            .unwrap_or_default();
+                        let cur: u64 = value
+                            .rsplit(':')
+                            .next()
+                            .and_then(|c| c.parse().ok())
+                            .unwrap_or(0);
+                        counts.push(cur);
+                    }
+                }
+            }
+        }
+        if counts.len() == 21 && counts.iter().sum::<u64>() == 61 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "counts in the cluster: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = gw.inner.metrics().render();
+    let keys = support::admin::value(&text, "tollgate_store_sync_keys_total").unwrap_or(0.0);
+    assert!(keys >= 21.0, "{text}");
+}
