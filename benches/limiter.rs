@@ -66,6 +66,15 @@ fn decisions(c: &mut Criterion) {
     g.bench_function("governor_keyed/hot_key", |b| {
         b.iter(|| black_box(gov.check_key(black_box(&hot_key))))
     });
+    // sync mode's decision: the same arithmetic on the fleet's last totals
+    // plus what this instance has not sent (no exchange runs here).
+    let table = tollgate::decision::sync::SyncTable::new();
+    g.bench_function("tollgate_sync/hot_key", |b| {
+        b.iter(|| {
+            now += 1;
+            black_box(table.decide(now, black_box(&hot), &[100], true))
+        })
+    });
 
     // Two limits on one identity (a per-minute and a per-day limit, as
     // routes often have): the general path, which locks each shard once.
@@ -220,6 +229,7 @@ fn headers(c: &mut Criterion) {
         shadow: false,
         algorithm: Default::default(),
         plan: false,
+        sync: None,
     }];
     let store = MemoryStore::new();
     let d = store.decide_now(

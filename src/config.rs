@@ -233,6 +233,11 @@ pub struct RedisConfig {
     pub reconnect_jitter: Duration,
     /// Connections (each a multiplexed client) decisions are spread over.
     pub pool_size: usize,
+    /// `sync` mode for every counter limit (sliding and fixed windows)
+    /// that does not say otherwise: decided in process against the last
+    /// known fleet total, with the counts exchanged with Redis every this
+    /// often ([`crate::decision::sync`]). `None`: every decision in Redis.
+    pub sync: Option<Duration>,
 }
 
 impl Default for RedisConfig {
@@ -250,6 +255,7 @@ impl Default for RedisConfig {
             reconnect_max: Duration::from_secs(1),
             reconnect_jitter: Duration::from_millis(100),
             pool_size: 1,
+            sync: None,
         }
     }
 }
@@ -429,6 +435,8 @@ pub struct PlanLimit {
     pub window_ms: NonZeroU64,
     /// How the limit counts.
     pub algorithm: crate::limit::Algorithm,
+    /// `sync` mode and its interval, as for a route's [`Limit::sync`].
+    pub sync: Option<Duration>,
 }
 
 /// Authenticated user source.
@@ -604,6 +612,12 @@ pub struct Limit {
     /// `plan: true`: the numbers above are placeholders; each request uses
     /// the limits of its caller's plan, keyed by `key`.
     pub plan: bool,
+    /// `sync` mode: decided in process against the last known fleet total
+    /// and exchanged with Redis every this often
+    /// ([`crate::decision::sync`]); `None` decides in Redis (or in process
+    /// without Redis). Resolved at load: the limit's own `sync`, else
+    /// `store.redis.sync` for a sliding or fixed window.
+    pub sync: Option<Duration>,
 }
 
 /// An identity key: the parts of a compound key (`[ip, header:x-user]`),

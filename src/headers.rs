@@ -186,6 +186,7 @@ mod tests {
             shadow: false,
             algorithm: Default::default(),
             plan: false,
+            sync: None,
         }
     }
 

@@ -153,6 +153,14 @@ pub struct StoreMetrics {
     pub redis_duration: Histogram,
     /// Latency of decisions in process (no Redis, or its fallback).
     pub memory_duration: Histogram,
+    /// Latency of decisions in `sync` mode (in process, against the fleet
+    /// totals last read from Redis).
+    pub sync_duration: Histogram,
+    /// `sync` mode's exchanges with Redis (one per interval with keys to
+    /// send; each one call per Cluster slot).
+    pub sync_exchanges: Counter,
+    /// Keys sent in `sync` mode's exchanges.
+    pub sync_keys: Counter,
     /// Redis calls that failed or timed out.
     pub errors: Counter,
     /// 1 while Redis is configured but failing and `on_error` decides.
@@ -175,6 +183,9 @@ impl Default for StoreMetrics {
         Self {
             redis_duration: store_histogram(),
             memory_duration: store_histogram(),
+            sync_duration: store_histogram(),
+            sync_exchanges: Counter::default(),
+            sync_keys: Counter::default(),
             errors: Counter::default(),
             fallback: Gauge::default(),
             breaker_open: Gauge::default(),
@@ -195,7 +206,7 @@ impl StoreMetrics {
             Family::new_with_constructor(store_histogram);
         registry.register(
             "tollgate_store_call_duration_seconds",
-            "Latency of one limiter decision by store (redis, memory)",
+            "Latency of one limiter decision by store (redis, memory, sync)",
             store_duration.clone(),
         );
         let store_errors = Counter::default();
@@ -234,6 +245,18 @@ impl StoreMetrics {
             "Admissions on_error: local made during an outage that were not kept for Redis (the backlog was full)",
             backlog_dropped.clone(),
         );
+        let sync_exchanges = Counter::default();
+        registry.register(
+            "tollgate_store_sync_exchanges",
+            "sync mode: exchanges with Redis (each adds this instance's admissions and reads the fleet's totals)",
+            sync_exchanges.clone(),
+        );
+        let sync_keys = Counter::default();
+        registry.register(
+            "tollgate_store_sync_keys",
+            "sync mode: keys sent in exchanges with Redis",
+            sync_keys.clone(),
+        );
         let deny_cache_hits = Counter::default();
         registry.register(
             "tollgate_deny_cache_hits",
@@ -243,6 +266,9 @@ impl StoreMetrics {
         Self {
             redis_duration: store_duration.get_or_create_owned(&StoreLabels { store: "redis" }),
             memory_duration: store_duration.get_or_create_owned(&StoreLabels { store: "memory" }),
+            sync_duration: store_duration.get_or_create_owned(&StoreLabels { store: "sync" }),
+            sync_exchanges,
+            sync_keys,
             errors: store_errors,
             fallback: store_fallback,
             breaker_open: store_breaker_open,

@@ -62,6 +62,7 @@ fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
                 window_ms: pl.window_ms,
                 cost: l.cost,
                 algorithm: pl.algorithm,
+                sync: pl.sync,
                 plan: false,
                 // A plan limit inherits the shadow flag of the limit it expands.
                 shadow: l.shadow,

@@ -278,7 +278,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
         errors(&src),
         [
             r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, shadow, algorithm, burst, plan (line 11, col 9)"#,
+            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, shadow, algorithm, burst, plan, sync (line 11, col 9)"#,
         ]
     );
 }
@@ -494,7 +494,7 @@ routes:
     assert_eq!(
         errors(src),
         [
-            r#"plans.free[0]: unknown field "key"; expected one of name, limit, window, algorithm, burst (line 3, col 53)"#,
+            r#"plans.free[0]: unknown field "key"; expected one of name, limit, window, algorithm, burst, sync (line 3, col 53)"#,
             r#"plans.bad plan: "bad plan" is not a valid plan name; use letters, digits, '_', '.' and '-' (and not "reject") (line 4, col 15)"#,
             r#"api_keys.keys.k1: plan "gold" is not defined under plans (line 5, col 25)"#,
             r#"api_keys.unknown: plan "silver" is not defined under plans; name a plan or write reject (line 5, col 42)"#,
@@ -1763,4 +1763,91 @@ fn windows_sizes_and_durations_have_the_same_shape_for_both() {
             );
         }
     }
+}
+
+/// issue 13, `sync` mode: `store.redis.sync` is the default of every
+/// sliding- and fixed-window limit (calendar months too), a limit's own
+/// `sync` overrides it (`off` opts out), plan limits take it as route
+/// limits do, and gcra and sliding_log limits stay exact.
+#[test]
+fn sync_intervals_resolve_per_limit() {
+    let src = r#"listen: 127.0.0.1:0
+store:
+  redis: { url: "redis://redis.test:6379", sync: 100ms }
+plans:
+  free: [ { name: per_minute, limit: 100, window: 1m, sync: 250ms }, { name: per_day, limit: 1000, window: 1d } ]
+api_keys: { unknown: free }
+routes:
+  - name: api
+    respond: {}
+    limits:
+      - { name: a, key: ip, limit: 5, window: 1m }
+      - { name: b, key: ip, limit: 5, window: 1m, algorithm: fixed_window, sync: 1s }
+      - { name: c, key: ip, limit: 5, window: month }
+      - { name: d, key: ip, limit: 5, window: 1m, sync: off }
+      - { name: e, key: ip, limit: 5, window: 1m, algorithm: gcra }
+      - { name: f, key: ip, limit: 5, window: 1m, algorithm: sliding_log }
+      - { name: g, key: api_key, plan: true }
+"#;
+    let c = valid(src);
+    assert_eq!(
+        c.store.redis.as_ref().and_then(|r| r.sync),
+        Some(Duration::from_millis(100))
+    );
+    let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+    let sync: Vec<Option<u64>> = c.routes[0].limits.iter().map(|l| ms(l.sync)).collect();
+    assert_eq!(
+        sync,
+        [Some(100), Some(1000), Some(100), None, None, None, None]
+    );
+    let plan: Vec<Option<u64>> = c.plans[0].limits.iter().map(|l| ms(l.sync)).collect();
+    assert_eq!(plan, [Some(250), Some(100)]);
+    // Without store.redis.sync, limits are exact unless they say otherwise.
+    let c = valid(&src.replace(", sync: 100ms", ""));
+    let sync: Vec<Option<u64>> = c.routes[0].limits.iter().map(|l| ms(l.sync)).collect();
+    assert_eq!(sync, [None, Some(1000), None, None, None, None, None]);
+}
+
+#[test]
+fn sync_is_refused_where_it_cannot_count() {
+    let src = r#"listen: 127.0.0.1:0
+store:
+  redis: { url: "redis://redis.test:6379", sync: 2s }
+routes:
+  - name: api
+    respond: {}
+    limits:
+      - { name: a, key: ip, limit: 5, window: 1m, algorithm: gcra, sync: 100ms }
+      - { name: b, key: ip, limit: 5, window: 1m, algorithm: sliding_log, sync: 100ms }
+      - { name: c, key: ip, limit: 5, window: 1s }
+      - { name: d, key: ip, limit: 5, window: 1m, sync: 1m }
+      - { name: e, key: ip, limit: 5, window: 1m, sync: 5ms }
+      - { name: f, key: ip, limit: 5, window: 1m, sync: sometimes }
+      - { name: g, key: api_key, plan: true, sync: 100ms }
+"#;
+    assert_eq!(
+        errors(src),
+        [
+            "routes[0].limits[0].sync: sync applies to sliding_window and fixed_window limits, whose counts gateways can add up; a gcra limit is decided in Redis on every request: remove sync, or count with sliding_window (line 8, col 74)",
+            "routes[0].limits[1].sync: sync applies to sliding_window and fixed_window limits, whose counts gateways can add up; a sliding_log limit is decided in Redis on every request: remove sync, or count with sliding_window (line 9, col 81)",
+            "routes[0].limits[2].window: is not longer than store.redis.sync (2s); give this limit sync: off, or a shorter sync (line 10, col 47)",
+            "routes[0].limits[3].sync: 60s is not shorter than the limit's window (60s); sync much more often than the window, e.g. 100ms (line 11, col 57)",
+            r#"routes[0].limits[4].sync: "5ms" is out of range; sync takes 10ms to 1m, e.g. 100ms, or off (line 12, col 57)"#,
+            r#"routes[0].limits[5].sync: "sometimes" is not a duration; write a whole number and a unit (ms, s, m, h or d), e.g. 5m or 300s, or off (line 13, col 57)"#,
+            "routes[0].limits[6].sync: a limit with plan: true takes its limits from the caller's plan; set sync on the plan's limits (line 14, col 52)",
+        ]
+    );
+    // Without Redis there is nothing to sync with.
+    assert_eq!(
+        error(
+            "listen: 127.0.0.1:0\nroutes:\n  - name: api\n    respond: {}\n    limits: [ { name: a, key: ip, limit: 5, window: 1m, sync: 100ms } ]\n"
+        ),
+        "routes[0].limits[0].sync: sync shares counts through Redis, and this file has no store.redis; remove sync (line 5, col 63)"
+    );
+    assert_eq!(
+        error(
+            "listen: 127.0.0.1:0\nstore: { redis: { url: \"redis://redis.test:6379\", sync: 0ms } }\nroutes: [ { name: r, respond: {} } ]\n"
+        ),
+        r#"store.redis.sync: "0ms" is out of range; sync takes 10ms to 1m, e.g. 100ms (line 2, col 57)"#
+    );
 }

@@ -1641,3 +1641,568 @@ async fn a_pushed_backlog_reaches_every_cluster_slot() {
         assert_eq!(value.as_deref(), Some("28333333:0:2"), "{key}");
     }
 }
+
+// --- sync mode (issue 13) ----------------------------------------------------
+
+/// A gateway file with one route `/t` under one per-IP limit in `sync`
+/// mode: `limit` is the limit's mapping after its name and key.
+fn sync_yaml(url: &str, on_error: &str, limit: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {{ url: '{url}', sync: 100ms }}
+  on_error: {on_error}
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200, body: ok }}
+    limits: [ {{ name: per_ip, key: ip, {limit} }} ]
+"
+    )
+}
+
+/// The gateway's clock (the system's), in ms since the epoch.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
+}
+
+/// What one abusive client got through three gateways in sync mode.
+struct Abuse {
+    /// Admitted per full window, in order.
+    admitted: Vec<u64>,
+    /// Requests that reached each gateway per ms.
+    rate_per_instance: f64,
+    /// Requests whose answer arrived in the window after the one they
+    /// were sent in (counted in neither for certain).
+    straddling: u64,
+}
+
+/// Sends from one IP (one key), round robin over `gateways`, three
+/// workers each a request every 6 ms, for `windows` full windows of
+/// `window_ms` after the current one; counts the 200s per window.
+async fn abusive_client(gateways: &[std::net::SocketAddr], window_ms: u64, windows: u64) -> Abuse {
+    let first = wall_ms() / window_ms + 1;
+    let end = (first + windows) * window_ms;
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..3)
+        .map(|worker| {
+            let gateways = gateways.to_vec();
+            let sent = Arc::clone(&sent);
+            tokio::spawn(async move {
+                let mut conns: Vec<_> = gateways.iter().map(|_| None).collect();
+                let mut tick = tokio::time::interval(Duration::from_millis(6));
+                let mut k = worker;
+                while wall_ms() < end {
+                    tick.tick().await;
+                    let g = k % gateways.len();
+                    k += 1;
+                    let at = wall_ms();
+                    let status = send_kept(&mut conns[g], gateways[g]).await;
+                    sent.lock().expect("sent").push((at, wall_ms(), status));
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("a client worker panicked");
+    }
+    let sent = sent.lock().expect("sent").clone();
+    let mut admitted = vec![0; windows as usize];
+    let (mut straddling, mut requests) = (0, 0);
+    for (at, back, status) in sent {
+        let i = at / window_ms;
+        if i < first || i >= first + windows {
+            continue;
+        }
+        requests += 1;
+        if back / window_ms != i {
+            straddling += 1;
+        }
+        if status == StatusCode::OK {
+            admitted[(i - first) as usize] += 1;
+        }
+    }
+    Abuse {
+        admitted,
+        rate_per_instance: requests as f64 / (windows * window_ms) as f64 / gateways.len() as f64,
+        straddling,
+    }
+}
+
+/// Over-admission a caller can get per window in sync mode (docs/redis.md,
+/// `decision::sync`): `L/10 + (N − 1) · (r · (2·interval + RTT) + 1)`,
+/// `r` the rate at each instance. RTT is bounded by the store's timeout
+/// here: an exchange that takes longer fails.
+fn sync_bound(
+    limit: u64,
+    instances: u64,
+    rate_per_instance: f64,
+    interval_ms: u64,
+    timeout_ms: u64,
+) -> f64 {
+    limit as f64 / 10.0
+        + (instances - 1) as f64 * (rate_per_instance * (2 * interval_ms + timeout_ms) as f64 + 1.0)
+}
+
+/// issue 13: an abusive client spread round robin over three gateways in
+/// sync mode (100 ms) gets at most the limit plus the stated bound per
+/// window, and no less than the limit.
+async fn sync_over_admission(algorithm: &str) {
+    const LIMIT: u64 = 100;
+    const WINDOW_MS: u64 = 2_000;
+    let server = RedisServer::start().await;
+    // A generous timeout: an exchange that takes longer on this shared
+    // machine fails, and on_error would decide; the bound counts it.
+    let src = sync_yaml(
+        &server.url(),
+        "local",
+        &format!("limit: {LIMIT}, window: 2s, algorithm: {algorithm}"),
+    )
+    .replace("sync: 100ms", "sync: 100ms, timeout: 100ms");
+    let a = Gateway::start(&src).await;
+    let b = Gateway::start(&src).await;
+    let c = Gateway::start(&src).await;
+    let abuse = abusive_client(&[a.addr, b.addr, c.addr], WINDOW_MS, 4).await;
+    let bound = sync_bound(LIMIT, 3, abuse.rate_per_instance, 100, 100);
+    let errors: Vec<f64> = [&a, &b, &c]
+        .iter()
+        .map(|g| {
+            support::admin::value(&g.inner.metrics().render(), "tollgate_store_errors_total")
+                .unwrap_or(0.0)
+        })
+        .collect();
+    let over: Vec<i64> = abuse
+        .admitted
+        .iter()
+        .map(|&n| n as i64 - LIMIT as i64)
+        .collect();
+    eprintln!(
+        "sync mode, {algorithm}, limit {LIMIT} per {WINDOW_MS} ms, 3 gateways at {:.0} req/s each: admitted per window {:?}, over the limit {:?}, stated bound {bound:.0} ({} requests straddled a boundary; store errors {errors:?})",
+        abuse.rate_per_instance * 1000.0,
+        abuse.admitted,
+        over,
+        abuse.straddling
+    );
+    let slack = abuse.straddling as f64;
+    for (i, &n) in abuse.admitted.iter().enumerate() {
+        assert!(
+            n as f64 <= LIMIT as f64 + bound + slack,
+            "window {i}: {n} admitted, limit {LIMIT}, bound {bound:.0}"
+        );
+        // A sliding window's estimate rounds: allow two below.
+        assert!(
+            n as f64 + 2.0 + slack >= LIMIT as f64,
+            "window {i}: only {n} admitted of {LIMIT}"
+        );
+    }
+    // All three wrote the one key exact mode would write.
+    assert_eq!(limit_keys(&server).await.len(), 1);
+}
+
+#[tokio::test]
+async fn sync_mode_bounds_over_admission_of_a_fixed_window_across_three_gateways() {
+    sync_over_admission("fixed_window").await;
+}
+
+#[tokio::test]
+async fn sync_mode_bounds_over_admission_of_a_sliding_window_across_three_gateways() {
+    sync_over_admission("sliding_window").await;
+}
+
+/// `r` of the `RateLimit` header (one policy).
+fn remaining(reply: &support::gateway::Reply) -> Option<u64> {
+    let h = reply.header("ratelimit")?;
+    let r = h.split(';').find_map(|p| p.trim().strip_prefix("r="))?;
+    r.parse().ok()
+}
+
+/// Exchanges `gw` has completed in sync mode.
+fn exchanges(gw: &Gateway) -> u64 {
+    let text = gw.inner.metrics().render();
+    support::admin::value(&text, "tollgate_store_sync_exchanges_total").unwrap_or(0.0) as u64
+}
+
+/// Waits until `gw` has completed more than `before` exchanges.
+async fn exchanged_after(gw: &Gateway, before: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while exchanges(gw) <= before {
+        assert!(Instant::now() < deadline, "no exchange after {before}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The count of the only limit key (sliding window: prev + cur).
+async fn fleet_total(server: &RedisServer) -> u64 {
+    let keys = limit_keys(server).await;
+    let Some(key) = keys.first() else {
+        return 0;
+    };
+    let (value, _) = value_and_pttl(server, key).await;
+    value.map_or(0, |v| {
+        v.split(':')
+            .skip(1)
+            .map(|n| n.parse::<u64>().unwrap_or(0))
+            .sum()
+    })
+}
+
+/// Sends to `gw`, first noting its exchanges; returns the reply and that
+/// count.
+async fn sync_send(gw: &Gateway) -> (support::gateway::Reply, u64) {
+    let before = exchanges(gw);
+    (send(gw.addr, get("/t", &[])).await, before)
+}
+
+/// issue 13: in sync mode `RateLimit` shows the limit less what the
+/// gateway knows — the fleet's total at its last exchange plus what it
+/// admitted since — never less than 0. Alone it is exact; beside another
+/// gateway it lags that one's admissions until its next exchange.
+#[tokio::test]
+async fn sync_mode_headers_show_the_last_fleet_total_plus_the_unsent() {
+    let server = RedisServer::start().await;
+    let src = sync_yaml(&server.url(), "local", "limit: 10, window: 1d");
+    let a = Gateway::start(&src).await;
+    let b = Gateway::start(&src).await;
+    let ok = |reply: &support::gateway::Reply, r: u64| {
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(remaining(reply), Some(r), "{:?}", reply.header("ratelimit"));
+    };
+    // A alone counts as one store would.
+    for r in (4..=9).rev() {
+        ok(&sync_send(&a).await.0, r);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fleet_total(&server).await != 6 {
+        assert!(Instant::now() < deadline, "A's 6 never reached Redis");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // B has not read the key: it knows only its own request.
+    let (reply, before) = sync_send(&b).await;
+    ok(&reply, 9);
+    exchanged_after(&b, before).await;
+    // B's exchange added its 1 and read 7: 7 + this one.
+    let (reply, before) = sync_send(&b).await;
+    ok(&reply, 2);
+    exchanged_after(&b, before).await;
+    assert_eq!(fleet_total(&server).await, 8);
+    // A last read 6: it lags B's two until its next exchange.
+    let (reply, before) = sync_send(&a).await;
+    ok(&reply, 3);
+    exchanged_after(&a, before).await;
+    // Now A knows 9: the tenth is its last.
+    ok(&sync_send(&a).await.0, 0);
+    let (refused, before) = sync_send(&a).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(remaining(&refused), Some(0));
+    assert!(refused.header("retry-after").is_some());
+    // A's tenth reaches Redis (the denial made the key urgent).
+    exchanged_after(&a, before).await;
+    assert_eq!(fleet_total(&server).await, 10);
+    // B last read 8 and admits one more: 11 in all, one over the limit
+    // (the approximation the bound covers). Then it reads 11 and shows 0,
+    // not less.
+    let (reply, before) = sync_send(&b).await;
+    ok(&reply, 1);
+    exchanged_after(&b, before).await;
+    assert_eq!(fleet_total(&server).await, 11);
+    let (refused, _) = sync_send(&b).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(remaining(&refused), Some(0));
+}
+
+/// issue 13: when Redis goes away, synced limits fall back exactly as
+/// exact ones do (`local`: the limit divided by the live instances;
+/// `deny`: 503; `allow`: admitted without a `RateLimit` header), every
+/// answer within the timeout; when it is back (restarted empty), what
+/// `local` admitted is in the fleet's totals before sync mode decides
+/// again, so the window is not granted again. Two callers, one per
+/// gateway (`key: header:x-client`), so each gateway's part is its own.
+async fn sync_outage(on_error: &str) {
+    let mut server = RedisServer::start().await;
+    let src = sync_yaml(&server.url(), on_error, "limit: 10, window: 1d")
+        .replace("key: ip", "key: header:x-client");
+    let a = Gateway::start(&src).await;
+    let b = Gateway::start(&src).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.inner.live_instances() != 2 || b.inner.live_instances() != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the instances never saw each other"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let client = |gw: &Gateway| {
+        let (addr, name) = (gw.addr, if gw.addr == a.addr { "a" } else { "b" });
+        async move { send(addr, get("/t", &[("x-client", name)])).await }
+    };
+    for gw in [&a, &b] {
+        let before = exchanges(gw);
+        assert_eq!(client(gw).await.status, StatusCode::OK);
+        exchanged_after(gw, before).await;
+    }
+
+    server.stop();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.inner.limiter().redis_connected() != Some(false)
+        || b.inner.limiter().redis_connected() != Some(false)
+    {
+        assert!(Instant::now() < deadline, "the link never went down");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for gw in [&a, &b] {
+        let mut statuses = Vec::new();
+        for _ in 0..7 {
+            let started = Instant::now();
+            let reply = client(gw).await;
+            assert!(
+                started.elapsed() <= TIMEOUT + SLACK,
+                "took {:?}",
+                started.elapsed()
+            );
+            if on_error == "allow" {
+                assert_eq!(reply.header("ratelimit"), None, "no count is known");
+            }
+            statuses.push(reply.status.as_u16());
+        }
+        let expected: &[u16] = match on_error {
+            // 10 for the fleet: 5 on each while they cannot share counts,
+            // as in exact mode (`local_fallback_divides_limits_by_live_instances`).
+            "local" => &[200, 200, 200, 200, 200, 429, 429],
+            "deny" => &[503; 7],
+            _ => &[200; 7],
+        };
+        assert_eq!(statuses, expected, "on_error: {on_error}");
+    }
+
+    server.restart().await;
+    let back = Instant::now();
+    if on_error == "local" {
+        // Each gateway's exchange pushes its 5 without waiting for traffic.
+        let deadline = back + BACK_WITHIN + Duration::from_secs(3);
+        while limit_keys(&server).await.len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "the backlogs never reached Redis"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        eprintln!(
+            "sync mode, on_error: local: both backlogs in Redis {:?} after it restarted",
+            back.elapsed()
+        );
+    }
+    for gw in [&a, &b] {
+        // Until sync mode decides again, the fallback does: the callers'
+        // shares are used up (429) under local, 503 under deny.
+        let first = loop {
+            let reply = client(gw).await;
+            if !gw.inner.limiter().fallback_active() {
+                break reply;
+            }
+            let expected = match on_error {
+                "local" => StatusCode::TOO_MANY_REQUESTS,
+                "deny" => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::OK,
+            };
+            assert_eq!(reply.status, expected);
+            assert!(
+                back.elapsed() < BACK_WITHIN + Duration::from_secs(3),
+                "never back"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        eprintln!(
+            "sync mode, on_error: {on_error}: deciding in sync mode again {:?} after Redis restarted",
+            back.elapsed()
+        );
+        assert!(first.header("ratelimit").is_some());
+        assert_eq!(first.status, StatusCode::OK);
+        if on_error == "local" {
+            // 5 admitted during the outage are in the total: 5 more, not 10.
+            let mut admitted = 1;
+            while client(gw).await.status == StatusCode::OK {
+                admitted += 1;
+                assert!(admitted <= 10, "the window is granted again");
+            }
+            assert_eq!(admitted, 5, "on the gateway at {}", gw.addr);
+        }
+    }
+}
+
+#[tokio::test]
+async fn sync_mode_outage_with_local_divides_and_pushes_back() {
+    sync_outage("local").await;
+}
+
+#[tokio::test]
+async fn sync_mode_outage_with_deny_answers_503() {
+    sync_outage("deny").await;
+}
+
+#[tokio::test]
+async fn sync_mode_outage_with_allow_admits_without_headers() {
+    sync_outage("allow").await;
+}
+
+/// The `r` of each policy in a `RateLimit` header, in order.
+fn remainings(reply: &support::gateway::Reply) -> Vec<u64> {
+    reply
+        .header("ratelimit")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|p| p.split(';').find_map(|f| f.trim().strip_prefix("r=")))
+        .filter_map(|r| r.parse().ok())
+        .collect()
+}
+
+/// issue 13: a route mixing a synced limit and an exact one admits only
+/// when both do and consumes from both only then: whichever denies, the
+/// other shows what it has without the refused request.
+#[tokio::test]
+async fn a_route_mixing_synced_and_exact_limits_consumes_only_what_both_admit() {
+    let server = RedisServer::start().await;
+    let src = |synced: u64, exact: u64| {
+        format!(
+            "listen: 127.0.0.1:0
+store:
+  redis: {{ url: '{}' }}
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200, body: ok }}
+    limits:
+      - {{ name: synced, key: ip, limit: {synced}, window: 1d, sync: 100ms }}
+      - {{ name: exact, key: ip, limit: {exact}, window: 1d }}
+",
+            server.url()
+        )
+    };
+    // The exact limit denies first.
+    let gw = Gateway::start(&src(5, 3)).await;
+    for r in [[4, 2], [3, 1], [2, 0]] {
+        let reply = send(gw.addr, get("/t", &[])).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(remainings(&reply), r);
+    }
+    let refused = send(gw.addr, get("/t", &[])).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        remainings(&refused),
+        [2, 0],
+        "the synced limit is not consumed"
+    );
+    assert!(
+        refused.text().contains(r#""violated-policies":["exact"]"#),
+        "{}",
+        refused.text()
+    );
+    gw.stop().await;
+
+    // The synced limit denies first (other keys: other limit numbers give
+    // other routes' keys the same names, so start on a clean server).
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("FLUSHALL");
+    let gw = Gateway::start(&src(2, 5)).await;
+    for r in [[1, 4], [0, 3]] {
+        let reply = send(gw.addr, get("/t", &[])).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(remainings(&reply), r);
+    }
+    let refused = send(gw.addr, get("/t", &[])).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        remainings(&refused),
+        [0, 3],
+        "the exact limit is read, not consumed"
+    );
+    assert!(
+        refused.text().contains(r#""violated-policies":["synced"]"#),
+        "{}",
+        refused.text()
+    );
+}
+
+/// issue 13: in a Redis Cluster, sync mode's exchange reaches every slot —
+/// one call per slot — and each key holds what its caller was admitted.
+#[tokio::test]
+async fn sync_mode_exchanges_with_every_cluster_slot() {
+    let cluster = RedisCluster::start(3).await;
+    let seeds: Vec<String> = cluster
+        .seeds()
+        .iter()
+        .map(|(h, p)| format!("{h}:{p}"))
+        .collect();
+    let gw = Gateway::start(&format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {{ cluster: [{}], timeout: 2s, sync: 100ms }}
+  on_error: deny
+routes:
+  - name: t
+    match: {{ path: /t }}
+    respond: {{ status: 200 }}
+    limits: [ {{ name: per_user, key: 'header:x-user', limit: 3, window: 1d }} ]
+",
+        seeds.join(", ")
+    ))
+    .await;
+    let as_user = |user: String| get("/t", &[("x-user", user.as_str())]);
+    // The cluster may need a moment after startup; deny answers 503 then.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while send(gw.addr, as_user("warm".into())).await.status != StatusCode::OK {
+        assert!(Instant::now() < deadline, "the gateway never decided");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for u in 0..20 {
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            statuses.push(
+                send(gw.addr, as_user(format!("u{u}")))
+                    .await
+                    .status
+                    .as_u16(),
+            );
+        }
+        assert_eq!(statuses, [200, 200, 200, 429], "user u{u}");
+    }
+    // Every key reaches its node: 21 keys, 61 admitted in all.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut counts = Vec::new();
+        for node in &cluster.nodes {
+            if let Ok(redis::Value::Array(found)) = query(node.port, &["KEYS", "tg:{*}?*"]).await {
+                for k in found {
+                    if let redis::Value::BulkString(k) = k {
+                        let key = String::from_utf8_lossy(&k).into_owned();
+                        let value = query_string(node.port, &["GET", &key])
+                            .await
+                            .unwrap_or_default();
+                        let cur: u64 = value
+                            .rsplit(':')
+                            .next()
+                            .and_then(|c| c.parse().ok())
+                            .unwrap_or(0);
+                        counts.push(cur);
+                    }
+                }
+            }
+        }
+        if counts.len() == 21 && counts.iter().sum::<u64>() == 61 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "counts in the cluster: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = gw.inner.metrics().render();
+    let keys = support::admin::value(&text, "tollgate_store_sync_keys_total").unwrap_or(0.0);
+    assert!(keys >= 21.0, "{text}");
+}

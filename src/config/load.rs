@@ -79,6 +79,7 @@ fn parse_in(src: &str, base: Option<&Path>) -> Result<Config, ConfigErrors> {
         positions: &positions,
         errors: Vec::new(),
         base,
+        store: check::StoreFacts::default(),
     };
     let (root, unknown) = file::from_value(value);
     for field in unknown {
@@ -178,6 +179,17 @@ impl Check<'_> {
         });
         let admin = self.optional(&root.admin, "admin", text(server::parse_socket_addr));
         let store = self.optional(&root.store, "store", Self::store);
+        // Limits (in plans and routes) resolve their `sync` against it.
+        if let Ok(Some(s)) = &store {
+            self.store = check::StoreFacts {
+                redis: s.redis.is_some(),
+                sync: s.redis.as_ref().and_then(|r| r.sync),
+            };
+        } else if !root.store.is_absent() {
+            // A store with errors: assume Redis, so limits' `sync` is not
+            // refused for a reason that is not the real one.
+            self.store.redis = true;
+        }
         let client_ip = self.optional(&root.client_ip, "client_ip", Self::client_ip);
         let headers = self.optional(&root.headers, "headers", choice(&HeaderMode::SPELLINGS));
         let plans = self.optional(&root.plans, "plans", Self::plans);

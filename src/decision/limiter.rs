@@ -30,6 +30,16 @@
 //! (garbage, `NOPERM`) is dropped with a warning, since waiting would not
 //! help. While the link is down a decision in the behind state is counted
 //! as the failed call it would have been (errors, breaker), as before.
+//!
+//! issue 13, `sync` mode: limits with a `sync` interval are decided in
+//! process by [`SyncTable`] against the fleet's totals, and a task started
+//! by the first such decision exchanges their counts with Redis every
+//! interval ([`sync`] has the design and its bound). The failure policy is
+//! the one above: while Redis is down, the breaker open, an exchange has
+//! failed or a fallback decision was made, the counts held are stale and
+//! `on_error` decides; a decision that finds them so asks the task for an
+//! exchange at once (after the outage's push) and waits for it at most the
+//! store's timeout, as it would wait for the push in exact mode.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -40,9 +50,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::sync::{self, SyncTable};
+use crate::clock::{Clock, SystemClock};
 use crate::config::{ClockSource, OnError, StoreConfig};
 use crate::limit::deny_cache::DenyCache;
-use crate::limit::{Decision, LimitRequest};
+use crate::limit::{Decision, LimitRequest, Outcomes};
 use crate::metrics::StoreMetrics;
 use crate::store::heartbeat::{self, Instances};
 use crate::store::redis::backlog::Backlog;
@@ -70,6 +82,17 @@ pub struct Limiter {
     /// most the store's `timeout` before `on_error` decides, and the
     /// instance is not ready.
     warming: Arc<AtomicBool>,
+    /// `sync` mode: what this gateway knows of the fleet's counts and owes
+    /// Redis ([`sync`]).
+    sync: Arc<SyncTable>,
+    /// Whether `sync` mode's counts are fresh, and the way to ask for an
+    /// exchange at once.
+    link: Arc<SyncLink>,
+    /// The task exchanging `sync` mode's counts, started by the first
+    /// synced decision; aborted on drop.
+    exchange: std::sync::OnceLock<JoinHandle<()>>,
+    /// The clock the exchange reads (the gateway's).
+    clock: Arc<dyn Clock>,
 }
 
 /// Where one decision goes while counts may be behind Redis.
@@ -158,6 +181,9 @@ impl std::fmt::Debug for Limiter {
 impl Drop for Limiter {
     fn drop(&mut self) {
         for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(t) = self.exchange.get() {
             t.abort();
         }
     }
@@ -257,7 +283,18 @@ impl Limiter {
             metrics: StoreMetrics::default(),
             resync,
             warming,
+            sync: Arc::new(SyncTable::new()),
+            link: Arc::new(SyncLink::default()),
+            exchange: std::sync::OnceLock::new(),
+            clock: Arc::new(SystemClock),
         })
+    }
+
+    /// Reads time for `sync` mode's exchanges from `clock` (the clock the
+    /// gateway decides on) instead of the system's.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Waits at most `timeout` for Redis to be connected; whether it is
@@ -356,23 +393,48 @@ impl Limiter {
     }
 
     /// Decides one request at `now_ms`; `on_error` overrides the store's
-    /// policy (a route's own `on_error`).
+    /// policy (a route's own `on_error`). `sync` holds each limit's `sync`
+    /// interval in ms, 0 for a limit decided in Redis (see [`sync`]).
     pub async fn decide_with(
         &self,
         now_ms: u64,
         requests: &[LimitRequest],
+        sync: &[u64],
         on_error: Option<OnError>,
     ) -> Verdict {
         let Some(redis) = &self.redis else {
             return Verdict::Decided(self.decide_memory(now_ms, requests));
         };
+        let synced = requests
+            .iter()
+            .zip(sync)
+            .filter(|&(r, &every)| every > 0 && sync::syncable(r.algorithm))
+            .count();
+        if synced > 0 {
+            return self
+                .decide_synced(redis, now_ms, requests, sync, synced, on_error)
+                .await;
+        }
+        match self.decide_in_redis(redis, now_ms, requests).await {
+            Ok(d) => Verdict::Decided(d),
+            Err(e) => self.fail_over(&e, now_ms, requests, on_error),
+        }
+    }
+
+    /// Decides `requests` in Redis (or from the deny cache).
+    async fn decide_in_redis(
+        &self,
+        redis: &Arc<RedisStore>,
+        now_ms: u64,
+        requests: &[LimitRequest],
+    ) -> Result<Decision, StoreError> {
         if let Some(d) = self
             .deny_cache
             .as_ref()
             .and_then(|c| c.get(now_ms, requests))
         {
             self.metrics.deny_cache_hits.inc();
-            return Verdict::Decided(d);
+            return Ok(d);
         }
         let (called, result) = self.ask_redis(redis, now_ms, requests).await;
         match result {
@@ -380,20 +442,212 @@ impl Limiter {
                 if let Some(c) = &self.deny_cache {
                     c.insert(now_ms, requests, &d);
                 }
-                if self.degraded.swap(false, Ordering::Relaxed) {
-                    self.metrics.fallback.set(0);
-                    info!("redis answers again; limits are shared again");
-                }
-                Verdict::Decided(d)
+                self.shared_again();
+                Ok(d)
             }
             Err(e) => {
                 // A call the open breaker skipped is not a store error.
                 if called {
                     self.metrics.errors.inc();
                 }
-                self.fail_over(&e, now_ms, requests, on_error)
+                Err(e)
             }
         }
+    }
+
+    /// Redis decides again (or `sync` mode does): says so once.
+    fn shared_again(&self) {
+        // A load first: the usual case writes nothing to the shared line.
+        if self.degraded.load(Ordering::Relaxed) && self.degraded.swap(false, Ordering::Relaxed) {
+            self.metrics.fallback.set(0);
+            info!("redis answers again; limits are shared again");
+        }
+    }
+
+    /// A request with `synced` limits in `sync` mode: decided in process
+    /// against the fleet's totals ([`SyncTable`]) while the exchanges with
+    /// Redis succeed; its other limits (if any) in Redis. While Redis
+    /// cannot be used — the link down, the breaker open, the last exchange
+    /// failed, or what the fallback admitted not pushed yet — `on_error`
+    /// decides the whole request exactly as in exact mode, and its synced
+    /// keys are queued so that the next exchange reads their totals before
+    /// they are decided in process again.
+    async fn decide_synced(
+        &self,
+        redis: &Arc<RedisStore>,
+        now_ms: u64,
+        requests: &[LimitRequest],
+        sync: &[u64],
+        synced: usize,
+        on_error: Option<OnError>,
+    ) -> Verdict {
+        self.start_exchange(redis);
+        if !redis.is_connected() && self.warming.load(Ordering::Relaxed) {
+            redis.wait_connected(self.resync.wait).await;
+        }
+        if let Err(why) = self
+            .sync_usable(redis, now_ms, requests, sync, synced)
+            .await
+        {
+            // Whatever the fallback admits is not in the counts this
+            // gateway holds: they are read again before it decides in sync
+            // mode again.
+            self.link.failed.store(true, Ordering::SeqCst);
+            self.touch(now_ms, requests, sync, synced);
+            let e = StoreError::Unavailable(why.into());
+            return self.fail_over(&e, now_ms, requests, on_error);
+        }
+        let start = std::time::Instant::now();
+        let decided = if synced == requests.len() {
+            self.sync
+                .decide(now_ms, requests, sync, true)
+                .ok_or_else(garbage)
+        } else {
+            self.decide_mixed(redis, now_ms, requests, sync).await
+        };
+        self.metrics
+            .sync_duration
+            .observe(start.elapsed().as_secs_f64());
+        match decided {
+            Ok(d) => {
+                self.shared_again();
+                Verdict::Decided(d)
+            }
+            Err(e) => self.fail_over(&e, now_ms, requests, on_error),
+        }
+    }
+
+    /// Whether synced limits can be decided in process now: Redis is
+    /// connected, the breaker closed, and the counts held are fresh — after
+    /// a failure (an exchange that failed, or a decision the fallback
+    /// made) an exchange is asked for at once and awaited, at most the
+    /// store's timeout, as a decision waits for an outage's push in exact
+    /// mode; and what the fallback admitted is pushed first.
+    async fn sync_usable(
+        &self,
+        redis: &Arc<RedisStore>,
+        now_ms: u64,
+        requests: &[LimitRequest],
+        sync: &[u64],
+        synced: usize,
+    ) -> Result<(), &'static str> {
+        if !redis.is_connected() {
+            return Err("not connected to Redis");
+        }
+        if !self.breaker.allows() {
+            return Err("breaker open");
+        }
+        if self.link.failed.load(Ordering::SeqCst) {
+            // Queued, so the exchange reads these keys.
+            self.touch(now_ms, requests, sync, synced);
+            let deadline = Instant::now() + self.resync.wait;
+            if !self.link.refreshed(deadline).await {
+                return Err(
+                    "the counts held are not fresh: the exchange with Redis failed or is late",
+                );
+            }
+        }
+        if self.resync.mode.load(Ordering::SeqCst) != SHARED
+            && self.catch_up(redis, now_ms).await != Gate::Redis
+        {
+            return Err("counts admitted in process are not in Redis yet");
+        }
+        Ok(())
+    }
+
+    /// Queues the synced keys of `requests` for the next exchange, which
+    /// reads their totals, without deciding.
+    fn touch(&self, now_ms: u64, requests: &[LimitRequest], sync: &[u64], synced: usize) {
+        if synced == requests.len() {
+            let _ = self.sync.decide(now_ms, requests, sync, false);
+            return;
+        }
+        let (synced, every): (Vec<LimitRequest>, Vec<u64>) = requests
+            .iter()
+            .zip(sync)
+            .filter(|&(r, &every)| every > 0 && sync::syncable(r.algorithm))
+            .map(|(r, &every)| (r.clone(), every))
+            .unzip();
+        let _ = self.sync.decide(now_ms, &synced, &every, false);
+    }
+
+    /// Some limits synced, some decided in Redis: the synced ones are
+    /// checked first, in process; only when they admit do the others go to
+    /// Redis, and only when Redis admits too are the synced ones consumed.
+    /// When the synced ones deny, Redis is asked at cost 0, which consumes
+    /// nothing, for the other limits' headers.
+    async fn decide_mixed(
+        &self,
+        redis: &Arc<RedisStore>,
+        now_ms: u64,
+        requests: &[LimitRequest],
+        sync: &[u64],
+    ) -> Result<Decision, StoreError> {
+        let is_synced = |i: usize| sync[i] > 0 && sync::syncable(requests[i].algorithm);
+        let (ours, theirs): (Vec<usize>, Vec<usize>) =
+            (0..requests.len()).partition(|&i| is_synced(i));
+        let pick = |idx: &[usize]| -> Vec<LimitRequest> {
+            idx.iter().map(|&i| requests[i].clone()).collect()
+        };
+        let (synced, every): (Vec<LimitRequest>, Vec<u64>) =
+            (pick(&ours), ours.iter().map(|&i| sync[i]).collect());
+        let checked = self
+            .sync
+            .decide(now_ms, &synced, &every, false)
+            .ok_or_else(garbage)?;
+        let mut exact = pick(&theirs);
+        if !checked.allowed {
+            for r in &mut exact {
+                r.cost = 0;
+            }
+        }
+        let asked = self.decide_in_redis(redis, now_ms, &exact).await?;
+        let allowed = checked.allowed && asked.allowed;
+        let synced_outcomes = if allowed {
+            self.sync
+                .decide(now_ms, &synced, &every, true)
+                .ok_or_else(garbage)?;
+            checked.outcomes
+        } else if checked.allowed {
+            // Redis denied: the synced limits without the request.
+            let standing: Vec<LimitRequest> = synced
+                .iter()
+                .map(|r| LimitRequest {
+                    cost: 0,
+                    ..r.clone()
+                })
+                .collect();
+            self.sync
+                .decide(now_ms, &standing, &every, false)
+                .ok_or_else(garbage)?
+                .outcomes
+        } else {
+            checked.outcomes
+        };
+        let mut outcomes = Outcomes::with_capacity(requests.len());
+        let (mut a, mut b) = (synced_outcomes.into_iter(), asked.outcomes.into_iter());
+        for i in 0..requests.len() {
+            let next = if is_synced(i) { a.next() } else { b.next() };
+            outcomes
+                .push(next.ok_or_else(|| StoreError::Protocol("an outcome is missing".into()))?);
+        }
+        Ok(Decision { allowed, outcomes })
+    }
+
+    /// Starts `sync` mode's exchange task, once.
+    fn start_exchange(&self, redis: &Arc<RedisStore>) {
+        self.exchange.get_or_init(|| {
+            tokio::spawn(exchange(Exchange {
+                table: Arc::clone(&self.sync),
+                redis: Arc::clone(redis),
+                breaker: Arc::clone(&self.breaker),
+                link: Arc::clone(&self.link),
+                resync: Arc::clone(&self.resync),
+                instances: self.instances.clone(),
+                metrics: self.metrics.clone(),
+                clock: Arc::clone(&self.clock),
+            }))
+        });
     }
 
     /// Asks Redis, unless the breaker is open or counts admitted in process
@@ -485,22 +739,7 @@ impl Limiter {
                     if !(self.breaker.allows() && self.resync.may_try()) {
                         return Gate::Behind;
                     }
-                    if self
-                        .resync
-                        .mode
-                        .compare_exchange(BEHIND, PUSHING, Ordering::SeqCst, Ordering::SeqCst)
-                        .is_ok()
-                    {
-                        // A task: a request that goes away must not leave
-                        // the push half done.
-                        tokio::spawn(push(
-                            Arc::clone(&self.resync),
-                            Arc::clone(redis),
-                            Arc::clone(&self.breaker),
-                            self.metrics.clone(),
-                            now_ms,
-                        ));
-                    }
+                    begin_push(&self.resync, redis, &self.breaker, &self.metrics, now_ms);
                 }
                 _ => {}
             }
@@ -531,6 +770,32 @@ impl Limiter {
             })
             .collect();
         self.decide_memory(now_ms, &shares)
+    }
+}
+
+/// Starts the push of the backlog, unless one is under way (or none is
+/// due). The push runs in a task: a request that goes away must not leave
+/// it half done.
+fn begin_push(
+    resync: &Arc<Resync>,
+    redis: &Arc<RedisStore>,
+    breaker: &Arc<Breaker>,
+    metrics: &StoreMetrics,
+    now_ms: u64,
+) {
+    if resync.may_try()
+        && resync
+            .mode
+            .compare_exchange(BEHIND, PUSHING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    {
+        tokio::spawn(push(
+            Arc::clone(resync),
+            Arc::clone(redis),
+            Arc::clone(breaker),
+            metrics.clone(),
+            now_ms,
+        ));
     }
 }
 
@@ -587,4 +852,151 @@ async fn push(
         }
     }
     resync.ended.notify_waiters();
+}
+
+/// The error of a synced key whose Redis counter holds something else.
+fn garbage() -> StoreError {
+    StoreError::Protocol("a synced key holds something other than its counter in Redis".into())
+}
+
+/// Between synced decisions and the exchange task: whether the counts held
+/// are fresh, and the way to ask for an exchange at once.
+#[derive(Debug, Default)]
+struct SyncLink {
+    /// Set when an exchange failed (or the link or the breaker stopped
+    /// one) or the fallback decided a synced limit; cleared by an exchange
+    /// that succeeded with nothing waiting to be pushed. Meanwhile
+    /// `on_error` decides synced limits, as it decides exact ones.
+    failed: AtomicBool,
+    /// Asks the exchange task to run now.
+    kick: Notify,
+    /// Woken when an exchange ends.
+    ended: Notify,
+}
+
+impl SyncLink {
+    /// Asks for an exchange now and waits, until `deadline`, for one that
+    /// leaves the counts fresh; whether they are.
+    async fn refreshed(&self, deadline: Instant) -> bool {
+        self.kick.notify_one();
+        loop {
+            // Created before the check, so an exchange ending in between
+            // still wakes it.
+            let ended = self.ended.notified();
+            if !self.failed.load(Ordering::SeqCst) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return !self.failed.load(Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// What `sync` mode's exchange task works with.
+struct Exchange {
+    table: Arc<SyncTable>,
+    redis: Arc<RedisStore>,
+    breaker: Arc<Breaker>,
+    link: Arc<SyncLink>,
+    resync: Arc<Resync>,
+    instances: Instances,
+    metrics: StoreMetrics,
+    clock: Arc<dyn Clock>,
+}
+
+impl Exchange {
+    /// Marks the counts stale (`on_error` decides synced limits until an
+    /// exchange succeeds), logging the change once.
+    fn fail(&self, why: &str) {
+        if !self.link.failed.swap(true, Ordering::SeqCst) {
+            warn!(
+                error = why,
+                "sync mode cannot exchange counts with redis; on_error decides synced limits until it can"
+            );
+        }
+    }
+
+    /// One exchange at `now_ms`: the keys due (all queued keys while the
+    /// counts are stale), after what the fallback admitted is pushed.
+    async fn once(&self, now_ms: u64) {
+        if !self.redis.is_connected() {
+            return self.fail("not connected to Redis");
+        }
+        if !self.breaker.allows() {
+            return self.fail("breaker open");
+        }
+        let stale = self.link.failed.load(Ordering::SeqCst);
+        if self.resync.mode.load(Ordering::SeqCst) != SHARED {
+            // The totals read below must hold what the fallback admitted.
+            let deadline = Instant::now() + self.resync.wait;
+            begin_push(
+                &self.resync,
+                &self.redis,
+                &self.breaker,
+                &self.metrics,
+                now_ms,
+            );
+            self.resync.push_ended(deadline).await;
+        }
+        let pushed = self.resync.mode.load(Ordering::SeqCst) == SHARED;
+        self.table.set_instances(self.instances.get());
+        let deltas = self.table.take(now_ms, stale);
+        if deltas.is_empty() {
+            return;
+        }
+        let keys = deltas.len() as u64;
+        let answers = self.redis.sync(now_ms, &deltas).await;
+        let failure = answers.iter().find_map(|a| a.as_ref().err()).cloned();
+        self.table.apply(deltas, answers);
+        match &failure {
+            None => {
+                self.breaker.record(Ok(()));
+                if pushed && self.link.failed.swap(false, Ordering::SeqCst) {
+                    info!("sync mode exchanges counts with redis again");
+                }
+            }
+            Some(e) => {
+                self.metrics.errors.inc();
+                self.breaker.record(Err(e));
+                self.fail(&e.to_string());
+            }
+        }
+        // After the answers are taken in: a count that has moved means
+        // decisions see the totals.
+        self.metrics.sync_keys.inc_by(keys);
+        self.metrics.sync_exchanges.inc();
+        self.link.ended.notify_waiters();
+    }
+}
+
+/// `sync` mode's exchange task: every tick (the shortest interval of any
+/// synced key), or at once when a decision finds the counts stale, sends
+/// what the keys due owe and keeps the totals Redis answers. A tick that
+/// finds Redis unusable marks the counts stale, so decisions go to
+/// `on_error` until an exchange succeeds.
+async fn exchange(x: Exchange) {
+    let mut next = Instant::now();
+    loop {
+        let Some(tick) = x.table.tick() else {
+            x.table.tick_changed().await;
+            continue;
+        };
+        next += tick;
+        let now = Instant::now();
+        if next < now {
+            // Late (a slow exchange): keep the interval from now on.
+            next = now + tick;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            () = x.link.kick.notified() => {}
+            () = x.table.tick_changed() => {
+                // A shorter interval: start again from it.
+                next = Instant::now();
+                continue;
+            }
+        }
+        x.once(x.clock.now_ms()).await;
+    }
 }

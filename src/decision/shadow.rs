@@ -32,6 +32,7 @@ use crate::identity::{self, Caller};
 use crate::limit::{Decision, LimitOutcome, LimitRequest, Outcomes};
 use crate::metrics::{LimitVerdict, RouteMetrics};
 use crate::top::{self, TopOffenders};
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// What the decision phase found for one request: the limits decided, or
@@ -123,6 +124,13 @@ impl RouteDecision {
     }
 }
 
+/// Limit `l`'s `sync` interval in ms; 0 when it is decided in Redis.
+fn sync_ms(l: &Limit) -> u64 {
+    l.sync.map_or(0, |d| {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    })
+}
+
 /// Whether limit `l` of a route is in shadow mode.
 pub fn is_shadow(route_shadow: bool, l: &Limit) -> bool {
     route_shadow || l.shadow
@@ -150,7 +158,8 @@ pub async fn decide(
     // All enforced, or all shadow: one call, exactly as enforcement decides.
     if n_shadow == 0 || n_shadow == limits.len() {
         let all_shadow = n_shadow > 0;
-        return match limiter.decide_with(now_ms, requests, on_error).await {
+        let sync: SmallVec<[u64; 4]> = limits.iter().map(sync_ms).collect();
+        return match limiter.decide_with(now_ms, requests, &sync, on_error).await {
             Verdict::Decided(d) => RouteDecision::Decided(Decided {
                 allowed: d.allowed || all_shadow,
                 verdicts: d
@@ -183,6 +192,11 @@ async fn decide_mixed(
 ) -> RouteDecision {
     let (enforced, shadowed): (Vec<usize>, Vec<usize>) =
         (0..limits.len()).partition(|&i| !is_shadow(route_shadow, &limits[i]));
+    let sync = |idx: &[usize]| -> SmallVec<[u64; 4]> {
+        idx.iter()
+            .filter_map(|&i| limits.get(i).map(sync_ms))
+            .collect()
+    };
     let pick = |idx: &[usize], cost_zero: bool| -> Vec<LimitRequest> {
         idx.iter()
             .filter_map(|&i| requests.get(i).cloned())
@@ -195,7 +209,7 @@ async fn decide_mixed(
             .collect()
     };
     let de = match limiter
-        .decide_with(now_ms, &pick(&enforced, false), on_error)
+        .decide_with(now_ms, &pick(&enforced, false), &sync(&enforced), on_error)
         .await
     {
         Verdict::Decided(d) => d,
@@ -210,7 +224,12 @@ async fn decide_mixed(
     }
     let read_only = !de.allowed;
     if let Verdict::Decided(ds) = limiter
-        .decide_with(now_ms, &pick(&shadowed, read_only), on_error)
+        .decide_with(
+            now_ms,
+            &pick(&shadowed, read_only),
+            &sync(&shadowed),
+            on_error,
+        )
         .await
     {
         for (&i, o) in shadowed.iter().zip(&ds.outcomes) {

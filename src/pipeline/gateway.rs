@@ -121,7 +121,8 @@ impl Gateway {
         let metrics = Arc::new(Metrics::new());
         let limiter = Limiter::new(&config.store)
             .await?
-            .with_metrics(metrics.store.clone());
+            .with_metrics(metrics.store.clone())
+            .with_clock(Arc::clone(&clock));
         let forwarder = Forwarder::new(&config.timeouts)?;
         Ok(Self {
             runtime: ArcSwap::from_pointee(Runtime::new(config, &metrics)),

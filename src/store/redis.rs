@@ -63,7 +63,7 @@
 //! the pool and its link watchers; `commands` every command sent;
 //! `script` the decision script's arguments and replies; `batch` and
 //! `cluster` the two ways a decision travels; `push` the way back of an
-//! outage's backlog. This file imports them, and they import none of it;
+//! outage's backlog; `sync` the exchange of `sync` mode's counts. This file imports them, and they import none of it;
 //! only the breaker and the heartbeat, which run on the store's public
 //! calls, name [`RedisStore`] (and nothing here names them).
 
@@ -77,11 +77,13 @@ pub mod fault;
 pub mod heartbeat;
 mod push;
 mod script;
+pub mod sync;
 pub mod topology;
 
 pub use cluster::REFUND;
 pub use push::{PUSH, Pushed};
 pub use script::SCRIPT;
+pub use sync::SYNC;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -235,6 +237,14 @@ impl RedisStore {
     /// admitted more.
     pub async fn push(&self, now_ms: u64, entries: Vec<(String, Entry)>) -> Pushed {
         push::send(&self.clients, now_ms, entries).await
+    }
+
+    /// `sync` mode: adds `deltas` (what this gateway admitted in process)
+    /// to the counters at `now_ms` with sync.lua and answers each key's
+    /// totals, in order: one `EVAL` per Cluster slot (on one server, per
+    /// batch of keys), each bounded by the store's timeout.
+    pub async fn sync(&self, now_ms: u64, deltas: &[sync::Delta]) -> Vec<sync::Synced> {
+        sync::send(&self.clients, now_ms, deltas).await
     }
 }
 

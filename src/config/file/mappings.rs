@@ -200,6 +200,10 @@ pub struct Redis {
     pub reconnect: Field<Reconnect>,
     /// `pool_size: 1`
     pub pool_size: Field<Int>,
+    /// `sync: 100ms` — counter limits decided in process, exchanged with
+    /// Redis this often
+    #[schemars(transform = super::shape::duration)]
+    pub sync: Field<Text>,
 }
 
 /// `store.redis.sentinel:`
@@ -296,6 +300,9 @@ pub struct PlanLimit {
     pub algorithm: Field<Text>,
     /// `burst: 20`
     pub burst: Field<Int>,
+    /// `sync: 100ms` or `sync: off` (sliding and fixed windows)
+    #[schemars(transform = super::shape::sync)]
+    pub sync: Field<Text>,
 }
 
 /// `users:`
@@ -438,4 +445,7 @@ pub struct Limit {
     pub burst: Field<Int>,
     /// `plan: true` — the numbers come from the caller's plan
     pub plan: Field<bool>,
+    /// `sync: 100ms` or `sync: off` (sliding and fixed windows)
+    #[schemars(transform = super::shape::sync)]
+    pub sync: Field<Text>,
 }

@@ -17,6 +17,9 @@ pub const DURATION: &str = "^[0-9]+(ms|s|m|h|d)$";
 /// What a limit's window looks like: a duration, or `month`.
 pub const WINDOW: &str = "^([0-9]+(ms|s|m|h|d)|month)$";
 
+/// What a limit's `sync` looks like: a duration, or `off`.
+pub const SYNC: &str = "^([0-9]+(ms|s|m|h|d)|off)$";
+
 /// What a size looks like: bytes, or a whole number and a binary unit
 /// (the loader allows spaces around the unit: `8 KiB`).
 pub const SIZE: &str = "^[0-9]+\\s*(B|KiB|MiB|GiB)?\\s*$";
@@ -34,6 +37,11 @@ pub fn duration(schema: &mut Schema) {
 /// `#[schemars(transform = window)]`: a string shaped like [`WINDOW`], or null.
 pub fn window(schema: &mut Schema) {
     one_of_or_null(schema, vec![json!({ "type": "string", "pattern": WINDOW })]);
+}
+
+/// `#[schemars(transform = sync)]`: a string shaped like [`SYNC`], or null.
+pub fn sync(schema: &mut Schema) {
+    one_of_or_null(schema, vec![json!({ "type": "string", "pattern": SYNC })]);
 }
 
 /// `#[schemars(transform = size)]`: a string shaped like [`SIZE`], a

@@ -79,11 +79,13 @@ impl Check<'_> {
         let month = is_month(&limit.window);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
+        let sync = self.sync(&limit.sync, &algorithm, &window, path);
         Ok(PlanLimit {
             name: name?,
             limit: NonZeroU64::new(max?).ok_or(Reported)?,
             window_ms: window?,
             algorithm: algorithm?,
+            sync: sync?,
         })
     }
 

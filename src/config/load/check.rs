@@ -32,6 +32,18 @@ pub(super) struct Check<'p> {
     pub(super) errors: Vec<ConfigError>,
     /// Directory that relative file paths are resolved against.
     pub(super) base: Option<&'p Path>,
+    /// What limits need to know of the store, once `store` is checked:
+    /// whether Redis is configured, and `store.redis.sync`.
+    pub(super) store: StoreFacts,
+}
+
+/// The store settings a limit's `sync` is checked against.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct StoreFacts {
+    /// `store.redis` is set.
+    pub(super) redis: bool,
+    /// `store.redis.sync`, the default of counter limits.
+    pub(super) sync: Option<Duration>,
 }
 
 pub(super) fn error(path: &str, message: impl Into<String>, pos: Option<Pos>) -> ConfigError {
@@ -309,6 +321,18 @@ pub(super) fn parse_timeout(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d.is_zero() {
         return Err(format!("{s:?} is too short; a timeout must be more than 0"));
+    }
+    Ok(d)
+}
+
+/// A `sync` interval: from 10 ms (a call per instance a hundred times a
+/// second) to one minute (the over-admission bound grows with it).
+pub(super) fn parse_sync(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(10) || d > Duration::from_secs(60) {
+        return Err(format!(
+            "{s:?} is out of range; sync takes 10ms to 1m, e.g. 100ms"
+        ));
     }
     Ok(d)
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use http::HeaderName;
 
-use super::check::{Check, Checked, Reported, choice, leaf, parse_duration, positive, text};
+use super::check::{
+    Check, Checked, Reported, choice, leaf, parse_duration, parse_sync, positive, text,
+};
 use crate::config::file::{self, Field, Flag, Int, OneOrMany, Text};
 use crate::config::position::child_key;
 use crate::config::{KeySource, KeySpec, Limit};
@@ -52,12 +54,14 @@ impl Check<'_> {
                 algorithm: Algorithm::default(),
                 plan: true,
                 shadow: shadow?.unwrap_or(false),
+                sync: None,
             });
         }
         let max = self.required(&limit.limit, path, "limit", positive);
         let month = is_month(&limit.window);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
+        let sync = self.sync(&limit.sync, &algorithm, &window, path);
         plan?;
         Ok(Limit {
             name: name?,
@@ -68,6 +72,7 @@ impl Check<'_> {
             algorithm: algorithm?,
             plan: false,
             shadow: shadow?.unwrap_or(false),
+            sync: sync?,
         })
     }
 
@@ -80,12 +85,15 @@ impl Check<'_> {
             ("window", limit.window.is_absent()),
             ("algorithm", limit.algorithm.is_absent()),
             ("burst", limit.burst.is_absent()),
+            ("sync", limit.sync.is_absent()),
         ] {
             if !absent {
-                numbers = Err(self.value_error(
-                    &child_key(path, field),
-                    "a limit with plan: true takes its numbers from the caller's plan; remove this",
-                ));
+                let message = if field == "sync" {
+                    "a limit with plan: true takes its limits from the caller's plan; set sync on the plan's limits"
+                } else {
+                    "a limit with plan: true takes its numbers from the caller's plan; remove this"
+                };
+                numbers = Err(self.value_error(&child_key(path, field), message));
             }
         }
         numbers
@@ -140,6 +148,71 @@ impl Check<'_> {
             self.bounds(*l, *w, *alg, path)?;
         }
         algorithm
+    }
+
+    /// Whether and how often a limit is synced (`sync` mode,
+    /// [`crate::decision::sync`]): its own `sync` (`off` or an interval),
+    /// else `store.redis.sync` for the algorithms that count (sliding and
+    /// fixed windows, calendar months). `sync` is refused on a gcra or
+    /// sliding_log limit (their state is not a sum that gateways can add
+    /// to apart), without Redis, and when it is not shorter than the window.
+    pub(super) fn sync(
+        &mut self,
+        sync: &Field<Text>,
+        algorithm: &Checked<Algorithm>,
+        window: &Checked<NonZeroU64>,
+        path: &str,
+    ) -> Checked<Option<Duration>> {
+        let sync_path = child_key(path, "sync");
+        let own = self.optional(sync, &sync_path, text(parse_limit_sync))?;
+        let (Ok(algorithm), Ok(window)) = (algorithm, window) else {
+            return Ok(None);
+        };
+        let counts = matches!(
+            algorithm,
+            Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::CalendarMonth
+        );
+        let window = Duration::from_millis(window.get());
+        match own {
+            // `sync: off`
+            Some(None) => Ok(None),
+            Some(Some(every)) => {
+                if !self.store.redis {
+                    return Err(self.value_error(
+                        &sync_path,
+                        "sync shares counts through Redis, and this file has no store.redis; remove sync",
+                    ));
+                }
+                if !counts {
+                    return Err(self.value_error(
+                        &sync_path,
+                        format!(
+                            "sync applies to sliding_window and fixed_window limits, whose counts gateways can add up; a {} limit is decided in Redis on every request: remove sync, or count with sliding_window",
+                            algorithm.name()
+                        ),
+                    ));
+                }
+                if every >= window {
+                    return Err(self.value_error(
+                        &sync_path,
+                        format!(
+                            "{every:?} is not shorter than the limit's window ({window:?}); sync much more often than the window, e.g. 100ms"
+                        ),
+                    ));
+                }
+                Ok(Some(every))
+            }
+            None => match self.store.sync {
+                Some(every) if counts && every >= window => Err(self.value_error(
+                    &child_key(path, "window"),
+                    format!(
+                        "is not longer than store.redis.sync ({every:?}); give this limit sync: off, or a shorter sync"
+                    ),
+                )),
+                Some(every) if counts => Ok(Some(every)),
+                _ => Ok(None),
+            },
+        }
     }
 
     /// The bounds of limit `l` over window `w` that the stores' arithmetic
@@ -204,6 +277,14 @@ pub(super) fn parse_window(s: &str) -> Result<NonZeroU64, String> {
         .ok()
         .and_then(NonZeroU64::new)
         .ok_or_else(|| format!("{s:?} is too long"))
+}
+
+/// A limit's `sync`: `off` (`None`), or an interval ([`parse_sync`]).
+fn parse_limit_sync(s: &str) -> Result<Option<Duration>, String> {
+    if s == "off" {
+        return Ok(None);
+    }
+    parse_sync(s).map(Some).map_err(|e| format!("{e}, or off"))
 }
 
 /// Limit names are rendered inside a quoted header string (`"per_ip";q=…`).

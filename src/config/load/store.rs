@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::check::{Check, Checked, choice, int, parse_duration, parse_timeout, text};
+use super::check::{Check, Checked, choice, int, parse_duration, parse_sync, parse_timeout, text};
 use crate::config::file;
 use crate::config::position::child_key;
 use crate::config::{
@@ -109,6 +109,7 @@ impl Check<'_> {
             Self::reconnect,
         );
         let pool_size = self.optional(&redis.pool_size, &child_key(path, "pool_size"), int(1, 64));
+        let sync = self.optional(&redis.sync, &child_key(path, "sync"), text(parse_sync));
 
         self.one_redis(redis, path)?;
         let (url, topology, tls) = (url?, topology?, tls?);
@@ -137,6 +138,7 @@ impl Check<'_> {
             pool_size: pool_size?
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(defaults.pool_size),
+            sync: sync?,
         })
     }
 
