@@ -2,8 +2,11 @@
 //! store with its failure policy (`on_error`) and the deny cache
 //! ([`limiter`]), shadow limits decided beside the enforced ones
 //! ([`shadow`]), and `sync` mode's in-process counts of the fleet
-//! ([`sync`]).
+//! ([`sync`]); beside the limiter, the way back to Redis after an outage
+//! (`resync`) and `sync` mode's exchange task (`exchange`).
 
+mod exchange;
 pub mod limiter;
+mod resync;
 pub mod shadow;
 pub mod sync;

@@ -1,0 +1,161 @@
+//! `sync` mode's exchange task: every interval it sends what the synced
+//! keys owe to Redis and keeps the fleet's totals Redis answers
+//! ([`exchange`]); [`SyncLink`] is how decisions learn whether those
+//! totals are fresh and ask for an exchange at once. The design and its
+//! bound are in [`super::sync`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::resync::{Resync, SHARED, begin_push};
+use super::sync::SyncTable;
+use crate::clock::Clock;
+use crate::metrics::StoreMetrics;
+use crate::store::heartbeat::Instances;
+use crate::store::{Breaker, RedisStore};
+
+/// Between synced decisions and the exchange task: whether the counts held
+/// are fresh, and the way to ask for an exchange at once.
+#[derive(Debug, Default)]
+pub(super) struct SyncLink {
+    /// Set when an exchange failed (or the link or the breaker stopped
+    /// one) or the fallback decided a synced limit; cleared by an exchange
+    /// that succeeded with nothing waiting to be pushed. Meanwhile
+    /// `on_error` decides synced limits, as it decides exact ones.
+    pub(super) failed: AtomicBool,
+    /// Asks the exchange task to run now.
+    pub(super) kick: Notify,
+    /// Woken when an exchange ends.
+    pub(super) ended: Notify,
+}
+
+impl SyncLink {
+    /// Asks for an exchange now and waits, until `deadline`, for one that
+    /// leaves the counts fresh; whether they are.
+    pub(super) async fn refreshed(&self, deadline: Instant) -> bool {
+        self.kick.notify_one();
+        loop {
+            // Created before the check, so an exchange ending in between
+            // still wakes it.
+            let ended = self.ended.notified();
+            if !self.failed.load(Ordering::SeqCst) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return !self.failed.load(Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// What `sync` mode's exchange task works with.
+pub(super) struct Exchange {
+    pub(super) table: Arc<SyncTable>,
+    pub(super) redis: Arc<RedisStore>,
+    pub(super) breaker: Arc<Breaker>,
+    pub(super) link: Arc<SyncLink>,
+    pub(super) resync: Arc<Resync>,
+    pub(super) instances: Instances,
+    pub(super) metrics: StoreMetrics,
+    pub(super) clock: Arc<dyn Clock>,
+}
+
+impl Exchange {
+    /// Marks the counts stale (`on_error` decides synced limits until an
+    /// exchange succeeds), logging the change once.
+    pub(super) fn fail(&self, why: &str) {
+        if !self.link.failed.swap(true, Ordering::SeqCst) {
+            warn!(
+                error = why,
+                "sync mode cannot exchange counts with redis; on_error decides synced limits until it can"
+            );
+        }
+    }
+
+    /// One exchange at `now_ms`: the keys due (all queued keys while the
+    /// counts are stale), after what the fallback admitted is pushed.
+    pub(super) async fn once(&self, now_ms: u64) {
+        if !self.redis.is_connected() {
+            return self.fail("not connected to Redis");
+        }
+        if !self.breaker.allows() {
+            return self.fail("breaker open");
+        }
+        let stale = self.link.failed.load(Ordering::SeqCst);
+        if self.resync.mode.load(Ordering::SeqCst) != SHARED {
+            // The totals read below must hold what the fallback admitted.
+            let deadline = Instant::now() + self.resync.wait;
+            begin_push(
+                &self.resync,
+                &self.redis,
+                &self.breaker,
+                &self.metrics,
+                now_ms,
+            );
+            self.resync.push_ended(deadline).await;
+        }
+        let pushed = self.resync.mode.load(Ordering::SeqCst) == SHARED;
+        self.table.set_instances(self.instances.get());
+        let deltas = self.table.take(now_ms, stale);
+        if deltas.is_empty() {
+            return;
+        }
+        let keys = deltas.len() as u64;
+        let answers = self.redis.sync(now_ms, &deltas).await;
+        let failure = answers.iter().find_map(|a| a.as_ref().err()).cloned();
+        self.table.apply(deltas, answers);
+        match &failure {
+            None => {
+                self.breaker.record(Ok(()));
+                if pushed && self.link.failed.swap(false, Ordering::SeqCst) {
+                    info!("sync mode exchanges counts with redis again");
+                }
+            }
+            Some(e) => {
+                self.metrics.errors.inc();
+                self.breaker.record(Err(e));
+                self.fail(&e.to_string());
+            }
+        }
+        // After the answers are taken in: a count that has moved means
+        // decisions see the totals.
+        self.metrics.sync_keys.inc_by(keys);
+        self.metrics.sync_exchanges.inc();
+        self.link.ended.notify_waiters();
+    }
+}
+
+/// `sync` mode's exchange task: every tick (the shortest interval of any
+/// synced key), or at once when a decision finds the counts stale, sends
+/// what the keys due owe and keeps the totals Redis answers. A tick that
+/// finds Redis unusable marks the counts stale, so decisions go to
+/// `on_error` until an exchange succeeds.
+pub(super) async fn exchange(x: Exchange) {
+    let mut next = Instant::now();
+    loop {
+        let Some(tick) = x.table.tick() else {
+            x.table.tick_changed().await;
+            continue;
+        };
+        next += tick;
+        let now = Instant::now();
+        if next < now {
+            // Late (a slow exchange): keep the interval from now on.
+            next = now + tick;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            () = x.link.kick.notified() => {}
+            () = x.table.tick_changed() => {
+                // A shorter interval: start again from it.
+                next = Instant::now();
+                continue;
+            }
+        }
+        x.once(x.clock.now_ms()).await;
+    }
+}
