@@ -168,6 +168,16 @@ class Process:
             self.proc.wait()
 
 
+def stop_all(started, tmp):
+    """Stops what a run started, last first, and removes its directory."""
+    for p in reversed(started):
+        try:
+            p.stop()
+        except Exception:  # best effort cleanup
+            pass
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def redis_calls(port):
     out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"],
                          capture_output=True, text=True).stdout
@@ -381,12 +391,7 @@ def main():
         if not args.only or "redis memory" in args.only:
             redis_memory(binary, tmp, up_port, redis_port, started)
     finally:
-        for p in reversed(started):
-            try:
-                p.stop()
-            except Exception:  # best effort cleanup
-                pass
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop_all(started, tmp)
 
 
 if __name__ == "__main__":

@@ -261,12 +261,7 @@ def main():
                 print(f"  {name:24} {inner}")
         print("\nCPU x is (gateway + redis-server CPU) / nginx CPU per request.")
     finally:
-        for p in reversed(started):
-            try:
-                p.stop()
-            except Exception:  # best effort cleanup
-                pass
-        shutil.rmtree(tmp, ignore_errors=True)
+        load.stop_all(started, tmp)
 
 
 if __name__ == "__main__":

@@ -234,13 +234,13 @@ routes:
     assert_eq!(merged.window_ms, nz(1000));
 }
 
-const HEAD: &str = "listen: 127.0.0.1:8080\nroutes:\n";
+const HEAD: &str = "listen: 127.0.0.1:0\nroutes:\n";
 
 #[test]
 fn bad_duration() {
     let src = format!(
         "{HEAD}  - name: api
-    upstream: http://127.0.0.1:9000
+    upstream: http://upstream.test
     limits:
       - {{ name: per_ip, key: ip, limit: 100, window: 5 minutes }}
 "
@@ -253,7 +253,7 @@ fn bad_duration() {
 
 #[test]
 fn unknown_top_level_field() {
-    let src = "listen: 127.0.0.1:8080\nlisen: 127.0.0.1:8081\nroutes: [{ name: a, respond: {} }]\n";
+    let src = "listen: 127.0.0.1:0\nlisen: 127.0.0.1:0\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
         r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, users, timeouts, routes, server, access_log (line 2, col 1)"#
@@ -264,8 +264,8 @@ fn unknown_top_level_field() {
 fn unknown_fields_nested_in_a_route_and_a_limit() {
     let src = format!(
         "{HEAD}  - name: api
-    upstrem: http://127.0.0.1:9000
-    upstream: http://127.0.0.1:9000
+    upstrem: http://upstream.test
+    upstream: http://upstream.test
     limits:
       - name: per_ip
         key: ip
@@ -286,7 +286,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
 #[test]
 fn missing_required_fields() {
     let src = format!(
-        "{HEAD}  - upstream: http://127.0.0.1:9000
+        "{HEAD}  - upstream: http://upstream.test
     limits:
       - {{ name: a, key: ip, limit: 1 }}
 "
@@ -311,7 +311,7 @@ fn missing_required_fields() {
 fn upstream_and_respond_together() {
     let src = format!(
         "{HEAD}  - name: api
-    upstream: http://127.0.0.1:9000
+    upstream: http://upstream.test
     respond: {{ status: 204 }}
 "
     );
@@ -593,7 +593,7 @@ fn bad_on_error() {
 fn wrong_type_does_not_hide_later_errors() {
     let src = format!(
         "{HEAD}  - name: api
-    upstream: {{ url: http://127.0.0.1:9000 }}
+    upstream: {{ url: http://upstream.test }}
     limits:
       - {{ name: per_ip, key: ip, limit: 100, window: 1 minute }}
 "
@@ -630,11 +630,11 @@ fn yaml_syntax_error() {
 
 #[test]
 fn three_mistakes_three_errors() {
-    let src = "listen: 127.0.0.1:8080
+    let src = "listen: 127.0.0.1:0
 headers: gitlab
 routes:
   - name: api
-    upstream: http://127.0.0.1:9000
+    upstream: http://upstream.test
     limits:
       - { name: per_ip, key: ip, limit: 100, window: 5 minutes }
   - name: other
@@ -1026,21 +1026,21 @@ routes:
 #[test]
 fn admin_and_shadow_fields() {
     let c = valid(
-        "listen: 127.0.0.1:8080\nadmin: 127.0.0.1:9090\nroutes:\n  - name: a\n    respond: {}\n    shadow: true\n    limits:\n      - { name: l, key: ip, limit: 1, window: 1s, shadow: false }\n      - { name: m, key: ip, limit: 1, window: 1s, shadow: true }\n",
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:9090\nroutes:\n  - name: a\n    respond: {}\n    shadow: true\n    limits:\n      - { name: l, key: ip, limit: 1, window: 1s, shadow: false }\n      - { name: m, key: ip, limit: 1, window: 1s, shadow: true }\n",
     );
     assert_eq!(c.admin, Some("127.0.0.1:9090".parse().unwrap()));
     assert!(c.routes[0].shadow);
     assert!(!c.routes[0].limits[0].shadow);
     assert!(c.routes[0].limits[1].shadow);
     let d = valid(
-        "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: 1, window: 1s } ] } ]\n",
+        "listen: 127.0.0.1:0\nroutes: [ { name: a, respond: {}, limits: [ { name: l, key: ip, limit: 1, window: 1s } ] } ]\n",
     );
     assert_eq!(d.admin, None);
     assert!(!d.routes[0].shadow && !d.routes[0].limits[0].shadow);
 
     assert_eq!(
         errors(
-            "listen: 127.0.0.1:8080\nadmin: localhost:9090\nroutes:\n  - name: a\n    respond: {}\n    shadow: yes\n    limits:\n      - { name: l, key: ip, limit: 1, window: 1s, shadow: [true] }\n"
+            "listen: 127.0.0.1:0\nadmin: localhost:9090\nroutes:\n  - name: a\n    respond: {}\n    shadow: yes\n    limits:\n      - { name: l, key: ip, limit: 1, window: 1s, shadow: [true] }\n"
         ),
         [
             r#"admin: "localhost:9090" is not a socket address; write IP:PORT, e.g. 127.0.0.1:8080 or [::1]:8080 (line 2, col 8)"#,
@@ -1640,7 +1640,7 @@ store: { redis: { url: \"redis://127.0.0.1:6379\" } }
 users: { jwt: { secret: 0123456789abcdef0123456789abcdef } }
 routes:
   - name: example
-    upstream: http://127.0.0.1:9000
+    upstream: http://upstream.test
     limits: [ { name: example, key: ip, limit: 10, window: 1m } ]
 ";
     let base: yaml_serde::Value = yaml_serde::from_str(base).expect("base parses");

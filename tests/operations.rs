@@ -659,6 +659,8 @@ struct Binary {
     port: u16,
     admin: u16,
     log: std::path::PathBuf,
+    /// Every line it writes after the listening ones, as it writes them.
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 impl Binary {
@@ -678,6 +680,7 @@ impl Binary {
             admin: started.admin.expect("an admin listener").port(),
             child: started.child,
             log,
+            lines: started.lines,
         }
     }
 
@@ -877,7 +880,7 @@ async fn json_access_log_names_the_identity_kind_never_the_key() {
         "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nroutes:\n  - name: demo\n    respond: { body: hi }\n    limits: [ { name: demo, key: api_key | ip, limit: 1, window: 1h } ]\n",
     )
     .unwrap();
-    let bin = Binary::start(
+    let mut bin = Binary::start(
         &path,
         &["--log-format", "json"],
         dir.path().join("stderr.log"),
@@ -889,25 +892,21 @@ async fn json_access_log_names_the_identity_kind_never_the_key() {
         bin.get("/demo", &key).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
-    // Logs are written as requests end; poll for both lines.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let lines: Vec<serde_json::Value> = loop {
-        let lines: Vec<serde_json::Value> = bin
-            .log()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-            .filter(|v: &serde_json::Value| v["target"] == "tollgate::access")
-            .collect();
-        if lines.len() >= 2 {
-            break lines;
+    // Logs are written as requests end, by the log thread: take lines as
+    // the binary writes them until both access lines have come.
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    while lines.len() < 2 {
+        let line = tokio::time::timeout(Duration::from_secs(10), bin.lines.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no access log lines:\n{}", bin.log()));
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if v["target"] == "tollgate::access" {
+            lines.push(v);
         }
-        assert!(
-            Instant::now() < deadline,
-            "no access log lines:\n{}",
-            bin.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    }
     let fields: Vec<_> = lines
         .iter()
         .map(|v| {

@@ -167,6 +167,24 @@ async fn live_logging(config: &str, seq: &[Recorded], access_log: Option<AccessL
     seen
 }
 
+/// Runs `simulate` on `config` over a log file `name` holding `log`; its
+/// report and every decision as a client would have seen it.
+async fn replay(config: &str, name: &str, log: &str) -> (simulate::Report, Vec<Seen>) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(dir.path(), "gateway.yaml", config);
+    let log = write(dir.path(), name, log);
+    let decisions = dir.path().join("decisions.jsonl");
+    let opts = Options {
+        decisions: Some(decisions.clone()),
+        ..Options::new(&config, vec![log])
+    };
+    let report = tokio::task::spawn_blocking(move || simulate::simulate(&opts))
+        .await
+        .unwrap()
+        .expect("simulate runs");
+    (report, replayed(&decisions))
+}
+
 /// The decisions file read back as what a client would have seen.
 fn replayed(decisions: &Path) -> Vec<Seen> {
     std::fs::read_to_string(decisions)
@@ -243,19 +261,8 @@ async fn every_decision_is_the_live_gateways_for_every_algorithm_and_a_multi_lim
     let seq = sequence(900, 0x2545_f491_4f6c_dd1d);
     let live = live(CONFIG, &seq).await;
 
-    let dir = tempfile::tempdir().unwrap();
-    let config = write(dir.path(), "gateway.yaml", CONFIG);
-    let log = write(dir.path(), "traffic.jsonl", &jsonl(&seq));
-    let decisions = dir.path().join("decisions.jsonl");
-    let opts = Options {
-        decisions: Some(decisions.clone()),
-        ..Options::new(&config, vec![log])
-    };
-    let report = tokio::task::spawn_blocking(move || simulate::simulate(&opts))
-        .await
-        .unwrap()
-        .expect("simulate runs");
-    compare(&live, &replayed(&decisions));
+    let (report, sim) = replay(CONFIG, "traffic.jsonl", &jsonl(&seq)).await;
+    compare(&live, &sim);
 
     // The report counts what the decisions say.
     let limited_live = live.iter().filter(|s| s.status == 429).count() as u64;
@@ -313,20 +320,9 @@ async fn a_replayable_access_log_replays_to_the_same_decisions() {
         "no raw API key in the log"
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = write(dir.path(), "gateway.yaml", &config);
-    let log_path = write(dir.path(), "access.json", &log);
-    let decisions = dir.path().join("decisions.jsonl");
-    let opts = Options {
-        decisions: Some(decisions.clone()),
-        ..Options::new(&config_path, vec![log_path])
-    };
-    let report = tokio::task::spawn_blocking(move || simulate::simulate(&opts))
-        .await
-        .unwrap()
-        .expect("simulate runs");
+    let (report, sim) = replay(&config, "access.json", &log).await;
     assert_eq!(report.input.format, "tollgate");
-    compare(&live, &replayed(&decisions));
+    compare(&live, &sim);
 }
 
 fn combined_line(ts_s: u64, peer: &str, path: &str, key: &str) -> String {

@@ -411,9 +411,7 @@ impl Limiter {
         on_error: Option<OnError>,
     ) -> Verdict {
         self.start_exchange(redis);
-        if !redis.is_connected() && self.warming.load(Ordering::Relaxed) {
-            redis.wait_connected(self.resync.wait).await;
-        }
+        self.cold_start(redis).await;
         if let Err(why) = self
             .sync_usable(redis, now_ms, requests, sync, synced)
             .await
@@ -579,6 +577,15 @@ impl Limiter {
         });
     }
 
+    /// Cold start: the first connection may be on its way. Waits for it at
+    /// most the store's timeout, then `on_error` decides — never queues
+    /// behind the connect. Once warm, one load and nothing else.
+    async fn cold_start(&self, redis: &RedisStore) {
+        if self.warming.load(Ordering::Relaxed) && !redis.is_connected() {
+            redis.wait_connected(self.resync.wait).await;
+        }
+    }
+
     /// Asks Redis, unless the breaker is open or counts admitted in process
     /// during an outage have not reached it yet (issue 11: they go first).
     /// Whether Redis was called, and its answer.
@@ -588,12 +595,7 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
     ) -> (bool, Result<Decision, StoreError>) {
-        // Cold start: the first connection may be on its way. Wait for it
-        // at most the store's timeout, then let `on_error` decide — never
-        // queue behind the connect.
-        if !redis.is_connected() && self.warming.load(Ordering::Relaxed) {
-            redis.wait_connected(self.resync.wait).await;
-        }
+        self.cold_start(redis).await;
         let gate = if self.resync.mode.load(Ordering::SeqCst) == SHARED {
             Gate::Redis
         } else {

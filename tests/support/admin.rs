@@ -34,18 +34,7 @@ impl AdminGateway {
             clock,
             ..tollgate::server::Serve::on(vec![proxy])
         };
-        let started = tollgate::server::start(config, serve)
-            .await
-            .expect("gateway starts");
-        // Serving starts before Redis is connected (its first requests are
-        // decided by on_error); these tests mean the connected gateway, so
-        // give the link the moment it needs, at most a second, as the
-        // binary's "redis not reachable at startup" warning does.
-        started
-            .gateway()
-            .limiter()
-            .wait_connected(std::time::Duration::from_secs(1))
-            .await;
+        let started = super::gateway::start_connected(config, serve).await;
         let gateway = Arc::clone(started.gateway());
         tokio::spawn(started.until(async {
             let _ = rx.await;

@@ -227,18 +227,7 @@ impl Gateway {
             access_log,
             ..tollgate::server::Serve::on(vec![listener])
         };
-        let started = tollgate::server::start(config, serve)
-            .await
-            .expect("gateway starts");
-        // Serving starts before Redis is connected (its first requests are
-        // decided by on_error); these tests mean the connected gateway, so
-        // give the link the moment it needs, at most a second, as the
-        // binary's "redis not reachable at startup" warning does.
-        started
-            .gateway()
-            .limiter()
-            .wait_connected(std::time::Duration::from_secs(1))
-            .await;
+        let started = start_connected(config, serve).await;
         let inner = Arc::clone(started.gateway());
         let task = tokio::spawn(started.until(async {
             let _ = rx.await;
@@ -348,4 +337,24 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Starts a gateway for `config`, then gives its Redis link the moment it
+/// needs, at most a second: serving starts before Redis is connected (the
+/// first requests are decided by `on_error`), and the tests mean the
+/// connected gateway — as the binary's "redis not reachable at startup"
+/// warning does.
+pub async fn start_connected(
+    config: tollgate::config::Config,
+    serve: tollgate::server::Serve,
+) -> tollgate::server::Started {
+    let started = tollgate::server::start(config, serve)
+        .await
+        .expect("gateway starts");
+    started
+        .gateway()
+        .limiter()
+        .wait_connected(std::time::Duration::from_secs(1))
+        .await;
+    started
 }
