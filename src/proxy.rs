@@ -41,13 +41,15 @@ use crate::problem::GatewayError;
 mod body;
 pub mod io;
 mod pool;
+mod watched;
 use body::error_chain;
 pub use body::{ClientBody, ClientBodyError, UpstreamBody};
 pub use pool::Pool;
+pub use watched::{Watch, Watched};
 
-/// Body of every response the gateway sends: streamed from an upstream, or
-/// generated locally.
-pub type Body = Either<Incoming, Full<Bytes>>;
+/// Body of every response the gateway sends: streamed from an upstream
+/// (with whatever watches it end, [`Watched`]), or generated locally.
+pub type Body = Either<Watched, Full<Bytes>>;
 
 /// Request extension marking a request that arrived over TLS; the
 /// forwarder reads it to set `X-Forwarded-Proto: https`.

@@ -12,7 +12,7 @@ use super::gateway::{Gateway, Runtime};
 use crate::config::{Action, Respond, Upstream};
 use crate::identity;
 use crate::problem::GatewayError;
-use crate::proxy::{self, Body, ClientBody, Hop, Secure};
+use crate::proxy::{self, Body, ClientBody, Hop, Secure, Watched};
 use crate::routing::CompiledRoute;
 use crate::upgrade;
 
@@ -83,5 +83,5 @@ async fn forward(
     if let Some(u) = upgrade {
         u.finish(&mut res);
     }
-    Ok(res.map(Either::Left))
+    Ok(res.map(|b| Either::Left(Watched::new(b))))
 }
