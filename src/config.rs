@@ -437,6 +437,8 @@ pub struct PlanLimit {
     pub algorithm: crate::limit::Algorithm,
     /// `sync` mode and its interval, as for a route's [`Limit::sync`].
     pub sync: Option<Duration>,
+    /// `on_limit: delay` and its `max_delay`, as for [`Limit::delay`].
+    pub delay: Option<Duration>,
 }
 
 /// Authenticated user source.
@@ -518,6 +520,9 @@ pub struct Route {
     pub on_error: Option<OnError>,
     /// Every limit of the route only counts and logs what it would deny.
     pub shadow: bool,
+    /// At most this many requests of the route wait at once on one
+    /// gateway for an `on_limit: delay` limit; more are refused (429).
+    pub max_queue: usize,
 }
 
 /// Request matching.
@@ -618,6 +623,27 @@ pub struct Limit {
     /// without Redis). Resolved at load: the limit's own `sync`, else
     /// `store.redis.sync` for a sliding or fixed window.
     pub sync: Option<Duration>,
+    /// `on_limit: delay`: a request this limit denies waits, when the
+    /// limit admits it within this long, instead of being refused
+    /// (`max_delay`; see [`crate::pipeline::delay`]). `None` refuses at once
+    /// (`on_limit: reject`, the default).
+    pub delay: Option<Duration>,
+}
+
+/// What a limit does with a request it denies (`on_limit:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnLimit {
+    /// Answer 429 at once.
+    #[default]
+    Reject,
+    /// Wait up to `max_delay` for the limit to admit it.
+    Delay,
+}
+
+impl OnLimit {
+    /// Every spelling `on_limit:` accepts.
+    pub const SPELLINGS: [(&'static str, Self); 2] =
+        [("reject", Self::Reject), ("delay", Self::Delay)];
 }
 
 /// An identity key: the parts of a compound key (`[ip, header:x-user]`),

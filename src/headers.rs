@@ -187,6 +187,7 @@ mod tests {
             algorithm: Default::default(),
             plan: false,
             sync: None,
+            delay: None,
         }
     }
 

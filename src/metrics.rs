@@ -30,6 +30,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::config::Config;
+use delay::{DelayFamilies, DelayMetrics};
+
+pub mod delay;
 use crate::store::redis::fault::FaultKind;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
@@ -321,6 +324,8 @@ pub struct RouteMetrics {
     client_bad_body: Counter,
     client_aborted: Counter,
     client_body_too_large: Counter,
+    /// The `on_limit: delay` series.
+    pub delay: DelayMetrics,
 }
 
 /// Why forwarding failed, for `tollgate_upstream_errors_total`.
@@ -398,6 +403,7 @@ pub struct Metrics {
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     upstream_duration: HistogramFamily<RouteLabels>,
     client_errors: Family<ClientErrorLabels, Counter>,
+    delay: DelayFamilies,
     reloads: Family<ResultLabels, Counter>,
 }
 
@@ -463,6 +469,7 @@ impl Metrics {
             "Forwards ended by the client's request body by route and kind (bad_body, aborted, body_too_large)",
             client_errors.clone(),
         );
+        let delay = DelayFamilies::register(&mut registry);
         let reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "tollgate_config_reloads",
@@ -479,7 +486,25 @@ impl Metrics {
             upstream_errors,
             upstream_duration,
             client_errors,
+            delay,
             reloads,
+        }
+    }
+
+    /// The series of limit `l` of route `route`.
+    fn limit(&self, route: &str, l: &crate::config::Limit) -> LimitMetrics {
+        let dec = |outcome: &'static str| {
+            self.decisions.get_or_create_owned(&DecisionLabels {
+                route: route.to_owned(),
+                limit: l.name.to_string(),
+                outcome,
+            })
+        };
+        LimitMetrics {
+            allowed: dec("allowed"),
+            limited: dec("limited"),
+            shadow_limited: dec("shadow_limited"),
+            error: dec("error"),
         }
     }
 
@@ -496,25 +521,7 @@ impl Metrics {
                         outcome: outcome.as_str(),
                     })
                 };
-                let limits = r
-                    .limits
-                    .iter()
-                    .map(|l| {
-                        let dec = |outcome: &'static str| {
-                            self.decisions.get_or_create_owned(&DecisionLabels {
-                                route: route.clone(),
-                                limit: l.name.to_string(),
-                                outcome,
-                            })
-                        };
-                        LimitMetrics {
-                            allowed: dec("allowed"),
-                            limited: dec("limited"),
-                            shadow_limited: dec("shadow_limited"),
-                            error: dec("error"),
-                        }
-                    })
-                    .collect();
+                let limits = r.limits.iter().map(|l| self.limit(&route, l)).collect();
                 let class = |class: &'static str| {
                     self.upstream_responses
                         .get_or_create_owned(&UpstreamLabels {
@@ -559,6 +566,7 @@ impl Metrics {
                     client_bad_body: cerr("bad_body"),
                     client_aborted: cerr("aborted"),
                     client_body_too_large: cerr("body_too_large"),
+                    delay: self.delay.route(&route),
                 };
                 (r.name.clone(), metrics)
             })

@@ -27,6 +27,7 @@ use crate::routing::CompiledRoute;
 
 pub mod act;
 pub mod decide;
+pub mod delay;
 pub mod exchange;
 pub mod gateway;
 pub mod observe;
@@ -89,6 +90,9 @@ impl Gateway {
         let rt = self.runtime.load();
         let mut ex = Exchange::new(req.method().clone(), peer);
         ex.identities = Some(exchange::Identities::default());
+        // A replay decides each request at its recorded instant; it does
+        // not wait for `on_limit: delay` limits (see docs/simulate.md).
+        ex.may_wait = false;
         let ended = self.until_act(req, &rt, &mut ex).await.map(drop);
         Rehearsal {
             exchange: ex,

@@ -63,6 +63,7 @@ fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
                 cost: l.cost,
                 algorithm: pl.algorithm,
                 sync: pl.sync,
+                delay: pl.delay,
                 plan: false,
                 // A plan limit inherits the shadow flag of the limit it expands.
                 shadow: l.shadow,

@@ -5,6 +5,9 @@
 #[path = "support/mod.rs"]
 mod support;
 
+#[path = "limits/delay.rs"]
+mod delay;
+
 use std::sync::Arc;
 
 use http::StatusCode;

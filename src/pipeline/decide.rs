@@ -8,10 +8,12 @@
 //! the [`Exchange`] for the rate-limit headers and the access log.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use http::Request;
 use tracing::debug;
 
+use super::delay;
 use super::exchange::{Checked, Exchange};
 use super::gateway::{Gateway, Runtime};
 use crate::config::{Config, Limit};
@@ -19,6 +21,7 @@ use crate::decision::shadow::{self, RouteDecision};
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
 use crate::limit::LimitRequest;
+use crate::metrics::delay::DelayMetrics;
 use crate::plans::PlanChoice;
 use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
@@ -57,7 +60,7 @@ pub async fn decide<B>(
     };
     let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller);
     ex.counted_as(&requests);
-    let decision = shadow::decide(
+    let mut decision = shadow::decide(
         &gw.limiter,
         now_ms,
         limits,
@@ -66,6 +69,22 @@ pub async fn decide<B>(
         route.route.on_error,
     )
     .await;
+    let mut now_ms = now_ms;
+    if ex.may_wait
+        && let Some(budget) = delay::budget(&decision, limits)
+    {
+        let metrics = ex.metrics.as_ref().map(|m| m.delay.clone());
+        (decision, now_ms) = wait(
+            gw,
+            route,
+            limits,
+            &requests,
+            budget,
+            (decision, now_ms),
+            metrics,
+        )
+        .await;
+    }
     shadow::record(
         &decision,
         &route.route.name,
@@ -92,6 +111,64 @@ pub async fn decide<B>(
         now_ms,
     });
     refused.map_or(Ok(()), Err)
+}
+
+/// `on_limit: delay`: waits in the request's line and decides it again
+/// when its limits should admit it ([`delay`]), until they do or its
+/// `max_delay` has passed. Returns the last decision and its instant.
+async fn wait(
+    gw: &Gateway,
+    route: &CompiledRoute,
+    limits: &[Limit],
+    requests: &[LimitRequest],
+    (mut max, retry): (Duration, u64),
+    mut last: (RouteDecision, u64),
+    metrics: Option<DelayMetrics>,
+) -> (RouteDecision, u64) {
+    let line = requests
+        .iter()
+        .map(|r| r.key.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let Some(mut place) = gw.waiting.enter(
+        &route.route.name,
+        route.route.max_queue,
+        line.into(),
+        metrics,
+    ) else {
+        return last;
+    };
+    let arrived = place.arrived();
+    if !place.reach_head(arrived + max).await {
+        return last;
+    }
+    let mut ready = arrived + Duration::from_millis(retry);
+    while ready <= arrived + max {
+        tokio::time::sleep_until(ready.into()).await;
+        let now_ms = gw.clock.now_ms();
+        let decision = shadow::decide(
+            &gw.limiter,
+            now_ms,
+            limits,
+            route.route.shadow,
+            requests,
+            route.route.on_error,
+        )
+        .await;
+        if decision.allowed() {
+            place.admitted();
+            return (decision, now_ms);
+        }
+        let Some((m, retry)) = delay::budget(&decision, limits) else {
+            return (decision, now_ms);
+        };
+        max = max.min(m);
+        // At least a millisecond: a store that says "now" again is asked
+        // again on the next tick, not in a spin.
+        ready = Instant::now() + Duration::from_millis(retry.max(1));
+        last = (decision, now_ms);
+    }
+    last
 }
 
 /// The route's limits for the caller's plan, when they come from plans.

@@ -41,6 +41,9 @@ pub struct Exchange {
     pub identities: Option<Identities>,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
+    /// Whether a request an `on_limit: delay` limit denies may wait (not
+    /// in a rehearsal).
+    pub may_wait: bool,
 }
 
 impl Exchange {
@@ -54,6 +57,7 @@ impl Exchange {
             checked: None,
             identities: None,
             recording: None,
+            may_wait: true,
         }
     }
 

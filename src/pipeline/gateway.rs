@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::delay::Waiting;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::decision::limiter::Limiter;
@@ -94,6 +95,8 @@ pub struct Gateway {
     pub(super) top: TopOffenders,
     /// Where each request's access-log line goes, if anywhere.
     pub(super) access_log: Option<AccessLog>,
+    /// Requests waiting for `on_limit: delay` limits.
+    pub(super) waiting: Waiting,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -132,6 +135,7 @@ impl Gateway {
             metrics,
             top: TopOffenders::default(),
             access_log: None,
+            waiting: Waiting::default(),
         })
     }
 

@@ -16,7 +16,7 @@ use yaml_serde::Value;
 
 use super::leaf::{Field, Flag, Int, OneOrMany, Text, describe, tidy};
 use super::shape::spellings;
-use crate::config::{ClockSource, HeaderMode, OnError};
+use crate::config::{ClockSource, HeaderMode, OnError, OnLimit};
 use crate::jwt::JwtAlgorithm;
 use crate::limit::Algorithm;
 use crate::target::EscapedSlashes;
@@ -303,6 +303,12 @@ pub struct PlanLimit {
     /// `sync: 100ms` or `sync: off` (sliding and fixed windows)
     #[schemars(transform = super::shape::sync)]
     pub sync: Field<Text>,
+    /// `on_limit: reject | delay`
+    #[schemars(extend("enum" = spellings(&OnLimit::SPELLINGS)))]
+    pub on_limit: Field<Text>,
+    /// `max_delay: 2s` (with `on_limit: delay`)
+    #[schemars(transform = super::shape::duration)]
+    pub max_delay: Field<Text>,
 }
 
 /// `users:`
@@ -390,6 +396,8 @@ pub struct Route {
     /// `on_error: allow | deny | local` (overrides `store.on_error`)
     #[schemars(extend("enum" = spellings(&OnError::SPELLINGS)))]
     pub on_error: Field<Text>,
+    /// `max_queue: 100` (requests waiting for `on_limit: delay` limits)
+    pub max_queue: Field<Int>,
 }
 
 /// `routes[i].match:`
@@ -448,4 +456,10 @@ pub struct Limit {
     /// `sync: 100ms` or `sync: off` (sliding and fixed windows)
     #[schemars(transform = super::shape::sync)]
     pub sync: Field<Text>,
+    /// `on_limit: reject | delay`
+    #[schemars(extend("enum" = spellings(&OnLimit::SPELLINGS)))]
+    pub on_limit: Field<Text>,
+    /// `max_delay: 2s` (with `on_limit: delay`)
+    #[schemars(transform = super::shape::duration)]
+    pub max_delay: Field<Text>,
 }

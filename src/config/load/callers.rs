@@ -80,12 +80,14 @@ impl Check<'_> {
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
         let sync = self.sync(&limit.sync, &algorithm, &window, path);
+        let delay = self.delay(&limit.on_limit, &limit.max_delay, path);
         Ok(PlanLimit {
             name: name?,
             limit: NonZeroU64::new(max?).ok_or(Reported)?,
             window_ms: window?,
             algorithm: algorithm?,
             sync: sync?,
+            delay: delay?,
         })
     }
 

@@ -14,8 +14,24 @@ use super::check::{
 };
 use crate::config::file::{self, Field, Flag, Int, OneOrMany, Text};
 use crate::config::position::child_key;
-use crate::config::{KeySource, KeySpec, Limit};
+use crate::config::{KeySource, KeySpec, Limit, OnLimit};
 use crate::limit::Algorithm;
+
+/// How long an `on_limit: delay` limit lets a request wait when
+/// `max_delay` is not written.
+pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(1);
+
+/// `max_delay`: 1ms to 1m. Longer waits hold a client's connection longer
+/// than most clients and proxies wait for an answer.
+fn parse_max_delay(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() || d > Duration::from_secs(60) {
+        return Err(format!(
+            "{s:?} is out of range; max_delay takes 1ms to 1m, e.g. 2s"
+        ));
+    }
+    Ok(d)
+}
 
 impl Check<'_> {
     pub(super) fn limits(
@@ -55,6 +71,7 @@ impl Check<'_> {
                 plan: true,
                 shadow: shadow?.unwrap_or(false),
                 sync: None,
+                delay: None,
             });
         }
         let max = self.required(&limit.limit, path, "limit", positive);
@@ -62,6 +79,7 @@ impl Check<'_> {
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
         let sync = self.sync(&limit.sync, &algorithm, &window, path);
+        let delay = self.delay(&limit.on_limit, &limit.max_delay, path);
         plan?;
         Ok(Limit {
             name: name?,
@@ -73,7 +91,34 @@ impl Check<'_> {
             plan: false,
             shadow: shadow?.unwrap_or(false),
             sync: sync?,
+            delay: delay?,
         })
+    }
+
+    /// `on_limit` and `max_delay`: how long a denied request may wait
+    /// (`Some`) under `on_limit: delay`, default 1s; `max_delay` beside
+    /// `on_limit: reject` (or none) would do nothing and is refused.
+    pub(super) fn delay(
+        &mut self,
+        on_limit: &Field<Text>,
+        max_delay: &Field<Text>,
+        path: &str,
+    ) -> Checked<Option<Duration>> {
+        let on_limit = self.optional(
+            on_limit,
+            &child_key(path, "on_limit"),
+            choice(&OnLimit::SPELLINGS),
+        );
+        let max_path = child_key(path, "max_delay");
+        let max = self.optional(max_delay, &max_path, text(parse_max_delay));
+        match (on_limit?.unwrap_or_default(), max?) {
+            (OnLimit::Delay, max) => Ok(Some(max.unwrap_or(DEFAULT_MAX_DELAY))),
+            (OnLimit::Reject, None) => Ok(None),
+            (OnLimit::Reject, Some(_)) => Err(self.value_error(
+                &max_path,
+                "max_delay applies to a limit with on_limit: delay; add on_limit: delay or remove max_delay",
+            )),
+        }
     }
 
     /// A limit with `plan: true` takes its numbers from the caller's plan;
@@ -86,10 +131,12 @@ impl Check<'_> {
             ("algorithm", limit.algorithm.is_absent()),
             ("burst", limit.burst.is_absent()),
             ("sync", limit.sync.is_absent()),
+            ("on_limit", limit.on_limit.is_absent()),
+            ("max_delay", limit.max_delay.is_absent()),
         ] {
             if !absent {
-                let message = if field == "sync" {
-                    "a limit with plan: true takes its limits from the caller's plan; set sync on the plan's limits"
+                let message = if matches!(field, "sync" | "on_limit" | "max_delay") {
+                    "a limit with plan: true takes its limits from the caller's plan; set this on the plan's limits"
                 } else {
                     "a limit with plan: true takes its numbers from the caller's plan; remove this"
                 };

@@ -1,6 +1,7 @@
 //! The `routes` section: each route's name, `match` (host, path, methods),
 //! action (`upstream` with its timeout, CA, upgrade and proxy-credential
-//! settings, or a local `respond`), cost, failure policy and shadow flag.
+//! settings, or a local `respond`), cost, failure policy, shadow flag and
+//! `max_queue` (how many may wait for `on_limit: delay` limits).
 //! Its `limits` are read by [`limits`](super::limits).
 
 use std::sync::Arc;
@@ -13,6 +14,10 @@ use crate::config::file::{self, Field, Flag, Text};
 use crate::config::position::child_key;
 use crate::config::{Action, OnError, PathMatch, Respond, Route, RouteMatch, Upstream};
 use crate::target::{EscapedSlashes, PathRules};
+
+/// How many requests of a route may wait at once on one gateway for its
+/// `on_limit: delay` limits when `max_queue` is not written.
+pub const DEFAULT_MAX_QUEUE: usize = 100;
 
 impl Check<'_> {
     pub(super) fn routes(
@@ -57,6 +62,14 @@ impl Check<'_> {
             &child_key(path, "shadow"),
             leaf(|&Flag(b): &Flag| Ok::<_, String>(b)),
         );
+        let max_queue = self.optional(
+            &route.max_queue,
+            &child_key(path, "max_queue"),
+            |c, v, p| {
+                let n = int(0, 1_000_000)(c, v, p)?;
+                usize::try_from(n).map_err(|_| Reported)
+            },
+        );
         Ok(Route {
             name: name?,
             matcher: matcher?.unwrap_or_default(),
@@ -65,6 +78,7 @@ impl Check<'_> {
             limits: limits?.unwrap_or_default(),
             shadow: shadow?.unwrap_or(false),
             on_error: on_error?,
+            max_queue: max_queue?.unwrap_or(DEFAULT_MAX_QUEUE),
         })
     }
 

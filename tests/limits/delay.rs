@@ -1,0 +1,220 @@
+//! `on_limit: delay`: requests a limit denies wait and then go through,
+//! counted when admitted, bounded by `max_delay` and `max_queue`.
+
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use tokio::io::AsyncWriteExt;
+
+use crate::support::gateway::{Gateway, Upstream, get, send};
+use crate::support::redis::RedisServer;
+
+/// One upstream route at `/d` with one limit of `limit`/`window` counted
+/// by `algorithm`, `on_limit: delay` with `max_delay`, and the route's
+/// `max_queue` (omitted when `None`).
+fn delaying(
+    store: &str,
+    upstream: &str,
+    algorithm: &str,
+    limit: &str,
+    max_delay: &str,
+    max_queue: Option<u32>,
+) -> String {
+    let queue = max_queue.map_or(String::new(), |q| format!("    max_queue: {q}\n"));
+    format!(
+        r#"
+listen: 127.0.0.1:0
+{store}
+routes:
+  - name: d
+    match: {{ path_prefix: /d }}
+    upstream: {upstream}
+{queue}    limits:
+      - {{ name: paced, key: ip, {limit}, algorithm: {algorithm}, on_limit: delay, max_delay: {max_delay} }}
+"#
+    )
+}
+
+fn redis_store(url: &str) -> String {
+    format!("store:\n  redis: {{ url: \"{url}\", timeout: 500ms }}\n  on_error: deny\n")
+}
+
+/// Sends `n` requests at once; returns each one's status and when it was
+/// answered, counted from just before the first was sent.
+async fn burst(gw: &Gateway, n: usize) -> Vec<(StatusCode, Duration)> {
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let addr = gw.addr;
+        tasks.spawn(async move {
+            let r = send(addr, get("/d", &[])).await;
+            (r.status, start.elapsed())
+        });
+    }
+    let mut out = tasks.join_all().await;
+    out.sort_by_key(|&(_, at)| at);
+    out
+}
+
+/// A burst of 20 against 10/s with `max_delay: 2s`: all succeed, the
+/// first ten at once and the other ten a second after the first were
+/// admitted (± 50 ms), and no second holds more than ten.
+async fn burst_of_twenty_waits_its_turn(store: &str) {
+    let up = Upstream::start().await;
+    let yaml = delaying(store, &up.url(), "sliding_log", "limit: 10, window: 1s", "2s", None);
+    let gw = Gateway::start(&yaml).await;
+    let answers = burst(&gw, 20).await;
+    assert!(
+        answers.iter().all(|&(s, _)| s == StatusCode::OK),
+        "every request of the burst is admitted: {answers:?}"
+    );
+    let first = answers[0].1;
+    let (quick, waited) = answers.split_at(10);
+    assert!(
+        quick.iter().all(|&(_, at)| at < first + Duration::from_millis(500)),
+        "ten go through at once: {answers:?}"
+    );
+    for &(_, at) in waited {
+        let delay = at.saturating_sub(first).as_millis();
+        assert!(
+            (950..=1_050).contains(&delay),
+            "the other ten after the first ten's second (±50 ms): {delay} ms in {answers:?}"
+        );
+    }
+    // Never more than ten answered within any second (less the 50 ms the
+    // answers may lag their admissions by).
+    for (i, &(_, at)) in answers.iter().enumerate() {
+        let within = answers[i..]
+            .iter()
+            .take_while(|&&(_, b)| b < at + Duration::from_millis(950))
+            .count();
+        assert!(within <= 10, "{within} answered within a second of {at:?}");
+    }
+    assert_eq!(up.count(), 20);
+}
+
+#[tokio::test]
+async fn a_burst_past_the_limit_waits_and_goes_through_in_process() {
+    burst_of_twenty_waits_its_turn("").await;
+}
+
+#[tokio::test]
+async fn a_burst_past_the_limit_waits_and_goes_through_over_redis() {
+    let redis = RedisServer::start().await;
+    burst_of_twenty_waits_its_turn(&redis_store(&redis.url())).await;
+}
+
+#[tokio::test]
+async fn beyond_max_queue_the_rest_are_refused_at_once() {
+    let up = Upstream::start().await;
+    let yaml = delaying("", &up.url(), "sliding_log", "limit: 10, window: 1s", "2s", Some(3));
+    let gw = Gateway::start(&yaml).await;
+    let answers = burst(&gw, 20).await;
+    let ok = answers.iter().filter(|&&(s, _)| s == StatusCode::OK).count();
+    let refused: Vec<_> = answers
+        .iter()
+        .filter(|&&(s, _)| s == StatusCode::TOO_MANY_REQUESTS)
+        .collect();
+    assert_eq!(ok, 13, "ten admitted and three waited: {answers:?}");
+    assert_eq!(refused.len(), 7, "{answers:?}");
+    assert!(
+        refused.iter().all(|&&(_, at)| at < Duration::from_millis(500)),
+        "the queue's overflow is refused at once, not after a wait: {answers:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_wait_longer_than_max_delay_is_refused_at_once() {
+    let up = Upstream::start().await;
+    let yaml = delaying("", &up.url(), "fixed_window", "limit: 1, window: 1m", "1s", None);
+    let gw = Gateway::start(&yaml).await;
+    assert_eq!(send(gw.addr, get("/d", &[])).await.status, StatusCode::OK);
+    let started = Instant::now();
+    let second = send(gw.addr, get("/d", &[])).await;
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(second.header("retry-after").is_some());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "refused without waiting: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(up.count(), 1);
+}
+
+/// A client that goes away while its request waits leaves nothing behind:
+/// its place is given back and it is never counted or forwarded — the
+/// request after it goes through as soon as the limit allows, and the
+/// upstream sees exactly the two requests whose clients stayed.
+#[tokio::test]
+async fn a_client_gone_while_waiting_is_forgotten() {
+    let up = Upstream::start().await;
+    let yaml = delaying("", &up.url(), "sliding_log", "limit: 1, window: 1s", "3s", None);
+    let gw = Gateway::start(&yaml).await;
+    assert_eq!(send(gw.addr, get("/d", &[])).await.status, StatusCode::OK);
+
+    let mut gone = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    gone.write_all(b"GET /d HTTP/1.1\r\nhost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let waiting = || waiting_now(&gw);
+    wait_until(|| waiting() == 1).await;
+    drop(gone);
+    wait_until(|| waiting() == 0).await;
+
+    let third = send(gw.addr, get("/d", &[])).await;
+    assert_eq!(third.status, StatusCode::OK);
+    assert_eq!(
+        up.count(),
+        2,
+        "the request whose client left was neither forwarded nor counted"
+    );
+    let metrics = gw.inner.metrics().render();
+    assert!(
+        metrics.contains("tollgate_delayed_requests_total{route=\"d\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// `tollgate_delay_waiting` of route `d`.
+fn waiting_now(gw: &Gateway) -> i64 {
+    let text = gw.inner.metrics().render();
+    text.lines()
+        .find_map(|l| l.strip_prefix("tollgate_delay_waiting{route=\"d\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Returns once `done` holds; polls every millisecond for up to 2 s.
+async fn wait_until(done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !done() {
+        assert!(Instant::now() < deadline, "condition not reached within 2 s");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[test]
+fn the_loader_reads_on_limit_and_refuses_what_would_do_nothing() {
+    let route = |limit: &str| {
+        format!(
+            "listen: 127.0.0.1:0\nroutes:\n  - name: r\n    respond: {{}}\n    max_queue: 5\n    limits:\n      - {{ name: l, key: ip, limit: 1, window: 1s, {limit} }}\n"
+        )
+    };
+    let c = tollgate::config::load::parse_str(&route("on_limit: delay, max_delay: 2s")).unwrap();
+    assert_eq!(c.routes[0].limits[0].delay, Some(Duration::from_secs(2)));
+    assert_eq!(c.routes[0].max_queue, 5);
+    let c = tollgate::config::load::parse_str(&route("on_limit: delay")).unwrap();
+    assert_eq!(c.routes[0].limits[0].delay, Some(Duration::from_secs(1)));
+    let c = tollgate::config::load::parse_str(&route("on_limit: reject")).unwrap();
+    assert_eq!(c.routes[0].limits[0].delay, None);
+    for (bad, says) in [
+        ("max_delay: 2s", "routes[0].limits[0].max_delay"),
+        ("on_limit: wait", "routes[0].limits[0].on_limit"),
+        ("on_limit: delay, max_delay: 2m", "out of range"),
+    ] {
+        let e = tollgate::config::load::parse_str(&route(bad))
+            .expect_err(bad)
+            .to_string();
+        assert!(e.contains(says) && e.contains("line 7"), "{bad}: {e}");
+    }
+}
