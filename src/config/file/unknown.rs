@@ -160,7 +160,8 @@ mod tests {
                 "upgrade",
                 "forward_proxy_authorization",
                 "shadow",
-                "on_error"
+                "on_error",
+                "max_queue"
             ]
         );
         assert_eq!(fields_at(&["routes", "limits"]), fields_of::<Limit>());
