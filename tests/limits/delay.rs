@@ -61,7 +61,14 @@ async fn burst(gw: &Gateway, n: usize) -> Vec<(StatusCode, Duration)> {
 /// admitted (± 50 ms), and no second holds more than ten.
 async fn burst_of_twenty_waits_its_turn(store: &str) {
     let up = Upstream::start().await;
-    let yaml = delaying(store, &up.url(), "sliding_log", "limit: 10, window: 1s", "2s", None);
+    let yaml = delaying(
+        store,
+        &up.url(),
+        "sliding_log",
+        "limit: 10, window: 1s",
+        "2s",
+        None,
+    );
     let gw = Gateway::start(&yaml).await;
     let answers = burst(&gw, 20).await;
     assert!(
@@ -71,7 +78,9 @@ async fn burst_of_twenty_waits_its_turn(store: &str) {
     let first = answers[0].1;
     let (quick, waited) = answers.split_at(10);
     assert!(
-        quick.iter().all(|&(_, at)| at < first + Duration::from_millis(500)),
+        quick
+            .iter()
+            .all(|&(_, at)| at < first + Duration::from_millis(500)),
         "ten go through at once: {answers:?}"
     );
     for &(_, at) in waited {
@@ -107,10 +116,20 @@ async fn a_burst_past_the_limit_waits_and_goes_through_over_redis() {
 #[tokio::test]
 async fn beyond_max_queue_the_rest_are_refused_at_once() {
     let up = Upstream::start().await;
-    let yaml = delaying("", &up.url(), "sliding_log", "limit: 10, window: 1s", "2s", Some(3));
+    let yaml = delaying(
+        "",
+        &up.url(),
+        "sliding_log",
+        "limit: 10, window: 1s",
+        "2s",
+        Some(3),
+    );
     let gw = Gateway::start(&yaml).await;
     let answers = burst(&gw, 20).await;
-    let ok = answers.iter().filter(|&&(s, _)| s == StatusCode::OK).count();
+    let ok = answers
+        .iter()
+        .filter(|&&(s, _)| s == StatusCode::OK)
+        .count();
     let refused: Vec<_> = answers
         .iter()
         .filter(|&&(s, _)| s == StatusCode::TOO_MANY_REQUESTS)
@@ -118,7 +137,9 @@ async fn beyond_max_queue_the_rest_are_refused_at_once() {
     assert_eq!(ok, 13, "ten admitted and three waited: {answers:?}");
     assert_eq!(refused.len(), 7, "{answers:?}");
     assert!(
-        refused.iter().all(|&&(_, at)| at < Duration::from_millis(500)),
+        refused
+            .iter()
+            .all(|&&(_, at)| at < Duration::from_millis(500)),
         "the queue's overflow is refused at once, not after a wait: {answers:?}"
     );
 }
@@ -126,7 +147,14 @@ async fn beyond_max_queue_the_rest_are_refused_at_once() {
 #[tokio::test]
 async fn a_wait_longer_than_max_delay_is_refused_at_once() {
     let up = Upstream::start().await;
-    let yaml = delaying("", &up.url(), "fixed_window", "limit: 1, window: 1m", "1s", None);
+    let yaml = delaying(
+        "",
+        &up.url(),
+        "fixed_window",
+        "limit: 1, window: 1m",
+        "1s",
+        None,
+    );
     let gw = Gateway::start(&yaml).await;
     assert_eq!(send(gw.addr, get("/d", &[])).await.status, StatusCode::OK);
     let started = Instant::now();
@@ -148,7 +176,14 @@ async fn a_wait_longer_than_max_delay_is_refused_at_once() {
 #[tokio::test]
 async fn a_client_gone_while_waiting_is_forgotten() {
     let up = Upstream::start().await;
-    let yaml = delaying("", &up.url(), "sliding_log", "limit: 1, window: 1s", "3s", None);
+    let yaml = delaying(
+        "",
+        &up.url(),
+        "sliding_log",
+        "limit: 1, window: 1s",
+        "3s",
+        None,
+    );
     let gw = Gateway::start(&yaml).await;
     assert_eq!(send(gw.addr, get("/d", &[])).await.status, StatusCode::OK);
 
@@ -188,7 +223,10 @@ fn waiting_now(gw: &Gateway) -> i64 {
 async fn wait_until(done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(2);
     while !done() {
-        assert!(Instant::now() < deadline, "condition not reached within 2 s");
+        assert!(
+            Instant::now() < deadline,
+            "condition not reached within 2 s"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

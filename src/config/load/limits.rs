@@ -135,10 +135,16 @@ impl Check<'_> {
             ("max_delay", limit.max_delay.is_absent()),
         ] {
             if !absent {
-                let message = if matches!(field, "sync" | "on_limit" | "max_delay") {
-                    "a limit with plan: true takes its limits from the caller's plan; set this on the plan's limits"
-                } else {
-                    "a limit with plan: true takes its numbers from the caller's plan; remove this"
+                let message = match field {
+                    "sync" => {
+                        "a limit with plan: true takes its limits from the caller's plan; set sync on the plan's limits"
+                    }
+                    "on_limit" | "max_delay" => {
+                        "a limit with plan: true takes its limits from the caller's plan; set this on the plan's limits"
+                    }
+                    _ => {
+                        "a limit with plan: true takes its numbers from the caller's plan; remove this"
+                    }
                 };
                 numbers = Err(self.value_error(&child_key(path, field), message));
             }
