@@ -8,9 +8,10 @@
 //! the [`Exchange`] for the rate-limit headers and the access log.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::Request;
+use tokio::time::Instant;
 use tracing::debug;
 
 use super::delay;
@@ -144,7 +145,7 @@ async fn wait(
     }
     let mut ready = arrived + Duration::from_millis(retry);
     while ready <= arrived + max {
-        tokio::time::sleep_until(ready.into()).await;
+        tokio::time::sleep_until(ready).await;
         let now_ms = gw.clock.now_ms();
         let decision = shadow::decide(
             &gw.limiter,

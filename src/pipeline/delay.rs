@@ -32,9 +32,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
 
 use crate::config::Limit;
 use crate::decision::shadow::RouteDecision;
@@ -130,7 +131,7 @@ impl Place<'_> {
         let Some(line) = self.line.clone() else {
             return false;
         };
-        let turn = tokio::time::timeout_at(deadline.into(), line.lock_owned()).await;
+        let turn = tokio::time::timeout_at(deadline, line.lock_owned()).await;
         self.turn = turn.ok();
         self.turn.is_some()
     }

@@ -256,3 +256,102 @@ fn the_loader_reads_on_limit_and_refuses_what_would_do_nothing() {
         assert!(e.contains(says) && e.contains("line 7"), "{bad}: {e}");
     }
 }
+
+/// The gateway's clock on tokio's time, which the property test pauses:
+/// the store's instants and the waits' timers then run on one clock that
+/// jumps straight to the next timer.
+struct TokioClock {
+    base: tokio::time::Instant,
+}
+
+/// The start of a second, of two and of three (all windows tried below).
+const T0: u64 = 1_800_000_000_000;
+
+impl tollgate::clock::Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        T0 + u64::try_from(self.base.elapsed().as_millis()).unwrap()
+    }
+}
+
+/// Requests arriving at `arrivals` (ms) against one delaying limit, through
+/// the in-process pipeline on paused time; each one's status and the
+/// instant (ms) it was answered.
+fn replay(yaml: &str, arrivals: &[u64]) -> Vec<(u64, StatusCode, u64)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let base = tokio::time::Instant::now();
+        let config = tollgate::config::load::parse_str(yaml).unwrap();
+        let gw = std::sync::Arc::new(
+            tollgate::Gateway::with_clock(config, std::sync::Arc::new(TokioClock { base }))
+                .await
+                .unwrap(),
+        );
+        let peer: std::net::SocketAddr = "192.0.2.7:40000".parse().unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for &at in arrivals {
+            let gw = gw.clone();
+            tasks.spawn(async move {
+                tokio::time::sleep_until(base + Duration::from_millis(at)).await;
+                let req = http::Request::get("http://t/d")
+                    .body(http_body_util::Full::new(bytes::Bytes::new()))
+                    .unwrap();
+                let res = gw.handle(req, peer).await;
+                let done = u64::try_from(base.elapsed().as_millis()).unwrap();
+                (at, res.status(), done)
+            });
+        }
+        tasks.join_all().await
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Whatever the arrivals: no window admits more than the limit, no
+    /// request waits longer than `max_delay`, a queue of 0 never waits, and
+    /// a request refused while nothing waited ahead of it could not have
+    /// been admitted within `max_delay`.
+    #[test]
+    fn delayed_requests_never_pass_the_limit_nor_their_max_delay(
+        mut arrivals in proptest::collection::vec(0u64..3_000, 1..40),
+        limit in 1u64..6,
+        window_s in 1u64..4,
+        exact in proptest::bool::ANY,
+        max_delay in 50u64..3_000,
+        max_queue in 0usize..8,
+    ) {
+        arrivals.sort_unstable();
+        let algorithm = if exact { "sliding_log" } else { "fixed_window" };
+        let yaml = format!(
+            "listen: 127.0.0.1:0\nroutes:\n  - name: d\n    respond: {{}}\n    max_queue: {max_queue}\n    limits:\n      - {{ name: p, key: ip, limit: {limit}, window: {window_s}s, algorithm: {algorithm}, on_limit: delay, max_delay: {max_delay}ms }}\n"
+        );
+        let answers = replay(&yaml, &arrivals);
+        let window = window_s * 1_000;
+        let admitted: Vec<u64> = {
+            let mut a: Vec<u64> = answers.iter().filter(|a| a.1 == StatusCode::OK).map(|a| a.2).collect();
+            a.sort_unstable();
+            a
+        };
+        for (i, &t) in admitted.iter().enumerate() {
+            let in_window = if exact {
+                admitted[i..].iter().take_while(|&&u| u < t + window).count()
+            } else {
+                admitted.iter().filter(|&&u| u / window == t / window).count()
+            };
+            proptest::prop_assert!(in_window as u64 <= limit, "{in_window} admitted in the window of {t}: {answers:?}");
+        }
+        for &(at, status, done) in &answers {
+            proptest::prop_assert!(done - at <= max_delay, "answered {done} after arriving {at}: {answers:?}");
+            if max_queue == 0 {
+                proptest::prop_assert_eq!(done, at, "nothing waits with max_queue: 0");
+            }
+            proptest::prop_assert!(status == StatusCode::OK || status == StatusCode::TOO_MANY_REQUESTS);
+        }
+        // The first request is always admitted at once.
+        proptest::prop_assert_eq!(answers.iter().filter(|a| a.0 == a.2 && a.1 == StatusCode::OK).count() >= 1, true);
+    }
+}
