@@ -9,7 +9,7 @@
 //! Dropping the body is an end too, so a slot or a settlement is never
 //! left behind by a path that forgets it: the client closing mid-response,
 //! a task that panics while it holds the body, a connection timed out.
-//! A body without a watch costs one `Option` check per frame.
+//! A body without a watch costs one emptiness check per frame.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -30,17 +30,18 @@ pub trait Watch: Send + Sync + 'static {
     fn end(&mut self, complete: bool);
 }
 
-/// An upstream's response body, with an optional [`Watch`].
+/// An upstream's response body, with the [`Watch`]es told about it.
 pub struct Watched {
     inner: Incoming,
-    watch: Option<Box<dyn Watch>>,
+    /// Empty (no allocation) for most responses.
+    watches: Vec<Box<dyn Watch>>,
 }
 
 impl std::fmt::Debug for Watched {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watched")
             .field("inner", &self.inner)
-            .field("watched", &self.watch.is_some())
+            .field("watches", &self.watches.len())
             .finish()
     }
 }
@@ -48,19 +49,20 @@ impl std::fmt::Debug for Watched {
 impl Watched {
     /// `inner` with nothing watching it.
     pub fn new(inner: Incoming) -> Self {
-        Self { inner, watch: None }
-    }
-
-    /// Sets what watches this body; a watch set earlier ends at once
-    /// (incomplete), so only one is ever told about the body.
-    pub fn set_watch(&mut self, watch: Box<dyn Watch>) {
-        if let Some(mut old) = self.watch.replace(watch) {
-            old.end(false);
+        Self {
+            inner,
+            watches: Vec::new(),
         }
     }
 
+    /// Adds `watch` to those told about this body, from its next frame on.
+    pub fn add_watch(&mut self, watch: Box<dyn Watch>) {
+        self.watches.push(watch);
+    }
+
+    /// Tells every watch the body ended, once: the list is emptied.
     fn end(&mut self, complete: bool) {
-        if let Some(mut w) = self.watch.take() {
+        for mut w in self.watches.drain(..) {
             w.end(complete);
         }
     }
@@ -82,15 +84,17 @@ impl Body for Watched {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
         let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        let Some(watch) = this.watch.as_mut() else {
+        if this.watches.is_empty() {
             return Poll::Ready(polled);
-        };
+        }
         match &polled {
             Some(Ok(frame)) => {
-                if let Some(d) = frame.data_ref() {
-                    watch.data(d.len());
-                } else if let Some(t) = frame.trailers_ref() {
-                    watch.trailers(t);
+                for watch in &mut this.watches {
+                    if let Some(d) = frame.data_ref() {
+                        watch.data(d.len());
+                    } else if let Some(t) = frame.trailers_ref() {
+                        watch.trailers(t);
+                    }
                 }
                 if this.inner.is_end_stream() {
                     this.end(true);
