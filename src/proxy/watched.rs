@@ -3,7 +3,7 @@
 //! the body ends, a cost settled by a trailer or by the bytes sent.
 //!
 //! [`Watched`] passes every frame through untouched and tells its
-//! [`Watch`] what went by: the length of each data frame, the trailers,
+//! [`Watch`]es what went by: the length of each data frame, the trailers,
 //! and, exactly once, the end — complete (the upstream's body ended), or
 //! not (it failed, or the client went away and hyper dropped the body).
 //! Dropping the body is an end too, so a slot or a settlement is never
