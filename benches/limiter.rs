@@ -230,6 +230,7 @@ fn headers(c: &mut Criterion) {
         algorithm: Default::default(),
         plan: false,
         sync: None,
+        concurrency: None,
     }];
     let store = MemoryStore::new();
     let d = store.decide_now(

@@ -204,6 +204,10 @@ pub struct Redis {
     /// Redis this often
     #[schemars(transform = super::shape::duration)]
     pub sync: Field<Text>,
+    /// `lease: 10s` — a concurrency slot's lease in Redis, renewed while
+    /// its request lives
+    #[schemars(transform = super::shape::duration)]
+    pub lease: Field<Text>,
 }
 
 /// `store.redis.sentinel:`
@@ -448,4 +452,6 @@ pub struct Limit {
     /// `sync: 100ms` or `sync: off` (sliding and fixed windows)
     #[schemars(transform = super::shape::sync)]
     pub sync: Field<Text>,
+    /// `concurrency: 10` — requests in flight at once, instead of a rate
+    pub concurrency: Field<Int>,
 }
