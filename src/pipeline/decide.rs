@@ -15,6 +15,7 @@ use tracing::debug;
 use super::exchange::{Checked, Exchange};
 use super::gateway::{Gateway, Runtime};
 use crate::config::{Config, Limit};
+use crate::decision::concurrency;
 use crate::decision::shadow::{self, RouteDecision};
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
@@ -57,7 +58,8 @@ pub async fn decide<B>(
     };
     let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller);
     ex.counted_as(&requests);
-    let decision = shadow::decide(
+    // Concurrency slots first, then the rate limits (issue 15).
+    let (decision, slots) = concurrency::decide(
         &gw.limiter,
         now_ms,
         limits,
@@ -66,6 +68,7 @@ pub async fn decide<B>(
         route.route.on_error,
     )
     .await;
+    ex.slots = slots;
     shadow::record(
         &decision,
         &route.route.name,
@@ -80,9 +83,13 @@ pub async fn decide<B>(
     }
     let refused = (!decision.allowed()).then(|| {
         debug!(route = %route.route.name, "limited");
+        let in_flight = concurrency::refused_by_concurrency(&decision, limits);
         GatewayError::Limited {
             policies: decision.violated(limits),
-            retry_after: decision.retry_after_ms().map(headers::ceil_secs),
+            retry_after: (!in_flight)
+                .then(|| decision.retry_after_ms().map(headers::ceil_secs))
+                .flatten(),
+            in_flight,
         }
     });
     ex.checked = Some(Checked {

@@ -11,6 +11,7 @@ use http::{HeaderValue, Method, Request};
 use super::gateway::Runtime;
 use crate::config::{KeySource, KeySpec, Limit};
 use crate::decision::shadow::RouteDecision;
+use crate::decision::slots::Slots;
 use crate::identity::{self, Caller};
 use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
@@ -41,6 +42,9 @@ pub struct Exchange {
     pub identities: Option<Identities>,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
+    /// The concurrency slots the request holds (issue 15): handed to the
+    /// response by `act`, else given back when the exchange ends.
+    pub slots: Option<Slots>,
 }
 
 impl Exchange {
@@ -54,6 +58,7 @@ impl Exchange {
             checked: None,
             identities: None,
             recording: None,
+            slots: None,
         }
     }
 

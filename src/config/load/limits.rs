@@ -43,8 +43,11 @@ impl Check<'_> {
                 Ok(*b)
             })
             .map(|p| p.unwrap_or(false));
-        let concurrency =
-            self.optional(&limit.concurrency, &child_key(path, "concurrency"), positive)?;
+        let concurrency = self.optional(
+            &limit.concurrency,
+            &child_key(path, "concurrency"),
+            positive,
+        )?;
         if let Some(n) = concurrency.and_then(NonZeroU64::new) {
             self.no_rate(limit, path)?;
             return Ok(Limit {

@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use super::check::{Check, Checked, choice, int, parse_duration, parse_lease, parse_sync, parse_timeout, text,
+use super::check::{
+    Check, Checked, choice, int, parse_duration, parse_lease, parse_sync, parse_timeout, text,
 };
 use crate::config::file;
 use crate::config::position::child_key;

@@ -56,7 +56,9 @@ impl MemoryLeases {
         let i = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
         // A panic elsewhere cannot leave a count half-written: each
         // operation is one insert or one remove.
-        self.shards[i].lock().unwrap_or_else(PoisonError::into_inner)
+        self.shards[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Takes one of `cap` slots of `key` if one is free.
