@@ -5,6 +5,9 @@
 #[path = "support/mod.rs"]
 mod support;
 
+#[path = "limits/concurrency.rs"]
+mod concurrency;
+
 use std::sync::Arc;
 
 use http::StatusCode;
