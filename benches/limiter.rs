@@ -231,6 +231,7 @@ fn headers(c: &mut Criterion) {
         plan: false,
         sync: None,
         delay: None,
+        concurrency: None,
     }];
     let store = MemoryStore::new();
     let d = store.decide_now(

@@ -238,6 +238,10 @@ pub struct RedisConfig {
     /// known fleet total, with the counts exchanged with Redis every this
     /// often ([`crate::decision::sync`]). `None`: every decision in Redis.
     pub sync: Option<Duration>,
+    /// How long a concurrency slot's lease lives in Redis unless renewed
+    /// (`lease:`, issue 15): live requests renew theirs every third of it,
+    /// and the slots of a gateway that died free within it.
+    pub lease: Duration,
 }
 
 impl Default for RedisConfig {
@@ -256,6 +260,7 @@ impl Default for RedisConfig {
             reconnect_jitter: Duration::from_millis(100),
             pool_size: 1,
             sync: None,
+            lease: Duration::from_secs(10),
         }
     }
 }
@@ -628,6 +633,10 @@ pub struct Limit {
     /// (`max_delay`; see [`crate::pipeline::delay`]). `None` refuses at once
     /// (`on_limit: reject`, the default).
     pub delay: Option<Duration>,
+    /// `concurrency: N`: a cap on the caller's requests in flight instead
+    /// of a rate (issue 15, [`crate::limit::concurrency`]); `limit` holds
+    /// the same number and `window_ms` a placeholder. `None` for a rate.
+    pub concurrency: Option<NonZeroU64>,
 }
 
 /// What a limit does with a request it denies (`on_limit:`).

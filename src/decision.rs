@@ -5,8 +5,10 @@
 //! ([`sync`]); beside the limiter, the way back to Redis after an outage
 //! (`resync`) and `sync` mode's exchange task (`exchange`).
 
+pub mod concurrency;
 mod exchange;
 pub mod limiter;
 mod resync;
 pub mod shadow;
+pub mod slots;
 pub mod sync;

@@ -66,6 +66,11 @@ pub fn policy_header(mode: HeaderMode, limits: &[Limit]) -> Option<HeaderValue> 
         out.push_str(&l.name);
         out.push_str("\";q=");
         out.push_str(buf.format(l.limit.get()));
+        if l.concurrency.is_some() {
+            // Requests in flight have no window; the draft's quota unit says what is counted.
+            out.push_str(";qu=\"concurrent-requests\"");
+            continue;
+        }
         out.push_str(";w=");
         out.push_str(buf.format(ceil_secs(l.window_ms.get())));
     }
@@ -88,6 +93,10 @@ pub fn ratelimit_value(limits: &[Limit], decision: &Decision) -> Option<HeaderVa
         out.push_str(&l.name);
         out.push_str("\";r=");
         out.push_str(buf.format(o.remaining));
+        if l.concurrency.is_some() {
+            // The draft makes `t` optional: nothing tells when a slot frees.
+            continue;
+        }
         out.push_str(";t=");
         out.push_str(buf.format(ceil_secs(t_ms)));
     }
@@ -188,6 +197,7 @@ mod tests {
             plan: false,
             sync: None,
             delay: None,
+            concurrency: None,
         }
     }
 

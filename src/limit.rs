@@ -8,6 +8,7 @@
 //! never asks the store again.
 
 pub mod calendar;
+pub mod concurrency;
 pub mod deny_cache;
 pub mod fixed_window;
 pub mod gcra;

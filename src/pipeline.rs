@@ -30,6 +30,7 @@ pub mod decide;
 pub mod delay;
 pub mod exchange;
 pub mod gateway;
+mod held;
 pub mod observe;
 pub mod refusal;
 pub mod route;
@@ -108,7 +109,8 @@ impl Gateway {
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
         let (req, route) = self.until_act(req, rt, ex).await?;
-        act::act(self, rt, &route, req, ex.peer.ip()).await
+        let slots = ex.slots.take();
+        act::act(self, rt, &route, req, ex.peer.ip(), slots).await
     }
 
     /// The phases before `act`: the request, canonical, and its route.

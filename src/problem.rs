@@ -33,8 +33,12 @@ pub enum GatewayError {
     Limited {
         /// Names of the limits that denied.
         policies: Vec<String>,
-        /// Seconds until the request would be admitted; `None` if never.
+        /// Seconds until the request would be admitted; `None` if never,
+        /// or if unknown (`in_flight`).
         retry_after: Option<u64>,
+        /// A concurrency limit denied (issue 15): too many of the caller's
+        /// requests are in flight, and nothing tells when one will end.
+        in_flight: bool,
     },
     /// The route's limits come from plans and the caller has none: no API
     /// key, or one that is not known, with `api_keys.unknown: reject`.
@@ -155,7 +159,16 @@ impl GatewayError {
         match self {
             Self::Limited {
                 policies,
+                in_flight: true,
+                ..
+            } => format!(
+                "Too many requests in flight for {}; retry once one of them has ended",
+                policies.join(", ")
+            ),
+            Self::Limited {
+                policies,
                 retry_after: Some(s),
+                in_flight: false,
             } => format!(
                 "Rate limit exceeded for {}; retry in {s} s",
                 policies.join(", ")
@@ -163,6 +176,7 @@ impl GatewayError {
             Self::Limited {
                 policies,
                 retry_after: None,
+                in_flight: false,
             } => format!(
                 "The request costs more than the limit {} allows in a window; it can never be admitted",
                 policies.join(", ")
@@ -260,6 +274,7 @@ mod tests {
         let e = GatewayError::Limited {
             policies: vec!["demo".into()],
             retry_after: Some(7),
+            in_flight: false,
         };
         assert_eq!(
             e.problem(),

@@ -67,6 +67,7 @@ fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
                 plan: false,
                 // A plan limit inherits the shadow flag of the limit it expands.
                 shadow: l.shadow,
+                concurrency: None,
             };
             let stored = Limit {
                 name: Arc::from(format!("{}.{}", l.name, pl.name)),
@@ -174,7 +175,10 @@ fn digest_suffixes(routes: &mut [CompiledRoute]) {
 }
 
 fn key_suffix(route: &str, limit: &Limit) -> String {
-    keys::limit_suffix(route, &limit.name, limit.algorithm)
+    match limit.concurrency {
+        Some(_) => keys::concurrency_suffix(route, &limit.name),
+        None => keys::limit_suffix(route, &limit.name, limit.algorithm),
+    }
 }
 
 /// `want` is lower-case; `*.example.com` matches any subdomain (not the apex).

@@ -25,10 +25,23 @@ use hyper_util::rt::TokioIo;
 use tracing::debug;
 
 /// An upgrade the client asked for, waiting for the upstream's answer.
-#[derive(Debug)]
 pub struct Pending {
     client: OnUpgrade,
     protocol: HeaderValue,
+    /// Held by the tunnel until it closes (a request's concurrency slots).
+    held: Option<Hold>,
+}
+
+/// Something a tunnel holds until it closes; dropped then.
+pub type Hold = Box<dyn Send + 'static>;
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("protocol", &self.protocol)
+            .field("held", &self.held.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// `Connection: upgrade`.
@@ -47,7 +60,11 @@ pub fn take<B>(req: &mut Request<B>) -> Option<Pending> {
         return None;
     }
     let client = hyper::upgrade::on(req);
-    Some(Pending { client, protocol })
+    Some(Pending {
+        client,
+        protocol,
+        held: None,
+    })
 }
 
 impl Pending {
@@ -56,6 +73,12 @@ impl Pending {
     pub fn restore(&self, headers: &mut HeaderMap) {
         headers.insert(UPGRADE, self.protocol.clone());
         headers.insert(CONNECTION, CONNECTION_UPGRADE.clone());
+    }
+
+    /// Makes the tunnel hold `thing` until it closes; dropped with this
+    /// upgrade when there is no tunnel.
+    pub fn hold(&mut self, thing: Hold) {
+        self.held = Some(thing);
     }
 
     /// When the upstream switched protocols, joins the two connections on a
@@ -70,7 +93,10 @@ impl Pending {
         res.headers_mut()
             .insert(CONNECTION, CONNECTION_UPGRADE.clone());
         let client = self.client;
+        let held = self.held;
         tokio::spawn(async move {
+            // Dropped when this task ends: the tunnel closed or never opened.
+            let _held = held;
             let (client, upstream) = match tokio::try_join!(client, upstream) {
                 Ok(pair) => pair,
                 Err(e) => {

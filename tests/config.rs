@@ -261,6 +261,47 @@ fn unknown_top_level_field() {
 }
 
 #[test]
+fn a_concurrency_limit_refuses_the_fields_of_a_rate() {
+    let src = format!(
+        "{HEAD}  - name: api
+    upstream: http://upstream.test
+    limits:
+      - name: at_once
+        key: ip
+        concurrency: 3
+        window: 1m
+      - name: zero
+        key: ip
+        concurrency: 0
+"
+    );
+    let errs = errors(&src);
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0].starts_with("routes[0].limits[0].window: a concurrency limit caps requests in flight and has no window")
+            && errs[0].ends_with("(line 9, col 17)"),
+        "{errs:?}"
+    );
+    assert!(
+        errs[1].starts_with("routes[0].limits[1].concurrency:"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn store_redis_lease_is_bounded() {
+    let src = format!(
+        "store:\n  redis: {{ url: redis://127.0.0.1:1, lease: 100ms }}\n{HEAD}  - name: api\n    upstream: http://upstream.test\n"
+    );
+    let errs = errors(&src);
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("store.redis.lease: \"100ms\" is out of range")),
+        "{errs:?}"
+    );
+}
+
+#[test]
 fn unknown_fields_nested_in_a_route_and_a_limit() {
     let src = format!(
         "{HEAD}  - name: api
@@ -278,7 +319,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
         errors(&src),
         [
             r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error, max_queue (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, shadow, algorithm, burst, plan, sync, on_limit, max_delay (line 11, col 9)"#,
+            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, shadow, algorithm, burst, plan, sync, on_limit, max_delay, concurrency (line 11, col 9)"#,
         ]
     );
 }

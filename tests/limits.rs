@@ -5,6 +5,8 @@
 #[path = "support/mod.rs"]
 mod support;
 
+#[path = "limits/concurrency.rs"]
+mod concurrency;
 #[path = "limits/delay.rs"]
 mod delay;
 

@@ -52,6 +52,7 @@ use tracing::{info, warn};
 
 use super::exchange::{Exchange, SyncLink, exchange};
 use super::resync::{BEHIND, Gate, Resync, SHARED, begin_push};
+use super::slots::Concurrency;
 use super::sync::{self, SyncTable};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ClockSource, OnError, StoreConfig};
@@ -95,6 +96,8 @@ pub struct Limiter {
     exchange: std::sync::OnceLock<JoinHandle<()>>,
     /// The clock the exchange reads (the gateway's).
     clock: Arc<dyn Clock>,
+    /// Concurrency limits' slots (issue 15).
+    concurrency: Concurrency,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -200,6 +203,7 @@ impl Limiter {
             wait: cfg.redis.as_ref().map_or(Duration::ZERO, |r| r.timeout),
             retry: cfg.breaker.probe_interval,
         });
+        let concurrency = Concurrency::new(cfg, redis.clone());
         Ok(Self {
             memory: MemoryStore::new(),
             redis,
@@ -216,6 +220,7 @@ impl Limiter {
             link: Arc::new(SyncLink::default()),
             exchange: std::sync::OnceLock::new(),
             clock: Arc::new(SystemClock),
+            concurrency,
         })
     }
 
@@ -277,6 +282,11 @@ impl Limiter {
     /// Whether Redis is configured and currently answering.
     pub fn redis_connected(&self) -> Option<bool> {
         self.redis.as_ref().map(|r| r.is_connected())
+    }
+
+    /// Where concurrency limits' slots are kept (issue 15).
+    pub fn concurrency(&self) -> &Concurrency {
+        &self.concurrency
     }
 
     /// Whether the last Redis call failed, so `on_error` is deciding.

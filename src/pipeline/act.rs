@@ -9,7 +9,9 @@ use http::{Request, Response};
 use http_body_util::{Either, Full};
 
 use super::gateway::{Gateway, Runtime};
+use super::held;
 use crate::config::{Action, Respond, Upstream};
+use crate::decision::slots::Slots;
 use crate::identity;
 use crate::problem::GatewayError;
 use crate::proxy::{self, Body, ClientBody, Hop, Secure, Watched};
@@ -28,10 +30,12 @@ pub async fn act(
     route: &CompiledRoute,
     req: Request<ClientBody>,
     peer: std::net::IpAddr,
+    slots: Option<Slots>,
 ) -> Result<Response<Body>, GatewayError> {
     match &route.route.action {
+        // A local answer: the slots go back as it is made.
         Action::Respond(r) => Ok(respond(r)),
-        Action::Upstream(up) => forward(gw, rt, route, req, up, peer).await,
+        Action::Upstream(up) => forward(gw, rt, route, req, up, peer, slots).await,
     }
 }
 
@@ -50,6 +54,7 @@ async fn forward(
     mut req: Request<ClientBody>,
     up: &Upstream,
     peer: std::net::IpAddr,
+    slots: Option<Slots>,
 ) -> Result<Response<Body>, GatewayError> {
     let cfg = &rt.config;
     let upgrade = if up.upgrade {
@@ -80,8 +85,19 @@ async fn forward(
     if let Some(m) = rt.route_metrics.get(route.index).and_then(Option::as_ref) {
         m.upstream_response(res.status(), sent.elapsed());
     }
-    if let Some(u) = upgrade {
+    // The slots live as long as the response: its body, or the tunnel.
+    let mut slots = slots.filter(|s| !s.is_empty());
+    if let Some(mut u) = upgrade {
+        if let Some(s) = slots.take_if(|_| held::switching(&res)) {
+            u.hold(Box::new(s));
+        }
         u.finish(&mut res);
     }
-    Ok(res.map(|b| Either::Left(Watched::new(b))))
+    Ok(res.map(|b| {
+        let mut body = Watched::new(b);
+        if let Some(s) = slots {
+            body.add_watch(held::watch(s));
+        }
+        Either::Left(body)
+    }))
 }

@@ -18,7 +18,9 @@ use super::delay;
 use super::exchange::{Checked, Exchange};
 use super::gateway::{Gateway, Runtime};
 use crate::config::{Config, Limit};
+use crate::decision::concurrency;
 use crate::decision::shadow::{self, RouteDecision};
+use crate::decision::slots::Slots;
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
 use crate::limit::LimitRequest;
@@ -61,31 +63,8 @@ pub async fn decide<B>(
     };
     let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller);
     ex.counted_as(&requests);
-    let mut decision = shadow::decide(
-        &gw.limiter,
-        now_ms,
-        limits,
-        route.route.shadow,
-        &requests,
-        route.route.on_error,
-    )
-    .await;
-    let mut now_ms = now_ms;
-    if ex.may_wait
-        && let Some(budget) = delay::budget(&decision, limits)
-    {
-        let metrics = ex.metrics.as_ref().map(|m| m.delay.clone());
-        (decision, now_ms) = wait(
-            gw,
-            route,
-            limits,
-            &requests,
-            budget,
-            (decision, now_ms),
-            metrics,
-        )
-        .await;
-    }
+    let (decision, slots, now_ms) = decide_limits(gw, route, limits, &requests, now_ms, ex).await;
+    ex.slots = slots;
     shadow::record(
         &decision,
         &route.route.name,
@@ -100,9 +79,13 @@ pub async fn decide<B>(
     }
     let refused = (!decision.allowed()).then(|| {
         debug!(route = %route.route.name, "limited");
+        let in_flight = concurrency::refused_by_concurrency(&decision, limits);
         GatewayError::Limited {
             policies: decision.violated(limits),
-            retry_after: decision.retry_after_ms().map(headers::ceil_secs),
+            retry_after: (!in_flight)
+                .then(|| decision.retry_after_ms().map(headers::ceil_secs))
+                .flatten(),
+            in_flight,
         }
     });
     ex.checked = Some(Checked {
@@ -112,6 +95,56 @@ pub async fn decide<B>(
         now_ms,
     });
     refused.map_or(Ok(()), Err)
+}
+
+/// Decides the request's limits — concurrency slots first, then the rate
+/// limits ([`concurrency::decide`]) — and, when `on_limit: delay` lets it,
+/// waits for them to admit it ([`wait`]). Returns the decision, the slots
+/// it holds and its instant.
+async fn decide_limits(
+    gw: &Gateway,
+    route: &CompiledRoute,
+    limits: &[Limit],
+    requests: &[LimitRequest],
+    now_ms: u64,
+    ex: &Exchange,
+) -> (RouteDecision, Option<Slots>, u64) {
+    let (decision, slots) = once(gw, route, limits, requests, now_ms).await;
+    match delay::budget(&decision, limits) {
+        Some(budget) if ex.may_wait => {
+            let metrics = ex.metrics.as_ref().map(|m| m.delay.clone());
+            wait(
+                gw,
+                route,
+                limits,
+                requests,
+                budget,
+                (decision, now_ms),
+                metrics,
+            )
+            .await
+        }
+        _ => (decision, slots, now_ms),
+    }
+}
+
+/// One decision of the request's limits at `now_ms`.
+async fn once(
+    gw: &Gateway,
+    route: &CompiledRoute,
+    limits: &[Limit],
+    requests: &[LimitRequest],
+    now_ms: u64,
+) -> (RouteDecision, Option<Slots>) {
+    concurrency::decide(
+        &gw.limiter,
+        now_ms,
+        limits,
+        route.route.shadow,
+        requests,
+        route.route.on_error,
+    )
+    .await
 }
 
 /// `on_limit: delay`: waits in the request's line and decides it again
@@ -125,7 +158,7 @@ async fn wait(
     (mut max, retry): (Duration, u64),
     mut last: (RouteDecision, u64),
     metrics: Option<DelayMetrics>,
-) -> (RouteDecision, u64) {
+) -> (RouteDecision, Option<Slots>, u64) {
     let line = requests
         .iter()
         .map(|r| r.key.as_str())
@@ -137,31 +170,23 @@ async fn wait(
         line.into(),
         metrics,
     ) else {
-        return last;
+        return (last.0, None, last.1);
     };
     let arrived = place.arrived();
     if !place.reach_head(arrived + max).await {
-        return last;
+        return (last.0, None, last.1);
     }
     let mut ready = arrived + Duration::from_millis(retry);
     while ready <= arrived + max {
         tokio::time::sleep_until(ready).await;
         let now_ms = gw.clock.now_ms();
-        let decision = shadow::decide(
-            &gw.limiter,
-            now_ms,
-            limits,
-            route.route.shadow,
-            requests,
-            route.route.on_error,
-        )
-        .await;
+        let (decision, slots) = once(gw, route, limits, requests, now_ms).await;
         if decision.allowed() {
             place.admitted();
-            return (decision, now_ms);
+            return (decision, slots, now_ms);
         }
         let Some((m, retry)) = delay::budget(&decision, limits) else {
-            return (decision, now_ms);
+            return (decision, None, now_ms);
         };
         max = max.min(m);
         // At least a millisecond: a store that says "now" again is asked
@@ -169,7 +194,7 @@ async fn wait(
         ready = Instant::now() + Duration::from_millis(retry.max(1));
         last = (decision, now_ms);
     }
-    last
+    (last.0, None, last.1)
 }
 
 /// The route's limits for the caller's plan, when they come from plans.

@@ -11,6 +11,7 @@ use http::{HeaderValue, Method, Request};
 use super::gateway::Runtime;
 use crate::config::{KeySource, KeySpec, Limit};
 use crate::decision::shadow::RouteDecision;
+use crate::decision::slots::Slots;
 use crate::identity::{self, Caller};
 use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
@@ -44,6 +45,9 @@ pub struct Exchange {
     /// Whether a request an `on_limit: delay` limit denies may wait (not
     /// in a rehearsal).
     pub may_wait: bool,
+    /// The concurrency slots the request holds (issue 15): handed to the
+    /// response by `act`, else given back when the exchange ends.
+    pub slots: Option<Slots>,
 }
 
 impl Exchange {
@@ -58,6 +62,7 @@ impl Exchange {
             identities: None,
             recording: None,
             may_wait: true,
+            slots: None,
         }
     }
 

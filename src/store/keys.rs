@@ -62,6 +62,13 @@ pub fn limit_suffix(route: &str, limit: &str, algorithm: Algorithm) -> String {
     }
 }
 
+/// `:<route>:<limit>:concurrency`: a concurrency limit's slots (issue 15)
+/// are a sorted set of leases in Redis, a shape of their own, so they
+/// never share a key with a rate limit of the same name.
+pub fn concurrency_suffix(route: &str, limit: &str) -> String {
+    format!(":{route}:{limit}:concurrency")
+}
+
 /// The Redis hash of dynamic API keys: `<prefix>keys`.
 pub fn api_key_hash(prefix: &str) -> String {
     format!("{prefix}keys")

@@ -18,6 +18,8 @@
 //! its window and its state, the sliding log boxed so that the slot is
 //! sized for the counters: the lookup reads the slot and nothing else.
 
+pub mod leases;
+
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Mutex, MutexGuard, PoisonError};

@@ -75,6 +75,7 @@ mod cluster;
 mod commands;
 pub mod fault;
 pub mod heartbeat;
+pub mod leases;
 mod push;
 mod script;
 pub mod sync;
@@ -186,6 +187,12 @@ impl RedisStore {
     /// The refusals standing, for metrics.
     pub fn health(&self) -> &Health {
         &self.clients.health
+    }
+
+    /// Whether the store talks to a Cluster (a call's keys must then share
+    /// a slot).
+    pub fn is_clustered(&self) -> bool {
+        self.clients.clustered
     }
 
     /// `clock: redis`: from now on the scripts read Redis `TIME`.

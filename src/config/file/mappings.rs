@@ -204,6 +204,10 @@ pub struct Redis {
     /// Redis this often
     #[schemars(transform = super::shape::duration)]
     pub sync: Field<Text>,
+    /// `lease: 10s` — a concurrency slot's lease in Redis, renewed while
+    /// its request lives
+    #[schemars(transform = super::shape::duration)]
+    pub lease: Field<Text>,
 }
 
 /// `store.redis.sentinel:`
@@ -462,4 +466,6 @@ pub struct Limit {
     /// `max_delay: 2s` (with `on_limit: delay`)
     #[schemars(transform = super::shape::duration)]
     pub max_delay: Field<Text>,
+    /// `concurrency: 10` — requests in flight at once, instead of a rate
+    pub concurrency: Field<Int>,
 }

@@ -325,6 +325,19 @@ pub(super) fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A concurrency slot's lease (`store.redis.lease`): from 1 s (renewed
+/// every third of it) to 10 minutes (the slots of a gateway that died
+/// stay taken that long).
+pub(super) fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_secs(1) || d > Duration::from_secs(600) {
+        return Err(format!(
+            "{s:?} is out of range; lease takes 1s to 10m, e.g. 10s"
+        ));
+    }
+    Ok(d)
+}
+
 /// A `sync` interval: from 10 ms (a call per instance a hundred times a
 /// second) to one minute (the over-admission bound grows with it).
 pub(super) fn parse_sync(s: &str) -> Result<Duration, String> {

@@ -59,6 +59,27 @@ impl Check<'_> {
                 Ok(*b)
             })
             .map(|p| p.unwrap_or(false));
+        let concurrency = self.optional(
+            &limit.concurrency,
+            &child_key(path, "concurrency"),
+            positive,
+        )?;
+        if let Some(n) = concurrency.and_then(NonZeroU64::new) {
+            self.no_rate(limit, path)?;
+            return Ok(Limit {
+                name: name?,
+                key: key?,
+                limit: n,
+                window_ms: NonZeroU64::MIN,
+                cost: None,
+                algorithm: Algorithm::default(),
+                plan: false,
+                shadow: shadow?.unwrap_or(false),
+                sync: None,
+                delay: None,
+                concurrency: Some(n),
+            });
+        }
         if let Ok(true) = plan {
             self.no_numbers(limit, path)?;
             return Ok(Limit {
@@ -72,6 +93,7 @@ impl Check<'_> {
                 shadow: shadow?.unwrap_or(false),
                 sync: None,
                 delay: None,
+                concurrency: None,
             });
         }
         let max = self.required(&limit.limit, path, "limit", positive);
@@ -92,6 +114,7 @@ impl Check<'_> {
             shadow: shadow?.unwrap_or(false),
             sync: sync?,
             delay: delay?,
+            concurrency: None,
         })
     }
 
@@ -119,6 +142,32 @@ impl Check<'_> {
                 "max_delay applies to a limit with on_limit: delay; add on_limit: delay or remove max_delay",
             )),
         }
+    }
+
+    /// A concurrency limit counts requests in flight, not a rate: the
+    /// fields of a rate (and `plan`) written beside it would be silently
+    /// ignored, so they are refused.
+    fn no_rate(&mut self, limit: &file::Limit, path: &str) -> Checked<()> {
+        let mut alone = Ok(());
+        for (field, absent) in [
+            ("limit", limit.limit.is_absent()),
+            ("window", limit.window.is_absent()),
+            ("algorithm", limit.algorithm.is_absent()),
+            ("burst", limit.burst.is_absent()),
+            ("sync", limit.sync.is_absent()),
+            ("cost", limit.cost.is_absent()),
+            ("plan", limit.plan.is_absent()),
+            ("on_limit", limit.on_limit.is_absent()),
+            ("max_delay", limit.max_delay.is_absent()),
+        ] {
+            if !absent {
+                alone = Err(self.value_error(
+                    &child_key(path, field),
+                    format!("a concurrency limit caps requests in flight and has no {field}; remove this, or write the rate as a limit of its own"),
+                ));
+            }
+        }
+        alone
     }
 
     /// A limit with `plan: true` takes its numbers from the caller's plan;

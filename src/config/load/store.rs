@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use super::check::{Check, Checked, choice, int, parse_duration, parse_sync, parse_timeout, text};
+use super::check::{
+    Check, Checked, choice, int, parse_duration, parse_lease, parse_sync, parse_timeout, text,
+};
 use crate::config::file;
 use crate::config::position::child_key;
 use crate::config::{
@@ -110,6 +112,7 @@ impl Check<'_> {
         );
         let pool_size = self.optional(&redis.pool_size, &child_key(path, "pool_size"), int(1, 64));
         let sync = self.optional(&redis.sync, &child_key(path, "sync"), text(parse_sync));
+        let lease = self.optional(&redis.lease, &child_key(path, "lease"), text(parse_lease));
 
         self.one_redis(redis, path)?;
         let (url, topology, tls) = (url?, topology?, tls?);
@@ -139,6 +142,7 @@ impl Check<'_> {
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(defaults.pool_size),
             sync: sync?,
+            lease: lease?.unwrap_or(defaults.lease),
         })
     }
 

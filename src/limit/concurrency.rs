@@ -1,0 +1,47 @@
+//! Concurrency limits (issue 15): `{ name, key, concurrency: N }` caps a
+//! caller's requests in flight instead of a rate.
+//!
+//! A request takes one slot per concurrency limit before it is forwarded
+//! and gives it back when its response ends — body complete, client gone,
+//! upstream failed, tunnel closed. There is no window and no cost: a slot
+//! is held or it is not. The stores keep the slots (a count per key in
+//! process, a sorted set of leases in Redis); this module holds the
+//! arithmetic they share and the outcome a slot decision shows in the
+//! rate-limit headers.
+
+use crate::limit::LimitOutcome;
+
+/// The `qu` of a concurrency limit's `RateLimit-Policy` item.
+pub const QUOTA_UNIT: &str = "concurrent-requests";
+
+/// Whether a key holding `held` slots of `cap` admits one more.
+pub fn admits(held: u64, cap: u64) -> bool {
+    held < cap
+}
+
+/// The outcome a slot decision shows: `free` slots left after it (a denied
+/// or released request's own slot not counted as taken). No reset and no
+/// Retry-After: nothing tells when a request in flight will end, so a
+/// denial names no time (`retry_after_ms: None`).
+pub fn outcome(admits: bool, free: u64) -> LimitOutcome {
+    LimitOutcome {
+        admits,
+        remaining: free,
+        reset_ms: 0,
+        retry_after_ms: admits.then_some(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_key_denies_and_names_no_time() {
+        assert!(admits(2, 3));
+        assert!(!admits(3, 3));
+        let o = outcome(false, 0);
+        assert_eq!((o.admits, o.remaining, o.retry_after_ms), (false, 0, None));
+        assert_eq!(outcome(true, 2).retry_after_ms, Some(0));
+    }
+}
