@@ -43,6 +43,7 @@ mod check;
 mod errors;
 mod limits;
 mod routes;
+mod settle;
 mod server;
 mod store;
 

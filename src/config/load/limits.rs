@@ -32,7 +32,7 @@ impl Check<'_> {
     fn limit(&mut self, limit: &file::Limit, path: &str) -> Checked<Limit> {
         let name = self.required(&limit.name, path, "name", text(parse_limit_name));
         let key = self.required(&limit.key, path, "key", Self::key);
-        let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
+        let (cost, settle) = self.cost(limit, path);
         let shadow = self.optional(
             &limit.shadow,
             &child_key(path, "shadow"),
@@ -55,6 +55,7 @@ impl Check<'_> {
                 plan: true,
                 shadow: shadow?.unwrap_or(false),
                 sync: None,
+                settle: None,
             });
         }
         let max = self.required(&limit.limit, path, "limit", positive);
@@ -62,6 +63,7 @@ impl Check<'_> {
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
         let sync = self.sync(&limit.sync, &algorithm, &window, path);
+        let settle = self.settled_limit(settle, &algorithm, &sync, path);
         plan?;
         Ok(Limit {
             name: name?,
@@ -73,6 +75,7 @@ impl Check<'_> {
             plan: false,
             shadow: shadow?.unwrap_or(false),
             sync: sync?,
+            settle: settle?,
         })
     }
 
@@ -86,10 +89,17 @@ impl Check<'_> {
             ("algorithm", limit.algorithm.is_absent()),
             ("burst", limit.burst.is_absent()),
             ("sync", limit.sync.is_absent()),
+            (
+                "cost",
+                !matches!(limit.cost, Field::Valid(file::Cost::Settled(_))),
+            ),
+            ("bytes", limit.bytes.is_absent()),
         ] {
             if !absent {
                 let message = if field == "sync" {
                     "a limit with plan: true takes its limits from the caller's plan; set sync on the plan's limits"
+                } else if field == "cost" || field == "bytes" {
+                    "a limit with plan: true cannot be settled by the response; give the route a limit of its own with this"
                 } else {
                     "a limit with plan: true takes its numbers from the caller's plan; remove this"
                 };
