@@ -8,5 +8,6 @@
 mod exchange;
 pub mod limiter;
 mod resync;
+pub mod settle;
 pub mod shadow;
 pub mod sync;

@@ -32,6 +32,7 @@ pub mod gateway;
 pub mod observe;
 pub mod refusal;
 pub mod route;
+mod settle;
 
 pub use exchange::{Exchange, Rehearsal};
 pub use gateway::{Gateway, Runtime, StartError};
@@ -103,8 +104,10 @@ impl Gateway {
         rt: &Runtime,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
-        let (req, route) = self.until_act(req, rt, ex).await?;
-        act::act(self, rt, &route, req, ex.peer.ip()).await
+        let (mut req, route) = self.until_act(req, rt, ex).await?;
+        let settling = settle::prepare(ex, &mut req);
+        let answer = act::act(self, rt, &route, req, ex.peer.ip()).await;
+        settle::finish(self, settling, answer).await
     }
 
     /// The phases before `act`: the request, canonical, and its route.

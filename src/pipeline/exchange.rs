@@ -41,6 +41,8 @@ pub struct Exchange {
     pub identities: Option<Identities>,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
+    /// Reserved costs the response settles (issue 15), once decided.
+    pub settling: Option<crate::decision::settle::Pending>,
 }
 
 impl Exchange {
@@ -54,6 +56,7 @@ impl Exchange {
             checked: None,
             identities: None,
             recording: None,
+            settling: None,
         }
     }
 
