@@ -13,10 +13,11 @@
 //! The rules, per algorithm (DESIGN §4's states):
 //!
 //! - **Sliding and fixed windows, calendar months.** The reservation went
-//!   into window `R` (the window of its instant). If the key still holds
-//!   `R` as its current window, that count moves; if it has rolled on to
-//!   `R + 1` (sliding window only), the reserved units sit in its previous
-//!   count, which moves. Otherwise the window has gone: a refund has
+//!   into window `R` (the window of its instant). While `R` still counts
+//!   (it is now's window, or for a sliding window the one before): if the
+//!   key holds `R` as its current window, that count moves; if it has
+//!   rolled on to `R + 1` (sliding window), the reserved units sit in its
+//!   previous count, which moves. Otherwise the window has gone: a refund has
 //!   nothing left to give back, and an extra charge goes into the current
 //!   window (the caller pays when the answer arrived, not never).
 //! - **GCRA.** The theoretical arrival time moves by `delta · w/L`; a refund
@@ -148,12 +149,14 @@ pub fn sliding(
     limit: u64,
     delta: i128,
 ) -> Option<sliding_window::State> {
+    // R counts while it is the current or the previous window.
+    let counts = reserved + 1 >= now_idx;
     match state {
-        Some(s) if s.window == reserved => Some(sliding_window::State {
+        Some(s) if counts && s.window == reserved => Some(sliding_window::State {
             cur: moved(s.cur, delta, limit),
             ..s
         }),
-        Some(s) if s.window == reserved + 1 => Some(sliding_window::State {
+        Some(s) if counts && s.window == reserved + 1 => Some(sliding_window::State {
             prev: moved(s.prev, delta, limit),
             ..s
         }),
@@ -178,8 +181,9 @@ pub fn fixed(
     limit: u64,
     delta: i128,
 ) -> Option<fixed_window::State> {
+    // R counts while it is the current window.
     match state {
-        Some(s) if s.window == reserved => Some(fixed_window::State {
+        Some(s) if reserved >= now_idx && s.window == reserved => Some(fixed_window::State {
             count: moved(s.count, delta, limit),
             ..s
         }),
@@ -247,6 +251,8 @@ mod tests {
         assert_eq!(sliding(Some(sw(5, 3, 2)), 5, 5, 100, -9), Some(sw(5, 3, 0)));
         // Gone: a refund gives nothing back, a charge lands now.
         assert_eq!(sliding(Some(sw(8, 1, 1)), 5, 8, 100, -3), None);
+        assert_eq!(sliding(Some(sw(5, 0, 4)), 5, 7, 100, -3), None);
+        assert_eq!(sliding(Some(sw(5, 0, 4)), 5, 7, 100, 3), Some(sw(7, 0, 3)));
         assert_eq!(sliding(None, 5, 9, 100, 3), Some(sw(9, 0, 3)));
         assert_eq!(sliding(Some(sw(7, 0, 4)), 5, 8, 100, 3), Some(sw(8, 4, 3)));
         // Never past the limit.

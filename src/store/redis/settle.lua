@@ -18,7 +18,8 @@
 -- ARGV[8]   of now; ARGV[9] the end (ms) of now's month. 0 otherwise.
 -- ARGV[10]  gcra only: the burst B. 0 otherwise.
 --
--- Windows: if the key still holds the reservation's window R, its count
+-- Windows: while the reservation's window R still counts (now's window,
+-- or for a sliding window the one before) and the key holds it, its count
 -- moves (sliding window: also when it has rolled to R + 1, where R's
 -- count is the previous one); otherwise a refund gives nothing back and
 -- an extra charge goes into the current window. Counts stay within
@@ -75,9 +76,11 @@ if alg == 0 then
       return fail(key .. ' does not hold a "<window>:<prev>:<cur>" counter')
     end
   end
-  if kw == r then
+  -- R counts while it is now's window or the one before.
+  local counts = r + 1 >= ci
+  if counts and kw == r then
     kc = moved(kc)
-  elseif kw == r + 1 then
+  elseif counts and kw == r + 1 then
     kp = moved(kp)
   elseif delta > 0 then
     -- The reservation's window has gone: charge the current one, rolling
@@ -111,7 +114,8 @@ elseif alg == 1 or alg == 4 then
       return fail(key .. ' does not hold a "<window>:<count>" counter')
     end
   end
-  if kw == r then
+  -- R counts while it is now's window.
+  if r >= ci and kw == r then
     redis.call('SET', key, str(kw) .. ':' .. str(moved(kc)), 'KEEPTTL')
     return 1
   elseif delta > 0 then
