@@ -1712,7 +1712,10 @@ async fn settle_table(store: &impl Store) -> Vec<(String, u64, u64)> {
                 cost,
                 algorithm: alg,
             };
-            let d = store.decide(T0 + at, &[req(reserve)]).await.expect("decide");
+            let d = store
+                .decide(T0 + at, &[req(reserve)])
+                .await
+                .expect("decide");
             assert!(d.allowed, "{key}");
             if let Some(t) = extra {
                 store.decide(T0 + t, &[req(1)]).await.expect("decide");
@@ -1723,7 +1726,10 @@ async fn settle_table(store: &impl Store) -> Vec<(String, u64, u64)> {
                 actual,
             };
             store.settle(T0 + settle_at, &[s]).await.expect("settle");
-            let probe = store.decide(T0 + settle_at, &[req(0)]).await.expect("probe");
+            let probe = store
+                .decide(T0 + settle_at, &[req(0)])
+                .await
+                .expect("probe");
             seen.push((key, probe.outcomes[0].remaining, probe.outcomes[0].reset_ms));
         }
     }

@@ -5,6 +5,9 @@
 #[path = "support/mod.rs"]
 mod support;
 
+#[path = "limits/settled.rs"]
+mod settled;
+
 use std::sync::Arc;
 
 use http::StatusCode;

@@ -43,8 +43,8 @@ mod check;
 mod errors;
 mod limits;
 mod routes;
-mod settle;
 mod server;
+mod settle;
 mod store;
 
 use std::path::Path;

@@ -122,7 +122,11 @@ impl Pending {
     /// Takes the `from_header` reservations out and settles them from the
     /// response's `headers`; the others stay for [`Self::at_end`].
     pub async fn header(&mut self, limiter: &Limiter, now_ms: u64, headers: &HeaderMap) {
-        if !self.items.iter().any(|(_, s)| matches!(s, Source::Header(_))) {
+        if !self
+            .items
+            .iter()
+            .any(|(_, s)| matches!(s, Source::Header(_)))
+        {
             return;
         }
         let (ours, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.items)
@@ -155,19 +159,20 @@ impl Pending {
     ) -> Vec<Settlement> {
         let mut out = Vec::with_capacity(self.items.len());
         for (request, source) in &self.items {
-            let actual = match source {
-                Source::Header(name) | Source::Trailer(name) => {
-                    let found = trailers.and_then(|t| amount(t, name));
-                    if found.is_none() {
-                        kept(limiter, name, trailers.and_then(|t| t.get(name)));
+            let actual =
+                match source {
+                    Source::Header(name) | Source::Trailer(name) => {
+                        let found = trailers.and_then(|t| amount(t, name));
+                        if found.is_none() {
+                            kept(limiter, name, trailers.and_then(|t| t.get(name)));
+                        }
+                        found
                     }
-                    found
-                }
-                Source::Bytes(b) => Some(
-                    if b.request() { request_bytes } else { 0 }
-                        .saturating_add(if b.response() { response_bytes } else { 0 }),
-                ),
-            };
+                    Source::Bytes(b) => Some(
+                        if b.request() { request_bytes } else { 0 }
+                            .saturating_add(if b.response() { response_bytes } else { 0 }),
+                    ),
+                };
             if let Some(actual) = actual {
                 out.push(self.settlement(request.clone(), actual));
             }
@@ -241,7 +246,15 @@ mod tests {
         assert_eq!(with("42"), Some(42));
         assert_eq!(with(" 7 "), Some(7));
         assert_eq!(with("0"), Some(0));
-        for bad in ["", "-3", "+3", "1.5", "abc", "99999999999999999999999", "1 2"] {
+        for bad in [
+            "",
+            "-3",
+            "+3",
+            "1.5",
+            "abc",
+            "99999999999999999999999",
+            "1 2",
+        ] {
             assert_eq!(with(bad), None, "{bad:?}");
         }
         assert_eq!(amount(&HeaderMap::new(), &name), None);

@@ -246,8 +246,14 @@ mod tests {
 
     #[test]
     fn a_sliding_window_settles_where_the_reservation_went() {
-        assert_eq!(sliding(Some(sw(5, 3, 10)), 5, 5, 100, -4), Some(sw(5, 3, 6)));
-        assert_eq!(sliding(Some(sw(6, 10, 2)), 5, 6, 100, 7), Some(sw(6, 17, 2)));
+        assert_eq!(
+            sliding(Some(sw(5, 3, 10)), 5, 5, 100, -4),
+            Some(sw(5, 3, 6))
+        );
+        assert_eq!(
+            sliding(Some(sw(6, 10, 2)), 5, 6, 100, 7),
+            Some(sw(6, 17, 2))
+        );
         assert_eq!(sliding(Some(sw(5, 3, 2)), 5, 5, 100, -9), Some(sw(5, 3, 0)));
         // Gone: a refund gives nothing back, a charge lands now.
         assert_eq!(sliding(Some(sw(8, 1, 1)), 5, 8, 100, -3), None);
@@ -256,7 +262,10 @@ mod tests {
         assert_eq!(sliding(None, 5, 9, 100, 3), Some(sw(9, 0, 3)));
         assert_eq!(sliding(Some(sw(7, 0, 4)), 5, 8, 100, 3), Some(sw(8, 4, 3)));
         // Never past the limit.
-        assert_eq!(sliding(Some(sw(5, 0, 90)), 5, 5, 100, 30), Some(sw(5, 0, 100)));
+        assert_eq!(
+            sliding(Some(sw(5, 0, 90)), 5, 5, 100, 30),
+            Some(sw(5, 0, 100))
+        );
     }
 
     #[test]

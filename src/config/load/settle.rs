@@ -31,8 +31,12 @@ impl Check<'_> {
                 let (reserve, source) = self.settled_cost(map, &cost_path);
                 (reserve, source.map(|s| Some((s, "cost"))))
             }
-            Field::Valid(file::Cost::Fixed(n)) => (positive(self, n, &cost_path).map(Some), Ok(None)),
-            Field::Invalid(message) => (Err(self.value_error(&cost_path, message.clone())), Ok(None)),
+            Field::Valid(file::Cost::Fixed(n)) => {
+                (positive(self, n, &cost_path).map(Some), Ok(None))
+            }
+            Field::Invalid(message) => {
+                (Err(self.value_error(&cost_path, message.clone())), Ok(None))
+            }
             Field::Absent => (Ok(None), Ok(None)),
         };
         match (bytes, settle) {
@@ -108,6 +112,7 @@ impl Check<'_> {
 
 /// A response header or trailer name.
 fn parse_header_name(s: &str) -> Result<HeaderName, String> {
-    HeaderName::from_bytes(s.trim().as_bytes())
-        .map_err(|_| format!("{s:?} is not a valid header name; use letters, digits and '-', e.g. x-tokens-used"))
+    HeaderName::from_bytes(s.trim().as_bytes()).map_err(|_| {
+        format!("{s:?} is not a valid header name; use letters, digits and '-', e.g. x-tokens-used")
+    })
 }
