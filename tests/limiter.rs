@@ -1693,7 +1693,8 @@ async fn settle_table(store: &impl Store) -> Vec<(String, u64, u64)> {
         Algorithm::CalendarMonth,
     ];
     // (name, reserve at, reserve, settle at, actual, extra request at)
-    let cases: [(&str, u64, u64, u64, u64, Option<u64>); 6] = [
+    type Case = (&'static str, u64, u64, u64, u64, Option<u64>);
+    let cases: [Case; 6] = [
         ("refund", 0, 10, 0, 3, None),
         ("extra", 0, 10, 0, 25, None),
         ("to_zero", 0, 10, 0, 0, None),
