@@ -1851,3 +1851,58 @@ routes:
         r#"store.redis.sync: "0ms" is out of range; sync takes 10ms to 1m, e.g. 100ms (line 2, col 57)"#
     );
 }
+
+#[test]
+fn settled_costs_and_byte_quotas_are_checked() {
+    let src = r#"
+listen: 127.0.0.1:0
+routes:
+  - name: api
+    respond: {}
+    limits:
+      - { name: a, key: ip, limit: 5, window: 1m, cost: { reserve: 2, from_header: x-tokens-used } }
+      - { name: b, key: ip, limit: 5, window: 1m, cost: { reserve: 2 } }
+      - { name: c, key: ip, limit: 5, window: 1m, cost: { from_header: "bad header" } }
+      - { name: d, key: ip, limit: 5, window: 1m, cost: { reserve: 1, from_header: x, from_trailer: y } }
+      - { name: e, key: ip, limit: 5, window: 1m, algorithm: sliding_log, bytes: response }
+      - { name: f, key: ip, limit: 5, window: 1m, bytes: sideways }
+      - { name: g, key: ip, limit: 5, window: 1m, bytes: both, cost: 3 }
+      - { name: h, key: ip, limit: 5, window: 1m, cost: { reserve: 1, from: x } }
+"#;
+    let errs = errors(src);
+    assert_eq!(errs.len(), 7, "{errs:#?}");
+    for (i, want) in [
+        (
+            1,
+            "routes[0].limits[1].cost: a settled cost names where the final cost comes from",
+        ),
+        (
+            2,
+            "routes[0].limits[2].cost.from_header: \"bad header\" is not a valid header name",
+        ),
+        (
+            3,
+            "routes[0].limits[3].cost.from_trailer: a cost is settled from one place",
+        ),
+        (
+            4,
+            "routes[0].limits[4].bytes: a sliding_log limit cannot be settled",
+        ),
+        (5, "routes[0].limits[5].bytes:"),
+        (
+            6,
+            "routes[0].limits[6].bytes: a byte quota reserves the request's Content-Length",
+        ),
+        (7, "routes[0].limits[7].cost: unknown field `from`"),
+    ] {
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with(want) && e.contains("(line ")),
+            "limit {i}: no error starting {want:?} in {errs:#?}"
+        );
+    }
+    let schema = tollgate::config::schema::json();
+    for field in ["from_header", "from_trailer", "reserve", "\"bytes\""] {
+        assert!(schema.contains(field), "schema lacks {field}");
+    }
+}
