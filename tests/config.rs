@@ -278,7 +278,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
         errors(&src),
         [
             r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, shadow, algorithm, burst, plan, sync (line 11, col 9)"#,
+            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, bytes, shadow, algorithm, burst, plan, sync (line 11, col 9)"#,
         ]
     );
 }
@@ -1367,6 +1367,16 @@ fn enum_fields() -> Vec<EnumField> {
             file: |v| {
                 format!(
                     "listen: 127.0.0.1:0\nserver: {{ path: {{ escaped_slashes: {v} }} }}\n{ROUTE}"
+                )
+            },
+        },
+        EnumField {
+            schema_path: "routes[].limits[].bytes",
+            error_path: "routes[0].limits[0].bytes",
+            spellings: names(&tollgate::limit::settle::Bytes::SPELLINGS),
+            file: |v| {
+                format!(
+                    "listen: 127.0.0.1:0\nroutes:\n  - name: a\n    respond: {{}}\n    limits: [ {{ name: l, key: ip, limit: 10, window: 1m, bytes: {v} }} ]\n"
                 )
             },
         },
