@@ -227,6 +227,7 @@ fn headers(c: &mut Criterion) {
         window_ms: NonZeroU64::new(60_000).expect("non-zero"),
         cost: None,
         shadow: false,
+        settle: None,
         algorithm: Default::default(),
         plan: false,
         sync: None,

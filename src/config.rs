@@ -613,8 +613,13 @@ pub struct Limit {
     pub limit: NonZeroU64,
     /// Window length in milliseconds.
     pub window_ms: NonZeroU64,
-    /// Cost override for this limit; `None` uses the route's cost.
+    /// Cost override for this limit; `None` uses the route's cost. With
+    /// [`Self::settle`], the reservation taken at decision time.
     pub cost: Option<u64>,
+    /// Where the final cost comes from when the response settles it
+    /// (`cost: { reserve, from_header | from_trailer }`, `bytes:`); `None`
+    /// for a cost known at decision time ([`crate::limit::settle`]).
+    pub settle: Option<crate::limit::settle::Source>,
     /// The limit only counts and logs what it would deny (see [`crate::decision::shadow`]).
     pub shadow: bool,
     /// How the limit counts (`algorithm:`, default `sliding_window`).

@@ -9,6 +9,7 @@ pub mod concurrency;
 mod exchange;
 pub mod limiter;
 mod resync;
+pub mod settle;
 pub mod shadow;
 pub mod slots;
 pub mod sync;

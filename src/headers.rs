@@ -73,6 +73,10 @@ pub fn policy_header(mode: HeaderMode, limits: &[Limit]) -> Option<HeaderValue> 
         }
         out.push_str(";w=");
         out.push_str(buf.format(ceil_secs(l.window_ms.get())));
+        if let Some(crate::limit::settle::Source::Bytes(_)) = l.settle {
+            // A byte quota (draft-11 §3.1's quota units).
+            out.push_str(";qu=\"content-bytes\"");
+        }
     }
     HeaderValue::from_str(&out).ok()
 }
@@ -193,6 +197,7 @@ mod tests {
             window_ms: NonZeroU64::new(w_ms).unwrap(),
             cost: None,
             shadow: false,
+            settle: None,
             algorithm: Default::default(),
             plan: false,
             sync: None,

@@ -12,6 +12,7 @@ pub mod concurrency;
 pub mod deny_cache;
 pub mod fixed_window;
 pub mod gcra;
+pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
 

@@ -98,6 +98,11 @@ struct DecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StoreLabels {
     store: &'static str,
 }
@@ -179,6 +184,12 @@ pub struct StoreMetrics {
     pub backlog_pushed: Counter,
     /// Fallback admissions not recorded for Redis: the backlog was full.
     pub backlog_dropped: Counter,
+    /// Reservations settled by the response (issue 15).
+    pub settled: Counter,
+    /// Reservations left standing: the value was missing or not a count.
+    pub settle_kept_value: Counter,
+    /// Reservations left standing: the store could not settle them.
+    pub settle_kept_store: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -196,6 +207,9 @@ impl Default for StoreMetrics {
             faults: Default::default(),
             backlog_pushed: Counter::default(),
             backlog_dropped: Counter::default(),
+            settled: Counter::default(),
+            settle_kept_value: Counter::default(),
+            settle_kept_store: Counter::default(),
         }
     }
 }
@@ -266,7 +280,22 @@ impl StoreMetrics {
             "Requests denied from the local deny cache, without a Redis call",
             deny_cache_hits.clone(),
         );
+        let settled = Counter::default();
+        registry.register(
+            "tollgate_settled",
+            "Reserved costs settled by the response (a header, a trailer or body bytes)",
+            settled.clone(),
+        );
+        let settle_kept: Family<ReasonLabels, Counter> = Family::default();
+        registry.register(
+            "tollgate_settle_kept",
+            "Reserved costs left standing: the header or trailer was missing or not a count (value), or the store could not settle (store)",
+            settle_kept.clone(),
+        );
         Self {
+            settled,
+            settle_kept_value: settle_kept.get_or_create_owned(&ReasonLabels { reason: "value" }),
+            settle_kept_store: settle_kept.get_or_create_owned(&ReasonLabels { reason: "store" }),
             redis_duration: store_duration.get_or_create_owned(&StoreLabels { store: "redis" }),
             memory_duration: store_duration.get_or_create_owned(&StoreLabels { store: "memory" }),
             sync_duration: store_duration.get_or_create_owned(&StoreLabels { store: "sync" }),

@@ -34,6 +34,7 @@ mod held;
 pub mod observe;
 pub mod refusal;
 pub mod route;
+mod settle;
 
 pub use exchange::{Exchange, Rehearsal};
 pub use gateway::{Gateway, Runtime, StartError};
@@ -108,9 +109,11 @@ impl Gateway {
         rt: &Runtime,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
-        let (req, route) = self.until_act(req, rt, ex).await?;
+        let (mut req, route) = self.until_act(req, rt, ex).await?;
+        let settling = settle::prepare(ex, &mut req);
         let slots = ex.slots.take();
-        act::act(self, rt, &route, req, ex.peer.ip(), slots).await
+        let answer = act::act(self, rt, &route, req, ex.peer.ip(), slots).await;
+        settle::finish(self, settling, answer).await
     }
 
     /// The phases before `act`: the request, canonical, and its route.

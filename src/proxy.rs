@@ -39,11 +39,13 @@ use crate::config::{Timeouts, Upstream};
 use crate::problem::GatewayError;
 
 mod body;
+mod counted;
 pub mod io;
 mod pool;
 mod watched;
 use body::error_chain;
 pub use body::{ClientBody, ClientBodyError, UpstreamBody};
+pub use counted::BodyBytes;
 pub use pool::Pool;
 pub use watched::{Watch, Watched};
 
@@ -391,7 +393,8 @@ impl Forwarder {
         pool: Option<&Pool>,
         max_body: Option<u64>,
     ) -> Result<Response<Incoming>, GatewayError> {
-        let mut req = req.map(|b| UpstreamBody::new(b, max_body));
+        let count = req.extensions().get::<BodyBytes>().cloned();
+        let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
         let timeout = upstream.timeout;
         let sent = match pool {
             Some(pool) => {

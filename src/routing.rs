@@ -68,6 +68,7 @@ fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
                 // A plan limit inherits the shadow flag of the limit it expands.
                 shadow: l.shadow,
                 concurrency: None,
+                settle: l.settle.clone(),
             };
             let stored = Limit {
                 name: Arc::from(format!("{}.{}", l.name, pl.name)),

@@ -319,7 +319,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
         errors(&src),
         [
             r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error, max_queue (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, shadow, algorithm, burst, plan, sync, on_limit, max_delay, concurrency (line 11, col 9)"#,
+            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, bytes, shadow, algorithm, burst, plan, sync, on_limit, max_delay, concurrency (line 11, col 9)"#,
         ]
     );
 }
@@ -1412,6 +1412,16 @@ fn enum_fields() -> Vec<EnumField> {
             },
         },
         EnumField {
+            schema_path: "routes[].limits[].bytes",
+            error_path: "routes[0].limits[0].bytes",
+            spellings: names(&tollgate::limit::settle::Bytes::SPELLINGS),
+            file: |v| {
+                format!(
+                    "listen: 127.0.0.1:0\nroutes:\n  - name: a\n    respond: {{}}\n    limits: [ {{ name: l, key: ip, limit: 10, window: 1m, bytes: {v} }} ]\n"
+                )
+            },
+        },
+        EnumField {
             schema_path: "routes[].limits[].algorithm",
             error_path: "routes[0].limits[0].algorithm",
             spellings: names(&Algorithm::SPELLINGS),
@@ -1911,4 +1921,59 @@ routes:
         ),
         r#"store.redis.sync: "0ms" is out of range; sync takes 10ms to 1m, e.g. 100ms (line 2, col 57)"#
     );
+}
+
+#[test]
+fn settled_costs_and_byte_quotas_are_checked() {
+    let src = r#"
+listen: 127.0.0.1:0
+routes:
+  - name: api
+    respond: {}
+    limits:
+      - { name: a, key: ip, limit: 5, window: 1m, cost: { reserve: 2, from_header: x-tokens-used } }
+      - { name: b, key: ip, limit: 5, window: 1m, cost: { reserve: 2 } }
+      - { name: c, key: ip, limit: 5, window: 1m, cost: { from_header: "bad header" } }
+      - { name: d, key: ip, limit: 5, window: 1m, cost: { reserve: 1, from_header: x, from_trailer: y } }
+      - { name: e, key: ip, limit: 5, window: 1m, algorithm: sliding_log, bytes: response }
+      - { name: f, key: ip, limit: 5, window: 1m, bytes: sideways }
+      - { name: g, key: ip, limit: 5, window: 1m, bytes: both, cost: 3 }
+      - { name: h, key: ip, limit: 5, window: 1m, cost: { reserve: 1, from: x } }
+"#;
+    let errs = errors(src);
+    assert_eq!(errs.len(), 7, "{errs:#?}");
+    for (i, want) in [
+        (
+            1,
+            "routes[0].limits[1].cost: a settled cost names where the final cost comes from",
+        ),
+        (
+            2,
+            "routes[0].limits[2].cost.from_header: \"bad header\" is not a valid header name",
+        ),
+        (
+            3,
+            "routes[0].limits[3].cost.from_trailer: a cost is settled from one place",
+        ),
+        (
+            4,
+            "routes[0].limits[4].bytes: a sliding_log limit cannot be settled",
+        ),
+        (5, "routes[0].limits[5].bytes:"),
+        (
+            6,
+            "routes[0].limits[6].bytes: a byte quota reserves the request's Content-Length",
+        ),
+        (7, "routes[0].limits[7].cost: unknown field `from`"),
+    ] {
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with(want) && e.contains("(line ")),
+            "limit {i}: no error starting {want:?} in {errs:#?}"
+        );
+    }
+    let schema = tollgate::config::schema::json();
+    for field in ["from_header", "from_trailer", "reserve", "\"bytes\""] {
+        assert!(schema.contains(field), "schema lacks {field}");
+    }
 }

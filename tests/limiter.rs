@@ -1678,3 +1678,81 @@ async fn every_key_expires_with_a_floor_for_short_lived_state() {
         assert!(range.contains(&ttl), "{alg:?}: PTTL {ttl} not in {range:?}");
     }
 }
+
+// --- settled costs (issue 15): both stores alike ------------------------------
+
+/// Scenarios of reserve-then-settle, run against a store; each probe (a
+/// decision at cost 0) is recorded, so the two stores can be compared
+/// number for number.
+async fn settle_table(store: &impl Store) -> Vec<(String, u64, u64)> {
+    use tollgate::limit::settle::Settlement;
+    let algorithms = [
+        Algorithm::SlidingWindow,
+        Algorithm::FixedWindow,
+        Algorithm::Gcra { burst: 100 },
+        Algorithm::CalendarMonth,
+    ];
+    // (name, reserve at, reserve, settle at, actual, extra request at)
+    type Case = (&'static str, u64, u64, u64, u64, Option<u64>);
+    let cases: [Case; 6] = [
+        ("refund", 0, 10, 0, 3, None),
+        ("extra", 0, 10, 0, 25, None),
+        ("to_zero", 0, 10, 0, 0, None),
+        ("gone_refund", 0, 10, 25_000, 0, None),
+        ("gone_extra", 0, 10, 25_000, 30, None),
+        ("previous", 9_000, 10, 11_000, 2, Some(11_000)),
+    ];
+    let mut seen = Vec::new();
+    for alg in algorithms {
+        for (name, at, reserve, settle_at, actual, extra) in cases {
+            let key = format!("{{settle}}:{}:{name}", alg.name());
+            let req = |cost| LimitRequest {
+                key: key.clone(),
+                limit: 100,
+                window_ms: 10_000,
+                cost,
+                algorithm: alg,
+            };
+            let d = store
+                .decide(T0 + at, &[req(reserve)])
+                .await
+                .expect("decide");
+            assert!(d.allowed, "{key}");
+            if let Some(t) = extra {
+                store.decide(T0 + t, &[req(1)]).await.expect("decide");
+            }
+            let s = Settlement {
+                request: req(reserve),
+                reserved_at_ms: T0 + at,
+                actual,
+            };
+            store.settle(T0 + settle_at, &[s]).await.expect("settle");
+            let probe = store
+                .decide(T0 + settle_at, &[req(0)])
+                .await
+                .expect("probe");
+            seen.push((key, probe.outcomes[0].remaining, probe.outcomes[0].reset_ms));
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn settled_costs_alike_in_memory_and_redis() {
+    let memory = settle_table(&MemoryStore::new()).await;
+    let remaining = |k: &str| memory.iter().find(|(key, ..)| key.ends_with(k)).unwrap().1;
+    // Hand-checked: 10 reserved, then 3 / 25 / 0 charged in the same instant.
+    assert_eq!(remaining("sliding_window:refund"), 97);
+    assert_eq!(remaining("sliding_window:extra"), 75);
+    assert_eq!(remaining("sliding_window:to_zero"), 100);
+    assert_eq!(remaining("gcra:refund"), 97);
+    assert_eq!(remaining("fixed_window:extra"), 75);
+    // The reservation's window has gone: the extra 20 land in the current one.
+    assert_eq!(remaining("fixed_window:gone_extra"), 80);
+    assert_eq!(remaining("calendar_month:gone_extra"), 70);
+    // Settled into the previous window: prev 2, cur 1, 10 % into the window.
+    assert_eq!(remaining("sliding_window:previous"), 97);
+    let server = RedisServer::start().await;
+    let redis = connected(&server).await;
+    assert_eq!(settle_table(&redis).await, memory);
+}

@@ -9,6 +9,8 @@ mod support;
 mod concurrency;
 #[path = "limits/delay.rs"]
 mod delay;
+#[path = "limits/settled.rs"]
+mod settled;
 
 use std::sync::Arc;
 

@@ -44,6 +44,7 @@ mod errors;
 mod limits;
 mod routes;
 mod server;
+mod settle;
 mod store;
 
 use std::path::Path;

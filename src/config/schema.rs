@@ -19,7 +19,7 @@ use std::borrow::Cow;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
-use super::file::{Field, Flag, Int, Listen, ListenMap, OneOrMany, Root, Text};
+use super::file::{Cost, CostMap, Field, Flag, Int, Listen, ListenMap, OneOrMany, Root, Text};
 
 impl<T: JsonSchema> JsonSchema for Field<T> {
     fn schema_name() -> Cow<'static, str> {
@@ -108,6 +108,23 @@ impl JsonSchema for Listen {
         let addr = generator.subschema_for::<Text>();
         let map = generator.subschema_for::<ListenMap>();
         json_schema!({ "anyOf": [addr, map] })
+    }
+}
+
+impl JsonSchema for Cost {
+    fn schema_name() -> Cow<'static, str> {
+        "Cost".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        // `2` or `{ reserve, from_header | from_trailer }` (issue 15).
+        let fixed = generator.subschema_for::<Int>();
+        let settled = generator.subschema_for::<CostMap>();
+        json_schema!({ "anyOf": [fixed, settled] })
     }
 }
 

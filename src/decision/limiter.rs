@@ -57,6 +57,7 @@ use super::sync::{self, SyncTable};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ClockSource, OnError, StoreConfig};
 use crate::limit::deny_cache::DenyCache;
+use crate::limit::settle::Settlement;
 use crate::limit::{Decision, LimitRequest, Outcomes};
 use crate::metrics::StoreMetrics;
 use crate::store::heartbeat::{self, Instances};
@@ -688,6 +689,37 @@ impl Limiter {
                 return Gate::Behind;
             }
         }
+    }
+
+    /// Settles reservations at `now_ms` (issue 15, [`super::settle`]) where
+    /// the decisions are made: in Redis when it is configured (through the
+    /// breaker; the store's timeout bounds the call), else in process.
+    /// Counts what was settled and what was left standing; never panics,
+    /// never waits past the store's timeout.
+    ///
+    /// # Errors
+    /// Redis cannot settle them: the reservations stand.
+    pub async fn settle(&self, now_ms: u64, settlements: &[Settlement]) -> Result<(), StoreError> {
+        let n = settlements.len() as u64;
+        let settled = match &self.redis {
+            None => {
+                self.memory.settle_now(now_ms, settlements);
+                Ok(())
+            }
+            Some(r) if self.breaker.allows() => r.settle(now_ms, settlements).await,
+            Some(_) => Err(StoreError::Unavailable("breaker open".into())),
+        };
+        match &settled {
+            Ok(()) => self.metrics.settled.inc_by(n),
+            Err(_) => self.metrics.settle_kept_store.inc_by(n),
+        };
+        settled
+    }
+
+    /// Counts reservations left standing because the response's value was
+    /// missing or not a count.
+    pub fn settle_kept_value(&self, n: u64) {
+        self.metrics.settle_kept_value.inc_by(n);
     }
 
     /// Whether counts admitted in process during an outage wait to be added

@@ -19,6 +19,7 @@ use super::exchange::{Checked, Exchange};
 use super::gateway::{Gateway, Runtime};
 use crate::config::{Config, Limit};
 use crate::decision::concurrency;
+use crate::decision::settle;
 use crate::decision::shadow::{self, RouteDecision};
 use crate::decision::slots::Slots;
 use crate::headers;
@@ -61,7 +62,12 @@ pub async fn decide<B>(
         Some(v) => (&v.limits[..], &v.key_suffixes[..]),
         None => (&route.route.limits[..], &route.key_suffixes[..]),
     };
-    let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller);
+    let length = limits
+        .iter()
+        .any(|l| l.settle.is_some())
+        .then(|| settle::content_length(req.headers()))
+        .flatten();
+    let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller, length);
     ex.counted_as(&requests);
     let (decision, slots, now_ms) = decide_limits(gw, route, limits, &requests, now_ms, ex).await;
     ex.slots = slots;
@@ -88,6 +94,7 @@ pub async fn decide<B>(
             in_flight,
         }
     });
+    ex.settling = settle::pending(limits, &requests, &decision, route.route.shadow, now_ms);
     ex.checked = Some(Checked {
         route: route.clone(),
         view,
@@ -230,6 +237,7 @@ fn limit_requests(
     limits: &[Limit],
     suffixes: &[String],
     caller: &Caller<'_>,
+    content_length: Option<u64>,
 ) -> Vec<LimitRequest> {
     let digest = cfg.store.digest_keys();
     let mut scratch = String::new();
@@ -242,7 +250,7 @@ fn limit_requests(
             }),
             limit: l.limit.get(),
             window_ms: l.window_ms.get(),
-            cost: l.cost.unwrap_or(route_cost),
+            cost: settle::reserve(l, route_cost, content_length),
             algorithm: l.algorithm,
         })
         .collect()

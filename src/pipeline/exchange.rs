@@ -48,6 +48,8 @@ pub struct Exchange {
     /// The concurrency slots the request holds (issue 15): handed to the
     /// response by `act`, else given back when the exchange ends.
     pub slots: Option<Slots>,
+    /// Reserved costs the response settles (issue 15), once decided.
+    pub settling: Option<crate::decision::settle::Pending>,
 }
 
 impl Exchange {
@@ -63,6 +65,7 @@ impl Exchange {
             recording: None,
             may_wait: true,
             slots: None,
+            settling: None,
         }
     }
 

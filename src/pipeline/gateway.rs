@@ -88,7 +88,7 @@ impl Runtime {
 /// The gateway: configuration, limiter and upstream client.
 pub struct Gateway {
     pub(super) runtime: ArcSwap<Runtime>,
-    pub(super) limiter: Limiter,
+    pub(super) limiter: Arc<Limiter>,
     pub(super) forwarder: Forwarder,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) metrics: Arc<Metrics>,
@@ -129,7 +129,7 @@ impl Gateway {
         let forwarder = Forwarder::new(&config.timeouts)?;
         Ok(Self {
             runtime: ArcSwap::from_pointee(Runtime::new(config, &metrics)),
-            limiter,
+            limiter: Arc::new(limiter),
             forwarder,
             clock,
             metrics,

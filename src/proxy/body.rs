@@ -21,6 +21,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
 
+use super::counted::BodyBytes;
 use crate::problem::GatewayError;
 
 /// How the client's request body failed.
@@ -140,9 +141,18 @@ pub struct UpstreamBody {
     /// Bytes the body may still carry.
     remaining: u64,
     fault: Option<FaultCell>,
+    /// Where the bytes forwarded are counted, for a byte quota.
+    count: Option<BodyBytes>,
 }
 
 impl UpstreamBody {
+    /// Counts the bytes forwarded in `count`, when given (issue 15).
+    #[must_use]
+    pub fn counting(mut self, count: Option<BodyBytes>) -> Self {
+        self.count = count;
+        self
+    }
+
     /// The client's `body`, cut off past `max` bytes.
     pub fn new(body: ClientBody, max: Option<u64>) -> Self {
         let limit = max.unwrap_or(u64::MAX);
@@ -151,6 +161,7 @@ impl UpstreamBody {
             limit,
             remaining: limit,
             fault: None,
+            count: None,
         }
     }
 
@@ -161,6 +172,7 @@ impl UpstreamBody {
             limit: 0,
             remaining: 0,
             fault: None,
+            count: None,
         }
     }
 
@@ -200,6 +212,9 @@ impl Body for UpstreamBody {
                 match this.remaining.checked_sub(len) {
                     Some(left) => {
                         this.remaining = left;
+                        if let Some(c) = &this.count {
+                            c.add(len);
+                        }
                         Poll::Ready(Some(Ok(frame)))
                     }
                     None => this.fail(ClientBodyError::TooLarge(this.limit)),

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 
+use crate::limit::settle::Settlement;
 use crate::limit::{Decision, LimitRequest};
 
 /// Why a store could not decide.
@@ -42,4 +43,17 @@ pub trait Store: Send + Sync {
         now_ms: u64,
         requests: &[LimitRequest],
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// Settles reservations at `now_ms` (issue 15): adds each
+    /// settlement's `actual − reserved` to the counter its reservation went
+    /// into, by the rules of [`crate::limit::settle`]. Atomic per key.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot answer; a reservation then
+    /// stands as far as the caller can tell.
+    fn settle(
+        &self,
+        now_ms: u64,
+        settlements: &[Settlement],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

@@ -28,6 +28,7 @@ use hashbrown::HashTable;
 use smallvec::{SmallVec, smallvec};
 
 use super::contract::{Store, StoreError};
+use crate::limit::settle::{self, Settlement};
 use crate::limit::{
     Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar, fixed_window, gcra,
     sliding_log, sliding_window,
@@ -523,6 +524,68 @@ fn guard<'a, 'b>(guards: &'a mut [(usize, MutexGuard<'b, Shard>)], shard: usize)
 impl Store for MemoryStore {
     async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
         Ok(self.decide_now(now_ms, requests))
+    }
+
+    async fn settle(&self, now_ms: u64, settlements: &[Settlement]) -> Result<(), StoreError> {
+        self.settle_now(now_ms, settlements);
+        Ok(())
+    }
+}
+
+impl MemoryStore {
+    /// Settles reservations synchronously ([`crate::limit::settle`] has
+    /// the rules); [`Store::settle`] wraps this. One shard lock per key.
+    pub fn settle_now(&self, now_ms: u64, settlements: &[Settlement]) {
+        for s in settlements {
+            let r = &s.request;
+            let delta = s.bounded_delta();
+            if delta == 0 {
+                continue;
+            }
+            let hash = self.hash(&r.key);
+            let mut g = lock(&self.shards[shard_of(hash)]);
+            let held = g.get(hash, &r.key).map(|e| &e.state);
+            let (reserved, now_idx) = s.windows(now_ms);
+            let after = match (r.algorithm, held) {
+                (Algorithm::SlidingWindow, Some(State::Sliding(st))) => {
+                    settle::sliding(Some(*st), reserved, now_idx, r.limit, delta)
+                        .map(State::Sliding)
+                }
+                (Algorithm::SlidingWindow, _) => {
+                    settle::sliding(None, reserved, now_idx, r.limit, delta).map(State::Sliding)
+                }
+                (Algorithm::FixedWindow, Some(State::Fixed(st))) => {
+                    settle::fixed(Some(*st), reserved, now_idx, r.limit, delta).map(State::Fixed)
+                }
+                (Algorithm::FixedWindow, _) => {
+                    settle::fixed(None, reserved, now_idx, r.limit, delta).map(State::Fixed)
+                }
+                (Algorithm::CalendarMonth, Some(State::Month(st))) => {
+                    settle::fixed(Some(*st), reserved, now_idx, r.limit, delta).map(State::Month)
+                }
+                (Algorithm::CalendarMonth, _) => {
+                    settle::fixed(None, reserved, now_idx, r.limit, delta).map(State::Month)
+                }
+                (Algorithm::Gcra { burst }, held) => {
+                    let st = match held {
+                        Some(State::Gcra(st)) => *st,
+                        _ => gcra::State::default(),
+                    };
+                    let after = settle::gcra(st, now_ms, r.limit, r.window_ms, burst, delta);
+                    (after != st).then_some(State::Gcra(after))
+                }
+                // Refused by the configuration (see limit::settle).
+                (Algorithm::SlidingLog, _) => None,
+            };
+            let Some(after) = after else { continue };
+            match g.get_mut(hash, &r.key) {
+                Some(e) => {
+                    e.state = after;
+                    e.window_ms = r.window_ms;
+                }
+                None => g.insert(&self.hasher, hash, r, after, now_ms),
+            }
+        }
     }
 }
 

@@ -78,6 +78,7 @@ pub mod heartbeat;
 pub mod leases;
 mod push;
 mod script;
+pub mod settle;
 pub mod sync;
 pub mod topology;
 
@@ -94,6 +95,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::RedisConfig;
+use crate::limit::settle::Settlement;
 use crate::limit::{Decision, LimitRequest};
 use crate::store::contract::{Store, StoreError};
 use backlog::Entry;
@@ -278,5 +280,9 @@ impl Store for RedisStore {
         // The Cluster paths hold fred's command futures (kilobytes); boxed,
         // so the batched path's future stays small and cheap to move.
         Box::pin(cluster::decide(&self.clients, deadline, now_ms, requests)).await
+    }
+
+    async fn settle(&self, now_ms: u64, settlements: &[Settlement]) -> Result<(), StoreError> {
+        settle::send(&self.clients, now_ms, settlements).await
     }
 }

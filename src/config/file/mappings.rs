@@ -446,8 +446,13 @@ pub struct Limit {
     /// `window: 1m` or `window: month`
     #[schemars(transform = super::shape::window)]
     pub window: Field<Text>,
-    /// `cost: 2`
-    pub cost: Field<Int>,
+    /// `cost: 2`, or `cost: { reserve: 100, from_header: x-tokens-used }`
+    /// (settled by the response; `from_trailer` for a trailer)
+    pub cost: Field<Cost>,
+    /// `bytes: request | response | both` — a byte quota
+    /// (`qu="content-bytes"`), settled as the body streams
+    #[schemars(extend("enum" = spellings(&crate::limit::settle::Bytes::SPELLINGS)))]
+    pub bytes: Field<Text>,
     /// `shadow: true`
     pub shadow: Field<Flag>,
     /// `algorithm: sliding_window | fixed_window | sliding_log | gcra`
@@ -468,4 +473,44 @@ pub struct Limit {
     pub max_delay: Field<Text>,
     /// `concurrency: 10` — requests in flight at once, instead of a rate
     pub concurrency: Field<Int>,
+}
+
+/// A limit's `cost`: a number, or `{ reserve, from_header | from_trailer }`
+/// for a cost the response settles (issue 15).
+///
+/// Read from an owned value, so the mapping form checks its own unknown
+/// fields with `deny_unknown_fields`, as [`Listen`] does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cost {
+    /// `cost: 2`
+    Fixed(Int),
+    /// `cost: { reserve, from_header | from_trailer }`
+    Settled(CostMap),
+}
+
+impl<'de> Deserialize<'de> for Cost {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            map @ Value::Mapping(_) => CostMap::deserialize(map)
+                .map(Self::Settled)
+                .map_err(|e| de::Error::custom(tidy(&e.to_string()))),
+            other => Int::deserialize(other).map(Self::Fixed).map_err(|e| {
+                de::Error::custom(format_args!(
+                    "{e}, or a mapping {{ reserve, from_header | from_trailer }}"
+                ))
+            }),
+        }
+    }
+}
+
+/// `cost: { reserve, from_header | from_trailer }`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields, expecting = "a mapping")]
+pub struct CostMap {
+    /// `reserve: 100` — taken when the request is decided
+    pub reserve: Field<Int>,
+    /// `from_header: x-tokens-used` — the response header with the final cost
+    pub from_header: Field<Text>,
+    /// `from_trailer: x-tokens-used` — the response trailer with the final cost
+    pub from_trailer: Field<Text>,
 }

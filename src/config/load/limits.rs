@@ -48,7 +48,7 @@ impl Check<'_> {
     fn limit(&mut self, limit: &file::Limit, path: &str) -> Checked<Limit> {
         let name = self.required(&limit.name, path, "name", text(parse_limit_name));
         let key = self.required(&limit.key, path, "key", Self::key);
-        let cost = self.optional(&limit.cost, &child_key(path, "cost"), positive);
+        let (cost, settle) = self.cost(limit, path);
         let shadow = self.optional(
             &limit.shadow,
             &child_key(path, "shadow"),
@@ -78,6 +78,7 @@ impl Check<'_> {
                 sync: None,
                 delay: None,
                 concurrency: Some(n),
+                settle: None,
             });
         }
         if let Ok(true) = plan {
@@ -94,6 +95,7 @@ impl Check<'_> {
                 sync: None,
                 delay: None,
                 concurrency: None,
+                settle: None,
             });
         }
         let max = self.required(&limit.limit, path, "limit", positive);
@@ -102,6 +104,7 @@ impl Check<'_> {
         let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
         let sync = self.sync(&limit.sync, &algorithm, &window, path);
         let delay = self.delay(&limit.on_limit, &limit.max_delay, path);
+        let settle = self.settled_limit(settle, &algorithm, &sync, path);
         plan?;
         Ok(Limit {
             name: name?,
@@ -115,6 +118,7 @@ impl Check<'_> {
             sync: sync?,
             delay: delay?,
             concurrency: None,
+            settle: settle?,
         })
     }
 
@@ -159,6 +163,7 @@ impl Check<'_> {
             ("plan", limit.plan.is_absent()),
             ("on_limit", limit.on_limit.is_absent()),
             ("max_delay", limit.max_delay.is_absent()),
+            ("bytes", limit.bytes.is_absent()),
         ] {
             if !absent {
                 alone = Err(self.value_error(
@@ -182,6 +187,11 @@ impl Check<'_> {
             ("sync", limit.sync.is_absent()),
             ("on_limit", limit.on_limit.is_absent()),
             ("max_delay", limit.max_delay.is_absent()),
+            (
+                "cost",
+                !matches!(limit.cost, Field::Valid(file::Cost::Settled(_))),
+            ),
+            ("bytes", limit.bytes.is_absent()),
         ] {
             if !absent {
                 let message = match field {
@@ -190,6 +200,9 @@ impl Check<'_> {
                     }
                     "on_limit" | "max_delay" => {
                         "a limit with plan: true takes its limits from the caller's plan; set this on the plan's limits"
+                    }
+                    "cost" | "bytes" => {
+                        "a limit with plan: true cannot be settled by the response; give the route a limit of its own with this"
                     }
                     _ => {
                         "a limit with plan: true takes its numbers from the caller's plan; remove this"
