@@ -204,7 +204,7 @@ impl Limiter {
             wait: cfg.redis.as_ref().map_or(Duration::ZERO, |r| r.timeout),
             retry: cfg.breaker.probe_interval,
         });
-        let concurrency = Concurrency::new(cfg, redis.clone());
+        let concurrency = Concurrency::new(cfg, redis.clone(), Arc::clone(&breaker));
         Ok(Self {
             memory: MemoryStore::new(),
             redis,

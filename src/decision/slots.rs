@@ -1,7 +1,9 @@
 //! Where a gateway keeps its concurrency slots (issue 15), and the guard
 //! that gives them back: in process ([`MemoryLeases`]) without Redis or for
 //! `on_error: local`, as leases in Redis ([`RedisLeases`]) with it, renewed
-//! by one task per gateway every third of `store.redis.lease`. What a
+//! by one task per gateway every third of `store.redis.lease`. Lease
+//! calls share the rate limits' breaker: they count towards opening it,
+//! and while it is open the failure policy decides without calling Redis. What a
 //! request does with its slots is [`concurrency`](super::concurrency)'s
 //! business; this file knows nothing of requests, so the limiter can own it.
 
@@ -15,7 +17,7 @@ use tracing::debug;
 use crate::config::{OnError, StoreConfig};
 use crate::store::memory::leases::{MemoryLeases, Taken};
 use crate::store::redis::leases::{Acquired, RedisLeases};
-use crate::store::{RedisStore, StoreError};
+use crate::store::{Breaker, RedisStore, StoreError};
 
 /// Where a gateway keeps its concurrency slots.
 #[derive(Debug)]
@@ -23,6 +25,9 @@ pub struct Concurrency {
     /// Slots in process: without Redis, and for `on_error: local`.
     memory: Arc<MemoryLeases>,
     redis: Option<Arc<RedisLeases>>,
+    /// The limiter's breaker: while it is open no lease call goes to Redis,
+    /// and every lease call's failure counts towards opening it.
+    breaker: Arc<Breaker>,
     on_error: OnError,
     renew_every: Duration,
     /// The renewal task, started with the first lease; aborted on drop.
@@ -39,7 +44,7 @@ impl Drop for Concurrency {
 
 impl Concurrency {
     /// Slots for `cfg`'s store, in `redis` when it is configured.
-    pub fn new(cfg: &StoreConfig, redis: Option<Arc<RedisStore>>) -> Self {
+    pub fn new(cfg: &StoreConfig, redis: Option<Arc<RedisStore>>, breaker: Arc<Breaker>) -> Self {
         let lease = cfg
             .redis
             .as_ref()
@@ -47,6 +52,7 @@ impl Concurrency {
         Self {
             memory: Arc::new(MemoryLeases::new()),
             redis: redis.map(|r| Arc::new(RedisLeases::new(r, lease))),
+            breaker,
             on_error: cfg.on_error,
             renew_every: lease / 3,
             renewal: OnceLock::new(),
@@ -100,8 +106,12 @@ impl Concurrency {
         let Some(redis) = &self.redis else {
             return self.take_here(key, cap);
         };
-        let failed = if redis.is_connected() {
-            match redis.acquire(key, cap).await {
+        let failed = if !self.breaker.allows() {
+            "breaker open".to_owned()
+        } else if redis.is_connected() {
+            let acquired = redis.acquire(key, cap).await;
+            self.breaker.record(acquired.as_ref().map(drop));
+            match acquired {
                 Ok(Acquired::Held { serial, free }) => {
                     self.start_renewal(redis);
                     return Take::Held(

@@ -373,3 +373,58 @@ proptest! {
         prop_assert_eq!(table.keys(), 0);
     }
 }
+
+/// A request its rate limit refuses gives its slot back before the 429.
+/// With two slots and one held by a request in the upstream, each later
+/// request takes the second slot and is refused by the rate: if a refused
+/// request kept its slot, the next would find none and be refused as "in
+/// flight" instead.
+#[tokio::test]
+async fn a_request_a_rate_limit_refuses_holds_no_slot() {
+    let up = Held::start().await;
+    let cfg = format!(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: r
+    match: {{ path_prefix: / }}
+    upstream: http://{}
+    limits:
+      - {{ name: conc, key: ip, concurrency: 2 }}
+      - {{ name: rate, key: ip, limit: 1, window: 1m }}
+"#,
+        up.addr
+    );
+    let gw = Gateway::start(&cfg).await;
+    let addr = gw.addr;
+    let first = tokio::spawn(async move { send(addr, get("/hold", &[])).await });
+    until(
+        "the first in the upstream",
+        Duration::from_secs(5),
+        || async { up.in_flight.load(Ordering::SeqCst) == 1 },
+    )
+    .await;
+    for _ in 0..3 {
+        let refused = send(gw.addr, get("/hold", &[])).await;
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(
+            refused.header("retry-after").is_some() && !refused.text().contains("in flight"),
+            "refused by the rate, with a slot free: {}",
+            refused.text()
+        );
+        assert_eq!(
+            refused
+                .header("ratelimit")
+                .map(|v| v.starts_with(r#""conc";r=1, "rate";r=0"#)),
+            Some(true),
+            "{:?}",
+            refused.header("ratelimit")
+        );
+    }
+    up.release.add_permits(1);
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+    until("the slot given back", Duration::from_secs(5), || async {
+        gw.inner.limiter().concurrency().held_here().0 == 0
+    })
+    .await;
+}

@@ -345,3 +345,69 @@ proptest! {
         }
     }
 }
+
+/// An upstream whose every answer (`x-tokens-used: 7`) waits for a permit
+/// of `release`; `arrived` gets one permit per request that came in.
+async fn held_upstream(
+    arrived: std::sync::Arc<tokio::sync::Semaphore>,
+    release: std::sync::Arc<tokio::sync::Semaphore>,
+) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (arrived, release) = (arrived.clone(), release.clone());
+            tokio::spawn(async move {
+                let svc = service_fn(move |_req: Request<Incoming>| {
+                    let (arrived, release) = (arrived.clone(), release.clone());
+                    async move {
+                        arrived.add_permits(1);
+                        release.acquire().await.unwrap().forget();
+                        let mut res = Response::new(Full::new(Bytes::new()));
+                        res.headers_mut()
+                            .insert("x-tokens-used", http::HeaderValue::from_static("7"));
+                        Ok::<_, Infallible>(res)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Redis gone between the reservation and the upstream's answer: the
+/// response still goes out at once (the settlement is bounded by the
+/// store's timeout and fails fast on a refused connection), the
+/// reservation stands, and the kept settlement is counted.
+#[tokio::test]
+async fn redis_gone_at_settle_time_keeps_the_reservation_and_answers() {
+    let mut redis = RedisServer::start().await;
+    let arrived = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let release = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let up = held_upstream(arrived.clone(), release.clone()).await;
+    let gw = Gateway::start(&yaml(&redis_store(&redis.url()), up, TOKENS)).await;
+    let addr = gw.addr;
+    let sent = tokio::spawn(async move { send(addr, get("/t", &[])).await });
+    tokio::time::timeout(Duration::from_secs(5), arrived.acquire())
+        .await
+        .expect("the request reached the upstream")
+        .unwrap()
+        .forget();
+    // Reserved in Redis before it went down.
+    assert_eq!(redis_total(&redis).await, 100);
+    redis.stop();
+    release.add_permits(1);
+    let answered = tokio::time::timeout(Duration::from_secs(2), sent)
+        .await
+        .expect("answered within the store's timeout, not hung")
+        .unwrap();
+    assert_eq!(answered.status, StatusCode::OK);
+    let metrics = gw.inner.metrics().render();
+    assert!(
+        metrics.contains("tollgate_settle_kept_total{reason=\"store\"} 1"),
+        "{metrics}"
+    );
+}
