@@ -152,8 +152,7 @@ impl Check<'_> {
     /// fields of a rate (and `plan`) written beside it would be silently
     /// ignored, so they are refused.
     fn no_rate(&mut self, limit: &file::Limit, path: &str) -> Checked<()> {
-        let mut alone = Ok(());
-        for (field, absent) in [
+        let written = [
             ("limit", limit.limit.is_absent()),
             ("window", limit.window.is_absent()),
             ("algorithm", limit.algorithm.is_absent()),
@@ -164,22 +163,17 @@ impl Check<'_> {
             ("on_limit", limit.on_limit.is_absent()),
             ("max_delay", limit.max_delay.is_absent()),
             ("bytes", limit.bytes.is_absent()),
-        ] {
-            if !absent {
-                alone = Err(self.value_error(
-                    &child_key(path, field),
-                    format!("a concurrency limit caps requests in flight and has no {field}; remove this, or write the rate as a limit of its own"),
-                ));
-            }
-        }
-        alone
+        ];
+        self.refuse_written(&written, path, |field| {
+            format!("a concurrency limit caps requests in flight and has no {field}; remove this, or write the rate as a limit of its own")
+        })
     }
 
     /// A limit with `plan: true` takes its numbers from the caller's plan;
     /// any written beside it would be silently ignored, so they are refused.
     fn no_numbers(&mut self, limit: &file::Limit, path: &str) -> Checked<()> {
-        let mut numbers = Ok(());
-        for (field, absent) in [
+        let settled = matches!(limit.cost, Field::Valid(file::Cost::Settled(_)));
+        let written = [
             ("limit", limit.limit.is_absent()),
             ("window", limit.window.is_absent()),
             ("algorithm", limit.algorithm.is_absent()),
@@ -187,31 +181,35 @@ impl Check<'_> {
             ("sync", limit.sync.is_absent()),
             ("on_limit", limit.on_limit.is_absent()),
             ("max_delay", limit.max_delay.is_absent()),
-            (
-                "cost",
-                !matches!(limit.cost, Field::Valid(file::Cost::Settled(_))),
-            ),
+            ("cost", !settled),
             ("bytes", limit.bytes.is_absent()),
-        ] {
+        ];
+        self.refuse_written(&written, path, |field| {
+            match field {
+                "sync" => "a limit with plan: true takes its limits from the caller's plan; set sync on the plan's limits",
+                "on_limit" | "max_delay" => "a limit with plan: true takes its limits from the caller's plan; set this on the plan's limits",
+                "cost" | "bytes" => "a limit with plan: true cannot be settled by the response; give the route a limit of its own with this",
+                _ => "a limit with plan: true takes its numbers from the caller's plan; remove this",
+            }
+            .to_owned()
+        })
+    }
+
+    /// Reports each field of `fields` (name, absent) that is written, at
+    /// the field, in `message`'s words.
+    fn refuse_written(
+        &mut self,
+        fields: &[(&str, bool)],
+        path: &str,
+        message: impl Fn(&str) -> String,
+    ) -> Checked<()> {
+        let mut result = Ok(());
+        for &(field, absent) in fields {
             if !absent {
-                let message = match field {
-                    "sync" => {
-                        "a limit with plan: true takes its limits from the caller's plan; set sync on the plan's limits"
-                    }
-                    "on_limit" | "max_delay" => {
-                        "a limit with plan: true takes its limits from the caller's plan; set this on the plan's limits"
-                    }
-                    "cost" | "bytes" => {
-                        "a limit with plan: true cannot be settled by the response; give the route a limit of its own with this"
-                    }
-                    _ => {
-                        "a limit with plan: true takes its numbers from the caller's plan; remove this"
-                    }
-                };
-                numbers = Err(self.value_error(&child_key(path, field), message));
+                result = Err(self.value_error(&child_key(path, field), message(field)));
             }
         }
-        numbers
+        result
     }
 
     /// `algorithm` and `burst` of a limit with limit `max` and `window`,
