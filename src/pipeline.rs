@@ -113,7 +113,12 @@ impl Gateway {
         let settling = settle::prepare(ex, &mut req);
         let slots = ex.slots.take();
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), slots).await;
-        settle::finish(self, settling, answer).await
+        match settling {
+            None => answer,
+            // Boxed: most requests settle nothing, and this future would
+            // otherwise grow every request's by its size.
+            settling => Box::pin(settle::finish(self, settling, answer)).await,
+        }
     }
 
     /// The phases before `act`: the request, canonical, and its route.

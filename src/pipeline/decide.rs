@@ -120,22 +120,18 @@ async fn decide_limits(
     match delay::budget(&decision, limits) {
         Some(budget) if ex.may_wait => {
             let metrics = ex.metrics.as_ref().map(|m| m.delay.clone());
-            wait(
-                gw,
-                route,
-                limits,
-                requests,
-                budget,
-                (decision, now_ms),
-                metrics,
-            )
-            .await
+            // Boxed, as the waits are rare: their timers and decisions
+            // would otherwise sit in every request's future.
+            let last = (decision, now_ms);
+            Box::pin(wait(gw, route, limits, requests, budget, last, metrics)).await
         }
         _ => (decision, slots, now_ms),
     }
 }
 
-/// One decision of the request's limits at `now_ms`.
+/// One decision of the request's limits at `now_ms`. Concurrency limits'
+/// slot calls are boxed: most routes have none, and their futures would
+/// otherwise sit in every request's.
 async fn once(
     gw: &Gateway,
     route: &CompiledRoute,
@@ -143,15 +139,13 @@ async fn once(
     requests: &[LimitRequest],
     now_ms: u64,
 ) -> (RouteDecision, Option<Slots>) {
-    concurrency::decide(
-        &gw.limiter,
-        now_ms,
-        limits,
-        route.route.shadow,
-        requests,
-        route.route.on_error,
-    )
-    .await
+    let (shadow, on_error) = (route.route.shadow, route.route.on_error);
+    if limits.iter().any(|l| l.concurrency.is_some()) {
+        let decided = concurrency::decide(&gw.limiter, now_ms, limits, shadow, requests, on_error);
+        return Box::pin(decided).await;
+    }
+    let decided = shadow::decide(&gw.limiter, now_ms, limits, shadow, requests, on_error).await;
+    (decided, None)
 }
 
 /// `on_limit: delay`: waits in the request's line and decides it again
