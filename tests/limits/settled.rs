@@ -411,3 +411,42 @@ async fn redis_gone_at_settle_time_keeps_the_reservation_and_answers() {
         "{metrics}"
     );
 }
+
+/// A client that goes away mid-response pays for the bytes passed on to
+/// it, not for the whole body and not for the reservation: the body's
+/// watch settles at the drop, with what it counted.
+#[tokio::test]
+async fn a_client_gone_mid_response_pays_for_what_was_passed_on() {
+    const BODY: u64 = 64 << 20;
+    let redis = RedisServer::start().await;
+    let up = upstream().await;
+    let limits = "{ name: down, key: ip, limit: 1000000000, window: 10m, algorithm: fixed_window, bytes: response }";
+    let gw =
+        Gateway::start_with_clock(&yaml(&redis_store(&redis.url()), up, limits), clock()).await;
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(format!("GET /b?n={BODY} HTTP/1.1\r\nhost: t\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut read = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    while read < 256 * 1024 {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the body stopped after {read} bytes");
+        read += n as u64;
+    }
+    drop(s);
+    // The reservation (1) is replaced by the bytes counted when the body
+    // was dropped.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let charged = loop {
+        let total = redis_total(&redis).await;
+        if total != 1 || tokio::time::Instant::now() > deadline {
+            break total;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        charged + 1024 >= read && charged < BODY,
+        "charged {charged} for a client that read {read} of {BODY} bytes"
+    );
+}
