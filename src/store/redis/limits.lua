@@ -65,7 +65,8 @@
 -- takes a fast path (one_window, two_windows below) that computes the same
 -- numbers as the general one with less work per request: the shape's
 -- arguments are read once per call and its window index and elapsed time
--- once per run, each key is read (GET) and written (SET ... PX) once, and
+-- once per run, each key is read (GET) and written (SET ... PX, or
+-- KEEPTTL when it already counts this window: sw_write) once, and
 -- nothing is built per request but the counter's new value (one
 -- string.format) and its entries of the reply.
 --
@@ -96,12 +97,15 @@ local match, format = string.match, string.format
 -- The counts of key rolled forward to window idx (State::at), idx_s being
 -- idx in decimal: prev, cur, and the decimals of the window they belong to
 -- and of prev, which a write puts back as they are (turning numbers into
--- text is among the dearest things a script does); or nil and an error
--- message.
+-- text is among the dearest things a script does); then keep, true when
+-- the key already holds counts of this window (its expiry, the end of the
+-- next window, is the one a write would set again), and ahead, how many
+-- windows the key's window is past idx (a gateway ahead wrote it); or nil
+-- and an error message.
 local function sw_read(key, idx, idx_s)
   local raw = redis_pcall('GET', key)
   if not raw then
-    return 0, 0, idx_s, '0'
+    return 0, 0, idx_s, '0', false, 0
   end
   if type(raw) ~= 'string' then
     return nil, fail(key .. ': ' .. tostring(raw.err))
@@ -112,7 +116,7 @@ local function sw_read(key, idx, idx_s)
     -- Written in this window, the common case: no need to read the window.
     local kp, kc = tonumber(sp), tonumber(sc)
     if kp < EXACT and kc < EXACT then
-      return kp, kc, sw, sp
+      return kp, kc, sw, sp, kc > 0, 0
     end
   end
   local kw, kp, kc = tonumber(sw), tonumber(sp), tonumber(sc)
@@ -122,11 +126,11 @@ local function sw_read(key, idx, idx_s)
   if kw >= idx then
     -- kw > idx: a gateway whose clock is ahead wrote this; keep its
     -- window rather than resetting the counts (State::at).
-    return kp, kc, sw, sp
+    return kp, kc, sw, sp, false, kw - idx
   elseif kw + 1 == idx then
-    return kc, 0, idx_s, sc
+    return kc, 0, idx_s, sc, false, 0
   end
-  return 0, 0, idx_s, '0'
+  return 0, 0, idx_s, '0', false, 0
 end
 
 -- sliding_window::check for cost c, e ms into the current window, on the
@@ -176,10 +180,19 @@ local function sw_check(key, e, l, w, c, prev, cur)
 end
 
 -- Writes the counts (the window and prev as sw_read gave their decimals)
--- and the expiry reset ms away.
-local function sw_write(key, window_s, prev_s, cur, reset)
+-- and the expiry reset ms away, in the key's window: extra ms later for a
+-- key ahead of this clock. A key that already holds counts of this window
+-- keeps its expiry instead (keep): the one set by the window's first write,
+-- which every write of the window would set again but for the writers'
+-- clocks — and renewing an expiry costs Redis about a microsecond.
+local function sw_write(key, window_s, prev_s, cur, reset, keep, extra)
   if reset > 0 then
-    redis_call('SET', key, window_s .. ':' .. prev_s .. ':' .. format('%d', cur), 'PX', str(reset))
+    local value = window_s .. ':' .. prev_s .. ':' .. format('%d', cur)
+    if keep then
+      redis_call('SET', key, value, 'KEEPTTL')
+    else
+      redis_call('SET', key, value, 'PX', str(reset + extra))
+    end
   else
     -- Nothing left to decay (cost 0 on an empty counter): absent is the
     -- same state, and costs no memory.
@@ -191,7 +204,7 @@ end
 -- l, window w and cost c, at e ms into window idx (idx_s in decimal);
 -- appends its answer to out from o + 1 and returns the new end.
 local function one_window(key, l, w, c, idx, idx_s, e, out, o)
-  local prev, cur, window_s, prev_s = sw_read(key, idx, idx_s)
+  local prev, cur, window_s, prev_s, keep, ahead = sw_read(key, idx, idx_s)
   if prev == nil then
     out[o + 1] = cur
     return o + 1
@@ -204,7 +217,7 @@ local function one_window(key, l, w, c, idx, idx_s, e, out, o)
   local flag = 0
   if admits then
     flag = 1
-    sw_write(key, window_s, prev_s, after, reset)
+    sw_write(key, window_s, prev_s, after, reset, keep, ahead * w)
   end
   -- Denied, the one limit already answered without the cost.
   out[o + 1] = flag
@@ -222,7 +235,7 @@ end
 -- idx1_s, e1, idx2, idx2_s, e2.
 local function two_windows(key1, key2, sh, at, out, o)
   local l1, wl1, cost1, l2, wl2, cost2 = sh.l1, sh.w1, sh.c1, sh.l2, sh.w2, sh.c2
-  local p1, c1, w1, ps1 = sw_read(key1, at[1], at[2])
+  local p1, c1, w1, ps1, keep1, ahead1 = sw_read(key1, at[1], at[2])
   if p1 == nil then
     out[o + 1] = c1
     return o + 1
@@ -232,7 +245,7 @@ local function two_windows(key1, key2, sh, at, out, o)
     out[o + 1] = rem1
     return o + 1
   end
-  local p2, c2, w2, ps2 = sw_read(key2, at[4], at[5])
+  local p2, c2, w2, ps2, keep2, ahead2 = sw_read(key2, at[4], at[5])
   if p2 == nil then
     out[o + 1] = c2
     return o + 1
@@ -244,8 +257,8 @@ local function two_windows(key1, key2, sh, at, out, o)
   end
   local _
   if a1 and a2 then
-    sw_write(key1, w1, ps1, after1, res1)
-    sw_write(key2, w2, ps2, after2, res2)
+    sw_write(key1, w1, ps1, after1, res1, keep1, ahead1 * wl1)
+    sw_write(key2, w2, ps2, after2, res2, keep2, ahead2 * wl2)
     out[o + 1] = 1
   else
     if a1 then
@@ -288,7 +301,7 @@ local function general()
   local function sliding_window(key, now, l, w, c)
     local idx = idiv(now, w)
     local e = now - idx * w
-    local prev, cur, window_s, prev_s = sw_read(key, idx, str(idx))
+    local prev, cur, window_s, prev_s, keep, ahead = sw_read(key, idx, str(idx))
     if prev == nil then
       return nil, cur
     end
@@ -297,7 +310,7 @@ local function general()
       return nil, remaining
     end
     return admits, remaining, reset, retry, function()
-      sw_write(key, window_s, prev_s, after, reset)
+      sw_write(key, window_s, prev_s, after, reset, keep, ahead * w)
     end
   end
 

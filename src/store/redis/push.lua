@@ -50,7 +50,6 @@ end
 local function sliding_window(key, now, w, f)
   local dprev, dcur = f[1], f[2]
   local idx = idiv(now, w)
-  local e = now - idx * w
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
     return false
@@ -72,6 +71,9 @@ local function sliding_window(key, now, w, f)
   if (prev + cur) * w >= EXACT then
     return false
   end
+  -- Expiry at the end of the written window's successor (widx > idx when
+  -- a gateway ahead wrote it), as limits.lua sets it.
+  local e = now - widx * w
   local reset = w - e
   if cur > 0 then
     reset = 2 * w - e

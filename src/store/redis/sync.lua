@@ -55,8 +55,10 @@ local function sliding(key, now, w, dprev, dcur)
   if (prev + cur) * w >= EXACT then
     return -1, 0, 0
   end
-  -- The expiry limits.lua gives a write now.
-  local e = now - idx * w
+  -- The expiry limits.lua gives a write now: the end of the written
+  -- window's successor (or of the window, cur being 0), whichever window
+  -- that is (widx > idx when a gateway ahead wrote it).
+  local e = now - widx * w
   local reset = w - e
   if cur > 0 then
     reset = 2 * w - e
