@@ -17,7 +17,6 @@ use tollgate::config::Config;
 use tollgate::logs::AccessLog;
 use tollgate::reload::{Hangups, Overrides, Reload};
 use tollgate::server::Serve;
-use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::EnvFilter;
 
 /// A rate-limiting reverse-proxy HTTP gateway.
@@ -185,7 +184,7 @@ fn main() -> ExitCode {
 /// its own writes out: a slow or unread stderr drops (and counts) lines
 /// instead of holding up requests. The access log, in the same format and
 /// queue; dropping the guard writes out what is queued.
-fn init_logging(format: LogFormat) -> (AccessLog, WorkerGuard) {
+fn init_logging(format: LogFormat) -> (AccessLog, tollgate::logs::Flush) {
     let (writer, guard) = tollgate::logs::stderr();
     let access_log = AccessLog::new(writer.clone(), format == LogFormat::Json);
     let logs = tracing_subscriber::fmt()

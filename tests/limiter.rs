@@ -863,7 +863,10 @@ async fn a_write_within_the_window_keeps_the_expiry() {
     // expiry the first write set stands.
     assert!(store.decide(T0 + 7_500, &k).await.unwrap().allowed);
     let kept = pttl(&mut conn, "k").await;
-    assert!((16_500..=first).contains(&kept), "PTTL {kept} after {first}");
+    assert!(
+        (16_500..=first).contains(&kept),
+        "PTTL {kept} after {first}"
+    );
     // The next window rolls the counts: a new expiry, 2w − e.
     assert!(store.decide(T0 + 11_000, &k).await.unwrap().allowed);
     let rolled = pttl(&mut conn, "k").await;

@@ -615,9 +615,9 @@ async fn a_gateway_whose_stderr_nobody_reads_keeps_serving() {
     let proxy = started.proxy[0];
     let admin = started.admin.expect("an admin listener");
     // More access-log lines than the pipe and the log queue hold together
-    // (64 KiB of pipe, `logs::QUEUE_LINES` lines of queue), over a few
-    // keep-alive connections.
-    let per_conn = (tollgate::logs::QUEUE_LINES + 2000) / 4;
+    // (64 KiB of pipe, `logs::QUEUE_BYTES` of queue; a line is longer than
+    // 64 bytes), over a few keep-alive connections.
+    let per_conn = (tollgate::logs::QUEUE_BYTES / 64 + 2000) / 4;
     let answered = AtomicU64::new(0);
     let work = futures_util::future::join_all((0..4).map(|_| async {
         let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();

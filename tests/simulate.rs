@@ -298,7 +298,7 @@ async fn a_replayable_access_log_replays_to_the_same_decisions() {
     let captured = Captured::default();
     // The gateway's own access log, as `--log-format json` writes it, into
     // memory; the filter only has to let `tollgate::access` through.
-    let (writer, flushed) = tracing_appender::non_blocking(captured.clone());
+    let (writer, flushed) = tollgate::logs::queue(captured.clone());
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter("tollgate::access=info")
         .finish();
