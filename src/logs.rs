@@ -12,9 +12,10 @@
 //! once, at most [`BATCH_DELAY`] after its first line, and writes it with
 //! one call. A busy gateway's lines thus cost one wake-up and one `write`
 //! per batch, not per line: with a queue of lines handed over one by one
-//! (tracing-appender's worker, used before), a gateway at 40,000 requests a
-//! second spent an eighth of its CPU on the log thread, two thirds of that
-//! parking, yielding and waking (`perf`, docs/performance.md).
+//! (the `tracing-appender` crate's worker, used before), a gateway at
+//! 40,000 requests a second spent an eighth of its CPU on the log thread,
+//! two thirds of that parking, yielding and waking (`perf`,
+//! docs/performance.md).
 //!
 //! The access-log line is the hottest: one per request. It is rendered by
 //! hand into a buffer ([`AccessLine`]), in the same shape the `tracing`
