@@ -710,6 +710,20 @@ impl Binary {
         assert!(status.success());
     }
 
+    /// Waits until the log holds `words`: lines reach it from the log
+    /// thread, in batches, a few milliseconds after what they tell.
+    async fn until_logged(&self, words: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if log.contains(words) {
+                return log;
+            }
+            assert!(Instant::now() < deadline, "never logged {words:?}:\n{log}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits until `/metrics` shows `series` at `want`.
     async fn wait_metric(&self, series: &str, want: f64) {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -835,8 +849,7 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
     bin.sighup();
     bin.wait_metric(r#"tollgate_config_reloads_total{result="failure"}"#, 1.0)
         .await;
-    let log = bin.log();
-    assert!(log.contains("configuration reload refused"), "{log}");
+    let log = bin.until_logged("configuration reload refused").await;
     assert!(
         log.contains(r#"routes[0].limits[0].window: "1 day" is not a duration"#),
         "{log}"

@@ -1200,6 +1200,20 @@ routes:
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until the log holds `words`: lines reach it from the log
+    /// thread, in batches, a few milliseconds after what they tell.
+    async fn until_logged(&self, words: &str) {
+        let deadline = Instant::now() + FOUND_WITHIN;
+        while !self.log().contains(words) {
+            assert!(
+                Instant::now() < deadline,
+                "never logged {words:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The log's ERROR lines holding `words`.
     fn errors_with(&self, words: &str) -> Vec<String> {
         self.log()
@@ -1349,11 +1363,7 @@ async fn wrong_or_missing_password_is_logged_once_and_named_by_readyz() {
         .await
         .expect("CONFIG SET requirepass");
     gw.until_ready().await;
-    assert!(
-        gw.log().contains("redis accepts this gateway again"),
-        "{}",
-        gw.log()
-    );
+    gw.until_logged("redis accepts this gateway again").await;
     assert_eq!(gw.errors_with("WRONGPASS").len(), 1, "{}", gw.log());
 }
 
