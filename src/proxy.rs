@@ -16,7 +16,6 @@
 //! for routes with their own CA are built on first use and cached by the
 //! identity of their TLS settings, which a reload replaces.
 
-use std::io::Write as _;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,39 +114,6 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for (i, name) in HOP_HEADERS.iter().enumerate() {
         if present & (1 << i) != 0 {
             headers.remove(name);
-        }
-    }
-}
-
-/// Writes `ip` as text into `buf` and returns the bytes written; IPv4 by
-/// hand, since the formatting machinery showed in the per-request profile.
-fn render_ip(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
-    match ip {
-        IpAddr::V4(v4) => {
-            let mut n = 0;
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    buf[n] = b'.';
-                    n += 1;
-                }
-                if octet >= 100 {
-                    buf[n] = b'0' + octet / 100;
-                    n += 1;
-                }
-                if octet >= 10 {
-                    buf[n] = b'0' + octet / 10 % 10;
-                    n += 1;
-                }
-                buf[n] = b'0' + octet % 10;
-                n += 1;
-            }
-            &buf[..n]
-        }
-        IpAddr::V6(_) => {
-            let mut w = &mut buf[..];
-            let _ = write!(w, "{ip}");
-            let left = w.len();
-            &buf[..48 - left]
         }
     }
 }
@@ -255,7 +221,7 @@ fn strip_forwarding(headers: &mut HeaderMap, user_header: &HeaderName) {
 fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     // Rendered on the stack: an address is at most 45 bytes.
     let mut buf = [0u8; 48];
-    let peer = render_ip(peer, &mut buf);
+    let peer = crate::identity::render_ip(peer, &mut buf);
     let xff = match headers.get_all(&X_FORWARDED_FOR).iter().count() {
         0 => HeaderValue::from_bytes(peer).ok(),
         _ => {
@@ -543,7 +509,10 @@ mod tests {
         ] {
             let ip: IpAddr = ip.parse().unwrap();
             let mut buf = [0u8; 48];
-            assert_eq!(render_ip(ip, &mut buf), ip.to_string().as_bytes());
+            assert_eq!(
+                crate::identity::render_ip(ip, &mut buf),
+                ip.to_string().as_bytes()
+            );
         }
     }
 
