@@ -1,9 +1,9 @@
 -- Shared prelude of tollgate's scripts: exact integer arithmetic on Lua's
 -- doubles, the `now` argument, and what the decision and backlog scripts
--- write alike (the shortest expiry, sliding-log members). Prepended to
--- limits.lua, refund.lua and push.lua when they are loaded (see `SCRIPT` in
--- redis.rs, `REFUND` in cluster.rs and `PUSH` in backlog.rs), so they read
--- and write state the same way.
+-- write alike (the shortest expiry, sliding-window counters, sliding-log
+-- members). Prepended to every script that reads or writes counters
+-- (limits.lua, refund.lua, push.lua, sync.lua, settle.lua; see the `concat!`
+-- of each in src/store/redis/), so they read and write state the same way.
 
 local EXACT = 9007199254740992 -- 2^53
 
@@ -79,6 +79,20 @@ end
 -- clock, decisions use the gateway's, and a gateway a little behind must
 -- still see what one a little ahead wrote).
 local MIN_TTL = 60000
+
+-- Writes the sliding-window counter of window widx at key, with the
+-- expiry limits.lua gives a write: the end of the window after widx while
+-- cur counts, else the end of widx (widx is past now's window when a
+-- gateway whose clock is ahead wrote it). The scripts that add to counters
+-- outside a decision (sync.lua, push.lua, settle.lua) write through this.
+local function sw_store(key, now, w, widx, prev, cur)
+  local e = now - widx * w
+  local ttl = w - e
+  if cur > 0 then
+    ttl = 2 * w - e
+  end
+  redis.call('SET', key, str(widx) .. ':' .. str(prev) .. ':' .. str(cur), 'PX', str(ttl))
+end
 
 -- Adds `units` members at `ms` to the sliding log `key`, named `ms:n` with
 -- n counting on from the members that millisecond already has, so every

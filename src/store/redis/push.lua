@@ -71,14 +71,7 @@ local function sliding_window(key, now, w, f)
   if (prev + cur) * w >= EXACT then
     return false
   end
-  -- Expiry at the end of the written window's successor (widx > idx when
-  -- a gateway ahead wrote it), as limits.lua sets it.
-  local e = now - widx * w
-  local reset = w - e
-  if cur > 0 then
-    reset = 2 * w - e
-  end
-  redis.call('SET', key, str(widx) .. ':' .. str(prev) .. ':' .. str(cur), 'PX', str(reset))
+  sw_store(key, now, w, widx, prev, cur)
   return true
 end
 

@@ -92,8 +92,7 @@ if alg == 0 then
       kw, kp, kc = i, kc, 0
     end
     kc = moved(kc)
-    local ttl = math.max(1, (kw + 2) * w - now)
-    redis.call('SET', key, str(kw) .. ':' .. str(kp) .. ':' .. str(kc), 'PX', str(ttl))
+    sw_store(key, now, w, kw, kp, kc)
     return 1
   else
     return 0

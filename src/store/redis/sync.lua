@@ -55,15 +55,7 @@ local function sliding(key, now, w, dprev, dcur)
   if (prev + cur) * w >= EXACT then
     return -1, 0, 0
   end
-  -- The expiry limits.lua gives a write now: the end of the written
-  -- window's successor (or of the window, cur being 0), whichever window
-  -- that is (widx > idx when a gateway ahead wrote it).
-  local e = now - widx * w
-  local reset = w - e
-  if cur > 0 then
-    reset = 2 * w - e
-  end
-  redis.call('SET', key, str(widx) .. ':' .. str(prev) .. ':' .. str(cur), 'PX', str(reset))
+  sw_store(key, now, w, widx, prev, cur)
   return widx, prev, cur
 end
 
