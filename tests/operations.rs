@@ -713,15 +713,12 @@ impl Binary {
     /// Waits until the log holds `words`: lines reach it from the log
     /// thread, in batches, a few milliseconds after what they tell.
     async fn until_logged(&self, words: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let log = self.log();
-            if log.contains(words) {
-                return log;
-            }
-            assert!(Instant::now() < deadline, "never logged {words:?}:\n{log}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("the log holds {words:?}");
+        support::wait::until(&what, Duration::from_secs(10), || async {
+            self.log().contains(words)
+        })
+        .await;
+        self.log()
     }
 
     /// Waits until `/metrics` shows `series` at `want`.

@@ -1203,15 +1203,8 @@ routes:
     /// Waits until the log holds `words`: lines reach it from the log
     /// thread, in batches, a few milliseconds after what they tell.
     async fn until_logged(&self, words: &str) {
-        let deadline = Instant::now() + FOUND_WITHIN;
-        while !self.log().contains(words) {
-            assert!(
-                Instant::now() < deadline,
-                "never logged {words:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("the log holds {words:?}");
+        support::wait::until(&what, FOUND_WITHIN, || async { self.log().contains(words) }).await;
     }
 
     /// The log's ERROR lines holding `words`.

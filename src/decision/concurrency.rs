@@ -43,9 +43,11 @@ enum Said {
     Unleased,
 }
 
-/// Decides `requests` (one per limit of `limits`): the concurrency limits'
-/// slots first, then the rate limits by [`shadow::decide`]. The slots come
-/// back only when the request goes on; see the module docs.
+/// Decides `requests` (one per limit of `limits`, some of them concurrency
+/// limits): the concurrency limits' slots first, then the rate limits by
+/// [`shadow::decide`]. The slots come back only when the request goes on;
+/// see the module docs. A request without concurrency limits goes to
+/// [`shadow::decide`] directly (the pipeline's decision phase chooses).
 pub async fn decide(
     limiter: &Limiter,
     now_ms: u64,
@@ -54,10 +56,6 @@ pub async fn decide(
     requests: &[LimitRequest],
     on_error: Option<OnError>,
 ) -> (RouteDecision, Option<Slots>) {
-    if !limits.iter().any(|l| l.concurrency.is_some()) {
-        let d = shadow::decide(limiter, now_ms, limits, route_shadow, requests, on_error).await;
-        return (d, None);
-    }
     let conc = limiter.concurrency();
     let mut slots = Slots::default();
     let mut said: Vec<Option<Said>> = vec![None; limits.len()];

@@ -22,6 +22,7 @@ use tokio::sync::Semaphore;
 
 use super::support::gateway::{Gateway, get, send};
 use super::support::redis::RedisServer;
+use super::support::wait::until;
 use tollgate::store::memory::leases::{MemoryLeases, Taken};
 
 type TestBody = BoxBody<Bytes, Infallible>;
@@ -110,19 +111,6 @@ async fn answer(
                 Full::new(Bytes::from_static(b"done\n")).boxed(),
             ))
         }
-    }
-}
-
-/// Polls `ok` until it holds; fails the test after `within`.
-async fn until<F, Fut>(what: &str, within: Duration, mut ok: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !ok().await {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -8,6 +8,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::support::gateway::{Gateway, Upstream, get, send};
 use crate::support::redis::RedisServer;
+use crate::support::wait::until;
 
 /// One upstream route at `/d` with one limit of `limit`/`window` counted
 /// by `algorithm`, `on_limit: delay` with `max_delay`, and the route's
@@ -192,9 +193,15 @@ async fn a_client_gone_while_waiting_is_forgotten() {
         .await
         .unwrap();
     let waiting = || waiting_now(&gw);
-    wait_until(|| waiting() == 1).await;
+    until("one request waiting", Duration::from_secs(2), || async {
+        waiting() == 1
+    })
+    .await;
     drop(gone);
-    wait_until(|| waiting() == 0).await;
+    until("nothing waiting", Duration::from_secs(2), || async {
+        waiting() == 0
+    })
+    .await;
 
     let third = send(gw.addr, get("/d", &[])).await;
     assert_eq!(third.status, StatusCode::OK);
@@ -217,18 +224,6 @@ fn waiting_now(gw: &Gateway) -> i64 {
         .find_map(|l| l.strip_prefix("tollgate_delay_waiting{route=\"d\"} "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
-}
-
-/// Returns once `done` holds; polls every millisecond for up to 2 s.
-async fn wait_until(done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "condition not reached within 2 s"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
 }
 
 #[test]

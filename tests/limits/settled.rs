@@ -21,6 +21,7 @@ use tollgate::store::MemoryStore;
 
 use super::support::gateway::{Gateway, get, send};
 use super::support::redis::RedisServer;
+use super::support::wait::until;
 use super::{T0, clock};
 
 const LIMIT: u64 = 100_000_000;
@@ -122,20 +123,20 @@ async fn redis_total(redis: &RedisServer) -> u64 {
     total
 }
 
-/// Waits, against a deadline, until `total()` is `want`; its last value.
+/// Waits until `total()` is `want` (settlements made at a body's end run
+/// in a task of the gateway's own); then its value.
 async fn settles_to<F, Fut>(want: u64, mut total: F) -> u64
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = u64>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let got = total().await;
-        if got == want || tokio::time::Instant::now() > deadline {
-            return got;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let what = format!("the count settles to {want}");
+    until(&what, Duration::from_secs(5), || {
+        let got = total();
+        async move { got.await == want }
+    })
+    .await;
+    total().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,14 +438,13 @@ async fn a_client_gone_mid_response_pays_for_what_was_passed_on() {
     drop(s);
     // The reservation (1) is replaced by the bytes counted when the body
     // was dropped.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let charged = loop {
-        let total = redis_total(&redis).await;
-        if total != 1 || tokio::time::Instant::now() > deadline {
-            break total;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    until(
+        "the settlement at the drop",
+        Duration::from_secs(5),
+        || async { redis_total(&redis).await != 1 },
+    )
+    .await;
+    let charged = redis_total(&redis).await;
     assert!(
         charged + 1024 >= read && charged < BODY,
         "charged {charged} for a client that read {read} of {BODY} bytes"

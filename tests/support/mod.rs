@@ -8,3 +8,4 @@ pub mod gateway;
 pub mod pki;
 pub mod redis;
 pub mod redis_topologies;
+pub mod wait;
