@@ -274,48 +274,51 @@ impl<H: Handler> Conn<H> {
     }
 }
 
-/// When a connection last moved a byte, and how many of its requests are
-/// being handled.
+/// Whether a connection moved a byte lately, and how many of its requests
+/// are being handled.
+///
+/// The reads and writes only count (`moved`): no clock is read on the
+/// request path. The idle watch looks at the count every eighth of the
+/// idle timeout, so a connection is closed between `idle` and `idle × 9/8`
+/// after its last byte.
 #[derive(Debug)]
 struct Activity {
-    start: Instant,
-    /// Milliseconds after `start` of the last read or write.
-    last_ms: AtomicU64,
+    /// Reads, writes and requests ended so far.
+    moved: AtomicU64,
     in_flight: AtomicUsize,
 }
 
 impl Activity {
     fn new() -> Self {
         Self {
-            start: Instant::now(),
-            last_ms: AtomicU64::new(0),
+            moved: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
         }
     }
 
     fn touch(&self) {
-        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
+        self.moved.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn last(&self) -> Instant {
-        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
-    }
-
-    /// Completes once the connection has been idle for `limit`.
+    /// Completes once the connection has been idle for `limit`: nothing in
+    /// flight and no byte moved.
     async fn idle(&self, limit: Duration) {
-        let mut wake = self.last() + limit;
+        let step = limit / 8;
+        let mut seen = self.moved.load(Ordering::Relaxed);
+        let mut quiet_since = Instant::now();
         loop {
-            tokio::time::sleep_until(wake).await;
-            if self.in_flight.load(Ordering::Acquire) > 0 {
-                wake = Instant::now() + limit;
-                continue;
-            }
-            let deadline = self.last() + limit;
-            if Instant::now() >= deadline {
+            let quiet_for = quiet_since.elapsed();
+            if quiet_for >= limit {
                 return;
             }
-            wake = deadline;
+            tokio::time::sleep(step.min(limit - quiet_for).max(step / 8)).await;
+            let now = self.moved.load(Ordering::Relaxed);
+            if now != seen || self.in_flight.load(Ordering::Acquire) > 0 {
+                // Moved since the last look (at most a step ago): quiet from
+                // here on, at the latest.
+                seen = now;
+                quiet_since = Instant::now();
+            }
         }
     }
 }

@@ -124,8 +124,12 @@ impl GatewayError {
                 // body for every refused request); the unit test checks it
                 // against the general rendering.
                 body.push_str(LIMITED_HEAD);
-                body.push(',');
-                push_field(&mut body, "detail", &self.detail());
+                // The detail written in place rather than formatted and
+                // escaped whole: the deny path answers with it for every
+                // refused request. Only the limit names need escaping.
+                body.push_str(",\"detail\":\"");
+                push_limited_detail(&mut body, self);
+                body.push('"');
                 push_policies(&mut body, policies);
             }
             Self::NoRoute { .. }
@@ -157,30 +161,11 @@ impl GatewayError {
     /// The problem's `detail`: what happened, in words for the client.
     fn detail(&self) -> String {
         match self {
-            Self::Limited {
-                policies,
-                in_flight: true,
-                ..
-            } => format!(
-                "Too many requests in flight for {}; retry once one of them has ended",
-                policies.join(", ")
-            ),
-            Self::Limited {
-                policies,
-                retry_after: Some(s),
-                in_flight: false,
-            } => format!(
-                "Rate limit exceeded for {}; retry in {s} s",
-                policies.join(", ")
-            ),
-            Self::Limited {
-                policies,
-                retry_after: None,
-                in_flight: false,
-            } => format!(
-                "The request costs more than the limit {} allows in a window; it can never be admitted",
-                policies.join(", ")
-            ),
+            Self::Limited { .. } => {
+                let mut detail = String::new();
+                push_limited_detail(&mut detail, self);
+                detail
+            }
             Self::NoRoute { .. } => "No route matches this request".to_owned(),
             Self::UnknownApiKey => "This route needs an API key known to the gateway".to_owned(),
             // Upstream details stay in the logs, not in the answer.
@@ -202,6 +187,46 @@ impl GatewayError {
             Self::UriTooLong { length, max } => format!(
                 "The request target's path and query are {length} bytes; this gateway accepts at most {max}"
             ),
+        }
+    }
+}
+
+/// The detail of a [`GatewayError::Limited`], escaped for a JSON string
+/// (nothing for any other error).
+fn push_limited_detail(out: &mut String, err: &GatewayError) {
+    let GatewayError::Limited {
+        policies,
+        retry_after,
+        in_flight,
+    } = err
+    else {
+        return;
+    };
+    let names = |out: &mut String| {
+        for (i, p) in policies.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            push_escaped(out, p);
+        }
+    };
+    match (in_flight, retry_after) {
+        (true, _) => {
+            out.push_str("Too many requests in flight for ");
+            names(out);
+            out.push_str("; retry once one of them has ended");
+        }
+        (false, Some(s)) => {
+            out.push_str("Rate limit exceeded for ");
+            names(out);
+            out.push_str("; retry in ");
+            out.push_str(itoa::Buffer::new().format(*s));
+            out.push_str(" s");
+        }
+        (false, None) => {
+            out.push_str("The request costs more than the limit ");
+            names(out);
+            out.push_str(" allows in a window; it can never be admitted");
         }
     }
 }
@@ -233,6 +258,12 @@ fn push_field(body: &mut String, name: &str, value: &str) {
 /// Writes `s` as a JSON string literal.
 fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
+    push_escaped(out, s);
+    out.push('"');
+}
+
+/// Writes `s` escaped for the inside of a JSON string literal.
+fn push_escaped(out: &mut String, s: &str) {
     // Copy the runs that need no escape whole; most strings are one run.
     let mut start = 0;
     for (i, b) in s.bytes().enumerate() {
@@ -253,7 +284,6 @@ fn push_json_string(out: &mut String, s: &str) {
         start = i + 1;
     }
     out.push_str(&s[start..]);
-    out.push('"');
 }
 
 #[cfg(test)]
@@ -316,6 +346,38 @@ mod tests {
                     .replace("\\t", "\\u0009"),
                 "{s:?}"
             );
+        }
+    }
+
+    #[test]
+    fn limited_bodies_are_valid_json_with_their_details() {
+        let names = vec!["per \"min\"".to_owned(), "hour\\1".to_owned()];
+        for (retry_after, in_flight, detail) in [
+            (
+                Some(3),
+                false,
+                "Rate limit exceeded for per \"min\", hour\\1; retry in 3 s",
+            ),
+            (
+                None,
+                false,
+                "The request costs more than the limit per \"min\", hour\\1 allows in a window; it can never be admitted",
+            ),
+            (
+                None,
+                true,
+                "Too many requests in flight for per \"min\", hour\\1; retry once one of them has ended",
+            ),
+        ] {
+            let e = GatewayError::Limited {
+                policies: names.clone(),
+                retry_after,
+                in_flight,
+            };
+            let body: serde_json::Value = serde_json::from_slice(&e.problem()).unwrap();
+            assert_eq!(body["detail"], detail);
+            assert_eq!(body["violated-policies"], serde_json::json!(names));
+            assert_eq!(body["status"], 429);
         }
     }
 }
