@@ -23,7 +23,10 @@ machine hit all of them alike. For every run the script records:
 Both sides do the same work: by default each proxy under test writes one
 access-log line per request to a file (nginx `access_log`, tollgate's
 access log on stderr at `RUST_LOG=info`); `--no-access-log` turns both off.
-The upstream nginx logs nothing.
+The upstream nginx logs nothing. The nginx proxies send the upstream the
+request tollgate sends: the client's `Host`, `X-Forwarded-For`,
+`X-Forwarded-Proto` and `X-Forwarded-Host` set, a client's `Forwarded`
+dropped.
 
 Each figure is the median over the rounds; ratios are to nginx `proxy_pass`
 measured in the same run. One worker/thread per proxy
@@ -320,15 +323,23 @@ def main():
             wait_port(port)
             contenders.append((name, port, n.pids, False, None))
 
+        # The request the upstream gets is tollgate's: the client's Host,
+        # X-Forwarded-For/-Proto/-Host set, a client's Forwarded dropped.
+        forward = ("proxy_http_version 1.1; proxy_set_header Connection \"\"; "
+                   "proxy_set_header Host $http_host; "
+                   "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; "
+                   "proxy_set_header X-Forwarded-Proto $scheme; "
+                   "proxy_set_header X-Forwarded-Host $host; "
+                   "proxy_set_header Forwarded \"\";")
         add_nginx("nginx proxy_pass",
                   "upstream up {{ server 127.0.0.1:{up}; keepalive 64; }}\n"
                   "server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://up; "
-                  "proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}")
+                  + forward + " }} }}")
         add_nginx("nginx limit_req",
                   "limit_req_zone $binary_remote_addr zone=z:10m rate=1000000r/s;\n"
                   "upstream up {{ server 127.0.0.1:{up}; keepalive 64; }}\n"
                   "server {{ listen 127.0.0.1:{port}; location / {{ limit_req zone=z burst=1000000 nodelay; "
-                  "proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}")
+                  "proxy_pass http://up; " + forward + " }} }}")
 
         def add_tollgate(name, limits, use_redis, script, sync=None):
             port = free_port()
