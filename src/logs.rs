@@ -28,6 +28,7 @@
 //! with `server::Serve::access_log`): a gateway without one — the
 //! in-process tests, unless they ask — writes no access-log line.
 
+use std::cell::RefCell;
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -221,7 +222,11 @@ impl AccessLog {
 
     /// Starts a line of event `message` for `target`, stamped now.
     pub fn line<'a>(&'a self, target: &'a str, message: &str) -> AccessLine<'a> {
-        let mut buf = Vec::with_capacity(256);
+        // The thread's last line's buffer, emptied: one allocation per
+        // thread rather than per line.
+        let mut buf = LINE.with_borrow_mut(std::mem::take);
+        buf.clear();
+        buf.reserve(256);
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -338,7 +343,18 @@ impl AccessLine<'_> {
         }
         self.buf.push(b'\n');
         self.log.writer.push(&self.buf);
+        let buf = std::mem::take(&mut self.buf);
+        LINE.with_borrow_mut(|line| *line = buf);
     }
+}
+
+thread_local! {
+    /// The buffer an access-log line is rendered in, kept for the thread's
+    /// next line.
+    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The second of the last timestamp and its text up to the seconds
+    /// (`2026-11-23T21:50:22`), which lines within the same second share.
+    static SECOND: RefCell<(u64, [u8; 19])> = const { RefCell::new((u64::MAX, [0; 19])) };
 }
 
 /// `value` as a JSON string: quoted, with `"`, `\` and control characters
@@ -367,6 +383,35 @@ fn json_str(buf: &mut Vec<u8>, value: &str) {
 /// RFC 3339 UTC with microseconds, as `tracing`'s formatter writes it:
 /// `2026-11-23T21:50:22.123456Z`.
 fn timestamp(buf: &mut Vec<u8>, secs: u64, micros: u32) {
+    SECOND.with_borrow_mut(|(second, text)| {
+        if *second != secs {
+            let mut rendered = Vec::with_capacity(32);
+            date_time(&mut rendered, secs);
+            // Four-digit years (until 9999) fill it exactly; others are
+            // rendered each time.
+            if let Ok(t) = <[u8; 19]>::try_from(rendered.as_slice()) {
+                *second = secs;
+                *text = t;
+            } else {
+                buf.extend_from_slice(&rendered);
+                return;
+            }
+        }
+        buf.extend_from_slice(text);
+    });
+    buf.push(b'.');
+    let mut digits = [b'0'; 6];
+    let mut v = micros;
+    for c in digits.iter_mut().rev() {
+        *c = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    buf.extend_from_slice(&digits);
+    buf.push(b'Z');
+}
+
+/// `secs` since the epoch as RFC 3339 UTC up to the seconds.
+fn date_time(buf: &mut Vec<u8>, secs: u64) {
     let (y, m, d) = civil(secs / 86_400);
     let s = secs % 86_400;
     let two = |buf: &mut Vec<u8>, v: u64| {
@@ -384,15 +429,6 @@ fn timestamp(buf: &mut Vec<u8>, secs: u64, micros: u32) {
     two(buf, s / 60 % 60);
     buf.push(b':');
     two(buf, s % 60);
-    buf.push(b'.');
-    let mut digits = [b'0'; 6];
-    let mut v = micros;
-    for c in digits.iter_mut().rev() {
-        *c = b'0' + (v % 10) as u8;
-        v /= 10;
-    }
-    buf.extend_from_slice(&digits);
-    buf.push(b'Z');
 }
 
 /// Year, month and day of `days` since 1970-01-01 (the proleptic
@@ -426,6 +462,17 @@ mod tests {
         b.clear();
         timestamp(&mut b, 4_102_444_799, 999_999);
         assert_eq!(b, b"2099-12-31T23:59:59.999999Z");
+        // The same second again: its text is reused, the fraction is new.
+        b.clear();
+        timestamp(&mut b, 4_102_444_799, 5);
+        assert_eq!(b, b"2099-12-31T23:59:59.000005Z");
+        // A five-digit year is not cached, and still right.
+        b.clear();
+        timestamp(&mut b, 253_402_300_800, 0);
+        assert_eq!(b, b"10000-01-01T00:00:00.000000Z");
+        b.clear();
+        timestamp(&mut b, 1_709_210_096, 789);
+        assert_eq!(b, b"2024-02-29T12:34:56.000789Z");
     }
 
     /// A destination that takes bytes only once `open` is set.
