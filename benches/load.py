@@ -37,7 +37,13 @@ limit_req (limit high enough that all pass); tollgate without limits;
 tollgate memory store; tollgate Redis store with 10,000 distinct keys all
 admitted, exact (every decision in Redis) and in `sync` mode (decided in
 process, counts exchanged with Redis every 100 ms); tollgate deny path (one
-key far over its limit).
+key far over its limit); and the two Redis modes again as a fleet of three
+gateways over the one Redis, each gateway getting a third of the
+connections from its own wrk at the same time (requests and CPU summed over
+the three, p99 the worst of them).
+
+Below the table, issue 13's goals beside this run's ratios, each marked
+when met.
 
 After the table: Redis memory per identity for one sliding_window limit,
 from INFO memory (used_memory) before and after 100,000 distinct API keys
@@ -193,18 +199,32 @@ def redis_calls(port):
     return total
 
 
-def run_wrk(port, seconds, script):
-    argv = ["wrk", "-t1", "-c50", f"-d{seconds}s", "--latency"]
+def wrk_argv(port, seconds, script, connections):
+    argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
     if script:
         argv += ["-s", script]
     argv.append(f"http://127.0.0.1:{port}/bench")
-    out = subprocess.run(argv, capture_output=True, text=True).stdout
+    return argv
+
+
+def parse_wrk(out):
     reqs = int(re.search(r"(\d+) requests in", out).group(1))
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
     scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return reqs, rps, float(p99.group(1)) * scale, int(non2xx.group(1)) if non2xx else 0
+
+
+def run_wrk(ports, seconds, script):
+    """wrk against each of ports at once, 50 connections split among them:
+    requests, requests/s and non-2xx summed, the worst p99."""
+    each = max(1, 50 // len(ports))
+    procs = [subprocess.Popen(wrk_argv(p, seconds, script, each), stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True) for p in ports]
+    runs = [parse_wrk(p.communicate()[0]) for p in procs]
+    return (sum(r[0] for r in runs), sum(r[1] for r in runs), max(r[2] for r in runs),
+            sum(r[3] for r in runs))
 
 
 def tollgate_config(path, port, upstream, limits, redis_port=None, sync=None):
@@ -255,7 +275,7 @@ def redis_memory(binary, tmp, up_port, redis_port, started, identities=100_000):
     # (script cache, client buffers, the heartbeat set) is not counted per
     # identity.
     sequential("w", 0, 1000)
-    run_wrk(port, 1, script)
+    run_wrk([port], 1, script)
     base = dbsize()
     before = info_memory(redis_port)
     keys = 0
@@ -263,7 +283,7 @@ def redis_memory(binary, tmp, up_port, redis_port, started, identities=100_000):
         # Sequential keys from where the last run stopped, so every identity
         # is seen once the runs have covered them all.
         sequential("k", keys, identities)
-        run_wrk(port, 2, script)
+        run_wrk([port], 2, script)
         keys = dbsize() - base
         if keys >= identities:
             break
@@ -273,6 +293,40 @@ def redis_memory(binary, tmp, up_port, redis_port, started, identities=100_000):
     print(f"\nRedis memory, one sliding_window limit keyed by api_key: {keys} keys, "
           f"{(after - before) / max(keys, 1):.0f} B per identity (INFO memory used_memory; "
           f"key names like {sample!r})")
+
+
+# Issue 13's goals, as ratios to nginx proxy_pass in the same run: CPU per
+# request (tollgate's and Redis's), Redis CPU µs per decision, p99 and
+# requests/s. None where the issue sets none.
+GOALS = [
+    ("tollgate no limits", 1.0, None, 1.0, 1.0),
+    ("tollgate memory", 1.1, None, 1.1, 0.95),
+    ("tollgate redis 10k keys", 1.5, 3.0, 1.2, 0.85),
+    ("tollgate redis sync 10k keys", 1.15, 0.3, 1.1, 0.95),
+    ("tollgate deny path", 0.5, None, None, None),
+]
+
+
+def print_goals(med, base):
+    """The goals beside what this run measured, each marked met or not."""
+    print("\nGoals (issue 13) against this run; * marks a goal met\n")
+    hdr = f"{'contender':31} {'CPU x (goal)':>15} {'redis us (goal)':>16} {'p99 x (goal)':>15} {'req/s x (goal)':>16}"
+    print(hdr)
+    print("-" * len(hdr))
+
+    def cell(value, goal, at_most, width):
+        if goal is None:
+            return f"{value:{width - 9}.2f}  (  -  ) "
+        met = value <= goal if at_most else value >= goal
+        return f"{value:{width - 9}.2f} ({goal:5.2f}){'*' if met else ' '}"
+
+    for name, cpu, redis_us, p99, rps in GOALS:
+        m = med.get(name)
+        if m is None:
+            continue
+        print(f"{name:31} {cell((m['cpu'] + m['redis_cpu']) / base['cpu'], cpu, True, 15)} "
+              f"{cell(m['redis_cpu'], redis_us, True, 16)} {cell(m['p99'] / base['p99'], p99, True, 15)} "
+              f"{cell(m['rps'] / base['rps'], rps, False, 16)}")
 
 
 def main():
@@ -321,7 +375,7 @@ def main():
             n = Nginx(tmp, name, body_fmt.format(port=port, up=up_port), access_log=logs)
             started.append(n)
             wait_port(port)
-            contenders.append((name, port, n.pids, False, None))
+            contenders.append((name, [port], n.pids, False, None))
 
         # The request the upstream gets is tollgate's: the client's Host,
         # X-Forwarded-For/-Proto/-Host set, a client's Forwarded dropped.
@@ -341,16 +395,21 @@ def main():
                   "server {{ listen 127.0.0.1:{port}; location / {{ limit_req zone=z burst=1000000 nodelay; "
                   "proxy_pass http://up; " + forward + " }} }}")
 
-        def add_tollgate(name, limits, use_redis, script, sync=None):
-            port = free_port()
-            cfg = os.path.join(tmp, name.replace(" ", "_") + ".yaml")
-            tollgate_config(cfg, port, up_port, limits, redis_port if use_redis else None, sync)
-            p = Process([binary, "--config", cfg],
-                        env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "info" if logs else "warn"},
-                        stderr=cfg + ".log" if logs else None)
-            started.append(p)
-            wait_port(port)
-            contenders.append((name, port, p.pids, use_redis, script))
+        def add_tollgate(name, limits, use_redis, script, sync=None, instances=1):
+            ports, procs = [], []
+            for i in range(instances):
+                port = free_port()
+                cfg = os.path.join(tmp, f"{name.replace(' ', '_')}_{i}.yaml")
+                tollgate_config(cfg, port, up_port, limits, redis_port if use_redis else None, sync)
+                p = Process([binary, "--config", cfg],
+                            env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "info" if logs else "warn"},
+                            stderr=cfg + ".log" if logs else None)
+                started.append(p)
+                wait_port(port)
+                ports.append(port)
+                procs.append(p)
+            contenders.append((name, ports, lambda: [pid for p in procs for pid in p.pids()],
+                               use_redis, script))
 
         big = "{ name: all, key: api_key | ip, limit: 100000000, window: 1h }"
         add_tollgate("tollgate no limits", "", False, None)
@@ -358,7 +417,9 @@ def main():
         add_tollgate("tollgate redis 10k keys", big, True, keys_lua)
         add_tollgate("tollgate redis sync 10k keys", big, True, keys_lua, sync="100ms")
         add_tollgate("tollgate deny path", "{ name: tiny, key: api_key, limit: 1, window: 1h }", True, deny_lua)
-        contenders.insert(0, ("direct upstream", up_port, upstream.pids, False, None))
+        add_tollgate("tollgate redis 3 gateways", big, True, keys_lua, instances=3)
+        add_tollgate("tollgate redis sync 3 gateways", big, True, keys_lua, sync="100ms", instances=3)
+        contenders.insert(0, ("direct upstream", [up_port], upstream.pids, False, None))
 
         if args.only:
             wanted = set(args.only.split(","))
@@ -368,13 +429,13 @@ def main():
         # intervals after it was touched (10 s at sync: 100ms): its Redis
         # work is counted until then, after the run, so that it is neither
         # missed nor counted against the next contender.
-        tails = {"tollgate redis sync 10k keys": 10.5}
+        tails = {"tollgate redis sync 10k keys": 10.5, "tollgate redis sync 3 gateways": 10.5}
         results = {c[0]: [] for c in contenders}
         for r in range(args.rounds):
-            for name, port, pids, uses_redis, script in contenders:
-                run_wrk(port, 1, script)  # warm-up: pools, caches, script load
+            for name, ports, pids, uses_redis, script in contenders:
+                run_wrk(ports, 1, script)  # warm-up: pools, caches, script load
                 p0, r0, c0 = cpu_ticks(pids()), cpu_ticks(redis.pids()), redis_calls(redis_port)
-                reqs, rps, p99, non2xx = run_wrk(port, args.duration, script)
+                reqs, rps, p99, non2xx = run_wrk(ports, args.duration, script)
                 time.sleep(tails.get(name, 0))
                 p1, r1, c1 = cpu_ticks(pids()), cpu_ticks(redis.pids()), redis_calls(redis_port)
                 us = lambda t: (t / TICK) * 1e6 / max(reqs, 1)
@@ -390,15 +451,16 @@ def main():
             base = med["nginx proxy_pass"]
             print(f"\n{args.rounds} interleaved rounds of {args.duration}s, wrk -t1 -c50; medians; "
                   f"ratios to nginx proxy_pass\n")
-            hdr = f"{'contender':26} {'CPU us/req':>10} {'redis us/req':>12} {'(sum)':>7} {'req/s':>9} " \
+            hdr = f"{'contender':31} {'CPU us/req':>10} {'redis us/req':>12} {'(sum)':>7} {'req/s':>9} " \
                   f"{'p99 ms':>7} {'redis call/req':>14} {'non-2xx':>8} {'CPU x':>6} {'req/s x':>7} {'p99 x':>6}"
             print(hdr)
             print("-" * len(hdr))
             for n, m in med.items():
                 total = m["cpu"] + m["redis_cpu"]
-                print(f"{n:26} {m['cpu']:10.1f} {m['redis_cpu']:12.1f} {total:7.1f} {m['rps']:9.0f} "
+                print(f"{n:31} {m['cpu']:10.1f} {m['redis_cpu']:12.1f} {total:7.1f} {m['rps']:9.0f} "
                       f"{m['p99']:7.2f} {m['cmds']:14.3f} {m['non2xx']:8.0f} {total / base['cpu']:6.2f} "
                       f"{m['rps'] / base['rps']:7.2f} {m['p99'] / base['p99']:6.2f}")
+            print_goals(med, base)
         if not args.only or "redis memory" in args.only:
             redis_memory(binary, tmp, up_port, redis_port, started)
     finally:

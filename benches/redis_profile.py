@@ -216,9 +216,9 @@ def main():
         for r in range(args.rounds):
             for name, port, pids, uses_redis in contenders:
                 script = None if name == "nginx proxy_pass" else keys_lua
-                load.run_wrk(port, 1, script)  # warm-up: pools, script load, keys
+                load.run_wrk([port], 1, script)  # warm-up: pools, script load, keys
                 p0, r0, s0 = load.cpu_ticks(pids()), load.cpu_ticks(redis.pids()), commandstats(redis_port)
-                reqs, rps, p99, _ = load.run_wrk(port, args.duration, script)
+                reqs, rps, p99, _ = load.run_wrk([port], args.duration, script)
                 p1, r1, s1 = load.cpu_ticks(pids()), load.cpu_ticks(redis.pids()), commandstats(redis_port)
                 us = lambda t: (t / load.TICK) * 1e6 / max(reqs, 1)  # noqa: E731
                 delta = {c: (s1[c][0] - s0.get(c, (0, 0))[0], s1[c][1] - s0.get(c, (0, 0))[1])
