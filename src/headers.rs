@@ -20,6 +20,7 @@
 //!   earlier.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
 
 use crate::config::{HeaderMode, Limit};
 use crate::limit::Decision;
@@ -83,28 +84,29 @@ pub fn policy_header(mode: HeaderMode, limits: &[Limit]) -> Option<HeaderValue> 
 
 /// The `RateLimit` value for a decision.
 pub fn ratelimit_value(limits: &[Limit], decision: &Decision) -> Option<HeaderValue> {
-    let mut out = String::with_capacity(32 * limits.len());
+    // On the stack for the usual one or two limits.
+    let mut out = SmallVec::<[u8; 128]>::new();
     let mut buf = itoa::Buffer::new();
     for (i, (l, o)) in limits.iter().zip(&decision.outcomes).enumerate() {
         if i > 0 {
-            out.push_str(", ");
+            out.extend_from_slice(b", ");
         }
         let t_ms = match (o.admits, o.retry_after_ms) {
             (false, Some(ms)) => ms,
             _ => o.reset_ms,
         };
-        out.push('"');
-        out.push_str(&l.name);
-        out.push_str("\";r=");
-        out.push_str(buf.format(o.remaining));
+        out.push(b'"');
+        out.extend_from_slice(l.name.as_bytes());
+        out.extend_from_slice(b"\";r=");
+        out.extend_from_slice(buf.format(o.remaining).as_bytes());
         if l.concurrency.is_some() {
             // The draft makes `t` optional: nothing tells when a slot frees.
             continue;
         }
-        out.push_str(";t=");
-        out.push_str(buf.format(ceil_secs(t_ms)));
+        out.extend_from_slice(b";t=");
+        out.extend_from_slice(buf.format(ceil_secs(t_ms)).as_bytes());
     }
-    HeaderValue::from_str(&out).ok()
+    HeaderValue::from_bytes(&out).ok()
 }
 
 /// The limit the single-limit header sets describe, with the milliseconds
