@@ -94,15 +94,21 @@ end
 local redis_call, redis_pcall = redis.call, redis.pcall
 local match, format = string.match, string.format
 
+-- The pattern of a counter written in the window whose index is idx_s:
+-- its prev and cur captured.
+local function window_pattern(idx_s)
+  return '^' .. idx_s .. ':(%d+):(%d+)$'
+end
+
 -- The counts of key rolled forward to window idx (State::at), idx_s being
--- idx in decimal: prev, cur, and the decimals of the window they belong to
+-- idx in decimal and pat its window_pattern: prev, cur, and the decimals of the window they belong to
 -- and of prev, which a write puts back as they are (turning numbers into
 -- text is among the dearest things a script does); then keep, true when
 -- the key already holds counts of this window (its expiry, the end of the
 -- next window, is the one a write would set again), and ahead, how many
 -- windows the key's window is past idx (a gateway ahead wrote it); or nil
 -- and an error message.
-local function sw_read(key, idx, idx_s)
+local function sw_read(key, idx, idx_s, pat)
   local raw = redis_pcall('GET', key)
   if not raw then
     return 0, 0, idx_s, '0', false, 0
@@ -110,15 +116,19 @@ local function sw_read(key, idx, idx_s)
   if type(raw) ~= 'string' then
     return nil, fail(key .. ': ' .. tostring(raw.err))
   end
-  local sw, sp, sc = match(raw, '^(%d+):(%d+):(%d+)$')
-  -- Digits only, so each is an integer; exact below 2^53.
-  if sw == idx_s then
-    -- Written in this window, the common case: no need to read the window.
-    local kp, kc = tonumber(sp), tonumber(sc)
+  -- Written in this window, the common case: pat names the window, so two
+  -- captures instead of three, and `+ 0` reads a decimal once where
+  -- tonumber reads it twice.
+  local sp, sc = match(raw, pat)
+  if sp then
+    -- Digits only, so each is an integer; exact below 2^53.
+    local kp, kc = sp + 0, sc + 0
     if kp < EXACT and kc < EXACT then
-      return kp, kc, sw, sp, kc > 0, 0
+      return kp, kc, idx_s, sp, kc > 0, 0
     end
   end
+  local sw
+  sw, sp, sc = match(raw, '^(%d+):(%d+):(%d+)$')
   local kw, kp, kc = tonumber(sw), tonumber(sp), tonumber(sc)
   if kw == nil or kw >= EXACT or kp >= EXACT or kc >= EXACT then
     return nil, fail(key .. ' does not hold a "<window>:<prev>:<cur>" counter')
@@ -201,10 +211,11 @@ local function sw_write(key, window_s, prev_s, cur, reset, keep, extra)
 end
 
 -- The fast path of a request with one sliding-window limit, key, of limit
--- l, window w and cost c, at e ms into window idx (idx_s in decimal);
--- appends its answer to out from o + 1 and returns the new end.
-local function one_window(key, l, w, c, idx, idx_s, e, out, o)
-  local prev, cur, window_s, prev_s, keep, ahead = sw_read(key, idx, idx_s)
+-- l, window w and cost c, at e ms into window idx (idx_s in decimal, pat
+-- the pattern of a counter of that window, see window_pattern); appends
+-- its answer to out from o + 1 and returns the new end.
+local function one_window(key, l, w, c, idx, idx_s, pat, e, out, o)
+  local prev, cur, window_s, prev_s, keep, ahead = sw_read(key, idx, idx_s, pat)
   if prev == nil then
     out[o + 1] = cur
     return o + 1
@@ -235,7 +246,7 @@ end
 -- idx1_s, e1, idx2, idx2_s, e2.
 local function two_windows(key1, key2, sh, at, out, o)
   local l1, wl1, cost1, l2, wl2, cost2 = sh.l1, sh.w1, sh.c1, sh.l2, sh.w2, sh.c2
-  local p1, c1, w1, ps1, keep1, ahead1 = sw_read(key1, at[1], at[2])
+  local p1, c1, w1, ps1, keep1, ahead1 = sw_read(key1, at[1], at[2], at[7])
   if p1 == nil then
     out[o + 1] = c1
     return o + 1
@@ -245,7 +256,7 @@ local function two_windows(key1, key2, sh, at, out, o)
     out[o + 1] = rem1
     return o + 1
   end
-  local p2, c2, w2, ps2, keep2, ahead2 = sw_read(key2, at[4], at[5])
+  local p2, c2, w2, ps2, keep2, ahead2 = sw_read(key2, at[4], at[5], at[8])
   if p2 == nil then
     out[o + 1] = c2
     return o + 1
@@ -301,7 +312,7 @@ local function general()
   local function sliding_window(key, now, l, w, c)
     local idx = idiv(now, w)
     local e = now - idx * w
-    local prev, cur, window_s, prev_s, keep, ahead = sw_read(key, idx, str(idx))
+    local prev, cur, window_s, prev_s, keep, ahead = sw_read(key, idx, str(idx), window_pattern(str(idx)))
     if prev == nil then
       return nil, cur
     end
@@ -650,9 +661,10 @@ for r = a + 1, #ARGV, 3 do
     local l, w, c = sh.l1, sh.w1, sh.c1
     local idx = idiv(now, w)
     local idx_s, e = str(idx), now - idx * w
+    local pat = window_pattern(idx_s)
     for _ = 1, run do
       k = k + 1
-      o = one_window(KEYS[k], l, w, c, idx, idx_s, e, out, o)
+      o = one_window(KEYS[k], l, w, c, idx, idx_s, pat, e, out, o)
     end
   elseif sh.fast == 2 then
     at[1] = idiv(now, sh.w1)
@@ -661,6 +673,8 @@ for r = a + 1, #ARGV, 3 do
     at[4] = idiv(now, sh.w2)
     at[5] = str(at[4])
     at[6] = now - at[4] * sh.w2
+    at[7] = window_pattern(at[2])
+    at[8] = window_pattern(at[5])
     for _ = 1, run do
       o = two_windows(KEYS[k + 1], KEYS[k + 2], sh, at, out, o)
       k = k + 2
