@@ -133,6 +133,7 @@ def callgrind(revs, batch=12, calls=1000):
                     argv = ["1", str(n), now] + limits + ["1"] * batch
                 bench = ["redis-benchmark", "-p", str(port), "-r", "2000", "-c", "1", "-q",
                          "EVALSHA", sha, str(len(keys))] + keys + argv
+                cli("FLUSHALL")  # every revision starts from the same keys
                 subprocess.run(bench[:1] + ["-n", "300"] + bench[1:], capture_output=True)  # keys exist
                 subprocess.run(["callgrind_control", "-z", str(redis.proc.pid)], capture_output=True)
                 time.sleep(0.3)

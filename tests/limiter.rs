@@ -957,6 +957,58 @@ async fn garbage_in_a_key_is_an_error_not_a_decision() {
 }
 
 #[tokio::test]
+async fn a_key_of_another_type_is_an_error_whatever_the_decision() {
+    // A key of another type under a limit's name is an error however the
+    // request would have ended — admitted, denied, at cost 0, or with its
+    // other limit denying or absent — and nothing is written.
+    let server = RedisServer::start().await;
+    let store = connected(&server).await;
+    let mut conn = server.connection().await;
+    let _: () = conn.rpush("list", "a").await.unwrap();
+    assert!(
+        store
+            .decide(T0, &[one("full", 1, 10_000, 1)])
+            .await
+            .unwrap()
+            .allowed
+    );
+    let cases: [(&str, Vec<LimitRequest>); 5] = [
+        ("admitted", vec![one("list", 5, 10_000, 1)]),
+        (
+            "denied, cost above the limit",
+            vec![one("list", 5, 10_000, 6)],
+        ),
+        ("cost 0, nothing to write", vec![one("list", 5, 10_000, 0)]),
+        (
+            "the other limit denies",
+            vec![one("full", 1, 10_000, 1), one("list", 5, 10_000, 1)],
+        ),
+        (
+            "first of two, the other absent",
+            vec![one("list", 5, 10_000, 1), one("fresh", 5, 10_000, 1)],
+        ),
+    ];
+    for (what, requests) in cases {
+        match store.decide(T0, &requests).await {
+            Err(StoreError::Protocol(m)) => {
+                assert!(m.contains("list") && m.contains("WRONGTYPE"), "{what}: {m}")
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    let kind: String = redis::cmd("TYPE")
+        .arg("list")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(kind, "list");
+    let exists: bool = conn.exists("fresh").await.unwrap();
+    assert!(!exists, "a failed decision wrote a key");
+    let full: String = conn.get("full").await.unwrap();
+    assert!(full.ends_with(":1"), "{full}");
+}
+
+#[tokio::test]
 async fn script_flush_is_survived_by_reloading() {
     let server = RedisServer::start().await;
     let store = connected(&server).await;

@@ -101,9 +101,10 @@ local function window_pattern(idx_s)
 end
 
 -- The counts of key rolled forward to window idx (State::at), idx_s being
--- idx in decimal and pat its window_pattern: prev, cur, and the decimals of the window they belong to
--- and of prev, which a write puts back as they are (turning numbers into
--- text is among the dearest things a script does); then keep, true when
+-- idx in decimal and pat its window_pattern: prev, cur, and the decimals
+-- of the window they belong to and of prev, which a write puts back as
+-- they are (turning numbers into text is among the dearest things a script
+-- does); then keep, true when
 -- the key already holds counts of this window (its expiry, the end of the
 -- next window, is the one a write would set again), and ahead, how many
 -- windows the key's window is past idx (a gateway ahead wrote it); or nil
