@@ -20,6 +20,7 @@ use tollgate::clock::ManualClock;
 use support::admin::{AdminGateway, value};
 use support::gateway::{Reply, Upstream, free_port, get, send};
 use support::redis::RedisServer;
+use support::wait::until;
 
 /// A fixed instant well inside a window, so no test straddles a boundary.
 const T0: u64 = 1_800_000_000_000;
@@ -275,21 +276,21 @@ async fn readyz_fails_while_draining_and_in_flight_requests_finish() {
     );
 }
 
-/// Polls `/readyz` until its body contains `want`.
+/// Polls `/readyz` until its body contains `want`; that answer.
 async fn wait_ready_body(gw: &AdminGateway, want: &str) -> Reply {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = gw.admin_get("/readyz").await;
-        if r.text().contains(want) {
-            return r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "readyz never said {want:?}: {}",
-            r.text()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let last = std::sync::Mutex::new(None);
+    until(
+        &format!("/readyz saying {want:?}"),
+        Duration::from_secs(10),
+        || async {
+            let r = gw.admin_get("/readyz").await;
+            let said = r.text().contains(want);
+            *last.lock().unwrap() = Some(r);
+            said
+        },
+    )
+    .await;
+    last.into_inner().unwrap().expect("polled at least once")
 }
 
 #[tokio::test]
