@@ -46,7 +46,6 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::config::{ServerSettings, Timeouts};
@@ -301,23 +300,18 @@ impl Activity {
     }
 
     /// Completes once the connection has been idle for `limit`: nothing in
-    /// flight and no byte moved.
+    /// flight and no byte moved at eight looks in a row, `limit / 8` apart.
     async fn idle(&self, limit: Duration) {
-        let step = limit / 8;
         let mut seen = self.moved.load(Ordering::Relaxed);
-        let mut quiet_since = Instant::now();
-        loop {
-            let quiet_for = quiet_since.elapsed();
-            if quiet_for >= limit {
-                return;
-            }
-            tokio::time::sleep(step.min(limit - quiet_for).max(step / 8)).await;
+        let mut quiet = 0;
+        while quiet < 8 {
+            tokio::time::sleep(limit / 8).await;
             let now = self.moved.load(Ordering::Relaxed);
             if now != seen || self.in_flight.load(Ordering::Acquire) > 0 {
-                // Moved since the last look (at most a step ago): quiet from
-                // here on, at the latest.
                 seen = now;
-                quiet_since = Instant::now();
+                quiet = 0;
+            } else {
+                quiet += 1;
             }
         }
     }

@@ -354,7 +354,7 @@ thread_local! {
     static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// The second of the last timestamp and its text up to the seconds
     /// (`2026-11-23T21:50:22`), which lines within the same second share.
-    static SECOND: RefCell<(u64, [u8; 19])> = const { RefCell::new((u64::MAX, [0; 19])) };
+    static SECOND: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
 }
 
 /// `value` as a JSON string: quoted, with `"`, `\` and control characters
@@ -385,17 +385,9 @@ fn json_str(buf: &mut Vec<u8>, value: &str) {
 fn timestamp(buf: &mut Vec<u8>, secs: u64, micros: u32) {
     SECOND.with_borrow_mut(|(second, text)| {
         if *second != secs {
-            let mut rendered = Vec::with_capacity(32);
-            date_time(&mut rendered, secs);
-            // Four-digit years (until 9999) fill it exactly; others are
-            // rendered each time.
-            if let Ok(t) = <[u8; 19]>::try_from(rendered.as_slice()) {
-                *second = secs;
-                *text = t;
-            } else {
-                buf.extend_from_slice(&rendered);
-                return;
-            }
+            text.clear();
+            date_time(text, secs);
+            *second = secs;
         }
         buf.extend_from_slice(text);
     });
@@ -466,7 +458,7 @@ mod tests {
         b.clear();
         timestamp(&mut b, 4_102_444_799, 5);
         assert_eq!(b, b"2099-12-31T23:59:59.000005Z");
-        // A five-digit year is not cached, and still right.
+        // A five-digit year.
         b.clear();
         timestamp(&mut b, 253_402_300_800, 0);
         assert_eq!(b, b"10000-01-01T00:00:00.000000Z");

@@ -119,19 +119,10 @@ impl GatewayError {
         let mut body = String::with_capacity(256);
         body.push('{');
         match self {
-            Self::Limited { policies, .. } => {
-                // The fixed part as literal JSON (the deny path renders this
-                // body for every refused request); the unit test checks it
-                // against the general rendering.
-                body.push_str(LIMITED_HEAD);
-                // The detail written in place rather than formatted and
-                // escaped whole: the deny path answers with it for every
-                // refused request. Only the limit names need escaping.
-                body.push_str(",\"detail\":\"");
-                push_limited_detail(&mut body, self);
-                body.push('"');
-                push_policies(&mut body, policies);
-            }
+            // The fixed part as literal JSON (the deny path renders this body
+            // for every refused request); the unit test checks it against
+            // the general rendering.
+            Self::Limited { .. } => body.push_str(LIMITED_HEAD),
             Self::NoRoute { .. }
             | Self::UnknownApiKey
             | Self::UpstreamConnect(_)
@@ -150,21 +141,57 @@ impl GatewayError {
                 push_field(&mut body, "type", "about:blank");
                 body.push(',');
                 push_common(&mut body, title, status);
-                body.push(',');
-                push_field(&mut body, "detail", &self.detail());
             }
+        }
+        body.push_str(",\"detail\":\"");
+        self.push_detail(&mut body);
+        body.push('"');
+        if let Self::Limited { policies, .. } = self {
+            push_policies(&mut body, policies);
         }
         body.push('}');
         Bytes::from(body)
     }
 
-    /// The problem's `detail`: what happened, in words for the client.
-    fn detail(&self) -> String {
-        match self {
-            Self::Limited { .. } => {
-                let mut detail = String::new();
-                push_limited_detail(&mut detail, self);
-                detail
+    /// The problem's `detail`, what happened in words for the client,
+    /// escaped for the inside of a JSON string. A 429's is written in
+    /// place, escaping only the limit names: the deny path answers with it
+    /// for every refused request.
+    fn push_detail(&self, out: &mut String) {
+        let text = match self {
+            Self::Limited {
+                policies,
+                retry_after,
+                in_flight,
+            } => {
+                let names = |out: &mut String| {
+                    for (i, p) in policies.iter().enumerate() {
+                        if i > 0 {
+                            out.push_str(", ");
+                        }
+                        push_escaped(out, p);
+                    }
+                };
+                match (in_flight, retry_after) {
+                    (true, _) => {
+                        out.push_str("Too many requests in flight for ");
+                        names(out);
+                        out.push_str("; retry once one of them has ended");
+                    }
+                    (false, Some(s)) => {
+                        out.push_str("Rate limit exceeded for ");
+                        names(out);
+                        out.push_str("; retry in ");
+                        out.push_str(itoa::Buffer::new().format(*s));
+                        out.push_str(" s");
+                    }
+                    (false, None) => {
+                        out.push_str("The request costs more than the limit ");
+                        names(out);
+                        out.push_str(" allows in a window; it can never be admitted");
+                    }
+                }
+                return;
             }
             Self::NoRoute { .. } => "No route matches this request".to_owned(),
             Self::UnknownApiKey => "This route needs an API key known to the gateway".to_owned(),
@@ -187,47 +214,8 @@ impl GatewayError {
             Self::UriTooLong { length, max } => format!(
                 "The request target's path and query are {length} bytes; this gateway accepts at most {max}"
             ),
-        }
-    }
-}
-
-/// The detail of a [`GatewayError::Limited`], escaped for a JSON string
-/// (nothing for any other error).
-fn push_limited_detail(out: &mut String, err: &GatewayError) {
-    let GatewayError::Limited {
-        policies,
-        retry_after,
-        in_flight,
-    } = err
-    else {
-        return;
-    };
-    let names = |out: &mut String| {
-        for (i, p) in policies.iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            push_escaped(out, p);
-        }
-    };
-    match (in_flight, retry_after) {
-        (true, _) => {
-            out.push_str("Too many requests in flight for ");
-            names(out);
-            out.push_str("; retry once one of them has ended");
-        }
-        (false, Some(s)) => {
-            out.push_str("Rate limit exceeded for ");
-            names(out);
-            out.push_str("; retry in ");
-            out.push_str(itoa::Buffer::new().format(*s));
-            out.push_str(" s");
-        }
-        (false, None) => {
-            out.push_str("The request costs more than the limit ");
-            names(out);
-            out.push_str(" allows in a window; it can never be admitted");
-        }
+        };
+        push_escaped(out, &text);
     }
 }
 
