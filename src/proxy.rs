@@ -93,32 +93,22 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if present & 1 != 0 {
         // Names in `Connection` that are hop-by-hop anyway were found above;
         // `close` is the connection option (RFC 9112 §9.6), not a field.
-        // Most say only `keep-alive` or `close`: then nothing is collected.
-        let other = |t: &&[u8]| {
-            !t.is_empty()
-                && !t.eq_ignore_ascii_case(b"close")
-                && !HOP_HEADERS
-                    .iter()
-                    .any(|h| t.eq_ignore_ascii_case(h.as_str().as_bytes()))
-        };
-        let names_other = |v: &HeaderValue| -> bool {
-            v.as_bytes()
-                .split(|&b| b == b',')
-                .map(<[u8]>::trim_ascii)
-                .any(|t| other(&t))
-        };
-        if headers.get_all(CONNECTION).iter().any(names_other) {
-            let named: Vec<HeaderName> = headers
-                .get_all(CONNECTION)
-                .iter()
-                .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-                .map(<[u8]>::trim_ascii)
-                .filter(other)
-                .filter_map(|t| HeaderName::from_bytes(t).ok())
-                .collect();
-            for name in &named {
-                headers.remove(name);
-            }
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|t| {
+                !t.is_empty()
+                    && !t.eq_ignore_ascii_case(b"close")
+                    && !HOP_HEADERS
+                        .iter()
+                        .any(|h| t.eq_ignore_ascii_case(h.as_str().as_bytes()))
+            })
+            .filter_map(|t| HeaderName::from_bytes(t).ok())
+            .collect();
+        for name in &named {
+            headers.remove(name);
         }
     }
     for (i, name) in HOP_HEADERS.iter().enumerate() {

@@ -7,9 +7,18 @@
 
 local EXACT = 9007199254740992 -- 2^53
 
--- A non-negative integer below 2^53, or nil. Remembered per call: the
--- arguments and stored counts of a batch repeat the same few numbers, and
--- reading a decimal (strtod) costs more than a table lookup.
+-- A non-negative integer below 2^53, or nil.
+local function num(s)
+  local n = tonumber(s)
+  if n ~= nil and n >= 0 and n < EXACT and n % 1 == 0 then
+    return n
+  end
+  return nil
+end
+
+-- num, remembered per call: the arguments and stored counts of a batch
+-- repeat the same few numbers, and reading a decimal (strtod) costs more
+-- than a table lookup.
 local read = {}
 local function int(s)
   if s == nil then
@@ -19,10 +28,7 @@ local function int(s)
   if known ~= nil then
     return known or nil
   end
-  local n = tonumber(s)
-  if n == nil or n < 0 or n >= EXACT or n ~= math.floor(n) then
-    n = false
-  end
+  local n = num(s) or false
   read[s] = n
   return n or nil
 end

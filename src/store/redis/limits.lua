@@ -576,15 +576,6 @@ local function general()
   return decide
 end
 
--- An integer argument read once: int without remembering it.
-local function num(s)
-  local n = tonumber(s)
-  if n ~= nil and n >= 0 and n < EXACT and n % 1 == 0 then
-    return n
-  end
-  return nil
-end
-
 -- TIME is read once per call: every request of a batch is decided at the
 -- same server instant.
 local server_now = nil
