@@ -93,11 +93,7 @@ pub fn check<B>(req: &Request<B>, settings: &ServerSettings) -> Result<(), Gatew
         ));
     }
     if let Some(max) = settings.max_body_size {
-        let announced = headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
-        if announced.is_some_and(|n| n > max) {
+        if content_length(headers).is_some_and(|n| n > max) {
             return Err(GatewayError::PayloadTooLarge(max));
         }
     }
@@ -123,6 +119,17 @@ pub fn head_size<B>(req: &Request<B>) -> usize {
         .fold(line + "\r\n".len(), |size, (name, value)| {
             size + name.as_str().len() + ": ".len() + value.len() + "\r\n".len()
         })
+}
+
+/// The request's `Content-Length`, when it announces one.
+pub fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

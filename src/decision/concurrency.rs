@@ -82,7 +82,7 @@ pub async fn decide(
         said[i] = Some(s);
     }
     let rate: Vec<usize> = (0..limits.len()).filter(|&i| said[i].is_none()).collect();
-    let rate_limits: Vec<Limit> = rate.iter().map(|&i| limits[i].clone()).collect();
+    let rate_limits: Vec<&Limit> = rate.iter().map(|&i| &limits[i]).collect();
     let mut rate_requests: Vec<LimitRequest> = rate.iter().map(|&i| requests[i].clone()).collect();
     // Refused: the slots go back, and the rate limits are only read
     // (cost 0) for the 429's headers, so nothing is consumed.

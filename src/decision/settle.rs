@@ -47,17 +47,6 @@ pub fn reserve(l: &Limit, route_cost: u64, content_length: Option<u64>) -> u64 {
     }
 }
 
-/// The request's `Content-Length`, when it announces one.
-pub fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(http::header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// The reservations of one admitted request, waiting for their amounts.
 #[derive(Debug, Clone)]
 pub struct Pending {

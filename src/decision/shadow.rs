@@ -24,6 +24,7 @@
 //! mix the two; the roll-out recipe in docs/operations.md flips it to enforced once
 //! its numbers look right.
 
+use std::borrow::Borrow;
 use tracing::info;
 
 use crate::config::{Limit, OnError};
@@ -145,20 +146,24 @@ fn verdict(o: &LimitOutcome, shadow: bool) -> LimitVerdict {
 }
 
 /// Decides `requests` (one per limit of `limits`, same order) at `now_ms`.
-pub async fn decide(
+/// The limits may be the route's own or references to some of them.
+pub async fn decide<L: Borrow<Limit>>(
     limiter: &Limiter,
     now_ms: u64,
-    limits: &[Limit],
+    limits: &[L],
     route_shadow: bool,
     requests: &[LimitRequest],
     on_error: Option<OnError>,
 ) -> RouteDecision {
-    let n_shadow = limits.iter().filter(|l| is_shadow(route_shadow, l)).count();
+    let n_shadow = limits
+        .iter()
+        .filter(|l| is_shadow(route_shadow, (*l).borrow()))
+        .count();
 
     // All enforced, or all shadow: one call, exactly as enforcement decides.
     if n_shadow == 0 || n_shadow == limits.len() {
         let all_shadow = n_shadow > 0;
-        let sync: SmallVec<[u64; 4]> = limits.iter().map(sync_ms).collect();
+        let sync: SmallVec<[u64; 4]> = limits.iter().map(|l| sync_ms(l.borrow())).collect();
         return match limiter.decide_with(now_ms, requests, &sync, on_error).await {
             Verdict::Decided(d) => RouteDecision::Decided(Decided {
                 allowed: d.allowed || all_shadow,
@@ -182,19 +187,19 @@ pub async fn decide(
 /// Some limits enforced, some shadow: the enforced ones first, then the
 /// shadow ones — for real when the request is admitted, only read when it
 /// is denied.
-async fn decide_mixed(
+async fn decide_mixed<L: Borrow<Limit>>(
     limiter: &Limiter,
     now_ms: u64,
-    limits: &[Limit],
+    limits: &[L],
     route_shadow: bool,
     requests: &[LimitRequest],
     on_error: Option<OnError>,
 ) -> RouteDecision {
     let (enforced, shadowed): (Vec<usize>, Vec<usize>) =
-        (0..limits.len()).partition(|&i| !is_shadow(route_shadow, &limits[i]));
+        (0..limits.len()).partition(|&i| !is_shadow(route_shadow, limits[i].borrow()));
     let sync = |idx: &[usize]| -> SmallVec<[u64; 4]> {
         idx.iter()
-            .filter_map(|&i| limits.get(i).map(sync_ms))
+            .filter_map(|&i| limits.get(i).map(|l| sync_ms(l.borrow())))
             .collect()
     };
     let pick = |idx: &[usize], cost_zero: bool| -> Vec<LimitRequest> {

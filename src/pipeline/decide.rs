@@ -65,7 +65,7 @@ pub async fn decide<B>(
     let length = limits
         .iter()
         .any(|l| l.settle.is_some())
-        .then(|| settle::content_length(req.headers()))
+        .then(|| crate::guard::content_length(req.headers()))
         .flatten();
     let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller, length);
     ex.counted_as(&requests);

@@ -546,27 +546,27 @@ impl MemoryStore {
             let mut g = lock(&self.shards[shard_of(hash)]);
             let held = g.get(hash, &r.key).map(|e| &e.state);
             let (reserved, now_idx) = s.windows(now_ms);
-            let after = match (r.algorithm, held) {
-                (Algorithm::SlidingWindow, Some(State::Sliding(st))) => {
-                    settle::sliding(Some(*st), reserved, now_idx, r.limit, delta)
-                        .map(State::Sliding)
+            let after = match r.algorithm {
+                Algorithm::SlidingWindow => {
+                    let st = match held {
+                        Some(State::Sliding(st)) => Some(*st),
+                        _ => None,
+                    };
+                    settle::sliding(st, reserved, now_idx, r.limit, delta).map(State::Sliding)
                 }
-                (Algorithm::SlidingWindow, _) => {
-                    settle::sliding(None, reserved, now_idx, r.limit, delta).map(State::Sliding)
+                Algorithm::FixedWindow | Algorithm::CalendarMonth => {
+                    let st = match held {
+                        Some(State::Fixed(st) | State::Month(st)) => Some(*st),
+                        _ => None,
+                    };
+                    let after = settle::fixed(st, reserved, now_idx, r.limit, delta);
+                    if r.algorithm == Algorithm::FixedWindow {
+                        after.map(State::Fixed)
+                    } else {
+                        after.map(State::Month)
+                    }
                 }
-                (Algorithm::FixedWindow, Some(State::Fixed(st))) => {
-                    settle::fixed(Some(*st), reserved, now_idx, r.limit, delta).map(State::Fixed)
-                }
-                (Algorithm::FixedWindow, _) => {
-                    settle::fixed(None, reserved, now_idx, r.limit, delta).map(State::Fixed)
-                }
-                (Algorithm::CalendarMonth, Some(State::Month(st))) => {
-                    settle::fixed(Some(*st), reserved, now_idx, r.limit, delta).map(State::Month)
-                }
-                (Algorithm::CalendarMonth, _) => {
-                    settle::fixed(None, reserved, now_idx, r.limit, delta).map(State::Month)
-                }
-                (Algorithm::Gcra { burst }, held) => {
+                Algorithm::Gcra { burst } => {
                     let st = match held {
                         Some(State::Gcra(st)) => *st,
                         _ => gcra::State::default(),
@@ -575,7 +575,7 @@ impl MemoryStore {
                     (after != st).then_some(State::Gcra(after))
                 }
                 // Refused by the configuration (see limit::settle).
-                (Algorithm::SlidingLog, _) => None,
+                Algorithm::SlidingLog => None,
             };
             let Some(after) = after else { continue };
             match g.get_mut(hash, &r.key) {

@@ -64,14 +64,20 @@ impl MemoryLeases {
     /// Takes one of `cap` slots of `key` if one is free.
     pub fn acquire(&self, key: &str, cap: u64) -> Taken {
         let mut shard = self.shard(key);
-        let held = shard.get(key).copied().unwrap_or(0);
-        if !concurrency::admits(held, cap) {
-            return Taken::Full;
-        }
-        shard.insert(key.to_owned(), held + 1);
-        Taken::Held {
-            free: cap - held - 1,
-        }
+        // One lookup; the key is copied only for a caller holding none.
+        let held = match shard.get_mut(key) {
+            Some(n) if concurrency::admits(*n, cap) => {
+                *n += 1;
+                *n
+            }
+            Some(_) => return Taken::Full,
+            None if concurrency::admits(0, cap) => {
+                shard.insert(key.to_owned(), 1);
+                1
+            }
+            None => return Taken::Full,
+        };
+        Taken::Held { free: cap - held }
     }
 
     /// Gives back one slot of `key`; nothing when it holds none.
