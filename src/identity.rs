@@ -182,38 +182,7 @@ pub fn write_key(out: &mut String, spec: &KeySpec, caller: &Caller<'_>) {
         }
         let mut found = false;
         for source in chain {
-            match source {
-                KeySource::Ip => {
-                    out.push_str("ip=");
-                    push_net(out, caller.ip);
-                    found = true;
-                }
-                KeySource::ApiKey => {
-                    if let Some(v) = caller.api_key {
-                        out.push_str("key=");
-                        push_value(out, v);
-                        found = true;
-                    }
-                }
-                KeySource::User => {
-                    if let Some(v) = &caller.user {
-                        out.push_str("user=");
-                        push_value(out, v);
-                        found = true;
-                    }
-                }
-                KeySource::Header(name) => {
-                    // Several lines of one header are one identity only if
-                    // all of them are the same; take the first, as proxies do.
-                    if let Some(v) = caller.headers.get(name).filter(|v| !v.is_empty()) {
-                        out.push_str("h:");
-                        out.push_str(name.as_str());
-                        out.push('=');
-                        push_value(out, v.as_bytes());
-                        found = true;
-                    }
-                }
-            }
+            found = write_source(out, source, caller);
             if found {
                 break;
             }
@@ -221,6 +190,41 @@ pub fn write_key(out: &mut String, spec: &KeySpec, caller: &Caller<'_>) {
         if !found {
             out.push_str(ABSENT);
         }
+    }
+}
+
+/// One source of a key part, as [`write_key`] writes it; false, with
+/// nothing written, when the caller has no such value.
+pub fn write_source(out: &mut String, source: &KeySource, caller: &Caller<'_>) -> bool {
+    match source {
+        KeySource::Ip => {
+            out.push_str("ip=");
+            push_net(out, caller.ip);
+            true
+        }
+        KeySource::ApiKey => caller.api_key.is_some_and(|v| {
+            out.push_str("key=");
+            push_value(out, v);
+            true
+        }),
+        KeySource::User => caller.user.as_ref().is_some_and(|v| {
+            out.push_str("user=");
+            push_value(out, v);
+            true
+        }),
+        // Several lines of one header are one identity only if all of them
+        // are the same; take the first, as proxies do.
+        KeySource::Header(name) => caller
+            .headers
+            .get(name)
+            .filter(|v| !v.is_empty())
+            .is_some_and(|v| {
+                out.push_str("h:");
+                out.push_str(name.as_str());
+                out.push('=');
+                push_value(out, v.as_bytes());
+                true
+            }),
     }
 }
 

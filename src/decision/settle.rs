@@ -118,20 +118,18 @@ impl Pending {
         {
             return;
         }
-        let (ours, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.items)
-            .into_iter()
-            .partition(|(_, s)| matches!(s, Source::Header(_)));
-        self.items = rest;
-        let mut settlements = Vec::with_capacity(ours.len());
-        for (request, source) in ours {
-            let Source::Header(name) = &source else {
-                continue;
-            };
-            match amount(headers, name) {
-                Some(actual) => settlements.push(self.settlement(request, actual)),
-                None => kept(limiter, name, headers.get(name)),
+        let mut settlements = Vec::new();
+        let mut rest = Vec::new();
+        for (request, source) in std::mem::take(&mut self.items) {
+            match &source {
+                Source::Header(name) => match amount(headers, name) {
+                    Some(actual) => settlements.push(self.settlement(request, actual)),
+                    None => kept(limiter, name, headers.get(name)),
+                },
+                _ => rest.push((request, source)),
             }
         }
+        self.items = rest;
         settle(limiter, now_ms, &settlements).await;
     }
 

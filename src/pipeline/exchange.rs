@@ -9,7 +9,7 @@ use std::sync::Arc;
 use http::{HeaderValue, Method, Request};
 
 use super::gateway::Runtime;
-use crate::config::{KeySource, KeySpec, Limit};
+use crate::config::{KeySource, Limit};
 use crate::decision::shadow::RouteDecision;
 use crate::decision::slots::Slots;
 use crate::identity::{self, Caller};
@@ -180,10 +180,7 @@ impl Strongest {
             headers: &empty,
         };
         let mut text = String::with_capacity(48);
-        let spec = KeySpec {
-            parts: vec![vec![source]],
-        };
-        identity::write_key(&mut text, &spec, &caller);
+        identity::write_source(&mut text, &source, &caller);
         text
     }
 }
@@ -221,19 +218,10 @@ pub struct Recording {
 /// `user=<user>` as the store key writes it, so it matches the
 /// `/admin/top` view. `None` for a caller known only by its IP.
 pub fn caller_digest(caller: &Caller<'_>) -> Option<String> {
-    let source = if caller.api_key.is_some() {
-        KeySource::ApiKey
-    } else if caller.user.is_some() {
-        KeySource::User
-    } else {
-        return None;
-    };
     let mut text = String::with_capacity(48);
-    let spec = KeySpec {
-        parts: vec![vec![source]],
-    };
-    identity::write_key(&mut text, &spec, caller);
-    Some(top::hash_identity(&text))
+    let found = identity::write_source(&mut text, &KeySource::ApiKey, caller)
+        || identity::write_source(&mut text, &KeySource::User, caller);
+    found.then(|| top::hash_identity(&text))
 }
 
 /// The limits one caller met on one route, and what they decided.

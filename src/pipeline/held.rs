@@ -8,18 +8,15 @@ use http::{Response, StatusCode};
 use crate::decision::slots::Slots;
 use crate::proxy::Watch;
 
-/// Holds the slots until the body's end.
-struct SlotWatch(Option<Slots>);
-
-impl Watch for SlotWatch {
-    fn end(&mut self, _complete: bool) {
-        self.0 = None;
-    }
+/// Slots held by a body: the body drops its watches as it tells them of
+/// its end, and dropping the slots gives them back.
+impl Watch for Slots {
+    fn end(&mut self, _complete: bool) {}
 }
 
 /// A watch that gives `slots` back when the body it is set on ends.
 pub(super) fn watch(slots: Slots) -> Box<dyn Watch> {
-    Box::new(SlotWatch(Some(slots)))
+    Box::new(slots)
 }
 
 /// Whether the upstream switched protocols: the slots then go with the
