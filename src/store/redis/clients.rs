@@ -10,6 +10,7 @@
 //! connected client in turn. The commands sent through the pool are in
 //! `commands`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -22,6 +23,7 @@ use fred::types::config::{
     Config as FredConfig, ConnectionConfig, ReconnectPolicy, TcpConfig, UnresponsiveConfig,
 };
 use fred::types::{Builder, ConnectHandle};
+use fred::util::redis_keyslot;
 use tokio::sync::Notify;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
@@ -295,4 +297,26 @@ fn sort_link_error(e: &FredError, health: &Arc<Health>, diagnosis: &Arc<Option<D
             });
         }
     }
+}
+
+/// The slot a call for `key` goes to: its Cluster slot, or 0 on one
+/// server, which takes any keys in one call.
+pub(super) fn call_slot(clustered: bool, key: &str) -> u16 {
+    if clustered {
+        redis_keyslot(key.as_bytes())
+    } else {
+        0
+    }
+}
+
+/// Indices of `keys` grouped by [`call_slot`], in ascending slot order.
+pub(super) fn slot_groups<'a>(
+    clustered: bool,
+    keys: impl IntoIterator<Item = &'a str>,
+) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (i, key) in keys.into_iter().enumerate() {
+        groups.entry(call_slot(clustered, key)).or_default().push(i);
+    }
+    groups.into_values().collect()
 }

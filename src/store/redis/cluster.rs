@@ -44,14 +44,12 @@
 //!   admit too much. Keep such limits' keys in one slot (the same identity)
 //!   to avoid it.
 
-use std::collections::BTreeMap;
-
 use fred::types::{ClusterHash, Value};
 use fred::util::redis_keyslot;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::clients::Clients;
+use super::clients::{Clients, slot_groups};
 use super::script::{Encoded, SERVER_CLOCK, parse_replies};
 use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, sliding_window};
 use crate::store::contract::StoreError;
@@ -114,18 +112,6 @@ fn first_key_slot(requests: &[LimitRequest]) -> ClusterHash {
     })
 }
 
-/// Request indices grouped by slot, in ascending slot order.
-fn slot_groups(requests: &[LimitRequest]) -> Vec<Vec<usize>> {
-    let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-    for (i, r) in requests.iter().enumerate() {
-        groups
-            .entry(redis_keyslot(r.key.as_bytes()))
-            .or_default()
-            .push(i);
-    }
-    groups.into_values().collect()
-}
-
 /// Decides a request whose keys span several slots: reserve slot group
 /// by slot group in ascending order, refund on a deny (module docs).
 async fn decide_across_slots(
@@ -137,7 +123,7 @@ async fn decide_across_slots(
     let mut outcomes: Vec<Option<LimitOutcome>> = vec![None; requests.len()];
     let mut reserved: Vec<Vec<usize>> = Vec::new();
     let mut failure = None;
-    for group in slot_groups(requests) {
+    for group in slot_groups(true, requests.iter().map(|r| r.key.as_str())) {
         let part: Vec<LimitRequest> = group.iter().map(|&i| requests[i].clone()).collect();
         let decided = tokio::time::timeout_at(
             deadline,
@@ -310,7 +296,7 @@ mod tests {
     #[test]
     fn groups_come_in_ascending_slot_order() {
         let reqs: Vec<LimitRequest> = (0..20).map(|i| req(&format!("{{id{i}}}"))).collect();
-        let groups = slot_groups(&reqs);
+        let groups = slot_groups(true, reqs.iter().map(|r| r.key.as_str()));
         let slots: Vec<u16> = groups
             .iter()
             .map(|g| redis_keyslot(reqs[g[0]].key.as_bytes()))

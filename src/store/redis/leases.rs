@@ -26,10 +26,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::types::Value;
-use fred::util::redis_keyslot;
 use tracing::debug;
 
 use super::RedisStore;
+use super::clients::slot_groups;
 use super::heartbeat;
 use crate::store::contract::StoreError;
 
@@ -176,18 +176,13 @@ impl RedisLeases {
         if live.is_empty() {
             return 0;
         }
-        let mut groups: HashMap<u16, Vec<(String, String)>> = HashMap::new();
-        let clustered = self.store.is_clustered();
-        for (key, id) in live {
-            let slot = if clustered {
-                redis_keyslot(key.as_bytes())
-            } else {
-                0
-            };
-            groups.entry(slot).or_default().push((key, id));
-        }
+        let groups = slot_groups(
+            self.store.is_clustered(),
+            live.iter().map(|(k, _)| k.as_str()),
+        );
         let mut failed = 0;
-        for group in groups.values() {
+        for group in groups {
+            let group: Vec<&(String, String)> = group.iter().map(|&i| &live[i]).collect();
             for chunk in group.chunks(RENEW_BATCH) {
                 let keys: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
                 let mut args = Vec::with_capacity(2 + chunk.len());

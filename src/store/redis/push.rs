@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 
 use fred::types::Value;
-use fred::util::redis_keyslot;
 use futures_util::StreamExt;
 
 use super::backlog::Entry;
 use super::clients::Clients;
+use super::clients::call_slot;
 use super::script::arg;
 use crate::store::contract::StoreError;
 
@@ -129,13 +129,10 @@ fn by_slot(
             done.skipped += 1;
             continue;
         }
-        // One server takes any keys in one call; a Cluster, one slot.
-        let slot = if clustered {
-            redis_keyslot(key.as_bytes())
-        } else {
-            0
-        };
-        groups.entry(slot).or_default().push((key, entry, args));
+        groups
+            .entry(call_slot(clustered, &key))
+            .or_default()
+            .push((key, entry, args));
     }
     groups
 }

@@ -11,13 +11,11 @@
 //! The keys and their layout are the decision script's, so a delta sent
 //! here and a decision made there count in the same numbers.
 
-use std::collections::BTreeMap;
-
 use fred::types::Value;
-use fred::util::redis_keyslot;
 use futures_util::StreamExt;
 
 use super::clients::Clients;
+use super::clients::slot_groups;
 use crate::store::contract::StoreError;
 
 /// Adds deltas and answers totals; its header comment names `KEYS` and
@@ -116,7 +114,7 @@ pub(super) async fn send(clients: &Clients, now_ms: u64, deltas: &[Delta]) -> Ve
         Err(e) => return deltas.iter().map(|_| Err(e.clone())).collect(),
     };
     let mut calls: Vec<Vec<(usize, [Value; 5])>> = Vec::new();
-    for group in by_slot(clients.clustered, deltas).into_values() {
+    for group in slot_groups(clients.clustered, deltas.iter().map(|d| d.key.as_str())) {
         let mut call = Vec::new();
         for i in group {
             match arguments(&deltas[i]) {
@@ -164,21 +162,6 @@ pub(super) async fn send(clients: &Clients, now_ms: u64, deltas: &[Delta]) -> Ve
         .into_iter()
         .map(|a| a.unwrap_or_else(|| Err(StoreError::Protocol("no sync answer".into()))))
         .collect()
-}
-
-/// Indices of `deltas` grouped by Cluster slot (all in one group on one
-/// server, which takes any keys in one call).
-fn by_slot(clustered: bool, deltas: &[Delta]) -> BTreeMap<u16, Vec<usize>> {
-    let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-    for (i, d) in deltas.iter().enumerate() {
-        let slot = if clustered {
-            redis_keyslot(d.key.as_bytes())
-        } else {
-            0
-        };
-        groups.entry(slot).or_default().push(i);
-    }
-    groups
 }
 
 /// Reads sync.lua's reply for `n` keys.
