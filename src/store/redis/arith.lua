@@ -100,6 +100,20 @@ local function sw_store(key, now, w, widx, prev, cur)
   redis.call('SET', key, str(widx) .. ':' .. str(prev) .. ':' .. str(cur), 'PX', str(ttl))
 end
 
+-- Writes the GCRA state whose theoretical arrival time is base + x/l ms
+-- (x in units of 1/l ms): its whole ms and the remainder, expiring reset
+-- ms away but not before min(w, MIN_TTL); a state with nothing left
+-- (reset 0) is deleted instead, absent being the same.
+local function gcra_store(key, base, x, l, w, reset)
+  if reset > 0 then
+    local q = idiv(x, l)
+    redis.call('SET', key, str(base + q) .. ':' .. str(x - q * l), 'PX',
+      str(math.max(reset, math.min(w, MIN_TTL))))
+  else
+    redis.call('DEL', key)
+  end
+end
+
 -- Adds `units` members at `ms` to the sliding log `key`, named `ms:n` with
 -- n counting on from the members that millisecond already has, so every
 -- admitted unit is a member of its own; ZADD in batches of 1000.

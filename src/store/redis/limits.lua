@@ -494,14 +494,7 @@ local function general()
       retry = cdiv(diff + c * w - cap, l)
     end
     return admits, remaining, reset, retry, function()
-      local total = base_rem + c * w
-      local q = idiv(total, l)
-      local value = str(base_ms + q) .. ':' .. str(total - q * l)
-      if reset > 0 then
-        redis.call('SET', key, value, 'PX', str(math.max(reset, math.min(w, MIN_TTL))))
-      else
-        redis.call('DEL', key)
-      end
+      gcra_store(key, base_ms, base_rem + c * w, l, w, reset)
     end
   end
 

@@ -28,8 +28,8 @@
 -- is: it would fail its decisions anyway. Returns { added, skipped }, the
 -- numbers of keys. Arguments that do not split as above are an error reply.
 
--- int, idiv, cdiv, str, EXACT, MIN_TTL and log_add come from arith.lua,
--- prepended.
+-- int, idiv, cdiv, str, EXACT, MIN_TTL, log_add and gcra_store come from
+-- arith.lua, prepended.
 
 local function counter(key, pattern)
   local raw = redis.pcall('GET', key)
@@ -144,9 +144,7 @@ local function gcra(key, now, w, f)
     -- Nothing of it reaches past now: the bucket is full either way.
     return true
   end
-  local q = idiv(x, l)
-  redis.call('SET', key, str(now + q) .. ':' .. str(x - q * l), 'PX',
-    str(math.max(cdiv(x, l), math.min(w, MIN_TTL))))
+  gcra_store(key, now, x, l, w, cdiv(x, l))
   return true
 end
 

@@ -31,7 +31,8 @@
 -- Returns 1 when the key changed, 0 when nothing was left to settle.
 -- Garbage in the key or in the arguments is an error reply.
 
--- int, idiv, str, now_ms, EXACT and MIN_TTL come from arith.lua, prepended.
+-- int, idiv, str, now_ms, EXACT, MIN_TTL and gcra_store come from
+-- arith.lua, prepended.
 
 local function fail(msg)
   return redis.error_reply('ERR tollgate settle: ' .. msg)
@@ -161,14 +162,7 @@ elseif alg == 3 then
   if target >= EXACT then
     return fail(key .. ': arrival time beyond exact arithmetic')
   end
-  local q = idiv(target, l)
-  local reset = idiv(target + l - 1, l)
-  local value = str(now + q) .. ':' .. str(target - q * l)
-  if reset > 0 then
-    redis.call('SET', key, value, 'PX', str(math.max(reset, math.min(w, MIN_TTL))))
-  else
-    redis.call('DEL', key)
-  end
+  gcra_store(key, now, target, l, w, idiv(target + l - 1, l))
   return 1
 end
 return fail('algorithm ' .. ARGV[2] .. ' cannot be settled')
