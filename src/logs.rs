@@ -404,7 +404,7 @@ fn timestamp(buf: &mut Vec<u8>, secs: u64, micros: u32) {
 
 /// `secs` since the epoch as RFC 3339 UTC up to the seconds.
 fn date_time(buf: &mut Vec<u8>, secs: u64) {
-    let (y, m, d) = civil(secs / 86_400);
+    let (y, m, d) = crate::clock::civil_from_days((secs / 86_400) as i64);
     let s = secs % 86_400;
     let two = |buf: &mut Vec<u8>, v: u64| {
         buf.push(b'0' + (v / 10 % 10) as u8);
@@ -412,30 +412,15 @@ fn date_time(buf: &mut Vec<u8>, secs: u64) {
     };
     buf.extend_from_slice(itoa::Buffer::new().format(y).as_bytes());
     buf.push(b'-');
-    two(buf, m);
+    two(buf, u64::from(m));
     buf.push(b'-');
-    two(buf, d);
+    two(buf, u64::from(d));
     buf.push(b'T');
     two(buf, s / 3600);
     buf.push(b':');
     two(buf, s / 60 % 60);
     buf.push(b':');
     two(buf, s % 60);
-}
-
-/// Year, month and day of `days` since 1970-01-01 (the proleptic
-/// Gregorian calendar, counted in 400-year eras).
-fn civil(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]

@@ -4,34 +4,23 @@
 //! from the Unix epoch, which started at UTC midnight, and Unix time has no
 //! leap seconds — so `window: 1d` is already a UTC day. Months are not of
 //! one length, so they get their own index: months since January 1970.
-//! The conversions are the proleptic-Gregorian day arithmetic of Howard
-//! Hinnant's `days_from_civil` / `civil_from_days` (integer only, exact for
-//! every date after 1970).
+//! The conversions are the proleptic-Gregorian day arithmetic of
+//! [`clock::days_from_civil`] / [`clock::civil_from_days`].
+
+use crate::clock;
 
 const DAY_MS: u64 = 86_400_000;
 
 /// Days since 1970-01-01 of the first day of `month` (1–12) in `year`.
 fn days_from_civil(year: u64, month: u64) -> u64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let mp = if month > 2 { month - 3 } else { month + 9 };
-    let doy = (153 * mp + 2) / 5; // day 1 of the month
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let days = clock::days_from_civil(year as i64, month as u32, 1);
+    u64::try_from(days).unwrap_or(0)
 }
 
 /// (year, month 1–12) of the day `days` since 1970-01-01.
 fn civil_from_days(days: u64) -> (u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month)
+    let (year, month, _) = clock::civil_from_days(days as i64);
+    (year as u64, u64::from(month))
 }
 
 /// Months since January 1970 at `now_ms`.
