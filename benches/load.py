@@ -227,6 +227,48 @@ def run_wrk(ports, seconds, script):
             sum(r[3] for r in runs))
 
 
+# What nginx adds to a proxied request so that the upstream gets the
+# request tollgate sends: the client's Host, X-Forwarded-For/-Proto/-Host
+# set, a client's Forwarded dropped; keep-alive to the upstream.
+FORWARD = ("proxy_http_version 1.1; proxy_set_header Connection \"\"; "
+           "proxy_set_header Host $http_host; "
+           "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; "
+           "proxy_set_header X-Forwarded-Proto $scheme; "
+           "proxy_set_header X-Forwarded-Host $host; "
+           "proxy_set_header Forwarded \"\";")
+
+
+def nginx_proxy_pass(up_port, port, limit_req=False):
+    """The http-block body of the nginx contender on port in front of
+    up_port; with limit_req, a limit high enough that all pass."""
+    zone, limit = "", ""
+    if limit_req:
+        zone = "limit_req_zone $binary_remote_addr zone=z:10m rate=1000000r/s;\n"
+        limit = "limit_req zone=z burst=1000000 nodelay; "
+    return (f"{zone}upstream up {{ server 127.0.0.1:{up_port}; keepalive 64; }}\n"
+            f"server {{ listen 127.0.0.1:{port}; location / {{ {limit}proxy_pass http://up; {FORWARD} }} }}")
+
+
+def start_fixture(tmp, started):
+    """What every load run stands on: the upstream (an nginx answering 200),
+    a redis-server, and the wrk script of 10,000 API keys at random. Returns
+    (upstream, its port, redis, its port, the script's path)."""
+    up_port = free_port()
+    upstream = Nginx(tmp, "upstream", f"server {{ listen 127.0.0.1:{up_port}; location / {{ return 200 'ok'; }} }}")
+    started.append(upstream)
+    wait_port(up_port)
+    redis_port = free_port()
+    redis = Process(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no",
+                     "--dir", tmp])
+    started.append(redis)
+    wait_port(redis_port)
+    keys_lua = os.path.join(tmp, "keys.lua")
+    with open(keys_lua, "w") as f:
+        f.write('math.randomseed(42)\nrequest = function()\n'
+                '  return wrk.format(nil, nil, { ["x-api-key"] = "k" .. math.random(1, 10000) })\nend\n')
+    return upstream, up_port, redis, redis_port, keys_lua
+
+
 def tollgate_config(path, port, upstream, limits, redis_port=None, sync=None):
     store = ""
     if redis_port:
@@ -349,51 +391,22 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tollgate-load-")
     started = []
     try:
-        up_port = free_port()
-        upstream = Nginx(tmp, "upstream", f"server {{ listen 127.0.0.1:{up_port}; location / {{ return 200 'ok'; }} }}")
-        started.append(upstream)
-        wait_port(up_port)
-
-        redis_port = free_port()
-        redis = Process(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no",
-                         "--dir", tmp])
-        started.append(redis)
-        wait_port(redis_port)
-
-        keys_lua = os.path.join(tmp, "keys.lua")
-        with open(keys_lua, "w") as f:
-            f.write('math.randomseed(42)\nrequest = function()\n'
-                    '  return wrk.format(nil, nil, { ["x-api-key"] = "k" .. math.random(1, 10000) })\nend\n')
+        upstream, up_port, redis, redis_port, keys_lua = start_fixture(tmp, started)
         deny_lua = os.path.join(tmp, "deny.lua")
         with open(deny_lua, "w") as f:
             f.write('wrk.headers["x-api-key"] = "hot"\n')
 
         contenders = []  # (name, port, pids_fn, uses_redis, wrk_script)
 
-        def add_nginx(name, body_fmt):
+        def add_nginx(name, limit_req=False):
             port = free_port()
-            n = Nginx(tmp, name, body_fmt.format(port=port, up=up_port), access_log=logs)
+            n = Nginx(tmp, name, nginx_proxy_pass(up_port, port, limit_req), access_log=logs)
             started.append(n)
             wait_port(port)
             contenders.append((name, [port], n.pids, False, None))
 
-        # The request the upstream gets is tollgate's: the client's Host,
-        # X-Forwarded-For/-Proto/-Host set, a client's Forwarded dropped.
-        forward = ("proxy_http_version 1.1; proxy_set_header Connection \"\"; "
-                   "proxy_set_header Host $http_host; "
-                   "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; "
-                   "proxy_set_header X-Forwarded-Proto $scheme; "
-                   "proxy_set_header X-Forwarded-Host $host; "
-                   "proxy_set_header Forwarded \"\";")
-        add_nginx("nginx proxy_pass",
-                  "upstream up {{ server 127.0.0.1:{up}; keepalive 64; }}\n"
-                  "server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://up; "
-                  + forward + " }} }}")
-        add_nginx("nginx limit_req",
-                  "limit_req_zone $binary_remote_addr zone=z:10m rate=1000000r/s;\n"
-                  "upstream up {{ server 127.0.0.1:{up}; keepalive 64; }}\n"
-                  "server {{ listen 127.0.0.1:{port}; location / {{ limit_req zone=z burst=1000000 nodelay; "
-                  "proxy_pass http://up; " + forward + " }} }}")
+        add_nginx("nginx proxy_pass")
+        add_nginx("nginx limit_req", limit_req=True)
 
         def add_tollgate(name, limits, use_redis, script, sync=None, instances=1):
             ports, procs = [], []

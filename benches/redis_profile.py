@@ -176,27 +176,11 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tollgate-rprof-")
     started = []
     try:
-        up_port = load.free_port()
-        upstream = load.Nginx(tmp, "upstream",
-                              f"server {{ listen 127.0.0.1:{up_port}; location / {{ return 200 'ok'; }} }}")
-        started.append(upstream)
-        load.wait_port(up_port)
-        redis_port = load.free_port()
-        redis = load.Process(["redis-server", "--port", str(redis_port), "--save", "",
-                              "--appendonly", "no", "--dir", tmp])
-        started.append(redis)
-        load.wait_port(redis_port)
-        keys_lua = os.path.join(tmp, "keys.lua")
-        with open(keys_lua, "w") as f:
-            f.write('math.randomseed(42)\nrequest = function()\n'
-                    '  return wrk.format(nil, nil, { ["x-api-key"] = "k" .. math.random(1, 10000) })\nend\n')
+        _, up_port, redis, redis_port, keys_lua = load.start_fixture(tmp, started)
 
         contenders = []  # (name, port, pids, uses_redis)
         port = load.free_port()
-        ngx = load.Nginx(tmp, "nginx proxy_pass",
-                         f"upstream up {{ server 127.0.0.1:{up_port}; keepalive 64; }}\n"
-                         f"server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://up; "
-                         f"proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}")
+        ngx = load.Nginx(tmp, "nginx proxy_pass", load.nginx_proxy_pass(up_port, port))
         started.append(ngx)
         load.wait_port(port)
         contenders.append(("nginx proxy_pass", port, ngx.pids, False))
