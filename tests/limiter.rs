@@ -851,25 +851,21 @@ async fn a_write_within_the_window_keeps_the_expiry() {
     let server = RedisServer::start().await;
     let store = connected(&server).await;
     let mut conn = server.connection().await;
-    let pttl = |conn: &mut redis::aio::MultiplexedConnection, key: &'static str| {
-        let mut conn = conn.clone();
-        async move { conn.pttl::<_, i64>(key).await.unwrap() }
-    };
     let k = [one("k", 50, 10_000, 1)];
     assert!(store.decide(T0 + 2_500, &k).await.unwrap().allowed);
-    let first = pttl(&mut conn, "k").await;
+    let first: i64 = conn.pttl("k").await.unwrap();
     assert!((17_000..=17_500).contains(&first), "PTTL {first}");
     // Five seconds later by the caller's clock: PX would say 12,500; the
     // expiry the first write set stands.
     assert!(store.decide(T0 + 7_500, &k).await.unwrap().allowed);
-    let kept = pttl(&mut conn, "k").await;
+    let kept: i64 = conn.pttl("k").await.unwrap();
     assert!(
         (16_500..=first).contains(&kept),
         "PTTL {kept} after {first}"
     );
     // The next window rolls the counts: a new expiry, 2w − e.
     assert!(store.decide(T0 + 11_000, &k).await.unwrap().allowed);
-    let rolled = pttl(&mut conn, "k").await;
+    let rolled: i64 = conn.pttl("k").await.unwrap();
     assert!((18_500..=19_000).contains(&rolled), "PTTL {rolled}");
 
     // Written in window 1 by a clock 200 ms ahead, then by one in window 0:
@@ -879,7 +875,7 @@ async fn a_write_within_the_window_keeps_the_expiry() {
     assert!(store.decide(T0 + 9_900, &a).await.unwrap().allowed);
     let raw: String = conn.get("a").await.unwrap();
     assert_eq!(raw, format!("{}:0:2", T0 / 10_000 + 1));
-    let ahead = pttl(&mut conn, "a").await;
+    let ahead: i64 = conn.pttl("a").await.unwrap();
     assert!((19_600..=20_100).contains(&ahead), "PTTL {ahead}");
 }
 

@@ -9,6 +9,8 @@ mod support;
 mod concurrency;
 #[path = "limits/delay.rs"]
 mod delay;
+#[path = "limits/held.rs"]
+mod held;
 #[path = "limits/settled.rs"]
 mod settled;
 
@@ -45,8 +47,9 @@ routes:
     )
 }
 
-fn redis_store(url: &str) -> String {
-    format!("store:\n  redis: {{ url: \"{url}\", timeout: 500ms }}\n  on_error: local\n")
+/// A `store:` block (YAML) for the Redis at `url`, with `on_error`.
+fn redis_store(url: &str, on_error: &str) -> String {
+    format!("store:\n  redis: {{ url: \"{url}\", timeout: 500ms }}\n  on_error: {on_error}\n")
 }
 
 #[tokio::test]
@@ -56,7 +59,7 @@ async fn a_denied_caller_costs_redis_nothing_until_retry_after() {
     let clock = clock();
     let limits = "[ { name: five, key: ip, limit: 5, window: 10s } ]";
     let gw = Gateway::start_with_clock(
-        &yaml(&redis_store(&redis.url()), "ietf", 1, limits),
+        &yaml(&redis_store(&redis.url(), "local"), "ietf", 1, limits),
         clock.clone(),
     )
     .await;
@@ -116,7 +119,7 @@ async fn the_deny_cache_never_answers_for_a_cheaper_request() {
     // that lowers the cost: a new gateway on the same Redis.
     let limits = "[ { name: ten, key: ip, limit: 10, window: 1m, algorithm: fixed_window } ]";
     let gw = Gateway::start_with_clock(
-        &yaml(&redis_store(&redis.url()), "ietf", 3, limits),
+        &yaml(&redis_store(&redis.url(), "local"), "ietf", 3, limits),
         clock.clone(),
     )
     .await;
@@ -130,7 +133,7 @@ async fn the_deny_cache_never_answers_for_a_cheaper_request() {
     gw.stop().await;
     let before = command_calls(&mut conn, "evalsha").await;
     let gw = Gateway::start_with_clock(
-        &yaml(&redis_store(&redis.url()), "ietf", 1, limits),
+        &yaml(&redis_store(&redis.url(), "local"), "ietf", 1, limits),
         clock.clone(),
     )
     .await;
@@ -170,7 +173,7 @@ async fn every_algorithm_limits_through_the_gateway_on_redis() {
         let limits =
             format!("[ {{ name: three, key: ip, limit: 3, window: 1m, algorithm: {alg} }} ]");
         let gw = Gateway::start_with_clock(
-            &yaml(&redis_store(&redis.url()), "ietf", 1, &limits),
+            &yaml(&redis_store(&redis.url(), "local"), "ietf", 1, &limits),
             clock(),
         )
         .await;
@@ -194,7 +197,7 @@ async fn daily_and_monthly_quotas_sit_beside_a_per_second_limit() {
     // T0 is 2027-01-15T08:00:00Z.
     let clock = clock();
     let gw = Gateway::start_with_clock(
-        &yaml(&redis_store(&redis.url()), "ietf", 1, limits),
+        &yaml(&redis_store(&redis.url(), "local"), "ietf", 1, limits),
         clock.clone(),
     )
     .await;
@@ -358,7 +361,7 @@ async fn a_key_added_to_the_redis_hash_gets_its_plan_within_the_cache_time() {
     let clock = clock();
     let gw = Gateway::start_with_clock(
         &plans_yaml(
-            &redis_store(&redis.url()),
+            &redis_store(&redis.url(), "local"),
             "{ redis_hash: true, cache: 5s, unknown: free }",
         ),
         clock.clone(),
@@ -644,7 +647,7 @@ async fn a_429_shows_every_limit_without_the_refused_request() {
             80,
         ),
     ];
-    for store in [String::new(), redis_store(&redis.url())] {
+    for store in [String::new(), redis_store(&redis.url(), "local")] {
         for (cost, burst, admitted, want, after) in cases {
             let limits = format!(
                 "[ {{ name: per_minute, key: ip, limit: 100, window: 1m }}, {{ name: burst, key: ip, limit: {burst}, window: 10s }} ]"

@@ -9,7 +9,7 @@ mod support;
 
 use std::io::Read as _;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -656,12 +656,12 @@ async fn a_gateway_whose_stderr_nobody_reads_keeps_serving() {
 
 /// The binary, with its stderr written to a file the test reads.
 struct Binary {
-    child: Child,
+    /// The process and every line it writes after the listening ones, as
+    /// it writes them.
+    started: support::binary::Started,
     port: u16,
     admin: u16,
     log: std::path::PathBuf,
-    /// Every line it writes after the listening ones, as it writes them.
-    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 impl Binary {
@@ -679,9 +679,8 @@ impl Binary {
         Binary {
             port: started.proxy[0].port(),
             admin: started.admin.expect("an admin listener").port(),
-            child: started.child,
+            started,
             log,
-            lines: started.lines,
         }
     }
 
@@ -705,20 +704,25 @@ impl Binary {
 
     fn sighup(&self) {
         let status = Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
+            .args(["-HUP", &self.started.child.id().to_string()])
             .status()
             .expect("kill -HUP");
         assert!(status.success());
     }
 
-    /// Waits until the log holds `words`: lines reach it from the log
-    /// thread, in batches, a few milliseconds after what they tell.
-    async fn until_logged(&self, words: &str) -> String {
-        let what = format!("the log holds {words:?}");
-        support::wait::until(&what, Duration::from_secs(10), || async {
-            self.log().contains(words)
-        })
-        .await;
+    /// Waits for a line holding `words` on the binary's line stream; the
+    /// log up to that line.
+    async fn until_logged(&mut self, words: &str) -> String {
+        if !self
+            .started
+            .wait_for_line(words, Duration::from_secs(10))
+            .await
+        {
+            panic!(
+                "no line holding {words:?} within 10s\n--- log:\n{}",
+                self.log()
+            );
+        }
         self.log()
     }
 
@@ -742,8 +746,8 @@ impl Binary {
 
 impl Drop for Binary {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.started.child.kill();
+        let _ = self.started.child.wait();
     }
 }
 
@@ -771,7 +775,7 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.yaml");
     std::fs::write(&path, reload_yaml(&up, 10)).unwrap();
-    let bin = Binary::start(&path, &[], dir.path().join("stderr.log")).await;
+    let mut bin = Binary::start(&path, &[], dir.path().join("stderr.log")).await;
 
     // A client streams requests, each in flight for 30 ms upstream, across
     // both reloads. Every one must succeed.
@@ -847,7 +851,11 @@ async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_r
     bin.sighup();
     bin.wait_metric(r#"tollgate_config_reloads_total{result="failure"}"#, 1.0)
         .await;
-    let log = bin.until_logged("configuration reload refused").await;
+    bin.until_logged("configuration reload refused").await;
+    // Each error follows on a line of its own, in file order (line 7's
+    // unknown field, then line 8's window), so the log holds both once
+    // the window's has come.
+    let log = bin.until_logged("is not a duration").await;
     assert!(
         log.contains(r#"routes[0].limits[0].window: "1 day" is not a duration"#),
         "{log}"
@@ -907,10 +915,10 @@ async fn json_access_log_names_the_identity_kind_never_the_key() {
     // the binary writes them until both access lines have come.
     let mut lines: Vec<serde_json::Value> = Vec::new();
     while lines.len() < 2 {
-        let line = tokio::time::timeout(Duration::from_secs(10), bin.lines.recv())
+        let line = bin
+            .started
+            .next_line_with("tollgate::access", Duration::from_secs(10))
             .await
-            .ok()
-            .flatten()
             .unwrap_or_else(|| panic!("no access log lines:\n{}", bin.log()));
         let v: serde_json::Value =
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));

@@ -878,11 +878,6 @@ async fn redis_clock_makes_skewed_gateways_agree() {
 #[tokio::test]
 async fn cluster_gateway_refunds_a_limit_denied_in_another_slot() {
     let cluster = RedisCluster::start(3).await;
-    let seeds: Vec<String> = cluster
-        .seeds()
-        .iter()
-        .map(|(h, p)| format!("{h}:{p}"))
-        .collect();
     let gw = Gateway::start(&format!(
         "listen: 127.0.0.1:0
 store:
@@ -896,7 +891,7 @@ routes:
       - {{ name: per_ip, key: ip, limit: 5, window: 1m }}
       - {{ name: per_user, key: 'header:x-user', limit: 3, window: 1m }}
 ",
-        seeds.join(", ")
+        cluster.seed_list()
     ))
     .await;
     let as_user = |user: &'static str| get("/t", &[("x-user", user)]);
@@ -1200,11 +1195,14 @@ routes:
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Waits until the log holds `words`: lines reach it from the log
-    /// thread, in batches, a few milliseconds after what they tell.
-    async fn until_logged(&self, words: &str) {
-        let what = format!("the log holds {words:?}");
-        support::wait::until(&what, FOUND_WITHIN, || async { self.log().contains(words) }).await;
+    /// Waits for a line holding `words` on the binary's line stream.
+    async fn until_logged(&mut self, words: &str) {
+        if !self.started.wait_for_line(words, FOUND_WITHIN).await {
+            panic!(
+                "no line holding {words:?} within {FOUND_WITHIN:?}\n--- log:\n{}",
+                self.log()
+            );
+        }
     }
 
     /// The log's ERROR lines holding `words`.
@@ -1347,7 +1345,7 @@ async fn wrong_or_missing_password_is_logged_once_and_named_by_readyz() {
 
     // The server is given the password the gateway sends: accepted, logged
     // once, ready again.
-    let gw = RefusedBinary::start(&format!("{{ url: 'redis://:wrong@127.0.0.1:{port}' }}"));
+    let mut gw = RefusedBinary::start(&format!("{{ url: 'redis://:wrong@127.0.0.1:{port}' }}"));
     gw.until_reported("WRONGPASS", "WRONGPASS").await;
     let mut conn = server.connection().await;
     let _: () = redis::cmd("CONFIG")
@@ -2136,11 +2134,6 @@ routes:
 #[tokio::test]
 async fn sync_mode_exchanges_with_every_cluster_slot() {
     let cluster = RedisCluster::start(3).await;
-    let seeds: Vec<String> = cluster
-        .seeds()
-        .iter()
-        .map(|(h, p)| format!("{h}:{p}"))
-        .collect();
     let gw = Gateway::start(&format!(
         "listen: 127.0.0.1:0
 store:
@@ -2152,16 +2145,15 @@ routes:
     respond: {{ status: 200 }}
     limits: [ {{ name: per_user, key: 'header:x-user', limit: 3, window: 1d }} ]
 ",
-        seeds.join(", ")
+        cluster.seed_list()
     ))
     .await;
     let as_user = |user: String| get("/t", &[("x-user", user.as_str())]);
     // The cluster may need a moment after startup; deny answers 503 then.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while send(gw.addr, as_user("warm".into())).await.status != StatusCode::OK {
-        assert!(Instant::now() < deadline, "the gateway never decided");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait::until("the gateway decides", Duration::from_secs(20), || async {
+        send(gw.addr, as_user("warm".into())).await.status == StatusCode::OK
+    })
+    .await;
     for u in 0..20 {
         let mut statuses = Vec::new();
         for _ in 0..4 {
@@ -2175,8 +2167,8 @@ routes:
         assert_eq!(statuses, [200, 200, 200, 429], "user u{u}");
     }
     // Every key reaches its node: 21 keys, 61 admitted in all.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let last = std::sync::Mutex::new(Vec::new());
+    let reached = support::wait::holds_within(Duration::from_secs(10), || async {
         let mut counts = Vec::new();
         for node in &cluster.nodes {
             if let Ok(redis::Value::Array(found)) = query(node.port, &["KEYS", "tg:{*}?*"]).await {
@@ -2196,15 +2188,12 @@ routes:
                 }
             }
         }
-        if counts.len() == 21 && counts.iter().sum::<u64>() == 61 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "counts in the cluster: {counts:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let all = counts.len() == 21 && counts.iter().sum::<u64>() == 61;
+        *last.lock().unwrap() = counts;
+        all
+    })
+    .await;
+    assert!(reached, "counts in the cluster: {:?}", last.lock().unwrap());
     let text = gw.inner.metrics().render();
     let keys = support::admin::value(&text, "tollgate_store_sync_keys_total").unwrap_or(0.0);
     assert!(keys >= 21.0, "{text}");

@@ -2,117 +2,20 @@
 //! across gateways over one Redis, freed on every way a response ends —
 //! a client gone mid-body, a tunnel closed, a gateway killed.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::Frame;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use http::StatusCode;
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::net::TcpStream;
 
+use super::held::Held;
 use super::support::gateway::{Gateway, get, send};
 use super::support::redis::RedisServer;
 use super::support::wait::until;
 use tollgate::store::memory::leases::{MemoryLeases, Taken};
-
-type TestBody = BoxBody<Bytes, Infallible>;
-
-/// An upstream that counts the requests it holds. `/hold` answers only
-/// once the test adds permits to `release`; `/stream` sends its head and
-/// one chunk at once, then never ends its body; `/ws` switches protocols
-/// and echoes.
-struct Held {
-    addr: SocketAddr,
-    in_flight: Arc<AtomicUsize>,
-    most: Arc<AtomicUsize>,
-    release: Arc<Semaphore>,
-}
-
-impl Held {
-    async fn start() -> Held {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let most = Arc::new(AtomicUsize::new(0));
-        let release = Arc::new(Semaphore::new(0));
-        let (f, m, r) = (in_flight.clone(), most.clone(), release.clone());
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (f, m, r) = (f.clone(), m.clone(), r.clone());
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| answer(req, f.clone(), m.clone(), r.clone()));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tcp), svc)
-                        .with_upgrades()
-                        .await;
-                });
-            }
-        });
-        Held {
-            addr,
-            in_flight,
-            most,
-            release,
-        }
-    }
-}
-
-async fn answer(
-    mut req: Request<hyper::body::Incoming>,
-    in_flight: Arc<AtomicUsize>,
-    most: Arc<AtomicUsize>,
-    release: Arc<Semaphore>,
-) -> Result<Response<TestBody>, Infallible> {
-    match req.uri().path() {
-        "/ws" => {
-            let on = hyper::upgrade::on(&mut req);
-            tokio::spawn(async move {
-                let Ok(up) = on.await else { return };
-                let mut io = TokioIo::new(up);
-                let mut buf = [0u8; 256];
-                while let Ok(n @ 1..) = io.read(&mut buf).await {
-                    if io.write_all(&buf[..n]).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            Ok(Response::builder()
-                .status(StatusCode::SWITCHING_PROTOCOLS)
-                .header("connection", "upgrade")
-                .header("upgrade", "websocket")
-                .body(Full::new(Bytes::new()).boxed())
-                .expect("101"))
-        }
-        "/stream" => {
-            // One chunk now, then the body stays open until it is dropped.
-            let mut first = Some(Bytes::from_static(b"first\n"));
-            let chunks = futures_util::stream::poll_fn(move |_| match first.take() {
-                Some(b) => std::task::Poll::Ready(Some(Ok::<_, Infallible>(Frame::data(b)))),
-                None => std::task::Poll::Pending,
-            });
-            Ok(Response::new(StreamBody::new(chunks).boxed()))
-        }
-        _ => {
-            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            most.fetch_max(now, Ordering::SeqCst);
-            release.acquire().await.expect("semaphore open").forget();
-            in_flight.fetch_sub(1, Ordering::SeqCst);
-            Ok(Response::new(
-                Full::new(Bytes::from_static(b"done\n")).boxed(),
-            ))
-        }
-    }
-}
 
 /// A route `/` to `up` with one concurrency limit of `cap` per IP.
 fn yaml(store: &str, up: SocketAddr, cap: u64) -> String {

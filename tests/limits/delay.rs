@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use tokio::io::AsyncWriteExt;
 
+use crate::redis_store;
 use crate::support::gateway::{Gateway, Upstream, get, send};
 use crate::support::redis::RedisServer;
 use crate::support::wait::until;
@@ -34,10 +35,6 @@ routes:
       - {{ name: paced, key: ip, {limit}, algorithm: {algorithm}, on_limit: delay, max_delay: {max_delay} }}
 "#
     )
-}
-
-fn redis_store(url: &str) -> String {
-    format!("store:\n  redis: {{ url: \"{url}\", timeout: 500ms }}\n  on_error: deny\n")
 }
 
 /// Sends `n` requests at once; returns each one's status and when it was
@@ -111,7 +108,7 @@ async fn a_burst_past_the_limit_waits_and_goes_through_in_process() {
 #[tokio::test]
 async fn a_burst_past_the_limit_waits_and_goes_through_over_redis() {
     let redis = RedisServer::start().await;
-    burst_of_twenty_waits_its_turn(&redis_store(&redis.url())).await;
+    burst_of_twenty_waits_its_turn(&redis_store(&redis.url(), "deny")).await;
 }
 
 #[tokio::test]

@@ -1,17 +1,14 @@
 //! Costs settled by the response and byte quotas (issue 15), end to end:
-//! in-process gateways over a real `redis-server` (and in process), an
-//! upstream on 127.0.0.1:0 that reports what each request cost.
+//! in-process gateways over a real `redis-server` (and in process), the
+//! support upstream reporting what each request cost (`/tokens`) or
+//! answering N bytes (`/big`).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -19,45 +16,13 @@ use tollgate::limit::settle::Settlement;
 use tollgate::limit::{Algorithm, LimitRequest};
 use tollgate::store::MemoryStore;
 
-use super::support::gateway::{Gateway, get, send};
+use super::held::Held;
+use super::support::gateway::{Gateway, Upstream, get, send};
 use super::support::redis::RedisServer;
 use super::support::wait::until;
-use super::{T0, clock};
+use super::{T0, clock, redis_store};
 
 const LIMIT: u64 = 100_000_000;
-
-/// An upstream that answers `/t?n=V` with `x-tokens-used: V` (V as sent:
-/// a number or garbage; no header for `/t`), and `/b?n=N` with N bytes.
-async fn upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let svc = service_fn(|req: Request<Incoming>| async move {
-                    let q = req.uri().query().unwrap_or("");
-                    let n = q.strip_prefix("n=").unwrap_or("");
-                    let mut res = Response::new(Full::new(Bytes::new()));
-                    if req.uri().path() == "/b" {
-                        let len: usize = n.parse().unwrap_or(0);
-                        *res.body_mut() = Full::new(Bytes::from(vec![b'x'; len]));
-                    } else if !q.is_empty() {
-                        res.headers_mut()
-                            .insert("x-tokens-used", n.parse().unwrap());
-                    }
-                    Ok::<_, Infallible>(res)
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
-}
 
 fn yaml(store: &str, upstream: SocketAddr, limit: &str) -> String {
     format!(
@@ -71,10 +36,6 @@ routes:
     limits: [ {limit} ]
 "#
     )
-}
-
-fn redis_store(url: &str) -> String {
-    format!("store:\n  redis: {{ url: \"{url}\", timeout: 500ms }}\n  on_error: deny\n")
 }
 
 const TOKENS: &str = "{ name: tokens, key: ip, limit: 100000000, window: 1h, algorithm: fixed_window, cost: { reserve: 100, from_header: x-tokens-used } }";
@@ -142,9 +103,9 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_gateways_charge_redis_exactly_the_tokens_used() {
     let redis = RedisServer::start().await;
-    let up = upstream().await;
+    let up = Upstream::start().await;
     let clock = clock();
-    let cfg = yaml(&redis_store(&redis.url()), up, TOKENS);
+    let cfg = yaml(&redis_store(&redis.url(), "deny"), up.addr, TOKENS);
     let mut gws = Vec::new();
     for _ in 0..3 {
         gws.push(Gateway::start_with_clock(&cfg, clock.clone()).await);
@@ -156,12 +117,12 @@ async fn three_gateways_charge_redis_exactly_the_tokens_used() {
         let addr = gws[(i % 3) as usize].addr;
         // One in ten reports garbage, one in ten nothing: 100 reserved stays.
         let path = match i % 10 {
-            3 => "/t?n=lots".to_owned(),
-            7 => "/t".to_owned(),
+            3 => "/tokens?used=lots".to_owned(),
+            7 => "/tokens".to_owned(),
             _ => {
                 let n = rng.below(5_000);
                 expected += n;
-                format!("/t?n={n}")
+                format!("/tokens?used={n}")
             }
         };
         if matches!(i % 10, 3 | 7) {
@@ -180,19 +141,19 @@ async fn three_gateways_charge_redis_exactly_the_tokens_used() {
 
 #[tokio::test]
 async fn in_process_the_ratelimit_header_shows_the_settled_tokens() {
-    let up = upstream().await;
-    let gw = Gateway::start_with_clock(&yaml("", up, TOKENS), clock()).await;
+    let up = Upstream::start().await;
+    let gw = Gateway::start_with_clock(&yaml("", up.addr, TOKENS), clock()).await;
     let mut used = 0;
     for n in [7u64, 0, 1234, 99] {
-        let r = send(gw.addr, get(&format!("/t?n={n}"), &[])).await;
+        let r = send(gw.addr, get(&format!("/tokens?used={n}"), &[])).await;
         assert_eq!(r.status, StatusCode::OK);
         used += n;
     }
     // Garbage keeps the 100 reserved.
-    send(gw.addr, get("/t?n=-5", &[])).await;
+    send(gw.addr, get("/tokens?used=-5", &[])).await;
     used += 100;
     // The next response shows the quota as its own reservation left it.
-    let r = send(gw.addr, get("/t?n=0", &[])).await;
+    let r = send(gw.addr, get("/tokens?used=0", &[])).await;
     let want = format!("\"tokens\";r={}", LIMIT - used - 100);
     assert!(
         r.header("ratelimit").unwrap().starts_with(&want),
@@ -204,20 +165,23 @@ async fn in_process_the_ratelimit_header_shows_the_settled_tokens() {
 #[tokio::test]
 async fn a_byte_quota_counts_response_and_request_bytes() {
     let redis = RedisServer::start().await;
-    let up = upstream().await;
+    let up = Upstream::start().await;
     let limits = "{ name: down, key: ip, limit: 100000000, window: 1h, algorithm: fixed_window, bytes: response }";
-    let gw =
-        Gateway::start_with_clock(&yaml(&redis_store(&redis.url()), up, limits), clock()).await;
+    let gw = Gateway::start_with_clock(
+        &yaml(&redis_store(&redis.url(), "deny"), up.addr, limits),
+        clock(),
+    )
+    .await;
     let mut rng = Rng(42);
     let mut sent = 0;
     for _ in 0..20 {
         let n = rng.below(100_000);
-        let r = send(gw.addr, get(&format!("/b?n={n}"), &[])).await;
+        let r = send(gw.addr, get(&format!("/big?bytes={n}"), &[])).await;
         assert_eq!(r.body.len() as u64, n);
         sent += n;
     }
     assert_eq!(settles_to(sent, || redis_total(&redis)).await, sent);
-    let policy = send(gw.addr, get("/b?n=0", &[])).await;
+    let policy = send(gw.addr, get("/big?bytes=0", &[])).await;
     assert!(
         policy
             .header("ratelimit-policy")
@@ -230,12 +194,12 @@ async fn a_byte_quota_counts_response_and_request_bytes() {
 
 #[tokio::test]
 async fn a_request_byte_quota_counts_what_was_forwarded() {
-    let up = upstream().await;
+    let up = Upstream::start().await;
     let limits = "{ name: up, key: ip, limit: 100000000, window: 1h, algorithm: fixed_window, bytes: request }";
-    let gw = Gateway::start_with_clock(&yaml("", up, limits), clock()).await;
+    let gw = Gateway::start_with_clock(&yaml("", up.addr, limits), clock()).await;
     let mut total = 0;
     for n in [0usize, 1, 5_000, 70_000] {
-        let req = Request::post("/b?n=0")
+        let req = Request::post("/big?bytes=0")
             .header("host", "gateway.test")
             .body(Full::new(Bytes::from(vec![b'y'; n])))
             .unwrap();
@@ -244,7 +208,7 @@ async fn a_request_byte_quota_counts_what_was_forwarded() {
         total += n as u64;
     }
     let remaining = || async {
-        let r = send(gw.addr, get("/b?n=0", &[])).await;
+        let r = send(gw.addr, get("/big?bytes=0", &[])).await;
         // The probe reserves 1 and is refunded once its body ends.
         let h = r.header("ratelimit").unwrap().to_owned();
         LIMIT
@@ -300,8 +264,11 @@ async fn a_trailer_settles_when_the_body_ends() {
     let redis = RedisServer::start().await;
     let up = trailer_upstream(321).await;
     let limits = "{ name: tokens, key: ip, limit: 100000000, window: 1h, algorithm: fixed_window, cost: { reserve: 50, from_trailer: x-tokens-used } }";
-    let gw =
-        Gateway::start_with_clock(&yaml(&redis_store(&redis.url()), up, limits), clock()).await;
+    let gw = Gateway::start_with_clock(
+        &yaml(&redis_store(&redis.url(), "deny"), up, limits),
+        clock(),
+    )
+    .await;
     for _ in 0..3 {
         let r = send(gw.addr, get("/x", &[("te", "trailers")])).await;
         assert_eq!(r.status, StatusCode::OK);
@@ -347,38 +314,6 @@ proptest! {
     }
 }
 
-/// An upstream whose every answer (`x-tokens-used: 7`) waits for a permit
-/// of `release`; `arrived` gets one permit per request that came in.
-async fn held_upstream(
-    arrived: std::sync::Arc<tokio::sync::Semaphore>,
-    release: std::sync::Arc<tokio::sync::Semaphore>,
-) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (arrived, release) = (arrived.clone(), release.clone());
-            tokio::spawn(async move {
-                let svc = service_fn(move |_req: Request<Incoming>| {
-                    let (arrived, release) = (arrived.clone(), release.clone());
-                    async move {
-                        arrived.add_permits(1);
-                        release.acquire().await.unwrap().forget();
-                        let mut res = Response::new(Full::new(Bytes::new()));
-                        res.headers_mut()
-                            .insert("x-tokens-used", http::HeaderValue::from_static("7"));
-                        Ok::<_, Infallible>(res)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
-}
-
 /// Redis gone between the reservation and the upstream's answer: the
 /// response still goes out at once (the settlement is bounded by the
 /// store's timeout and fails fast on a refused connection), the
@@ -386,13 +321,11 @@ async fn held_upstream(
 #[tokio::test]
 async fn redis_gone_at_settle_time_keeps_the_reservation_and_answers() {
     let mut redis = RedisServer::start().await;
-    let arrived = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let release = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let up = held_upstream(arrived.clone(), release.clone()).await;
-    let gw = Gateway::start(&yaml(&redis_store(&redis.url()), up, TOKENS)).await;
+    let up = Held::start().await;
+    let gw = Gateway::start(&yaml(&redis_store(&redis.url(), "deny"), up.addr, TOKENS)).await;
     let addr = gw.addr;
-    let sent = tokio::spawn(async move { send(addr, get("/t", &[])).await });
-    tokio::time::timeout(Duration::from_secs(5), arrived.acquire())
+    let sent = tokio::spawn(async move { send(addr, get("/hold", &[])).await });
+    tokio::time::timeout(Duration::from_secs(5), up.arrived.acquire())
         .await
         .expect("the request reached the upstream")
         .unwrap()
@@ -400,7 +333,7 @@ async fn redis_gone_at_settle_time_keeps_the_reservation_and_answers() {
     // Reserved in Redis before it went down.
     assert_eq!(redis_total(&redis).await, 100);
     redis.stop();
-    release.add_permits(1);
+    up.release.add_permits(1);
     let answered = tokio::time::timeout(Duration::from_secs(2), sent)
         .await
         .expect("answered within the store's timeout, not hung")
@@ -420,12 +353,15 @@ async fn redis_gone_at_settle_time_keeps_the_reservation_and_answers() {
 async fn a_client_gone_mid_response_pays_for_what_was_passed_on() {
     const BODY: u64 = 64 << 20;
     let redis = RedisServer::start().await;
-    let up = upstream().await;
+    let up = Upstream::start().await;
     let limits = "{ name: down, key: ip, limit: 1000000000, window: 10m, algorithm: fixed_window, bytes: response }";
-    let gw =
-        Gateway::start_with_clock(&yaml(&redis_store(&redis.url()), up, limits), clock()).await;
+    let gw = Gateway::start_with_clock(
+        &yaml(&redis_store(&redis.url(), "deny"), up.addr, limits),
+        clock(),
+    )
+    .await;
     let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    s.write_all(format!("GET /b?n={BODY} HTTP/1.1\r\nhost: t\r\n\r\n").as_bytes())
+    s.write_all(format!("GET /big?bytes={BODY} HTTP/1.1\r\nhost: t\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut read = 0u64;

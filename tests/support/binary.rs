@@ -23,18 +23,25 @@ pub struct Started {
 }
 
 impl Started {
-    /// Waits for a line containing `needle`; whether one came within
-    /// `within`.
-    pub async fn wait_for_line(&mut self, needle: &str, within: Duration) -> bool {
+    /// The next line containing `needle`, when one comes within `within`;
+    /// the lines before it are taken and passed over. A line is in the
+    /// `tee` file before it is sent here, so the file holds it by then.
+    pub async fn next_line_with(&mut self, needle: &str, within: Duration) -> Option<String> {
         let found = async {
             while let Some(line) = self.lines.recv().await {
                 if line.contains(needle) {
-                    return true;
+                    return Some(line);
                 }
             }
-            false
+            None
         };
-        tokio::time::timeout(within, found).await.unwrap_or(false)
+        tokio::time::timeout(within, found).await.ok().flatten()
+    }
+
+    /// Waits for a line containing `needle`; whether one came within
+    /// `within`.
+    pub async fn wait_for_line(&mut self, needle: &str, within: Duration) -> bool {
+        self.next_line_with(needle, within).await.is_some()
     }
 }
 

@@ -30,6 +30,9 @@ pub struct Seen {
 ///   (`400` when the body breaks);
 /// - `/slow?ms=N` answers after N milliseconds;
 /// - `/big?bytes=N` answers N bytes;
+/// - `/tokens?used=V` answers with no body and `x-tokens-used: V`, V as
+///   sent (a number or not; no header without `used`), for a cost
+///   settled by the response;
 /// - anything else answers `200 upstream ok` with hop-by-hop headers that
 ///   the gateway must remove.
 pub struct Upstream {
@@ -110,6 +113,16 @@ impl Upstream {
                                 "/big" => {
                                     let n = query_num(req.uri(), "bytes") as usize;
                                     Response::new(full(vec![b'x'; n]))
+                                }
+                                "/tokens" => {
+                                    let mut r = Response::new(full(Bytes::new()));
+                                    let used = req.uri().query().and_then(|q| {
+                                        q.split('&').find_map(|kv| kv.strip_prefix("used="))
+                                    });
+                                    if let Some(v) = used {
+                                        r.headers_mut().insert("x-tokens-used", v.parse().unwrap());
+                                    }
+                                    r
                                 }
                                 _ => {
                                     let mut r = Response::new(full("upstream ok"));

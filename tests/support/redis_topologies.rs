@@ -218,6 +218,16 @@ impl RedisCluster {
             .collect()
     }
 
+    /// Every node as `host:port`, comma-separated: the inside of a YAML
+    /// flow list, `cluster: [{}]`.
+    pub fn seed_list(&self) -> String {
+        self.seeds()
+            .iter()
+            .map(|(h, p)| format!("{h}:{p}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The port of the node that owns `key`'s slot, and the key's value.
     pub async fn get(&self, key: &str) -> (u16, Option<String>) {
         for node in &self.nodes {

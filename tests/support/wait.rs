@@ -13,14 +13,30 @@ use tokio::time::Instant;
 ///
 /// # Panics
 /// When it does not hold within `within`, naming `what`.
-pub async fn until<F, Fut>(what: &str, within: Duration, mut ok: F)
+pub async fn until<F, Fut>(what: &str, within: Duration, ok: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    assert!(
+        holds_within(within, ok).await,
+        "{what}: not within {within:?}"
+    );
+}
+
+/// As [`until`], for a caller whose failure message carries what the
+/// polls saw: whether `ok` held within `within`.
+pub async fn holds_within<F, Fut>(within: Duration, mut ok: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
     let deadline = Instant::now() + within;
     while !ok().await {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        if Instant::now() >= deadline {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    true
 }
