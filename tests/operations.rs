@@ -911,13 +911,14 @@ async fn json_access_log_names_the_identity_kind_never_the_key() {
         bin.get("/demo", &key).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
-    // Logs are written as requests end, by the log thread: take lines as
-    // the binary writes them until both access lines have come.
+    // Logs are written as requests end, by the log thread: take every line
+    // as the binary writes it (each must be JSON) until both access lines
+    // have come.
     let mut lines: Vec<serde_json::Value> = Vec::new();
     while lines.len() < 2 {
         let line = bin
             .started
-            .next_line_with("tollgate::access", Duration::from_secs(10))
+            .next_line_with("", Duration::from_secs(10))
             .await
             .unwrap_or_else(|| panic!("no access log lines:\n{}", bin.log()));
         let v: serde_json::Value =
