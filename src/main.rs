@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tollgate::config::Config;
+use tollgate::config::load::ConfigErrors;
 use tollgate::logs::AccessLog;
 use tollgate::reload::{Hangups, Overrides, Reload};
 use tollgate::server::Serve;
@@ -205,17 +206,17 @@ fn init_logging(format: LogFormat) -> (AccessLog, tollgate::logs::Flush) {
 /// The configuration at `path`; when it does not load, every error is
 /// written to stderr and the exit status is [`BAD_CONFIG`].
 fn load(path: &Path) -> Result<Config, ExitCode> {
-    tollgate::config::load::load_file(path).map_err(|errors| {
-        complain(format_args!(
-            "{}: {} error(s):",
-            path.display(),
-            errors.0.len()
-        ));
-        for e in &errors.0 {
-            complain(format_args!("  {e}"));
-        }
-        ExitCode::from(BAD_CONFIG)
-    })
+    tollgate::config::load::load_file(path).map_err(|errors| config_errors(path.display(), &errors))
+}
+
+/// Every error of the configuration at `path` written to stderr, under a
+/// header that counts them; the exit status is [`BAD_CONFIG`].
+fn config_errors(path: impl Display, errors: &ConfigErrors) -> ExitCode {
+    complain(format_args!("{path}: {} error(s):", errors.0.len()));
+    for e in &errors.0 {
+        complain(format_args!("  {e}"));
+    }
+    ExitCode::from(BAD_CONFIG)
 }
 
 /// The async runtime.
@@ -328,13 +329,7 @@ fn simulate(config: &std::path::Path, args: &SimulateArgs) -> ExitCode {
     };
     let report = match simulate::simulate(&opts) {
         Ok(r) => r,
-        Err(SimError::Config { path, errors }) => {
-            complain(format_args!("{path}: {} error(s):", errors.0.len()));
-            for e in &errors.0 {
-                complain(format_args!("  {e}"));
-            }
-            return ExitCode::from(BAD_CONFIG);
-        }
+        Err(SimError::Config { path, errors }) => return config_errors(path, &errors),
         Err(e) => {
             complain(format_args!("tollgate simulate: {e}"));
             return ExitCode::FAILURE;

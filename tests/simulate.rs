@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -505,25 +505,41 @@ fn tollgate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tollgate"))
 }
 
+/// `tollgate simulate -c CONFIG LOG ARGS…`, run to its end.
+fn run_cli(config: &Path, log: &Path, args: &[&str]) -> Output {
+    tollgate()
+        .args(["simulate", "-c"])
+        .arg(config)
+        .arg(log)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `out`, once it is known to have succeeded (else its stderr says why).
+fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 #[test]
 fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
     let dir = tempfile::tempdir().unwrap();
     let config = write(dir.path(), "gateway.yaml", SMALL);
     let log = write(dir.path(), "access.log", &small_log());
 
-    // JSON on stdout: the stable shape.
-    let out = tollgate()
+    // JSON on stdout: the stable shape (and the long spelling of -c).
+    let out = ok(tollgate()
         .args(["simulate", "--config"])
         .arg(&config)
         .arg(&log)
         .args(["--field", "x-api-key", "--format", "json"])
         .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .unwrap());
     assert!(out.stderr.is_empty(), "quiet when stderr is not a terminal");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let keys = |v: &serde_json::Value| -> Vec<String> {
@@ -613,19 +629,18 @@ fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
 
     // HTML into a file: self-contained, with a chart.
     let html = dir.path().join("report.html");
-    let out = tollgate()
-        .args(["simulate", "-c"])
-        .arg(&config)
-        .arg(&log)
-        .args(["--field", "x-api-key", "--format", "html", "--out"])
-        .arg(&html)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = ok(run_cli(
+        &config,
+        &log,
+        &[
+            "--field",
+            "x-api-key",
+            "--format",
+            "html",
+            "--out",
+            html.to_str().unwrap(),
+        ],
+    ));
     assert!(out.stdout.is_empty());
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
@@ -642,13 +657,7 @@ fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
     );
 
     // The table by default.
-    let out = tollgate()
-        .args(["simulate", "-c"])
-        .arg(&config)
-        .arg(&log)
-        .args(["--field", "x-api-key"])
-        .output()
-        .unwrap();
+    let out = run_cli(&config, &log, &["--field", "x-api-key"]);
     let table = String::from_utf8(out.stdout).unwrap();
     assert!(
         table.contains("per_key") && table.contains("3 per 1m"),
@@ -657,20 +666,10 @@ fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
 
     // A bad configuration: 2, with the error. A missing log: 1.
     let bad = write(dir.path(), "bad.yaml", "listen: 127.0.0.1:0\nroutes: 3\n");
-    let out = tollgate()
-        .args(["simulate", "-c"])
-        .arg(&bad)
-        .arg(&log)
-        .output()
-        .unwrap();
+    let out = run_cli(&bad, &log, &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("routes"));
-    let out = tollgate()
-        .args(["simulate", "-c"])
-        .arg(&config)
-        .arg(dir.path().join("missing.log"))
-        .output()
-        .unwrap();
+    let out = run_cli(&config, &dir.path().join("missing.log"), &[]);
     assert_eq!(out.status.code(), Some(1));
 }
 

@@ -16,19 +16,13 @@ pub enum InputFormat {
 }
 
 impl InputFormat {
-    /// Every spelling `--input` accepts.
-    pub const SPELLINGS: [(&'static str, Self); 3] = [
-        ("combined", Self::Combined),
-        ("tollgate", Self::Tollgate),
-        ("jsonl", Self::Jsonl),
-    ];
-
     /// The name of the format, as `--input` spells it.
     pub fn name(self) -> &'static str {
-        Self::SPELLINGS
-            .iter()
-            .find(|(_, f)| *f == self)
-            .map_or("combined", |(n, _)| n)
+        match self {
+            Self::Combined => "combined",
+            Self::Tollgate => "tollgate",
+            Self::Jsonl => "jsonl",
+        }
     }
 }
 

@@ -41,64 +41,71 @@ pub fn spawn(
 ) {
     let (tx, rx) = mpsc::sync_channel(CHUNKS);
     let (give_back, returned) = mpsc::sync_channel::<Chunk>(CHUNKS + 2);
-    let lines = Lines::new(files);
-    let read = lines.read.clone();
-    std::thread::spawn(move || fill(lines, &tx, &returned));
+    let read = Arc::<AtomicU64>::default();
+    let counter = read.clone();
+    std::thread::spawn(move || {
+        if let Err(e) = fill(files, &counter, &tx, &returned) {
+            let _ = tx.send(Err(e));
+        }
+    });
     (rx, give_back, read)
 }
 
-/// The thread's work: fills chunks and sends them until the input ends, a
-/// file fails, or the replay stops listening.
+/// The thread's work: fills chunks, a file at a time, and sends them until
+/// the input ends or the replay stops listening. A chunk holds the lines
+/// of one file; the last of a file goes when the file ends.
+///
+/// # Errors
+/// A file cannot be opened or read.
 fn fill(
-    mut lines: Lines,
+    files: Vec<PathBuf>,
+    read: &Arc<AtomicU64>,
     tx: &mpsc::SyncSender<Result<Chunk, SimError>>,
     returned: &mpsc::Receiver<Chunk>,
-) {
+) -> Result<(), SimError> {
     let mut made = 0;
+    // A chunk to fill: a new one until there are enough in flight, then
+    // one the replay gave back (none when it has stopped).
     let mut fresh = || -> Option<Chunk> {
-        if made < CHUNKS + 1 {
+        let mut chunk = if made < CHUNKS + 1 {
             made += 1;
-            return Some(Chunk::default());
-        }
-        returned.recv().ok()
-    };
-    let Some(mut chunk) = fresh() else { return };
-    loop {
-        let file = lines.index;
-        let before = chunk.text.len();
-        let more = match lines.append_next(&mut chunk.text) {
-            Ok(more) => more,
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
-            }
+            Chunk::default()
+        } else {
+            returned.recv().ok()?
         };
-        // A full chunk, the end, or a line from the next file: the
-        // chunk goes, and the line just read starts the next one.
-        let switched = more && !chunk.ends.is_empty() && lines.index != file;
-        if switched || !more || chunk.ends.len() == CHUNK_LINES {
-            let mut next = match fresh() {
-                Some(c) => c,
-                None => return,
+        chunk.text.clear();
+        chunk.ends.clear();
+        Some(chunk)
+    };
+    let Some(mut chunk) = fresh() else {
+        return Ok(());
+    };
+    // Sends a chunk and takes the next; none when the replay has stopped.
+    let mut pass = |chunk: Chunk| -> Option<Chunk> {
+        tx.send(Ok(chunk)).ok()?;
+        fresh()
+    };
+    for (file, path) in files.into_iter().enumerate() {
+        let mut lines = Lines::open(path, read.clone())?;
+        while lines.append_next(&mut chunk.text)? {
+            if chunk.ends.is_empty() {
+                chunk.file = file;
+                chunk.first_line = lines.number;
+            }
+            chunk.ends.push(chunk.text.len());
+            if chunk.ends.len() == CHUNK_LINES {
+                let Some(next) = pass(chunk) else {
+                    return Ok(());
+                };
+                chunk = next;
+            }
+        }
+        if !chunk.ends.is_empty() {
+            let Some(next) = pass(chunk) else {
+                return Ok(());
             };
-            next.text.clear();
-            next.ends.clear();
-            if more {
-                next.text.extend_from_slice(&chunk.text[before..]);
-                chunk.text.truncate(before);
-            }
-            if !chunk.ends.is_empty() && tx.send(Ok(chunk)).is_err() {
-                return;
-            }
             chunk = next;
-            if !more {
-                return;
-            }
         }
-        if chunk.ends.is_empty() {
-            chunk.file = lines.index;
-            chunk.first_line = lines.number;
-        }
-        chunk.ends.push(chunk.text.len());
     }
+    Ok(())
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request};
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 use tokio::runtime::Runtime;
 
 use super::input::{self, Line, Parsed, Parser};
@@ -33,8 +34,9 @@ use crate::pipeline::{Gateway, Rehearsal};
 /// The `Host` of requests whose line names none, unless `--host` says.
 pub const DEFAULT_HOST: &str = "localhost";
 
-/// A line that could not be read, for the report.
-#[derive(Debug, Clone)]
+/// A line that could not be read, for the report (and its JSON, whose
+/// keys are these fields' names in this order).
+#[derive(Debug, Clone, Serialize)]
 pub struct BadLine {
     /// The file.
     pub file: String,

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::replay::{InputStats, Replayed};
+use super::replay::{BadLine, InputStats, Replayed};
 use super::tally::{Counts, Identities, LimitTally, Quota, RouteTally, Timeline};
 use super::time::minute_label;
 use crate::pipeline::exchange::Strongest;
@@ -55,7 +55,7 @@ pub struct Input {
     /// Lines that could not be read.
     pub bad_lines: u64,
     /// The first few of them.
-    pub bad_examples: Vec<BadExample>,
+    pub bad_examples: Vec<BadLine>,
     /// Lines earlier than the line before (replayed at its time).
     pub out_of_order: u64,
     /// First request's time, RFC 3339 minute.
@@ -66,17 +66,6 @@ pub struct Input {
     pub seconds: f64,
     /// Lines per second.
     pub lines_per_second: f64,
-}
-
-/// One bad line.
-#[derive(Debug, Clone, Serialize)]
-pub struct BadExample {
-    /// File name.
-    pub file: String,
-    /// Line number.
-    pub line: u64,
-    /// What is wrong.
-    pub error: String,
 }
 
 /// One identity among the most limited.
@@ -387,14 +376,14 @@ fn changed(a: &Ids, b: Option<&Ids>, n: usize) -> Changed {
 }
 
 fn diff(new: &[RouteTally], old: &[RouteTally], n: usize) -> Vec<LimitDiff> {
-    let find = |routes: &'_ [RouteTally], r: &str, l: &str| {
+    fn find<'a>(routes: &'a [RouteTally], r: &str, l: &str) -> Option<&'a Ids> {
         routes
             .iter()
             .find(|t| &*t.name == r)
             .and_then(|t| t.limits.iter().find(|x| &*x.name == l))
             .map(|x| &x.identities)
-            .cloned()
-    };
+    }
+    let empty = Ids::default();
     let mut names: Vec<(String, String)> = Vec::new();
     for t in new.iter().chain(old) {
         for l in &t.limits {
@@ -407,12 +396,11 @@ fn diff(new: &[RouteTally], old: &[RouteTally], n: usize) -> Vec<LimitDiff> {
     names
         .into_iter()
         .map(|(r, l)| {
-            let a = find(new, &r, &l).unwrap_or_default();
+            let a = find(new, &r, &l).unwrap_or(&empty);
             let b = find(old, &r, &l);
-            let b_or_empty = b.clone().unwrap_or_default();
             LimitDiff {
-                newly_limited: changed(&a, b.as_ref(), n),
-                no_longer_limited: changed(&b_or_empty, Some(&a), n),
+                newly_limited: changed(a, b, n),
+                no_longer_limited: changed(b.unwrap_or(&empty), Some(a), n),
                 route: r,
                 limit: l,
             }
@@ -435,15 +423,7 @@ pub fn build(config: &str, against: Option<&str>, r: &Replayed, top: usize) -> R
             requests: s.requests,
             skipped: s.skipped,
             bad_lines: s.bad,
-            bad_examples: s
-                .bad_shown
-                .iter()
-                .map(|b| BadExample {
-                    file: b.file.clone(),
-                    line: b.line,
-                    error: b.error.clone(),
-                })
-                .collect(),
+            bad_examples: s.bad_shown.clone(),
             out_of_order: s.out_of_order,
             first: s.first_ms.map(minute_label),
             last: s.last_ms.map(minute_label),

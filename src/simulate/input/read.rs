@@ -1,5 +1,5 @@
 //! The files: opened plain or through gzip, read line by line with their
-//! file and line number, and the format their first line shows.
+//! line number, and the format their first line shows.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
@@ -32,17 +32,12 @@ pub fn detect(first: &[u8]) -> InputFormat {
 /// # Errors
 /// The file cannot be opened or read.
 pub fn first_line(path: &Path) -> Result<Vec<u8>, SimError> {
-    let mut r = open(path, Arc::default())?;
+    let mut lines = Lines::open(path.to_owned(), Arc::default())?;
     let mut buf = Vec::new();
-    loop {
+    while lines.append_next(&mut buf)? && buf.trim_ascii().is_empty() {
         buf.clear();
-        let n = r
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| SimError::io(path.display(), e))?;
-        if n == 0 || !buf.trim_ascii().is_empty() {
-            return Ok(buf);
-        }
     }
+    Ok(buf)
 }
 
 /// Counts the bytes read from a file (the progress bar's position).
@@ -73,83 +68,47 @@ fn open(path: &Path, read: Arc<AtomicU64>) -> Result<Box<dyn BufRead + Send>, Si
     })
 }
 
-/// The lines of several files in turn, each with its file and number.
+/// The lines of one file, numbered from 1.
 pub struct Lines {
-    files: std::vec::IntoIter<PathBuf>,
-    current: Option<(PathBuf, Box<dyn BufRead + Send>)>,
-    /// 1-based number of the line last read, in its file.
+    path: PathBuf,
+    reader: Box<dyn BufRead + Send>,
+    /// 1-based number of the line last read.
     pub number: u64,
-    /// Index in the list of files of the file now read.
-    pub index: usize,
-    /// Bytes read from the files so far (compressed, for gzip).
-    pub read: Arc<AtomicU64>,
-    /// Whether a file has been opened yet.
-    current_seen: bool,
 }
 
 impl Lines {
-    /// The lines of `files`, in order.
-    pub fn new(files: Vec<PathBuf>) -> Self {
-        Self {
-            files: files.into_iter(),
-            current: None,
-            number: 0,
-            index: 0,
-            read: Arc::default(),
-            current_seen: false,
-        }
-    }
-
-    /// The file now read.
-    pub fn file(&self) -> Option<&Path> {
-        self.current.as_ref().map(|(p, _)| p.as_path())
-    }
-
-    /// Reads the next line into `buf` (without its line ending); false at
-    /// the end of the last file.
+    /// Opens `path`, counting the bytes it reads (compressed, for gzip)
+    /// into `read`.
     ///
     /// # Errors
-    /// A file cannot be opened or read (a truncated gzip stream too).
-    pub fn next_into(&mut self, buf: &mut Vec<u8>) -> Result<bool, SimError> {
-        buf.clear();
-        self.append_next(buf)
+    /// The file cannot be opened.
+    pub fn open(path: PathBuf, read: Arc<AtomicU64>) -> Result<Self, SimError> {
+        let reader = open(&path, read)?;
+        Ok(Self {
+            path,
+            reader,
+            number: 0,
+        })
     }
 
     /// Appends the next line to `buf` (without its line ending); false at
-    /// the end of the last file.
+    /// the end of the file.
     ///
     /// # Errors
-    /// As [`Self::next_into`].
+    /// The file cannot be read (a truncated gzip stream too).
     pub fn append_next(&mut self, buf: &mut Vec<u8>) -> Result<bool, SimError> {
         let start = buf.len();
-        loop {
-            if self.current.is_none() {
-                let Some(path) = self.files.next() else {
-                    return Ok(false);
-                };
-                let reader = open(&path, self.read.clone())?;
-                if self.current_seen {
-                    self.index += 1;
-                }
-                self.current_seen = true;
-                self.current = Some((path, reader));
-                self.number = 0;
-            }
-            let Some((path, reader)) = &mut self.current else {
-                continue;
-            };
-            let n = reader
-                .read_until(b'\n', buf)
-                .map_err(|e| SimError::io(path.display(), e))?;
-            if n == 0 {
-                self.current = None;
-                continue;
-            }
-            self.number += 1;
-            while buf.len() > start && buf.last().is_some_and(|&c| c == b'\n' || c == b'\r') {
-                buf.pop();
-            }
-            return Ok(true);
+        let n = self
+            .reader
+            .read_until(b'\n', buf)
+            .map_err(|e| SimError::io(self.path.display(), e))?;
+        if n == 0 {
+            return Ok(false);
         }
+        self.number += 1;
+        while buf.len() > start && buf.last().is_some_and(|&c| c == b'\n' || c == b'\r') {
+            buf.pop();
+        }
+        Ok(true)
     }
 }

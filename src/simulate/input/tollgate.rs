@@ -11,6 +11,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use super::line::{Parts, ip};
+use crate::identity::render_ip;
+use crate::proxy::X_FORWARDED_FOR;
 
 /// Reads one line: `None` for another event than a request. The caller
 /// digest goes in `api_key_header` or `user_header`, by identity kind.
@@ -60,10 +62,8 @@ fn headers(
     if let Some(client) = f.client.as_deref() {
         let client = ip(client.as_bytes())?;
         if client != peer_ip {
-            headers.insert(
-                HeaderName::from_static("x-forwarded-for"),
-                HeaderValue::from_str(&client.to_string()).map_err(|e| e.to_string())?,
-            );
+            let text = HeaderValue::from_bytes(render_ip(client, &mut [0u8; 48]));
+            headers.insert(X_FORWARDED_FOR.clone(), text.map_err(|e| e.to_string())?);
         }
     }
     if let Some(caller) = f.caller.as_deref() {
