@@ -11,8 +11,9 @@
 //!
 //! 1. **Percent-encoding** (RFC 3986 §6.2.2.2): encoded unreserved
 //!    characters (`A-Z a-z 0-9 - . _ ~`) are decoded; every other escape is
-//!    kept with upper-case hex. A `%` not followed by two hex digits, and
-//!    `%00`, are refused (400).
+//!    kept with upper-case hex. A `%` not followed by two hex digits, and a
+//!    NUL — encoded as `%00` or raw — are refused (400): a raw NUL would
+//!    otherwise be encoded as the `%00` that is refused.
 //! 2. **Characters a URI may not hold raw** (bytes ≥ 0x80, `"`, `{`, `|`, …)
 //!    are percent-encoded, so each resource has one spelling.
 //! 3. **Encoded slashes** (`%2F`, `%5C`) and a raw backslash are refused by
@@ -92,8 +93,8 @@ pub enum TargetError {
     /// `%` not followed by two hex digits.
     #[error("invalid percent-encoding in the path")]
     BadPercent,
-    /// `%00`.
-    #[error("an encoded NUL (%00) in the path")]
+    /// `%00`, or a raw NUL byte.
+    #[error("a NUL (%00) in the path")]
     Nul,
     /// `%2F` or `%5C` under [`EscapedSlashes::Reject`].
     #[error("an encoded slash or backslash (%2F, %5C) in the path")]
@@ -370,6 +371,9 @@ fn decode(path: &[u8], policy: EscapedSlashes) -> Result<Vec<u8>, TargetError> {
                 out.push(b);
                 continue;
             }
+            // Refused here rather than written as the `%00` that is refused,
+            // so a canonical path is one the normaliser accepts again.
+            0 => return Err(TargetError::Nul),
             b => {
                 push_escaped(&mut out, b);
                 continue;

@@ -71,6 +71,22 @@ fn bad_escapes_and_nul_are_refused() {
     assert_eq!(canon("/a%2"), Err(TargetError::BadPercent));
     assert_eq!(canon("/a%"), Err(TargetError::BadPercent));
     assert_eq!(canon("/a%00b"), Err(TargetError::Nul));
+    assert_eq!(canon("/a\0b"), Err(TargetError::Nul));
+}
+
+/// The fuzz input `04 00 02 2d`: mode 4 (slashes kept, escaped slashes
+/// refused) and the path `/\0\x02-`. A raw NUL is refused on the first pass,
+/// so no canonical path is refused when normalised again.
+#[test]
+fn a_raw_nul_is_refused_on_the_first_pass() {
+    assert_eq!(
+        with("/\0\x02-", EscapedSlashes::Reject, false),
+        Err(TargetError::Nul)
+    );
+    assert_eq!(
+        with("/\x02-", EscapedSlashes::Reject, false).as_deref(),
+        Ok("/%02-")
+    );
 }
 
 #[test]
@@ -189,7 +205,7 @@ proptest::proptest! {
     /// no doubled slash, whatever the input and the escape policy.
     #[test]
     fn canonical_paths_are_idempotent(
-        raw in "/[a-zA-Z0-9%./;\\~_-]{0,40}",
+        raw in "/[a-zA-Z0-9%./;\\~_\x00-\x1f-]{0,40}",
         policy in 0..3u8,
         merge in proptest::bool::ANY,
     ) {
