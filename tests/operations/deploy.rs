@@ -127,6 +127,11 @@ fn compose_file_passes_docker_compose_config_and_wires_the_fleet() {
 
     let binary = image_binary();
     let (_, admin_port) = image_user_and_admin_port();
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains(&format!("CMD [\"{binary}\", \"health\", \"--ready\"]")),
+        "the image's HEALTHCHECK runs tollgate health --ready"
+    );
     // `tollgate health` asks the address the image serves the admin
     // listener on when it is given none.
     let default_admin: http::Uri = tollgate::admin::probe::DEFAULT_ADMIN.parse().unwrap();
