@@ -9,7 +9,8 @@
 # 0.0.0.0:8080 and the admin listener (/metrics, /healthz, /readyz,
 # /admin/top) on 0.0.0.0:9090: the command line overrides the file's
 # `listen` and `admin`, which usually name loopback addresses. Reload the
-# configuration with `docker kill --signal HUP <container>`.
+# configuration with `docker kill --signal HUP <container>`. The health
+# check is `tollgate health --ready`; compose.yaml runs a fleet with Redis.
 
 # ---- build: the release binary, with the locked dependency set ----
 FROM rust:1-bookworm AS build
@@ -34,5 +35,8 @@ COPY --from=build /out/tollgate /usr/local/bin/tollgate
 COPY gateway.yaml /etc/tollgate/gateway.yaml
 USER 10001:10001
 EXPOSE 8080 9090
+# The image has no curl: the binary asks its own admin listener's /readyz.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+    CMD ["/usr/local/bin/tollgate", "health", "--ready"]
 ENTRYPOINT ["/usr/local/bin/tollgate"]
 CMD ["--config", "/etc/tollgate/gateway.yaml", "--listen", "0.0.0.0:8080", "--admin", "0.0.0.0:9090", "--log-format", "json"]

@@ -16,6 +16,11 @@
 //! - `/metrics`: Prometheus/OpenMetrics text (see [`crate::metrics`]).
 //! - `/admin/top?n=10`: per limit, the identities (hashed) it denied most,
 //!   enforced or in shadow mode (see [`crate::top`]), as JSON.
+//!
+//! [`probe`] is the other end of `/healthz` and `/readyz`: the client
+//! `tollgate health` asks them with.
+
+pub mod probe;
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -11,6 +11,7 @@ use std::fmt::Display;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tollgate::config::Config;
@@ -52,6 +53,32 @@ enum Command {
     /// Replay recorded traffic through the configuration's routes and limits
     /// on a clock that follows the log, and report what they would have done.
     Simulate(SimulateArgs),
+    /// Ask a running gateway's admin listener whether it is up (`/healthz`)
+    /// or ready (`/readyz`): exit status 0 on a 200, else 1 with the reason.
+    /// For container health checks; the image has no curl.
+    Health(HealthArgs),
+}
+
+/// `tollgate health` (docs/operations.md).
+#[derive(Debug, clap::Args)]
+struct HealthArgs {
+    /// The admin listener: `http://HOST:PORT` or `HOST:PORT`.
+    #[arg(long, value_name = "URL", default_value = tollgate::admin::probe::DEFAULT_ADMIN)]
+    admin: String,
+    /// Ask `/readyz` (takes traffic) instead of `/healthz` (is up).
+    #[arg(long)]
+    ready: bool,
+    /// Give up after this many seconds (connect, request and answer).
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = seconds)]
+    timeout: f64,
+}
+
+/// A positive, finite number of seconds.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && Duration::try_from_secs_f64(v).is_ok() => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
+    }
 }
 
 /// `tollgate simulate` (docs/simulate.md).
@@ -145,6 +172,9 @@ fn main() -> ExitCode {
     }
     if let Some(Command::Simulate(args)) = &cli.command {
         return simulate(&cli.config, args);
+    }
+    if let Some(Command::Health(args)) = &cli.command {
+        return health(args);
     }
     // The guard is kept to the end of `main`: dropping it writes out what
     // is queued.
@@ -350,6 +380,38 @@ fn simulate(config: &std::path::Path, args: &SimulateArgs) -> ExitCode {
             }
         },
         None => print(text.trim_end(), ExitCode::SUCCESS),
+    }
+}
+
+/// `tollgate health`: the answer on stdout and status 0 when the admin
+/// listener answers 200; otherwise the reason on stderr and status 1,
+/// whatever went wrong — a container runtime reads 1 as unhealthy and
+/// reserves 2.
+fn health(args: &HealthArgs) -> ExitCode {
+    use tollgate::admin::probe::{Check, probe};
+    let check = if args.ready {
+        Check::Ready
+    } else {
+        Check::Live
+    };
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let answer = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+        .and_then(|rt| {
+            rt.block_on(probe(&args.admin, check, timeout))
+                .map_err(|e| e.to_string())
+        });
+    match answer {
+        Ok(healthy) => print(
+            &format!("{}: {}", healthy.url, healthy.body),
+            ExitCode::SUCCESS,
+        ),
+        Err(reason) => {
+            complain(format_args!("tollgate health: {reason}"));
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -7,6 +7,9 @@
 #[path = "support/mod.rs"]
 mod support;
 
+#[path = "operations/deploy.rs"]
+mod deploy;
+
 use std::io::Read as _;
 use std::path::Path;
 use std::process::Command;
@@ -1116,4 +1119,138 @@ fn a_reload_reads_its_files_off_the_runtime() {
         .recv_timeout(Duration::from_secs(60))
         .expect("the reload finishes: it must not block the thread its file's writer runs on");
     assert_eq!(routes, ["from_fifo"]);
+}
+
+/// `tollgate health [--ready] --admin ADDR`: its exit status and what it
+/// printed on stdout and stderr.
+async fn health(admin: std::net::SocketAddr, ready: bool) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.arg("health")
+        .arg("--admin")
+        .arg(format!("http://{admin}"));
+    if ready {
+        cmd.arg("--ready");
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("run tollgate health"))
+        .await
+        .expect("health task");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The container health check: 0 while the gateway is up and ready; 1
+/// with the reason while it drains (still live) and once it has stopped.
+#[tokio::test]
+async fn tollgate_health_follows_a_gateway_from_live_to_draining_to_stopped() {
+    // An upstream that holds its one answer until the test releases it,
+    // so the drain lasts exactly as long as the checks in it take.
+    let held = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = held.local_addr().unwrap();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (arrived, has_arrived) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (mut stream, _) = held.accept().await.expect("accept");
+        let mut head = [0u8; 4096];
+        let _ = stream.read(&mut head).await;
+        let _ = arrived.send(());
+        let _ = released.await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+            .await;
+    });
+    let mut gw = AdminGateway::start(
+        &format!("listen: 127.0.0.1:0\nroutes: [ {{ name: a, upstream: http://{upstream} }} ]\n"),
+        clock(),
+    )
+    .await;
+    let admin = gw.admin;
+    let (code, out, err) = health(admin, false).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("http://{admin}/healthz: ok\n"));
+    let (code, out, err) = health(admin, true).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        format!("http://{admin}/readyz: ready; store: memory\n")
+    );
+
+    let addr = gw.addr;
+    let in_flight = tokio::spawn(async move { send(addr, get("/held", &[])).await });
+    has_arrived.await.expect("the request reaches the upstream");
+    gw.shut_down();
+    wait_ready_body(&gw, "draining").await;
+    let (code, out, err) = health(admin, true).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(
+        err,
+        format!(
+            "tollgate health: http://{admin}/readyz answered 503 Service Unavailable: not ready: draining; store: memory\n"
+        )
+    );
+    assert!(out.is_empty(), "{out}");
+    let (code, _, err) = health(admin, false).await;
+    assert_eq!(code, Some(0), "a draining gateway is still live: {err}");
+
+    // Once the drain is over the admin listener closes too.
+    let _ = release.send(());
+    assert_eq!(
+        in_flight.await.expect("in-flight request").status,
+        StatusCode::OK
+    );
+    until(
+        "the admin listener closed",
+        Duration::from_secs(10),
+        || async { tokio::net::TcpStream::connect(admin).await.is_err() },
+    )
+    .await;
+    for ready in [false, true] {
+        let (code, out, err) = health(admin, ready).await;
+        assert_eq!(code, Some(1), "{out}");
+        assert!(
+            err.starts_with(&format!("tollgate health: cannot connect to {admin}: ")),
+            "{err}"
+        );
+    }
+}
+
+/// A listener that accepts and never answers is a failed check within
+/// `--timeout`, not a hung health check; an address that is not plain
+/// http is refused before anything is asked. Both exit 1, never 2, which
+/// container runtimes reserve.
+#[tokio::test]
+async fn tollgate_health_times_out_on_a_silent_listener_and_refuses_other_schemes() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            open.push(stream);
+        }
+    });
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(["health", "--timeout", "0.3", "--admin"])
+        .arg(addr.to_string());
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("run tollgate health"))
+        .await
+        .expect("health task");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("tollgate health: http://{addr}/healthz: no answer within 300ms\n")
+    );
+    held.abort();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["health", "--admin", "https://127.0.0.1:9090"])
+        .output()
+        .expect("run tollgate health");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("speaks plain http"),
+        "{out:?}"
+    );
 }
