@@ -18,7 +18,7 @@ pub mod sliding_window;
 
 use smallvec::SmallVec;
 
-/// How a limit counts (DESIGN §4). Every store implements all four with the
+/// How a limit counts (docs/design.md#what-a-limit-promises). Every store implements all four with the
 /// same numbers; see each module for the arithmetic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Algorithm {

@@ -184,7 +184,7 @@ pub struct StoreMetrics {
     pub backlog_pushed: Counter,
     /// Fallback admissions not recorded for Redis: the backlog was full.
     pub backlog_dropped: Counter,
-    /// Reservations settled by the response (issue 15).
+    /// Reservations settled by the response.
     pub settled: Counter,
     /// Reservations left standing: the value was missing or not a count.
     pub settle_kept_value: Counter,

@@ -1,4 +1,4 @@
-//! Concurrency limits decided (issue 15): slots taken before the rate
+//! Concurrency limits decided (docs/limits.md#concurrency-limits): slots taken before the rate
 //! limits, held by a guard as long as the response, given back on every
 //! path.
 //!

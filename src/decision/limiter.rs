@@ -15,7 +15,7 @@
 //! Redis denied is denied again locally until its Retry-After, so a caller
 //! hammering a closed limit costs no Redis call.
 //!
-//! issue 11: what `local` admits while Redis cannot decide (an outage: the
+//! What `local` admits while Redis cannot decide (an outage: the
 //! link down, a timeout, the breaker open) is also recorded in a
 //! [`Backlog`], and decisions stay local until it has been added to the
 //! Redis counters. The first decision that finds Redis usable again starts
@@ -29,9 +29,9 @@
 //! and is tried again after a probe interval; a push Redis refuses
 //! (garbage, `NOPERM`) is dropped with a warning, since waiting would not
 //! help. While the link is down a decision in the behind state is counted
-//! as the failed call it would have been (errors, breaker), as before.
+//! as the failed call it would have been (errors, breaker).
 //!
-//! issue 13, `sync` mode: limits with a `sync` interval are decided in
+//! `sync` mode (docs/design.md#sync-mode): limits with a `sync` interval are decided in
 //! process by [`SyncTable`] against the fleet's totals, and a task started
 //! by the first such decision exchanges their counts with Redis every
 //! interval ([`sync`] has the design and its bound). The failure policy is
@@ -97,7 +97,7 @@ pub struct Limiter {
     exchange: std::sync::OnceLock<JoinHandle<()>>,
     /// The clock the exchange reads (the gateway's).
     clock: Arc<dyn Clock>,
-    /// Concurrency limits' slots (issue 15).
+    /// Concurrency limits' slots.
     concurrency: Concurrency,
 }
 
@@ -285,7 +285,7 @@ impl Limiter {
         self.redis.as_ref().map(|r| r.is_connected())
     }
 
-    /// Where concurrency limits' slots are kept (issue 15).
+    /// Where concurrency limits' slots are kept.
     pub fn concurrency(&self) -> &Concurrency {
         &self.concurrency
     }
@@ -598,7 +598,7 @@ impl Limiter {
     }
 
     /// Asks Redis, unless the breaker is open or counts admitted in process
-    /// during an outage have not reached it yet (issue 11: they go first).
+    /// during an outage have not reached it yet (they go first: docs/design.md#breaker-and-recovery).
     /// Whether Redis was called, and its answer.
     async fn ask_redis(
         &self,
@@ -618,7 +618,7 @@ impl Limiter {
             let r = match gate {
                 Gate::Redis => redis.decide(now_ms, requests).await,
                 // What the store answers at once while its link is down,
-                // and counted as such (errors, breaker), as before.
+                // and counted as such (errors, breaker).
                 Gate::Down | Gate::Behind => {
                     Err(StoreError::Unavailable("not connected to Redis".into()))
                 }
@@ -691,7 +691,7 @@ impl Limiter {
         }
     }
 
-    /// Settles reservations at `now_ms` (issue 15, [`super::settle`]) where
+    /// Settles reservations at `now_ms` ([`super::settle`]) where
     /// the decisions are made: in Redis when it is configured (through the
     /// breaker; the store's timeout bounds the call), else in process.
     /// Counts what was settled and what was left standing; never panics,

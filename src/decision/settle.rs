@@ -1,4 +1,4 @@
-//! Costs settled by the response (issue 15): what the pipeline calls.
+//! Costs settled by the response (docs/limits.md#costs-settled-by-the-response): what the pipeline calls.
 //!
 //! At decision time a settled limit reserves its cost like any other
 //! ([`reserve`]: the `reserve` of `cost: { reserve, … }`, or for a byte

@@ -1,4 +1,4 @@
-//! The fixed-window counter (DESIGN §4): one count per window, as an
+//! The fixed-window counter (docs/design.md#what-a-limit-promises): one count per window, as an
 //! `INCRBY` + `PEXPIRE` limiter keeps it.
 //!
 //! Window index `i = floor(t/w)`. A request of cost `c` is admitted iff

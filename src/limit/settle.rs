@@ -1,4 +1,4 @@
-//! Costs known only after the request (issue 15): a limit reserves a cost
+//! Costs known only after the request (docs/limits.md#costs-settled-by-the-response): a limit reserves a cost
 //! when the request is decided and *settles* the difference once the real
 //! amount is known — from a response header, a response trailer, or the
 //! bytes of the request or response body.
@@ -10,7 +10,7 @@
 //! vocabulary and the arithmetic the in-process store applies; the Redis
 //! script `store/redis/settle.lua` mirrors it number for number.
 //!
-//! The rules, per algorithm (DESIGN §4's states):
+//! The rules, per algorithm and the state each keeps:
 //!
 //! - **Sliding and fixed windows, calendar months.** The reservation went
 //!   into window `R` (the window of its instant). While `R` still counts

@@ -1,4 +1,4 @@
-//! The sliding-window counter (DESIGN §4), as pure integer arithmetic.
+//! The sliding-window counter (docs/design.md#what-a-limit-promises), as pure integer arithmetic.
 //!
 //! Window index `i = floor(t/w)`, elapsed `e = t mod w`, counts `cur`
 //! (window `i`) and `prev` (window `i−1`). The estimate is

@@ -45,10 +45,10 @@ pub struct Exchange {
     /// Whether a request an `on_limit: delay` limit denies may wait (not
     /// in a rehearsal).
     pub may_wait: bool,
-    /// The concurrency slots the request holds (issue 15): handed to the
+    /// The concurrency slots the request holds: handed to the
     /// response by `act`, else given back when the exchange ends.
     pub slots: Option<Slots>,
-    /// Reserved costs the response settles (issue 15), once decided.
+    /// Reserved costs the response settles, once decided.
     pub settling: Option<crate::decision::settle::Pending>,
 }
 

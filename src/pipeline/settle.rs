@@ -1,4 +1,4 @@
-//! Where the pipeline settles reserved costs (issue 15; the rules are in
+//! Where the pipeline settles reserved costs (the rules are in
 //! [`crate::decision::settle`]): [`prepare`] before `act` (a byte quota on
 //! the request puts a [`BodyBytes`] count on it for the forwarder), and
 //! [`finish`] on `act`'s answer — a `from_header` amount settled before

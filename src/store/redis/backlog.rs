@@ -1,5 +1,5 @@
 //! What the in-process fallback admitted while Redis could not decide,
-//! kept to be added to the Redis counters when it can again (issue 11).
+//! kept to be added to the Redis counters when it can again (docs/design.md#breaker-and-recovery).
 //!
 //! Under `on_error: local` an outage does not stop counting: each gateway
 //! decides in process. Without this, those counts stay in process, and
@@ -39,8 +39,7 @@
 //! have ended are dropped first (at most once a second); an admission
 //! that still finds no room is not recorded — counted in
 //! `tollgate_store_backlog_dropped_total` and logged once per outage —
-//! and its identity may be granted its window again when Redis returns,
-//! as before this existed.
+//! and its identity may be granted its window again when Redis returns.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};

@@ -65,7 +65,7 @@ pub(super) async fn decide(
     now_ms: u64,
     requests: &[LimitRequest],
 ) -> Result<Decision, StoreError> {
-    // issue 4: keys in several Cluster slots, reserved slot by slot.
+    // Keys in several Cluster slots, reserved slot by slot.
     if spans_slots(requests) {
         return decide_across_slots(clients, deadline, now_ms, requests).await;
     }
