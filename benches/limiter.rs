@@ -246,7 +246,7 @@ fn headers(c: &mut Criterion) {
         }],
     );
     c.bench_function("headers/ratelimit_value", |b| {
-        b.iter(|| tollgate::headers::ratelimit_value(black_box(&limits), black_box(&d)))
+        b.iter(|| tollgate::headers::ratelimit_value(black_box(&limits), black_box(&d.outcomes)))
     });
     let policy = tollgate::headers::policy_header(HeaderMode::Ietf, &limits);
     c.bench_function("headers/apply", |b| {
@@ -258,7 +258,8 @@ fn headers(c: &mut Criterion) {
                     h,
                     policy.as_ref(),
                     black_box(&limits),
-                    Some(&d),
+                    d.allowed,
+                    Some(&d.outcomes),
                     1_800_000_000_000,
                 )
             },

@@ -34,10 +34,10 @@ mod held;
 pub mod observe;
 pub mod refusal;
 pub mod route;
-mod settle;
+mod settling;
 
 pub use exchange::{Exchange, Rehearsal};
-pub use gateway::{Gateway, Runtime, StartError};
+pub use gateway::{Gateway, Snapshot, StartError};
 
 impl Gateway {
     /// Handles one request from `peer`; never fails — every refusal
@@ -54,7 +54,7 @@ impl Gateway {
     ) -> Response<Body> {
         let req = req.map(Into::into);
         let started = observe::started(self.access_log.as_ref());
-        let rt = self.runtime.load_full();
+        let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
         if started.is_some() && rt.config.access_log.replay {
             ex.record_for_replay(&req, self.clock.now_ms());
@@ -74,6 +74,7 @@ impl Gateway {
                 res.headers_mut(),
                 checked.policy_header(),
                 checked.limits(),
+                checked.decision.allowed(),
                 checked.decision.outcomes(),
                 checked.now_ms,
             );
@@ -89,7 +90,7 @@ impl Gateway {
     /// written. The [`Rehearsal`] holds what the phases found, with the
     /// identity each limit counted.
     pub async fn decide_only<B>(&self, req: Request<B>, peer: SocketAddr) -> Rehearsal {
-        let rt = self.runtime.load();
+        let rt = self.snapshot.load();
         let mut ex = Exchange::new(req.method().clone(), peer);
         ex.identities = Some(exchange::Identities::default());
         // A replay decides each request at its recorded instant; it does
@@ -106,18 +107,18 @@ impl Gateway {
     async fn phases(
         &self,
         req: Request<ClientBody>,
-        rt: &Runtime,
+        rt: &Snapshot,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
         let (mut req, route) = self.until_act(req, rt, ex).await?;
-        let settling = settle::prepare(ex, &mut req);
+        let settling = settling::prepare(ex, &mut req);
         let slots = ex.slots.take();
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), slots).await;
         match settling {
             None => answer,
             // Boxed: most requests settle nothing, and this future would
             // otherwise grow every request's by its size.
-            settling => Box::pin(settle::finish(self, settling, answer)).await,
+            settling => Box::pin(settling::finish(self, settling, answer)).await,
         }
     }
 
@@ -125,7 +126,7 @@ impl Gateway {
     async fn until_act<B>(
         &self,
         req: Request<B>,
-        rt: &Runtime,
+        rt: &Snapshot,
         ex: &mut Exchange,
     ) -> Result<(Request<B>, Arc<CompiledRoute>), GatewayError> {
         crate::guard::check(&req, &rt.config.server)?;

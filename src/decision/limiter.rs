@@ -1,4 +1,4 @@
-//! The decision phase: asks the configured store and applies the failure
+//! The limiter: asks the configured store and applies the failure
 //! policy when it cannot answer.
 //!
 //! With Redis configured every decision goes to Redis, through a
@@ -50,10 +50,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::exchange::{Exchange, SyncLink, exchange};
+use super::Undecided;
 use super::resync::{BEHIND, Gate, Resync, SHARED, begin_push};
 use super::slots::Concurrency;
 use super::sync::{self, SyncTable};
+use super::sync_task::{self, SyncLink, SyncTask};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ClockSource, OnError, StoreConfig};
 use crate::limit::deny_cache::DenyCache;
@@ -147,17 +148,6 @@ async fn announce_connection(
         while !store.wait_connected(Duration::from_secs(3600)).await {}
     }
     info!(%redis, "redis connected");
-}
-
-/// How a decision was reached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The store decided (Redis, or in process by `on_error: local`).
-    Decided(Decision),
-    /// The store failed and `on_error: allow` admitted the request.
-    FailedOpen,
-    /// The store failed and `on_error: deny` refuses the request (503).
-    Unavailable,
 }
 
 impl Limiter {
@@ -341,9 +331,9 @@ impl Limiter {
         requests: &[LimitRequest],
         sync: &[u64],
         on_error: Option<OnError>,
-    ) -> Verdict {
+    ) -> Result<Decision, Undecided> {
         let Some(redis) = &self.redis else {
-            return Verdict::Decided(self.decide_memory(now_ms, requests));
+            return Ok(self.decide_memory(now_ms, requests));
         };
         let synced = requests
             .iter()
@@ -356,7 +346,7 @@ impl Limiter {
                 .await;
         }
         match self.decide_in_redis(redis, now_ms, requests).await {
-            Ok(d) => Verdict::Decided(d),
+            Ok(d) => Ok(d),
             Err(e) => self.fail_over(&e, now_ms, requests, on_error),
         }
     }
@@ -420,7 +410,7 @@ impl Limiter {
         sync: &[u64],
         synced: usize,
         on_error: Option<OnError>,
-    ) -> Verdict {
+    ) -> Result<Decision, Undecided> {
         self.start_exchange(redis);
         self.cold_start(redis).await;
         if let Err(why) = self
@@ -449,7 +439,7 @@ impl Limiter {
         match decided {
             Ok(d) => {
                 self.shared_again();
-                Verdict::Decided(d)
+                Ok(d)
             }
             Err(e) => self.fail_over(&e, now_ms, requests, on_error),
         }
@@ -575,7 +565,7 @@ impl Limiter {
     /// Starts `sync` mode's exchange task, once.
     fn start_exchange(&self, redis: &Arc<RedisStore>) {
         self.exchange.get_or_init(|| {
-            tokio::spawn(exchange(Exchange {
+            tokio::spawn(sync_task::run(SyncTask {
                 table: Arc::clone(&self.sync),
                 redis: Arc::clone(redis),
                 breaker: Arc::clone(&self.breaker),
@@ -646,14 +636,14 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
         on_error: Option<OnError>,
-    ) -> Verdict {
+    ) -> Result<Decision, Undecided> {
         if !self.degraded.swap(true, Ordering::Relaxed) {
             self.metrics.fallback.set(1);
             warn!(error = %e, default_on_error = ?self.on_error, "redis cannot decide; deciding by on_error until it can");
         }
         match on_error.unwrap_or(self.on_error) {
-            OnError::Allow => Verdict::FailedOpen,
-            OnError::Deny => Verdict::Unavailable,
+            OnError::Allow => Err(Undecided::FailedOpen),
+            OnError::Deny => Err(Undecided::Unavailable),
             OnError::Local => {
                 let d = self.decide_locally(now_ms, requests);
                 // Only an outage: a refusal or garbage would refuse the
@@ -661,7 +651,7 @@ impl Limiter {
                 if d.allowed && matches!(e, StoreError::Unavailable(_) | StoreError::Timeout) {
                     self.resync.record(now_ms, requests);
                 }
-                Verdict::Decided(d)
+                Ok(d)
             }
         }
     }

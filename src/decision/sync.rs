@@ -72,7 +72,7 @@ const SHARDS: usize = 64;
 
 /// Counts of a window and the one before it (a fixed window uses `cur`
 /// alone).
-type Counts = sliding_window::State;
+type Counts = sliding_window::Counts;
 
 /// How a synced limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl Kind {
 
     /// The algorithm's answer for `r` at cost `cost` against `view`.
     fn check(self, view: Counts, now: u64, r: &LimitRequest, cost: u64) -> LimitOutcome {
-        let fixed = fixed_window::State {
+        let fixed = fixed_window::Count {
             window: view.window,
             count: view.cur,
         };

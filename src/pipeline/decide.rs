@@ -1,4 +1,4 @@
-//! Phase 2: who is calling, which limits apply to them, and what the
+//! The decision phase: who is calling, which limits apply to them, and what the
 //! limits say.
 //!
 //! The caller is worked out only on routes with limits. On routes whose
@@ -15,13 +15,14 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::delay;
-use super::exchange::{Checked, Exchange};
-use super::gateway::{Gateway, Runtime};
+use super::exchange::{CheckedLimits, Exchange};
+use super::gateway::{Gateway, Snapshot};
 use crate::config::{Config, Limit};
 use crate::decision::concurrency;
 use crate::decision::settle;
-use crate::decision::shadow::{self, RouteDecision};
+use crate::decision::shadow;
 use crate::decision::slots::Slots;
+use crate::decision::{RouteDecision, Undecided};
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
 use crate::limit::LimitRequest;
@@ -40,7 +41,7 @@ use crate::store::keys;
 /// [`GatewayError::Limited`] when an enforced limit denies.
 pub async fn decide<B>(
     gw: &Gateway,
-    rt: &Runtime,
+    rt: &Snapshot,
     route: &Arc<CompiledRoute>,
     req: &Request<B>,
     ex: &mut Exchange,
@@ -79,7 +80,7 @@ pub async fn decide<B>(
         ex.metrics.as_deref(),
         &gw.top,
     );
-    if matches!(decision, RouteDecision::Unavailable) {
+    if matches!(decision, RouteDecision::Undecided(Undecided::Unavailable)) {
         debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
         return Err(GatewayError::StoreUnavailable);
     }
@@ -95,7 +96,7 @@ pub async fn decide<B>(
         }
     });
     ex.settling = settle::pending(limits, &requests, &decision, route.route.shadow, now_ms);
-    ex.checked = Some(Checked {
+    ex.checked = Some(CheckedLimits {
         route: route.clone(),
         view,
         decision,
@@ -201,7 +202,7 @@ async fn wait(
 /// The route's limits for the caller's plan, when they come from plans.
 async fn plan(
     gw: &Gateway,
-    rt: &Runtime,
+    rt: &Snapshot,
     route: &CompiledRoute,
     caller: &Caller<'_>,
     now_ms: u64,

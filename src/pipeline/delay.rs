@@ -38,7 +38,7 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use crate::config::Limit;
-use crate::decision::shadow::RouteDecision;
+use crate::decision::RouteDecision;
 use crate::metrics::delay::DelayMetrics;
 
 /// How long a denied request may wait and when to ask again, when it may

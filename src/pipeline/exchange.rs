@@ -1,5 +1,5 @@
 //! The per-request context the phases fill as they go, and what they fill
-//! it with: the limits a caller met ([`Checked`]), the kind of identity
+//! it with: the limits a caller met ([`CheckedLimits`]), the kind of identity
 //! it presented ([`IdentityKind`]), and, when asked, what a replay needs
 //! ([`Recording`] for the access log, the identities of a [`Rehearsal`]).
 
@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use http::{HeaderValue, Method, Request};
 
-use super::gateway::Runtime;
+use super::gateway::Snapshot;
 use crate::config::{KeySource, Limit};
-use crate::decision::shadow::RouteDecision;
+use crate::decision::RouteDecision;
 use crate::decision::slots::Slots;
 use crate::identity::{self, Caller};
 use crate::limit::LimitRequest;
@@ -36,7 +36,7 @@ pub struct Exchange {
     pub identity: IdentityKind,
     /// The limits as this caller sees them and what they decided; `None`
     /// on routes without limits and for requests refused before deciding.
-    pub checked: Option<Checked>,
+    pub checked: Option<CheckedLimits>,
     /// When asked for (`Some` before the phases run): who the caller is
     /// and what each limit counted it as.
     pub identities: Option<Identities>,
@@ -49,7 +49,7 @@ pub struct Exchange {
     /// response by `act`, else given back when the exchange ends.
     pub slots: Option<Slots>,
     /// Reserved costs the response settles, once decided.
-    pub settling: Option<crate::decision::settle::Pending>,
+    pub settling: Option<crate::decision::settle::Reservations>,
 }
 
 impl Exchange {
@@ -111,7 +111,7 @@ impl Exchange {
         }
     }
 
-    pub(super) fn entered(&mut self, route: &Arc<CompiledRoute>, rt: &Runtime) {
+    pub(super) fn entered(&mut self, route: &Arc<CompiledRoute>, rt: &Snapshot) {
         self.metrics = rt.route_metrics.get(route.index).cloned().flatten();
         self.route = Some(route.clone());
     }
@@ -226,7 +226,7 @@ pub fn caller_digest(caller: &Caller<'_>) -> Option<String> {
 
 /// The limits one caller met on one route, and what they decided.
 #[derive(Debug)]
-pub struct Checked {
+pub struct CheckedLimits {
     pub(super) route: Arc<CompiledRoute>,
     /// The route's limits as the caller's plan expands them; `None` when
     /// no limit comes from a plan.
@@ -237,7 +237,7 @@ pub struct Checked {
     pub now_ms: u64,
 }
 
-impl Checked {
+impl CheckedLimits {
     /// The limits decided, in order.
     pub fn limits(&self) -> &[Limit] {
         match &self.view {

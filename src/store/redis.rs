@@ -79,7 +79,7 @@ pub mod heartbeat;
 pub mod leases;
 mod push;
 mod script;
-pub mod settle;
+pub mod settlements;
 pub mod sync;
 pub mod topology;
 
@@ -284,6 +284,6 @@ impl Store for RedisStore {
     }
 
     async fn settle(&self, now_ms: u64, settlements: &[Settlement]) -> Result<(), StoreError> {
-        settle::send(&self.clients, now_ms, settlements).await
+        settlements::send(&self.clients, now_ms, settlements).await
     }
 }

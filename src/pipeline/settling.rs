@@ -18,13 +18,13 @@ use super::exchange::Exchange;
 use super::gateway::Gateway;
 use crate::clock::Clock;
 use crate::decision::limiter::Limiter;
-use crate::decision::settle::{self, Pending};
+use crate::decision::settle::{self, Reservations};
 use crate::problem::GatewayError;
 use crate::proxy::{Body, BodyBytes, ClientBody, Watch};
 
 /// A request's reservations and the count of its forwarded body bytes.
 pub(super) struct Settling {
-    pending: Pending,
+    pending: Reservations,
     request_bytes: Option<BodyBytes>,
 }
 
@@ -93,7 +93,7 @@ pub(super) async fn finish(
 
 /// Counts a response body and settles the reservations left when it ends.
 struct SettleWatch {
-    pending: Option<Pending>,
+    pending: Option<Reservations>,
     limiter: Arc<Limiter>,
     clock: Arc<dyn Clock>,
     request_bytes: Option<BodyBytes>,
