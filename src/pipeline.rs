@@ -3,11 +3,13 @@
 //!
 //! [`Gateway::handle`] runs the phases — guard and route ([`route`]),
 //! caller, plan and decision ([`decide`]), respond, forward or upgrade
-//! ([`act`]) — each returning `Result<_, GatewayError>`. Every refusal,
-//! whichever phase made it, becomes its response in one place
+//! ([`act`]) — each returning `Result<_, GatewayError>`: the route goes to
+//! the decision, the decision's [`Admission`](decide::Admission) (slots,
+//! reservations) to `act` and the settlement. Every refusal, whichever
+//! phase made it, becomes its response in one place
 //! ([`refusal::response`]), the rate-limit headers are applied once, and
-//! [`observe`] counts the request and writes its access-log line from what
-//! the phases left in the [`Exchange`].
+//! [`observe`] counts the request and writes its access-log line from the
+//! record the phases keep in the [`Exchange`].
 //!
 //! [`Gateway::decide_only`] runs the same phases up to `act` and stops
 //! there: nothing is answered or forwarded, and no access-log line is
@@ -24,6 +26,7 @@ use crate::headers;
 use crate::problem::GatewayError;
 use crate::proxy::{Body, ClientBody};
 use crate::routing::CompiledRoute;
+use decide::{Admission, Mode};
 
 pub mod act;
 pub mod decide;
@@ -92,13 +95,16 @@ impl Gateway {
     pub async fn decide_only<B>(&self, req: Request<B>, peer: SocketAddr) -> Rehearsal {
         let rt = self.snapshot.load();
         let mut ex = Exchange::new(req.method().clone(), peer);
-        ex.identities = Some(exchange::Identities::default());
-        // A replay decides each request at its recorded instant; it does
-        // not wait for `on_limit: delay` limits (see docs/simulate.md).
-        ex.may_wait = false;
-        let ended = self.until_act(req, &rt, &mut ex).await.map(drop);
+        let mut identities = exchange::Identities::default();
+        // The slots of the admission go back at once: a replay has no
+        // responses to hold them.
+        let ended = self
+            .until_act(req, &rt, &mut ex, Mode::Rehearse(&mut identities))
+            .await
+            .map(drop);
         Rehearsal {
             exchange: ex,
+            identities,
             refusal: ended.err(),
         }
     }
@@ -110,10 +116,9 @@ impl Gateway {
         rt: &Snapshot,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
-        let (mut req, route) = self.until_act(req, rt, ex).await?;
-        let settling = settling::prepare(ex, &mut req);
-        let slots = ex.slots.take();
-        let answer = act::act(self, rt, &route, req, ex.peer.ip(), slots).await;
+        let (mut req, route, admission) = self.until_act(req, rt, ex, Mode::Serve).await?;
+        let settling = settling::prepare(admission.reservations, &mut req);
+        let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
         match settling {
             None => answer,
             // Boxed: most requests settle nothing, and this future would
@@ -122,18 +127,20 @@ impl Gateway {
         }
     }
 
-    /// The phases before `act`: the request, canonical, and its route.
+    /// The phases before `act`: the request, canonical, its route, and
+    /// what the decision hands on.
     async fn until_act<B>(
         &self,
         req: Request<B>,
         rt: &Snapshot,
         ex: &mut Exchange,
-    ) -> Result<(Request<B>, Arc<CompiledRoute>), GatewayError> {
+        mode: Mode<'_>,
+    ) -> Result<(Request<B>, Arc<CompiledRoute>, Admission), GatewayError> {
         crate::guard::check(&req, &rt.config.server)?;
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);
-        decide::decide(self, rt, &route, &req, ex).await?;
-        Ok((req, route))
+        let admission = decide::decide(self, rt, &route, &req, ex, mode).await?;
+        Ok((req, route, admission))
     }
 }
 

@@ -1,7 +1,11 @@
-//! The per-request context the phases fill as they go, and what they fill
-//! it with: the limits a caller met ([`CheckedLimits`]), the kind of identity
-//! it presented ([`IdentityKind`]), and, when asked, what a replay needs
-//! ([`Recording`] for the access log, the identities of a [`Rehearsal`]).
+//! The record of one request: what the phases found that the rate-limit
+//! headers and [`observe`](super::observe) read at the end — the limits a
+//! caller met ([`CheckedLimits`]), the kind of identity it presented
+//! ([`IdentityKind`]), and, when asked, what the access log carries for a
+//! replay ([`Recording`]). What one phase needs from another it is handed
+//! as a value instead (the decision's
+//! [`Admission`](super::decide::Admission)); what only a replay needs is
+//! the [`Rehearsal`]'s.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -11,7 +15,6 @@ use http::{HeaderValue, Method, Request};
 use super::gateway::Snapshot;
 use crate::config::{KeySource, Limit};
 use crate::decision::RouteDecision;
-use crate::decision::slots::Slots;
 use crate::identity::{self, Caller};
 use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
@@ -21,7 +24,7 @@ use crate::top;
 use ipnet::IpNet;
 
 /// What the phases learnt about one request: filled as they go, read by
-/// [`observe`] and for the rate-limit headers.
+/// [`observe`](super::observe) and for the rate-limit headers.
 #[derive(Debug)]
 pub struct Exchange {
     /// The request method, for the access log.
@@ -37,19 +40,8 @@ pub struct Exchange {
     /// The limits as this caller sees them and what they decided; `None`
     /// on routes without limits and for requests refused before deciding.
     pub checked: Option<CheckedLimits>,
-    /// When asked for (`Some` before the phases run): who the caller is
-    /// and what each limit counted it as.
-    pub identities: Option<Identities>,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
-    /// Whether a request an `on_limit: delay` limit denies may wait (not
-    /// in a rehearsal).
-    pub may_wait: bool,
-    /// The concurrency slots the request holds: handed to the
-    /// response by `act`, else given back when the exchange ends.
-    pub slots: Option<Slots>,
-    /// Reserved costs the response settles, once decided.
-    pub settling: Option<crate::decision::settle::Reservations>,
 }
 
 impl Exchange {
@@ -61,11 +53,7 @@ impl Exchange {
             metrics: None,
             identity: IdentityKind::None,
             checked: None,
-            identities: None,
             recording: None,
-            may_wait: true,
-            slots: None,
-            settling: None,
         }
     }
 
@@ -94,20 +82,9 @@ impl Exchange {
     /// access log its client IP and digest.
     pub(super) fn identified(&mut self, caller: &Caller<'_>) {
         self.identity = IdentityKind::of(caller);
-        if let Some(ids) = &mut self.identities {
-            ids.caller = Some(Strongest::of(caller));
-        }
         if let Some(r) = &mut self.recording {
             r.client = Some(caller.ip.addr());
             r.caller = caller_digest(caller);
-        }
-    }
-
-    /// The store key each decided limit counts the caller under, when
-    /// asked for.
-    pub(super) fn counted_as(&mut self, requests: &[LimitRequest]) {
-        if let Some(ids) = &mut self.identities {
-            ids.keys.extend(requests.iter().map(|r| r.key.clone()));
         }
     }
 
@@ -133,6 +110,18 @@ pub struct Identities {
     /// ([`keys::counter_key`](crate::store::keys::counter_key)): readable
     /// text with the in-process store, a digest with Redis.
     pub keys: Vec<String>,
+}
+
+impl Identities {
+    /// The caller the decision phase found.
+    pub(super) fn saw(&mut self, caller: &Caller<'_>) {
+        self.caller = Some(Strongest::of(caller));
+    }
+
+    /// The store key each decided limit counts the caller under.
+    pub(super) fn counted_as(&mut self, requests: &[LimitRequest]) {
+        self.keys.extend(requests.iter().map(|r| r.key.clone()));
+    }
 }
 
 /// A caller's strongest identity — its API key, else its user, else its
@@ -189,8 +178,10 @@ impl Strongest {
 /// ([`Gateway::decide_only`](super::Gateway::decide_only)).
 #[derive(Debug)]
 pub struct Rehearsal {
-    /// What they found, with [`Exchange::identities`] filled.
+    /// What they found.
     pub exchange: Exchange,
+    /// Who the caller is and what each limit counted it as.
+    pub identities: Identities,
     /// The refusal that ended the request; `None` where `act` would have
     /// answered or forwarded it.
     pub refusal: Option<GatewayError>,

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use http::{HeaderMap, Request, Response};
 use http_body_util::Either;
 
-use super::exchange::Exchange;
 use super::gateway::Gateway;
 use crate::clock::Clock;
 use crate::decision::limiter::Limiter;
@@ -28,10 +27,13 @@ pub(super) struct Settling {
     request_bytes: Option<BodyBytes>,
 }
 
-/// Takes the exchange's reservations; counts the request's body bytes
+/// Takes the decision's reservations; counts the request's body bytes
 /// when a byte quota needs them.
-pub(super) fn prepare(ex: &mut Exchange, req: &mut Request<ClientBody>) -> Option<Settling> {
-    let pending = ex.settling.take()?;
+pub(super) fn prepare(
+    reservations: Option<Reservations>,
+    req: &mut Request<ClientBody>,
+) -> Option<Settling> {
+    let pending = reservations?;
     let request_bytes = pending.counts_request().then(|| {
         let count = BodyBytes::default();
         req.extensions_mut().insert(count.clone());

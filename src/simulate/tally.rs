@@ -270,7 +270,7 @@ impl Tally {
         let m = route.timeline.at(minute);
         m.counts.add(limited);
         m.shadow_limited += u64::from(shadow);
-        let Some(ids) = &ex.identities else { return };
+        let ids = &r.identities;
         if let Some(caller) = &ids.caller {
             route.callers.add(caller, limited || shadow);
         }
