@@ -72,7 +72,12 @@ fn decisions(c: &mut Criterion) {
     g.bench_function("tollgate_sync/hot_key", |b| {
         b.iter(|| {
             now += 1;
-            black_box(table.decide(now, black_box(&hot), &[100], true))
+            black_box(table.decide(
+                now,
+                black_box(&hot),
+                &[100],
+                tollgate::decision::sync::Intent::Consume,
+            ))
         })
     });
 

@@ -110,30 +110,43 @@ pub async fn decide(
         .await
     };
     if full {
-        return (merge(&rated, &rate, &said, false, true), None);
+        return (merge(&rated, &rate, &said, Ending::Full), None);
     }
     match rated {
         RouteDecision::Decided(ref d) if d.allowed => {
-            (merge(&rated, &rate, &said, true, false), slots)
+            (merge(&rated, &rate, &said, Ending::Admitted), slots)
         }
         // Refused by a rate limit: the slots go back before the answer.
-        RouteDecision::Decided(_) => (merge(&rated, &rate, &said, false, false), None),
+        RouteDecision::Decided(_) => (merge(&rated, &rate, &said, Ending::RateRefused), None),
         RouteDecision::Undecided(Undecided::FailedOpen) => (rated, slots),
         RouteDecision::Undecided(Undecided::Unavailable) => (rated, None),
     }
 }
 
+/// How a request with concurrency limits ended, for [`merge`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Admitted: the slots stay held.
+    Admitted,
+    /// A rate limit refused: the slots go back, so a held slot shows as
+    /// free again.
+    RateRefused,
+    /// A concurrency limit refused: the slots go back and the rate limits
+    /// were only read, so their verdicts are not counted.
+    Full,
+}
+
 /// The whole request's decision from the rate limits' (`rated`, at the
-/// positions `rate`) and the concurrency limits' (`said`). `kept`: the
-/// slots stay held; otherwise a held slot shows as free again. `read`:
-/// the rate limits were only read, their verdicts are not counted.
+/// positions `rate`) and the concurrency limits' (`said`), as `ending`
+/// leaves them.
 fn merge(
     rated: &RouteDecision,
     rate: &[usize],
     said: &[Option<Said>],
-    kept: bool,
-    read: bool,
+    ending: Ending,
 ) -> RouteDecision {
+    let kept = ending == Ending::Admitted;
+    let read = ending == Ending::Full;
     let n = said.len();
     let mut verdicts: Vec<Option<Verdict>> = vec![None; n];
     let rate_verdicts: &[Option<Verdict>] = match rated {

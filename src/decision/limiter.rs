@@ -53,7 +53,7 @@ use tracing::{info, warn};
 use super::Undecided;
 use super::resync::{BEHIND, Gate, Resync, SHARED, begin_push};
 use super::slots::Concurrency;
-use super::sync::{self, SyncTable};
+use super::sync::{self, Intent, SyncTable};
 use super::sync_task::{self, SyncLink, SyncTask};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ClockSource, OnError, StoreConfig};
@@ -428,7 +428,7 @@ impl Limiter {
         let start = std::time::Instant::now();
         let decided = if synced == requests.len() {
             self.sync
-                .decide(now_ms, requests, sync, true)
+                .decide(now_ms, requests, sync, Intent::Consume)
                 .ok_or_else(garbage)
         } else {
             self.decide_mixed(redis, now_ms, requests, sync).await
@@ -487,7 +487,7 @@ impl Limiter {
     /// reads their totals, without deciding.
     fn touch(&self, now_ms: u64, requests: &[LimitRequest], sync: &[u64], synced: usize) {
         if synced == requests.len() {
-            let _ = self.sync.decide(now_ms, requests, sync, false);
+            let _ = self.sync.decide(now_ms, requests, sync, Intent::Check);
             return;
         }
         let (synced, every): (Vec<LimitRequest>, Vec<u64>) = requests
@@ -496,7 +496,7 @@ impl Limiter {
             .filter(|&(r, &every)| every > 0 && sync::syncable(r.algorithm))
             .map(|(r, &every)| (r.clone(), every))
             .unzip();
-        let _ = self.sync.decide(now_ms, &synced, &every, false);
+        let _ = self.sync.decide(now_ms, &synced, &every, Intent::Check);
     }
 
     /// Some limits synced, some decided in Redis: the synced ones are
@@ -521,7 +521,7 @@ impl Limiter {
             (pick(&ours), ours.iter().map(|&i| sync[i]).collect());
         let checked = self
             .sync
-            .decide(now_ms, &synced, &every, false)
+            .decide(now_ms, &synced, &every, Intent::Check)
             .ok_or_else(garbage)?;
         let mut exact = pick(&theirs);
         if !checked.allowed {
@@ -533,7 +533,7 @@ impl Limiter {
         let allowed = checked.allowed && asked.allowed;
         let synced_outcomes = if allowed {
             self.sync
-                .decide(now_ms, &synced, &every, true)
+                .decide(now_ms, &synced, &every, Intent::Consume)
                 .ok_or_else(garbage)?;
             checked.outcomes
         } else if checked.allowed {
@@ -546,7 +546,7 @@ impl Limiter {
                 })
                 .collect();
             self.sync
-                .decide(now_ms, &standing, &every, false)
+                .decide(now_ms, &standing, &every, Intent::Check)
                 .ok_or_else(garbage)?
                 .outcomes
         } else {
