@@ -72,7 +72,12 @@ fn decisions(c: &mut Criterion) {
     g.bench_function("tollgate_sync/hot_key", |b| {
         b.iter(|| {
             now += 1;
-            black_box(table.decide(now, black_box(&hot), &[100], true))
+            black_box(table.decide(
+                now,
+                black_box(&hot),
+                &[100],
+                tollgate::decision::sync::Intent::Consume,
+            ))
         })
     });
 
@@ -246,7 +251,7 @@ fn headers(c: &mut Criterion) {
         }],
     );
     c.bench_function("headers/ratelimit_value", |b| {
-        b.iter(|| tollgate::headers::ratelimit_value(black_box(&limits), black_box(&d)))
+        b.iter(|| tollgate::headers::ratelimit_value(black_box(&limits), black_box(&d.outcomes)))
     });
     let policy = tollgate::headers::policy_header(HeaderMode::Ietf, &limits);
     c.bench_function("headers/apply", |b| {
@@ -258,7 +263,8 @@ fn headers(c: &mut Criterion) {
                     h,
                     policy.as_ref(),
                     black_box(&limits),
-                    Some(&d),
+                    d.allowed,
+                    Some(&d.outcomes),
                     1_800_000_000_000,
                 )
             },

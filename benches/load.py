@@ -42,7 +42,7 @@ gateways over the one Redis, each gateway getting a third of the
 connections from its own wrk at the same time (requests and CPU summed over
 the three, p99 the worst of them).
 
-Below the table, issue 13's goals beside this run's ratios, each marked
+Below the table, the performance targets beside this run's ratios, each marked
 when met.
 
 After the table: Redis memory per identity for one sliding_window limit,
@@ -337,9 +337,9 @@ def redis_memory(binary, tmp, up_port, redis_port, started, identities=100_000):
           f"key names like {sample!r})")
 
 
-# Issue 13's goals, as ratios to nginx proxy_pass in the same run: CPU per
+# The performance targets (docs/performance.md#targets), as ratios to nginx proxy_pass in the same run: CPU per
 # request (tollgate's and Redis's), Redis CPU µs per decision, p99 and
-# requests/s. None where the issue sets none.
+# requests/s. None where the targets set none.
 GOALS = [
     ("tollgate no limits", 1.0, None, 1.0, 1.0),
     ("tollgate memory", 1.1, None, 1.1, 0.95),
@@ -351,7 +351,7 @@ GOALS = [
 
 def print_goals(med, base):
     """The goals beside what this run measured, each marked met or not."""
-    print("\nGoals (issue 13) against this run; * marks a goal met\n")
+    print("\nGoals (the targets) against this run; * marks a goal met\n")
     hdr = f"{'contender':31} {'CPU x (goal)':>15} {'redis us (goal)':>16} {'p99 x (goal)':>15} {'req/s x (goal)':>16}"
     print(hdr)
     print("-" * len(hdr))

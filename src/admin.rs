@@ -132,7 +132,7 @@ pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Ful
 
 fn readyz(gw: &Gateway, draining: bool) -> Response<Full<Bytes>> {
     let limiter = gw.limiter();
-    // issue 11: a refusal says why, in Redis's words.
+    // A refusal says why, in Redis's words.
     let store = match (limiter.redis_connected(), limiter.redis_fault()) {
         (None, _) => "store: memory".to_owned(),
         (Some(_), Some(fault)) => format!("redis: {fault}\non_error decides requests meanwhile"),

@@ -239,7 +239,7 @@ pub struct RedisConfig {
     /// often ([`crate::decision::sync`]). `None`: every decision in Redis.
     pub sync: Option<Duration>,
     /// How long a concurrency slot's lease lives in Redis unless renewed
-    /// (`lease:`, issue 15): live requests renew theirs every third of it,
+    /// (`lease:`): live requests renew theirs every third of it,
     /// and the slots of a gateway that died free within it.
     pub lease: Duration,
 }
@@ -639,7 +639,7 @@ pub struct Limit {
     /// (`on_limit: reject`, the default).
     pub delay: Option<Duration>,
     /// `concurrency: N`: a cap on the caller's requests in flight instead
-    /// of a rate (issue 15, [`crate::limit::concurrency`]); `limit` holds
+    /// of a rate ([`crate::limit::concurrency`]); `limit` holds
     /// the same number and `window_ms` a placeholder. `None` for a rate.
     pub concurrency: Option<NonZeroU64>,
 }

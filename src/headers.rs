@@ -23,7 +23,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use crate::config::{HeaderMode, Limit};
-use crate::limit::Decision;
+use crate::limit::LimitOutcome;
 
 /// `RateLimit-Policy`.
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -82,12 +82,12 @@ pub fn policy_header(mode: HeaderMode, limits: &[Limit]) -> Option<HeaderValue> 
     HeaderValue::from_str(&out).ok()
 }
 
-/// The `RateLimit` value for a decision.
-pub fn ratelimit_value(limits: &[Limit], decision: &Decision) -> Option<HeaderValue> {
+/// The `RateLimit` value for a decision's `outcomes`, one per limit.
+pub fn ratelimit_value(limits: &[Limit], outcomes: &[LimitOutcome]) -> Option<HeaderValue> {
     // On the stack for the usual one or two limits.
     let mut out = SmallVec::<[u8; 128]>::new();
     let mut buf = itoa::Buffer::new();
-    for (i, (l, o)) in limits.iter().zip(&decision.outcomes).enumerate() {
+    for (i, (l, o)) in limits.iter().zip(outcomes).enumerate() {
         if i > 0 {
             out.extend_from_slice(b", ");
         }
@@ -113,9 +113,13 @@ pub fn ratelimit_value(limits: &[Limit], decision: &Decision) -> Option<HeaderVa
 /// until it is restored (its Retry-After on a deny): on a 429 the violated
 /// limit with the longest wait, otherwise the one with the smallest share of
 /// its quota left.
-fn closest<'a>(limits: &'a [Limit], decision: &Decision) -> Option<(&'a Limit, u64, u64)> {
-    let pairs = limits.iter().zip(&decision.outcomes);
-    let pick = if decision.allowed {
+fn closest<'a>(
+    limits: &'a [Limit],
+    allowed: bool,
+    outcomes: &[LimitOutcome],
+) -> Option<(&'a Limit, u64, u64)> {
+    let pairs = limits.iter().zip(outcomes);
+    let pick = if allowed {
         // remaining/limit smallest: compare r1·l2 < r2·l1.
         pairs.min_by(|(l1, o1), (l2, o2)| {
             (u128::from(o1.remaining) * u128::from(l2.limit.get()))
@@ -135,20 +139,25 @@ fn closest<'a>(limits: &'a [Limit], decision: &Decision) -> Option<(&'a Limit, u
     })
 }
 
-/// Adds the rate-limit headers of `mode` to a response; `now_ms` is the
-/// time the decision was made at (for GitHub's epoch `Reset`).
+/// Adds the rate-limit headers of `mode` to a response: `outcomes` are
+/// the limits' answers (none when they were not all read), `allowed`
+/// whether the request was admitted, `now_ms` the time the decision was
+/// made at (for GitHub's epoch `Reset`).
 pub fn apply(
     mode: HeaderMode,
     headers: &mut HeaderMap,
     policy: Option<&HeaderValue>,
     limits: &[Limit],
-    decision: Option<&Decision>,
+    allowed: bool,
+    outcomes: Option<&[LimitOutcome]>,
     now_ms: u64,
 ) {
     let single = match mode {
         HeaderMode::None => return,
         HeaderMode::Ietf => None,
-        HeaderMode::Github | HeaderMode::Legacy => decision.and_then(|d| closest(limits, d)),
+        HeaderMode::Github | HeaderMode::Legacy => {
+            outcomes.and_then(|o| closest(limits, allowed, o))
+        }
     };
     if let Some((limit, remaining, t_ms)) = single {
         let q = limit.limit.get();
@@ -179,7 +188,7 @@ pub fn apply(
     if let Some(p) = policy {
         headers.insert(RATELIMIT_POLICY.clone(), p.clone());
     }
-    if let Some(v) = decision.and_then(|d| ratelimit_value(limits, d)) {
+    if let Some(v) = outcomes.and_then(|o| ratelimit_value(limits, o)) {
         headers.insert(RATELIMIT.clone(), v);
     }
 }
@@ -188,7 +197,6 @@ pub fn apply(
 mod tests {
     use super::*;
     use crate::config::KeySpec;
-    use crate::limit::LimitOutcome;
     use std::num::NonZeroU64;
 
     fn limit(name: &str, q: u64, w_ms: u64) -> Limit {
@@ -216,23 +224,20 @@ mod tests {
         ];
         let p = policy_header(HeaderMode::Ietf, &limits).unwrap();
         assert_eq!(p, r#""per_minute";q=100;w=60, "per_second";q=10;w=1"#);
-        let d = Decision {
-            allowed: false,
-            outcomes: smallvec::smallvec![
-                LimitOutcome {
-                    admits: true,
-                    remaining: 42,
-                    reset_ms: 17_001,
-                    retry_after_ms: Some(0),
-                },
-                LimitOutcome {
-                    admits: false,
-                    remaining: 0,
-                    reset_ms: 2_000,
-                    retry_after_ms: Some(700),
-                },
-            ],
-        };
+        let d: crate::limit::Outcomes = smallvec::smallvec![
+            LimitOutcome {
+                admits: true,
+                remaining: 42,
+                reset_ms: 17_001,
+                retry_after_ms: Some(0),
+            },
+            LimitOutcome {
+                admits: false,
+                remaining: 0,
+                reset_ms: 2_000,
+                retry_after_ms: Some(700),
+            },
+        ];
         let v = ratelimit_value(&limits, &d).unwrap();
         assert_eq!(v, r#""per_minute";r=42;t=18, "per_second";r=0;t=1"#);
     }

@@ -3,7 +3,7 @@
 //! names the whole key).
 //!
 //! The client IP is the TCP peer unless the peer is a trusted proxy; then the
-//! forwarding headers are walked from the right (DESIGN §3). Identity values
+//! forwarding headers are walked from the right (docs/design.md#keys-and-identity). Identity values
 //! become part of Redis keys, so every part is either a short run of safe
 //! characters or a fixed-length digest: a caller cannot grow keys, inject a
 //! hash tag, or make two different identities collide through separators.

@@ -1,4 +1,4 @@
-//! `user` from a verified JWT (DESIGN §3): `Authorization: Bearer <JWT>`,
+//! `user` from a verified JWT (docs/design.md#keys-and-identity): `Authorization: Bearer <JWT>`,
 //! verified with an HS256 secret or an RS256/ES256 public key, the user
 //! taken from one claim (`sub` by default).
 //!

@@ -18,7 +18,7 @@ pub mod sliding_window;
 
 use smallvec::SmallVec;
 
-/// How a limit counts (DESIGN §4). Every store implements all four with the
+/// How a limit counts (docs/design.md#what-a-limit-promises). Every store implements all four with the
 /// same numbers; see each module for the arithmetic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Algorithm {
@@ -126,15 +126,48 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// Milliseconds to wait before the request can be admitted: the largest
-    /// wait among the denying limits. `None` if a limit can never admit it.
+    /// Milliseconds to wait before the request can be admitted: the
+    /// [`longest_wait`] of the denying limits. `None` if a limit can never
+    /// admit it.
     pub fn retry_after_ms(&self) -> Option<u64> {
-        let mut wait = 0;
-        for o in &self.outcomes {
-            if !o.admits {
-                wait = wait.max(o.retry_after_ms?);
-            }
+        longest_wait(self.outcomes.iter().filter(|o| !o.admits))
+    }
+}
+
+/// The wait before every one of `denying` admits the request: the largest
+/// of their Retry-Afters, 0 when there is none, `None` when one of them
+/// can never admit it. The one place a request's Retry-After is computed.
+pub fn longest_wait<'a>(denying: impl IntoIterator<Item = &'a LimitOutcome>) -> Option<u64> {
+    let mut wait = 0;
+    for o in denying {
+        wait = wait.max(o.retry_after_ms?);
+    }
+    Some(wait)
+}
+
+/// What one limit said about one request, as `tollgate_decisions_total`
+/// counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The limit admitted.
+    Allowed,
+    /// The enforced limit denied.
+    Limited,
+    /// The shadow limit would have denied.
+    ShadowLimited,
+    /// The store could not decide it (`on_error: allow` or `deny`, or a
+    /// concurrency slot Redis could not lease).
+    Error,
+}
+
+impl Verdict {
+    /// The metric label and `tollgate simulate`'s word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Limited => "limited",
+            Self::ShadowLimited => "shadow_limited",
+            Self::Error => "error",
         }
-        Some(wait)
     }
 }

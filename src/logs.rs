@@ -24,7 +24,7 @@
 //! whole — no formatter per field, no subscriber machinery.
 //!
 //! The queue is the process's, like stderr itself ([`stderr`] sets it up
-//! once). The access log is a gateway's own ([`AccessLog`], handed to it
+//! once). The access log is a gateway's own ([`AccessWriter`], handed to it
 //! with `server::Serve::access_log`): a gateway without one — the
 //! in-process tests, unless they ask — writes no access-log line.
 
@@ -45,7 +45,7 @@ pub const BATCH_DELAY: Duration = Duration::from_millis(10);
 
 /// The access log's destination and format.
 #[derive(Debug)]
-pub struct AccessLog {
+pub struct AccessWriter {
     writer: Queue,
     json: bool,
 }
@@ -208,12 +208,12 @@ pub fn dropped_lines() -> u64 {
 /// One access-log line being rendered: `field` calls in order, then
 /// [`AccessLine::write`].
 pub struct AccessLine<'a> {
-    log: &'a AccessLog,
+    log: &'a AccessWriter,
     target: &'a str,
     buf: Vec<u8>,
 }
 
-impl AccessLog {
+impl AccessWriter {
     /// An access log written to `writer` (from [`stderr`], or any other
     /// [`queue`]), as one JSON object a line or as text.
     pub fn new(writer: Queue, json: bool) -> Self {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use tollgate::config::Config;
 use tollgate::config::load::ConfigErrors;
-use tollgate::logs::AccessLog;
+use tollgate::logs::AccessWriter;
 use tollgate::reload::{Hangups, Overrides, Reload};
 use tollgate::server::Serve;
 use tracing_subscriber::EnvFilter;
@@ -215,9 +215,9 @@ fn main() -> ExitCode {
 /// its own writes out: a slow or unread stderr drops (and counts) lines
 /// instead of holding up requests. The access log, in the same format and
 /// queue; dropping the guard writes out what is queued.
-fn init_logging(format: LogFormat) -> (AccessLog, tollgate::logs::Flush) {
+fn init_logging(format: LogFormat) -> (AccessWriter, tollgate::logs::Flush) {
     let (writer, guard) = tollgate::logs::stderr();
-    let access_log = AccessLog::new(writer.clone(), format == LogFormat::Json);
+    let access_log = AccessWriter::new(writer.clone(), format == LogFormat::Json);
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -272,7 +272,7 @@ async fn serve(
     config: Config,
     path: PathBuf,
     overrides: Overrides,
-    access_log: AccessLog,
+    access_log: AccessWriter,
 ) -> ExitCode {
     // SIGHUP, SIGTERM and SIGINT are caught before anything is bound.
     let hangups = Hangups::catch();

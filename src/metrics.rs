@@ -30,6 +30,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::config::Config;
+use crate::limit::Verdict;
 use delay::{DelayFamilies, DelayMetrics};
 
 pub mod delay;
@@ -69,19 +70,6 @@ impl Outcome {
             Self::Rejected => "rejected",
         }
     }
-}
-
-/// What one limit said about one request (`tollgate_decisions_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitVerdict {
-    /// The limit admitted.
-    Allowed,
-    /// The enforced limit denied.
-    Limited,
-    /// The shadow limit would have denied.
-    ShadowLimited,
-    /// The store failed and `on_error: allow` admitted without a decision.
-    Error,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -184,7 +172,7 @@ pub struct StoreMetrics {
     pub backlog_pushed: Counter,
     /// Fallback admissions not recorded for Redis: the backlog was full.
     pub backlog_dropped: Counter,
-    /// Reservations settled by the response (issue 15).
+    /// Reservations settled by the response.
     pub settled: Counter,
     /// Reservations left standing: the value was missing or not a count.
     pub settle_kept_value: Counter,
@@ -324,12 +312,12 @@ pub struct LimitMetrics {
 
 impl LimitMetrics {
     /// Counts one decision of this limit.
-    pub fn count(&self, verdict: LimitVerdict) {
+    pub fn count(&self, verdict: Verdict) {
         match verdict {
-            LimitVerdict::Allowed => self.allowed.inc(),
-            LimitVerdict::Limited => self.limited.inc(),
-            LimitVerdict::ShadowLimited => self.shadow_limited.inc(),
-            LimitVerdict::Error => self.error.inc(),
+            Verdict::Allowed => self.allowed.inc(),
+            Verdict::Limited => self.limited.inc(),
+            Verdict::ShadowLimited => self.shadow_limited.inc(),
+            Verdict::Error => self.error.inc(),
         };
     }
 }
@@ -522,18 +510,18 @@ impl Metrics {
 
     /// The series of limit `l` of route `route`.
     fn limit(&self, route: &str, l: &crate::config::Limit) -> LimitMetrics {
-        let dec = |outcome: &'static str| {
+        let dec = |verdict: Verdict| {
             self.decisions.get_or_create_owned(&DecisionLabels {
                 route: route.to_owned(),
                 limit: l.name.to_string(),
-                outcome,
+                outcome: verdict.as_str(),
             })
         };
         LimitMetrics {
-            allowed: dec("allowed"),
-            limited: dec("limited"),
-            shadow_limited: dec("shadow_limited"),
-            error: dec("error"),
+            allowed: dec(Verdict::Allowed),
+            limited: dec(Verdict::Limited),
+            shadow_limited: dec(Verdict::ShadowLimited),
+            error: dec(Verdict::Error),
         }
     }
 
@@ -648,7 +636,7 @@ mod tests {
         let m = Metrics::new();
         let routes = m.routes(&config);
         routes["r"].count(Outcome::Limited);
-        routes["r"].limits[0].count(LimitVerdict::ShadowLimited);
+        routes["r"].limits[0].count(Verdict::ShadowLimited);
         routes["r"].upstream_response(http::StatusCode::BAD_GATEWAY, Duration::from_millis(3));
         routes["r"].count(Outcome::ClientError);
         routes["r"].client_error(ClientErrorKind::Aborted);

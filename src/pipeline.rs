@@ -3,11 +3,13 @@
 //!
 //! [`Gateway::handle`] runs the phases — guard and route ([`route`]),
 //! caller, plan and decision ([`decide`]), respond, forward or upgrade
-//! ([`act`]) — each returning `Result<_, GatewayError>`. Every refusal,
-//! whichever phase made it, becomes its response in one place
+//! ([`act`]) — each returning `Result<_, GatewayError>`: the route goes to
+//! the decision, the decision's [`Admission`](decide::Admission) (slots,
+//! reservations) to `act` and the settlement. Every refusal, whichever
+//! phase made it, becomes its response in one place
 //! ([`refusal::response`]), the rate-limit headers are applied once, and
-//! [`observe`] counts the request and writes its access-log line from what
-//! the phases left in the [`Exchange`].
+//! [`observe`] counts the request and writes its access-log line from the
+//! record the phases keep in the [`Exchange`].
 //!
 //! [`Gateway::decide_only`] runs the same phases up to `act` and stops
 //! there: nothing is answered or forwarded, and no access-log line is
@@ -24,6 +26,7 @@ use crate::headers;
 use crate::problem::GatewayError;
 use crate::proxy::{Body, ClientBody};
 use crate::routing::CompiledRoute;
+use decide::{Admission, Mode};
 
 pub mod act;
 pub mod decide;
@@ -34,10 +37,10 @@ mod held;
 pub mod observe;
 pub mod refusal;
 pub mod route;
-mod settle;
+mod settling;
 
 pub use exchange::{Exchange, Rehearsal};
-pub use gateway::{Gateway, Runtime, StartError};
+pub use gateway::{Gateway, Snapshot, StartError};
 
 impl Gateway {
     /// Handles one request from `peer`; never fails — every refusal
@@ -54,7 +57,7 @@ impl Gateway {
     ) -> Response<Body> {
         let req = req.map(Into::into);
         let started = observe::started(self.access_log.as_ref());
-        let rt = self.runtime.load_full();
+        let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
         if started.is_some() && rt.config.access_log.replay {
             ex.record_for_replay(&req, self.clock.now_ms());
@@ -74,6 +77,7 @@ impl Gateway {
                 res.headers_mut(),
                 checked.policy_header(),
                 checked.limits(),
+                checked.decision.allowed(),
                 checked.decision.outcomes(),
                 checked.now_ms,
             );
@@ -89,15 +93,18 @@ impl Gateway {
     /// written. The [`Rehearsal`] holds what the phases found, with the
     /// identity each limit counted.
     pub async fn decide_only<B>(&self, req: Request<B>, peer: SocketAddr) -> Rehearsal {
-        let rt = self.runtime.load();
+        let rt = self.snapshot.load();
         let mut ex = Exchange::new(req.method().clone(), peer);
-        ex.identities = Some(exchange::Identities::default());
-        // A replay decides each request at its recorded instant; it does
-        // not wait for `on_limit: delay` limits (see docs/simulate.md).
-        ex.may_wait = false;
-        let ended = self.until_act(req, &rt, &mut ex).await.map(drop);
+        let mut identities = exchange::Identities::default();
+        // The slots of the admission go back at once: a replay has no
+        // responses to hold them.
+        let ended = self
+            .until_act(req, &rt, &mut ex, Mode::Rehearse(&mut identities))
+            .await
+            .map(drop);
         Rehearsal {
             exchange: ex,
+            identities,
             refusal: ended.err(),
         }
     }
@@ -106,33 +113,34 @@ impl Gateway {
     async fn phases(
         &self,
         req: Request<ClientBody>,
-        rt: &Runtime,
+        rt: &Snapshot,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
-        let (mut req, route) = self.until_act(req, rt, ex).await?;
-        let settling = settle::prepare(ex, &mut req);
-        let slots = ex.slots.take();
-        let answer = act::act(self, rt, &route, req, ex.peer.ip(), slots).await;
+        let (mut req, route, admission) = self.until_act(req, rt, ex, Mode::Serve).await?;
+        let settling = settling::prepare(admission.reservations, &mut req);
+        let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
         match settling {
             None => answer,
             // Boxed: most requests settle nothing, and this future would
             // otherwise grow every request's by its size.
-            settling => Box::pin(settle::finish(self, settling, answer)).await,
+            settling => Box::pin(settling::finish(self, settling, answer)).await,
         }
     }
 
-    /// The phases before `act`: the request, canonical, and its route.
+    /// The phases before `act`: the request, canonical, its route, and
+    /// what the decision hands on.
     async fn until_act<B>(
         &self,
         req: Request<B>,
-        rt: &Runtime,
+        rt: &Snapshot,
         ex: &mut Exchange,
-    ) -> Result<(Request<B>, Arc<CompiledRoute>), GatewayError> {
+        mode: Mode<'_>,
+    ) -> Result<(Request<B>, Arc<CompiledRoute>, Admission), GatewayError> {
         crate::guard::check(&req, &rt.config.server)?;
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);
-        decide::decide(self, rt, &route, &req, ex).await?;
-        Ok((req, route))
+        let admission = decide::decide(self, rt, &route, &req, ex, mode).await?;
+        Ok((req, route, admission))
     }
 }
 

@@ -1,4 +1,4 @@
-//! Plans per API key (DESIGN §2–3): which pricing tier a caller is on.
+//! Plans per API key (docs/limits.md#plans-and-api-keys): which pricing tier a caller is on.
 //!
 //! A key's plan comes from the static `api_keys.keys` map, then — when
 //! `api_keys.redis_hash` is on — from the Redis hash `<prefix>keys`

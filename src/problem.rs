@@ -36,7 +36,7 @@ pub enum GatewayError {
         /// Seconds until the request would be admitted; `None` if never,
         /// or if unknown (`in_flight`).
         retry_after: Option<u64>,
-        /// A concurrency limit denied (issue 15): too many of the caller's
+        /// A concurrency limit denied: too many of the caller's
         /// requests are in flight, and nothing tells when one will end.
         in_flight: bool,
     },

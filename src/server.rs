@@ -22,7 +22,7 @@ use crate::admin;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::listener::{self, Handler};
-use crate::logs::AccessLog;
+use crate::logs::AccessWriter;
 use crate::pipeline::{Gateway, StartError};
 use crate::proxy::Body;
 use crate::reload::Reload;
@@ -39,7 +39,7 @@ pub struct Serve {
     /// The clock the limiter reads.
     pub clock: Arc<dyn Clock>,
     /// Where each request's access-log line goes; none without it.
-    pub access_log: Option<AccessLog>,
+    pub access_log: Option<AccessWriter>,
 }
 
 impl Serve {

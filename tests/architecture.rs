@@ -3,12 +3,21 @@
 //! modules) in `src/` is an import; no module may import one of a higher
 //! layer, and no cycle may form, between files or between top-level
 //! modules. The layer table is read from the document itself, so the
-//! document and the test cannot disagree.
+//! document and the test cannot disagree. Sizes are held too: no file of
+//! `src/` over [`MAX_FILE_LINES`] lines, no function there over
+//! [`MAX_FN_LINES`] (docs/development.md#where-a-change-goes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The most lines a file of `src/` may have, its unit tests included.
+const MAX_FILE_LINES: usize = 750;
+
+/// The most lines a function of `src/` may span, signature to closing
+/// brace, unit tests included.
+const MAX_FN_LINES: usize = 100;
 
 /// `module -> layer` from the table rows `| N | \`a\`, \`b\` | … |`.
 fn layers() -> BTreeMap<String, u32> {
@@ -255,4 +264,93 @@ fn the_checker_sees_imports_and_cycles() {
     assert!(cycle(&g).is_some());
     g.insert("b".to_owned(), BTreeSet::new());
     assert!(cycle(&g).is_none());
+}
+
+#[test]
+fn no_source_file_is_longer_than_the_limit() {
+    let long: Vec<String> = files()
+        .into_iter()
+        .filter_map(|(module, path)| {
+            let n = std::fs::read_to_string(&path)
+                .expect("read")
+                .lines()
+                .count();
+            (n > MAX_FILE_LINES).then(|| format!("{module}.rs: {n} lines"))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines (split them by what they own):\n{}",
+        long.join("\n")
+    );
+}
+
+/// Each function of `text` with its first line (1-based) and the lines it
+/// spans. A function ends at the first `}` at the indentation of its `fn`
+/// line (rustfmt's layout); one written on one line spans one.
+fn function_spans(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        let mut words = body.split_whitespace().peekable();
+        while let Some(w) = words.peek() {
+            if w.starts_with("pub") || ["async", "const", "unsafe"].contains(w) {
+                words.next();
+            } else {
+                break;
+            }
+        }
+        if words.next() != Some("fn") {
+            continue;
+        }
+        let name: String = words
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let trimmed = line.trim_end();
+        if trimmed.ends_with('}') || trimmed.ends_with(';') {
+            out.push((name, i + 1, 1));
+            continue;
+        }
+        let closing = format!("{indent}}}");
+        if let Some(end) = (i + 1..lines.len()).find(|&j| lines[j] == closing) {
+            out.push((name, i + 1, end - i + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_longer_than_the_limit() {
+    let mut long = Vec::new();
+    for (module, path) in files() {
+        let text = std::fs::read_to_string(&path).expect("read");
+        for (name, line, n) in function_spans(&text) {
+            if n > MAX_FN_LINES {
+                long.push(format!("{module}.rs:{line} {name}: {n} lines"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines (split them into named steps):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_size_checker_sees_functions() {
+    let text = "fn a() {}\npub async fn b(\n    x: u8,\n) {\n    x;\n}\nimpl T {\n    pub(crate) fn c() {\n        1\n    }\n}\n";
+    assert_eq!(
+        function_spans(text),
+        [
+            ("a".to_owned(), 1, 1),
+            ("b".to_owned(), 2, 5),
+            ("c".to_owned(), 8, 3),
+        ]
+    );
 }

@@ -886,7 +886,7 @@ fn odd_inputs() {
     );
 }
 
-// --- Redis topologies, failure policy, breaker, clock (issue 4) -------------
+// --- Redis topologies, failure policy, breaker, clock ---------------------
 
 #[test]
 fn redis_cluster_sentinel_and_failure_policy() {
@@ -1836,7 +1836,7 @@ fn windows_sizes_and_durations_have_the_same_shape_for_both() {
     }
 }
 
-/// issue 13, `sync` mode: `store.redis.sync` is the default of every
+/// `sync` mode: `store.redis.sync` is the default of every
 /// sliding- and fixed-window limit (calendar months too), a limit's own
 /// `sync` overrides it (`off` opts out), plan limits take it as route
 /// limits do, and gcra and sliding_log limits stay exact.

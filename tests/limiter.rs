@@ -1,5 +1,5 @@
 //! Limiter conformance: one table of scenarios, run unchanged against every
-//! store (DESIGN §4, "must pass the same conformance table").
+//! store (docs/design.md#what-a-limit-promises: both stores hold to one table).
 //!
 //! Time is injected: a scenario's steps carry their instant, relative to
 //! [`T0`], and go to [`Store::decide`] as `now_ms`, so Redis scripts and the
@@ -1617,8 +1617,8 @@ proptest! {
     /// them so: at each step each limit answers exactly as it does when only
     /// the requests admitted as a whole were ever counted against it —
     /// whether it admits at the request's cost and, when the request was
-    /// denied, the remaining and reset a request of cost 0 sees (issue 11:
-    /// a denied request consumes nothing, so no limit shows it counted).
+    /// denied, the remaining and reset a request of cost 0 sees (a denied
+    /// request consumes nothing, so no limit shows it counted).
     #[test]
     fn a_denial_never_changes_another_limit(
         a in (1u64..=4, prop::sample::select(vec![1_000u64, 5_000]), algorithm()),
@@ -1770,7 +1770,7 @@ async fn every_key_expires_with_a_floor_for_short_lived_state() {
     }
 }
 
-// --- settled costs (issue 15): both stores alike ------------------------------
+// --- settled costs: both stores alike ------------------------------------------
 
 /// Scenarios of reserve-then-settle, run against a store; each probe (a
 /// decision at cost 0) is recorded, so the two stores can be compared

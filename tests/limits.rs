@@ -623,7 +623,7 @@ async fn rs256_and_es256_tokens_verify_with_their_public_keys() {
 
 // --- a 429 shows every limit without the refused request --------------------
 
-/// issue 11: a denied request consumes nothing, so on a 429 the `RateLimit`
+/// A denied request consumes nothing, so on a 429 the `RateLimit`
 /// entry of every limit, the ones that did not deny included, shows the
 /// count without it — on both stores, and when the deny cache answers.
 #[tokio::test]

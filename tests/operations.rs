@@ -1067,7 +1067,7 @@ async fn printing_into_a_closed_pipe_exits_quietly_with_the_commands_status() {
     );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(out.stdout.is_empty());
-    // With a reader, the same commands print as before.
+    // With a reader, the same commands print their output.
     let out = run(&["schema".as_ref()], Stdio::piped(), Stdio::piped());
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stdout.starts_with(b"{"), "{out:?}");

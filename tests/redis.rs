@@ -401,10 +401,9 @@ async fn gateway_starts_while_redis_is_down_and_serves_by_policy() {
     assert!(limited.header("ratelimit").is_some());
 }
 
-/// issue 13, cold start: a request that arrives while the first Redis
+/// Cold start: a request that arrives while the first Redis
 /// connection is still coming up is decided by `on_error` after at most
-/// the store's `timeout`; it does not queue behind the connect (the
-/// gateway used to hold every request for a second at startup), and
+/// the store's `timeout`; it does not queue behind the connect, and
 /// `/readyz` says 503 under `on_error: deny` until Redis is connected.
 #[tokio::test]
 async fn a_cold_start_decides_by_policy_within_the_timeout_instead_of_queueing() {
@@ -804,7 +803,7 @@ async fn acl_user_and_database_number() {
     );
     // The user's key pattern is in force: other keys are refused, and that
     // is an error for the failure policy, not a decision: a refusal in
-    // Redis's words (issue 11), reported as a fault until a call succeeds.
+    // Redis's words, reported as a fault until a call succeeds.
     let refused = store.decide(T0, &[one("other:{acl}:r:l", 2)]).await;
     assert!(
         matches!(&refused, Err(StoreError::Refused(m)) if m.starts_with("NOPERM")),
@@ -944,7 +943,7 @@ routes:
 
     // carol's first request: per_ip (full) denies, per_user admits and is
     // reserved, then refunded: the 429 shows it as the refund left it,
-    // nothing counted and so nothing to restore (issue 11).
+    // nothing counted and so nothing to restore.
     let limited = send(gw.addr, as_user("carol")).await;
     assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
     let shown = limited.header("ratelimit").unwrap_or_default();
@@ -1145,7 +1144,7 @@ async fn gateway_speaks_tls_with_an_acl_user() {
     }
 }
 
-// --- issue 11: Redis refusing the gateway is not an outage ---------------------
+// --- Redis refusing the gateway is not an outage ------------------------------
 
 /// The built binary serving `/t` (one per-IP limit, `on_error: local`)
 /// against `redis_yaml`, with its admin listener and its log in a file.
@@ -1427,7 +1426,7 @@ async fn tls_mismatch_is_reported_as_tls() {
     .await;
 }
 
-// --- issue 11: what the fallback admitted reaches Redis -----------------------
+// --- what the fallback admitted reaches Redis --------------------------------
 
 /// The value and the time to live of `key` in `server`.
 async fn value_and_pttl(server: &RedisServer, key: &str) -> (Option<String>, i64) {
@@ -1643,7 +1642,7 @@ async fn a_pushed_backlog_reaches_every_cluster_slot() {
     }
 }
 
-// --- sync mode (issue 13) ----------------------------------------------------
+// --- sync mode (docs/design.md#sync-mode) --------------------------------------
 
 /// A gateway file with one route `/t` under one per-IP limit in `sync`
 /// mode: `limit` is the limit's mapping after its name and key.
@@ -1748,7 +1747,7 @@ fn sync_bound(
         + (instances - 1) as f64 * (rate_per_instance * (2 * interval_ms + timeout_ms) as f64 + 1.0)
 }
 
-/// issue 13: an abusive client spread round robin over three gateways in
+/// An abusive client spread round robin over three gateways in
 /// sync mode (100 ms) gets at most the limit plus the stated bound per
 /// window, and no less than the limit.
 async fn sync_over_admission(algorithm: &str) {
@@ -1857,7 +1856,7 @@ async fn sync_send(gw: &Gateway) -> (support::gateway::Reply, u64) {
     (send(gw.addr, get("/t", &[])).await, before)
 }
 
-/// issue 13: in sync mode `RateLimit` shows the limit less what the
+/// In sync mode `RateLimit` shows the limit less what the
 /// gateway knows — the fleet's total at its last exchange plus what it
 /// admitted since — never less than 0. Alone it is exact; beside another
 /// gateway it lags that one's admissions until its next exchange.
@@ -1914,7 +1913,7 @@ async fn sync_mode_headers_show_the_last_fleet_total_plus_the_unsent() {
     assert_eq!(remaining(&refused), Some(0));
 }
 
-/// issue 13: when Redis goes away, synced limits fall back exactly as
+/// When Redis goes away, synced limits fall back exactly as
 /// exact ones do (`local`: the limit divided by the live instances;
 /// `deny`: 503; `allow`: admitted without a `RateLimit` header), every
 /// answer within the timeout; when it is back (restarted empty), what
@@ -2059,7 +2058,7 @@ fn remainings(reply: &support::gateway::Reply) -> Vec<u64> {
         .collect()
 }
 
-/// issue 13: a route mixing a synced limit and an exact one admits only
+/// A route mixing a synced limit and an exact one admits only
 /// when both do and consumes from both only then: whichever denies, the
 /// other shows what it has without the refused request.
 #[tokio::test]
@@ -2129,7 +2128,7 @@ routes:
     );
 }
 
-/// issue 13: in a Redis Cluster, sync mode's exchange reaches every slot —
+/// In a Redis Cluster, sync mode's exchange reaches every slot —
 /// one call per slot — and each key holds what its caller was admitted.
 #[tokio::test]
 async fn sync_mode_exchanges_with_every_cluster_slot() {

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use tollgate::clock::ManualClock;
-use tollgate::logs::AccessLog;
+use tollgate::logs::AccessWriter;
 use tollgate::simulate::{self, InputFormat, Options, OutputFormat};
 
 use support::gateway::{Gateway, send_from};
@@ -144,7 +144,11 @@ async fn live(config: &str, seq: &[Recorded]) -> Vec<Seen> {
 }
 
 /// As [`live`], the gateway writing its access log to `access_log`.
-async fn live_logging(config: &str, seq: &[Recorded], access_log: Option<AccessLog>) -> Vec<Seen> {
+async fn live_logging(
+    config: &str,
+    seq: &[Recorded],
+    access_log: Option<AccessWriter>,
+) -> Vec<Seen> {
     let clock = ManualClock::new(START_MS);
     let gw = Gateway::start_logging(config, Arc::new(clock.clone()), access_log).await;
     let mut seen = Vec::new();
@@ -305,7 +309,7 @@ async fn a_replayable_access_log_replays_to_the_same_decisions() {
     // The test runtime has one thread: the gateway's tasks run on it.
     let live = {
         let _guard = tracing::subscriber::set_default(subscriber);
-        live_logging(&config, &seq, Some(AccessLog::new(writer, true))).await
+        live_logging(&config, &seq, Some(AccessWriter::new(writer, true))).await
     };
     // Dropping the guard writes out every queued line.
     drop(flushed);

@@ -40,11 +40,11 @@
 
 mod callers;
 mod check;
+mod cost;
 mod errors;
 mod limits;
 mod routes;
 mod server;
-mod settle;
 mod store;
 
 use std::path::Path;

@@ -121,7 +121,7 @@ impl JsonSchema for Cost {
     }
 
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-        // `2` or `{ reserve, from_header | from_trailer }` (issue 15).
+        // `2` or `{ reserve, from_header | from_trailer }`.
         let fixed = generator.subschema_for::<Int>();
         let settled = generator.subschema_for::<CostMap>();
         json_schema!({ "anyOf": [fixed, settled] })

@@ -1,4 +1,4 @@
-//! Concurrency limits decided (issue 15): slots taken before the rate
+//! Concurrency limits decided (docs/limits.md#concurrency-limits): slots taken before the rate
 //! limits, held by a guard as long as the response, given back on every
 //! path.
 //!
@@ -28,11 +28,11 @@
 //! request through without one when none is, counted as a shadow denial.
 
 use super::limiter::Limiter;
-use super::shadow::{self, Decided, RouteDecision, is_shadow};
+use super::shadow::{self, is_shadow};
 use super::slots::{Slots, Take};
+use super::{Decided, RouteDecision, Undecided};
 use crate::config::{Limit, OnError};
-use crate::limit::{Decision, LimitRequest, Outcomes, concurrency};
-use crate::metrics::LimitVerdict;
+use crate::limit::{LimitRequest, Outcomes, Verdict, concurrency};
 
 /// What one concurrency limit said.
 #[derive(Clone, Copy)]
@@ -77,7 +77,7 @@ pub async fn decide(
             }
             Take::Unleased => Said::Unleased,
             // The slots taken so far go back with `slots`.
-            Take::Unavailable => return (RouteDecision::Unavailable, None),
+            Take::Unavailable => return (Undecided::Unavailable.into(), None),
         };
         said[i] = Some(s);
     }
@@ -95,10 +95,7 @@ pub async fn decide(
     let rated = if rate.is_empty() {
         RouteDecision::Decided(Decided {
             allowed: true,
-            outcomes: Some(Decision {
-                allowed: true,
-                outcomes: Outcomes::new(),
-            }),
+            outcomes: Some(Outcomes::new()),
             verdicts: Vec::new(),
         })
     } else {
@@ -113,33 +110,46 @@ pub async fn decide(
         .await
     };
     if full {
-        return (merge(&rated, &rate, &said, false, true), None);
+        return (merge(&rated, &rate, &said, Ending::Full), None);
     }
     match rated {
         RouteDecision::Decided(ref d) if d.allowed => {
-            (merge(&rated, &rate, &said, true, false), slots)
+            (merge(&rated, &rate, &said, Ending::Admitted), slots)
         }
         // Refused by a rate limit: the slots go back before the answer.
-        RouteDecision::Decided(_) => (merge(&rated, &rate, &said, false, false), None),
-        RouteDecision::FailedOpen => (RouteDecision::FailedOpen, slots),
-        RouteDecision::Unavailable => (RouteDecision::Unavailable, None),
+        RouteDecision::Decided(_) => (merge(&rated, &rate, &said, Ending::RateRefused), None),
+        RouteDecision::Undecided(Undecided::FailedOpen) => (rated, slots),
+        RouteDecision::Undecided(Undecided::Unavailable) => (rated, None),
     }
 }
 
+/// How a request with concurrency limits ended, for [`merge`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Admitted: the slots stay held.
+    Admitted,
+    /// A rate limit refused: the slots go back, so a held slot shows as
+    /// free again.
+    RateRefused,
+    /// A concurrency limit refused: the slots go back and the rate limits
+    /// were only read, so their verdicts are not counted.
+    Full,
+}
+
 /// The whole request's decision from the rate limits' (`rated`, at the
-/// positions `rate`) and the concurrency limits' (`said`). `kept`: the
-/// slots stay held; otherwise a held slot shows as free again. `read`:
-/// the rate limits were only read, their verdicts are not counted.
+/// positions `rate`) and the concurrency limits' (`said`), as `ending`
+/// leaves them.
 fn merge(
     rated: &RouteDecision,
     rate: &[usize],
     said: &[Option<Said>],
-    kept: bool,
-    read: bool,
+    ending: Ending,
 ) -> RouteDecision {
+    let kept = ending == Ending::Admitted;
+    let read = ending == Ending::Full;
     let n = said.len();
-    let mut verdicts: Vec<Option<LimitVerdict>> = vec![None; n];
-    let rate_verdicts: &[Option<LimitVerdict>] = match rated {
+    let mut verdicts: Vec<Option<Verdict>> = vec![None; n];
+    let rate_verdicts: &[Option<Verdict>] = match rated {
         RouteDecision::Decided(d) if !read => &d.verdicts,
         _ => &[],
     };
@@ -148,25 +158,25 @@ fn merge(
     }
     let rate_outcomes = rated.outcomes();
     let mut outcomes = Some(Outcomes::with_capacity(n));
-    let mut next_rate = rate_outcomes.map(|d| d.outcomes.iter());
+    let mut next_rate = rate_outcomes.map(<[_]>::iter);
     for (i, s) in said.iter().enumerate() {
         let o = match s {
             None => next_rate.as_mut().and_then(Iterator::next).copied(),
             Some(Said::Held(free)) => {
-                verdicts[i] = Some(LimitVerdict::Allowed);
+                verdicts[i] = Some(Verdict::Allowed);
                 let free = if kept { *free } else { free + 1 };
                 Some(concurrency::outcome(true, free))
             }
             Some(Said::Full) => {
-                verdicts[i] = Some(LimitVerdict::Limited);
+                verdicts[i] = Some(Verdict::Limited);
                 Some(concurrency::outcome(false, 0))
             }
             Some(Said::ShadowFull) => {
-                verdicts[i] = Some(LimitVerdict::ShadowLimited);
+                verdicts[i] = Some(Verdict::ShadowLimited);
                 Some(concurrency::outcome(false, 0))
             }
             Some(Said::Unleased) => {
-                verdicts[i] = Some(LimitVerdict::Error);
+                verdicts[i] = Some(Verdict::Error);
                 None
             }
         };
@@ -175,10 +185,9 @@ fn merge(
             _ => outcomes = None,
         }
     }
-    let allowed = kept;
     RouteDecision::Decided(Decided {
-        allowed,
-        outcomes: outcomes.map(|outcomes| Decision { allowed, outcomes }),
+        allowed: kept,
+        outcomes,
         verdicts,
     })
 }

@@ -1,4 +1,4 @@
-//! The decision phase: asks the configured store and applies the failure
+//! The limiter: asks the configured store and applies the failure
 //! policy when it cannot answer.
 //!
 //! With Redis configured every decision goes to Redis, through a
@@ -15,7 +15,7 @@
 //! Redis denied is denied again locally until its Retry-After, so a caller
 //! hammering a closed limit costs no Redis call.
 //!
-//! issue 11: what `local` admits while Redis cannot decide (an outage: the
+//! What `local` admits while Redis cannot decide (an outage: the
 //! link down, a timeout, the breaker open) is also recorded in a
 //! [`Backlog`], and decisions stay local until it has been added to the
 //! Redis counters. The first decision that finds Redis usable again starts
@@ -29,9 +29,9 @@
 //! and is tried again after a probe interval; a push Redis refuses
 //! (garbage, `NOPERM`) is dropped with a warning, since waiting would not
 //! help. While the link is down a decision in the behind state is counted
-//! as the failed call it would have been (errors, breaker), as before.
+//! as the failed call it would have been (errors, breaker).
 //!
-//! issue 13, `sync` mode: limits with a `sync` interval are decided in
+//! `sync` mode (docs/design.md#sync-mode): limits with a `sync` interval are decided in
 //! process by [`SyncTable`] against the fleet's totals, and a task started
 //! by the first such decision exchanges their counts with Redis every
 //! interval ([`sync`] has the design and its bound). The failure policy is
@@ -50,10 +50,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::exchange::{Exchange, SyncLink, exchange};
+use super::Undecided;
 use super::resync::{BEHIND, Gate, Resync, SHARED, begin_push};
 use super::slots::Concurrency;
-use super::sync::{self, SyncTable};
+use super::sync::{self, Intent, SyncTable};
+use super::sync_task::{self, SyncLink, SyncTask};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ClockSource, OnError, StoreConfig};
 use crate::limit::deny_cache::DenyCache;
@@ -97,7 +98,7 @@ pub struct Limiter {
     exchange: std::sync::OnceLock<JoinHandle<()>>,
     /// The clock the exchange reads (the gateway's).
     clock: Arc<dyn Clock>,
-    /// Concurrency limits' slots (issue 15).
+    /// Concurrency limits' slots.
     concurrency: Concurrency,
 }
 
@@ -147,17 +148,6 @@ async fn announce_connection(
         while !store.wait_connected(Duration::from_secs(3600)).await {}
     }
     info!(%redis, "redis connected");
-}
-
-/// How a decision was reached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The store decided (Redis, or in process by `on_error: local`).
-    Decided(Decision),
-    /// The store failed and `on_error: allow` admitted the request.
-    FailedOpen,
-    /// The store failed and `on_error: deny` refuses the request (503).
-    Unavailable,
 }
 
 impl Limiter {
@@ -285,7 +275,7 @@ impl Limiter {
         self.redis.as_ref().map(|r| r.is_connected())
     }
 
-    /// Where concurrency limits' slots are kept (issue 15).
+    /// Where concurrency limits' slots are kept.
     pub fn concurrency(&self) -> &Concurrency {
         &self.concurrency
     }
@@ -341,9 +331,9 @@ impl Limiter {
         requests: &[LimitRequest],
         sync: &[u64],
         on_error: Option<OnError>,
-    ) -> Verdict {
+    ) -> Result<Decision, Undecided> {
         let Some(redis) = &self.redis else {
-            return Verdict::Decided(self.decide_memory(now_ms, requests));
+            return Ok(self.decide_memory(now_ms, requests));
         };
         let synced = requests
             .iter()
@@ -356,7 +346,7 @@ impl Limiter {
                 .await;
         }
         match self.decide_in_redis(redis, now_ms, requests).await {
-            Ok(d) => Verdict::Decided(d),
+            Ok(d) => Ok(d),
             Err(e) => self.fail_over(&e, now_ms, requests, on_error),
         }
     }
@@ -420,7 +410,7 @@ impl Limiter {
         sync: &[u64],
         synced: usize,
         on_error: Option<OnError>,
-    ) -> Verdict {
+    ) -> Result<Decision, Undecided> {
         self.start_exchange(redis);
         self.cold_start(redis).await;
         if let Err(why) = self
@@ -438,7 +428,7 @@ impl Limiter {
         let start = std::time::Instant::now();
         let decided = if synced == requests.len() {
             self.sync
-                .decide(now_ms, requests, sync, true)
+                .decide(now_ms, requests, sync, Intent::Consume)
                 .ok_or_else(garbage)
         } else {
             self.decide_mixed(redis, now_ms, requests, sync).await
@@ -449,7 +439,7 @@ impl Limiter {
         match decided {
             Ok(d) => {
                 self.shared_again();
-                Verdict::Decided(d)
+                Ok(d)
             }
             Err(e) => self.fail_over(&e, now_ms, requests, on_error),
         }
@@ -497,7 +487,7 @@ impl Limiter {
     /// reads their totals, without deciding.
     fn touch(&self, now_ms: u64, requests: &[LimitRequest], sync: &[u64], synced: usize) {
         if synced == requests.len() {
-            let _ = self.sync.decide(now_ms, requests, sync, false);
+            let _ = self.sync.decide(now_ms, requests, sync, Intent::Check);
             return;
         }
         let (synced, every): (Vec<LimitRequest>, Vec<u64>) = requests
@@ -506,7 +496,7 @@ impl Limiter {
             .filter(|&(r, &every)| every > 0 && sync::syncable(r.algorithm))
             .map(|(r, &every)| (r.clone(), every))
             .unzip();
-        let _ = self.sync.decide(now_ms, &synced, &every, false);
+        let _ = self.sync.decide(now_ms, &synced, &every, Intent::Check);
     }
 
     /// Some limits synced, some decided in Redis: the synced ones are
@@ -531,7 +521,7 @@ impl Limiter {
             (pick(&ours), ours.iter().map(|&i| sync[i]).collect());
         let checked = self
             .sync
-            .decide(now_ms, &synced, &every, false)
+            .decide(now_ms, &synced, &every, Intent::Check)
             .ok_or_else(garbage)?;
         let mut exact = pick(&theirs);
         if !checked.allowed {
@@ -543,7 +533,7 @@ impl Limiter {
         let allowed = checked.allowed && asked.allowed;
         let synced_outcomes = if allowed {
             self.sync
-                .decide(now_ms, &synced, &every, true)
+                .decide(now_ms, &synced, &every, Intent::Consume)
                 .ok_or_else(garbage)?;
             checked.outcomes
         } else if checked.allowed {
@@ -556,7 +546,7 @@ impl Limiter {
                 })
                 .collect();
             self.sync
-                .decide(now_ms, &standing, &every, false)
+                .decide(now_ms, &standing, &every, Intent::Check)
                 .ok_or_else(garbage)?
                 .outcomes
         } else {
@@ -575,7 +565,7 @@ impl Limiter {
     /// Starts `sync` mode's exchange task, once.
     fn start_exchange(&self, redis: &Arc<RedisStore>) {
         self.exchange.get_or_init(|| {
-            tokio::spawn(exchange(Exchange {
+            tokio::spawn(sync_task::run(SyncTask {
                 table: Arc::clone(&self.sync),
                 redis: Arc::clone(redis),
                 breaker: Arc::clone(&self.breaker),
@@ -598,7 +588,7 @@ impl Limiter {
     }
 
     /// Asks Redis, unless the breaker is open or counts admitted in process
-    /// during an outage have not reached it yet (issue 11: they go first).
+    /// during an outage have not reached it yet (they go first: docs/design.md#breaker-and-recovery).
     /// Whether Redis was called, and its answer.
     async fn ask_redis(
         &self,
@@ -618,7 +608,7 @@ impl Limiter {
             let r = match gate {
                 Gate::Redis => redis.decide(now_ms, requests).await,
                 // What the store answers at once while its link is down,
-                // and counted as such (errors, breaker), as before.
+                // and counted as such (errors, breaker).
                 Gate::Down | Gate::Behind => {
                     Err(StoreError::Unavailable("not connected to Redis".into()))
                 }
@@ -646,14 +636,14 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
         on_error: Option<OnError>,
-    ) -> Verdict {
+    ) -> Result<Decision, Undecided> {
         if !self.degraded.swap(true, Ordering::Relaxed) {
             self.metrics.fallback.set(1);
             warn!(error = %e, default_on_error = ?self.on_error, "redis cannot decide; deciding by on_error until it can");
         }
         match on_error.unwrap_or(self.on_error) {
-            OnError::Allow => Verdict::FailedOpen,
-            OnError::Deny => Verdict::Unavailable,
+            OnError::Allow => Err(Undecided::FailedOpen),
+            OnError::Deny => Err(Undecided::Unavailable),
             OnError::Local => {
                 let d = self.decide_locally(now_ms, requests);
                 // Only an outage: a refusal or garbage would refuse the
@@ -661,7 +651,7 @@ impl Limiter {
                 if d.allowed && matches!(e, StoreError::Unavailable(_) | StoreError::Timeout) {
                     self.resync.record(now_ms, requests);
                 }
-                Verdict::Decided(d)
+                Ok(d)
             }
         }
     }
@@ -691,7 +681,7 @@ impl Limiter {
         }
     }
 
-    /// Settles reservations at `now_ms` (issue 15, [`super::settle`]) where
+    /// Settles reservations at `now_ms` ([`super::settle`]) where
     /// the decisions are made: in Redis when it is configured (through the
     /// breaker; the store's timeout bounds the call), else in process.
     /// Counts what was settled and what was left standing; never panics,

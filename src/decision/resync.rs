@@ -1,4 +1,4 @@
-//! The way back to Redis after an outage (issue 11): what `on_error:
+//! The way back to Redis after an outage (docs/design.md#breaker-and-recovery): what `on_error:
 //! local` admitted meanwhile ([`Resync`]'s backlog), the state that keeps
 //! decisions local until it has been added to the Redis counters, and the
 //! push that adds it ([`begin_push`]). The limiter's module docs tell the

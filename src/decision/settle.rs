@@ -1,4 +1,4 @@
-//! Costs settled by the response (issue 15): what the pipeline calls.
+//! Costs settled by the response (docs/limits.md#costs-settled-by-the-response): what the pipeline calls.
 //!
 //! At decision time a settled limit reserves its cost like any other
 //! ([`reserve`]: the `reserve` of `cost: { reserve, … }`, or for a byte
@@ -9,9 +9,9 @@
 //!
 //! - a `from_header` amount is settled when the upstream's response head
 //!   arrives, before the response goes to the client, so the caller's next
-//!   request sees it ([`Pending::header`]);
+//!   request sees it ([`Reservations::header`]);
 //! - a `from_trailer` amount and body bytes are settled when the response
-//!   body ends ([`Pending::at_end`]), complete or not (bytes as counted: a
+//!   body ends ([`Reservations::at_end`]), complete or not (bytes as counted: a
 //!   client that goes away pays for what was sent).
 //!
 //! A value that is missing, not a decimal integer, negative or past `u64`
@@ -29,12 +29,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tracing::{debug, warn};
 
+use super::RouteDecision;
 use super::limiter::Limiter;
-use super::shadow::{self, RouteDecision};
+use super::shadow;
 use crate::config::Limit;
-use crate::limit::LimitRequest;
 use crate::limit::settle::{Settlement, Source};
-use crate::metrics::LimitVerdict;
+use crate::limit::{LimitRequest, Verdict};
 
 /// The cost limit `l` reserves for a request whose body announces
 /// `content_length` bytes: `route_cost` or the limit's own cost, or for a
@@ -49,7 +49,7 @@ pub fn reserve(l: &Limit, route_cost: u64, content_length: Option<u64>) -> u64 {
 
 /// The reservations of one admitted request, waiting for their amounts.
 #[derive(Debug, Clone)]
-pub struct Pending {
+pub struct Reservations {
     /// The instant of the decision.
     reserved_at_ms: u64,
     /// Each settled limit as decided, with where its amount comes from.
@@ -64,7 +64,7 @@ pub fn pending(
     decision: &RouteDecision,
     route_shadow: bool,
     now_ms: u64,
-) -> Option<Pending> {
+) -> Option<Reservations> {
     if limits.iter().all(|l| l.settle.is_none()) {
         return None;
     }
@@ -81,18 +81,18 @@ pub fn pending(
         .zip(&d.verdicts)
         .filter_map(|((l, r), v)| {
             let source = l.settle.clone()?;
-            let consumed = *v == Some(LimitVerdict::Allowed)
+            let consumed = *v == Some(Verdict::Allowed)
                 && !(shadow::is_shadow(route_shadow, l) && shadow_denied);
             consumed.then(|| (r.clone(), source))
         })
         .collect();
-    (!items.is_empty()).then_some(Pending {
+    (!items.is_empty()).then_some(Reservations {
         reserved_at_ms: now_ms,
         items,
     })
 }
 
-impl Pending {
+impl Reservations {
     /// Whether a reservation counts the request's body bytes.
     pub fn counts_request(&self) -> bool {
         self.items

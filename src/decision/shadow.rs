@@ -1,4 +1,4 @@
-//! The decision phase with shadow limits: `shadow: true` on a route or on
+//! Shadow limits decided beside the enforced ones: `shadow: true` on a route or on
 //! one limit forwards every request but still decides, counts, logs and
 //! shows (in the `RateLimit` header) what the limit would have done.
 //!
@@ -27,103 +27,15 @@
 use std::borrow::Borrow;
 use tracing::info;
 
+use super::limiter::Limiter;
+use super::{Decided, RouteDecision};
 use crate::config::{Limit, OnError};
-use crate::decision::limiter::{Limiter, Verdict};
 use crate::identity::{self, Caller};
-use crate::limit::{Decision, LimitOutcome, LimitRequest, Outcomes};
-use crate::metrics::{LimitVerdict, RouteMetrics};
+use crate::limit::{LimitOutcome, LimitRequest, Outcomes, Verdict};
+use crate::metrics::RouteMetrics;
 use crate::top::{self, TopOffenders};
 use smallvec::SmallVec;
 use std::sync::Arc;
-
-/// What the decision phase found for one request: the limits decided, or
-/// the store could not decide and the failure policy answered.
-#[derive(Debug, Clone)]
-pub enum RouteDecision {
-    /// The limits decided.
-    Decided(Decided),
-    /// The store failed and `on_error: allow` admitted without deciding.
-    FailedOpen,
-    /// The store failed and `on_error: deny` refuses: answer 503.
-    Unavailable,
-}
-
-/// What the limits of a route said about one request.
-#[derive(Debug, Clone)]
-pub struct Decided {
-    /// False only when an enforced limit denied: answer 429.
-    pub allowed: bool,
-    /// One outcome per limit, in route order, for the `RateLimit` header;
-    /// `None` when a shadow limit could not be read.
-    pub outcomes: Option<Decision>,
-    /// Per limit: what it said, or `None` when it was only read (not decided).
-    pub verdicts: Vec<Option<LimitVerdict>>,
-}
-
-impl RouteDecision {
-    /// Whether the request may go on (admitted, or admitted undecided).
-    pub fn allowed(&self) -> bool {
-        match self {
-            Self::Decided(d) => d.allowed,
-            Self::FailedOpen => true,
-            Self::Unavailable => false,
-        }
-    }
-
-    /// Every limit's outcome, when the limits decided.
-    pub fn outcomes(&self) -> Option<&Decision> {
-        match self {
-            Self::Decided(d) => d.outcomes.as_ref(),
-            Self::FailedOpen | Self::Unavailable => None,
-        }
-    }
-
-    fn verdicts(&self) -> &[Option<LimitVerdict>] {
-        match self {
-            Self::Decided(d) => &d.verdicts,
-            Self::FailedOpen | Self::Unavailable => &[],
-        }
-    }
-
-    /// Whether a shadow limit would have denied this request.
-    pub fn shadow_denied(&self) -> bool {
-        self.verdicts().contains(&Some(LimitVerdict::ShadowLimited))
-    }
-
-    /// Indices of the limits that denied (enforced or shadow).
-    pub fn denied(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
-        self.verdicts()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| match v {
-                Some(LimitVerdict::Limited) => Some((i, false)),
-                Some(LimitVerdict::ShadowLimited) => Some((i, true)),
-                _ => None,
-            })
-    }
-
-    /// Names of the enforced limits that denied, for the problem body.
-    pub fn violated(&self, limits: &[Limit]) -> Vec<String> {
-        self.denied()
-            .filter(|&(_, shadow)| !shadow)
-            .filter_map(|(i, _)| limits.get(i).map(|l| l.name.to_string()))
-            .collect()
-    }
-
-    /// Milliseconds until the enforced limits admit the request; `None` if
-    /// one never can.
-    pub fn retry_after_ms(&self) -> Option<u64> {
-        let mut wait = 0;
-        if let Some(d) = self.outcomes() {
-            for (o, v) in d.outcomes.iter().zip(self.verdicts()) {
-                if *v == Some(LimitVerdict::Limited) {
-                    wait = wait.max(o.retry_after_ms?);
-                }
-            }
-        }
-        Some(wait)
-    }
-}
 
 /// Limit `l`'s `sync` interval in ms; 0 when it is decided in Redis.
 fn sync_ms(l: &Limit) -> u64 {
@@ -137,11 +49,11 @@ pub fn is_shadow(route_shadow: bool, l: &Limit) -> bool {
     route_shadow || l.shadow
 }
 
-fn verdict(o: &LimitOutcome, shadow: bool) -> LimitVerdict {
+fn verdict(o: &LimitOutcome, shadow: bool) -> Verdict {
     match (o.admits, shadow) {
-        (true, _) => LimitVerdict::Allowed,
-        (false, false) => LimitVerdict::Limited,
-        (false, true) => LimitVerdict::ShadowLimited,
+        (true, _) => Verdict::Allowed,
+        (false, false) => Verdict::Limited,
+        (false, true) => Verdict::ShadowLimited,
     }
 }
 
@@ -165,20 +77,16 @@ pub async fn decide<L: Borrow<Limit>>(
         let all_shadow = n_shadow > 0;
         let sync: SmallVec<[u64; 4]> = limits.iter().map(|l| sync_ms(l.borrow())).collect();
         return match limiter.decide_with(now_ms, requests, &sync, on_error).await {
-            Verdict::Decided(d) => RouteDecision::Decided(Decided {
+            Ok(d) => RouteDecision::Decided(Decided {
                 allowed: d.allowed || all_shadow,
                 verdicts: d
                     .outcomes
                     .iter()
                     .map(|o| Some(verdict(o, all_shadow)))
                     .collect(),
-                outcomes: Some(Decision {
-                    allowed: d.allowed || all_shadow,
-                    outcomes: d.outcomes,
-                }),
+                outcomes: Some(d.outcomes),
             }),
-            Verdict::FailedOpen => RouteDecision::FailedOpen,
-            Verdict::Unavailable => RouteDecision::Unavailable,
+            Err(u) => RouteDecision::Undecided(u),
         };
     }
     decide_mixed(limiter, now_ms, limits, route_shadow, requests, on_error).await
@@ -217,9 +125,8 @@ async fn decide_mixed<L: Borrow<Limit>>(
         .decide_with(now_ms, &pick(&enforced, false), &sync(&enforced), on_error)
         .await
     {
-        Verdict::Decided(d) => d,
-        Verdict::FailedOpen => return RouteDecision::FailedOpen,
-        Verdict::Unavailable => return RouteDecision::Unavailable,
+        Ok(d) => d,
+        Err(u) => return RouteDecision::Undecided(u),
     };
     let mut verdicts = vec![None; limits.len()];
     let mut outcomes: Vec<Option<LimitOutcome>> = vec![None; limits.len()];
@@ -228,7 +135,7 @@ async fn decide_mixed<L: Borrow<Limit>>(
         outcomes[i] = Some(*o);
     }
     let read_only = !de.allowed;
-    if let Verdict::Decided(ds) = limiter
+    if let Ok(ds) = limiter
         .decide_with(
             now_ms,
             &pick(&shadowed, read_only),
@@ -244,13 +151,9 @@ async fn decide_mixed<L: Borrow<Limit>>(
             outcomes[i] = Some(*o);
         }
     }
-    let outcomes: Option<Outcomes> = outcomes.into_iter().collect();
     RouteDecision::Decided(Decided {
         allowed: de.allowed,
-        outcomes: outcomes.map(|outcomes| Decision {
-            allowed: de.allowed,
-            outcomes,
-        }),
+        outcomes: outcomes.into_iter().collect::<Option<Outcomes>>(),
         verdicts,
     })
 }
@@ -281,9 +184,9 @@ pub fn record(
                     }
                 }
                 // Undecided: every limit counts an error.
-                RouteDecision::FailedOpen | RouteDecision::Unavailable => {
+                RouteDecision::Undecided(_) => {
                     for lm in &m.limits {
-                        lm.count(LimitVerdict::Error);
+                        lm.count(Verdict::Error);
                     }
                 }
             }

@@ -1,4 +1,4 @@
-//! Where a gateway keeps its concurrency slots (issue 15), and the guard
+//! Where a gateway keeps its concurrency slots (docs/limits.md#concurrency-limits), and the guard
 //! that gives them back: in process ([`MemoryLeases`]) without Redis or for
 //! `on_error: local`, as leases in Redis ([`RedisLeases`]) with it, renewed
 //! by one task per gateway every third of `store.redis.lease`. Lease

@@ -72,7 +72,7 @@ const SHARDS: usize = 64;
 
 /// Counts of a window and the one before it (a fixed window uses `cur`
 /// alone).
-type Counts = sliding_window::State;
+type Counts = sliding_window::Counts;
 
 /// How a synced limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl Kind {
 
     /// The algorithm's answer for `r` at cost `cost` against `view`.
     fn check(self, view: Counts, now: u64, r: &LimitRequest, cost: u64) -> LimitOutcome {
-        let fixed = fixed_window::State {
+        let fixed = fixed_window::Count {
             window: view.window,
             count: view.cur,
         };
@@ -412,8 +412,8 @@ impl SyncTable {
 
     /// Decides `requests` (each with its interval in `intervals`, ms) at
     /// `now` against what this gateway knows of the fleet: admitted only
-    /// if every limit admits, and then — when `consume` — each cost is
-    /// added to what this gateway owes Redis. A denied request consumes
+    /// if every limit admits, and then — for [`Intent::Consume`] — each
+    /// cost is added to what this gateway owes Redis. A denied request consumes
     /// nothing and shows every limit without it, as the stores do.
     /// `None` when a key holds garbage in Redis (see [`Self::apply`]):
     /// the failure policy decides, as for the decision script's error.
@@ -422,7 +422,7 @@ impl SyncTable {
         now: u64,
         requests: &[LimitRequest],
         intervals: &[u64],
-        consume: bool,
+        intent: Intent,
     ) -> Option<Decision> {
         let instances = self.instances.load(Ordering::Relaxed);
         if let ([r], [interval]) = (requests, intervals) {
@@ -438,7 +438,7 @@ impl SyncTable {
             let view = e.view(e.kind.index(now, r.window_ms));
             let mut o = e.kind.check(view, now, r, r.cost);
             let allowed = o.admits;
-            settle(e, queue, view, r, &mut o, allowed, consume, now, instances);
+            account(e, queue, view, r, &mut o, allowed, intent, now, instances);
             let mut outcomes = Outcomes::new();
             outcomes.push(o);
             return Some(Decision { allowed, outcomes });
@@ -462,7 +462,7 @@ impl SyncTable {
         for (((r, &h), o), view) in requests.iter().zip(&hashes).zip(&mut outcomes).zip(&views) {
             let Shard { table, queue, .. } = guard(&mut guards, shard_of(h));
             if let Some(e) = table.find_mut(h, |e| *e.key == *r.key) {
-                settle(e, queue, *view, r, o, allowed, consume, now, instances);
+                account(e, queue, *view, r, o, allowed, intent, now, instances);
             }
         }
         Some(Decision { allowed, outcomes })
@@ -622,28 +622,37 @@ impl SyncTable {
     }
 }
 
-/// After a decision: an admitted request's cost is owed to Redis (when
-/// `consume`), a denied request shows `r`'s limit without it, and the key
+/// What a synced decision does with an admitted request's costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// Takes them: owed to Redis from now on.
+    Consume,
+    /// Only checks the limits (and queues the keys for the next exchange).
+    Check,
+}
+
+/// After a decision: an admitted request's cost is owed to Redis (for
+/// [`Intent::Consume`]), a denied request shows `r`'s limit without it, and the key
 /// is queued for an exchange — within its longest wait, if only to read
 /// the fleet's totals; at the next tick when its totals were never read,
 /// when it denies (the caller is at its limit), or when this instance has
 /// used its share of the room left.
 #[allow(clippy::too_many_arguments)]
-fn settle(
+fn account(
     e: &mut Entry,
     queue: &mut Queue,
     view: Counts,
     r: &LimitRequest,
     o: &mut LimitOutcome,
     allowed: bool,
-    consume: bool,
+    intent: Intent,
     now: u64,
     instances: u64,
 ) {
     let i = e.kind.index(now, r.window_ms);
     let denies = !o.admits;
     if allowed {
-        if consume {
+        if intent == Intent::Consume {
             let mut u = e.kind.roll(e.unsent, i);
             u.cur = u.cur.saturating_add(r.cost);
             e.unsent = u;

@@ -1,4 +1,4 @@
-//! Concurrency limits (issue 15): `{ name, key, concurrency: N }` caps a
+//! Concurrency limits (docs/limits.md#concurrency-limits): `{ name, key, concurrency: N }` caps a
 //! caller's requests in flight instead of a rate.
 //!
 //! A request takes one slot per concurrency limit before it is forwarded

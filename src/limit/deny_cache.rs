@@ -1,4 +1,4 @@
-//! The deny cache (DESIGN §4): a request Redis denied until `T` is denied
+//! The deny cache (docs/design.md#the-deny-cache): a request Redis denied until `T` is denied
 //! again locally until `T`, without a Redis call.
 //!
 //! Why this is safe — it never denies a request Redis would admit: every

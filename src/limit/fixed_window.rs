@@ -1,4 +1,4 @@
-//! The fixed-window counter (DESIGN §4): one count per window, as an
+//! The fixed-window counter (docs/design.md#what-a-limit-promises): one count per window, as an
 //! `INCRBY` + `PEXPIRE` limiter keeps it.
 //!
 //! Window index `i = floor(t/w)`. A request of cost `c` is admitted iff
@@ -12,21 +12,21 @@ use super::LimitOutcome;
 
 /// The count of one key and the window it belongs to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct State {
+pub struct Count {
     /// Index of the window `count` belongs to.
     pub window: u64,
     /// Units admitted in that window.
     pub count: u64,
 }
 
-impl State {
+impl Count {
     /// The state seen from window `i`. As in the sliding window, a state
     /// written in a later window by a gateway whose clock is ahead is kept.
-    pub fn at(self, i: u64) -> State {
+    pub fn at(self, i: u64) -> Count {
         if self.window >= i {
             self
         } else {
-            State {
+            Count {
                 window: i,
                 count: 0,
             }
@@ -35,9 +35,9 @@ impl State {
 }
 
 /// Decides one limit at `now` (ms) against `state` (rolled with
-/// [`State::at`]). The caller adds `cost` to `count` when the whole request
+/// [`Count::at`]). The caller adds `cost` to `count` when the whole request
 /// is admitted.
-pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+pub fn check(state: Count, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
     // The window this count belongs to ends here (later than now's window
     // only for state from a clock ahead).
     check_until(
@@ -51,7 +51,7 @@ pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> Limi
 
 /// [`check`] for a window that ends at `end` (ms): calendar months, whose
 /// length varies.
-pub fn check_until(state: State, now: u64, limit: u64, end: u64, cost: u64) -> LimitOutcome {
+pub fn check_until(state: Count, now: u64, limit: u64, end: u64, cost: u64) -> LimitOutcome {
     let admits = cost <= limit && state.count.saturating_add(cost) <= limit;
     let after = if admits {
         state.count + cost
@@ -86,7 +86,7 @@ mod tests {
                 for count in 0..=l {
                     for e in [0u64, 1, 500, 999] {
                         let now = 10 * w + e;
-                        let s = State { window: 10, count };
+                        let s = Count { window: 10, count };
                         let o = check(s, now, l, w, c);
                         if o.admits {
                             continue;
@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn boundary_burst() {
         // L at the end of window 0, L again at the start of window 1.
-        let s = State {
+        let s = Count {
             window: 0,
             count: 5,
         };

@@ -18,7 +18,7 @@ use super::LimitOutcome;
 
 /// The theoretical arrival time of one key: `tat + rem/L` ms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct State {
+pub struct Tat {
     /// Whole milliseconds of the TAT.
     pub tat: u64,
     /// Fraction of a millisecond, in units of `1/L` ms.
@@ -31,7 +31,7 @@ pub struct Checked {
     /// The answer for this limit.
     pub outcome: LimitOutcome,
     /// The TAT to store if the whole request is admitted.
-    pub after: State,
+    pub after: Tat,
 }
 
 /// Decides one limit at `now` (ms).
@@ -39,7 +39,7 @@ pub struct Checked {
 /// A limit or window of 0 counts as 1 (the configuration refuses both).
 /// A `rem` of `L` or more (the limit was lowered since it was written) is
 /// rounded up to the next millisecond: the new limit errs towards denying.
-pub fn check(state: State, now: u64, limit: u64, window: u64, burst: u64, cost: u64) -> Checked {
+pub fn check(state: Tat, now: u64, limit: u64, window: u64, burst: u64, cost: u64) -> Checked {
     // The configuration refuses a limit or window of 0; were one to reach
     // here, it counts as 1 rather than dividing by zero.
     let (l, w, b, c) = (
@@ -50,7 +50,7 @@ pub fn check(state: State, now: u64, limit: u64, window: u64, burst: u64, cost: 
     );
     let mut s = state;
     if u128::from(s.rem) >= l {
-        s = State {
+        s = Tat {
             tat: s.tat.saturating_add(1),
             rem: 0,
         };
@@ -76,7 +76,7 @@ pub fn check(state: State, now: u64, limit: u64, window: u64, burst: u64, cost: 
     };
     let after = if admits {
         let total = u128::from(base_rem) + c * w;
-        State {
+        Tat {
             tat: base_ms.saturating_add(u64::try_from(total / l).unwrap_or(u64::MAX)),
             rem: (total % l) as u64,
         }
@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn a_full_bucket_takes_a_burst_then_refills_at_the_rate() {
         // 3 per 10 s, burst 3: T = 3333.3 ms.
-        let mut s = State::default();
+        let mut s = Tat::default();
         let now = 1_000_000;
         for left in [2, 1, 0] {
             let r = check(s, now, 3, 10_000, 3, 1);
@@ -127,7 +127,7 @@ mod tests {
             (100, 1_000, 10),
         ] {
             for c in 1..=b {
-                let mut s = State::default();
+                let mut s = Tat::default();
                 let mut now = 5_000_000;
                 for _ in 0..20 {
                     let r = check(s, now, l, w, b, c);
@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn cost_above_burst_never_admits() {
-        let r = check(State::default(), 0, 10, 1000, 4, 5);
+        let r = check(Tat::default(), 0, 10, 1000, 4, 5);
         assert!(!r.outcome.admits);
         assert_eq!(r.outcome.retry_after_ms, None);
     }

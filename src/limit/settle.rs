@@ -1,4 +1,4 @@
-//! Costs known only after the request (issue 15): a limit reserves a cost
+//! Costs known only after the request (docs/limits.md#costs-settled-by-the-response): a limit reserves a cost
 //! when the request is decided and *settles* the difference once the real
 //! amount is known — from a response header, a response trailer, or the
 //! bytes of the request or response body.
@@ -10,7 +10,7 @@
 //! vocabulary and the arithmetic the in-process store applies; the Redis
 //! script `store/redis/settle.lua` mirrors it number for number.
 //!
-//! The rules, per algorithm (DESIGN §4's states):
+//! The rules, per algorithm and the state each keeps:
 //!
 //! - **Sliding and fixed windows, calendar months.** The reservation went
 //!   into window `R` (the window of its instant). While `R` still counts
@@ -143,26 +143,26 @@ fn moved(count: u64, delta: i128, limit: u64) -> u64 {
 /// in window `reserved` (`None` in: the key is absent). `None` out: nothing
 /// changes.
 pub fn sliding(
-    state: Option<sliding_window::State>,
+    state: Option<sliding_window::Counts>,
     reserved: u64,
     now_idx: u64,
     limit: u64,
     delta: i128,
-) -> Option<sliding_window::State> {
+) -> Option<sliding_window::Counts> {
     // R counts while it is the current or the previous window.
     let counts = reserved + 1 >= now_idx;
     match state {
-        Some(s) if counts && s.window == reserved => Some(sliding_window::State {
+        Some(s) if counts && s.window == reserved => Some(sliding_window::Counts {
             cur: moved(s.cur, delta, limit),
             ..s
         }),
-        Some(s) if counts && s.window == reserved + 1 => Some(sliding_window::State {
+        Some(s) if counts && s.window == reserved + 1 => Some(sliding_window::Counts {
             prev: moved(s.prev, delta, limit),
             ..s
         }),
         _ if delta > 0 => {
             let s = state.unwrap_or_default().at(now_idx.max(reserved));
-            Some(sliding_window::State {
+            Some(sliding_window::Counts {
                 cur: moved(s.cur, delta, limit),
                 ..s
             })
@@ -175,21 +175,21 @@ pub fn sliding(
 /// settling `delta` for a reservation made in window `reserved`; as
 /// [`sliding`], without a previous window.
 pub fn fixed(
-    state: Option<fixed_window::State>,
+    state: Option<fixed_window::Count>,
     reserved: u64,
     now_idx: u64,
     limit: u64,
     delta: i128,
-) -> Option<fixed_window::State> {
+) -> Option<fixed_window::Count> {
     // R counts while it is the current window.
     match state {
-        Some(s) if reserved >= now_idx && s.window == reserved => Some(fixed_window::State {
+        Some(s) if reserved >= now_idx && s.window == reserved => Some(fixed_window::Count {
             count: moved(s.count, delta, limit),
             ..s
         }),
         _ if delta > 0 => {
             let s = state.unwrap_or_default().at(now_idx.max(reserved));
-            Some(fixed_window::State {
+            Some(fixed_window::Count {
                 count: moved(s.count, delta, limit),
                 ..s
             })
@@ -202,13 +202,13 @@ pub fn fixed(
 /// `delta · w/L` ms, kept in `[now, now + B·w/L]` when it moves (never
 /// before `now`: an idle bucket is full; never past an empty bucket).
 pub fn gcra(
-    state: gcra::State,
+    state: gcra::Tat,
     now: u64,
     limit: u64,
     window: u64,
     burst: u64,
     delta: i128,
-) -> gcra::State {
+) -> gcra::Tat {
     let (l, w) = (i128::from(limit.max(1)), i128::from(window.max(1)));
     // Everything in units of 1/L ms, as gcra.rs.
     let mut rem = i128::from(state.rem);
@@ -230,7 +230,7 @@ pub fn gcra(
         // Already full: nothing to give back.
         return state;
     }
-    gcra::State {
+    gcra::Tat {
         tat: u64::try_from(target / l).unwrap_or(u64::MAX),
         rem: u64::try_from(target % l).unwrap_or(0),
     }
@@ -240,8 +240,8 @@ pub fn gcra(
 mod tests {
     use super::*;
 
-    fn sw(window: u64, prev: u64, cur: u64) -> sliding_window::State {
-        sliding_window::State { window, prev, cur }
+    fn sw(window: u64, prev: u64, cur: u64) -> sliding_window::Counts {
+        sliding_window::Counts { window, prev, cur }
     }
 
     #[test]
@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn a_fixed_window_settles_in_its_window_or_charges_the_current_one() {
-        let f = |window, count| fixed_window::State { window, count };
+        let f = |window, count| fixed_window::Count { window, count };
         assert_eq!(fixed(Some(f(2, 10)), 2, 2, 50, 5), Some(f(2, 15)));
         assert_eq!(fixed(Some(f(3, 10)), 2, 3, 50, -5), None);
         assert_eq!(fixed(Some(f(3, 10)), 2, 3, 50, 5), Some(f(3, 15)));
@@ -279,13 +279,13 @@ mod tests {
 
     #[test]
     fn gcra_moves_the_arrival_time() {
-        let s = gcra::State { tat: 1_500, rem: 0 };
+        let s = gcra::Tat { tat: 1_500, rem: 0 };
         // L = 10 per 1000 ms: one unit is 100 ms; the bucket is empty at 2000.
         assert_eq!(gcra(s, 1_000, 10, 1_000, 10, -3).tat, 1_200);
         assert_eq!(gcra(s, 1_000, 10, 1_000, 10, -30).tat, 1_000);
         assert_eq!(gcra(s, 1_000, 10, 1_000, 10, 2).tat, 1_700);
         assert_eq!(gcra(s, 1_000, 10, 1_000, 10, 50).tat, 2_000);
-        let idle = gcra::State { tat: 500, rem: 0 };
+        let idle = gcra::Tat { tat: 500, rem: 0 };
         assert_eq!(gcra(idle, 1_000, 10, 1_000, 10, -3), idle);
         assert_eq!(gcra(idle, 1_000, 10, 1_000, 10, 3).tat, 1_300);
     }

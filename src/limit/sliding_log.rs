@@ -1,4 +1,4 @@
-//! The sliding log (DESIGN §4): exact, one timestamp per admitted unit.
+//! The sliding log (docs/design.md#what-a-limit-promises): exact, one timestamp per admitted unit.
 //!
 //! A unit admitted at `s` counts at time `t` iff `s > t − w`. A request of
 //! cost `c` is admitted iff the units counting at `now` plus `c` are at most

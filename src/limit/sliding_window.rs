@@ -1,4 +1,4 @@
-//! The sliding-window counter (DESIGN §4), as pure integer arithmetic.
+//! The sliding-window counter (docs/design.md#what-a-limit-promises), as pure integer arithmetic.
 //!
 //! Window index `i = floor(t/w)`, elapsed `e = t mod w`, counts `cur`
 //! (window `i`) and `prev` (window `i−1`). The estimate is
@@ -24,7 +24,7 @@ use super::LimitOutcome;
 /// Counter state of one key: the window index it was last written in and the
 /// counts of that window and the one before.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct State {
+pub struct Counts {
     /// Index of the window `cur` belongs to.
     pub window: u64,
     /// Count of window `window − 1`.
@@ -33,7 +33,7 @@ pub struct State {
     pub cur: u64,
 }
 
-impl State {
+impl Counts {
     /// The counts as seen from window `i`: older state rolls forward.
     ///
     /// State written in a *later* window — by a gateway whose clock is
@@ -42,17 +42,17 @@ impl State {
     /// this gateway's position in its own window, which errs by at most the
     /// skew.
     #[inline]
-    pub fn at(self, i: u64) -> State {
+    pub fn at(self, i: u64) -> Counts {
         if self.window >= i {
             self
         } else if self.window + 1 == i {
-            State {
+            Counts {
                 window: i,
                 prev: self.cur,
                 cur: 0,
             }
         } else {
-            State {
+            Counts {
                 window: i,
                 prev: 0,
                 cur: 0,
@@ -62,10 +62,10 @@ impl State {
 }
 
 /// Decides one limit at time `now` (ms) against `state` (already rolled to
-/// the current window with [`State::at`]). Does not modify the state; the
+/// the current window with [`Counts::at`]). Does not modify the state; the
 /// caller adds `cost` to `cur` when the whole request is admitted.
 #[inline(always)]
-pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+pub fn check(state: Counts, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
     check_elapsed(state, now % window, limit, window, cost)
 }
 
@@ -73,7 +73,7 @@ pub fn check(state: State, now: u64, limit: u64, window: u64, cost: u64) -> Limi
 /// now's window (`now mod window`) without dividing for it.
 #[inline(always)]
 pub fn check_elapsed(
-    state: State,
+    state: Counts,
     elapsed: u64,
     limit: u64,
     window: u64,
@@ -94,7 +94,7 @@ pub fn check_elapsed(
 /// `remaining` costs a division): for a store that decides under a lock
 /// and works out the outcome after releasing it.
 #[inline(always)]
-pub fn admits(state: State, elapsed: u64, limit: u64, window: u64, cost: u64) -> bool {
+pub fn admits(state: Counts, elapsed: u64, limit: u64, window: u64, cost: u64) -> bool {
     if fits(state, limit, window, cost) {
         let (prev, cur) = (state.prev, state.cur);
         admits_in(cost, limit, prev * (window - elapsed), cur, window)
@@ -117,14 +117,14 @@ fn admits_in<N: Int>(c: N, l: N, decayed: N, cur: N, w: N) -> bool {
 /// window once for the window index and the elapsed time together).
 #[cold]
 #[inline(never)]
-fn check_wide(state: State, elapsed: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+fn check_wide(state: Counts, elapsed: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
     check_in::<u128>(state, elapsed, limit, window, cost)
 }
 
 /// Whether (L + prev + cur + c + 2)·w, which bounds every number [`check`]
 /// computes, fits in `u64`.
 #[inline(always)]
-fn fits(state: State, limit: u64, window: u64, cost: u64) -> bool {
+fn fits(state: Counts, limit: u64, window: u64, cost: u64) -> bool {
     [state.prev, state.cur, cost, 2]
         .into_iter()
         .try_fold(limit, u64::checked_add)
@@ -167,7 +167,7 @@ impl Int for u128 {
 
 #[inline]
 fn check_in<N: Int>(
-    state: State,
+    state: Counts,
     elapsed: u64,
     limit: u64,
     window: u64,
@@ -223,7 +223,7 @@ mod tests {
     use super::*;
 
     /// Brute force: the first ms at which the request would be admitted.
-    fn brute(state: State, now: u64, l: u64, w: u64, c: u64) -> Option<u64> {
+    fn brute(state: Counts, now: u64, l: u64, w: u64, c: u64) -> Option<u64> {
         for d in 0..=3 * w {
             let t = now + d;
             let s = state.at(t / w);
@@ -243,7 +243,7 @@ mod tests {
                     for cur in 0..=l {
                         for e in [0u64, 1, 250, 999] {
                             let now = 10 * w + e;
-                            let s = State {
+                            let s = Counts {
                                 window: 10,
                                 prev,
                                 cur,
@@ -275,7 +275,7 @@ mod tests {
                         for cur in counts {
                             for e in [0, 1, w / 3, w / 2, w - 1] {
                                 let now = 5 * w + e;
-                                let s = State {
+                                let s = Counts {
                                     window: 5,
                                     prev,
                                     cur,
@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn state_from_a_clock_ahead_is_kept() {
-        let s = State {
+        let s = Counts {
             window: 11,
             prev: 2,
             cur: 3,
@@ -302,7 +302,7 @@ mod tests {
         assert_eq!(s.at(10), s);
         assert_eq!(
             s.at(12),
-            State {
+            Counts {
                 window: 12,
                 prev: 3,
                 cur: 0
@@ -310,7 +310,7 @@ mod tests {
         );
         assert_eq!(
             s.at(13),
-            State {
+            Counts {
                 window: 13,
                 prev: 0,
                 cur: 0
@@ -320,14 +320,14 @@ mod tests {
 
     #[test]
     fn cost_above_limit_never_admits() {
-        let o = check(State::default(), 0, 5, 1000, 6);
+        let o = check(Counts::default(), 0, 5, 1000, 6);
         assert!(!o.admits);
         assert_eq!(o.retry_after_ms, None);
     }
 
     #[test]
     fn remaining_and_reset() {
-        let s = State {
+        let s = Counts {
             window: 0,
             prev: 0,
             cur: 0,
@@ -337,7 +337,7 @@ mod tests {
         assert_eq!(o.remaining, 4);
         assert_eq!(o.reset_ms, 20_000);
         // Half-way through the next window, half of prev still counts.
-        let s = State {
+        let s = Counts {
             window: 0,
             prev: 0,
             cur: 4,

@@ -1,4 +1,4 @@
-//! The series of `on_limit: delay` (issue 15): how many requests waited
+//! The series of `on_limit: delay`: how many requests waited
 //! and were then admitted, how long they waited, and how many are waiting
 //! now, by route.
 

@@ -8,7 +8,7 @@ use http::header::CONTENT_TYPE;
 use http::{Request, Response};
 use http_body_util::{Either, Full};
 
-use super::gateway::{Gateway, Runtime};
+use super::gateway::{Gateway, Snapshot};
 use super::held;
 use crate::config::{Action, Respond, Upstream};
 use crate::decision::slots::Slots;
@@ -26,7 +26,7 @@ use crate::upgrade;
 /// passed `server.max_body_size`).
 pub async fn act(
     gw: &Gateway,
-    rt: &Runtime,
+    rt: &Snapshot,
     route: &CompiledRoute,
     req: Request<ClientBody>,
     peer: std::net::IpAddr,
@@ -49,7 +49,7 @@ fn respond(r: &Respond) -> Response<Body> {
 
 async fn forward(
     gw: &Gateway,
-    rt: &Runtime,
+    rt: &Snapshot,
     route: &CompiledRoute,
     mut req: Request<ClientBody>,
     up: &Upstream,

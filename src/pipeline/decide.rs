@@ -1,11 +1,17 @@
-//! Phase 2: who is calling, which limits apply to them, and what the
+//! The decision phase: who is calling, which limits apply to them, and what the
 //! limits say.
 //!
 //! The caller is worked out only on routes with limits. On routes whose
 //! limits come from plans, the caller's plan picks the limits (a caller
 //! without one is refused with 401). The store keys of the caller's limits
-//! are built here, decided by [`shadow::decide`], and the result is left in
-//! the [`Exchange`] for the rate-limit headers and the access log.
+//! are built here and decided by [`concurrency::decide`] or
+//! [`shadow::decide`].
+//!
+//! What the limits said ([`CheckedLimits`]) and the caller's kind go to
+//! the [`Exchange`], the record the rate-limit headers and the access log
+//! read at the end, refused or not. What the next phases need when the
+//! request goes on is returned: an [`Admission`], the concurrency slots
+//! `act` hands to the response and the reservations the response settles.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,23 +21,47 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::delay;
-use super::exchange::{Checked, Exchange};
-use super::gateway::{Gateway, Runtime};
+use super::exchange::{CheckedLimits, Exchange, Identities};
+use super::gateway::{Gateway, Snapshot};
 use crate::config::{Config, Limit};
 use crate::decision::concurrency;
-use crate::decision::settle;
-use crate::decision::shadow::{self, RouteDecision};
+use crate::decision::settle::{self, Reservations};
+use crate::decision::shadow;
 use crate::decision::slots::Slots;
+use crate::decision::{RouteDecision, Undecided};
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
 use crate::limit::LimitRequest;
+use crate::metrics::RouteMetrics;
 use crate::metrics::delay::DelayMetrics;
 use crate::plans::PlanChoice;
 use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
 use crate::store::keys;
 
-/// Decides the route's limits for the caller of `req`.
+/// What the decision phase hands on when the request goes on.
+#[derive(Debug, Default)]
+pub struct Admission {
+    /// The concurrency slots the request holds: handed to the response by
+    /// `act`, given back when dropped.
+    pub slots: Option<Slots>,
+    /// Reserved costs the response settles.
+    pub reservations: Option<Reservations>,
+}
+
+/// Whom a decision is for.
+#[derive(Debug)]
+pub enum Mode<'a> {
+    /// A served request: it may wait for its `on_limit: delay` limits.
+    Serve,
+    /// A rehearsal ([`Gateway::decide_only`]): decided at its instant and
+    /// never waiting (see docs/simulate.md); notes who the caller is and
+    /// what each limit counted it as.
+    Rehearse(&'a mut Identities),
+}
+
+/// Decides the route's limits for the caller of `req`, recording what they
+/// said in `ex`.
 ///
 /// # Errors
 /// [`GatewayError::UnknownApiKey`] when the route's limits come from plans
@@ -40,13 +70,14 @@ use crate::store::keys;
 /// [`GatewayError::Limited`] when an enforced limit denies.
 pub async fn decide<B>(
     gw: &Gateway,
-    rt: &Runtime,
+    rt: &Snapshot,
     route: &Arc<CompiledRoute>,
     req: &Request<B>,
     ex: &mut Exchange,
-) -> Result<(), GatewayError> {
+    mut mode: Mode<'_>,
+) -> Result<Admission, GatewayError> {
     if route.route.limits.is_empty() {
-        return Ok(());
+        return Ok(Admission::default());
     }
     let cfg = &rt.config;
     let now_ms = gw.clock.now_ms();
@@ -57,6 +88,9 @@ pub async fn decide<B>(
     };
     let caller = identity::caller(idc, ex.peer.ip(), req.headers());
     ex.identified(&caller);
+    if let Mode::Rehearse(ids) = &mut mode {
+        ids.saw(&caller);
+    }
     let view = plan(gw, rt, route, &caller, now_ms).await?;
     let (limits, suffixes) = match &view {
         Some(v) => (&v.limits[..], &v.key_suffixes[..]),
@@ -68,9 +102,12 @@ pub async fn decide<B>(
         .then(|| crate::guard::content_length(req.headers()))
         .flatten();
     let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller, length);
-    ex.counted_as(&requests);
-    let (decision, slots, now_ms) = decide_limits(gw, route, limits, &requests, now_ms, ex).await;
-    ex.slots = slots;
+    if let Mode::Rehearse(ids) = &mut mode {
+        ids.counted_as(&requests);
+    }
+    let metrics = ex.metrics.as_deref();
+    let (decision, slots, now_ms) =
+        decide_limits(gw, route, limits, &requests, now_ms, &mode, metrics).await;
     shadow::record(
         &decision,
         &route.route.name,
@@ -79,7 +116,7 @@ pub async fn decide<B>(
         ex.metrics.as_deref(),
         &gw.top,
     );
-    if matches!(decision, RouteDecision::Unavailable) {
+    if matches!(decision, RouteDecision::Undecided(Undecided::Unavailable)) {
         debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
         return Err(GatewayError::StoreUnavailable);
     }
@@ -94,19 +131,25 @@ pub async fn decide<B>(
             in_flight,
         }
     });
-    ex.settling = settle::pending(limits, &requests, &decision, route.route.shadow, now_ms);
-    ex.checked = Some(Checked {
+    let reservations = settle::pending(limits, &requests, &decision, route.route.shadow, now_ms);
+    ex.checked = Some(CheckedLimits {
         route: route.clone(),
         view,
         decision,
         now_ms,
     });
-    refused.map_or(Ok(()), Err)
+    match refused {
+        Some(refusal) => Err(refusal),
+        None => Ok(Admission {
+            slots,
+            reservations,
+        }),
+    }
 }
 
 /// Decides the request's limits — concurrency slots first, then the rate
-/// limits ([`concurrency::decide`]) — and, when `on_limit: delay` lets it,
-/// waits for them to admit it ([`wait`]). Returns the decision, the slots
+/// limits ([`concurrency::decide`]) — and, when `on_limit: delay` lets it
+/// and `mode` is [`Mode::Serve`], waits for them to admit it ([`wait`]). Returns the decision, the slots
 /// it holds and its instant.
 async fn decide_limits(
     gw: &Gateway,
@@ -114,12 +157,13 @@ async fn decide_limits(
     limits: &[Limit],
     requests: &[LimitRequest],
     now_ms: u64,
-    ex: &Exchange,
+    mode: &Mode<'_>,
+    route_metrics: Option<&RouteMetrics>,
 ) -> (RouteDecision, Option<Slots>, u64) {
     let (decision, slots) = once(gw, route, limits, requests, now_ms).await;
     match delay::budget(&decision, limits) {
-        Some(budget) if ex.may_wait => {
-            let metrics = ex.metrics.as_ref().map(|m| m.delay.clone());
+        Some(budget) if matches!(mode, Mode::Serve) => {
+            let metrics = route_metrics.map(|m| m.delay.clone());
             // Boxed, as the waits are rare: their timers and decisions
             // would otherwise sit in every request's future.
             let last = (decision, now_ms);
@@ -201,7 +245,7 @@ async fn wait(
 /// The route's limits for the caller's plan, when they come from plans.
 async fn plan(
     gw: &Gateway,
-    rt: &Runtime,
+    rt: &Snapshot,
     route: &CompiledRoute,
     caller: &Caller<'_>,
     now_ms: u64,

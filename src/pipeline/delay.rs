@@ -1,4 +1,4 @@
-//! `on_limit: delay` (issue 15): a request a limit denies waits, when the
+//! `on_limit: delay` (docs/limits.md#delay-instead-of-reject): a request a limit denies waits, when the
 //! limit will admit it within `max_delay`, and then goes through.
 //!
 //! - **Who waits.** A denied request waits when every enforced limit that
@@ -6,7 +6,7 @@
 //!   request's Retry-After, in milliseconds) is within the smallest of
 //!   their `max_delay`s. A limit that can never admit it (cost above the
 //!   limit), a store that cannot decide, or a plain `on_limit: reject`
-//!   limit among the deniers answers at once as before.
+//!   limit among the deniers answers at once.
 //! - **Counted when admitted.** Waiting consumes nothing. When its wait is
 //!   over the request is decided again, and it is counted then — by the
 //!   same atomic store decision as any request — so requests that wait
@@ -38,7 +38,7 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use crate::config::Limit;
-use crate::decision::shadow::RouteDecision;
+use crate::decision::RouteDecision;
 use crate::metrics::delay::DelayMetrics;
 
 /// How long a denied request may wait and when to ask again, when it may

@@ -1,17 +1,20 @@
-//! The per-request context the phases fill as they go, and what they fill
-//! it with: the limits a caller met ([`Checked`]), the kind of identity
-//! it presented ([`IdentityKind`]), and, when asked, what a replay needs
-//! ([`Recording`] for the access log, the identities of a [`Rehearsal`]).
+//! The record of one request: what the phases found that the rate-limit
+//! headers and [`observe`](super::observe) read at the end — the limits a
+//! caller met ([`CheckedLimits`]), the kind of identity it presented
+//! ([`IdentityKind`]), and, when asked, what the access log carries for a
+//! replay ([`Recording`]). What one phase needs from another it is handed
+//! as a value instead (the decision's
+//! [`Admission`](super::decide::Admission)); what only a replay needs is
+//! the [`Rehearsal`]'s.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::{HeaderValue, Method, Request};
 
-use super::gateway::Runtime;
+use super::gateway::Snapshot;
 use crate::config::{KeySource, Limit};
-use crate::decision::shadow::RouteDecision;
-use crate::decision::slots::Slots;
+use crate::decision::RouteDecision;
 use crate::identity::{self, Caller};
 use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
@@ -21,7 +24,7 @@ use crate::top;
 use ipnet::IpNet;
 
 /// What the phases learnt about one request: filled as they go, read by
-/// [`observe`] and for the rate-limit headers.
+/// [`observe`](super::observe) and for the rate-limit headers.
 #[derive(Debug)]
 pub struct Exchange {
     /// The request method, for the access log.
@@ -36,20 +39,9 @@ pub struct Exchange {
     pub identity: IdentityKind,
     /// The limits as this caller sees them and what they decided; `None`
     /// on routes without limits and for requests refused before deciding.
-    pub checked: Option<Checked>,
-    /// When asked for (`Some` before the phases run): who the caller is
-    /// and what each limit counted it as.
-    pub identities: Option<Identities>,
+    pub checked: Option<CheckedLimits>,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
-    /// Whether a request an `on_limit: delay` limit denies may wait (not
-    /// in a rehearsal).
-    pub may_wait: bool,
-    /// The concurrency slots the request holds (issue 15): handed to the
-    /// response by `act`, else given back when the exchange ends.
-    pub slots: Option<Slots>,
-    /// Reserved costs the response settles (issue 15), once decided.
-    pub settling: Option<crate::decision::settle::Pending>,
 }
 
 impl Exchange {
@@ -61,11 +53,7 @@ impl Exchange {
             metrics: None,
             identity: IdentityKind::None,
             checked: None,
-            identities: None,
             recording: None,
-            may_wait: true,
-            slots: None,
-            settling: None,
         }
     }
 
@@ -94,24 +82,13 @@ impl Exchange {
     /// access log its client IP and digest.
     pub(super) fn identified(&mut self, caller: &Caller<'_>) {
         self.identity = IdentityKind::of(caller);
-        if let Some(ids) = &mut self.identities {
-            ids.caller = Some(Strongest::of(caller));
-        }
         if let Some(r) = &mut self.recording {
             r.client = Some(caller.ip.addr());
             r.caller = caller_digest(caller);
         }
     }
 
-    /// The store key each decided limit counts the caller under, when
-    /// asked for.
-    pub(super) fn counted_as(&mut self, requests: &[LimitRequest]) {
-        if let Some(ids) = &mut self.identities {
-            ids.keys.extend(requests.iter().map(|r| r.key.clone()));
-        }
-    }
-
-    pub(super) fn entered(&mut self, route: &Arc<CompiledRoute>, rt: &Runtime) {
+    pub(super) fn entered(&mut self, route: &Arc<CompiledRoute>, rt: &Snapshot) {
         self.metrics = rt.route_metrics.get(route.index).cloned().flatten();
         self.route = Some(route.clone());
     }
@@ -133,6 +110,18 @@ pub struct Identities {
     /// ([`keys::counter_key`](crate::store::keys::counter_key)): readable
     /// text with the in-process store, a digest with Redis.
     pub keys: Vec<String>,
+}
+
+impl Identities {
+    /// The caller the decision phase found.
+    pub(super) fn saw(&mut self, caller: &Caller<'_>) {
+        self.caller = Some(Strongest::of(caller));
+    }
+
+    /// The store key each decided limit counts the caller under.
+    pub(super) fn counted_as(&mut self, requests: &[LimitRequest]) {
+        self.keys.extend(requests.iter().map(|r| r.key.clone()));
+    }
 }
 
 /// A caller's strongest identity — its API key, else its user, else its
@@ -189,8 +178,10 @@ impl Strongest {
 /// ([`Gateway::decide_only`](super::Gateway::decide_only)).
 #[derive(Debug)]
 pub struct Rehearsal {
-    /// What they found, with [`Exchange::identities`] filled.
+    /// What they found.
     pub exchange: Exchange,
+    /// Who the caller is and what each limit counted it as.
+    pub identities: Identities,
     /// The refusal that ended the request; `None` where `act` would have
     /// answered or forwarded it.
     pub refusal: Option<GatewayError>,
@@ -226,7 +217,7 @@ pub fn caller_digest(caller: &Caller<'_>) -> Option<String> {
 
 /// The limits one caller met on one route, and what they decided.
 #[derive(Debug)]
-pub struct Checked {
+pub struct CheckedLimits {
     pub(super) route: Arc<CompiledRoute>,
     /// The route's limits as the caller's plan expands them; `None` when
     /// no limit comes from a plan.
@@ -237,7 +228,7 @@ pub struct Checked {
     pub now_ms: u64,
 }
 
-impl Checked {
+impl CheckedLimits {
     /// The limits decided, in order.
     pub fn limits(&self) -> &[Limit] {
         match &self.view {

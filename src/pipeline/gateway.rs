@@ -11,7 +11,7 @@ use super::delay::Waiting;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::decision::limiter::Limiter;
-use crate::logs::AccessLog;
+use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
 use crate::proxy::{self, Forwarder};
@@ -33,9 +33,11 @@ pub enum StartError {
     Tls(#[from] crate::tls::TlsError),
 }
 
-/// Configuration-derived state, swapped as a whole on reload.
+/// A snapshot of the configuration and what is built from it (router,
+/// metric handles, upstream pools, plans), swapped as a whole on reload; a
+/// request reads one snapshot from start to end (`rt` in the phases).
 #[derive(Debug)]
-pub struct Runtime {
+pub struct Snapshot {
     pub(super) config: Config,
     pub(super) router: Router,
     /// Metric handles of every route, by route index.
@@ -47,7 +49,7 @@ pub struct Runtime {
     pub(super) plans: PlanResolver,
 }
 
-impl Runtime {
+impl Snapshot {
     fn new(config: Config, metrics: &Metrics) -> Self {
         let router = Router::new(&config);
         let mut by_name = metrics.routes(&config);
@@ -87,14 +89,14 @@ impl Runtime {
 
 /// The gateway: configuration, limiter and upstream client.
 pub struct Gateway {
-    pub(super) runtime: ArcSwap<Runtime>,
+    pub(super) snapshot: ArcSwap<Snapshot>,
     pub(super) limiter: Arc<Limiter>,
     pub(super) forwarder: Forwarder,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) top: TopOffenders,
     /// Where each request's access-log line goes, if anywhere.
-    pub(super) access_log: Option<AccessLog>,
+    pub(super) access_log: Option<AccessWriter>,
     /// Requests waiting for `on_limit: delay` limits.
     pub(super) waiting: Waiting,
 }
@@ -128,7 +130,7 @@ impl Gateway {
             .with_clock(Arc::clone(&clock));
         let forwarder = Forwarder::new(&config.timeouts)?;
         Ok(Self {
-            runtime: ArcSwap::from_pointee(Runtime::new(config, &metrics)),
+            snapshot: ArcSwap::from_pointee(Snapshot::new(config, &metrics)),
             limiter: Arc::new(limiter),
             forwarder,
             clock,
@@ -141,14 +143,14 @@ impl Gateway {
 
     /// Writes an access-log line per request to `log`.
     #[must_use]
-    pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
+    pub fn with_access_log(mut self, log: Option<AccessWriter>) -> Self {
         self.access_log = log;
         self
     }
 
     /// Runs `f` on the configuration currently served.
     pub fn with_config<R>(&self, f: impl FnOnce(&Config) -> R) -> R {
-        f(&self.runtime.load().config)
+        f(&self.snapshot.load().config)
     }
 
     /// Whether limiter decisions go to Redis (for metrics).
@@ -178,7 +180,7 @@ impl Gateway {
 
     /// The configuration now serving.
     pub fn config(&self) -> Config {
-        self.runtime.load().config.clone()
+        self.snapshot.load().config.clone()
     }
 
     /// Serves `config` for every request that starts from now on; requests
@@ -186,7 +188,7 @@ impl Gateway {
     /// Counters live in the store and are not touched. See
     /// [`crate::reload`] for what a reload cannot change.
     pub fn reload(&self, config: Config) {
-        self.runtime
-            .store(Arc::new(Runtime::new(config, &self.metrics)));
+        self.snapshot
+            .store(Arc::new(Snapshot::new(config, &self.metrics)));
     }
 }

@@ -1,5 +1,5 @@
-//! What holds a request's concurrency slots once it is answered (issue
-//! 15): the response body's watch, which gives them back when the body
+//! What holds a request's concurrency slots once it is answered: the
+//! response body's watch, which gives them back when the body
 //! ends — complete, failed, or dropped because the client went away or a
 //! task panicked — or, for an upgrade, the tunnel's task.
 

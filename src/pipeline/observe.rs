@@ -7,7 +7,7 @@
 //! `tollgate::access`, written when the response head is ready. Fields:
 //! `route` (or `-` when none matched), `method`, `status`, `identity` — the
 //! *kind* of identity the caller presented ([`IdentityKind`]), never its
-//! value —, `decision` ([`Decision`]) and `latency_ms` (to the response
+//! value —, `decision` ([`AccessDecision`]) and `latency_ms` (to the response
 //! head; a streamed body may take longer). The request path is left out on
 //! purpose: paths carry tokens and user ids often enough. `main` renders
 //! the events as text or JSON (`--log-format`); `RUST_LOG` filters them
@@ -24,15 +24,15 @@ use http::Response;
 use tracing::{debug, warn};
 
 use super::exchange::Exchange;
-use crate::decision::shadow::RouteDecision;
-use crate::logs::AccessLog;
+use crate::decision::{RouteDecision, Undecided};
+use crate::logs::AccessWriter;
 use crate::metrics::{ClientErrorKind, Metrics, Outcome, UpstreamErrorKind};
 use crate::problem::GatewayError;
 use crate::proxy::Body;
 
 /// What the limits said about a request, as the access log shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub enum AccessDecision {
     /// No limit was asked.
     None,
     /// Every limit admitted.
@@ -47,13 +47,13 @@ pub enum Decision {
     Unavailable,
 }
 
-impl Decision {
+impl AccessDecision {
     fn of(answer: &Answer, decided: Option<&RouteDecision>) -> Self {
         match (answer, decided) {
             (Err(GatewayError::StoreUnavailable), _) => Self::Unavailable,
             (_, None) => Self::None,
-            (_, Some(RouteDecision::FailedOpen)) => Self::Unchecked,
-            (_, Some(RouteDecision::Unavailable)) => Self::Unavailable,
+            (_, Some(RouteDecision::Undecided(Undecided::FailedOpen))) => Self::Unchecked,
+            (_, Some(RouteDecision::Undecided(Undecided::Unavailable))) => Self::Unavailable,
             (_, Some(d)) if !d.allowed() => Self::Limited,
             (_, Some(d)) if d.shadow_denied() => Self::ShadowLimited,
             (_, Some(RouteDecision::Decided(_))) => Self::Allowed,
@@ -132,7 +132,7 @@ const ACCESS: &str = "tollgate::access";
 /// The start of a request, when its access-log line will be written: the
 /// gateway has an access log and `RUST_LOG` lets it through (it is often
 /// filtered out, `RUST_LOG=warn`; then no clock is read).
-pub fn started(access_log: Option<&AccessLog>) -> Option<Instant> {
+pub fn started(access_log: Option<&AccessWriter>) -> Option<Instant> {
     (access_log.is_some() && tracing::enabled!(target: ACCESS, tracing::Level::INFO))
         .then(Instant::now)
 }
@@ -143,7 +143,7 @@ pub fn record(
     ex: &Exchange,
     answer: &Answer,
     metrics: &Metrics,
-    access_log: Option<&AccessLog>,
+    access_log: Option<&AccessWriter>,
     started: Option<Instant>,
 ) {
     let decided = ex.decision();
@@ -182,7 +182,7 @@ pub fn record(
             .str("method", ex.method.as_str())
             .u64("status", u64::from(status.as_u16()))
             .str("identity", ex.identity.as_str())
-            .str("decision", Decision::of(answer, decided).as_str())
+            .str("decision", AccessDecision::of(answer, decided).as_str())
             // Microsecond resolution is plenty for a log line.
             .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64);
         // Absent unless `access_log.replay` is on.

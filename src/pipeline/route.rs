@@ -9,7 +9,7 @@ use std::sync::Arc;
 use http::Request;
 use tracing::debug;
 
-use super::gateway::Runtime;
+use super::gateway::Snapshot;
 use crate::problem::GatewayError;
 use crate::routing::CompiledRoute;
 use crate::target;
@@ -21,7 +21,7 @@ use crate::target;
 /// [`GatewayError::NoRoute`] when no route takes it.
 pub fn route<B>(
     mut req: Request<B>,
-    rt: &Runtime,
+    rt: &Snapshot,
 ) -> Result<(Request<B>, Arc<CompiledRoute>), GatewayError> {
     let target = target::canonical(
         req.uri(),

@@ -146,7 +146,7 @@ pub struct UpstreamBody {
 }
 
 impl UpstreamBody {
-    /// Counts the bytes forwarded in `count`, when given (issue 15).
+    /// Counts the bytes forwarded in `count`, when given.
     #[must_use]
     pub fn counting(mut self, count: Option<BodyBytes>) -> Self {
         self.count = count;

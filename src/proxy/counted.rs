@@ -1,5 +1,5 @@
 //! A byte count shared between a body and whoever settles what it cost
-//! (issue 15's byte quotas). Put in a request's extensions, it is counted
+//! (byte quotas: docs/limits.md#byte-quotas). Put in a request's extensions, it is counted
 //! by the [`UpstreamBody`](super::UpstreamBody) that forwards the request:
 //! each data frame handed to the upstream adds its length.
 

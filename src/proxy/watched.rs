@@ -1,5 +1,5 @@
 //! A response body with something watching it: the limits that live as
-//! long as the response does (issue 15) — a concurrency slot released when
+//! long as the response does — a concurrency slot released when
 //! the body ends, a cost settled by a trailer or by the bytes sent.
 //!
 //! [`Watched`] passes every frame through untouched and tells its

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{Limit, LimitDiff, MinuteOut, Offender, Report, Route};
+use super::report::{LimitDiff, LimitReport, MinuteOut, Offender, Report, RouteReport};
 use super::table::{percent, thousands};
 use super::time::minute_label;
 
@@ -154,7 +154,7 @@ impl Plot {
 }
 
 /// The chart of `route` from minute `first` to `last`, as inline SVG.
-fn chart(out: &mut String, route: &Route, first: u64, last: u64) {
+fn chart(out: &mut String, route: &RouteReport, first: u64, last: u64) {
     let (per_bar, bars) = bars(&route.timeline, first, last);
     let plot = Plot::new(&bars);
     let _ = write!(
@@ -291,14 +291,14 @@ fn summary(out: &mut String, r: &Report) {
 }
 
 /// The first and last minute any route saw, which every chart spans.
-fn span(routes: &[Route]) -> Option<(u64, u64)> {
+fn span(routes: &[RouteReport]) -> Option<(u64, u64)> {
     let first = routes.iter().flat_map(|r| r.timeline.first());
     let last = routes.iter().flat_map(|r| r.timeline.last());
     Some((first.map(|m| m.ts_ms).min()?, last.map(|m| m.ts_ms).max()?))
 }
 
 /// One route: its numbers, its chart, its limits and top offenders.
-fn route_section(out: &mut String, route: &Route, span: Option<(u64, u64)>) {
+fn route_section(out: &mut String, route: &RouteReport, span: Option<(u64, u64)>) {
     let _ = write!(
         out,
         "<h2>Route {}</h2><p>{} requests, <b>{} limited</b> ({}), {} shadow-limited, {} rejected; {} callers, {} of them limited.</p>",
@@ -334,7 +334,7 @@ fn route_section(out: &mut String, route: &Route, span: Option<(u64, u64)>) {
 }
 
 /// A route's limits as a table.
-fn limits(out: &mut String, limits: &[Limit]) {
+fn limits(out: &mut String, limits: &[LimitReport]) {
     let head = [
         "limit",
         "quota",

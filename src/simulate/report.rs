@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::replay::{BadLine, InputStats, Replayed};
-use super::tally::{Counts, Identities, LimitTally, Quota, RouteTally, Timeline};
+use super::tally::{Counts, IdentityTally, LimitTally, Quota, RouteTally, Timeline};
 use super::time::minute_label;
 use crate::pipeline::exchange::Strongest;
 use crate::top::hash_identity;
@@ -34,7 +34,7 @@ pub struct Report {
     /// The first few reasons for those refusals (`400 …`).
     pub refused_examples: Vec<String>,
     /// Per route, in configuration order.
-    pub routes: Vec<Route>,
+    pub routes: Vec<RouteReport>,
     /// With `against`: per limit, who changes side.
     pub diff: Vec<LimitDiff>,
 }
@@ -111,7 +111,7 @@ pub struct Peak {
 
 /// One route.
 #[derive(Debug, Clone, Serialize)]
-pub struct Route {
+pub struct RouteReport {
     /// Name.
     pub name: String,
     /// Requests the route took.
@@ -135,14 +135,14 @@ pub struct Route {
     /// The minute with the most limited requests.
     pub peak_limited_minute: Option<Peak>,
     /// Per limit met.
-    pub limits: Vec<Limit>,
+    pub limits: Vec<LimitReport>,
     /// Per minute with requests.
     pub timeline: Vec<MinuteOut>,
 }
 
 /// One limit of a route.
 #[derive(Debug, Clone, Serialize)]
-pub struct Limit {
+pub struct LimitReport {
     /// Name.
     pub name: String,
     /// Whether it is in shadow mode (its denials are would-be).
@@ -231,7 +231,7 @@ fn offender(id: &str, c: Counts) -> Offender {
 }
 
 /// The `n` identities with the most denials (then requests, then text).
-fn top<K>(ids: &Identities<K>, n: usize, text: impl Fn(&K) -> String) -> Vec<Offender> {
+fn top<K>(ids: &IdentityTally<K>, n: usize, text: impl Fn(&K) -> String) -> Vec<Offender> {
     let mut limited: Vec<(&K, Counts)> = ids
         .0
         .iter()
@@ -316,10 +316,10 @@ pub fn window(ms: u64) -> String {
     format!("{ms}ms")
 }
 
-fn limit(t: &LimitTally, n: usize) -> Limit {
+fn limit(t: &LimitTally, n: usize) -> LimitReport {
     let (identities, identities_limited) = t.identities.distinct();
     let (peak_minute, peak_limited_minute) = peaks(&t.timeline);
-    Limit {
+    LimitReport {
         name: t.name.to_string(),
         shadow: t.shadow,
         quota: quota(&t.quota),
@@ -335,10 +335,10 @@ fn limit(t: &LimitTally, n: usize) -> Limit {
     }
 }
 
-fn route(t: &RouteTally, n: usize) -> Route {
+fn route(t: &RouteTally, n: usize) -> RouteReport {
     let (identities, identities_limited) = t.callers.distinct();
     let (peak_minute, peak_limited_minute) = peaks(&t.timeline);
-    Route {
+    RouteReport {
         name: t.name.to_string(),
         requests: t.counts.requests,
         limited: t.counts.limited,
@@ -355,7 +355,7 @@ fn route(t: &RouteTally, n: usize) -> Route {
     }
 }
 
-type Ids = Identities<Box<str>>;
+type Ids = IdentityTally<Box<str>>;
 
 /// Identities limited in `a` and never in `b`.
 fn changed(a: &Ids, b: Option<&Ids>, n: usize) -> Changed {

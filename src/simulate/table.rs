@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{Limit, LimitDiff, Offender, Peak, Report, Route};
+use super::report::{LimitDiff, LimitReport, Offender, Peak, Report, RouteReport};
 
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: u64) -> String {
@@ -146,7 +146,7 @@ fn summary(out: &mut String, r: &Report) {
 }
 
 /// The table of routes, each followed by its limits.
-fn route_rows(routes: &[Route]) -> Vec<Vec<String>> {
+fn route_rows(routes: &[RouteReport]) -> Vec<Vec<String>> {
     let mut rows = vec![vec![
         "route / limit".to_owned(),
         "quota".to_owned(),
@@ -165,7 +165,7 @@ fn route_rows(routes: &[Route]) -> Vec<Vec<String>> {
 }
 
 /// A route's row: its name with what else befell its requests, no quota.
-fn route_row(route: &Route) -> Vec<String> {
+fn route_row(route: &RouteReport) -> Vec<String> {
     let extra = [
         (route.shadow_limited, "shadow-limited"),
         (route.rejected, "rejected"),
@@ -192,7 +192,7 @@ fn route_row(route: &Route) -> Vec<String> {
 }
 
 /// A limit's row, indented under its route.
-fn limit_row(l: &Limit) -> Vec<String> {
+fn limit_row(l: &LimitReport) -> Vec<String> {
     vec![
         format!("  {}{}", l.name, if l.shadow { " (shadow)" } else { "" }),
         l.quota.clone(),
@@ -206,7 +206,7 @@ fn limit_row(l: &Limit) -> Vec<String> {
 }
 
 /// Per route with any, the most limited callers and identities per limit.
-fn top_offenders(out: &mut String, routes: &[Route]) {
+fn top_offenders(out: &mut String, routes: &[RouteReport]) {
     for route in routes {
         let any = !route.top_offenders.is_empty()
             || route.limits.iter().any(|l| !l.top_offenders.is_empty());

@@ -12,9 +12,9 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
 
 use crate::config::{Config, Limit};
-use crate::decision::shadow::RouteDecision;
+use crate::decision::RouteDecision;
 use crate::limit::Algorithm;
-use crate::metrics::LimitVerdict;
+use crate::limit::Verdict;
 use crate::pipeline::Rehearsal;
 use crate::pipeline::exchange::Strongest;
 use crate::problem::GatewayError;
@@ -111,15 +111,15 @@ impl Hasher for Fx {
 
 /// Counts per identity.
 #[derive(Debug, Clone)]
-pub struct Identities<K>(pub HashMap<K, Counts, BuildHasherDefault<Fx>>);
+pub struct IdentityTally<K>(pub HashMap<K, Counts, BuildHasherDefault<Fx>>);
 
-impl<K> Default for Identities<K> {
+impl<K> Default for IdentityTally<K> {
     fn default() -> Self {
         Self(HashMap::default())
     }
 }
 
-impl<K: Hash + Eq> Identities<K> {
+impl<K: Hash + Eq> IdentityTally<K> {
     fn add<Q>(&mut self, id: &Q, limited: bool)
     where
         K: Borrow<Q>,
@@ -181,7 +181,7 @@ pub struct LimitTally {
     /// Requests it decided and denied.
     pub counts: Counts,
     /// By the identity it counts (its text in the store key).
-    pub identities: Identities<Box<str>>,
+    pub identities: IdentityTally<Box<str>>,
     /// By minute.
     pub timeline: Timeline,
 }
@@ -199,7 +199,7 @@ pub struct RouteTally {
     pub rejected: u64,
     /// By the caller's strongest identity (API key, user, IP); only on
     /// routes with limits.
-    pub callers: Identities<Strongest>,
+    pub callers: IdentityTally<Strongest>,
     /// By minute.
     pub timeline: Timeline,
     /// The limits met, in order of first use.
@@ -234,7 +234,7 @@ impl Tally {
                     counts: Counts::default(),
                     shadow_limited: 0,
                     rejected: 0,
-                    callers: Identities::default(),
+                    callers: IdentityTally::default(),
                     timeline: Timeline::default(),
                     limits: Vec::new(),
                 })
@@ -270,7 +270,7 @@ impl Tally {
         let m = route.timeline.at(minute);
         m.counts.add(limited);
         m.shadow_limited += u64::from(shadow);
-        let Some(ids) = &ex.identities else { return };
+        let ids = &r.identities;
         if let Some(caller) = &ids.caller {
             route.callers.add(caller, limited || shadow);
         }
@@ -282,7 +282,7 @@ impl Tally {
         for ((limit, verdict), key) in checked.limits().iter().zip(&d.verdicts).zip(&ids.keys) {
             // `None`: only read, not decided (an enforced limit denied first).
             let Some(v) = verdict else { continue };
-            let denied = matches!(v, LimitVerdict::Limited | LimitVerdict::ShadowLimited);
+            let denied = matches!(v, Verdict::Limited | Verdict::ShadowLimited);
             let t = limit_tally(&mut route.limits, limit, route_shadow);
             t.counts.add(denied);
             t.identities.add(identity_of(key), denied);
@@ -319,7 +319,7 @@ fn limit_tally<'a>(
                 shadow: route_shadow || limit.shadow,
                 quota: Quota::of(limit),
                 counts: Counts::default(),
-                identities: Identities::default(),
+                identities: IdentityTally::default(),
                 timeline: Timeline::default(),
             });
             limits.len() - 1

@@ -21,7 +21,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::options::SimError;
-use crate::metrics::LimitVerdict;
+use crate::limit::Verdict;
 use crate::pipeline::Rehearsal;
 use crate::problem::GatewayError;
 
@@ -98,20 +98,19 @@ pub fn write(out: &mut impl Write, n: u64, ts: u64, r: &Rehearsal) -> io::Result
     };
     let mut limits = Vec::new();
     if let Some(checked) = &ex.checked
-        && let crate::decision::shadow::RouteDecision::Decided(d) = &checked.decision
+        && let crate::decision::RouteDecision::Decided(d) = &checked.decision
     {
         for (i, l) in checked.limits().iter().enumerate() {
-            let verdict = match d.verdicts.get(i).copied().flatten() {
-                Some(LimitVerdict::Allowed) => "allowed",
-                Some(LimitVerdict::Limited) => "limited",
-                Some(LimitVerdict::ShadowLimited) => "shadow_limited",
-                Some(LimitVerdict::Error) => "error",
-                None => "read",
-            };
+            let verdict = d
+                .verdicts
+                .get(i)
+                .copied()
+                .flatten()
+                .map_or("read", Verdict::as_str);
             let remaining = d
                 .outcomes
                 .as_ref()
-                .and_then(|o| o.outcomes.get(i))
+                .and_then(|o| o.get(i))
                 .map(|o| o.remaining);
             limits.push(LimitDecision {
                 name: &l.name,

@@ -44,7 +44,7 @@ pub trait Store: Send + Sync {
         requests: &[LimitRequest],
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
 
-    /// Settles reservations at `now_ms` (issue 15): adds each
+    /// Settles reservations at `now_ms`: adds each
     /// settlement's `actual − reserved` to the counter its reservation went
     /// into, by the rules of [`crate::limit::settle`]. Atomic per key.
     ///

@@ -62,7 +62,7 @@ pub fn limit_suffix(route: &str, limit: &str, algorithm: Algorithm) -> String {
     }
 }
 
-/// `:<route>:<limit>:concurrency`: a concurrency limit's slots (issue 15)
+/// `:<route>:<limit>:concurrency`: a concurrency limit's slots
 /// are a sorted set of leases in Redis, a shape of their own, so they
 /// never share a key with a rate limit of the same name.
 pub fn concurrency_suffix(route: &str, limit: &str) -> String {

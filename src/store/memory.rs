@@ -39,15 +39,15 @@ const SHARDS: usize = 64;
 /// The state of one key, in the shape of its algorithm.
 #[derive(Debug, Clone)]
 enum State {
-    Sliding(sliding_window::State),
-    Fixed(fixed_window::State),
+    Sliding(sliding_window::Counts),
+    Fixed(fixed_window::Count),
     /// A fixed window that is a calendar month; `window` is the month index.
-    Month(fixed_window::State),
+    Month(fixed_window::Count),
     /// Boxed: it is the only variant larger than three words, and every
     /// slot is as large as the largest variant.
     #[allow(clippy::box_collection)]
     Log(Box<VecDeque<u64>>),
-    Gcra(gcra::State),
+    Gcra(gcra::Tat),
 }
 
 impl State {
@@ -59,15 +59,15 @@ impl State {
         match (r.algorithm, stored) {
             (Algorithm::SlidingWindow, Some(State::Sliding(s))) => State::Sliding(s.at(window)),
             (Algorithm::SlidingWindow, _) => {
-                State::Sliding(sliding_window::State::default().at(window))
+                State::Sliding(sliding_window::Counts::default().at(window))
             }
             (Algorithm::FixedWindow, Some(State::Fixed(s))) => State::Fixed(s.at(window)),
-            (Algorithm::FixedWindow, _) => State::Fixed(fixed_window::State::default().at(window)),
+            (Algorithm::FixedWindow, _) => State::Fixed(fixed_window::Count::default().at(window)),
             (Algorithm::CalendarMonth, Some(State::Month(s))) => {
                 State::Month(s.at(calendar::month_index(now)))
             }
             (Algorithm::CalendarMonth, _) => {
-                State::Month(fixed_window::State::default().at(calendar::month_index(now)))
+                State::Month(fixed_window::Count::default().at(calendar::month_index(now)))
             }
             (Algorithm::SlidingLog, Some(State::Log(log))) => {
                 let mut log = log.clone();
@@ -76,7 +76,7 @@ impl State {
             }
             (Algorithm::SlidingLog, _) => State::Log(Box::default()),
             (Algorithm::Gcra { .. }, Some(State::Gcra(s))) => State::Gcra(*s),
-            (Algorithm::Gcra { .. }, _) => State::Gcra(gcra::State::default()),
+            (Algorithm::Gcra { .. }, _) => State::Gcra(gcra::Tat::default()),
         }
     }
 
@@ -441,7 +441,7 @@ impl MemoryStore {
                             // the general path.
                             held.remove();
                         } else {
-                            *s = sliding_window::State {
+                            *s = sliding_window::Counts {
                                 cur: rolled.cur + c,
                                 ..rolled
                             };
@@ -569,7 +569,7 @@ impl MemoryStore {
                 Algorithm::Gcra { burst } => {
                     let st = match held {
                         Some(State::Gcra(st)) => *st,
-                        _ => gcra::State::default(),
+                        _ => gcra::Tat::default(),
                     };
                     let after = settle::gcra(st, now_ms, r.limit, r.window_ms, burst, delta);
                     (after != st).then_some(State::Gcra(after))

@@ -2,7 +2,8 @@
 //!
 //! [`limits.lua`](SCRIPT) decides every limit of a request, whatever its
 //! algorithm, in one script call, so checking all limits and consuming from
-//! all of them is one atomic step on the server (DESIGN §4). On one server
+//! all of them is one atomic step on the server
+//! (docs/design.md#several-limits-on-one-request). On one server
 //! (standalone or behind Sentinel) concurrent decisions share that call:
 //! `batch` sends everything waiting as one `EVALSHA`, and the script
 //! decides each request of the batch in turn, independently, exactly as a
@@ -46,7 +47,7 @@
 //!   unresponsive and reconnected, so a hung server turns into fast
 //!   `Unavailable` answers rather than one timeout per request.
 //!
-//! Two more halves of availability (issue 11) live beside the store:
+//! Two more halves of availability live beside the store:
 //! [`fault`] tells a Redis that refuses this gateway (credentials, ACL,
 //! TLS) from one that is away, for the log, the metrics and `/readyz`; and
 //! [`backlog`] keeps what `on_error: local` admitted during an outage, which
@@ -78,7 +79,7 @@ pub mod heartbeat;
 pub mod leases;
 mod push;
 mod script;
-pub mod settle;
+pub mod settlements;
 pub mod sync;
 pub mod topology;
 
@@ -148,7 +149,7 @@ impl RedisStore {
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
         let came_up = Arc::new(Notify::new());
         let clients = Arc::new(Clients::start(cfg, &came_up)?);
-        // issue 4: a Cluster keeps one call per request; a batch would have
+        // A Cluster keeps one call per request; a batch would have
         // to share one slot.
         let batcher = (!clients.clustered).then(|| batch::Batcher::start(Arc::clone(&clients)));
         Ok(RedisStore {
@@ -180,7 +181,7 @@ impl RedisStore {
         self.clients.is_connected()
     }
 
-    /// Why Redis refuses this gateway, while it does (issue 11): wrong
+    /// Why Redis refuses this gateway, while it does: wrong
     /// credentials, a missing ACL permission, a TLS mismatch.
     pub fn fault(&self) -> Option<Fault> {
         self.clients.health.fault()
@@ -283,6 +284,6 @@ impl Store for RedisStore {
     }
 
     async fn settle(&self, now_ms: u64, settlements: &[Settlement]) -> Result<(), StoreError> {
-        settle::send(&self.clients, now_ms, settlements).await
+        settlements::send(&self.clients, now_ms, settlements).await
     }
 }

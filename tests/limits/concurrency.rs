@@ -1,4 +1,4 @@
-//! Concurrency limits (issue 15): requests in flight capped per caller,
+//! Concurrency limits (docs/limits.md#concurrency-limits): requests in flight capped per caller,
 //! across gateways over one Redis, freed on every way a response ends —
 //! a client gone mid-body, a tunnel closed, a gateway killed.
 

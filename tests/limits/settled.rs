@@ -1,4 +1,4 @@
-//! Costs settled by the response and byte quotas (issue 15), end to end:
+//! Costs settled by the response and byte quotas (docs/limits.md#costs-settled-by-the-response), end to end:
 //! in-process gateways over a real `redis-server` (and in process), the
 //! support upstream reporting what each request cost (`/tokens`) or
 //! answering N bytes (`/big`).

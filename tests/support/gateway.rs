@@ -226,7 +226,7 @@ impl Gateway {
     pub async fn start_logging(
         yaml: &str,
         clock: Arc<dyn tollgate::clock::Clock>,
-        access_log: Option<tollgate::logs::AccessLog>,
+        access_log: Option<tollgate::logs::AccessWriter>,
     ) -> Gateway {
         let config = tollgate::config::load::parse_str(yaml)
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));

@@ -476,7 +476,7 @@ pub struct Limit {
 }
 
 /// A limit's `cost`: a number, or `{ reserve, from_header | from_trailer }`
-/// for a cost the response settles (issue 15).
+/// for a cost the response settles (docs/limits.md#costs-settled-by-the-response).
 ///
 /// Read from an owned value, so the mapping form checks its own unknown
 /// fields with `deny_unknown_fields`, as [`Listen`] does.

@@ -1,4 +1,4 @@
-//! Concurrency slots in process (issue 15): a count of slots held per key.
+//! Concurrency slots in process: a count of slots held per key.
 //!
 //! Used when no Redis is configured, and as `on_error: local`'s fallback
 //! while Redis cannot take a slot. Keys are spread over sharded maps by the

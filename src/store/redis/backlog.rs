@@ -1,5 +1,5 @@
 //! What the in-process fallback admitted while Redis could not decide,
-//! kept to be added to the Redis counters when it can again (issue 11).
+//! kept to be added to the Redis counters when it can again (docs/design.md#breaker-and-recovery).
 //!
 //! Under `on_error: local` an outage does not stop counting: each gateway
 //! decides in process. Without this, those counts stay in process, and
@@ -39,8 +39,7 @@
 //! have ended are dropped first (at most once a second); an admission
 //! that still finds no room is not recorded — counted in
 //! `tollgate_store_backlog_dropped_total` and logged once per outage —
-//! and its identity may be granted its window again when Redis returns,
-//! as before this existed.
+//! and its identity may be granted its window again when Redis returns.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -63,18 +62,18 @@ const SHARDS: usize = 16;
 
 /// What one key's fallback admitted, in its algorithm's shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delta {
+pub enum Admitted {
     /// Units admitted per window (`window` is the later one).
-    Sliding(sliding_window::State),
+    Sliding(sliding_window::Counts),
     /// Units admitted in one fixed window or calendar month (`window` is
     /// the window's or month's index).
-    Fixed(fixed_window::State),
+    Fixed(fixed_window::Count),
     /// `(ms, units)` runs, sorted by time, one per millisecond.
     Log(Vec<(u64, u64)>),
     /// The local admissions as one GCRA step `x ↦ max(x + cost, tat)`.
     Gcra {
         /// The TAT they reach alone (`D`).
-        tat: gcra::State,
+        tat: gcra::Tat,
         /// Their total cost in `1/L` ms (`C`: each unit is `w`), at most
         /// 2^52.
         cost: u64,
@@ -91,19 +90,19 @@ pub struct Entry {
     /// Its window in ms.
     pub window_ms: u64,
     /// What the fallback admitted.
-    pub delta: Delta,
+    pub delta: Admitted,
 }
 
 impl Entry {
     fn new(r: &LimitRequest) -> Entry {
         let delta = match r.algorithm {
-            Algorithm::SlidingWindow => Delta::Sliding(sliding_window::State::default()),
+            Algorithm::SlidingWindow => Admitted::Sliding(sliding_window::Counts::default()),
             Algorithm::FixedWindow | Algorithm::CalendarMonth => {
-                Delta::Fixed(fixed_window::State::default())
+                Admitted::Fixed(fixed_window::Count::default())
             }
-            Algorithm::SlidingLog => Delta::Log(Vec::new()),
-            Algorithm::Gcra { .. } => Delta::Gcra {
-                tat: gcra::State::default(),
+            Algorithm::SlidingLog => Admitted::Log(Vec::new()),
+            Algorithm::Gcra { .. } => Admitted::Gcra {
+                tat: gcra::Tat::default(),
                 cost: 0,
             },
         };
@@ -123,7 +122,7 @@ impl Entry {
     /// Items this entry takes from the budget.
     fn items(&self) -> usize {
         match &self.delta {
-            Delta::Log(runs) => 1 + runs.len(),
+            Admitted::Log(runs) => 1 + runs.len(),
             _ => 1,
         }
     }
@@ -141,15 +140,15 @@ impl Entry {
         let (w, l) = (self.window_ms, self.limit.max(1));
         let idx = self.index(now);
         match &mut self.delta {
-            Delta::Sliding(s) => {
+            Admitted::Sliding(s) => {
                 *s = s.at(idx);
                 s.cur = s.cur.saturating_add(cost);
             }
-            Delta::Fixed(s) => {
+            Admitted::Fixed(s) => {
                 *s = s.at(idx);
                 s.count = s.count.saturating_add(cost);
             }
-            Delta::Log(runs) => {
+            Admitted::Log(runs) => {
                 prune(runs, now, w);
                 let at = runs.partition_point(|&(ms, _)| ms < now);
                 match runs.get_mut(at) {
@@ -157,7 +156,7 @@ impl Entry {
                     _ => runs.insert(at, (now, cost)),
                 }
             }
-            Delta::Gcra { tat, cost: total } => {
+            Admitted::Gcra { tat, cost: total } => {
                 let units = u128::from(cost) * u128::from(w);
                 *tat = advance(*tat, now, l, units);
                 *total = u64::try_from(u128::from(*total) + units)
@@ -171,17 +170,17 @@ impl Entry {
     pub fn counts_at(&self, now: u64) -> bool {
         let idx = self.index(now);
         match &self.delta {
-            Delta::Sliding(s) => {
+            Admitted::Sliding(s) => {
                 let s = s.at(idx);
                 s.prev > 0 || s.cur > 0
             }
-            Delta::Fixed(s) => s.at(idx).count > 0,
-            Delta::Log(runs) => runs
+            Admitted::Fixed(s) => s.at(idx).count > 0,
+            Admitted::Log(runs) => runs
                 .last()
                 .is_some_and(|&(ms, _)| ms + self.window_ms > now),
             // Redis's own TAT may carry the cost further, but never more
             // than a burst beyond the TAT the local admissions reached.
-            Delta::Gcra { tat, .. } => {
+            Admitted::Gcra { tat, .. } => {
                 let burst = match self.algorithm {
                     Algorithm::Gcra { burst } => burst,
                     _ => self.limit,
@@ -200,24 +199,24 @@ impl Entry {
     fn merge(&mut self, earlier: Entry) {
         let l = u128::from(self.limit.max(1));
         match (&mut self.delta, earlier.delta) {
-            (Delta::Sliding(a), Delta::Sliding(b)) => {
+            (Admitted::Sliding(a), Admitted::Sliding(b)) => {
                 let i = a.window.max(b.window);
                 let (x, y) = (a.at(i), b.at(i));
-                *a = sliding_window::State {
+                *a = sliding_window::Counts {
                     window: i,
                     prev: x.prev.saturating_add(y.prev),
                     cur: x.cur.saturating_add(y.cur),
                 };
             }
-            (Delta::Fixed(a), Delta::Fixed(b)) => {
+            (Admitted::Fixed(a), Admitted::Fixed(b)) => {
                 let i = a.window.max(b.window);
                 let (x, y) = (a.at(i), b.at(i));
-                *a = fixed_window::State {
+                *a = fixed_window::Count {
                     window: i,
                     count: x.count.saturating_add(y.count),
                 };
             }
-            (Delta::Log(a), Delta::Log(b)) => {
+            (Admitted::Log(a), Admitted::Log(b)) => {
                 for (ms, units) in b {
                     let at = a.partition_point(|&(m, _)| m < ms);
                     match a.get_mut(at) {
@@ -227,11 +226,11 @@ impl Entry {
                 }
             }
             // This step after the earlier one: x ↦ max(max(x + c1, d1) + c2, d2).
-            (Delta::Gcra { tat, cost }, Delta::Gcra { tat: d1, cost: c1 }) => {
-                let at = |s: gcra::State| u128::from(s.tat) * l + u128::from(s.rem);
+            (Admitted::Gcra { tat, cost }, Admitted::Gcra { tat: d1, cost: c1 }) => {
+                let at = |s: gcra::Tat| u128::from(s.tat) * l + u128::from(s.rem);
                 let later = at(d1) + u128::from(*cost);
                 if later > at(*tat) {
-                    *tat = gcra::State {
+                    *tat = gcra::Tat {
                         tat: u64::try_from(later / l).unwrap_or(u64::MAX),
                         rem: (later % l) as u64,
                     };
@@ -251,21 +250,21 @@ impl Entry {
         }
         let w = self.window_ms;
         Some(match (&self.delta, self.algorithm) {
-            (Delta::Sliding(s), _) => {
+            (Admitted::Sliding(s), _) => {
                 let s = s.at(now / w);
                 (w, vec![s.prev, s.cur])
             }
-            (Delta::Fixed(s), Algorithm::CalendarMonth) => {
+            (Admitted::Fixed(s), Algorithm::CalendarMonth) => {
                 let (index, end) = calendar::month(now);
                 (end, vec![index, s.at(index).count])
             }
-            (Delta::Fixed(s), _) => (w, vec![s.at(now / w).count]),
-            (Delta::Log(runs), _) => {
+            (Admitted::Fixed(s), _) => (w, vec![s.at(now / w).count]),
+            (Admitted::Log(runs), _) => {
                 let mut runs = runs.clone();
                 prune(&mut runs, now, w);
                 (w, runs.into_iter().flat_map(|(ms, u)| [ms, u]).collect())
             }
-            (Delta::Gcra { tat, cost }, alg) => {
+            (Admitted::Gcra { tat, cost }, alg) => {
                 let burst = match alg {
                     Algorithm::Gcra { burst } => burst,
                     _ => self.limit,
@@ -287,7 +286,7 @@ fn prune(runs: &mut Vec<(u64, u64)>, now: u64, w: u64) {
 
 /// `s` advanced from `max(s, now)` by `units` of `1/l` ms (gcra.rs's
 /// arithmetic: one unit of cost is `w` such units).
-fn advance(s: gcra::State, now: u64, l: u64, units: u128) -> gcra::State {
+fn advance(s: gcra::Tat, now: u64, l: u64, units: u128) -> gcra::Tat {
     let (base_ms, base_rem) = if s.tat > now || (s.tat == now && s.rem > 0) {
         (s.tat, s.rem)
     } else {
@@ -295,7 +294,7 @@ fn advance(s: gcra::State, now: u64, l: u64, units: u128) -> gcra::State {
     };
     let l = u128::from(l);
     let total = u128::from(base_rem) + units;
-    gcra::State {
+    gcra::Tat {
         tat: base_ms.saturating_add(u64::try_from(total / l).unwrap_or(u64::MAX)),
         rem: (total % l) as u64,
     }
@@ -443,7 +442,7 @@ impl Backlog {
                 // Only a sliding log grows, by one run at most (and its
                 // pruning may free some): reserve that one, give back the
                 // rest.
-                if let Delta::Log(_) = e.delta {
+                if let Admitted::Log(_) = e.delta {
                     let before = e.items();
                     if !self.reserve(1) {
                         return false;

@@ -14,7 +14,7 @@
 //! [`MAX_BATCH`] requests or [`MAX_KEYS`] keys, and sends that at once. At
 //! most [`MAX_IN_FLIGHT`] calls are outstanding; while they are, requests
 //! collect in the queue and leave together in the next call. An idle
-//! gateway therefore sends a batch of one, as before; a busy one sends one
+//! gateway therefore sends a batch of one; a busy one sends one
 //! call for many requests, and a request waits at most for the call ahead
 //! of it.
 //!

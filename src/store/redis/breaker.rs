@@ -1,4 +1,4 @@
-//! A circuit breaker in front of Redis (DESIGN §7).
+//! A circuit breaker in front of Redis (docs/design.md#breaker-and-recovery).
 //!
 //! While Redis is merely unreachable the store already answers at once (the
 //! link is known to be down). A Redis that is up but slow, or a network that

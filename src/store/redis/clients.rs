@@ -46,7 +46,7 @@ pub(super) struct Clients {
     pub(super) sha: OnceLock<Str>,
     /// A Redis Cluster: one request's keys may sit in several slots.
     pub(super) clustered: bool,
-    /// Refusals standing (issue 11): wrong credentials, ACL, TLS.
+    /// Refusals standing: wrong credentials, ACL, TLS.
     pub(super) health: Arc<Health>,
     /// What one call (a decision, a command, a push) may take at most.
     pub(super) timeout: Duration,
@@ -210,7 +210,7 @@ struct Diagnosis {
     running: AtomicBool,
 }
 
-/// issue 11: where to ask when a failure may be TLS on one side only (the
+/// Where to ask when a failure may be TLS on one side only (the
 /// first server `config` names).
 fn diagnosis(config: &FredConfig, connect_timeout: Duration) -> Option<Diagnosis> {
     config.server.hosts().first().map(|server| Diagnosis {
@@ -232,7 +232,7 @@ fn diagnosis(config: &FredConfig, connect_timeout: Duration) -> Option<Diagnosis
 /// (replaying buffered commands) leaves fred's state not `Connected`, which
 /// [`Clients::is_connected`] also requires.
 ///
-/// issue 11: each error is also sorted ([`fault::classify`]): a refusal
+/// Each error is also sorted ([`fault::classify`]): a refusal
 /// (credentials, TLS) is raised in `health`, a failure that may be TLS on
 /// one side only starts a [`fault::probe`] (unless one is running), and a
 /// connection made clears what connecting had raised.

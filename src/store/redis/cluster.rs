@@ -65,7 +65,7 @@ pub(super) async fn decide(
     now_ms: u64,
     requests: &[LimitRequest],
 ) -> Result<Decision, StoreError> {
-    // issue 4: keys in several Cluster slots, reserved slot by slot.
+    // Keys in several Cluster slots, reserved slot by slot.
     if spans_slots(requests) {
         return decide_across_slots(clients, deadline, now_ms, requests).await;
     }
@@ -191,7 +191,7 @@ async fn refund(
     now_ms: u64,
     requests: &[LimitRequest],
     group: &[usize],
-) -> Result<(u64, Vec<(usize, sliding_window::State)>), StoreError> {
+) -> Result<(u64, Vec<(usize, sliding_window::Counts)>), StoreError> {
     // refund.lua understands the sliding-window counter only; units a
     // reservation took from a limit of another algorithm stay consumed
     // until its window passes (never an over-admission; see module docs).
@@ -228,7 +228,7 @@ async fn refund(
 fn parse_refund(
     reply: Value,
     group: &[usize],
-) -> Result<(u64, Vec<(usize, sliding_window::State)>), StoreError> {
+) -> Result<(u64, Vec<(usize, sliding_window::Counts)>), StoreError> {
     let bad = || StoreError::Protocol(format!("refund replied {reply:?}"));
     let Value::Array(items) = &reply else {
         return Err(bad());
@@ -245,7 +245,7 @@ fn parse_refund(
     let mut left = Vec::with_capacity(group.len());
     for &i in group {
         let (window, prev, cur) = (next()?, next()?, next()?);
-        left.push((i, sliding_window::State { window, prev, cur }));
+        left.push((i, sliding_window::Counts { window, prev, cur }));
     }
     Ok((at, left))
 }
@@ -278,7 +278,7 @@ mod tests {
         let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Integer).collect());
         let (at, left) = parse_refund(ints(&[100_500, 100, 4, 5, 0, 0, 0]), &[2, 0]).unwrap();
         assert_eq!(at, 100_500);
-        let counter = |window, prev, cur| sliding_window::State { window, prev, cur };
+        let counter = |window, prev, cur| sliding_window::Counts { window, prev, cur };
         assert_eq!(left, [(2, counter(100, 4, 5)), (0, counter(0, 0, 0))]);
         for bad in [
             ints(&[100_500, 100, 4]),                // too short

@@ -32,7 +32,7 @@ use crate::store::contract::StoreError;
 impl Clients {
     /// `SCRIPT LOAD`s the script and remembers the SHA-1 the server returns.
     async fn load_script(&self, deadline: Instant) -> Result<Str, StoreError> {
-        // issue 4: in a Cluster the script is loaded on every primary.
+        // In a Cluster the script is loaded on every primary.
         if self.clustered {
             return self.load_script_everywhere(deadline).await;
         }
@@ -120,7 +120,7 @@ impl Clients {
     where
         I: Iterator<Item = &'a Encoded> + Clone,
     {
-        // issue 4: fred applies only `ClusterHash::Custom` to custom commands
+        // fred applies only `ClusterHash::Custom` to custom commands
         // (an `Offset` is ignored and the SHA-1 would be hashed), so the
         // caller computes the slot.
         let cmd = CustomCommand::new_static("EVALSHA", slot, false);
@@ -327,12 +327,12 @@ fn store_error(e: FredError) -> StoreError {
         | ErrorKind::Sentinel => StoreError::Unavailable(format!("{:?}: {detail}", e.kind())),
         // WRONGPASS, NOAUTH: the connection is not authenticated.
         ErrorKind::Auth => StoreError::Refused(detail),
-        // issue 11: the ACL user lacks the command or the key pattern.
+        // The ACL user lacks the command or the key pattern.
         ErrorKind::Unknown if detail.starts_with("NOPERM") => StoreError::Refused(detail),
         // Server error replies arrive as Unknown; the ones that mean "not
         // now" are outages, the rest (script errors) are garbage answers.
         ErrorKind::Unknown if is_transient_reply(&detail) => StoreError::Unavailable(detail),
-        // issue 4: a Cluster redirect (MOVED/ASK, a stale slot map during a
+        // A Cluster redirect (MOVED/ASK, a stale slot map during a
         // failover or resharding) uses up the single attempt: an outage of
         // that slot, not garbage.
         ErrorKind::Unknown if detail.starts_with("Too many failed write attempts") => {

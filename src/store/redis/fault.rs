@@ -19,7 +19,7 @@
 //!   plain-text `PING` answered in RESP, or a TLS handshake answered by a
 //!   certificate or an alert, names the mismatch. A connection refused is
 //!   an outage and is not probed.
-//! - anything else is an outage, handled as before (breaker, `on_error`).
+//! - anything else is an outage, handled by the breaker and `on_error`.
 //!
 //! [`Health`] keeps one fault per place a refusal can come from ([`Op`]):
 //! connecting, the decision script, the small `EVAL` scripts, the breaker's

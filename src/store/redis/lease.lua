@@ -1,4 +1,4 @@
--- Concurrency slots as leases (issue 15): one sorted set per concurrency
+-- Concurrency slots as leases: one sorted set per concurrency
 -- limit and caller, whose members are the leases of the requests in flight.
 --
 -- KEYS[1..n]  the sorted sets: member = a lease id (`<instance>:<serial>`),

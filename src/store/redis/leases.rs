@@ -1,4 +1,4 @@
-//! Concurrency slots in Redis (issue 15): leases with an expiry, so that
+//! Concurrency slots in Redis: leases with an expiry, so that
 //! the slots of a gateway that dies are freed without anyone cleaning up.
 //!
 //! Each concurrency limit and caller is one sorted set

@@ -1,4 +1,5 @@
--- A batch of requests, each decided with all its limits together (DESIGN §4).
+-- A batch of requests, each decided with all its limits together
+-- (docs/design.md#several-limits-on-one-request).
 -- Requests are decided one after another, independently: each sees what
 -- the ones before it in the batch consumed, as if each were its own call.
 -- A single request is a batch of one.

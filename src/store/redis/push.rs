@@ -1,4 +1,4 @@
-//! Adding an outage's backlog to the Redis counters (issue 11): the
+//! Adding an outage's backlog to the Redis counters (docs/design.md#breaker-and-recovery): the
 //! records a [`Backlog`](super::backlog::Backlog) kept while Redis was away
 //! go to [`push.lua`](PUSH), which adds each to its key in the shape its
 //! algorithm counts in (see `backlog` for what "add" means per algorithm).

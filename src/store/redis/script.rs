@@ -59,7 +59,7 @@ impl Encoded {
     ) -> Result<Encoded, StoreError> {
         let shape = shape(now_ms, requests)?;
         let now = number(now_ms, "now")?;
-        // issue 4 (clock: redis): the script reads TIME when `now` is "TIME".
+        // `clock: redis`: the script reads TIME when `now` is "TIME".
         let now = if server_clock {
             Now::Server
         } else {

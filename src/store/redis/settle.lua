@@ -1,4 +1,4 @@
--- Settles one reservation (issue 15): adds delta = actual - reserved to the
+-- Settles one reservation: adds delta = actual - reserved to the
 -- counter a decision of limits.lua reserved in, by the rules of
 -- src/limit/settle.rs, which the in-process store applies (number for
 -- number, the same clamps).

@@ -101,8 +101,8 @@ fn restore_folds_into_what_came_since() {
     // One after the other: t + 200, two units.
     assert_eq!(
         again[0].1.delta,
-        Delta::Gcra {
-            tat: gcra::State {
+        Admitted::Gcra {
+            tat: gcra::Tat {
                 tat: t + 200,
                 rem: 0
             },

@@ -1,4 +1,4 @@
-//! Where the pipeline settles reserved costs (issue 15; the rules are in
+//! Where the pipeline settles reserved costs (the rules are in
 //! [`crate::decision::settle`]): [`prepare`] before `act` (a byte quota on
 //! the request puts a [`BodyBytes`] count on it for the forwarder), and
 //! [`finish`] on `act`'s answer — a `from_header` amount settled before
@@ -14,24 +14,26 @@ use std::sync::Arc;
 use http::{HeaderMap, Request, Response};
 use http_body_util::Either;
 
-use super::exchange::Exchange;
 use super::gateway::Gateway;
 use crate::clock::Clock;
 use crate::decision::limiter::Limiter;
-use crate::decision::settle::{self, Pending};
+use crate::decision::settle::{self, Reservations};
 use crate::problem::GatewayError;
 use crate::proxy::{Body, BodyBytes, ClientBody, Watch};
 
 /// A request's reservations and the count of its forwarded body bytes.
 pub(super) struct Settling {
-    pending: Pending,
+    pending: Reservations,
     request_bytes: Option<BodyBytes>,
 }
 
-/// Takes the exchange's reservations; counts the request's body bytes
+/// Takes the decision's reservations; counts the request's body bytes
 /// when a byte quota needs them.
-pub(super) fn prepare(ex: &mut Exchange, req: &mut Request<ClientBody>) -> Option<Settling> {
-    let pending = ex.settling.take()?;
+pub(super) fn prepare(
+    reservations: Option<Reservations>,
+    req: &mut Request<ClientBody>,
+) -> Option<Settling> {
+    let pending = reservations?;
     let request_bytes = pending.counts_request().then(|| {
         let count = BodyBytes::default();
         req.extensions_mut().insert(count.clone());
@@ -93,7 +95,7 @@ pub(super) async fn finish(
 
 /// Counts a response body and settles the reservations left when it ends.
 struct SettleWatch {
-    pending: Option<Pending>,
+    pending: Option<Reservations>,
     limiter: Arc<Limiter>,
     clock: Arc<dyn Clock>,
     request_bytes: Option<BodyBytes>,

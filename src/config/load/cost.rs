@@ -1,4 +1,4 @@
-//! A limit's settled cost (issue 15): `cost: { reserve, from_header |
+//! A limit's settled cost (docs/limits.md#costs-settled-by-the-response): `cost: { reserve, from_header |
 //! from_trailer }` and `bytes: request | response | both`, and the
 //! combinations the stores cannot settle.
 

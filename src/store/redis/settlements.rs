@@ -1,4 +1,4 @@
-//! Settling reservations in Redis (issue 15): one `EVAL` of
+//! Settling reservations in Redis: one `EVAL` of
 //! [`settle.lua`](SETTLE) per key, so each settlement is atomic and lands
 //! on its key's node in a Cluster; a request has one or two settled
 //! limits, so one call each costs little. The rules are

@@ -1,6 +1,6 @@
-//! `sync` mode's exchange task: every interval it sends what the synced
-//! keys owe to Redis and keeps the fleet's totals Redis answers
-//! ([`exchange`]); [`SyncLink`] is how decisions learn whether those
+//! `sync` mode's exchange task ([`SyncTask`]): every interval it sends
+//! what the synced keys owe to Redis and keeps the fleet's totals Redis
+//! answers; [`SyncLink`] is how decisions learn whether those
 //! totals are fresh and ask for an exchange at once. The design and its
 //! bound are in [`super::sync`].
 
@@ -52,8 +52,8 @@ impl SyncLink {
     }
 }
 
-/// What `sync` mode's exchange task works with.
-pub(super) struct Exchange {
+/// `sync` mode's exchange task and what it works with.
+pub(super) struct SyncTask {
     pub(super) table: Arc<SyncTable>,
     pub(super) redis: Arc<RedisStore>,
     pub(super) breaker: Arc<Breaker>,
@@ -64,7 +64,7 @@ pub(super) struct Exchange {
     pub(super) clock: Arc<dyn Clock>,
 }
 
-impl Exchange {
+impl SyncTask {
     /// Marks the counts stale (`on_error` decides synced limits until an
     /// exchange succeeds), logging the change once.
     pub(super) fn fail(&self, why: &str) {
@@ -134,7 +134,7 @@ impl Exchange {
 /// what the keys due owe and keeps the totals Redis answers. A tick that
 /// finds Redis unusable marks the counts stale, so decisions go to
 /// `on_error` until an exchange succeeds.
-pub(super) async fn exchange(x: Exchange) {
+pub(super) async fn run(x: SyncTask) {
     let mut next = Instant::now();
     loop {
         let Some(tick) = x.table.tick() else {

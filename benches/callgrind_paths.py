@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Callgrind instructions per request on one path through the gateway.
+
+    python3 benches/callgrind_paths.py BINARY none|one|deny|redis [N]
+
+The gateway runs under `valgrind --tool=callgrind` with
+TOKIO_WORKER_THREADS=1 and RUST_LOG=warn (no access log), one route to a
+keep-alive upstream on loopback: `none` without limits, `one` with one
+in-process limit by IP that admits, `deny` with one that denies (429),
+`redis` with the limit in a redis-server started here (deny cache off).
+One client connection sends requests one after another (as `wrk -t1
+-c1`); after a warm-up, `callgrind_control --zero`, N requests (default
+2000), `callgrind_control --dump`: the whole process's instructions
+divided by N. Needs valgrind, and redis-server for `redis`. See
+docs/performance.md."""
+import os, socket, subprocess, sys, time, threading, glob, re, tempfile
+BIN, MODE = sys.argv[1], sys.argv[2]
+N = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
+WARM = 300
+
+def free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+
+# upstream: keep-alive HTTP/1.1 200, threaded
+def upstream(port):
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port)); srv.listen(64)
+    def conn(c):
+        buf = b""
+        while True:
+            d = c.recv(65536)
+            if not d: return
+            buf += d
+            while b"\r\n\r\n" in buf:
+                _, buf = buf.split(b"\r\n\r\n", 1)
+                c.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+    while True:
+        c, _ = srv.accept(); threading.Thread(target=conn, args=(c,), daemon=True).start()
+
+up, gw = free_port(), free_port()
+threading.Thread(target=upstream, args=(up,), daemon=True).start()
+d = tempfile.mkdtemp(prefix="cg-")
+redis = None
+store = "store: { on_error: local }"
+limit = ""
+if MODE == "one":
+    limit = "limits: [ { name: per_ip, key: ip, limit: 100000000, window: 1h } ]"
+elif MODE == "deny":
+    limit = "limits: [ { name: per_ip, key: ip, limit: 1, window: 1h } ]"
+elif MODE == "redis":
+    rp = free_port()
+    redis = subprocess.Popen(["redis-server", "--port", str(rp), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    store = "store: { redis: { url: \"redis://127.0.0.1:%d\", timeout: 2s, connect_timeout: 10s }, on_error: deny, deny_cache: 0 }" % rp
+    limit = "limits: [ { name: per_ip, key: ip, limit: 100000000, window: 1h } ]"
+cfg = f"""listen: 127.0.0.1:{gw}
+{store}
+routes:
+  - name: api
+    match: {{ path_prefix: / }}
+    upstream: http://127.0.0.1:{up}
+    {limit}
+"""
+open(f"{d}/gw.yaml", "w").write(cfg)
+env = dict(os.environ, TOKIO_WORKER_THREADS="1", RUST_LOG="warn")
+p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.out.%p", BIN, "--config", f"{d}/gw.yaml"], env=env, stderr=open(f"{d}/err", "w"), stdout=subprocess.DEVNULL, cwd=d)
+for _ in range(600):
+    try:
+        s = socket.create_connection(("127.0.0.1", gw)); break
+    except OSError: time.sleep(0.1)
+req = b"GET /x HTTP/1.1\r\nhost: example.com\r\n\r\n"
+def one():
+    s.sendall(req)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += s.recv(65536)
+    head, body = buf.split(b"\r\n\r\n", 1)
+    m = re.search(rb"content-length: *(\d+)", head, re.I)
+    n = int(m.group(1)) if m else 0
+    while len(body) < n: body += s.recv(65536)
+    return head.split(b" ")[1]
+codes = {}
+for _ in range(WARM): one()
+subprocess.run(["callgrind_control", "--zero", str(p.pid)], stdout=subprocess.DEVNULL)
+for _ in range(N):
+    c = one(); codes[c] = codes.get(c, 0) + 1
+subprocess.run(["callgrind_control", "--dump=measured", str(p.pid)], stdout=subprocess.DEVNULL)
+time.sleep(1)
+p.terminate(); p.wait()
+if redis: redis.terminate()
+files = [f for f in glob.glob(f"{d}/cg.out.*") if open(f, errors="ignore").read().find("measured") >= 0]
+tot = None
+for f in files:
+    for line in open(f, errors="ignore"):
+        if line.startswith("summary:") or line.startswith("totals:"):
+            tot = int(line.split()[1])
+print(MODE, codes, "Ir/request", round(tot / N) if tot else None, d)
