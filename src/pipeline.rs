@@ -26,6 +26,7 @@ use crate::proxy::{Body, ClientBody};
 use crate::routing::CompiledRoute;
 
 pub mod act;
+pub mod browsers;
 pub mod decide;
 pub mod delay;
 pub mod exchange;
@@ -52,10 +53,11 @@ impl Gateway {
         req: Request<B>,
         peer: SocketAddr,
     ) -> Response<Body> {
-        let req = req.map(Into::into);
+        let mut req = req.map(Into::into);
         let started = observe::started(self.access_log.as_ref());
         let rt = self.runtime.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
+        browsers::arrive(&rt, &mut req, &mut ex);
         if started.is_some() && rt.config.access_log.replay {
             ex.record_for_replay(&req, self.clock.now_ms());
         }
@@ -67,7 +69,8 @@ impl Gateway {
             self.access_log.as_ref(),
             started,
         );
-        let mut res = answer.unwrap_or_else(|refusal| refusal::response(&refusal));
+        let mut res =
+            answer.unwrap_or_else(|refusal| refusal::response(&refusal, ex.request_id.as_ref()));
         if let Some(checked) = &ex.checked {
             headers::apply(
                 rt.config.headers,
@@ -78,6 +81,7 @@ impl Gateway {
                 checked.now_ms,
             );
         }
+        browsers::leave(&rt, &ex, &mut res);
         res
     }
 
@@ -109,6 +113,10 @@ impl Gateway {
         rt: &Runtime,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
+        // A CORS preflight is answered before identity and limits.
+        if let Some(res) = browsers::preflight(rt, &req, ex)? {
+            return Ok(res);
+        }
         let (mut req, route) = self.until_act(req, rt, ex).await?;
         let settling = settle::prepare(ex, &mut req);
         let slots = ex.slots.take();
@@ -131,6 +139,7 @@ impl Gateway {
         crate::guard::check(&req, &rt.config.server)?;
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);
+        browsers::routed(&req, ex);
         decide::decide(self, rt, &route, &req, ex).await?;
         Ok((req, route))
     }

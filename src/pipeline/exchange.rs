@@ -50,6 +50,10 @@ pub struct Exchange {
     pub slots: Option<Slots>,
     /// Reserved costs the response settles (issue 15), once decided.
     pub settling: Option<crate::decision::settle::Pending>,
+    /// The request's id ([`crate::request_id`]), set when it arrives.
+    pub request_id: Option<HeaderValue>,
+    /// The request's `Origin`, kept when a CORS policy may answer it.
+    pub origin: Option<HeaderValue>,
 }
 
 impl Exchange {
@@ -66,6 +70,8 @@ impl Exchange {
             may_wait: true,
             slots: None,
             settling: None,
+            request_id: None,
+            origin: None,
         }
     }
 
