@@ -44,12 +44,18 @@ pub fn preflight_method<B>(req: &Request<B>) -> Option<Method> {
     Method::from_bytes(asked.as_bytes()).ok()
 }
 
-/// The gateway's answer to a preflight from `origin` under `policy`:
-/// `204 No Content`, with the CORS headers when the origin is allowed and
-/// none when it is not (the browser then refuses the call).
+/// Marks a response as the gateway's answer to a preflight, which
+/// [`decorate`] leaves as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct Preflight;
+
+/// The gateway's answer to a preflight under `policy`: `204 No Content`,
+/// with the CORS headers when its `Origin` is allowed and none when it is
+/// not (the browser then refuses the call). Marked [`Preflight`].
 pub fn preflight(policy: &Cors, headers: &HeaderMap) -> Response<Body> {
     let mut res = Response::new(Either::Right(Full::default()));
     *res.status_mut() = StatusCode::NO_CONTENT;
+    res.extensions_mut().insert(Preflight);
     let out = res.headers_mut();
     out.insert(VARY, ORIGIN_VALUE.clone());
     let Some(allowed) = allowed_origin(policy, headers.get(ORIGIN)) else {

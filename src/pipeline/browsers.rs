@@ -87,11 +87,12 @@ pub fn leave(rt: &Runtime, ex: &Exchange, res: &mut Response<Body>) {
             rt.config.response_headers.as_deref(),
         ),
     };
+    let preflight = policy.is_some() && res.extensions().get::<cors::Preflight>().is_some();
     let headers = res.headers_mut();
     if let Some(rules) = rules {
         proxy::rules::apply(rules, headers);
     }
-    if let Some(policy) = policy {
+    if let Some(policy) = policy.filter(|_| !preflight) {
         cors::decorate(policy, ex.origin.as_ref(), headers);
     }
     if let Some(id) = &ex.request_id {
