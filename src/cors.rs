@@ -21,13 +21,12 @@
 use http::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
-    ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, ORIGIN, RETRY_AFTER, VARY,
+    ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, ORIGIN, VARY,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{Either, Full};
 
-use crate::config::{Cors, CorsOrigins, HeaderMode};
-use crate::headers;
+use crate::config::{Cors, CorsOrigins};
 use crate::proxy::Body;
 
 static ORIGIN_VALUE: HeaderValue = HeaderValue::from_static("origin");
@@ -137,47 +136,6 @@ fn add_vary_origin(headers: &mut HeaderMap) {
     }
 }
 
-/// The names a response's rate-limit headers take in `mode`.
-pub fn rate_limit_names(mode: HeaderMode) -> Vec<&'static HeaderName> {
-    match mode {
-        HeaderMode::Ietf => vec![&headers::RATELIMIT, &headers::RATELIMIT_POLICY],
-        HeaderMode::Github => vec![
-            &headers::X_LIMIT,
-            &headers::X_REMAINING,
-            &headers::X_USED,
-            &headers::X_RESET,
-            &headers::X_RESOURCE,
-        ],
-        HeaderMode::Legacy => vec![
-            &headers::LEGACY_LIMIT,
-            &headers::LEGACY_REMAINING,
-            &headers::LEGACY_RESET,
-        ],
-        HeaderMode::None => Vec::new(),
-    }
-}
-
-/// `Access-Control-Expose-Headers` for `mode`: its rate-limit headers,
-/// `Retry-After`, the request-id header and `extra`, without repeats.
-pub fn expose_value(
-    mode: HeaderMode,
-    request_id: &HeaderName,
-    extra: &[HeaderName],
-) -> HeaderValue {
-    let mut names: Vec<&str> = rate_limit_names(mode).iter().map(|n| n.as_str()).collect();
-    names.push(RETRY_AFTER.as_str());
-    names.push(request_id.as_str());
-    for n in extra {
-        if !names.contains(&n.as_str()) {
-            names.push(n.as_str());
-        }
-    }
-    // Names are tokens, so the joined list is a valid value.
-    HeaderValue::from_str(&names.join(", ")).unwrap_or_else(|_| RETRY_AFTER_VALUE.clone())
-}
-
-static RETRY_AFTER_VALUE: HeaderValue = HeaderValue::from_static("retry-after");
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,10 +146,8 @@ mod tests {
             allow_credentials: false,
             allow_methods: HeaderValue::from_static("GET, POST"),
             allow_headers: None,
-            expose_headers: expose_value(
-                HeaderMode::Ietf,
-                &HeaderName::from_static("x-request-id"),
-                &[],
+            expose_headers: HeaderValue::from_static(
+                "ratelimit, ratelimit-policy, retry-after, x-request-id",
             ),
             max_age: Some(HeaderValue::from(600)),
         }

@@ -87,11 +87,16 @@ impl Facts {
             api_key,
             user,
         ];
-        owned.extend(crate::proxy::HOP_HEADERS.iter().cloned());
+        owned.extend(HOP_BY_HOP.map(HeaderName::from_static));
         // The rate-limit headers of every style, and Retry-After: `headers:`
         // says which a response carries.
         for m in HeaderMode::SPELLINGS.map(|(_, m)| m) {
-            owned.extend(crate::cors::rate_limit_names(m).into_iter().cloned());
+            owned.extend(
+                rate_limit_names(m)
+                    .iter()
+                    .copied()
+                    .map(HeaderName::from_static),
+            );
         }
         owned.push(http::header::RETRY_AFTER);
         Self {
@@ -143,7 +148,7 @@ impl Check<'_> {
         if let Some(h) = &header
             && (h == http::header::HOST
                 || h.as_str().starts_with("x-forwarded-")
-                || crate::proxy::HOP_HEADERS.contains(h))
+                || HOP_BY_HOP.contains(&h.as_str()))
         {
             return Err(self.value_error(
                 &child_key(path, "header"),
@@ -397,9 +402,54 @@ pub(super) fn finish(spec: CorsSpec, route_methods: &[Method], facts: &Facts) ->
         allow_credentials: spec.credentials,
         allow_methods,
         allow_headers: spec.allow_headers,
-        expose_headers: crate::cors::expose_value(facts.mode, &facts.request_id, &spec.expose),
+        expose_headers: expose_value(facts.mode, &facts.request_id, &spec.expose),
         max_age: spec.max_age,
     }
+}
+
+/// The hop-by-hop headers (RFC 9110 §7.6.1), as the forwarder's
+/// `proxy::HOP_HEADERS` names them (a test holds the two together; the
+/// loader cannot import the forwarder, which imports the configuration).
+const HOP_BY_HOP: [&str; 6] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The names of the rate-limit headers a response carries in `mode`, as
+/// `headers` writes them (a test holds the two together).
+fn rate_limit_names(mode: HeaderMode) -> &'static [&'static str] {
+    match mode {
+        HeaderMode::Ietf => &["ratelimit", "ratelimit-policy"],
+        HeaderMode::Github => &[
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-used",
+            "x-ratelimit-reset",
+            "x-ratelimit-resource",
+        ],
+        HeaderMode::Legacy => &["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"],
+        HeaderMode::None => &[],
+    }
+}
+
+/// `Access-Control-Expose-Headers` for `mode`: its rate-limit headers,
+/// `Retry-After`, the request-id header and `extra`, without repeats.
+fn expose_value(mode: HeaderMode, request_id: &HeaderName, extra: &[HeaderName]) -> HeaderValue {
+    let mut names: Vec<&str> = rate_limit_names(mode).to_vec();
+    names.push("retry-after");
+    names.push(request_id.as_str());
+    for n in extra {
+        if !names.contains(&n.as_str()) {
+            names.push(n.as_str());
+        }
+    }
+    // Header names are tokens, so the joined list is a valid value.
+    HeaderValue::from_str(&names.join(", "))
+        .unwrap_or_else(|_| HeaderValue::from_static("retry-after"))
 }
 
 /// Names joined with `, `; `None` for none.
@@ -466,6 +516,45 @@ mod tests {
             "https://u@x",
         ] {
             assert!(parse_origin(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lists_match_the_forwarder_and_the_header_renderer() {
+        use crate::headers;
+        let hop: Vec<&str> = crate::proxy::HOP_HEADERS
+            .iter()
+            .map(HeaderName::as_str)
+            .collect();
+        assert_eq!(hop, HOP_BY_HOP);
+        let written = [
+            (
+                HeaderMode::Ietf,
+                vec![&headers::RATELIMIT, &headers::RATELIMIT_POLICY],
+            ),
+            (
+                HeaderMode::Github,
+                vec![
+                    &headers::X_LIMIT,
+                    &headers::X_REMAINING,
+                    &headers::X_USED,
+                    &headers::X_RESET,
+                    &headers::X_RESOURCE,
+                ],
+            ),
+            (
+                HeaderMode::Legacy,
+                vec![
+                    &headers::LEGACY_LIMIT,
+                    &headers::LEGACY_REMAINING,
+                    &headers::LEGACY_RESET,
+                ],
+            ),
+            (HeaderMode::None, vec![]),
+        ];
+        for (mode, names) in written {
+            let names: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
+            assert_eq!(rate_limit_names(mode), names, "{mode:?}");
         }
     }
 
