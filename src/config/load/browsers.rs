@@ -287,7 +287,7 @@ impl Check<'_> {
             origins,
             credentials,
             methods: methods?,
-            allow_headers: allow_headers.flatten(),
+            allow_headers,
             expose: expose?.unwrap_or_default(),
             max_age: max_age?,
         })
@@ -452,13 +452,12 @@ fn expose_value(mode: HeaderMode, request_id: &HeaderName, extra: &[HeaderName])
         .unwrap_or_else(|_| HeaderValue::from_static("retry-after"))
 }
 
-/// Names joined with `, `; `None` for none.
-fn join(names: &[HeaderName]) -> Option<HeaderValue> {
-    if names.is_empty() {
-        return Some(HeaderValue::from_static(""));
-    }
+/// Names joined with `, `: empty for none (`allow_headers: []` allows no
+/// header beyond the CORS-safelisted ones, and none is sent).
+fn join(names: &[HeaderName]) -> HeaderValue {
     let all: Vec<&str> = names.iter().map(HeaderName::as_str).collect();
-    HeaderValue::from_str(&all.join(", ")).ok()
+    // Header names are tokens, so the joined list is a valid value.
+    HeaderValue::from_str(&all.join(", ")).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// A header name, lower-cased; pseudo-headers and bad characters refused.
