@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+# tests/browsers.rs drives a real headless Chromium (Debian's package).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "installing ${missing[*]} with apt-get" >&2
     SUDO=""

@@ -15,6 +15,7 @@
 pub mod admin;
 pub mod clock;
 pub mod config;
+pub mod cors;
 pub mod decision;
 pub mod guard;
 pub mod headers;
@@ -29,6 +30,7 @@ pub mod plans;
 pub mod problem;
 pub mod proxy;
 pub mod reload;
+pub mod request_id;
 pub mod routing;
 pub mod server;
 pub mod simulate;

@@ -29,6 +29,7 @@ use crate::routing::CompiledRoute;
 use decide::{Admission, Mode};
 
 pub mod act;
+pub mod browsers;
 pub mod decide;
 pub mod delay;
 pub mod exchange;
@@ -55,10 +56,11 @@ impl Gateway {
         req: Request<B>,
         peer: SocketAddr,
     ) -> Response<Body> {
-        let req = req.map(Into::into);
+        let mut req = req.map(Into::into);
         let started = observe::started(self.access_log.as_ref());
         let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
+        browsers::arrive(&rt, &mut req, &mut ex);
         if started.is_some() && rt.config.access_log.replay {
             ex.record_for_replay(&req, self.clock.now_ms());
         }
@@ -70,7 +72,8 @@ impl Gateway {
             self.access_log.as_ref(),
             started,
         );
-        let mut res = answer.unwrap_or_else(|refusal| refusal::response(&refusal));
+        let mut res =
+            answer.unwrap_or_else(|refusal| refusal::response(&refusal, ex.request_id.as_ref()));
         if let Some(checked) = &ex.checked {
             headers::apply(
                 rt.config.headers,
@@ -82,6 +85,7 @@ impl Gateway {
                 checked.now_ms,
             );
         }
+        browsers::leave(&rt, &ex, &mut res);
         res
     }
 
@@ -116,6 +120,10 @@ impl Gateway {
         rt: &Snapshot,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
+        // A CORS preflight is answered before identity and limits.
+        if let Some(res) = browsers::preflight(rt, &req, ex)? {
+            return Ok(res);
+        }
         let (mut req, route, admission) = self.until_act(req, rt, ex, Mode::Serve).await?;
         let settling = settling::prepare(admission.reservations, &mut req);
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
@@ -139,6 +147,7 @@ impl Gateway {
         crate::guard::check(&req, &rt.config.server)?;
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);
+        browsers::routed(&req, ex);
         let admission = decide::decide(self, rt, &route, &req, ex, mode).await?;
         Ok((req, route, admission))
     }

@@ -116,6 +116,13 @@ impl GatewayError {
 
     /// The problem+json body.
     pub fn problem(&self) -> Bytes {
+        self.problem_with_id(None)
+    }
+
+    /// The problem+json body, with the request's id as `"request_id"`
+    /// when there is one, so a client can quote it and the access log
+    /// line be found by it.
+    pub fn problem_with_id(&self, request_id: Option<&HeaderValue>) -> Bytes {
         let mut body = String::with_capacity(256);
         body.push('{');
         match self {
@@ -148,6 +155,12 @@ impl GatewayError {
         body.push('"');
         if let Self::Limited { policies, .. } = self {
             push_policies(&mut body, policies);
+        }
+        if let Some(id) = request_id {
+            body.push_str(",\"request_id\":");
+            // A kept id is visible ASCII and a made one hex and hyphens;
+            // anything else is not written.
+            push_json_string(&mut body, id.to_str().unwrap_or("-"));
         }
         body.push('}');
         Bytes::from(body)

@@ -41,6 +41,7 @@ mod body;
 mod counted;
 pub mod io;
 mod pool;
+pub mod rules;
 mod watched;
 use body::error_chain;
 pub use body::{ClientBody, ClientBodyError, UpstreamBody};

@@ -256,7 +256,7 @@ fn unknown_top_level_field() {
     let src = "listen: 127.0.0.1:0\nlisen: 127.0.0.1:0\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
-        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, users, timeouts, routes, server, access_log (line 2, col 1)"#
+        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, users, timeouts, routes, server, access_log, request_id, cors, request_headers, response_headers (line 2, col 1)"#
     );
 }
 
@@ -318,7 +318,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
     assert_eq!(
         errors(&src),
         [
-            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error, max_queue (line 4, col 5)"#,
+            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error, max_queue, cors, request_headers, response_headers (line 4, col 5)"#,
             r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, bytes, shadow, algorithm, burst, plan, sync, on_limit, max_delay, concurrency (line 11, col 9)"#,
         ]
     );
@@ -1384,6 +1384,12 @@ fn enum_fields() -> Vec<EnumField> {
             error_path: "store.on_error",
             spellings: names(&OnError::SPELLINGS),
             file: |v| format!("listen: 127.0.0.1:0\nstore: {{ on_error: {v} }}\n{ROUTE}"),
+        },
+        EnumField {
+            schema_path: "request_id.keep_from",
+            error_path: "request_id.keep_from",
+            spellings: names(&tollgate::config::KeepFrom::SPELLINGS),
+            file: |v| format!("listen: 127.0.0.1:0\nrequest_id: {{ keep_from: {v} }}\n{ROUTE}"),
         },
         EnumField {
             schema_path: "store.clock",

@@ -59,9 +59,13 @@ async fn demo_route_sends_headers_then_429_with_problem_json() {
     // (5 s) and decaying `prev` to 4 (another 2 s) admits: 7 s.
     assert_eq!(r.header("retry-after"), Some("7"));
     assert_eq!(r.header("ratelimit"), Some(r#""demo";r=0;t=7"#));
+    // The body ends with the request's id, which the response names too.
+    let id = r.header("x-request-id").expect("a request id");
     assert_eq!(
         r.text(),
-        r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"Rate limit exceeded for demo; retry in 7 s","violated-policies":["demo"]}"#
+        format!(
+            r#"{{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"Rate limit exceeded for demo; retry in 7 s","violated-policies":["demo"],"request_id":"{id}"}}"#
+        )
     );
     // One second early is still denied; exactly Retry-After later is admitted.
     clock.advance(6000);

@@ -26,6 +26,7 @@
 //! | `callers.rs` | `client_ip`, `api_keys`, `plans`, `users` (header, JWT) |
 //! | `routes.rs` | `routes`: match, upstream or respond, cost, `on_error`, shadow |
 //! | `limits.rs` | a route's `limits` and what plans share with them: windows, algorithms, keys |
+//! | `browsers.rs` | `request_id`, `cors`, `request_headers`, `response_headers` (top level and per route) |
 //!
 //! This file puts the sections together (`Check::config`) and checks the
 //! few rules that span two of them: plans named by `api_keys` and by
@@ -38,6 +39,7 @@
 //! [`load_file`] does blocking file I/O; the reload runs it on a blocking
 //! thread ([`crate::reload`]).
 
+mod browsers;
 mod callers;
 mod check;
 mod cost;
@@ -52,7 +54,9 @@ use std::sync::Arc;
 
 use super::file::{self, Field};
 use super::position::{Pos, Positions, child_key};
-use super::{ApiKeyConfig, Config, HeaderMode, Route, StoreConfig, Timeouts, UnknownKey};
+use super::{
+    ApiKeyConfig, Config, HeaderMode, RequestIdConfig, Route, StoreConfig, Timeouts, UnknownKey,
+};
 use check::{Check, Checked, choice, error, text};
 pub use errors::{ConfigError, ConfigErrors};
 
@@ -199,6 +203,7 @@ impl Check<'_> {
         let timeouts = self.optional(&root.timeouts, "timeouts", Self::timeouts);
         let server = self.optional(&root.server, "server", Self::server);
         let access_log = self.optional(&root.access_log, "access_log", Self::access_log);
+        let request_id = self.optional(&root.request_id, "request_id", Self::request_id);
         // Routes are checked even when `timeouts` is not, with the default.
         let default_timeout = match &timeouts {
             Ok(Some(t)) => t.upstream_response,
@@ -208,6 +213,39 @@ impl Check<'_> {
             check.routes(routes, path, default_timeout)
         });
         self.plan_references(root, &api_keys, &store, &routes);
+        let facts = browsers::Facts::new(
+            *headers
+                .as_ref()
+                .ok()
+                .and_then(Option::as_ref)
+                .unwrap_or(&HeaderMode::default()),
+            match &request_id {
+                Ok(Some(r)) => r.header.clone(),
+                _ => RequestIdConfig::default().header,
+            },
+            match &api_keys {
+                Ok(Some(k)) => k.header.clone(),
+                _ => ApiKeyConfig::default().header,
+            },
+            match &users {
+                Ok(Some(u)) => u.header.clone(),
+                _ => super::UserConfig::default().header,
+            },
+        );
+        let defaults = self.browser_defaults(root, &facts);
+        let mut routes = routes;
+        let browsers = self.routes_browsers(root, &routes, &defaults, &facts);
+        if let (Ok(routes), Ok(browsers)) = (&mut routes, browsers) {
+            for (route, b) in routes.iter_mut().zip(browsers) {
+                route.cors = b.cors;
+                route.request_headers = b.request_headers;
+                route.response_headers = b.response_headers;
+            }
+        }
+        let top_cors = defaults
+            .cors
+            .clone()
+            .map(|spec| Arc::new(browsers::finish(spec, &[], &facts)));
 
         Ok(Config {
             listen: listen?,
@@ -222,6 +260,9 @@ impl Check<'_> {
             routes: routes?,
             server: server?.unwrap_or_default(),
             access_log: access_log?.unwrap_or_default(),
+            request_id: request_id?.unwrap_or_default(),
+            cors: top_cors,
+            response_headers: defaults.response_headers,
         })
     }
 

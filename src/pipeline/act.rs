@@ -73,6 +73,9 @@ async fn forward(
         user_header: &cfg.users.header,
     };
     proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
+    if let Some(rules) = &route.route.request_headers {
+        proxy::rules::apply(rules, req.headers_mut());
+    }
     if let Some(u) = &upgrade {
         u.restore(req.headers_mut());
     }

@@ -42,6 +42,10 @@ pub struct Exchange {
     pub checked: Option<CheckedLimits>,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
+    /// The request's id ([`crate::request_id`]), set when it arrives.
+    pub request_id: Option<HeaderValue>,
+    /// The request's `Origin`, kept when a CORS policy may answer it.
+    pub origin: Option<HeaderValue>,
 }
 
 impl Exchange {
@@ -54,6 +58,8 @@ impl Exchange {
             identity: IdentityKind::None,
             checked: None,
             recording: None,
+            request_id: None,
+            origin: None,
         }
     }
 

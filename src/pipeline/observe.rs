@@ -7,8 +7,9 @@
 //! `tollgate::access`, written when the response head is ready. Fields:
 //! `route` (or `-` when none matched), `method`, `status`, `identity` — the
 //! *kind* of identity the caller presented ([`IdentityKind`]), never its
-//! value —, `decision` ([`AccessDecision`]) and `latency_ms` (to the response
-//! head; a streamed body may take longer). The request path is left out on
+//! value —, `decision` ([`AccessDecision`]), `latency_ms` (to the response
+//! head; a streamed body may take longer) and `request_id` (the id the
+//! response carries, [`crate::request_id`]). The request path is left out on
 //! purpose: paths carry tokens and user ids often enough. `main` renders
 //! the events as text or JSON (`--log-format`); `RUST_LOG` filters them
 //! like any other target (`tollgate::access=off` silences them).
@@ -184,7 +185,11 @@ pub fn record(
             .str("identity", ex.identity.as_str())
             .str("decision", AccessDecision::of(answer, decided).as_str())
             // Microsecond resolution is plenty for a log line.
-            .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64);
+            .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64)
+            .opt_str(
+                "request_id",
+                ex.request_id.as_ref().and_then(|v| v.to_str().ok()),
+            );
         // Absent unless `access_log.replay` is on.
         if let Some(r) = &ex.recording {
             line = line

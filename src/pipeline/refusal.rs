@@ -12,9 +12,10 @@ use http_body_util::{Either, Full};
 use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::Body;
 
-/// The answer to a request refused with `err`.
-pub fn response(err: &GatewayError) -> Response<Body> {
-    let mut res = Response::new(Either::Right(Full::new(err.problem())));
+/// The answer to a request refused with `err`; its problem+json body
+/// names the request's id when it has one.
+pub fn response(err: &GatewayError, request_id: Option<&HeaderValue>) -> Response<Body> {
+    let mut res = Response::new(Either::Right(Full::new(err.problem_with_id(request_id))));
     *res.status_mut() = err.status();
     let headers = res.headers_mut();
     headers.insert(CONTENT_TYPE, PROBLEM_JSON.clone());

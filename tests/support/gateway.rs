@@ -33,6 +33,10 @@ pub struct Seen {
 /// - `/tokens?used=V` answers with no body and `x-tokens-used: V`, V as
 ///   sent (a number or not; no header without `used`), for a cost
 ///   settled by the response;
+/// - `/cors` answers `200 upstream ok` with CORS headers of its own
+///   (`Access-Control-Allow-Origin: *`, `-Allow-Credentials`,
+///   `-Expose-Headers`), `Server` and `X-Debug`, for a gateway to replace
+///   or remove;
 /// - anything else answers `200 upstream ok` with hop-by-hop headers that
 ///   the gateway must remove.
 pub struct Upstream {
@@ -122,6 +126,22 @@ impl Upstream {
                                     if let Some(v) = used {
                                         r.headers_mut().insert("x-tokens-used", v.parse().unwrap());
                                     }
+                                    r
+                                }
+                                "/cors" => {
+                                    let mut r = Response::new(full("upstream ok"));
+                                    let h = r.headers_mut();
+                                    h.insert("access-control-allow-origin", "*".parse().unwrap());
+                                    h.insert(
+                                        "access-control-allow-credentials",
+                                        "true".parse().unwrap(),
+                                    );
+                                    h.insert(
+                                        "access-control-expose-headers",
+                                        "x-secret".parse().unwrap(),
+                                    );
+                                    h.insert("server", "upstream/1.0".parse().unwrap());
+                                    h.insert("x-debug", "stack trace".parse().unwrap());
                                     r
                                 }
                                 _ => {

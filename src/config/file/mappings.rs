@@ -16,7 +16,7 @@ use yaml_serde::Value;
 
 use super::leaf::{Field, Flag, Int, OneOrMany, Text, describe, tidy};
 use super::shape::spellings;
-use crate::config::{ClockSource, HeaderMode, OnError, OnLimit};
+use crate::config::{ClockSource, HeaderMode, KeepFrom, OnError, OnLimit};
 use crate::jwt::JwtAlgorithm;
 use crate::limit::Algorithm;
 use crate::target::EscapedSlashes;
@@ -51,6 +51,59 @@ pub struct Root {
     pub server: Field<Server>,
     /// `access_log: { replay }`
     pub access_log: Field<AccessLog>,
+    /// `request_id: { header, keep_from }`
+    pub request_id: Field<RequestId>,
+    /// `cors:` — the default of routes without their own
+    pub cors: Field<Cors>,
+    /// `request_headers: { set, add, remove }` — the default of routes without their own
+    pub request_headers: Field<HeaderRules>,
+    /// `response_headers: { set, add, remove }` — the default of routes without their own
+    pub response_headers: Field<HeaderRules>,
+}
+
+/// `request_id:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct RequestId {
+    /// `header: x-request-id`
+    pub header: Field<Text>,
+    /// `keep_from: trusted | any | none`
+    #[schemars(extend("enum" = spellings(&KeepFrom::SPELLINGS)))]
+    pub keep_from: Field<Text>,
+}
+
+/// `cors:` (top level or a route's)
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Cors {
+    /// `allow_origins: ["https://app.example.com"]` or `"*"`
+    pub allow_origins: Field<OneOrMany<Text>>,
+    /// `allow_methods: [GET, POST]` (default: the route's methods, else common ones)
+    pub allow_methods: Field<OneOrMany<Text>>,
+    /// `allow_headers: [x-api-key, authorization]` (default: those the preflight asks for)
+    pub allow_headers: Field<OneOrMany<Text>>,
+    /// `expose_headers: [x-trace]` (the rate-limit headers, Retry-After and the request id are always exposed)
+    pub expose_headers: Field<OneOrMany<Text>>,
+    /// `max_age: 10m`
+    #[schemars(transform = super::shape::duration)]
+    pub max_age: Field<Text>,
+    /// `allow_credentials: false`
+    pub allow_credentials: Field<Flag>,
+}
+
+/// `request_headers:` / `response_headers:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct HeaderRules {
+    /// `set: { x-gateway: tollgate }` — replaces
+    pub set: Field<BTreeMap<String, Field<Text>>>,
+    /// `add: { via: tollgate }` — appends
+    pub add: Field<BTreeMap<String, Field<Text>>>,
+    /// `remove: [server, x-debug]`
+    pub remove: Field<OneOrMany<Text>>,
 }
 
 /// `access_log:`
@@ -402,6 +455,12 @@ pub struct Route {
     pub on_error: Field<Text>,
     /// `max_queue: 100` (requests waiting for `on_limit: delay` limits)
     pub max_queue: Field<Int>,
+    /// `cors:` (replaces the top level's)
+    pub cors: Field<Cors>,
+    /// `request_headers: { set, add, remove }` (replaces the top level's)
+    pub request_headers: Field<HeaderRules>,
+    /// `response_headers: { set, add, remove }` (replaces the top level's)
+    pub response_headers: Field<HeaderRules>,
 }
 
 /// `routes[i].match:`

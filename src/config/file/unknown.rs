@@ -161,7 +161,10 @@ mod tests {
                 "forward_proxy_authorization",
                 "shadow",
                 "on_error",
-                "max_queue"
+                "max_queue",
+                "cors",
+                "request_headers",
+                "response_headers"
             ]
         );
         assert_eq!(fields_at(&["routes", "limits"]), fields_of::<Limit>());

@@ -79,6 +79,11 @@ impl Check<'_> {
             shadow: shadow?.unwrap_or(false),
             on_error: on_error?,
             max_queue: max_queue?.unwrap_or(DEFAULT_MAX_QUEUE),
+            // Resolved with the top level's defaults once every route is
+            // read (`browsers.rs`).
+            cors: None,
+            request_headers: None,
+            response_headers: None,
         })
     }
 
@@ -320,7 +325,7 @@ const METHODS: [Method; 9] = [
 
 /// One of the methods of RFC 9110 §9 and PATCH, in any case. Extension
 /// methods are refused: in a config file they are far more likely typos.
-fn parse_method(s: &str) -> Result<Method, String> {
+pub(super) fn parse_method(s: &str) -> Result<Method, String> {
     let upper = s.to_ascii_uppercase();
     METHODS
         .iter()
