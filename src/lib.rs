@@ -16,6 +16,7 @@ pub mod admin;
 pub mod clock;
 pub mod config;
 pub mod decision;
+pub mod grpc;
 pub mod guard;
 pub mod headers;
 pub mod identity;

@@ -20,9 +20,10 @@ use std::sync::Arc;
 
 use http::{Request, Response};
 
+use crate::grpc;
 use crate::headers;
 use crate::problem::GatewayError;
-use crate::proxy::{Body, ClientBody};
+use crate::proxy::{Body, ClientBody, Deadline};
 use crate::routing::CompiledRoute;
 
 pub mod act;
@@ -52,10 +53,14 @@ impl Gateway {
         req: Request<B>,
         peer: SocketAddr,
     ) -> Response<Body> {
-        let req = req.map(Into::into);
+        let mut req = req.map(Into::into);
         let started = observe::started(self.access_log.as_ref());
         let rt = self.runtime.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
+        ex.grpc = grpc::Kind::of(req.headers());
+        if ex.grpc.is_some() {
+            deadline(&mut req);
+        }
         if started.is_some() && rt.config.access_log.replay {
             ex.record_for_replay(&req, self.clock.now_ms());
         }
@@ -67,7 +72,7 @@ impl Gateway {
             self.access_log.as_ref(),
             started,
         );
-        let mut res = answer.unwrap_or_else(|refusal| refusal::response(&refusal));
+        let mut res = answer.unwrap_or_else(|refusal| refusal::response(&refusal, ex.grpc));
         if let Some(checked) = &ex.checked {
             headers::apply(
                 rt.config.headers,
@@ -133,6 +138,18 @@ impl Gateway {
         ex.entered(&route, rt);
         decide::decide(self, rt, &route, &req, ex).await?;
         Ok((req, route))
+    }
+}
+
+/// Marks a gRPC call with its deadline, when it sent one (`grpc-timeout`),
+/// counted from now: the forward waits no longer for the upstream.
+fn deadline(req: &mut Request<ClientBody>) {
+    let Some(budget) = grpc::timeout(req.headers()) else {
+        return;
+    };
+    // A deadline past what the clock can count is no deadline.
+    if let Some(at) = std::time::Instant::now().checked_add(budget) {
+        req.extensions_mut().insert(Deadline { at, budget });
     }
 }
 

@@ -50,6 +50,9 @@ pub struct Exchange {
     pub slots: Option<Slots>,
     /// Reserved costs the response settles (issue 15), once decided.
     pub settling: Option<crate::decision::settle::Pending>,
+    /// The kind of gRPC call the request is, if it is one: a refusal is
+    /// then answered the gRPC way.
+    pub grpc: Option<crate::grpc::Kind>,
 }
 
 impl Exchange {
@@ -66,6 +69,7 @@ impl Exchange {
             may_wait: true,
             slots: None,
             settling: None,
+            grpc: None,
         }
     }
 
