@@ -327,7 +327,7 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
 }
 
 /// The client's host goes on as `Host` and `X-Forwarded-Host`; an https
-/// or h2c upstream gets its own name as `Host`.
+/// or h2c upstream is addressed by its own name instead, in the URI alone.
 fn set_host(headers: &mut HeaderMap, host: Option<HeaderValue>, upstream: &Upstream) {
     if let Some(h) = host {
         if !headers.contains_key(&X_FORWARDED_HOST) {
@@ -338,17 +338,14 @@ fn set_host(headers: &mut HeaderMap, host: Option<HeaderValue>, upstream: &Upstr
         headers.insert(HOST, h);
     }
     if Protocol::of(&upstream.uri) != Protocol::Http1 {
-        // An https upstream is addressed by its own name: the certificate
-        // and SNI are checked against it, and over HTTP/2 (h2c always) the
-        // `:authority` is that name, which `Host` must not contradict
-        // (RFC 9113 §8.3.1). The client's host travels in X-Forwarded-Host.
-        if let Some(authority) = upstream
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        {
-            headers.insert(HOST, authority);
-        }
+        // An https or h2c upstream is addressed by its own name: the
+        // certificate and SNI are checked against it. Over HTTP/2 (h2c
+        // always) that name is the `:authority` (RFC 9113 §8.3.1), and a
+        // `Host` beside it is refused by some servers (nginx: "duplicate
+        // host header"), so there is none; over HTTP/1.1 the client sets
+        // `Host` from the URI. The client's host travels in
+        // X-Forwarded-Host.
+        headers.remove(HOST);
     }
 }
 
@@ -676,7 +673,7 @@ mod tests {
             .unwrap();
         rewrite(&mut req, &up, hop).unwrap();
         assert_eq!(req.uri(), "http://127.0.0.1:50051/demo.Echo/Say");
-        assert_eq!(req.headers()["host"], "127.0.0.1:50051");
+        assert!(!req.headers().contains_key("host"), ":authority only");
         assert_eq!(req.headers()["x-forwarded-host"], "gateway.test");
         assert_eq!(req.headers()["te"], "trailers");
         for (uri, protocol) in [

@@ -9,10 +9,12 @@ answer to the one before has arrived, so it passes only if both directions
 stream), `slow` (Slow, OPTIONS' "seconds") or `fail` (Fail).
 OPTIONS: "metadata" {k: v}, "timeout" (seconds, default 10), "retry"
 (a retry policy on RESOURCE_EXHAUSTED, 3 attempts, 10 ms backoff, so a
-retry waits longer only when the server's pushback says so).
+retry waits longer only when the server's pushback says so), "calls" (for
+`unary`: that many calls one after the other on one channel; the output is
+the last one's).
 
-Output: {"code", "details", "initial", "trailing", "responses"}; the values
-of `-bin` metadata are base64.
+Output: {"code", "details", "initial", "trailing", "responses", "codes"};
+the values of `-bin` metadata are base64; "codes" lists every call's code.
 """
 
 import base64
@@ -56,9 +58,18 @@ def main():
     meta = tuple(opts.get("metadata", {}).items())
     timeout = opts.get("timeout", 10)
     responses = []
+    codes = []
     try:
         if kind == "unary":
             method = opts.get("method", "/demo.Echo/Say")
+            for _ in range(opts.get("calls", 1) - 1):
+                try:
+                    _, earlier = channel.unary_unary(method).with_call(
+                        b"hello", metadata=meta, timeout=timeout
+                    )
+                except grpc.RpcError as e:
+                    earlier = e
+                codes.append(earlier.code().name)
             response, call = channel.unary_unary(method).with_call(
                 b"hello", metadata=meta, timeout=timeout
             )
@@ -99,6 +110,7 @@ def main():
             raise SystemExit("unknown call " + kind)
     except grpc.RpcError as e:
         call = e
+    codes.append(call.code().name)
     print(
         json.dumps(
             {
@@ -107,6 +119,7 @@ def main():
                 "initial": metadata(call.initial_metadata()),
                 "trailing": metadata(call.trailing_metadata()),
                 "responses": [r.decode() for r in responses],
+                "codes": codes,
             }
         )
     )
