@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Method};
 
 /// `grpc-status`.
 pub static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -39,9 +39,14 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The kind of call `headers` start, or `None` for a request that is
-    /// not a gRPC call.
-    pub fn of(headers: &HeaderMap) -> Option<Self> {
+    /// The kind of call a request with `method` and `headers` starts, or
+    /// `None` for a request that is not a gRPC call. Calls are POSTs
+    /// (PROTOCOL-HTTP2, gRPC-Web alike), so other requests are told apart
+    /// without a header lookup.
+    pub fn of(method: &Method, headers: &HeaderMap) -> Option<Self> {
+        if method != Method::POST {
+            return None;
+        }
         let ct = headers.get(CONTENT_TYPE)?.as_bytes();
         const PREFIX: &[u8] = b"application/grpc";
         if ct.len() < PREFIX.len() || !ct[..PREFIX.len()].eq_ignore_ascii_case(PREFIX) {
@@ -170,9 +175,11 @@ mod tests {
             ("application/json", None),
             ("application/grp", None),
         ] {
-            assert_eq!(Kind::of(&headers("content-type", ct)), kind, "{ct}");
+            let h = headers("content-type", ct);
+            assert_eq!(Kind::of(&Method::POST, &h), kind, "{ct}");
+            assert_eq!(Kind::of(&Method::GET, &h), None, "{ct}");
         }
-        assert_eq!(Kind::of(&HeaderMap::new()), None);
+        assert_eq!(Kind::of(&Method::POST, &HeaderMap::new()), None);
     }
 
     #[test]

@@ -57,7 +57,7 @@ impl Gateway {
         let started = observe::started(self.access_log.as_ref());
         let rt = self.runtime.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
-        ex.grpc = grpc::Kind::of(req.headers());
+        ex.grpc = grpc::Kind::of(req.method(), req.headers());
         if ex.grpc.is_some() {
             deadline(&mut req);
         }
