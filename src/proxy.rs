@@ -20,9 +20,10 @@
 //! and cached by the identity of their TLS settings, which a reload
 //! replaces.
 //!
-//! Requests keep `te: trailers`, the one `te` an HTTP/2 request may carry
-//! (RFC 9113 §8.2.2) and the one gRPC servers insist on; trailers pass
-//! both ways as frames of the streamed bodies. A gRPC call's deadline
+//! Requests to upstreams that may speak HTTP/2 (`h2c://`, `https://`) keep
+//! `te: trailers`, the one `te` an HTTP/2 request may carry (RFC 9113
+//! §8.2.2) and the one gRPC servers insist on; trailers pass both ways as
+//! frames of the streamed bodies. A gRPC call's deadline
 //! ([`Deadline`]) bounds the wait for the response head when it is shorter
 //! than the route's timeout.
 
@@ -237,7 +238,12 @@ pub fn rewrite<B>(
     *req.version_mut() = Version::HTTP_11;
 
     let headers = req.headers_mut();
-    strip_request_hop_by_hop(headers);
+    if Protocol::of(&upstream.uri) == Protocol::Http1 {
+        // HTTP/1.1 throughout, where gRPC never runs: `te` is the hop's.
+        strip_hop_by_hop(headers);
+    } else {
+        strip_request_hop_by_hop(headers);
+    }
     if !upstream.forward_proxy_authorization {
         // Credentials for a proxy (RFC 9110 §11.7.4), which the gateway is
         // the last of; a route can opt in to pass them on.
