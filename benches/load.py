@@ -45,7 +45,18 @@ the three, p99 the worst of them).
 Below the table, the performance targets beside this run's ratios, each marked
 when met.
 
-After the table: Redis memory per identity for one sliding_window limit,
+gRPC over h2c, in rounds of their own after the HTTP/1.1 ones: an nginx
+upstream speaking cleartext HTTP/2 (`listen ... http2`, `return 200`),
+nginx `grpc_pass` (keep-alive upstream connections) and tollgate with an
+`h2c://` upstream (no limits) in front of it, and the upstream direct;
+`h2load -c50 -m1` sends unary calls (POST, `content-type:
+application/grpc`, `te: trailers`, one 5-byte message). Same figures as
+above, mean latency instead of p99 (h2load reports no percentiles), ratios
+to nginx `grpc_pass`. (Neither proxy reads the messages, so an upstream
+that answers `200 ok` measures the proxies as well as a gRPC server would,
+without a server's own cost in the figures.)
+
+After the tables: Redis memory per identity for one sliding_window limit,
 from INFO memory (used_memory) before and after 100,000 distinct API keys
 each made a request through tollgate, divided by the keys created; taken
 after a warm-up on 1,000 other keys, so what Redis allocates once (script
@@ -53,8 +64,10 @@ cache, client buffers) is not counted per identity.
 
 Usage: python3 benches/load.py [--rounds 3] [--duration 5] [--only NAME,...]
        [--no-access-log] [--binary PATH] [--no-build]
-(`--only "redis memory" --rounds 0` measures only the memory figure)
-Needs wrk, nginx and redis-server; installs them with apt-get when missing.
+(`--only "redis memory" --rounds 0` measures only the memory figure;
+`--only grpc` only the gRPC rows)
+Needs wrk, nginx, redis-server and h2load (Debian's nghttp2-client); installs
+them with apt-get when missing.
 Traffic goes only to 127.0.0.1.
 """
 
@@ -75,7 +88,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def ensure_tools():
-    missing = [p for p, b in (("wrk", "wrk"), ("nginx", "nginx"), ("redis-server", "redis-server"))
+    missing = [p for p, b in (("wrk", "wrk"), ("nginx", "nginx"), ("redis-server", "redis-server"),
+                              ("nghttp2-client", "h2load"))
                if shutil.which(b) is None and not os.path.exists("/usr/sbin/" + b)]
     if missing:
         sudo = [] if os.geteuid() == 0 else ["sudo"]
@@ -284,6 +298,79 @@ def tollgate_config(path, port, upstream, limits, redis_port=None, sync=None):
 """)
 
 
+def run_h2load(port, seconds, body):
+    """Unary gRPC calls at port over h2c for seconds: requests, requests/s,
+    mean latency (ms) and the non-2xx answers."""
+    argv = ["h2load", "-t1", "-c50", "-m1", "-D", str(seconds), "-d", body,
+            "-H", "content-type: application/grpc", "-H", "te: trailers",
+            f"http://127.0.0.1:{port}/demo.Echo/Say"]
+    out = subprocess.run(argv, capture_output=True, text=True).stdout
+    reqs = int(re.search(r"requests: \d+ total, \d+ started, (\d+) done", out).group(1))
+    rps = float(re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out).group(1))
+    m = re.search(r"time for request:\s+\S+\s+\S+\s+([\d.]+)(us|ms|s)", out)
+    mean = float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+    ok = int(re.search(r"status codes: (\d+) 2xx", out).group(1))
+    return reqs, rps, mean, reqs - ok
+
+
+def grpc_rounds(args, binary, tmp, started, logs):
+    """The gRPC rows: direct h2c upstream, nginx grpc_pass and tollgate
+    h2c, interleaved rounds, medians, ratios to nginx grpc_pass."""
+    up_port = free_port()
+    upstream = Nginx(tmp, "h2c upstream",
+                     f"server {{ listen 127.0.0.1:{up_port} http2; location / {{ return 200 'ok'; }} }}")
+    started.append(upstream)
+    wait_port(up_port)
+    body = os.path.join(tmp, "call.bin")
+    with open(body, "wb") as f:
+        f.write(b"\x00\x00\x00\x00\x00")
+    port = free_port()
+    nginx = Nginx(tmp, "nginx grpc_pass",
+                  f"upstream g {{ server 127.0.0.1:{up_port}; keepalive 64; }}\n"
+                  f"server {{ listen 127.0.0.1:{port} http2; location / {{ grpc_pass grpc://g; }} }}",
+                  access_log=logs)
+    started.append(nginx)
+    wait_port(port)
+    contenders = [("direct h2c upstream", up_port, upstream.pids), ("nginx grpc_pass", port, nginx.pids)]
+    port = free_port()
+    cfg = os.path.join(tmp, "grpc.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"""listen: 127.0.0.1:{port}
+routes:
+  - name: grpc
+    match: {{ path_prefix: / }}
+    upstream: h2c://127.0.0.1:{up_port}
+""")
+    p = Process([binary, "--config", cfg],
+                env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "info" if logs else "warn"},
+                stderr=cfg + ".log" if logs else None)
+    started.append(p)
+    wait_port(port)
+    contenders.append(("tollgate h2c", port, p.pids))
+
+    results = {c[0]: [] for c in contenders}
+    for r in range(args.rounds):
+        for name, port, pids in contenders:
+            run_h2load(port, 1, body)  # warm-up
+            p0 = cpu_ticks(pids())
+            reqs, rps, mean, non2xx = run_h2load(port, args.duration, body)
+            p1 = cpu_ticks(pids())
+            results[name].append({"cpu": (p1 - p0) / TICK * 1e6 / max(reqs, 1), "rps": rps,
+                                  "mean": mean, "non2xx": non2xx})
+            print(f"round {r + 1}: {name}: {rps:.0f} req/s, mean {mean:.2f} ms", file=sys.stderr)
+    med = {n: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for n, rs in results.items()}
+    base = med["nginx grpc_pass"]
+    print(f"\ngRPC over h2c: {args.rounds} interleaved rounds of {args.duration}s, h2load -c50 -m1; "
+          f"medians; ratios to nginx grpc_pass\n")
+    hdr = f"{'contender':31} {'CPU us/req':>10} {'req/s':>9} {'mean ms':>8} {'non-2xx':>8} " \
+          f"{'CPU x':>6} {'req/s x':>7} {'mean x':>6}"
+    print(hdr)
+    print("-" * len(hdr))
+    for n, m in med.items():
+        print(f"{n:31} {m['cpu']:10.1f} {m['rps']:9.0f} {m['mean']:8.2f} {m['non2xx']:8.0f} "
+              f"{m['cpu'] / base['cpu']:6.2f} {m['rps'] / base['rps']:7.2f} {m['mean'] / base['mean']:6.2f}")
+
+
 def info_memory(port):
     out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "memory"],
                          capture_output=True, text=True).stdout
@@ -434,9 +521,11 @@ def main():
         add_tollgate("tollgate redis sync 3 gateways", big, True, keys_lua, sync="100ms", instances=3)
         contenders.insert(0, ("direct upstream", [up_port], upstream.pids, False, None))
 
+        wanted = set(args.only.split(",")) if args.only else set()
         if args.only:
-            wanted = set(args.only.split(","))
             contenders = [c for c in contenders if c[0] in wanted or c[0] == "nginx proxy_pass"]
+            if wanted <= {"grpc", "redis memory"}:
+                contenders = []
 
         # sync mode sends a key far from its limit to Redis up to 100
         # intervals after it was touched (10 s at sync: 100ms): its Redis
@@ -459,7 +548,7 @@ def main():
                 })
                 print(f"round {r + 1}: {name}: {rps:.0f} req/s, p99 {p99:.2f} ms", file=sys.stderr)
 
-        if args.rounds:
+        if args.rounds and contenders:
             med = {n: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for n, rs in results.items()}
             base = med["nginx proxy_pass"]
             print(f"\n{args.rounds} interleaved rounds of {args.duration}s, wrk -t1 -c50; medians; "
@@ -474,6 +563,8 @@ def main():
                       f"{m['p99']:7.2f} {m['cmds']:14.3f} {m['non2xx']:8.0f} {total / base['cpu']:6.2f} "
                       f"{m['rps'] / base['rps']:7.2f} {m['p99'] / base['p99']:6.2f}")
             print_goals(med, base)
+        if args.rounds and (not args.only or "grpc" in wanted):
+            grpc_rounds(args, binary, tmp, started, logs)
         if not args.only or "redis memory" in args.only:
             redis_memory(binary, tmp, up_port, redis_port, started)
     finally:

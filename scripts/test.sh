@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs tollgate's whole test suite. Installs redis-server (Debian/Ubuntu) when
-# it is missing: the tests start real Redis servers on free ports.
+# it is missing: the tests start real Redis servers on free ports. The gRPC
+# tests (tests/grpc.rs) drive Python's grpcio, installed here when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 # tests/browsers.rs drives a real headless Chromium (Debian's package).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "installing ${missing[*]} with apt-get" >&2
     SUDO=""
@@ -34,6 +36,20 @@ fi
 # Debian package; without it that one test says it skipped.
 if ! command -v kubectl >/dev/null 2>&1; then
     echo "kubectl not found: the Kubernetes manifest test (tests/operations/deploy.rs) is skipped" >&2
+fi
+
+# grpcio from PyPI; where pip is missing or the system Python refuses it
+# (PEP 668), Debian's own package.
+if ! python3 -c 'import grpc' >/dev/null 2>&1; then
+    echo "installing grpcio for the gRPC tests" >&2
+    python3 -m pip install --quiet grpcio >/dev/null 2>&1 \
+        || python3 -m pip install --quiet --break-system-packages grpcio >/dev/null 2>&1 \
+        || {
+            SUDO=""
+            if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+            $SUDO apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-grpcio >/dev/null
+        }
 fi
 
 exec cargo test --all-targets "$@"

@@ -17,6 +17,7 @@ pub mod clock;
 pub mod config;
 pub mod cors;
 pub mod decision;
+pub mod grpc;
 pub mod guard;
 pub mod headers;
 pub mod identity;

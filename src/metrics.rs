@@ -341,6 +341,7 @@ pub struct RouteMetrics {
     client_bad_body: Counter,
     client_aborted: Counter,
     client_body_too_large: Counter,
+    client_deadline: Counter,
     /// The `on_limit: delay` series.
     pub delay: DelayMetrics,
 }
@@ -366,6 +367,10 @@ pub enum ClientErrorKind {
     Aborted,
     /// The body passed `server.max_body_size` as it streamed: 413.
     BodyTooLarge,
+    /// A gRPC call's own deadline (`grpc-timeout`) passed before the
+    /// upstream answered: DEADLINE_EXCEEDED (504). The client chose the
+    /// deadline, so it must not page anyone as an upstream timeout would.
+    Deadline,
 }
 
 impl RouteMetrics {
@@ -403,6 +408,7 @@ impl RouteMetrics {
             ClientErrorKind::BadBody => self.client_bad_body.inc(),
             ClientErrorKind::Aborted => self.client_aborted.inc(),
             ClientErrorKind::BodyTooLarge => self.client_body_too_large.inc(),
+            ClientErrorKind::Deadline => self.client_deadline.inc(),
         };
     }
 }
@@ -483,7 +489,7 @@ impl Metrics {
         let client_errors = Family::<ClientErrorLabels, Counter>::default();
         registry.register(
             "tollgate_client_errors",
-            "Forwards ended by the client's request body by route and kind (bad_body, aborted, body_too_large)",
+            "Forwards ended by the client's request body or deadline by route and kind (bad_body, aborted, body_too_large, deadline)",
             client_errors.clone(),
         );
         let delay = DelayFamilies::register(&mut registry);
@@ -583,6 +589,7 @@ impl Metrics {
                     client_bad_body: cerr("bad_body"),
                     client_aborted: cerr("aborted"),
                     client_body_too_large: cerr("body_too_large"),
+                    client_deadline: cerr("deadline"),
                     delay: self.delay.route(&route),
                 };
                 (r.name.clone(), metrics)

@@ -22,9 +22,10 @@ use std::sync::Arc;
 
 use http::{Request, Response};
 
+use crate::grpc;
 use crate::headers;
 use crate::problem::GatewayError;
-use crate::proxy::{Body, ClientBody};
+use crate::proxy::{Body, ClientBody, Deadline};
 use crate::routing::CompiledRoute;
 use decide::{Admission, Mode};
 
@@ -61,6 +62,10 @@ impl Gateway {
         let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
         browsers::arrive(&rt, &mut req, &mut ex);
+        ex.grpc = grpc::Kind::of(req.method(), req.headers());
+        if ex.grpc.is_some() {
+            deadline(&mut req);
+        }
         if started.is_some() && rt.config.access_log.replay {
             ex.record_for_replay(&req, self.clock.now_ms());
         }
@@ -72,8 +77,8 @@ impl Gateway {
             self.access_log.as_ref(),
             started,
         );
-        let mut res =
-            answer.unwrap_or_else(|refusal| refusal::response(&refusal, ex.request_id.as_ref()));
+        let mut res = answer
+            .unwrap_or_else(|refusal| refusal::response(&refusal, ex.request_id.as_ref(), ex.grpc));
         if let Some(checked) = &ex.checked {
             headers::apply(
                 rt.config.headers,
@@ -150,6 +155,18 @@ impl Gateway {
         browsers::routed(&req, ex);
         let admission = decide::decide(self, rt, &route, &req, ex, mode).await?;
         Ok((req, route, admission))
+    }
+}
+
+/// Marks a gRPC call with its deadline, when it sent one (`grpc-timeout`),
+/// counted from now: the forward waits no longer for the upstream.
+fn deadline(req: &mut Request<ClientBody>) {
+    let Some(budget) = grpc::timeout(req.headers()) else {
+        return;
+    };
+    // A deadline past what the clock can count is no deadline.
+    if let Some(at) = std::time::Instant::now().checked_add(budget) {
+        req.extensions_mut().insert(Deadline { at, budget });
     }
 }
 

@@ -50,6 +50,10 @@ pub enum GatewayError {
     /// The upstream did not answer in time.
     #[error("upstream timed out after {0:?}")]
     UpstreamTimeout(std::time::Duration),
+    /// A gRPC call's own deadline (`grpc-timeout`, shorter than the
+    /// route's timeout) passed before the upstream answered.
+    #[error("the caller's deadline of {0:?} passed before the upstream answered")]
+    DeadlineExceeded(std::time::Duration),
     /// The upstream connection failed after connecting.
     #[error("upstream failed: {0}")]
     UpstreamFailed(String),
@@ -102,7 +106,7 @@ impl GatewayError {
             Self::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UnknownApiKey => StatusCode::UNAUTHORIZED,
             Self::UpstreamConnect(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
-            Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::UpstreamTimeout(_) | Self::DeadlineExceeded(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::BadRequest(_)
             | Self::BadTarget(_)
             | Self::BadRequestBody(_)
@@ -134,6 +138,7 @@ impl GatewayError {
             | Self::UnknownApiKey
             | Self::UpstreamConnect(_)
             | Self::UpstreamTimeout(_)
+            | Self::DeadlineExceeded(_)
             | Self::UpstreamFailed(_)
             | Self::BadRequest(_)
             | Self::BadTarget(_)
@@ -151,7 +156,7 @@ impl GatewayError {
             }
         }
         body.push_str(",\"detail\":\"");
-        self.push_detail(&mut body);
+        self.push_detail(&mut body, push_escaped);
         body.push('"');
         if let Self::Limited { policies, .. } = self {
             push_policies(&mut body, policies);
@@ -166,11 +171,19 @@ impl GatewayError {
         Bytes::from(body)
     }
 
-    /// The problem's `detail`, what happened in words for the client,
-    /// escaped for the inside of a JSON string. A 429's is written in
-    /// place, escaping only the limit names: the deny path answers with it
-    /// for every refused request.
-    fn push_detail(&self, out: &mut String) {
+    /// The problem's `detail`, what happened in words for the client, as
+    /// plain text (a gRPC call's `grpc-message`).
+    pub fn detail(&self) -> String {
+        let mut out = String::with_capacity(64);
+        self.push_detail(&mut out, String::push_str);
+        out
+    }
+
+    /// The problem's `detail` written with `escape` (for the inside of a
+    /// JSON string, or as it is). A 429's is written in place, escaping only
+    /// the limit names: the deny path answers with it for every refused
+    /// request.
+    fn push_detail(&self, out: &mut String, escape: impl Fn(&mut String, &str)) {
         let text = match self {
             Self::Limited {
                 policies,
@@ -182,7 +195,7 @@ impl GatewayError {
                         if i > 0 {
                             out.push_str(", ");
                         }
-                        push_escaped(out, p);
+                        escape(out, p);
                     }
                 };
                 match (in_flight, retry_after) {
@@ -214,6 +227,10 @@ impl GatewayError {
                 "The upstream server did not answer within {} ms",
                 d.as_millis()
             ),
+            Self::DeadlineExceeded(d) => format!(
+                "The upstream server did not answer within the call's deadline of {} ms",
+                d.as_millis()
+            ),
             Self::StoreUnavailable => "The rate limiter cannot decide right now and this route fails closed; retry shortly".to_owned(),
             Self::UpstreamFailed(_) => "The upstream connection failed".to_owned(),
             Self::BadRequest(why) => format!("The request is malformed: {why}"),
@@ -228,7 +245,7 @@ impl GatewayError {
                 "The request target's path and query are {length} bytes; this gateway accepts at most {max}"
             ),
         };
-        push_escaped(out, &text);
+        escape(out, &text);
     }
 }
 

@@ -10,22 +10,33 @@
 //! chunks, a client gone mid-upload) is answered and counted as the
 //! client's fault, not the upstream's.
 //!
-//! `https://` upstreams go through hyper-rustls: SNI and certificate checks
-//! against the upstream's host name, the webpki roots or the route's
-//! `upstream_ca`, and HTTP/2 when the upstream offers it by ALPN. Clients
-//! for routes with their own CA are built on first use and cached by the
-//! identity of their TLS settings, which a reload replaces.
+//! How an upstream is spoken to follows its URL's scheme ([`Protocol`]):
+//! `http://` over HTTP/1.1 on the route's own [`Pool`], `h2c://` over
+//! cleartext HTTP/2 with prior knowledge (hyper-util's client, one
+//! multiplexed connection per upstream), `https://` through hyper-rustls:
+//! SNI and certificate checks against the upstream's host name, the webpki
+//! roots or the route's `upstream_ca`, and HTTP/2 when the upstream offers
+//! it by ALPN. Clients for routes with their own CA are built on first use
+//! and cached by the identity of their TLS settings, which a reload
+//! replaces.
+//!
+//! Requests to upstreams that may speak HTTP/2 (`h2c://`, `https://`) keep
+//! `te: trailers`, the one `te` an HTTP/2 request may carry (RFC 9113
+//! §8.2.2) and the one gRPC servers insist on; trailers pass both ways as
+//! frames of the streamed bodies. A gRPC call's deadline
+//! ([`Deadline`]) bounds the wait for the response head when it is shorter
+//! than the route's timeout.
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use tokio_rustls::rustls::ClientConfig;
 
 use bytes::Bytes;
-use http::header::{CONNECTION, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION};
+use http::header::{CONNECTION, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION, TE};
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
@@ -58,6 +69,41 @@ pub type Body = Either<Watched, Full<Bytes>>;
 #[derive(Debug, Clone, Copy)]
 pub struct Secure;
 
+/// Request extension: a gRPC call's deadline (its `grpc-timeout`, counted
+/// from its arrival). The forwarder waits for the response head no longer
+/// than this when it comes before the route's timeout, and answers
+/// [`GatewayError::DeadlineExceeded`] when it passes.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    /// When the deadline passes.
+    pub at: Instant,
+    /// The `grpc-timeout` the caller sent.
+    pub budget: Duration,
+}
+
+/// How the gateway speaks to an upstream, by the scheme of its URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http://`: HTTP/1.1.
+    Http1,
+    /// `https://`: TLS, then HTTP/2 or HTTP/1.1 as ALPN settles.
+    Https,
+    /// `h2c://`: cleartext HTTP/2 with prior knowledge (RFC 9113 §3.3).
+    H2c,
+}
+
+impl Protocol {
+    /// The protocol of an upstream URL (`http`, `https` or `h2c`, as the
+    /// configuration loader admits).
+    pub fn of(uri: &Uri) -> Self {
+        match uri.scheme() {
+            Some(s) if *s == Scheme::HTTPS => Self::Https,
+            Some(s) if s.as_str() == "h2c" => Self::H2c,
+            _ => Self::Http1,
+        }
+    }
+}
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1) besides those named in `Connection`.
 pub static HOP_HEADERS: [HeaderName; 6] = [
     HeaderName::from_static("connection"),
@@ -75,9 +121,26 @@ pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-
 /// `X-Forwarded-Host`.
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
+/// The bit of `te` in [`HOP_HEADERS`].
+const TE_BIT: u8 = 1 << 3;
+
 /// Removes hop-by-hop headers, including every header the `Connection`
 /// header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    strip(headers, false);
+}
+
+/// Removes a request's hop-by-hop headers as [`strip_hop_by_hop`] does,
+/// except that a `te` naming `trailers` stays, as `te: trailers`: the
+/// client accepts trailers (gRPC servers refuse calls without it), and it is
+/// the only `te` value HTTP/2 allows (RFC 9113 §8.2.2). Transfer codings
+/// are the hop's own business, so any other `te` is removed.
+pub fn strip_request_hop_by_hop(headers: &mut HeaderMap) {
+    strip(headers, true);
+}
+
+#[inline]
+fn strip(headers: &mut HeaderMap, keep_te_trailers: bool) {
     // One pass over the names (standard names compare as enum tags) finds
     // which hop-by-hop headers are there; only those are removed, each
     // removal being a hashed lookup. Most requests carry none and most
@@ -91,6 +154,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if present == 0 {
         return;
     }
+    let te_trailers = keep_te_trailers && present & TE_BIT != 0 && asks_for_trailers(headers);
     if present & 1 != 0 {
         // Names in `Connection` that are hop-by-hop anyway were found above;
         // `close` is the connection option (RFC 9112 §9.6), not a field.
@@ -117,6 +181,25 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
+    if te_trailers {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+/// Whether a `te` line names `trailers` (RFC 9110 §10.1.4: a list of
+/// codings with parameters, `trailers` among them).
+fn asks_for_trailers(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(TE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|t| {
+            t.split(|&b| b == b';')
+                .next()
+                .unwrap_or_default()
+                .trim_ascii()
+        })
+        .any(|t| t.eq_ignore_ascii_case(b"trailers"))
 }
 
 /// What the forwarding headers say about the hop into the gateway.
@@ -156,7 +239,12 @@ pub fn rewrite<B>(
     *req.version_mut() = Version::HTTP_11;
 
     let headers = req.headers_mut();
-    strip_hop_by_hop(headers);
+    if Protocol::of(&upstream.uri) == Protocol::Http1 {
+        // HTTP/1.1 throughout, where gRPC never runs: `te` is the hop's.
+        strip_hop_by_hop(headers);
+    } else {
+        strip_request_hop_by_hop(headers);
+    }
     if !upstream.forward_proxy_authorization {
         // Credentials for a proxy (RFC 9110 §11.7.4), which the gateway is
         // the last of; a route can opt in to pass them on.
@@ -193,7 +281,12 @@ fn upstream_uri(uri: &Uri, upstream: &Upstream) -> Result<Uri, http::Error> {
         }
     };
     let mut parts = http::uri::Parts::default();
-    parts.scheme = Some(upstream.uri.scheme().cloned().unwrap_or(Scheme::HTTP));
+    // `h2c` names how to connect; on the wire (and as HTTP/2's `:scheme`)
+    // the request is `http`.
+    parts.scheme = Some(match Protocol::of(&upstream.uri) {
+        Protocol::Https => Scheme::HTTPS,
+        Protocol::Http1 | Protocol::H2c => Scheme::HTTP,
+    });
     parts.authority = upstream.uri.authority().cloned();
     parts.path_and_query = Some(pq);
     Ok(Uri::from_parts(parts)?)
@@ -241,7 +334,7 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
 }
 
 /// The client's host goes on as `Host` and `X-Forwarded-Host`; an https
-/// upstream gets its own name as `Host`.
+/// or h2c upstream is addressed by its own name instead, in the URI alone.
 fn set_host(headers: &mut HeaderMap, host: Option<HeaderValue>, upstream: &Upstream) {
     if let Some(h) = host {
         if !headers.contains_key(&X_FORWARDED_HOST) {
@@ -251,18 +344,15 @@ fn set_host(headers: &mut HeaderMap, host: Option<HeaderValue>, upstream: &Upstr
         // send `:authority` instead, which becomes `Host` here.
         headers.insert(HOST, h);
     }
-    if upstream.uri.scheme() == Some(&Scheme::HTTPS) {
-        // An https upstream is addressed by its own name: the certificate
-        // and SNI are checked against it, and over HTTP/2 the `:authority`
-        // is that name, which `Host` must not contradict (RFC 9113 §8.3.1).
-        // The client's host travels in X-Forwarded-Host.
-        if let Some(authority) = upstream
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        {
-            headers.insert(HOST, authority);
-        }
+    if Protocol::of(&upstream.uri) != Protocol::Http1 {
+        // An https or h2c upstream is addressed by its own name: the
+        // certificate and SNI are checked against it. Over HTTP/2 (h2c
+        // always) that name is the `:authority` (RFC 9113 §8.3.1), and a
+        // `Host` beside it is refused by some servers (nginx: "duplicate
+        // host header"), so there is none; over HTTP/1.1 the client sets
+        // `Host` from the URI. The client's host travels in
+        // X-Forwarded-Host.
+        headers.remove(HOST);
     }
 }
 
@@ -288,6 +378,9 @@ pub struct Forwarder {
     /// For `http://` upstreams and `https://` ones checked against the
     /// webpki roots.
     client: UpstreamClient,
+    /// For `h2c://` upstreams: HTTP/2 only, one multiplexed connection
+    /// per upstream.
+    h2c: UpstreamClient,
     /// Clients for routes with their own CA file, by their TLS settings.
     custom: Arc<ArcSwap<Vec<CustomClient>>>,
     connect_timeout: Duration,
@@ -302,17 +395,31 @@ impl Forwarder {
     pub fn new(timeouts: &Timeouts) -> Result<Self, crate::tls::TlsError> {
         let tls = crate::tls::client_config(None)?;
         Ok(Self {
-            client: build_client(&tls, timeouts.upstream_connect, timeouts.upstream_idle),
+            client: build_client(
+                &tls,
+                timeouts.upstream_connect,
+                timeouts.upstream_idle,
+                false,
+            ),
+            h2c: build_client(
+                &tls,
+                timeouts.upstream_connect,
+                timeouts.upstream_idle,
+                true,
+            ),
             custom: Arc::default(),
             connect_timeout: timeouts.upstream_connect,
             idle_timeout: timeouts.upstream_idle,
         })
     }
 
-    /// The client for `upstream`: the shared one borrowed (a clone of the
+    /// The client for `upstream`: a shared one borrowed (a clone of the
     /// client is several reference counts, paid per request otherwise), or
     /// the route's own.
     fn client_for(&self, upstream: &Upstream) -> std::borrow::Cow<'_, UpstreamClient> {
+        if Protocol::of(&upstream.uri) == Protocol::H2c {
+            return std::borrow::Cow::Borrowed(&self.h2c);
+        }
         let Some(tls) = &upstream.tls else {
             return std::borrow::Cow::Borrowed(&self.client);
         };
@@ -323,7 +430,7 @@ impl Forwarder {
         if let Some((_, c)) = self.custom.load().iter().find(|(t, _)| Arc::ptr_eq(t, tls)) {
             return c.clone();
         }
-        let client = build_client(tls, self.connect_timeout, self.idle_timeout);
+        let client = build_client(tls, self.connect_timeout, self.idle_timeout, false);
         self.custom.rcu(|cached| {
             // Settings only this cache still holds belong to a configuration
             // that was replaced: drop their clients.
@@ -339,12 +446,14 @@ impl Forwarder {
     }
 
     /// Sends the rewritten request to `upstream` and waits at most its
-    /// timeout for the response head; the body then streams without a
-    /// deadline. The request body is cut off past `max_body` bytes.
+    /// timeout — or the request's [`Deadline`], when that comes first — for
+    /// the response head; the body then streams without a deadline. The
+    /// request body is cut off past `max_body` bytes.
     ///
     /// # Errors
     /// [`GatewayError::UpstreamConnect`] when no connection could be made,
     /// [`GatewayError::UpstreamTimeout`] past the timeout,
+    /// [`GatewayError::DeadlineExceeded`] past the deadline,
     /// [`GatewayError::PayloadTooLarge`] when the body passed `max_body`,
     /// [`GatewayError::BadRequestBody`] and [`GatewayError::ClientAborted`]
     /// when the client's body broke or stopped (see [`ClientBodyError`]),
@@ -361,8 +470,22 @@ impl Forwarder {
         max_body: Option<u64>,
     ) -> Result<Response<Incoming>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
+        let (timeout, deadline) = match req.extensions().get::<Deadline>() {
+            None => (upstream.timeout, None),
+            Some(d) => {
+                let left = d.at.saturating_duration_since(Instant::now());
+                if left < upstream.timeout {
+                    (left, Some(d.budget))
+                } else {
+                    (upstream.timeout, None)
+                }
+            }
+        };
+        let expired = || match deadline {
+            Some(budget) => GatewayError::DeadlineExceeded(budget),
+            None => GatewayError::UpstreamTimeout(timeout),
+        };
         let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
-        let timeout = upstream.timeout;
         let sent = match pool {
             Some(pool) => {
                 // A connection of its own is told the path, not the URI.
@@ -378,7 +501,7 @@ impl Forwarder {
                     req.headers_mut().insert(HOST, h);
                 }
                 match tokio::time::timeout(timeout, pool.send(req)).await {
-                    Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
+                    Err(_) => Err(expired()),
                     Ok(Err(pool::SendError::Connect(e))) => Err(GatewayError::UpstreamConnect(e)),
                     Ok(Err(pool::SendError::Failed(e))) => Err(failed(&e, None)),
                     Ok(Ok(res)) => Ok(res),
@@ -389,10 +512,10 @@ impl Forwarder {
                 // keeps the error to itself; the body leaves it here too.
                 let fault = req.body_mut().watch();
                 let client = self.client_for(upstream);
-                // Boxed: https and upgrade routes only, kept out of the size
-                // of every request's future.
+                // Boxed: https, h2c and upgrade routes only, kept out of the
+                // size of every request's future.
                 match Box::pin(tokio::time::timeout(timeout, client.request(req))).await {
-                    Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
+                    Err(_) => Err(expired()),
                     Ok(Err(e)) if e.is_connect() => {
                         Err(GatewayError::UpstreamConnect(error_chain(&e)))
                     }
@@ -411,7 +534,7 @@ impl Forwarder {
 /// The connection pool for `upstream` when it takes the pooled HTTP/1.1
 /// path: a plain `http://` upstream whose route does not pass upgrades.
 pub fn upstream_pool(upstream: &Upstream, timeouts: &Timeouts) -> Option<Pool> {
-    if upstream.upgrade || upstream.uri.scheme() != Some(&Scheme::HTTP) {
+    if upstream.upgrade || Protocol::of(&upstream.uri) != Protocol::Http1 {
         return None;
     }
     let authority = upstream.uri.authority()?.clone();
@@ -422,10 +545,13 @@ pub fn upstream_pool(upstream: &Upstream, timeouts: &Timeouts) -> Option<Pool> {
     ))
 }
 
+/// A pooled client: HTTP/1.1 and, over TLS, HTTP/2 by ALPN; or, with
+/// `h2c`, HTTP/2 with prior knowledge on every connection.
 fn build_client(
     tls: &ClientConfig,
     connect_timeout: Duration,
     idle_timeout: Duration,
+    h2c: bool,
 ) -> UpstreamClient {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(connect_timeout));
@@ -444,6 +570,7 @@ fn build_client(
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(idle_timeout)
         .pool_max_idle_per_host(256)
+        .http2_only(h2c)
         .timer(hyper_util::rt::TokioTimer::new())
         .build(connector)
 }
@@ -494,6 +621,75 @@ mod tests {
         h.insert("x-kept", HeaderValue::from_static("1"));
         strip_hop_by_hop(&mut h);
         assert_eq!(h.keys().collect::<Vec<_>>(), ["x-kept"]);
+    }
+
+    #[test]
+    fn requests_keep_te_trailers_and_nothing_else_of_te() {
+        for (te, connection, kept) in [
+            ("trailers", None, true),
+            ("Trailers", Some("te"), true),
+            ("gzip;q=0.5, trailers", Some("TE, x-a"), true),
+            ("trailers;q=1", None, true),
+            ("gzip", None, false),
+            ("deflate, chunked", Some("te"), false),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(TE, HeaderValue::from_static(te));
+            h.insert("x-a", HeaderValue::from_static("1"));
+            if let Some(c) = connection {
+                h.insert(CONNECTION, HeaderValue::from_static(c));
+            }
+            let mut response = h.clone();
+            strip_request_hop_by_hop(&mut h);
+            assert_eq!(
+                h.get(TE).map(|v| v.to_str().unwrap()),
+                kept.then_some("trailers"),
+                "{te}"
+            );
+            assert!(!h.contains_key(CONNECTION));
+            let named = connection.is_some_and(|c| c.contains("x-a"));
+            assert_eq!(h.contains_key("x-a"), !named, "{te}");
+            strip_hop_by_hop(&mut response);
+            assert!(!response.contains_key(TE), "{te}");
+        }
+    }
+
+    #[test]
+    fn h2c_upstreams_are_http_on_the_wire_and_addressed_by_their_name() {
+        let up = Upstream {
+            uri: "h2c://127.0.0.1:50051".parse().unwrap(),
+            timeout: Duration::from_secs(1),
+            tls: None,
+            upgrade: false,
+            forward_proxy_authorization: false,
+        };
+        assert_eq!(Protocol::of(&up.uri), Protocol::H2c);
+        assert!(upstream_pool(&up, &Timeouts::default()).is_none());
+        let user = HeaderName::from_static("x-user");
+        let hop = Hop {
+            peer: "1.2.3.4".parse().unwrap(),
+            trusted: false,
+            scheme: "http",
+            user_header: &user,
+        };
+        let mut req = Request::builder()
+            .uri("/demo.Echo/Say")
+            .header(HOST, "gateway.test")
+            .header(TE, "trailers")
+            .body(())
+            .unwrap();
+        rewrite(&mut req, &up, hop).unwrap();
+        assert_eq!(req.uri(), "http://127.0.0.1:50051/demo.Echo/Say");
+        assert!(!req.headers().contains_key("host"), ":authority only");
+        assert_eq!(req.headers()["x-forwarded-host"], "gateway.test");
+        assert_eq!(req.headers()["te"], "trailers");
+        for (uri, protocol) in [
+            ("http://a:1", Protocol::Http1),
+            ("https://a", Protocol::Https),
+            ("h2c://a:1", Protocol::H2c),
+        ] {
+            assert_eq!(Protocol::of(&uri.parse().unwrap()), protocol, "{uri}");
+        }
     }
 
     #[test]

@@ -214,6 +214,21 @@ fn defaults() {
 }
 
 #[test]
+fn h2c_upstreams_are_accepted() {
+    let c = valid(
+        "listen: 127.0.0.1:1\nroutes:\n  - name: grpc\n    match: { path_prefix: /demo.Echo/ }\n    upstream: \"h2c://10.0.0.5:50051\"\n",
+    );
+    let Action::Upstream(up) = &c.routes[0].action else {
+        panic!("forwards")
+    };
+    assert_eq!(up.uri, "h2c://10.0.0.5:50051/");
+    assert_eq!(
+        tollgate::proxy::Protocol::of(&up.uri),
+        tollgate::proxy::Protocol::H2c
+    );
+}
+
+#[test]
 fn merge_keys_share_settings() {
     let c = valid(
         "listen: 127.0.0.1:1
@@ -700,7 +715,15 @@ fn more_rules() {
     let cases: &[(&str, &str)] = &[
         (
             "  - { name: a, upstream: 'ftp://secure:443' }\n",
-            r#"routes[0].upstream: "ftp://secure:443" has unsupported scheme "ftp"; write e.g. http://127.0.0.1:9000 (line 3, col 26)"#,
+            r#"routes[0].upstream: "ftp://secure:443" has unsupported scheme "ftp"; write e.g. http://127.0.0.1:9000 (HTTP/1.1), https://… (TLS) or h2c://… (cleartext HTTP/2) (line 3, col 26)"#,
+        ),
+        (
+            "  - { name: a, upstream: 'h2c://up:50051', upgrade: true }\n",
+            "routes[0].upgrade: an h2c:// upstream speaks HTTP/2, which cannot pass an Upgrade; use http:// for this route (line 3, col 53)",
+        ),
+        (
+            "  - { name: a, upstream: 'h2c://up:50051', upstream_ca: ca.pem }\n",
+            "routes[0].upstream_ca: applies only to https:// upstreams; remove it or use https:// (line 3, col 57)",
         ),
         (
             "  - { name: a, upstream: 'http://up:80', upstream_ca: ca.pem }\n",

@@ -170,12 +170,18 @@ async fn tls_upstream(pki: &Pki) -> SocketAddr {
                 };
                 let sni = tls.get_ref().1.server_name().unwrap_or("-").to_owned();
                 let svc = service_fn(move |req: Request<Incoming>| {
-                    let host = req
-                        .headers()
-                        .get("host")
-                        .and_then(|h| h.to_str().ok())
-                        .unwrap_or("-")
-                        .to_owned();
+                    // `Host` over HTTP/1.1, `:authority` over HTTP/2 (which
+                    // carries no `Host` beside it).
+                    let host = match req.headers().get("host") {
+                        Some(h) if req.version() == http::Version::HTTP_2 => {
+                            format!("both {h:?} and :authority")
+                        }
+                        Some(h) => h.to_str().unwrap_or("-").to_owned(),
+                        None => req
+                            .uri()
+                            .authority()
+                            .map_or_else(|| "-".to_owned(), ToString::to_string),
+                    };
                     let xfh = req
                         .headers()
                         .get("x-forwarded-host")
@@ -220,8 +226,8 @@ routes:
     let gw = Gateway::start(&yaml).await;
     let r = support::gateway::send(gw.addr, support::gateway::get("/trusted/x", &[])).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
-    // Host names the upstream (as :authority does over h2); the client's
-    // host is in X-Forwarded-Host.
+    // The authority names the upstream (`:authority` over h2, no `Host`
+    // beside it); the client's host is in X-Forwarded-Host.
     assert_eq!(
         r.text(),
         format!(

@@ -46,6 +46,9 @@ pub struct Exchange {
     pub request_id: Option<HeaderValue>,
     /// The request's `Origin`, kept when a CORS policy may answer it.
     pub origin: Option<HeaderValue>,
+    /// The kind of gRPC call the request is, if it is one: a refusal is
+    /// then answered the gRPC way.
+    pub grpc: Option<crate::grpc::Kind>,
 }
 
 impl Exchange {
@@ -60,6 +63,7 @@ impl Exchange {
             recording: None,
             request_id: None,
             origin: None,
+            grpc: None,
         }
     }
 

@@ -99,6 +99,8 @@ pub fn forward_fault(e: &GatewayError) -> Option<ForwardFault> {
         // After routing, only a streamed body past the cap ends so (an
         // announced one is refused by the guard, before routing).
         GatewayError::PayloadTooLarge(_) => Some(Client(ClientErrorKind::BodyTooLarge)),
+        // The deadline is the caller's choice, however short.
+        GatewayError::DeadlineExceeded(_) => Some(Client(ClientErrorKind::Deadline)),
         GatewayError::NoRoute { .. }
         | GatewayError::Limited { .. }
         | GatewayError::StoreUnavailable

@@ -430,7 +430,7 @@ pub struct Route {
     /// `match: { host, path, path_prefix, methods }`
     #[serde(rename = "match")]
     pub matcher: Field<Match>,
-    /// `upstream: http://host:port[/base]`
+    /// `upstream: http://host:port[/base]` (or `https://`, `h2c://`)
     pub upstream: Field<Text>,
     /// `respond: { status, body, content_type }`
     pub respond: Field<Respond>,

@@ -106,7 +106,15 @@ impl Check<'_> {
         let tls = self.optional(&route.upstream_ca, &ca_path, |check, ca, path| {
             check.upstream_ca(ca, path, is_https)
         });
-        let upgrade = self.optional(&route.upgrade, &child_key(path, "upgrade"), |_, b, _| {
+        let is_h2c = matches!(&route.upstream, Field::Valid(Text(u)) if u.starts_with("h2c://"));
+        let upgrade = self.optional(&route.upgrade, &child_key(path, "upgrade"), |c, b, p| {
+            if is_h2c && b.0 {
+                // HTTP/2 has no Upgrade (RFC 9113 §8.6).
+                return Err(c.value_error(
+                    p,
+                    "an h2c:// upstream speaks HTTP/2, which cannot pass an Upgrade; use http:// for this route",
+                ));
+            }
             Ok(*b)
         });
         let forward_proxy_authorization = self.optional(
@@ -340,7 +348,8 @@ pub(super) fn parse_method(s: &str) -> Result<Method, String> {
         })
 }
 
-/// `http://host[:port][/base]` or `https://…`.
+/// `http://host[:port][/base]`, `https://…` or `h2c://…` (HTTP/2 with
+/// prior knowledge, cleartext).
 fn parse_upstream(s: &str) -> Result<Uri, String> {
     let example = "e.g. http://127.0.0.1:9000";
     if !s.contains("://") {
@@ -350,10 +359,10 @@ fn parse_upstream(s: &str) -> Result<Uri, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a URL; write {example}"))?;
     match uri.scheme_str() {
-        Some("http" | "https") => {}
+        Some("http" | "https" | "h2c") => {}
         Some(other) => {
             return Err(format!(
-                "{s:?} has unsupported scheme {other:?}; write {example}"
+                "{s:?} has unsupported scheme {other:?}; write {example} (HTTP/1.1), https://… (TLS) or h2c://… (cleartext HTTP/2)"
             ));
         }
         None => return Err(format!("{s:?} is not a URL; write {example}")),
@@ -386,6 +395,7 @@ mod tests {
         assert!(parse_method("GTE").is_err());
         assert!(parse_upstream("http://127.0.0.1:9000/base").is_ok());
         assert!(parse_upstream("https://x").is_ok());
+        assert!(parse_upstream("h2c://10.0.0.5:50051").is_ok());
         assert!(parse_upstream("ftp://x").is_err());
         assert!(parse_upstream("http:///x").is_err());
         assert!(parse_upstream("127.0.0.1:9000").is_err());
