@@ -5,6 +5,7 @@
 //! collects *every* error with its field path, line and column before
 //! failing. The running gateway never sees raw YAML types.
 
+pub mod expand;
 pub mod file;
 pub mod load;
 mod position;
@@ -269,18 +270,23 @@ impl RedisConfig {
     /// Where Redis is, without credentials, for logs.
     pub fn describe(&self) -> String {
         match &self.topology {
-            RedisTopology::Standalone => match (self.url.find("://"), self.url.rfind('@')) {
-                (Some(s), Some(at)) if at > s => {
-                    format!("{}***{}", &self.url[..s + 3], &self.url[at..])
-                }
-                _ => self.url.clone(),
-            },
+            RedisTopology::Standalone => without_credentials(&self.url),
             RedisTopology::Cluster { seeds } => format!("cluster {}", join_hosts(seeds)),
             RedisTopology::Sentinel {
                 service_name,
                 nodes,
             } => format!("sentinel {service_name} via {}", join_hosts(nodes)),
         }
+    }
+}
+
+/// `url` with what stands between its scheme and its last `@` (user and
+/// password) written `***`, for logs and error messages.
+pub fn without_credentials(url: &str) -> String {
+    let start = url.find("://").map_or(0, |s| s + 3);
+    match url.rfind('@') {
+        Some(at) if at >= start => format!("{}***{}", &url[..start], &url[at..]),
+        _ => url.to_owned(),
     }
 }
 

@@ -40,6 +40,7 @@
 
 mod callers;
 mod check;
+mod environment;
 mod errors;
 mod limits;
 mod routes;
@@ -54,19 +55,31 @@ use super::file::{self, Field};
 use super::position::{Pos, Positions, child_key};
 use super::{ApiKeyConfig, Config, HeaderMode, Route, StoreConfig, Timeouts, UnknownKey};
 use check::{Check, Checked, choice, error, text};
+pub use environment::{Env, process_env};
 pub use errors::{ConfigError, ConfigErrors};
 
-/// Parses and validates YAML text.
+/// Parses and validates YAML text, with `${VAR}` references read from the
+/// process environment.
 ///
 /// # Errors
 /// Every problem found, each with its field path and position.
 pub fn parse_str(src: &str) -> Result<Config, ConfigErrors> {
-    parse_in(src, None)
+    parse_in(src, None, &process_env)
 }
 
-/// [`parse_str`] with relative file paths (TLS certificates and keys, CA
-/// files) taken from `base` instead of the working directory.
-fn parse_in(src: &str, base: Option<&Path>) -> Result<Config, ConfigErrors> {
+/// [`parse_str`] with `${VAR}` references read from `env` instead of the
+/// process environment.
+///
+/// # Errors
+/// Every problem found, each with its field path and position.
+pub fn parse_str_with_env(src: &str, env: Env<'_>) -> Result<Config, ConfigErrors> {
+    parse_in(src, None, env)
+}
+
+/// [`parse_str_with_env`] with relative file paths (TLS certificates and
+/// keys, CA files, secret files) taken from `base` instead of the working
+/// directory.
+fn parse_in(src: &str, base: Option<&Path>, env: Env<'_>) -> Result<Config, ConfigErrors> {
     // Some editors save a byte order mark; the YAML loader would misread it.
     let src = src.strip_prefix('\u{feff}').unwrap_or(src);
     let mut value: yaml_serde::Value =
@@ -74,6 +87,9 @@ fn parse_in(src: &str, base: Option<&Path>) -> Result<Config, ConfigErrors> {
     // Merge keys (`<<: *defaults`) are resolved, so shared route or limit
     // settings can be written once.
     value.apply_merge().map_err(|e| syntax_error(&e, src))?;
+    // After parsing, so a variable's value is the text of one scalar and
+    // never structure.
+    let expansion = environment::expand_tree(&mut value, env);
 
     let positions = Positions::index(src);
     let mut check = Check {
@@ -94,6 +110,12 @@ fn parse_in(src: &str, base: Option<&Path>) -> Result<Config, ConfigErrors> {
         }
     };
     let mut errors = check.errors;
+    // A scalar that could not be expanded was read as empty text; what the
+    // checks said of that text would only repeat the expansion error.
+    errors.retain(|e| !expansion.iter().any(|(path, _)| *path == e.path));
+    for (path, e) in &expansion {
+        errors.push(error(path, e.to_string(), positions.value(path)));
+    }
     match config {
         Some(config) if errors.is_empty() => Ok(config),
         _ => {
@@ -122,7 +144,7 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
     })?;
     // Relative certificate and key paths are relative to the file that
     // names them, as nginx and Envoy read theirs.
-    parse_in(&src, path.parent())
+    parse_in(&src, path.parent(), &process_env)
 }
 
 /// A YAML syntax (or loader) error: one error at `yaml_serde`'s location,

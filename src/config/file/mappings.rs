@@ -184,8 +184,12 @@ pub struct Redis {
     pub sentinel: Field<Sentinel>,
     /// `username: tollgate`
     pub username: Field<Text>,
+    /// `username_file: /run/secrets/redis-username` (instead of `username`)
+    pub username_file: Field<Text>,
     /// `password: s3cret`
     pub password: Field<Text>,
+    /// `password_file: /run/secrets/redis-password` (instead of `password`)
+    pub password_file: Field<Text>,
     /// `database: 0`
     pub database: Field<Int>,
     /// `tls: { ca_file }`
@@ -336,6 +340,8 @@ pub struct Jwt {
     pub algorithm: Field<Text>,
     /// `secret: "..."` (HS256)
     pub secret: Field<Text>,
+    /// `secret_file: /run/secrets/jwt` (HS256, instead of `secret`)
+    pub secret_file: Field<Text>,
     /// `public_key: /path/key.pem` (RS256, ES256)
     pub public_key: Field<Text>,
     /// `claim: sub`

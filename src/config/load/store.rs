@@ -13,6 +13,7 @@ use crate::config::file;
 use crate::config::position::child_key;
 use crate::config::{
     BreakerConfig, ClockSource, OnError, RedisConfig, RedisTls, RedisTopology, StoreConfig,
+    without_credentials,
 };
 
 impl Check<'_> {
@@ -83,16 +84,8 @@ impl Check<'_> {
         let defaults = RedisConfig::default();
         let url = self.optional(&redis.url, &child_key(path, "url"), text(parse_redis_url));
         let topology = self.redis_topology(redis, path);
-        let username = self.optional(
-            &redis.username,
-            &child_key(path, "username"),
-            text(|s| Ok(s.to_owned())),
-        );
-        let password = self.optional(
-            &redis.password,
-            &child_key(path, "password"),
-            text(|s| Ok(s.to_owned())),
-        );
+        let username = self.secret(&redis.username, &redis.username_file, path, "username");
+        let password = self.secret(&redis.password, &redis.password_file, path, "password");
         let database = self.optional(&redis.database, &child_key(path, "database"), int(0, 255));
         let tls = self.optional(&redis.tls, &child_key(path, "tls"), Self::redis_tls);
         let timeout = self.optional(
@@ -277,17 +270,33 @@ impl Check<'_> {
     }
 }
 
+/// A `redis://` or `rediss://` URL that the Redis client reads: the same
+/// parser decides here and when the store connects, so `check` refuses
+/// every URL the client would. Errors show the URL with its credentials
+/// replaced by `***`.
 fn parse_redis_url(s: &str) -> Result<String, String> {
-    match s
+    let shown = without_credentials(s);
+    let rest = s
         .strip_prefix("redis://")
         .or_else(|| s.strip_prefix("rediss://"))
-    {
-        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(s.to_owned()),
-        Some(_) => Err(format!("{s:?} has no host; write redis://HOST:PORT")),
-        None => Err(format!(
-            "{s:?} is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379"
-        )),
+        .ok_or_else(|| {
+            format!(
+                "{shown:?} is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379"
+            )
+        })?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("{shown:?} has no host; write redis://HOST:PORT"));
     }
+    // TLS is the store's to set up from `tls`; the client reads the rest of
+    // the URL alike for both schemes.
+    let plain = s.replacen("rediss://", "redis://", 1);
+    fred::types::config::Config::from_url_centralized(&plain).map_err(|e| {
+        format!(
+            "{shown:?} is not a Redis URL: {}; write redis://[USER:PASSWORD@]HOST[:PORT][/DB]",
+            e.details().trim_end_matches('.').to_lowercase()
+        )
+    })?;
+    Ok(s.to_owned())
 }
 
 /// `host:port` or `[v6]:port`, as a `(host, port)` pair.
@@ -313,6 +322,18 @@ mod tests {
     fn redis_urls_and_host_ports() {
         assert!(parse_redis_url("redis://").is_err());
         assert!(parse_redis_url("rediss://h:6380").is_ok());
+        assert!(parse_redis_url("redis://u:p@h:6380/3").is_ok());
+        for bad in [
+            "redis://user:pw@host:notaport",
+            "redis://host:6379/abc",
+            "redis://host:6379/1/2",
+            "redis://host:99999",
+            "http://user:pw@host:6379",
+            "redis://user:pw@",
+        ] {
+            let e = parse_redis_url(bad).expect_err(bad);
+            assert!(!e.contains("pw"), "{e}");
+        }
         assert_eq!(parse_host_port("[::1]:7000"), Ok(("::1".into(), 7000)));
         assert_eq!(parse_host_port("h:7000"), Ok(("h".into(), 7000)));
         for bad in ["h", "h:0", ":7000", "h:x", "h:70000"] {
