@@ -225,6 +225,10 @@ pub struct RedisConfig {
     pub tls: Option<RedisTls>,
     /// Bound on opening one connection (TCP, TLS, AUTH).
     pub connect_timeout: Duration,
+    /// How long the listeners, bound at start, wait for the store to
+    /// answer (first connection made, script loaded) before they accept;
+    /// past it requests are decided by `on_error`.
+    pub startup_wait: Duration,
     /// First reconnect delay; doubled after each failed attempt.
     pub reconnect_min: Duration,
     /// Longest reconnect delay.
@@ -256,6 +260,7 @@ impl Default for RedisConfig {
             database: None,
             tls: None,
             connect_timeout: Duration::from_secs(1),
+            startup_wait: Duration::from_secs(2),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(1),
             reconnect_jitter: Duration::from_millis(100),

@@ -85,6 +85,7 @@ impl Started {
                 stop_rx,
             ))
         });
+        warm_up(&gateway).await;
         let flag = draining.clone();
         self::serve(gateway, serve.listeners, async move {
             shutdown.await;
@@ -95,6 +96,24 @@ impl Started {
         if let Some(task) = admin_task {
             let _ = task.await;
         }
+    }
+}
+
+/// Waits, before the listeners accept, until the store has answered (Redis
+/// connected, its script loaded) or `store.redis.startup_wait` has passed,
+/// whichever comes first. The listeners are bound already, so clients wait
+/// in the accept queue rather than being refused, and no request is
+/// decided by `on_error` only because the gateway has just started.
+async fn warm_up(gateway: &Gateway) {
+    let Some(wait) = gateway.with_config(|c| c.store.redis.as_ref().map(|r| r.startup_wait))
+    else {
+        return;
+    };
+    if !gateway.limiter().wait_ready(wait).await {
+        warn!(
+            startup_wait = ?wait,
+            "redis has not answered within store.redis.startup_wait; accepting, deciding by on_error until it does"
+        );
     }
 }
 

@@ -4,6 +4,9 @@
 //! addresses and URLs in these files are values to parse (port 0 where the
 //! value itself does not matter).
 
+#[path = "config/environment.rs"]
+mod environment;
+
 use std::net::SocketAddr;
 use std::num::NonZeroU64;
 use std::time::Duration;

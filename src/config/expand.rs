@@ -45,14 +45,14 @@ impl fmt::Display for ExpandError {
         match self {
             Self::Unset(names) => {
                 let list: Vec<String> = names.iter().map(|n| format!("${{{n}}}")).collect();
-                let (verb, subject) = if names.len() == 1 {
-                    ("is", "environment variable")
+                let (subject, verb, object) = if names.len() == 1 {
+                    ("environment variable", "is", "it")
                 } else {
-                    ("are", "environment variables")
+                    ("environment variables", "are", "them")
                 };
                 write!(
                     f,
-                    "{subject} {} {verb} not set; set it, or write ${{NAME:-default}}",
+                    "{subject} {} {verb} not set; set {object}, or write ${{NAME:-default}}",
                     list.join(", ")
                 )
             }
@@ -234,7 +234,8 @@ mod tests {
         assert_eq!(x("$$").as_deref(), Ok("$"));
         assert_eq!(x("$$$$").as_deref(), Ok("$$"));
         assert_eq!(x("$${HOST}").as_deref(), Ok("${HOST}"));
-        assert_eq!(x("$$$${HOST}").as_deref(), Ok("$$redis.internal"));
+        assert_eq!(x("$$$${HOST}").as_deref(), Ok("$${HOST}"));
+        assert_eq!(x("$$${HOST}").as_deref(), Ok("$redis.internal"));
         assert_eq!(x("^/api$").as_deref(), Ok("^/api$"));
         assert_eq!(x("a$b $").as_deref(), Ok("a$b $"));
         assert!(matches!(

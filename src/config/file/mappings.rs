@@ -200,6 +200,10 @@ pub struct Redis {
     /// `connect_timeout: 1s`
     #[schemars(transform = super::shape::duration)]
     pub connect_timeout: Field<Text>,
+    /// `startup_wait: 2s` — at start, how long the listeners wait for
+    /// Redis before accepting
+    #[schemars(transform = super::shape::duration)]
+    pub startup_wait: Field<Text>,
     /// `reconnect: { min, max, jitter }`
     pub reconnect: Field<Reconnect>,
     /// `pool_size: 1`

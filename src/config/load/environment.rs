@@ -122,10 +122,10 @@ mod tests {
     #[test]
     fn scalars_are_expanded_and_typed() {
         let (value, errors) =
-            run("a: ${N}\nb: \"${Z}\"\nc: ${T}\nd: ${Y}\ne: [x${N}, $$N]\n${N}: k\n");
+            run("a: ${N}\nb: \"${Z}\"\nc: ${T}\nd: ${Y}\ne:\n  - x${N}\n  - $$N\n${N}: k\n");
         assert!(errors.is_empty(), "{errors:?}");
         let want: Value = yaml_serde::from_str(
-            "a: 10\nb: \"010\"\nc: true\nd: \"[1, 2]\"\ne: [x10, $N]\n${N}: k\n",
+            "a: 10\nb: \"010\"\nc: true\nd: \"[1, 2]\"\ne: [x10, $N]\n\"${N}\": k\n",
         )
         .expect("YAML");
         assert_eq!(value, want);

@@ -98,6 +98,11 @@ impl Check<'_> {
             &child_key(path, "connect_timeout"),
             text(parse_timeout),
         );
+        let startup_wait = self.optional(
+            &redis.startup_wait,
+            &child_key(path, "startup_wait"),
+            text(parse_duration),
+        );
         let reconnect = self.optional(
             &redis.reconnect,
             &child_key(path, "reconnect"),
@@ -128,6 +133,7 @@ impl Check<'_> {
             database: database?.and_then(|d| u8::try_from(d).ok()),
             tls,
             connect_timeout: connect_timeout?.unwrap_or(defaults.connect_timeout),
+            startup_wait: startup_wait?.unwrap_or(defaults.startup_wait),
             reconnect_min: reconnect.map_or(defaults.reconnect_min, |r| r.0),
             reconnect_max: reconnect.map_or(defaults.reconnect_max, |r| r.1),
             reconnect_jitter: reconnect.map_or(defaults.reconnect_jitter, |r| r.2),
@@ -293,7 +299,7 @@ fn parse_redis_url(s: &str) -> Result<String, String> {
     fred::types::config::Config::from_url_centralized(&plain).map_err(|e| {
         format!(
             "{shown:?} is not a Redis URL: {}; write redis://[USER:PASSWORD@]HOST[:PORT][/DB]",
-            e.details().trim_end_matches('.').to_lowercase()
+            e.details().trim_end_matches('.')
         )
     })?;
     Ok(s.to_owned())
