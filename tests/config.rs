@@ -581,7 +581,7 @@ fn jwt_settings() {
         ),
         (
             "users: { jwt: { secret: 0123456789012345678901234567890123, claims: sub } }\n",
-            r#"users.jwt: unknown field "claims"; expected one of algorithm, secret, public_key, claim (line 2, col 61)"#,
+            r#"users.jwt: unknown field "claims"; expected one of algorithm, secret, secret_file, public_key, claim (line 2, col 61)"#,
         ),
     ];
     for (users, expected) in cases {

@@ -410,7 +410,9 @@ async fn gateway_starts_while_redis_is_down_and_serves_by_policy() {
 async fn a_cold_start_decides_by_policy_within_the_timeout_instead_of_queueing() {
     let mut server = RedisServer::start().await;
     server.stop();
-    let src = yaml(&server.url(), "deny", 3, "").replace("redis: {", "redis: { timeout: 100ms, ");
+    // The listeners wait `startup_wait` for Redis before they accept.
+    let src = yaml(&server.url(), "deny", 3, "")
+        .replace("redis: {", "redis: { timeout: 100ms, startup_wait: 300ms, ");
     let config = tollgate::config::load::parse_str(&src).expect("valid");
     let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

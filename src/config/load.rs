@@ -1,7 +1,8 @@
 //! File structs → validated [`Config`]: stage two of loading.
 //!
 //! [`parse_str`] reads the text into a [`yaml_serde::Value`] (a syntax error
-//! is the one error it reports alone), reads that into the
+//! is the one error it reports alone), expands the `${VAR}` references of
+//! its scalars (`environment.rs`), reads that into the
 //! [`file`](mod@super::file) structs, and then walks them with a `Check` that
 //! knows the field path of every node. Each rule that fails records a
 //! [`ConfigError`] with that path and the position found in the
@@ -20,6 +21,7 @@
 //! | `load/` | reads |
 //! |---|---|
 //! | `check.rs` | nothing itself: the `Check` walker, its field helpers and the duration parsers every section uses |
+//! | `environment.rs` | every scalar, before the rest: `${VAR}` references expanded |
 //! | `errors.rs` | nothing: [`ConfigError`] and [`ConfigErrors`], what loading reports |
 //! | `server.rs` | `listen` (with TLS), `server` (caps, sizes, `server.path`), `timeouts`, `access_log` |
 //! | `store.rs` | `store`: Redis and its topologies, `on_error`, `clock`, breaker, deny cache |
@@ -34,7 +36,7 @@
 //! fields read their spellings from the enum's own table (`SPELLINGS`),
 //! which `tollgate schema` lists too.
 //!
-//! Certificates, CA files and JWT keys are read while loading, so
+//! Certificates, CA files, JWT keys and secret files are read while loading, so
 //! [`load_file`] does blocking file I/O; the reload runs it on a blocking
 //! thread ([`crate::reload`]).
 

@@ -203,7 +203,7 @@ fn a_short_jwt_secret_from_a_file_is_reported_at_the_file_field() {
 fn redis_urls_the_client_refuses_are_refused_without_their_password() {
     for (url, why) in [
         ("redis://user:S3CRET@host:notaport", "InvalidPort"),
-        ("redis://host:6379/abc", "invalid digit found in string"),
+        ("redis://host:6379/abc", "Invalid integer string"),
         ("redis://user:S3CRET@host:6379/1/2", "Invalid database path"),
     ] {
         let e = errors(&format!(
@@ -218,7 +218,7 @@ fn redis_urls_the_client_refuses_are_refused_without_their_password() {
     ));
     assert_eq!(
         e,
-        ["store.redis.url: \"http://***@host:6379\" is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379 (line 2, col 25)"]
+        ["store.redis.url: \"http://***@host:6379\" is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379 (line 2, col 24)"]
     );
 }
 
