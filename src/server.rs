@@ -105,8 +105,7 @@ impl Started {
 /// in the accept queue rather than being refused, and no request is
 /// decided by `on_error` only because the gateway has just started.
 async fn warm_up(gateway: &Gateway) {
-    let Some(wait) = gateway.with_config(|c| c.store.redis.as_ref().map(|r| r.startup_wait))
-    else {
+    let Some(wait) = gateway.with_config(|c| c.store.redis.as_ref().map(|r| r.startup_wait)) else {
         return;
     };
     if !gateway.limiter().wait_ready(wait).await {

@@ -105,12 +105,11 @@ pub fn expand<'t>(
                     reason: "has no closing }",
                 });
             };
-            let reference = Reference::read(&inner[..close]).map_err(|reason| {
-                ExpandError::Malformed {
+            let reference =
+                Reference::read(&inner[..close]).map_err(|reason| ExpandError::Malformed {
                     reference: rest[at..at + 2 + close + 1].to_owned(),
                     reason,
-                }
-            })?;
+                })?;
             match (env(reference.name), reference.default) {
                 (Some(value), Some(default)) if value.is_empty() => unescape(default, &mut out),
                 (Some(value), _) => out.push_str(&value),

@@ -3,8 +3,8 @@
 
 use std::process::{Command, Output};
 
-use tollgate::config::load::{load_file, parse_str_with_env};
 use tollgate::config::Config;
+use tollgate::config::load::{load_file, parse_str_with_env};
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -54,15 +54,21 @@ fn expanded_values_are_read_as_the_field_type() {
     // Text stays text exactly: a leading zero is kept.
     assert_eq!(c.store.prefix, "0042");
     assert_eq!(
-        errors("listen: 127.0.0.1:0\nroutes:\n  - name: a\n    respond: {}\n    limits:\n      - { name: l, key: ip, limit: \"${NOT_A_NUMBER}\", window: 1m }\n"),
-        ["routes[0].limits[0].limit: expected a whole number, found the string \"seven\" (line 6, col 36)"]
+        errors(
+            "listen: 127.0.0.1:0\nroutes:\n  - name: a\n    respond: {}\n    limits:\n      - { name: l, key: ip, limit: \"${NOT_A_NUMBER}\", window: 1m }\n"
+        ),
+        [
+            "routes[0].limits[0].limit: expected a whole number, found the string \"seven\" (line 6, col 36)"
+        ]
     );
 }
 
 #[test]
 fn an_expansion_that_looks_like_yaml_stays_a_string() {
     // The value is the text of one scalar: no mapping, list or comment.
-    let c = load(&format!("listen: 127.0.0.1:0\nstore:\n  prefix: ${{YAML}}\n{ROUTE}"));
+    let c = load(&format!(
+        "listen: 127.0.0.1:0\nstore:\n  prefix: ${{YAML}}\n{ROUTE}"
+    ));
     assert_eq!(c.store.prefix, "{ name: x }\n# comment\n- 1");
     let e = errors(&format!(
         "listen: 127.0.0.1:0\nstore:\n  on_error: ${{YAML}}\n{ROUTE}"
@@ -99,8 +105,12 @@ fn dollars_are_escaped_by_doubling() {
         Some("p$$w${LIMIT}$x")
     );
     assert_eq!(
-        errors(&format!("listen: 127.0.0.1:0\nstore: {{ prefix: \"${{LIMIT\" }}\n{ROUTE}")),
-        ["store.prefix: \"${LIMIT\" has no closing }; write ${NAME} or ${NAME:-default}, and $$ for a literal $ (line 2, col 18)"]
+        errors(&format!(
+            "listen: 127.0.0.1:0\nstore: {{ prefix: \"${{LIMIT\" }}\n{ROUTE}"
+        )),
+        [
+            "store.prefix: \"${LIMIT\" has no closing }; write ${NAME} or ${NAME:-default}, and $$ for a literal $ (line 2, col 18)"
+        ]
     );
 }
 
@@ -165,12 +175,16 @@ fn missing_unreadable_empty_and_doubled_secrets_are_errors() {
     ));
     assert_eq!(e.len(), 3, "{e:#?}");
     assert!(
-        e[0].starts_with(&format!("store.redis.username_file: cannot read {missing}: ")),
+        e[0].starts_with(&format!(
+            "store.redis.username_file: cannot read {missing}: "
+        )),
         "{e:?}"
     );
     assert!(e[0].ends_with("(line 5, col 20)"), "{e:?}");
     assert!(
-        e[1].starts_with(&format!("store.redis.password_file: cannot read {unreadable}: ")),
+        e[1].starts_with(&format!(
+            "store.redis.password_file: cannot read {unreadable}: "
+        )),
         "{e:?}"
     );
     assert_eq!(
@@ -195,7 +209,10 @@ fn a_short_jwt_secret_from_a_file_is_reported_at_the_file_field() {
         "listen: 127.0.0.1:0\nusers: {{ jwt: {{ secret_file: {short} }} }}\n{ROUTE}"
     ));
     assert_eq!(e.len(), 1);
-    assert!(e[0].starts_with("users.jwt.secret_file: is shorter than 32 bytes"), "{e:?}");
+    assert!(
+        e[0].starts_with("users.jwt.secret_file: is shorter than 32 bytes"),
+        "{e:?}"
+    );
     assert!(!e[0].contains("tooshort"), "{e:?}");
 }
 
@@ -218,7 +235,9 @@ fn redis_urls_the_client_refuses_are_refused_without_their_password() {
     ));
     assert_eq!(
         e,
-        ["store.redis.url: \"http://***@host:6379\" is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379 (line 2, col 24)"]
+        [
+            "store.redis.url: \"http://***@host:6379\" is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379 (line 2, col 24)"
+        ]
     );
 }
 
@@ -241,9 +260,18 @@ fn check_reads_the_environment_and_tollgate_config() {
     )
     .expect("write config");
     let path = path.display().to_string();
-    let out = tollgate(&["check"], &[("TOLLGATE_CONFIG", &path), ("TG_TEST_LISTEN", "127.0.0.1:0")]);
+    let out = tollgate(
+        &["check"],
+        &[
+            ("TOLLGATE_CONFIG", &path),
+            ("TG_TEST_LISTEN", "127.0.0.1:0"),
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok (1 routes)"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ok (1 routes)"),
+        "{out:?}"
+    );
 
     let out = tollgate(&["check", &path], &[]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");

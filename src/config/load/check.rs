@@ -277,8 +277,9 @@ impl Check<'_> {
         let written = self.optional(inline, &inline_path, text(|s| Ok(s.to_owned())));
         let read = self.optional(from_file, &file_path, |check, t: &Text, path| {
             let file = check.file(&t.0);
-            let contents = std::fs::read_to_string(&file)
-                .map_err(|e| check.value_error(path, format!("cannot read {}: {e}", file.display())))?;
+            let contents = std::fs::read_to_string(&file).map_err(|e| {
+                check.value_error(path, format!("cannot read {}: {e}", file.display()))
+            })?;
             let secret = contents.trim_end_matches(['\n', '\r']);
             if secret.is_empty() {
                 return Err(check.value_error(path, format!("{} is empty", file.display())));
