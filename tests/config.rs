@@ -1980,3 +1980,19 @@ routes:
         assert!(schema.contains(field), "schema lacks {field}");
     }
 }
+
+#[test]
+fn startup_wait() {
+    let redis = |extra: &str| {
+        format!(
+            "listen: 127.0.0.1:1\nstore: {{ redis: {{ url: \"redis://h:1\"{extra} }} }}\nroutes: [ {{ name: a, respond: {{}} }} ]\n"
+        )
+    };
+    let wait = |c: Config| c.store.redis.expect("redis").startup_wait;
+    assert_eq!(wait(valid(&redis(""))), Duration::from_secs(2));
+    assert_eq!(wait(valid(&redis(", startup_wait: 0s"))), Duration::ZERO);
+    assert_eq!(
+        error(&redis(", startup_wait: 2m")),
+        r#"store.redis.startup_wait: "2m" is longer than 1m; write at most 1m (line 2, col 53)"#
+    );
+}

@@ -101,7 +101,7 @@ impl Check<'_> {
         let startup_wait = self.optional(
             &redis.startup_wait,
             &child_key(path, "startup_wait"),
-            text(parse_duration),
+            text(parse_startup_wait),
         );
         let reconnect = self.optional(
             &redis.reconnect,
@@ -305,6 +305,16 @@ fn parse_redis_url(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
+/// `startup_wait`: a duration of at most a minute (a gateway that waits
+/// longer for Redis is better off serving by `on_error`).
+fn parse_startup_wait(s: &str) -> Result<Duration, String> {
+    let wait = parse_duration(s)?;
+    if wait > Duration::from_secs(60) {
+        return Err(format!("{s:?} is longer than 1m; write at most 1m"));
+    }
+    Ok(wait)
+}
+
 /// `host:port` or `[v6]:port`, as a `(host, port)` pair.
 fn parse_host_port(s: &str) -> Result<(String, u16), String> {
     let bad = || format!("{s:?} is not HOST:PORT; write e.g. 127.0.0.1:7000");
@@ -326,6 +336,8 @@ mod tests {
 
     #[test]
     fn redis_urls_and_host_ports() {
+        assert!(parse_startup_wait("0s").is_ok());
+        assert!(parse_startup_wait("61s").is_err());
         assert!(parse_redis_url("redis://").is_err());
         assert!(parse_redis_url("rediss://h:6380").is_ok());
         assert!(parse_redis_url("redis://u:p@h:6380/3").is_ok());

@@ -112,10 +112,10 @@ impl Clients {
         // One attempt at once for the first connection: fred, when it runs
         // its reconnect policy for the first connection, sleeps one delay
         // of the policy before its first attempt (`reconnect.min` plus
-        // jitter, 100 to 200 ms by default), so a Redis on the same
-        // machine took as long to reach. `first_connection` retries by the
-        // same policy while Redis is down; once connected, fred's own
-        // reconnects follow the policy.
+        // jitter, 100 to 200 ms by default), which would make a Redis on
+        // the same machine take that long to reach. `first_connection`
+        // retries by the same policy while Redis is down; once connected,
+        // fred's own reconnects follow the policy.
         config.fail_fast = true;
         let timeout = cfg.timeout.min(MAX_TIMEOUT);
         let connect_timeout = cfg.connect_timeout.min(MAX_TIMEOUT);
