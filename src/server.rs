@@ -85,7 +85,6 @@ impl Started {
                 stop_rx,
             ))
         });
-        warm_up(&gateway).await;
         let flag = draining.clone();
         self::serve(gateway, serve.listeners, async move {
             shutdown.await;
@@ -180,11 +179,15 @@ async fn serve(
     let graceful = Arc::new(GracefulShutdown::new());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
-    let mut tasks = Vec::new();
-    for (index, l) in listeners.into_iter().enumerate() {
+    // Bound, and said so; accepting once the store has answered.
+    for l in &listeners {
         if let Ok(addr) = l.local_addr() {
             info!(%addr, "listening");
         }
+    }
+    warm_up(&gateway).await;
+    let mut tasks = Vec::new();
+    for (index, l) in listeners.into_iter().enumerate() {
         tasks.push(tokio::spawn(listener::accept_loop(
             index,
             l,
