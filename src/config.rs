@@ -5,6 +5,7 @@
 //! collects *every* error with its field path, line and column before
 //! failing. The running gateway never sees raw YAML types.
 
+pub mod expand;
 pub mod file;
 pub mod load;
 mod position;
@@ -317,6 +318,10 @@ pub struct RedisConfig {
     pub tls: Option<RedisTls>,
     /// Bound on opening one connection (TCP, TLS, AUTH).
     pub connect_timeout: Duration,
+    /// How long the listeners, bound at start, wait for the store to
+    /// answer (first connection made, script loaded) before they accept;
+    /// past it requests are decided by `on_error`.
+    pub startup_wait: Duration,
     /// First reconnect delay; doubled after each failed attempt.
     pub reconnect_min: Duration,
     /// Longest reconnect delay.
@@ -348,6 +353,7 @@ impl Default for RedisConfig {
             database: None,
             tls: None,
             connect_timeout: Duration::from_secs(1),
+            startup_wait: Duration::from_secs(2),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(1),
             reconnect_jitter: Duration::from_millis(100),
@@ -362,18 +368,23 @@ impl RedisConfig {
     /// Where Redis is, without credentials, for logs.
     pub fn describe(&self) -> String {
         match &self.topology {
-            RedisTopology::Standalone => match (self.url.find("://"), self.url.rfind('@')) {
-                (Some(s), Some(at)) if at > s => {
-                    format!("{}***{}", &self.url[..s + 3], &self.url[at..])
-                }
-                _ => self.url.clone(),
-            },
+            RedisTopology::Standalone => without_credentials(&self.url),
             RedisTopology::Cluster { seeds } => format!("cluster {}", join_hosts(seeds)),
             RedisTopology::Sentinel {
                 service_name,
                 nodes,
             } => format!("sentinel {service_name} via {}", join_hosts(nodes)),
         }
+    }
+}
+
+/// `url` with what stands between its scheme and its last `@` (user and
+/// password) written `***`, for logs and error messages.
+pub fn without_credentials(url: &str) -> String {
+    let start = url.find("://").map_or(0, |s| s + 3);
+    match url.rfind('@') {
+        Some(at) if at >= start => format!("{}***{}", &url[..start], &url[at..]),
+        _ => url.to_owned(),
     }
 }
 

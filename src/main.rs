@@ -26,7 +26,13 @@ use tracing_subscriber::EnvFilter;
 #[command(version, about)]
 struct Cli {
     /// Configuration file to serve.
-    #[arg(short, long, default_value = "gateway.yaml", global = true)]
+    #[arg(
+        short,
+        long,
+        env = "TOLLGATE_CONFIG",
+        default_value = "gateway.yaml",
+        global = true
+    )]
     config: PathBuf,
     /// Listen on these addresses instead of the file's `listen` (repeatable).
     #[arg(long, value_name = "ADDR")]

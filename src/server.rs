@@ -98,6 +98,23 @@ impl Started {
     }
 }
 
+/// Waits, before the listeners accept, until the store has answered (Redis
+/// connected, its script loaded) or `store.redis.startup_wait` has passed,
+/// whichever comes first. The listeners are bound already, so clients wait
+/// in the accept queue rather than being refused, and no request is
+/// decided by `on_error` only because the gateway has just started.
+async fn warm_up(gateway: &Gateway) {
+    let Some(wait) = gateway.with_config(|c| c.store.redis.as_ref().map(|r| r.startup_wait)) else {
+        return;
+    };
+    if !gateway.limiter().wait_ready(wait).await {
+        warn!(
+            startup_wait = ?wait,
+            "redis has not answered within store.redis.startup_wait; accepting, deciding by on_error until it does"
+        );
+    }
+}
+
 /// Builds the gateway for `config` (the store connects in the background).
 ///
 /// # Errors
@@ -162,11 +179,15 @@ async fn serve(
     let graceful = Arc::new(GracefulShutdown::new());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
-    let mut tasks = Vec::new();
-    for (index, l) in listeners.into_iter().enumerate() {
+    // Bound, and said so; accepting once the store has answered.
+    for l in &listeners {
         if let Ok(addr) = l.local_addr() {
             info!(%addr, "listening");
         }
+    }
+    warm_up(&gateway).await;
+    let mut tasks = Vec::new();
+    for (index, l) in listeners.into_iter().enumerate() {
         tasks.push(tokio::spawn(listener::accept_loop(
             index,
             l,

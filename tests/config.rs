@@ -4,6 +4,9 @@
 //! addresses and URLs in these files are values to parse (port 0 where the
 //! value itself does not matter).
 
+#[path = "config/environment.rs"]
+mod environment;
+
 use std::net::SocketAddr;
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -593,7 +596,7 @@ fn jwt_settings() {
         ),
         (
             "users: { jwt: { secret: 0123456789012345678901234567890123, claims: sub } }\n",
-            r#"users.jwt: unknown field "claims"; expected one of algorithm, secret, public_key, claim (line 2, col 61)"#,
+            r#"users.jwt: unknown field "claims"; expected one of algorithm, secret, secret_file, public_key, claim (line 2, col 61)"#,
         ),
     ];
     for (users, expected) in cases {
@@ -2005,4 +2008,20 @@ routes:
     for field in ["from_header", "from_trailer", "reserve", "\"bytes\""] {
         assert!(schema.contains(field), "schema lacks {field}");
     }
+}
+
+#[test]
+fn startup_wait() {
+    let redis = |extra: &str| {
+        format!(
+            "listen: 127.0.0.1:1\nstore: {{ redis: {{ url: \"redis://h:1\"{extra} }} }}\nroutes: [ {{ name: a, respond: {{}} }} ]\n"
+        )
+    };
+    let wait = |c: Config| c.store.redis.expect("redis").startup_wait;
+    assert_eq!(wait(valid(&redis(""))), Duration::from_secs(2));
+    assert_eq!(wait(valid(&redis(", startup_wait: 0s"))), Duration::ZERO);
+    assert_eq!(
+        error(&redis(", startup_wait: 2m")),
+        r#"store.redis.startup_wait: "2m" is longer than 1m; write at most 1m (line 2, col 53)"#
+    );
 }

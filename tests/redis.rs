@@ -409,7 +409,9 @@ async fn gateway_starts_while_redis_is_down_and_serves_by_policy() {
 async fn a_cold_start_decides_by_policy_within_the_timeout_instead_of_queueing() {
     let mut server = RedisServer::start().await;
     server.stop();
-    let src = yaml(&server.url(), "deny", 3, "").replace("redis: {", "redis: { timeout: 100ms, ");
+    // The listeners wait `startup_wait` for Redis before they accept.
+    let src = yaml(&server.url(), "deny", 3, "")
+        .replace("redis: {", "redis: { timeout: 100ms, startup_wait: 300ms, ");
     let config = tollgate::config::load::parse_str(&src).expect("valid");
     let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -2196,4 +2198,90 @@ routes:
     let text = gw.inner.metrics().render();
     let keys = support::admin::value(&text, "tollgate_store_sync_keys_total").unwrap_or(0.0);
     assert!(keys >= 21.0, "{text}");
+}
+
+/// A gateway started through the library API whose first requests are
+/// sent the moment its port is open: the listener is bound before the
+/// gateway is built, and nothing waits for Redis on the test's side.
+async fn started_at_once(yaml: &str) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let config = tollgate::config::load::parse_str(yaml).expect("valid");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let started = tollgate::server::start(config, tollgate::server::Serve::on(vec![listener]))
+        .await
+        .expect("gateway starts");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(started.until(async {
+        let _ = rx.await;
+    }));
+    (addr, tx)
+}
+
+/// Every request after a start is counted, from the first: the listener
+/// accepts once Redis has answered, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_requests_after_a_start_are_counted() {
+    let server = RedisServer::start().await;
+    let (addr, _stop) = started_at_once(&yaml(&server.url(), "allow", 3, "")).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(send(addr, get("/t", &[])).await.status);
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+/// With Redis down, the gateway waits `startup_wait` for it, then answers
+/// by `on_error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_with_redis_down_answers_by_on_error_after_startup_wait() {
+    let port = support::gateway::free_port();
+    let wait = Duration::from_millis(400);
+    let src = format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {{ url: 'redis://127.0.0.1:{port}', startup_wait: {}ms }}
+  on_error: deny
+routes:
+  - {{ name: t, respond: {{}}, limits: [ {{ name: l, key: ip, limit: 3, window: 1m }} ] }}
+",
+        wait.as_millis()
+    );
+    let begun = Instant::now();
+    let (addr, _stop) = started_at_once(&src).await;
+    let reply = send(addr, get("/t", &[])).await;
+    let took = begun.elapsed();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(took >= wait, "answered after {took:?}, before startup_wait");
+    assert!(
+        took <= wait + Duration::from_millis(100),
+        "answered after {took:?}"
+    );
+}
+
+/// On loopback the first connection takes what the network takes: no
+/// reconnect delay before the first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_connection_is_not_delayed() {
+    let server = RedisServer::start().await;
+    let cfg = RedisConfig {
+        url: server.url(),
+        ..RedisConfig::default()
+    };
+    let begun = Instant::now();
+    let store = RedisStore::connect(&cfg).await.expect("store");
+    assert!(store.wait_ready(Duration::from_secs(2)).await);
+    let took = begun.elapsed();
+    eprintln!("connected and script loaded after {took:?}");
+    // The reconnect policy's first delay alone is `reconnect.min`.
+    assert!(took < cfg.reconnect_min, "took {took:?}");
 }

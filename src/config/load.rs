@@ -1,7 +1,8 @@
 //! File structs → validated [`Config`]: stage two of loading.
 //!
 //! [`parse_str`] reads the text into a [`yaml_serde::Value`] (a syntax error
-//! is the one error it reports alone), reads that into the
+//! is the one error it reports alone), expands the `${VAR}` references of
+//! its scalars (`environment.rs`), reads that into the
 //! [`file`](mod@super::file) structs, and then walks them with a `Check` that
 //! knows the field path of every node. Each rule that fails records a
 //! [`ConfigError`] with that path and the position found in the
@@ -20,6 +21,7 @@
 //! | `load/` | reads |
 //! |---|---|
 //! | `check.rs` | nothing itself: the `Check` walker, its field helpers and the duration parsers every section uses |
+//! | `environment.rs` | every scalar, before the rest: `${VAR}` references expanded |
 //! | `errors.rs` | nothing: [`ConfigError`] and [`ConfigErrors`], what loading reports |
 //! | `server.rs` | `listen` (with TLS), `server` (caps, sizes, `server.path`), `timeouts`, `access_log` |
 //! | `store.rs` | `store`: Redis and its topologies, `on_error`, `clock`, breaker, deny cache |
@@ -35,7 +37,7 @@
 //! fields read their spellings from the enum's own table (`SPELLINGS`),
 //! which `tollgate schema` lists too.
 //!
-//! Certificates, CA files and JWT keys are read while loading, so
+//! Certificates, CA files, JWT keys and secret files are read while loading, so
 //! [`load_file`] does blocking file I/O; the reload runs it on a blocking
 //! thread ([`crate::reload`]).
 
@@ -43,6 +45,7 @@ mod browsers;
 mod callers;
 mod check;
 mod cost;
+mod environment;
 mod errors;
 mod limits;
 mod routes;
@@ -58,19 +61,31 @@ use super::{
     ApiKeyConfig, Config, HeaderMode, RequestIdConfig, Route, StoreConfig, Timeouts, UnknownKey,
 };
 use check::{Check, Checked, choice, error, text};
+pub use environment::{Env, process_env};
 pub use errors::{ConfigError, ConfigErrors};
 
-/// Parses and validates YAML text.
+/// Parses and validates YAML text, with `${VAR}` references read from the
+/// process environment.
 ///
 /// # Errors
 /// Every problem found, each with its field path and position.
 pub fn parse_str(src: &str) -> Result<Config, ConfigErrors> {
-    parse_in(src, None)
+    parse_in(src, None, &process_env)
 }
 
-/// [`parse_str`] with relative file paths (TLS certificates and keys, CA
-/// files) taken from `base` instead of the working directory.
-fn parse_in(src: &str, base: Option<&Path>) -> Result<Config, ConfigErrors> {
+/// [`parse_str`] with `${VAR}` references read from `env` instead of the
+/// process environment.
+///
+/// # Errors
+/// Every problem found, each with its field path and position.
+pub fn parse_str_with_env(src: &str, env: Env<'_>) -> Result<Config, ConfigErrors> {
+    parse_in(src, None, env)
+}
+
+/// [`parse_str_with_env`] with relative file paths (TLS certificates and
+/// keys, CA files, secret files) taken from `base` instead of the working
+/// directory.
+fn parse_in(src: &str, base: Option<&Path>, env: Env<'_>) -> Result<Config, ConfigErrors> {
     // Some editors save a byte order mark; the YAML loader would misread it.
     let src = src.strip_prefix('\u{feff}').unwrap_or(src);
     let mut value: yaml_serde::Value =
@@ -78,6 +93,9 @@ fn parse_in(src: &str, base: Option<&Path>) -> Result<Config, ConfigErrors> {
     // Merge keys (`<<: *defaults`) are resolved, so shared route or limit
     // settings can be written once.
     value.apply_merge().map_err(|e| syntax_error(&e, src))?;
+    // After parsing, so a variable's value is the text of one scalar and
+    // never structure.
+    let expansion = environment::expand_tree(&mut value, env);
 
     let positions = Positions::index(src);
     let mut check = Check {
@@ -98,6 +116,12 @@ fn parse_in(src: &str, base: Option<&Path>) -> Result<Config, ConfigErrors> {
         }
     };
     let mut errors = check.errors;
+    // A scalar that could not be expanded was read as empty text; what the
+    // checks said of that text would only repeat the expansion error.
+    errors.retain(|e| !expansion.iter().any(|(path, _)| *path == e.path));
+    for (path, e) in &expansion {
+        errors.push(error(path, e.to_string(), positions.value(path)));
+    }
     match config {
         Some(config) if errors.is_empty() => Ok(config),
         _ => {
@@ -126,7 +150,7 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
     })?;
     // Relative certificate and key paths are relative to the file that
     // names them, as nginx and Envoy read theirs.
-    parse_in(&src, path.parent())
+    parse_in(&src, path.parent(), &process_env)
 }
 
 /// A YAML syntax (or loader) error: one error at `yaml_serde`'s location,

@@ -132,7 +132,54 @@ impl JsonSchema for Cost {
 pub fn schema() -> Schema {
     let mut schema = schemars::schema_for!(Root);
     schema.insert("title".into(), "tollgate configuration".into());
+    if let Some(map) = schema.as_object_mut() {
+        for value in map.values_mut() {
+            allow_references(value);
+        }
+    }
     schema
+}
+
+/// What a scalar holding an environment reference looks like: the loader
+/// expands it before reading the field, so the schema cannot know its type.
+const REFERENCE: &str = "\\$\\{";
+
+/// Lets every field (a `Field`'s `anyOf: [T, null]`, whatever shape its
+/// attributes gave it) also be a string holding `${…}`: the field as
+/// shaped, or a reference.
+fn allow_references(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for child in map.values_mut() {
+                allow_references(child);
+            }
+            let is_field = map
+                .get("anyOf")
+                .and_then(serde_json::Value::as_array)
+                .is_some_and(|choices| {
+                    choices
+                        .iter()
+                        .any(|c| *c == serde_json::json!({ "type": "null" }))
+                });
+            if is_field {
+                let description = map.remove("description");
+                let shaped = std::mem::take(map);
+                map.insert(
+                    "anyOf".into(),
+                    serde_json::json!([shaped, { "type": "string", "pattern": REFERENCE }]),
+                );
+                if let Some(d) = description {
+                    map.insert("description".into(), d);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                allow_references(item);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The schema, pretty-printed.

@@ -232,6 +232,16 @@ impl Limiter {
         }
     }
 
+    /// Waits at most `timeout` for the store to have answered (Redis
+    /// connected and its script loaded); whether it has (true at once
+    /// without Redis). The server waits on it before accepting.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        match &self.redis {
+            Some(r) => r.wait_ready(timeout).await,
+            None => true,
+        }
+    }
+
     /// Records store latency, errors and the fallback state in `metrics`.
     pub fn with_metrics(mut self, metrics: StoreMetrics) -> Self {
         self.breaker.export(metrics.breaker_open.clone());

@@ -176,6 +176,29 @@ impl RedisStore {
         }
     }
 
+    /// Waits at most `timeout` for the store to have answered: a
+    /// connection up and the decision script loaded; whether it has.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !self.wait_connected(left).await {
+                return false;
+            }
+            if self.clients.load_script(deadline).await.is_ok() {
+                return true;
+            }
+            // Connected but the load failed (the link dropped meanwhile, or
+            // Redis refuses the script): try again shortly, until the
+            // deadline.
+            let retry = (Instant::now() + Duration::from_millis(50)).min(deadline);
+            tokio::time::sleep_until(retry).await;
+            if Instant::now() >= deadline {
+                return false;
+            }
+        }
+    }
+
     /// Whether a connection to Redis is up right now.
     pub fn is_connected(&self) -> bool {
         self.clients.is_connected()

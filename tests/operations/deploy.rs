@@ -382,9 +382,9 @@ fn kubernetes_manifests_render_with_probes_security_and_a_rolling_config() {
     assert_eq!(secret_volume["secret"]["defaultMode"], 0o440);
     assert_eq!(pod["securityContext"]["fsGroup"], uid);
 
-    // The rest of the file loads with today's loader; `password_file`
-    // belongs to the configuration from the environment and is checked
-    // above by where it points.
+    // The rest of the file loads; `password_file` is read when a file
+    // loads and exists only in the pod, so it is checked above by where it
+    // points.
     gateway["store"]["redis"]
         .as_object_mut()
         .unwrap()

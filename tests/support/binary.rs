@@ -15,7 +15,9 @@ pub struct Started {
     pub proxy: Vec<SocketAddr>,
     /// The admin listener, when there is one.
     pub admin: Option<SocketAddr>,
-    /// Every line it writes after the listening ones.
+    /// Every line it writes, from the first: what it logs while it starts
+    /// (the Redis connection, made before it accepts) may come before the
+    /// listening lines.
     pub lines: tokio::sync::mpsc::UnboundedReceiver<String>,
     /// For [`spawn_unread`]: the stderr pipe stays open, unread, while
     /// this is held.
@@ -98,6 +100,9 @@ fn spawn(mut cmd: Command, listeners: usize, tee: Option<&Path>, unread: bool) -
                 continue;
             }
             written.lock().unwrap().push(line.clone());
+            if !unread {
+                let _ = more.send(line.clone());
+            }
             if line.contains("listening") {
                 found.push((line.contains("admin listening"), address_in(&line)));
                 if found.len() == listeners {

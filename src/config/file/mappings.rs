@@ -237,8 +237,12 @@ pub struct Redis {
     pub sentinel: Field<Sentinel>,
     /// `username: tollgate`
     pub username: Field<Text>,
+    /// `username_file: /run/secrets/redis-username` (instead of `username`)
+    pub username_file: Field<Text>,
     /// `password: s3cret`
     pub password: Field<Text>,
+    /// `password_file: /run/secrets/redis-password` (instead of `password`)
+    pub password_file: Field<Text>,
     /// `database: 0`
     pub database: Field<Int>,
     /// `tls: { ca_file }`
@@ -249,6 +253,10 @@ pub struct Redis {
     /// `connect_timeout: 1s`
     #[schemars(transform = super::shape::duration)]
     pub connect_timeout: Field<Text>,
+    /// `startup_wait: 2s` — at start, how long the listeners wait for
+    /// Redis before accepting
+    #[schemars(transform = super::shape::duration)]
+    pub startup_wait: Field<Text>,
     /// `reconnect: { min, max, jitter }`
     pub reconnect: Field<Reconnect>,
     /// `pool_size: 1`
@@ -389,6 +397,8 @@ pub struct Jwt {
     pub algorithm: Field<Text>,
     /// `secret: "..."` (HS256)
     pub secret: Field<Text>,
+    /// `secret_file: /run/secrets/jwt` (HS256, instead of `secret`)
+    pub secret_file: Field<Text>,
     /// `public_key: /path/key.pem` (RS256, ES256)
     pub public_key: Field<Text>,
     /// `claim: sub`

@@ -163,11 +163,7 @@ impl Check<'_> {
     fn jwt(&mut self, jwt: &file::Jwt, path: &str) -> Checked<JwtVerifier> {
         let alg_path = child_key(path, "algorithm");
         let algorithm = self.optional(&jwt.algorithm, &alg_path, choice(&JwtAlgorithm::SPELLINGS));
-        let secret = self.optional(
-            &jwt.secret,
-            &child_key(path, "secret"),
-            text(|s| Ok(s.to_owned())),
-        );
+        let secret = self.secret(&jwt.secret, &jwt.secret_file, path, "secret");
         let key_path = child_key(path, "public_key");
         let public_key = self.optional(
             &jwt.public_key,
@@ -186,7 +182,12 @@ impl Check<'_> {
             }),
         );
         let claim = claim?.unwrap_or_else(|| "sub".to_owned());
-        let (alg, key) = self.jwt_key(path, algorithm?, secret?, public_key?)?;
+        let secret_field = if jwt.secret_file.is_absent() {
+            "secret"
+        } else {
+            "secret_file"
+        };
+        let (alg, key) = self.jwt_key(path, secret_field, algorithm?, secret?, public_key?)?;
         JwtVerifier::new(alg, &key, &claim).map_err(|m| self.value_error(&key_path, m))
     }
 
@@ -195,6 +196,7 @@ impl Check<'_> {
     fn jwt_key(
         &mut self,
         path: &str,
+        secret_field: &str,
         algorithm: Option<JwtAlgorithm>,
         secret: Option<String>,
         public_key: Option<Vec<u8>>,
@@ -203,7 +205,7 @@ impl Check<'_> {
             (None | Some(JwtAlgorithm::Hs256), Some(secret), None) => {
                 if secret.len() < 32 {
                     return Err(self.value_error(
-                        &child_key(path, "secret"),
+                        &child_key(path, secret_field),
                         "is shorter than 32 bytes; an HS256 secret should be at least as long as its hash (RFC 7518 §3.2)",
                     ));
                 }

@@ -258,6 +258,43 @@ impl Check<'_> {
         result
     }
 
+    /// A secret written in the file (`NAME`) or read from a file
+    /// (`NAME_file`), at most one of the two, in the mapping at `parent`.
+    ///
+    /// The file is read whole, without the line ends it closes with (what
+    /// `echo` and editors add). An error names the field and the file,
+    /// never what the file holds.
+    pub(super) fn secret(
+        &mut self,
+        inline: &Field<Text>,
+        from_file: &Field<Text>,
+        parent: &str,
+        name: &str,
+    ) -> Checked<Option<String>> {
+        let file_name = format!("{name}_file");
+        let inline_path = child_key(parent, name);
+        let file_path = child_key(parent, &file_name);
+        let written = self.optional(inline, &inline_path, text(|s| Ok(s.to_owned())));
+        let read = self.optional(from_file, &file_path, |check, t: &Text, path| {
+            let file = check.file(&t.0);
+            let contents = std::fs::read_to_string(&file).map_err(|e| {
+                check.value_error(path, format!("cannot read {}: {e}", file.display()))
+            })?;
+            let secret = contents.trim_end_matches(['\n', '\r']);
+            if secret.is_empty() {
+                return Err(check.value_error(path, format!("{} is empty", file.display())));
+            }
+            Ok(secret.to_owned())
+        });
+        match (written?, read?) {
+            (Some(_), Some(_)) => Err(self.value_error(
+                parent,
+                format!("set either {name} or {file_name}, not both"),
+            )),
+            (written, read) => Ok(written.or(read)),
+        }
+    }
+
     /// `path` as written, resolved against the configuration file's directory.
     pub(super) fn file(&self, path: &str) -> PathBuf {
         match self.base {

@@ -13,6 +13,7 @@ use crate::config::file;
 use crate::config::position::child_key;
 use crate::config::{
     BreakerConfig, ClockSource, OnError, RedisConfig, RedisTls, RedisTopology, StoreConfig,
+    without_credentials,
 };
 
 impl Check<'_> {
@@ -83,16 +84,8 @@ impl Check<'_> {
         let defaults = RedisConfig::default();
         let url = self.optional(&redis.url, &child_key(path, "url"), text(parse_redis_url));
         let topology = self.redis_topology(redis, path);
-        let username = self.optional(
-            &redis.username,
-            &child_key(path, "username"),
-            text(|s| Ok(s.to_owned())),
-        );
-        let password = self.optional(
-            &redis.password,
-            &child_key(path, "password"),
-            text(|s| Ok(s.to_owned())),
-        );
+        let username = self.secret(&redis.username, &redis.username_file, path, "username");
+        let password = self.secret(&redis.password, &redis.password_file, path, "password");
         let database = self.optional(&redis.database, &child_key(path, "database"), int(0, 255));
         let tls = self.optional(&redis.tls, &child_key(path, "tls"), Self::redis_tls);
         let timeout = self.optional(
@@ -104,6 +97,11 @@ impl Check<'_> {
             &redis.connect_timeout,
             &child_key(path, "connect_timeout"),
             text(parse_timeout),
+        );
+        let startup_wait = self.optional(
+            &redis.startup_wait,
+            &child_key(path, "startup_wait"),
+            text(parse_startup_wait),
         );
         let reconnect = self.optional(
             &redis.reconnect,
@@ -135,6 +133,7 @@ impl Check<'_> {
             database: database?.and_then(|d| u8::try_from(d).ok()),
             tls,
             connect_timeout: connect_timeout?.unwrap_or(defaults.connect_timeout),
+            startup_wait: startup_wait?.unwrap_or(defaults.startup_wait),
             reconnect_min: reconnect.map_or(defaults.reconnect_min, |r| r.0),
             reconnect_max: reconnect.map_or(defaults.reconnect_max, |r| r.1),
             reconnect_jitter: reconnect.map_or(defaults.reconnect_jitter, |r| r.2),
@@ -277,17 +276,43 @@ impl Check<'_> {
     }
 }
 
+/// A `redis://` or `rediss://` URL that the Redis client reads: the same
+/// parser decides here and when the store connects, so `check` refuses
+/// every URL the client would. Errors show the URL with its credentials
+/// replaced by `***`.
 fn parse_redis_url(s: &str) -> Result<String, String> {
-    match s
+    let shown = without_credentials(s);
+    let rest = s
         .strip_prefix("redis://")
         .or_else(|| s.strip_prefix("rediss://"))
-    {
-        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(s.to_owned()),
-        Some(_) => Err(format!("{s:?} has no host; write redis://HOST:PORT")),
-        None => Err(format!(
-            "{s:?} is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379"
-        )),
+        .ok_or_else(|| {
+            format!(
+                "{shown:?} is not a Redis URL; write redis://HOST:PORT, e.g. redis://127.0.0.1:6379"
+            )
+        })?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("{shown:?} has no host; write redis://HOST:PORT"));
     }
+    // TLS is the store's to set up from `tls`; the client reads the rest of
+    // the URL alike for both schemes.
+    let plain = s.replacen("rediss://", "redis://", 1);
+    fred::types::config::Config::from_url_centralized(&plain).map_err(|e| {
+        format!(
+            "{shown:?} is not a Redis URL: {}; write redis://[USER:PASSWORD@]HOST[:PORT][/DB]",
+            e.details().trim_end_matches('.')
+        )
+    })?;
+    Ok(s.to_owned())
+}
+
+/// `startup_wait`: a duration of at most a minute (a gateway that waits
+/// longer for Redis is better off serving by `on_error`).
+fn parse_startup_wait(s: &str) -> Result<Duration, String> {
+    let wait = parse_duration(s)?;
+    if wait > Duration::from_secs(60) {
+        return Err(format!("{s:?} is longer than 1m; write at most 1m"));
+    }
+    Ok(wait)
 }
 
 /// `host:port` or `[v6]:port`, as a `(host, port)` pair.
@@ -311,8 +336,22 @@ mod tests {
 
     #[test]
     fn redis_urls_and_host_ports() {
+        assert!(parse_startup_wait("0s").is_ok());
+        assert!(parse_startup_wait("61s").is_err());
         assert!(parse_redis_url("redis://").is_err());
         assert!(parse_redis_url("rediss://h:6380").is_ok());
+        assert!(parse_redis_url("redis://u:p@h:6380/3").is_ok());
+        for bad in [
+            "redis://user:pw@host:notaport",
+            "redis://host:6379/abc",
+            "redis://host:6379/1/2",
+            "redis://host:99999",
+            "http://user:pw@host:6379",
+            "redis://user:pw@",
+        ] {
+            let e = parse_redis_url(bad).expect_err(bad);
+            assert!(!e.contains("pw"), "{e}");
+        }
         assert_eq!(parse_host_port("[::1]:7000"), Ok(("::1".into(), 7000)));
         assert_eq!(parse_host_port("h:7000"), Ok(("h".into(), 7000)));
         for bad in ["h", "h:0", ":7000", "h:x", "h:70000"] {

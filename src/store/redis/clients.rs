@@ -57,7 +57,7 @@ pub(super) struct Clients {
 /// One client of the pool and its link watcher.
 struct Link {
     client: Client,
-    /// fred's connection task.
+    /// The connection task ([`first_connection`]).
     task: ConnectHandle,
     /// The [`watch_link`] task.
     watcher: JoinHandle<()>,
@@ -76,6 +76,7 @@ impl Link {
     ) -> Link {
         // Subscribe before connecting, so the first connect event is seen.
         let up = Arc::new(AtomicBool::new(false));
+        let policy = client.client_reconnect_policy();
         let watcher = watch_link(
             &client,
             Arc::clone(&up),
@@ -83,8 +84,9 @@ impl Link {
             Arc::clone(health),
             Arc::clone(diagnosis),
         );
-        // `connect` spawns the connection task and does not wait for it.
-        let task = client.connect();
+        // Spawned, not awaited: the first connection is made in the
+        // background.
+        let task = tokio::spawn(first_connection(client.clone(), policy));
         Link {
             client,
             task,
@@ -107,9 +109,14 @@ impl Clients {
     /// [`StoreError::Unavailable`] when `cfg` is not usable.
     pub(super) fn start(cfg: &RedisConfig, came_up: &Arc<Notify>) -> Result<Clients, StoreError> {
         let mut config = topology::fred_config(cfg)?;
-        // Run the reconnect policy for the first connection too, instead of
-        // giving up when Redis is down at startup.
-        config.fail_fast = false;
+        // One attempt at once for the first connection: fred, when it runs
+        // its reconnect policy for the first connection, sleeps one delay
+        // of the policy before its first attempt (`reconnect.min` plus
+        // jitter, 100 to 200 ms by default), which would make a Redis on
+        // the same machine take that long to reach. `first_connection`
+        // retries by the same policy while Redis is down; once connected,
+        // fred's own reconnects follow the policy.
+        config.fail_fast = true;
         let timeout = cfg.timeout.min(MAX_TIMEOUT);
         let connect_timeout = cfg.connect_timeout.min(MAX_TIMEOUT);
         let policy = reconnect_policy(cfg);
@@ -166,6 +173,40 @@ impl Clients {
     /// `clock: redis`: from now on the scripts read Redis `TIME`.
     pub(super) fn use_server_clock(&self, on: bool) {
         self.server_clock.store(on, Ordering::Relaxed);
+    }
+}
+
+/// The connection task of `client`: attempts the first connection at once
+/// and, while it fails, again after each delay of `policy`; then runs
+/// fred's connection task, which reconnects by the same policy.
+///
+/// Aborting this task aborts fred's (the handle is dropped with it).
+async fn first_connection(
+    client: Client,
+    policy: Option<ReconnectPolicy>,
+) -> Result<(), FredError> {
+    /// fred's connection task, aborted when dropped.
+    struct Running(ConnectHandle);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut policy = policy;
+    loop {
+        // With `fail_fast`, a failed first connection ends the task at once
+        // (its error reaches the link watcher), leaving the client ready to
+        // connect again.
+        let mut running = Running(client.connect());
+        let error = match (&mut running.0).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => e,
+            Err(e) => FredError::new(fred::error::ErrorKind::Unknown, e.to_string()),
+        };
+        let Some(delay) = policy.as_mut().and_then(ReconnectPolicy::next_delay) else {
+            return Err(error);
+        };
+        tokio::time::sleep(Duration::from_millis(delay)).await;
     }
 }
 

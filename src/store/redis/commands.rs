@@ -31,7 +31,7 @@ use crate::store::contract::StoreError;
 
 impl Clients {
     /// `SCRIPT LOAD`s the script and remembers the SHA-1 the server returns.
-    async fn load_script(&self, deadline: Instant) -> Result<Str, StoreError> {
+    pub(super) async fn load_script(&self, deadline: Instant) -> Result<Str, StoreError> {
         // In a Cluster the script is loaded on every primary.
         if self.clustered {
             return self.load_script_everywhere(deadline).await;
