@@ -232,9 +232,8 @@ impl Limiter {
         }
     }
 
-    /// Waits at most `timeout` for the store to have answered (Redis
-    /// connected and its script loaded); whether it has (true at once
-    /// without Redis). The server waits on it before accepting.
+    /// Whether the store answered (Redis connected, script loaded) within
+    /// `timeout`; true at once without Redis. Serving waits on it.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         match &self.redis {
             Some(r) => r.wait_ready(timeout).await,
