@@ -524,6 +524,7 @@ mod tests {
             tls: None,
             upgrade: false,
             forward_proxy_authorization: false,
+            pool: None,
         };
         let user = HeaderName::from_static("x-user");
         let mut req = Request::builder()
@@ -578,6 +579,7 @@ mod tests {
             tls: None,
             upgrade: false,
             forward_proxy_authorization: false,
+            pool: None,
         };
         let request = || {
             Request::builder()

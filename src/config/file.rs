@@ -42,9 +42,10 @@ mod unknown;
 
 pub use leaf::{Field, Flag, Int, OneOrMany, Text};
 pub use mappings::{
-    AccessLog, ApiKeys, Breaker, ClientIp, Cost, CostMap, Jwt, Limit, Listen, ListenMap, Match,
+    AccessLog, ApiKeys, Breaker, ClientIp, Cost, CostMap, Eject, Health, Jwt, Limit, Listen,
+    ListenMap, Match,
     PlanLimit, Reconnect, Redis, RedisTls, Respond, Root, Route, Sentinel, Server, ServerPath,
-    Store, Timeouts, Tls, Users,
+    Store, Target, TargetMap, Timeouts, Tls, UpstreamPool, Users,
 };
 pub use unknown::{UnknownField, from_value};
 
