@@ -37,6 +37,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::config::{Timeouts, Upstream};
 use crate::problem::GatewayError;
 
+mod balancer;
 mod body;
 mod counted;
 pub mod io;
@@ -378,7 +379,7 @@ impl Forwarder {
                 }
                 match tokio::time::timeout(timeout, pool.send(req)).await {
                     Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
-                    Ok(Err(pool::SendError::Connect(e))) => Err(GatewayError::UpstreamConnect(e)),
+                    Ok(Err(pool::SendError::Connect(e, _))) => Err(GatewayError::UpstreamConnect(e)),
                     Ok(Err(pool::SendError::Failed(e))) => Err(failed(&e, None)),
                     Ok(Ok(res)) => Ok(res),
                 }
