@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use tokio_rustls::rustls::ClientConfig;
 
 use bytes::Bytes;
@@ -30,23 +29,27 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
-use crate::config::{Timeouts, Upstream};
+use crate::config::{TargetScheme, Timeouts, Upstream, UpstreamPool};
 use crate::problem::GatewayError;
 
 mod balancer;
 mod body;
+mod client;
 mod counted;
+mod health;
 pub mod io;
 mod pool;
+mod tries;
+pub mod resolve;
 mod watched;
-use body::error_chain;
+use body::{error_chain, failed};
+use client::{UpstreamClient, build_client};
 pub use body::{ClientBody, ClientBodyError, UpstreamBody};
 pub use counted::BodyBytes;
+pub use balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
 pub use pool::Pool;
+pub use tries::Answered;
 pub use watched::{Watch, Watched};
 
 /// Body of every response the gateway sends: streamed from an upstream
@@ -276,8 +279,6 @@ impl Hop<'_> {
     }
 }
 
-type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpstreamBody>;
-
 /// A client for one route's own CA, keyed by the TLS settings it was built
 /// from.
 type CustomClient = (Arc<ClientConfig>, UpstreamClient);
@@ -408,6 +409,73 @@ impl Forwarder {
     }
 }
 
+impl Forwarder {
+    /// Sends the rewritten request to a target of `balancer`'s pool,
+    /// trying others as [`tries`] describes, all within `upstream`'s
+    /// timeout; `key` is the caller's hash for `balance: hash`. Returns the
+    /// response and which try answered it.
+    ///
+    /// # Errors
+    /// As [`Forwarder::send`], for the last try.
+    pub async fn send_to_pool(
+        &self,
+        req: Request<ClientBody>,
+        upstream: &Upstream,
+        balancer: &Balancer,
+        resolver: &dyn resolve::Resolve,
+        key: Option<u64>,
+        max_body: Option<u64>,
+    ) -> Result<(Response<Incoming>, Answered), GatewayError> {
+        let count = req.extensions().get::<BodyBytes>().cloned();
+        let req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
+        let client = self.pool_client(&balancer.config);
+        let (mut res, answered) = Box::pin(tries::send(
+            req,
+            balancer,
+            client.as_deref(),
+            resolver,
+            key,
+            upstream.timeout,
+        ))
+        .await?;
+        strip_hop_by_hop(res.headers_mut());
+        Ok((res, answered))
+    }
+
+    /// The client for a pool's `https://` targets (`None` for `http://`
+    /// ones, which use each endpoint's own connections).
+    fn pool_client(&self, pool: &UpstreamPool) -> Option<std::borrow::Cow<'_, UpstreamClient>> {
+        if pool.targets.first().is_none_or(|t| t.scheme != TargetScheme::Https) {
+            return None;
+        }
+        Some(match &pool.tls {
+            Some(tls) => std::borrow::Cow::Owned(self.custom_client(tls)),
+            None => std::borrow::Cow::Borrowed(&self.client),
+        })
+    }
+
+    /// The balancer of `pool`, with its background work started: names
+    /// resolved through `resolver`, active checks. `previous` is the same
+    /// pool's balancer in the configuration being replaced, whose targets'
+    /// state carries over.
+    pub fn balancer(
+        &self,
+        pool: Arc<UpstreamPool>,
+        previous: Option<&Balancer>,
+        resolver: &Arc<dyn resolve::Resolve>,
+    ) -> Arc<Balancer> {
+        let b = Arc::new(Balancer::new(
+            pool,
+            previous,
+            self.connect_timeout,
+            self.idle_timeout,
+        ));
+        resolve::spawn(&b, resolver.clone());
+        health::spawn(&b, self.pool_client(&b.config).map(std::borrow::Cow::into_owned));
+        b
+    }
+}
+
 /// The connection pool for `upstream` when it takes the pooled HTTP/1.1
 /// path: a plain `http://` upstream whose route does not pass upgrades.
 pub fn upstream_pool(upstream: &Upstream, timeouts: &Timeouts) -> Option<Pool> {
@@ -420,52 +488,6 @@ pub fn upstream_pool(upstream: &Upstream, timeouts: &Timeouts) -> Option<Pool> {
         timeouts.upstream_connect,
         timeouts.upstream_idle,
     ))
-}
-
-fn build_client(
-    tls: &ClientConfig,
-    connect_timeout: Duration,
-    idle_timeout: Duration,
-) -> UpstreamClient {
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(connect_timeout));
-    http.set_nodelay(true);
-    // The https connector wraps this one and needs `https://` passed down.
-    http.enforce_http(false);
-    let mut config = tls.clone();
-    // The connector sets ALPN itself and insists the list is empty.
-    config.alpn_protocols.clear();
-    let connector = HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(idle_timeout)
-        .pool_max_idle_per_host(256)
-        .timer(hyper_util::rt::TokioTimer::new())
-        .build(connector)
-}
-
-/// The error of a failed exchange: the client's, when its body failed
-/// (in `e`'s source chain, or left in `fault` by a watched body), else the
-/// upstream's.
-fn failed(
-    e: &(dyn std::error::Error + 'static),
-    fault: Option<&std::sync::OnceLock<ClientBodyError>>,
-) -> GatewayError {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(client) = err.downcast_ref::<ClientBodyError>() {
-            return client.to_gateway_error();
-        }
-        cur = err.source();
-    }
-    match fault.and_then(std::sync::OnceLock::get) {
-        Some(client) => client.to_gateway_error(),
-        None => GatewayError::UpstreamFailed(error_chain(e)),
-    }
 }
 
 #[cfg(test)]

@@ -108,6 +108,15 @@ impl Check<'_> {
             check.destination(t, path, pools)
         });
         let named_pool = matches!(&upstream, Ok(Some((_, Some(_)))));
+        if named_pool && matches!(route.upgrade, Field::Valid(file::Flag(true))) {
+            let up_path = child_key(path, "upgrade");
+            let pos = self.positions.key(&up_path);
+            self.push(
+                &up_path,
+                "applies only to URL upstreams; a pool does not pass upgrades through",
+                pos,
+            );
+        }
         if named_pool && !route.upstream_ca.is_absent() {
             let ca_path = child_key(path, "upstream_ca");
             let pos = self.positions.key(&ca_path);
