@@ -8,7 +8,9 @@
 //! `route` (or `-` when none matched), `method`, `status`, `identity` — the
 //! *kind* of identity the caller presented ([`IdentityKind`]), never its
 //! value —, `decision` ([`Decision`]) and `latency_ms` (to the response
-//! head; a streamed body may take longer). The request path is left out on
+//! head; a streamed body may take longer); for routes to a pool also
+//! `upstream` (the target that answered, as written), `upstream_addr` and
+//! `tries`. The request path is left out on
 //! purpose: paths carry tokens and user ids often enough. `main` renders
 //! the events as text or JSON (`--log-format`); `RUST_LOG` filters them
 //! like any other target (`tollgate::access=off` silences them).
@@ -23,6 +25,7 @@ use std::time::Instant;
 use http::Response;
 use tracing::{debug, warn};
 
+use super::act::Tried;
 use super::exchange::Exchange;
 use crate::decision::shadow::RouteDecision;
 use crate::logs::AccessLog;
@@ -185,6 +188,16 @@ pub fn record(
             .str("decision", Decision::of(answer, decided).as_str())
             // Microsecond resolution is plenty for a log line.
             .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64);
+        // Only for routes to a pool: the target that answered and how
+        // many tries it took (a retried request is one line).
+        if let Some(tried) = answer.as_ref().ok().and_then(|r| r.extensions().get::<Tried>()) {
+            line = line
+                .str("upstream", &tried.target)
+                .u64("tries", u64::from(tried.tries));
+            if let Some(addr) = tried.addr {
+                line = line.str("upstream_addr", &addr.to_string());
+            }
+        }
         // Absent unless `access_log.replay` is on.
         if let Some(r) = &ex.recording {
             line = line
