@@ -40,14 +40,14 @@ mod counted;
 mod health;
 pub mod io;
 mod pool;
-mod tries;
 pub mod resolve;
+mod tries;
 mod watched;
+pub use balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
+pub use body::{ClientBody, ClientBodyError, UpstreamBody};
 use body::{error_chain, failed};
 use client::{UpstreamClient, build_client};
-pub use body::{ClientBody, ClientBodyError, UpstreamBody};
 pub use counted::BodyBytes;
-pub use balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
 pub use pool::Pool;
 pub use tries::Answered;
 pub use watched::{Watch, Watched};
@@ -380,7 +380,9 @@ impl Forwarder {
                 }
                 match tokio::time::timeout(timeout, pool.send(req)).await {
                     Err(_) => Err(GatewayError::UpstreamTimeout(timeout)),
-                    Ok(Err(pool::SendError::Connect(e, _))) => Err(GatewayError::UpstreamConnect(e)),
+                    Ok(Err(pool::SendError::Connect(e, _))) => {
+                        Err(GatewayError::UpstreamConnect(e))
+                    }
                     Ok(Err(pool::SendError::Failed(e))) => Err(failed(&e, None)),
                     Ok(Ok(res)) => Ok(res),
                 }
@@ -445,7 +447,11 @@ impl Forwarder {
     /// The client for a pool's `https://` targets (`None` for `http://`
     /// ones, which use each endpoint's own connections).
     fn pool_client(&self, pool: &UpstreamPool) -> Option<std::borrow::Cow<'_, UpstreamClient>> {
-        if pool.targets.first().is_none_or(|t| t.scheme != TargetScheme::Https) {
+        if pool
+            .targets
+            .first()
+            .is_none_or(|t| t.scheme != TargetScheme::Https)
+        {
             return None;
         }
         Some(match &pool.tls {
@@ -471,7 +477,11 @@ impl Forwarder {
             self.idle_timeout,
         ));
         resolve::spawn(&b, resolver.clone());
-        health::spawn(&b, self.pool_client(&b.config).map(std::borrow::Cow::into_owned));
+        health::spawn(
+            &b,
+            self.pool_client(&b.config)
+                .map(std::borrow::Cow::into_owned),
+        );
         b
     }
 }

@@ -43,9 +43,8 @@ mod unknown;
 pub use leaf::{Field, Flag, Int, OneOrMany, Text};
 pub use mappings::{
     AccessLog, ApiKeys, Breaker, ClientIp, Cost, CostMap, Eject, Health, Jwt, Limit, Listen,
-    ListenMap, Match,
-    PlanLimit, Reconnect, Redis, RedisTls, Respond, Root, Route, Sentinel, Server, ServerPath,
-    Store, Target, TargetMap, Timeouts, Tls, UpstreamPool, Users,
+    ListenMap, Match, PlanLimit, Reconnect, Redis, RedisTls, Respond, Root, Route, Sentinel,
+    Server, ServerPath, Store, Target, TargetMap, Timeouts, Tls, UpstreamPool, Users,
 };
 pub use unknown::{UnknownField, from_value};
 

@@ -209,7 +209,12 @@ impl Check<'_> {
         let upstreams = self.optional(&root.upstreams, "upstreams", Self::upstreams);
         let pools = routes::Pools {
             written: upstreams::names(root),
-            checked: upstreams.as_ref().ok().cloned().flatten().unwrap_or_default(),
+            checked: upstreams
+                .as_ref()
+                .ok()
+                .cloned()
+                .flatten()
+                .unwrap_or_default(),
         };
         let routes = self.required(&root.routes, "", "routes", |check, routes, path| {
             check.routes(routes, path, default_timeout, &pools)

@@ -113,15 +113,19 @@ async fn forward(
         },
         user_header: &cfg.users.header,
     };
+    let balancer = rt
+        .route_balancers
+        .get(route.index)
+        .and_then(Option::as_deref);
+    // Read before the rewrite drops what an untrusted peer may not set.
+    let key = balancer.and_then(|b| hash_key(b, cfg, peer, &req));
     proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
     if let Some(u) = &upgrade {
         u.restore(req.headers_mut());
     }
     let sent = Instant::now();
-    let balancer = rt.route_balancers.get(route.index).and_then(Option::as_deref);
     let (mut res, answered) = match balancer {
         Some(b) => {
-            let key = hash_key(b, cfg, peer, &req);
             let (res, answered) = gw
                 .forwarder
                 .send_to_pool(

@@ -67,8 +67,8 @@ impl Runtime {
             .upstreams
             .iter()
             .map(|pool| {
-                let before = previous
-                    .and_then(|p| p.balancers.iter().find(|b| b.name() == &*pool.name));
+                let before =
+                    previous.and_then(|p| p.balancers.iter().find(|b| b.name() == &*pool.name));
                 forwarder.balancer(pool.clone(), before.map(AsRef::as_ref), &resolver)
             })
             .collect();
@@ -76,9 +76,10 @@ impl Runtime {
             .routes
             .iter()
             .map(|r| match &r.action {
-                Action::Upstream(up) => up.pool.as_ref().and_then(|pool| {
-                    balancers.iter().find(|b| b.name() == &*pool.name).cloned()
-                }),
+                Action::Upstream(up) => up
+                    .pool
+                    .as_ref()
+                    .and_then(|pool| balancers.iter().find(|b| b.name() == &*pool.name).cloned()),
                 Action::Respond(_) => None,
             })
             .collect();

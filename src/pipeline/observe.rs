@@ -190,7 +190,11 @@ pub fn record(
             .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64);
         // Only for routes to a pool: the target that answered and how
         // many tries it took (a retried request is one line).
-        if let Some(tried) = answer.as_ref().ok().and_then(|r| r.extensions().get::<Tried>()) {
+        if let Some(tried) = answer
+            .as_ref()
+            .ok()
+            .and_then(|r| r.extensions().get::<Tried>())
+        {
             line = line
                 .str("upstream", &tried.target)
                 .u64("tries", u64::from(tried.tries));

@@ -178,7 +178,9 @@ impl Endpoints {
         let mut ring = Vec::new();
         if balance == Balance::Hash {
             for (i, e) in list.iter().enumerate() {
-                let name = e.addr.map_or_else(|| format!("#{}", e.target), |a| a.to_string());
+                let name = e
+                    .addr
+                    .map_or_else(|| format!("#{}", e.target), |a| a.to_string());
                 for p in 0..POINTS_PER_WEIGHT * e.weight as usize {
                     ring.push((hash64(format!("{name}-{p}").as_bytes()), i));
                 }
@@ -448,20 +450,25 @@ impl Balancer {
     /// candidate; fewer in flight per unit of weight wins.
     fn least_request(&self, eps: &Endpoints, candidates: u128) -> usize {
         let first = self.round_robin(eps, candidates);
-        let count = candidates.count_ones();
-        if count < 2 {
+        let others = candidates & !(1 << first);
+        let count = others.count_ones();
+        if count == 0 {
             return first;
         }
         let nth = u32::try_from(self.random() % u64::from(count)).unwrap_or(0);
-        let second = nth_set_bit(candidates, nth);
-        if second == first {
-            return first;
-        }
+        let second = nth_set_bit(others, nth);
         let (a, b) = (&eps.list[first], &eps.list[second]);
+        // In flight per unit of weight, compared without dividing; with
+        // nothing in flight the round robin's pick stands, so the weights
+        // hold exactly under light load.
         let load = |e: &Endpoint, other: &Endpoint| {
-            (u64::from(e.state.in_flight()) + 1) * u64::from(other.weight)
+            u64::from(e.state.in_flight()) * u64::from(other.weight)
         };
-        if load(b, a) < load(a, b) { second } else { first }
+        if load(b, a) < load(a, b) {
+            second
+        } else {
+            first
+        }
     }
 
     fn random(&self) -> u64 {

@@ -42,4 +42,3 @@ pub fn build_client(
         .timer(hyper_util::rt::TokioTimer::new())
         .build(connector)
 }
-

@@ -48,8 +48,12 @@ pub async fn resolve_once(balancer: &Balancer, resolver: &dyn Resolve) {
             Ok(addrs) if !addrs.is_empty() => balancer.set_addresses(i, addrs),
             // A failed lookup keeps the addresses last known: a resolver
             // hiccup must not empty a pool.
-            Ok(_) => warn!(pool = %balancer.name(), target = %t.url, "name resolved to no address; keeping the last known"),
-            Err(e) => warn!(pool = %balancer.name(), target = %t.url, error = %e, "name did not resolve; keeping the last known addresses"),
+            Ok(_) => {
+                warn!(pool = %balancer.name(), target = %t.url, "name resolved to no address; keeping the last known")
+            }
+            Err(e) => {
+                warn!(pool = %balancer.name(), target = %t.url, error = %e, "name did not resolve; keeping the last known addresses")
+            }
         }
     }
 }

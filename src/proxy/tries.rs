@@ -91,7 +91,10 @@ pub async fn send(
     if may_retry {
         b.deposit();
     }
-    let https_pool = cfg.targets.first().is_some_and(|t| t.scheme == TargetScheme::Https);
+    let https_pool = cfg
+        .targets
+        .first()
+        .is_some_and(|t| t.scheme == TargetScheme::Https);
     if !https_pool {
         origin_form(&mut req);
         if !req.headers().contains_key(HOST)
@@ -164,10 +167,7 @@ pub async fn send(
                 }
                 b.failed(&e);
                 let retry = again.filter(|_| {
-                    may_retry
-                        && retries < cfg.retries
-                        && Instant::now() < deadline
-                        && b.withdraw()
+                    may_retry && retries < cfg.retries && Instant::now() < deadline && b.withdraw()
                 });
                 match retry {
                     Some(r) => {

@@ -183,7 +183,11 @@ impl Check<'_> {
             ));
         }
         // A pool with errors of its own has reported them.
-        let pool = pools.checked.iter().find(|p| &*p.name == s).ok_or(Reported)?;
+        let pool = pools
+            .checked
+            .iter()
+            .find(|p| &*p.name == s)
+            .ok_or(Reported)?;
         let first = pool.targets.first().ok_or(Reported)?;
         let scheme = match first.scheme {
             TargetScheme::Http => "http",

@@ -11,9 +11,7 @@ use http::uri::{Authority, PathAndQuery};
 use super::check::{Check, Checked, Reported, choice, int, parse_timeout, positive, text};
 use crate::config::file::{self, Field};
 use crate::config::position::child_key;
-use crate::config::{
-    Balance, Eject, HealthCheck, PoolTarget, TargetScheme, UpstreamPool,
-};
+use crate::config::{Balance, Eject, HealthCheck, PoolTarget, TargetScheme, UpstreamPool};
 
 /// A weight above this is a typo more likely than a share.
 const MAX_WEIGHT: i64 = 10_000;
@@ -55,7 +53,8 @@ impl Check<'_> {
             &child_key(path, "per_try_timeout"),
             text(parse_timeout),
         );
-        let is_https = matches!(&targets, Ok(t) if t.iter().any(|t| t.scheme == TargetScheme::Https));
+        let is_https =
+            matches!(&targets, Ok(t) if t.iter().any(|t| t.scheme == TargetScheme::Https));
         let tls = self.optional(&pool.ca, &child_key(path, "ca"), |check, ca, path| {
             if !is_https {
                 return Err(check.value_error(
@@ -109,10 +108,9 @@ impl Check<'_> {
             return Err(self.push(path, "missing required field \"targets\"", pos));
         };
         if items.is_empty() {
-            return Err(self.value_error(
-                &targets_path,
-                "is empty; a pool needs at least one target",
-            ));
+            return Err(
+                self.value_error(&targets_path, "is empty; a pool needs at least one target")
+            );
         }
         if items.iter().any(|t| t.scheme != items[0].scheme) {
             return Err(self.value_error(
@@ -167,7 +165,9 @@ impl Check<'_> {
             &child_key(path, "healthy_after"),
             int(1, 100),
         );
-        let as_count = |n: Option<i64>, default: u32| n.map_or(default, |n| u32::try_from(n).unwrap_or(default));
+        let as_count = |n: Option<i64>, default: u32| {
+            n.map_or(default, |n| u32::try_from(n).unwrap_or(default))
+        };
         Ok(HealthCheck {
             path: check_path?,
             interval: interval?.unwrap_or(HealthCheck::DEFAULT_INTERVAL),
@@ -283,11 +283,17 @@ mod tests {
     #[test]
     fn targets() {
         let t = parse_target("http://10.0.0.1:9000").unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.scheme), ("10.0.0.1", 9000, TargetScheme::Http));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.scheme),
+            ("10.0.0.1", 9000, TargetScheme::Http)
+        );
         let t = parse_target("https://api.internal").unwrap();
         assert_eq!((t.authority.as_str(), t.port), ("api.internal:443", 443));
         let t = parse_target("http://[::1]:81/").unwrap();
-        assert_eq!((t.host.as_str(), t.url.as_ref()), ("::1", "http://[::1]:81"));
+        assert_eq!(
+            (t.host.as_str(), t.url.as_ref()),
+            ("::1", "http://[::1]:81")
+        );
         assert!(parse_target("http://x:1/base").is_err());
         assert!(parse_target("ftp://x").is_err());
         assert!(parse_target("x:1").is_err());

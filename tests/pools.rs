@@ -1,0 +1,325 @@
+//! Upstream pools end to end: a real gateway in front of real targets on
+//! loopback ports — balancing by weight, round robin and hash; a killed
+//! target, a silent one, a failing fleet and the retry budget; a POST that
+//! must not be sent twice; a name that resolves to two addresses.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::Request;
+use http_body_util::Full;
+use support::gateway::{Gateway, get, send};
+use support::targets::{Mode, Target};
+use support::wait;
+use tollgate::proxy::resolve::Resolve;
+
+async fn targets(n: usize) -> Vec<Target> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(Target::start(&format!("t{i}")).await);
+    }
+    out
+}
+
+/// A gateway with one route `/` to the pool `api` written as `pool`
+/// (indented under `api:`).
+async fn gateway(pool: &str) -> Gateway {
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+upstreams:
+  api:
+{pool}
+routes:
+  - name: api
+    upstream: api
+    timeout: 2s
+"
+    );
+    Gateway::start(&yaml).await
+}
+
+fn target_list(ts: &[Target], weights: &[u32]) -> String {
+    let mut s = String::from("    targets:\n");
+    for (t, w) in ts.iter().zip(weights) {
+        s.push_str(&format!("      - {{ url: {}, weight: {w} }}\n", t.url()));
+    }
+    s
+}
+
+/// Sends `n` GETs one after the other; returns how many answered 200, by
+/// the answering target's name.
+async fn spread(gw: &Gateway, n: usize, headers: &[(&str, &str)]) -> HashMap<String, usize> {
+    let mut by = HashMap::new();
+    for _ in 0..n {
+        let r = send(gw.addr, get("/x", headers)).await;
+        if r.status == 200 {
+            *by.entry(r.text()).or_insert(0) += 1;
+        } else {
+            *by.entry(format!("status {}", r.status.as_u16()))
+                .or_insert(0) += 1;
+        }
+    }
+    by
+}
+
+fn within_ten_percent(got: usize, want: usize) -> bool {
+    got.abs_diff(want) * 10 <= want
+}
+
+#[tokio::test]
+async fn round_robin_follows_the_weights() {
+    let ts = targets(3).await;
+    let gw = gateway(&format!(
+        "{}    balance: round_robin\n",
+        target_list(&ts, &[1, 2, 3])
+    ))
+    .await;
+    let by = spread(&gw, 300, &[]).await;
+    for (name, want) in [("t0", 50), ("t1", 100), ("t2", 150)] {
+        let got = by.get(name).copied().unwrap_or(0);
+        assert!(
+            within_ten_percent(got, want),
+            "{name}: {got} of 300, want {want}: {by:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn least_request_follows_the_weights() {
+    let ts = targets(3).await;
+    let gw = gateway(&target_list(&ts, &[1, 1, 2])).await;
+    let by = spread(&gw, 400, &[]).await;
+    for (name, want) in [("t0", 100), ("t1", 100), ("t2", 200)] {
+        let got = by.get(name).copied().unwrap_or(0);
+        assert!(
+            within_ten_percent(got, want),
+            "{name}: {got} of 400, want {want}: {by:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn least_request_prefers_the_target_with_fewer_in_flight() {
+    let ts = targets(2).await;
+    let gw = gateway(&target_list(&ts, &[1, 1])).await;
+    // t0 holds requests that never end; new ones go to t1.
+    ts[0].set(Mode::Silent);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(tokio::spawn(send(gw.addr, get("/held", &[]))));
+    }
+    wait::until("t0 holds a request", Duration::from_secs(2), || async {
+        ts[0].requests() + ts[1].requests() >= 2 && ts[0].requests() >= 1
+    })
+    .await;
+    let before = ts[1].requests();
+    let by = spread(&gw, 20, &[]).await;
+    assert_eq!(by.get("t1"), Some(&20), "{by:?}");
+    assert_eq!(ts[1].requests() - before, 20);
+    for h in held {
+        h.abort();
+    }
+}
+
+#[tokio::test]
+async fn hash_keeps_each_caller_on_one_target() {
+    let ts = targets(3).await;
+    let gw = gateway(&format!(
+        "{}    balance: hash\n    hash_key: \"header:x-user\"\n",
+        target_list(&ts, &[1, 1, 1])
+    ))
+    .await;
+    let mut used = std::collections::HashSet::new();
+    for user in ["ann", "bob", "cy", "dee", "eve"] {
+        let by = spread(&gw, 20, &[("x-user", user)]).await;
+        assert_eq!(by.len(), 1, "{user} went to {by:?}");
+        assert_eq!(by.values().sum::<usize>(), 20);
+        used.extend(by.into_keys());
+    }
+    assert!(used.len() > 1, "five callers on one target: {used:?}");
+    // A caller without the key is not one "absent" caller on one target.
+    let by = spread(&gw, 30, &[]).await;
+    assert_eq!(by.len(), 3, "callers without the key: {by:?}");
+}
+
+#[tokio::test]
+async fn a_killed_target_costs_no_request() {
+    let ts = targets(3).await;
+    let gw = gateway(&target_list(&ts, &[1, 1, 1])).await;
+    let by = spread(&gw, 30, &[]).await;
+    assert_eq!(by.len(), 3, "{by:?}");
+    ts[1].kill();
+    let by = spread(&gw, 100, &[]).await;
+    assert_eq!(
+        by.get("t0").copied().unwrap_or(0) + by.get("t2").copied().unwrap_or(0),
+        100,
+        "{by:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_target_costs_no_post_either() {
+    let ts = targets(2).await;
+    let gw = gateway(&target_list(&ts, &[1, 1])).await;
+    ts[0].kill();
+    for _ in 0..20 {
+        let req = Request::post("/x")
+            .header("host", "pool.test")
+            .body(Full::new(Bytes::from_static(b"payload")))
+            .unwrap();
+        let r = send(gw.addr, req).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.text(), "t1");
+    }
+}
+
+#[tokio::test]
+async fn a_silent_target_fails_few_requests_and_comes_back_after_its_check_passes() {
+    let ts = targets(3).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+upstreams:
+  api:
+{}    health: {{ path: /healthz, interval: 100ms, timeout: 100ms, unhealthy_after: 2, healthy_after: 1 }}
+    eject: {{ after: 5, for: 1s }}
+routes:
+  - name: api
+    upstream: api
+    timeout: 500ms
+",
+        target_list(&ts, &[1, 1, 1])
+    );
+    let gw = Gateway::start(&yaml).await;
+    ts[2].set(Mode::Silent);
+    let by = spread(&gw, 60, &[]).await;
+    let failed: usize = by
+        .iter()
+        .filter(|(k, _)| k.starts_with("status"))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(failed <= 6, "{failed} of 60 failed: {by:?}");
+    // It answers again; its next check passes and it takes traffic.
+    ts[2].set(Mode::Answer);
+    let balancer = gw.inner.balancers()[0].clone();
+    wait::until("t2 is healthy again", Duration::from_secs(5), || {
+        let b = balancer.clone();
+        async move {
+            b.endpoints()
+                .list
+                .iter()
+                .all(|e| e.state.healthy() && !e.state.is_ejected())
+        }
+    })
+    .await;
+    let by = spread(&gw, 30, &[]).await;
+    assert!(by.get("t2").copied().unwrap_or(0) >= 5, "{by:?}");
+}
+
+#[tokio::test]
+async fn a_post_with_a_body_is_not_sent_twice() {
+    let ts = targets(2).await;
+    let gw = gateway(&format!(
+        "{}    retries: 2\n    eject: {{ after: 1000 }}\n",
+        target_list(&ts, &[1, 1])
+    ))
+    .await;
+    for t in &ts {
+        t.set(Mode::Break);
+    }
+    let req = Request::post("/x")
+        .header("host", "pool.test")
+        .body(Full::new(Bytes::from_static(b"charge the card")))
+        .unwrap();
+    let r = send(gw.addr, req).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(
+        ts[0].requests() + ts[1].requests(),
+        1,
+        "a POST with a body was sent again"
+    );
+    // A GET that broke the same way is retried on the other target.
+    let r = send(gw.addr, get("/x", &[])).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(
+        ts[0].requests() + ts[1].requests(),
+        1 + 2,
+        "a GET is tried on both targets"
+    );
+}
+
+#[tokio::test]
+async fn the_retry_budget_caps_retries_when_every_target_fails() {
+    let ts = targets(3).await;
+    let gw = gateway(&format!(
+        "{}    retries: 2\n    eject: {{ after: 100000 }}\n",
+        target_list(&ts, &[1, 1, 1])
+    ))
+    .await;
+    for t in &ts {
+        t.set(Mode::Break);
+    }
+    let n = 300;
+    let by = spread(&gw, n, &[]).await;
+    assert_eq!(by.get("status 502"), Some(&n), "{by:?}");
+    let sent: usize = ts.iter().map(Target::requests).sum();
+    // Without a budget: 3 tries each, 900. With it: the 10-a-second floor
+    // over 10 s (100) and 20 % of the requests.
+    let cap = n + 100 + n / 5;
+    assert!(
+        sent <= cap,
+        "{sent} tries for {n} requests; the budget allows {cap}"
+    );
+    assert!(
+        sent >= n + 100,
+        "{sent} tries: the floor of retries was not used"
+    );
+}
+
+#[derive(Debug)]
+struct Names(HashMap<String, Vec<std::net::IpAddr>>);
+
+impl Resolve for Names {
+    fn resolve(&self, host: &str, port: u16) -> BoxFuture<'static, io::Result<Vec<SocketAddr>>> {
+        let found = self.0.get(host).map(|ips| {
+            ips.iter()
+                .map(|ip| SocketAddr::new(*ip, port))
+                .collect::<Vec<_>>()
+        });
+        Box::pin(async move {
+            found.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such name"))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_name_resolving_to_two_addresses_spreads_over_both() {
+    let a = Target::start("a").await;
+    let b = Target::start_on("b", SocketAddr::new([127, 0, 0, 2].into(), a.addr.port())).await;
+    let names = Names(HashMap::from([(
+        "api.test".to_owned(),
+        vec![a.addr.ip(), b.addr.ip()],
+    )]));
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+upstreams:
+  api:
+    targets: [http://api.test:{}]
+    balance: round_robin
+routes:
+  - name: api
+    upstream: api
+",
+        a.addr.port()
+    );
+    let gw = Gateway::start_resolving(&yaml, Arc::new(names)).await;
+    let by = spread(&gw, 100, &[]).await;
+    assert_eq!((by.get("a"), by.get("b")), (Some(&50), Some(&50)), "{by:?}");
+}
