@@ -33,6 +33,7 @@ use crate::config::Config;
 use delay::{DelayFamilies, DelayMetrics};
 
 pub mod delay;
+pub mod targets;
 use crate::store::redis::fault::FaultKind;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
@@ -434,6 +435,8 @@ pub struct Metrics {
     client_errors: Family<ClientErrorLabels, Counter>,
     delay: DelayFamilies,
     reloads: Family<ResultLabels, Counter>,
+    /// The series of upstream pools' targets.
+    pub targets: targets::TargetFamilies,
 }
 
 impl Default for Metrics {
@@ -505,8 +508,10 @@ impl Metrics {
             "Configuration reloads by result (success, failure)",
             reloads.clone(),
         );
+        let targets = targets::TargetFamilies::register(&mut registry);
         Self {
             registry,
+            targets,
             store,
             requests,
             unmatched,

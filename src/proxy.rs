@@ -469,13 +469,18 @@ impl Forwarder {
         pool: Arc<UpstreamPool>,
         previous: Option<&Balancer>,
         resolver: &Arc<dyn resolve::Resolve>,
+        metrics: &crate::metrics::Metrics,
     ) -> Arc<Balancer> {
         let b = Arc::new(Balancer::new(
             pool,
             previous,
             self.connect_timeout,
             self.idle_timeout,
+            Some(&metrics.targets),
         ));
+        let health: std::sync::Weak<dyn crate::metrics::targets::PoolHealth> =
+            Arc::downgrade(&b) as _;
+        metrics.targets.watch(health);
         resolve::spawn(&b, resolver.clone());
         health::spawn(
             &b,

@@ -323,3 +323,125 @@ routes:
     let by = spread(&gw, 100, &[]).await;
     assert_eq!((by.get("a"), by.get("b")), (Some(&50), Some(&50)), "{by:?}");
 }
+
+/// `/admin/upstreams`' entry for the endpoint at `addr`.
+async fn endpoint(gw: &support::admin::AdminGateway, addr: SocketAddr) -> serde_json::Value {
+    let r = gw.admin_get("/admin/upstreams").await;
+    assert_eq!(r.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+    v["pools"][0]["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .find(|t| t["address"] == addr.to_string())
+        .cloned()
+        .unwrap_or_else(|| panic!("{addr} not listed: {v}"))
+}
+
+#[tokio::test]
+async fn a_503_ejects_a_500_does_not_and_a_reload_keeps_the_ejection() {
+    let ts = targets(2).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+upstreams:
+  api:
+{}    balance: round_robin
+    eject: {{ after: 3, for: 1m }}
+routes:
+  - name: api
+    upstream: api
+",
+        target_list(&ts, &[1, 1])
+    );
+    let gw =
+        support::admin::AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await;
+    ts[0].set(Mode::Status(500));
+    for _ in 0..10 {
+        send(gw.addr, get("/x", &[])).await;
+    }
+    let e = endpoint(&gw, ts[0].addr).await;
+    assert_eq!(
+        (e["ejected"].as_bool(), e["ejections"].as_u64()),
+        (Some(false), Some(0)),
+        "{e}"
+    );
+
+    ts[0].set(Mode::Status(503));
+    for _ in 0..6 {
+        send(gw.addr, get("/x", &[])).await;
+    }
+    let e = endpoint(&gw, ts[0].addr).await;
+    assert_eq!(
+        (e["ejected"].as_bool(), e["ejections"].as_u64()),
+        (Some(true), Some(1)),
+        "{e}"
+    );
+    assert_eq!(e["healthy"].as_bool(), Some(true));
+    assert_eq!(e["weight"].as_u64(), Some(1));
+    let by = spread_through(gw.addr, 10).await;
+    assert_eq!(
+        by.get("t1"),
+        Some(&10),
+        "an ejected target took requests: {by:?}"
+    );
+
+    let text = gw.scrape().await;
+    let t0 = ts[0].url();
+    let series = |name: &str, extra: &str| format!("{name}{{pool=\"api\",target=\"{t0}\"{extra}}}");
+    use support::admin::value;
+    assert_eq!(
+        value(
+            &text,
+            &series("tollgate_upstream_target_ejections_total", "")
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            &series(
+                "tollgate_upstream_target_tries_total",
+                ",outcome=\"unavailable\""
+            )
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &series(
+                "tollgate_upstream_target_tries_total",
+                ",outcome=\"answered\""
+            )
+        ),
+        Some(5.0)
+    );
+    assert_eq!(
+        value(&text, "tollgate_upstream_healthy_targets{pool=\"api\"}"),
+        Some(1.0),
+        "{text}"
+    );
+
+    // A reload keeps the target's state: still ejected.
+    let config = tollgate::config::load::parse_str(&yaml).expect("valid");
+    gw.gateway.reload(config);
+    let e = endpoint(&gw, ts[0].addr).await;
+    assert_eq!(
+        (e["ejected"].as_bool(), e["ejections"].as_u64()),
+        (Some(true), Some(1)),
+        "{e}"
+    );
+    let by = spread_through(gw.addr, 10).await;
+    assert_eq!(by.get("t1"), Some(&10), "{by:?}");
+}
+
+async fn spread_through(addr: SocketAddr, n: usize) -> HashMap<String, usize> {
+    let mut by = HashMap::new();
+    for _ in 0..n {
+        let r = send(addr, get("/x", &[])).await;
+        *by.entry(r.text()).or_insert(0) += 1;
+    }
+    by
+}

@@ -69,7 +69,7 @@ impl Runtime {
             .map(|pool| {
                 let before =
                     previous.and_then(|p| p.balancers.iter().find(|b| b.name() == &*pool.name));
-                forwarder.balancer(pool.clone(), before.map(AsRef::as_ref), &resolver)
+                forwarder.balancer(pool.clone(), before.map(AsRef::as_ref), &resolver, metrics)
             })
             .collect();
         let route_balancers = config

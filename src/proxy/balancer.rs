@@ -44,6 +44,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 use super::pool::Pool;
 use super::watched::Watch;
 use crate::config::{Balance, PoolTarget, TargetScheme, UpstreamPool};
+use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryOutcome};
 
 /// Ring points per unit of weight for `balance: hash`.
 const POINTS_PER_WEIGHT: usize = 160;
@@ -221,6 +222,8 @@ pub struct Balancer {
     pub(super) resolve_now: Notify,
     connect_timeout: Duration,
     idle_timeout: Duration,
+    /// Each target's series, by target index (empty without metrics).
+    metrics: Vec<TargetMetrics>,
 }
 
 impl std::fmt::Debug for Balancer {
@@ -243,7 +246,15 @@ impl Balancer {
         previous: Option<&Self>,
         connect_timeout: Duration,
         idle_timeout: Duration,
+        metrics: Option<&TargetFamilies>,
     ) -> Self {
+        let metrics = metrics.map_or_else(Vec::new, |m| {
+            config
+                .targets
+                .iter()
+                .map(|t| m.target(&config.name, &t.url))
+                .collect()
+        });
         let states = previous.map_or_else(Vec::new, |p| {
             p.states
                 .lock()
@@ -261,6 +272,7 @@ impl Balancer {
             resolve_now: Notify::new(),
             connect_timeout,
             idle_timeout,
+            metrics,
             config,
         };
         let mut addresses: Vec<Vec<Option<SocketAddr>>> = Vec::new();
@@ -481,6 +493,24 @@ impl Balancer {
         x
     }
 
+    /// Counts one try on `e` in its target's series.
+    pub fn tried(&self, e: &Endpoint, outcome: TryOutcome, took: Option<Duration>) {
+        if let Some(m) = self.metrics.get(e.target) {
+            m.tried(outcome, took);
+        }
+    }
+
+    /// Endpoints that take requests now.
+    pub fn usable(&self) -> usize {
+        let mut now = None;
+        self.endpoints
+            .load()
+            .list
+            .iter()
+            .filter(|e| e.state.usable(&mut now))
+            .count()
+    }
+
     /// Counts the request in the retry budget.
     pub fn deposit(&self) {
         self.budget.deposit();
@@ -545,6 +575,9 @@ impl Balancer {
         s.ejected_until.store(until, Ordering::Relaxed);
         s.failures.store(0, Ordering::Relaxed);
         s.ejections.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = self.metrics.get(e.target) {
+            m.ejected();
+        }
         tracing::warn!(
             pool = %self.config.name,
             target = %self.config.targets[e.target].url,
@@ -576,6 +609,16 @@ impl Balancer {
             }
         }
         None
+    }
+}
+
+impl PoolHealth for Balancer {
+    fn pool(&self) -> &str {
+        &self.config.name
+    }
+
+    fn usable(&self) -> usize {
+        Balancer::usable(self)
     }
 }
 

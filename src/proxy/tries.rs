@@ -34,6 +34,7 @@ use super::client::UpstreamClient;
 use super::pool::{SendError, copy_head, replayable};
 use super::resolve::{Resolve, resolve_once};
 use crate::config::{PoolTarget, TargetScheme};
+use crate::metrics::targets::TryOutcome;
 use crate::problem::GatewayError;
 
 /// Which try answered, for the access log and the metrics; holds the
@@ -132,9 +133,12 @@ pub async fn send(
         let started = Instant::now();
         match one_try(req, &e, target, https, bound).await {
             Try::Answered(res) => {
+                let took = started.elapsed();
                 if matches!(res.status().as_u16(), 502..=504) {
+                    b.tried(&e, TryOutcome::Unavailable, Some(took));
                     b.failed(&e);
                 } else {
+                    b.tried(&e, TryOutcome::Answered, Some(took));
                     b.succeeded(&e);
                 }
                 let answered = Answered {
@@ -142,12 +146,13 @@ pub async fn send(
                     pool: cfg.name.clone(),
                     target: target.url.clone(),
                     addr: e.addr,
-                    elapsed: started.elapsed(),
+                    elapsed: took,
                     in_flight,
                 };
                 return Ok((res, answered));
             }
             Try::Unsent(message, back) => {
+                b.tried(&e, TryOutcome::ConnectError, None);
                 b.failed(&e);
                 b.resolve_now.notify_one();
                 debug!(pool = %cfg.name, target = %target.url, error = %message, "target unreachable; trying another");
@@ -165,6 +170,12 @@ pub async fn send(
                     // The client's failure, not the target's.
                     return Err(err);
                 }
+                let outcome = if matches!(err, GatewayError::UpstreamTimeout(_)) {
+                    TryOutcome::Timeout
+                } else {
+                    TryOutcome::Failed
+                };
+                b.tried(&e, outcome, None);
                 b.failed(&e);
                 let retry = again.filter(|_| {
                     may_retry && retries < cfg.retries && Instant::now() < deadline && b.withdraw()
