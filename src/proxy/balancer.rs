@@ -310,6 +310,11 @@ impl Balancer {
         self.endpoints.load_full()
     }
 
+    /// Whether the pool has no endpoint (its names not resolved yet).
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.load().list.is_empty()
+    }
+
     /// Whether some target is a name that needs resolving.
     pub fn has_names(&self) -> bool {
         self.config

@@ -125,9 +125,18 @@ impl Pool {
     /// Sends `req` (origin-form URI, `Host` set) on a pooled connection or
     /// a new one, and waits for the response head. See the module docs for
     /// when a request is sent again.
-    pub async fn send(
+    pub async fn send(&self, req: Request<UpstreamBody>) -> Result<Response<Incoming>, SendError> {
+        self.send_with(req, None).await
+    }
+
+    /// [`Self::send`], when the caller keeps a copy of the request's head
+    /// already (`spare`, a pool's try kept for a retry): the keep-alive
+    /// race's second send is copied from it, only when it happens, instead
+    /// of a copy made for every request.
+    pub async fn send_with(
         &self,
         mut req: Request<UpstreamBody>,
+        spare: Option<&Request<UpstreamBody>>,
     ) -> Result<Response<Incoming>, SendError> {
         loop {
             let (conn, reused) = match self.take() {
@@ -140,7 +149,8 @@ impl Pool {
             };
             // The copy costs a header map; only requests that may need it
             // pay for it. Boxed, to keep it out of every request's future.
-            let again = (reused && replayable(&req)).then(|| Box::new(copy_head(&req)));
+            let again =
+                (spare.is_none() && reused && replayable(&req)).then(|| Box::new(copy_head(&req)));
             let read_before = conn.read.load(Ordering::Relaxed);
             let Conn { mut sender, read } = conn;
             match sender.try_send_request(req).await {
@@ -164,6 +174,8 @@ impl Pool {
                     _ => {
                         let e = e.into_error();
                         let unanswered = read.load(Ordering::Relaxed) == read_before;
+                        let again = again
+                            .or_else(|| spare.filter(|_| reused).map(|r| Box::new(copy_head(r))));
                         return match again {
                             // `is_user`: the failure was the request's own.
                             Some(head) if unanswered && !e.is_user() => {

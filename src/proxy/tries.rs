@@ -83,7 +83,7 @@ pub async fn send(
 ) -> Result<(Response<Incoming>, Answered), GatewayError> {
     let cfg = &b.config;
     let deadline = Instant::now() + timeout;
-    if b.endpoints().list.is_empty() {
+    if b.is_empty() {
         // Names not resolved yet (the first request after start).
         resolve_once(b, resolver).await;
     }
@@ -131,7 +131,7 @@ pub async fn send(
         let in_flight = InFlight::start(&e);
         let target = &cfg.targets[e.target];
         let started = Instant::now();
-        match one_try(req, &e, target, https, bound).await {
+        match one_try(req, again.as_ref(), &e, target, https, bound).await {
             Try::Answered(res) => {
                 let took = started.elapsed();
                 if matches!(res.status().as_u16(), 502..=504) {
@@ -197,13 +197,14 @@ pub async fn send(
 /// One try of `req` on `e`, within `bound`.
 async fn one_try(
     mut req: Request<UpstreamBody>,
+    spare: Option<&Request<UpstreamBody>>,
     e: &Endpoint,
     target: &PoolTarget,
     https: Option<&UpstreamClient>,
     bound: Duration,
 ) -> Try {
     match (&e.state.conns, https) {
-        (Some(conns), _) => match tokio::time::timeout(bound, conns.send(req)).await {
+        (Some(conns), _) => match tokio::time::timeout(bound, conns.send_with(req, spare)).await {
             Err(_) => Try::Failed(GatewayError::UpstreamTimeout(bound)),
             Ok(Err(SendError::Connect(message, back))) => Try::Unsent(message, Some(*back)),
             Ok(Err(SendError::Failed(err))) => Try::Failed(failed(&err, None)),
