@@ -445,3 +445,12 @@ async fn spread_through(addr: SocketAddr, n: usize) -> HashMap<String, usize> {
     }
     by
 }
+
+#[tokio::test]
+async fn a_pool_whose_only_target_is_down_answers_502() {
+    let t = Target::start("t0").await;
+    let gw = gateway(&target_list(std::slice::from_ref(&t), &[1])).await;
+    t.kill();
+    let r = send(gw.addr, get("/x", &[])).await;
+    assert_eq!(r.status, 502);
+}

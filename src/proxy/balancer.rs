@@ -395,7 +395,7 @@ impl Balancer {
             return None;
         }
         if list.len() == 1 {
-            return Some(list[0].clone());
+            return (!tried.contains(&tried_key(&list[0]))).then(|| list[0].clone());
         }
         let mut now = None;
         // Usable ones, as a bit set (pools beyond 64 addresses use the
@@ -833,6 +833,15 @@ mod tests {
         e.state.last_ejection_ms.store(0, Ordering::Relaxed);
         assert!(b.failed(&e));
         assert_eq!(e.state.last_ejection_ms.load(Ordering::Relaxed), 100);
+    }
+
+    #[test]
+    fn a_lone_target_is_tried_once() {
+        let b = pool(Balance::LeastRequest, &[1], Eject::default());
+        let mut tried = Tried::new();
+        let e = b.pick(None, &tried).unwrap();
+        mark_tried(&mut tried, &e);
+        assert!(b.pick(None, &tried).is_none());
     }
 
     #[test]
