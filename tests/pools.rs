@@ -454,3 +454,70 @@ async fn a_pool_whose_only_target_is_down_answers_502() {
     let r = send(gw.addr, get("/x", &[])).await;
     assert_eq!(r.status, 502);
 }
+
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_retried_request_is_counted_once_and_logged_once_with_its_tries() {
+    let ts = targets(2).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+upstreams:
+  api:
+{}    balance: round_robin
+    eject: {{ after: 1000 }}
+routes:
+  - name: api
+    upstream: api
+    limits: [ {{ name: per_ip, key: ip, limit: 100, window: 1m }} ]
+",
+        target_list(&ts, &[1, 1])
+    );
+    // The first try goes to t0, which breaks the connection; the retry
+    // to t1 answers.
+    ts[0].set(Mode::Break);
+    let captured = Captured::default();
+    let (writer, flushed) = tollgate::logs::queue(captured.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("tollgate::access=info")
+        .finish();
+    let reply = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let gw = Gateway::start_logging(
+            &yaml,
+            Arc::new(tollgate::clock::SystemClock),
+            Some(tollgate::logs::AccessLog::new(writer, true)),
+        )
+        .await;
+        let r = send(gw.addr, get("/x", &[])).await;
+        gw.stop().await;
+        r
+    };
+    drop(flushed);
+    assert_eq!((reply.status.as_u16(), reply.text().as_str()), (200, "t1"));
+    assert_eq!((ts[0].requests(), ts[1].requests()), (1, 1));
+    // One unit of the limit taken, for two tries.
+    let remaining = reply.header("ratelimit").unwrap_or_default();
+    assert!(remaining.starts_with("\"per_ip\";r=99;"), "{remaining}");
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    let line = &lines[0]["fields"];
+    assert_eq!(line["tries"], 2, "{line}");
+    assert_eq!(line["upstream"], ts[1].url(), "{line}");
+    assert_eq!(line["upstream_addr"], ts[1].addr.to_string(), "{line}");
+}
