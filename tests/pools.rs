@@ -283,12 +283,26 @@ async fn the_retry_budget_caps_retries_when_every_target_fails() {
     );
 }
 
-#[derive(Debug)]
-struct Names(HashMap<String, Vec<std::net::IpAddr>>);
+/// A resolver whose names a test sets, and changes while the gateway runs.
+#[derive(Debug, Clone)]
+struct Names(Arc<std::sync::Mutex<HashMap<String, Vec<std::net::IpAddr>>>>);
+
+impl Names {
+    fn new(name: &str, ips: Vec<std::net::IpAddr>) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(HashMap::from([(
+            name.to_owned(),
+            ips,
+        )]))))
+    }
+
+    fn set(&self, name: &str, ips: Vec<std::net::IpAddr>) {
+        self.0.lock().unwrap().insert(name.to_owned(), ips);
+    }
+}
 
 impl Resolve for Names {
     fn resolve(&self, host: &str, port: u16) -> BoxFuture<'static, io::Result<Vec<SocketAddr>>> {
-        let found = self.0.get(host).map(|ips| {
+        let found = self.0.lock().unwrap().get(host).map(|ips| {
             ips.iter()
                 .map(|ip| SocketAddr::new(*ip, port))
                 .collect::<Vec<_>>()
@@ -303,10 +317,7 @@ impl Resolve for Names {
 async fn a_name_resolving_to_two_addresses_spreads_over_both() {
     let a = Target::start("a").await;
     let b = Target::start_on("b", SocketAddr::new([127, 0, 0, 2].into(), a.addr.port())).await;
-    let names = Names(HashMap::from([(
-        "api.test".to_owned(),
-        vec![a.addr.ip(), b.addr.ip()],
-    )]));
+    let names = Names::new("api.test", vec![a.addr.ip(), b.addr.ip()]);
     let yaml = format!(
         "listen: 127.0.0.1:0
 upstreams:
@@ -520,4 +531,36 @@ routes:
     assert_eq!(line["tries"], 2, "{line}");
     assert_eq!(line["upstream"], ts[1].url(), "{line}");
     assert_eq!(line["upstream_addr"], ts[1].addr.to_string(), "{line}");
+}
+
+#[tokio::test]
+async fn a_connect_failure_resolves_the_name_again() {
+    // The name's only address goes away and another takes its place, as a
+    // pod replaced behind a headless Service.
+    let a = Target::start("a").await;
+    let b = Target::start_on("b", SocketAddr::new([127, 0, 0, 2].into(), a.addr.port())).await;
+    let names = Names::new("api.test", vec![a.addr.ip()]);
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+upstreams:
+  api:
+    targets: [http://api.test:{}]
+routes:
+  - name: api
+    upstream: api
+",
+        a.addr.port()
+    );
+    let gw = Gateway::start_resolving(&yaml, Arc::new(names.clone())).await;
+    assert_eq!(send(gw.addr, get("/x", &[])).await.text(), "a");
+    names.set("api.test", vec![b.addr.ip()]);
+    a.kill();
+    // The next connect fails and asks for a lookup; within a few seconds
+    // (not the 30 s period) the new address serves.
+    wait::until(
+        "the new address answers",
+        Duration::from_secs(5),
+        || async { send(gw.addr, get("/x", &[])).await.text() == "b" },
+    )
+    .await;
 }
