@@ -15,6 +15,13 @@
 //! `upstream_ca`, and HTTP/2 when the upstream offers it by ALPN. Clients
 //! for routes with their own CA are built on first use and cached by the
 //! identity of their TLS settings, which a reload replaces.
+//!
+//! A route naming a pool under `upstreams` forwards through the pool's
+//! [`Balancer`]: each try goes to the target it picks, a target that
+//! cannot be reached costs nothing but a try elsewhere, and idempotent
+//! bodiless requests are retried within the pool's budget (`tries`). The
+//! balancer's names are kept resolved (`resolve`) and its targets checked
+//! (`health`) by tasks that end with it.
 
 use std::net::IpAddr;
 use std::sync::Arc;
