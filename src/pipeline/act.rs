@@ -151,13 +151,16 @@ async fn forward(
     if let Some(m) = rt.route_metrics.get(route.index).and_then(Option::as_ref) {
         m.upstream_response(res.status(), sent.elapsed());
     }
-    // The target stays counted in flight until the body ends.
+    // The target stays counted in flight until the body ends; the access
+    // log (when written) names it.
     let in_flight = answered.map(|a| {
-        res.extensions_mut().insert(Tried {
-            tries: a.tries,
-            target: a.target.clone(),
-            addr: a.addr,
-        });
+        if super::observe::logging(gw.access_log.as_ref()) {
+            res.extensions_mut().insert(Tried {
+                tries: a.tries,
+                target: a.target.clone(),
+                addr: a.addr,
+            });
+        }
         a.in_flight
     });
     // The slots live as long as the response: its body, or the tunnel.

@@ -136,8 +136,14 @@ const ACCESS: &str = "tollgate::access";
 /// gateway has an access log and `RUST_LOG` lets it through (it is often
 /// filtered out, `RUST_LOG=warn`; then no clock is read).
 pub fn started(access_log: Option<&AccessLog>) -> Option<Instant> {
-    (access_log.is_some() && tracing::enabled!(target: ACCESS, tracing::Level::INFO))
-        .then(Instant::now)
+    logging(access_log).then(Instant::now)
+}
+
+/// Whether access-log lines are written now (an access log, and
+/// `RUST_LOG` lets them through): what the forward records only for the
+/// line is skipped otherwise.
+pub fn logging(access_log: Option<&AccessLog>) -> bool {
+    access_log.is_some() && tracing::enabled!(target: ACCESS, tracing::Level::INFO)
 }
 
 /// Counts the request, logs a failed forward by whose fault it was, and

@@ -412,26 +412,22 @@ impl Balancer {
         let all: u128 = if n == 128 { u128::MAX } else { (1 << n) - 1 };
         // Panic threshold: fewer than half usable → all of them.
         let mut candidates = if count * 2 < n { all } else { usable };
-        let mut untried = candidates;
-        for (i, e) in list.iter().enumerate().take(128) {
-            if tried.contains(&tried_key(e)) {
-                untried &= !(1 << i);
-            }
-        }
-        if untried != 0 {
-            candidates = untried;
-        } else {
-            // Every candidate tried: any endpoint not tried yet.
-            let mut rest = all;
+        // A first try (the common case) has nothing to leave out.
+        if !tried.is_empty() {
+            let mut untried_all = all;
             for (i, e) in list.iter().enumerate().take(128) {
                 if tried.contains(&tried_key(e)) {
-                    rest &= !(1 << i);
+                    untried_all &= !(1 << i);
                 }
             }
-            if rest == 0 {
+            if untried_all == 0 {
                 return None;
             }
-            candidates = rest;
+            // Candidates not tried yet, else any endpoint not tried yet.
+            candidates = match candidates & untried_all {
+                0 => untried_all,
+                c => c,
+            };
         }
         let i = match (self.config.balance, key) {
             (Balance::RoundRobin, _) => self.round_robin(&eps, candidates),
