@@ -177,7 +177,7 @@ async fn forward(
             body.add_watch(held::watch(s));
         }
         if let Some(f) = in_flight {
-            body.add_watch(Box::new(f));
+            body.hold(f);
         }
         Either::Left(body)
     }))

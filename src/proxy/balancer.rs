@@ -42,7 +42,6 @@ use tokio::sync::Notify;
 use tower::retry::budget::{Budget, TpsBudget};
 
 use super::pool::Pool;
-use super::watched::Watch;
 use crate::config::{Balance, PoolTarget, TargetScheme, UpstreamPool};
 use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryOutcome};
 
@@ -679,10 +678,6 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-impl Watch for InFlight {
-    fn end(&mut self, _complete: bool) {}
 }
 
 /// Records `tried` as having tried `e`.
