@@ -10,6 +10,7 @@ use http_body_util::{Either, Full};
 
 use super::gateway::{Gateway, Runtime};
 use super::held;
+use super::observe::{self, Tried};
 use crate::config::{Action, Respond, Upstream};
 use crate::decision::slots::Slots;
 use crate::identity;
@@ -66,18 +67,6 @@ fn hash_key(
         }
     }
     Some(proxy::hash_key(key.as_bytes()))
-}
-
-/// Which target of a pool answered, and after how many tries: a response
-/// extension the access log reads.
-#[derive(Debug, Clone)]
-pub struct Tried {
-    /// Tries made, the answering one included.
-    pub tries: u32,
-    /// The answering target, as written.
-    pub target: std::sync::Arc<str>,
-    /// The address it was reached at (`None` for https targets).
-    pub addr: Option<std::net::SocketAddr>,
 }
 
 fn respond(r: &Respond) -> Response<Body> {
@@ -154,7 +143,7 @@ async fn forward(
     // The target stays counted in flight until the body ends; the access
     // log (when written) names it.
     let in_flight = answered.map(|a| {
-        if super::observe::logging(gw.access_log.as_ref()) {
+        if observe::logging(gw.access_log.as_ref()) {
             res.extensions_mut().insert(Tried {
                 tries: a.tries,
                 target: a.target.clone(),

@@ -25,7 +25,6 @@ use std::time::Instant;
 use http::Response;
 use tracing::{debug, warn};
 
-use super::act::Tried;
 use super::exchange::Exchange;
 use crate::decision::shadow::RouteDecision;
 use crate::logs::AccessLog;
@@ -137,6 +136,18 @@ const ACCESS: &str = "tollgate::access";
 /// filtered out, `RUST_LOG=warn`; then no clock is read).
 pub fn started(access_log: Option<&AccessLog>) -> Option<Instant> {
     logging(access_log).then(Instant::now)
+}
+
+/// Which target of a pool answered, and after how many tries: a response
+/// extension the access log reads.
+#[derive(Debug, Clone)]
+pub struct Tried {
+    /// Tries made, the answering one included.
+    pub tries: u32,
+    /// The answering target, as written.
+    pub target: std::sync::Arc<str>,
+    /// The address it was reached at (`None` for https targets).
+    pub addr: Option<std::net::SocketAddr>,
 }
 
 /// Whether access-log lines are written now (an access log, and
