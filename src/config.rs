@@ -46,6 +46,8 @@ pub struct Config {
     pub users: UserConfig,
     /// Timeouts shared by every route.
     pub timeouts: Timeouts,
+    /// Named pools of upstream targets (`upstreams:`), in name order.
+    pub upstreams: Vec<Arc<UpstreamPool>>,
     /// Routes, in match order (the first match wins).
     pub routes: Vec<Route>,
     /// Caps on connections, header and body sizes.
@@ -467,6 +469,127 @@ pub struct Upstream {
     /// default: the credentials are meant for a proxy (RFC 9110 §11.7.4),
     /// and the gateway is the last one an upstream should see them from.
     pub forward_proxy_authorization: bool,
+    /// The pool of targets the route forwards to, when `upstream:` names
+    /// one; `uri` is then its first target's URL, and each try goes to the
+    /// target the pool picks.
+    pub pool: Option<Arc<UpstreamPool>>,
+}
+
+/// `upstreams.NAME`: targets a route forwards to by the pool's name, with
+/// how requests are spread over them and how sick targets are left out.
+#[derive(Debug, Clone)]
+pub struct UpstreamPool {
+    /// The pool's name, as routes name it.
+    pub name: Arc<str>,
+    /// The targets as written (a name stands for every address it resolves to).
+    pub targets: Vec<PoolTarget>,
+    /// How a target is picked.
+    pub balance: Balance,
+    /// For `balance: hash`: the caller's key, as limits write keys.
+    pub hash_key: Option<KeySpec>,
+    /// Active checks, if any.
+    pub health: Option<HealthCheck>,
+    /// Passive ejection.
+    pub eject: Eject,
+    /// Tries after the first for a request that may have reached a target
+    /// (idempotent and bodiless only).
+    pub retries: u32,
+    /// The bound of each try; `None` leaves only the route's timeout.
+    pub per_try_timeout: Option<Duration>,
+    /// TLS settings of `https://` targets with the pool's own CA file.
+    pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+}
+
+/// One target of a pool, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolTarget {
+    /// `scheme://host:port`, as written (the metrics' label).
+    pub url: Arc<str>,
+    /// Which client talks to it.
+    pub scheme: TargetScheme,
+    /// `host:port` (with a default port), for `Host` and SNI of https targets.
+    pub authority: http::uri::Authority,
+    /// The host without brackets: an address, or a name to resolve.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// Its share of requests relative to the others (at least 1).
+    pub weight: u32,
+}
+
+/// The protocol a target is spoken to in; it chooses the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetScheme {
+    /// `http://`: HTTP/1.1 over the pooled keep-alive connections.
+    Http,
+    /// `https://`: TLS with SNI and certificate checks, HTTP/2 by ALPN.
+    Https,
+}
+
+/// How a pool picks a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Balance {
+    /// Power of two choices over in-flight requests, weighted.
+    #[default]
+    LeastRequest,
+    /// Smooth weighted round robin.
+    RoundRobin,
+    /// A consistent hash of the caller's `hash_key`.
+    Hash,
+}
+
+impl Balance {
+    /// Every spelling `balance` accepts, with its value.
+    pub const SPELLINGS: [(&'static str, Self); 3] = [
+        ("least_request", Self::LeastRequest),
+        ("round_robin", Self::RoundRobin),
+        ("hash", Self::Hash),
+    ];
+}
+
+/// `health:` — active checks of every target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// The path asked with `GET`; a 2xx or 3xx passes.
+    pub path: http::uri::PathAndQuery,
+    /// Time between checks of a target.
+    pub interval: Duration,
+    /// How long a check may take.
+    pub timeout: Duration,
+    /// Consecutive failed checks that take a target out.
+    pub unhealthy_after: u32,
+    /// Consecutive passed checks that bring it back.
+    pub healthy_after: u32,
+}
+
+impl HealthCheck {
+    /// `interval: 5s`, `timeout: 1s`, `unhealthy_after: 2`, `healthy_after: 1`.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+    /// See [`Self::DEFAULT_INTERVAL`].
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+}
+
+/// `eject:` — passive ejection of targets that fail requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eject {
+    /// Consecutive failures that take a target out.
+    pub after: u32,
+    /// How long the first ejection lasts; each repeat doubles it, up to 10×.
+    pub duration: Duration,
+    /// At most this share of a pool is ejected at once (percent).
+    pub max_percent: u32,
+}
+
+impl Default for Eject {
+    /// Envoy's outlier detection defaults: 5 failures, 30 s, 10 %; the
+    /// share here is 50 %, so a pool of two or three can eject one.
+    fn default() -> Self {
+        Self {
+            after: 5,
+            duration: Duration::from_secs(30),
+            max_percent: 50,
+        }
+    }
 }
 
 /// A fixed local answer.

@@ -34,6 +34,7 @@ use crate::limit::Verdict;
 use delay::{DelayFamilies, DelayMetrics};
 
 pub mod delay;
+pub mod targets;
 use crate::store::redis::fault::FaultKind;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
@@ -428,6 +429,8 @@ pub struct Metrics {
     client_errors: Family<ClientErrorLabels, Counter>,
     delay: DelayFamilies,
     reloads: Family<ResultLabels, Counter>,
+    /// The series of upstream pools' targets.
+    pub targets: targets::TargetFamilies,
 }
 
 impl Default for Metrics {
@@ -499,8 +502,10 @@ impl Metrics {
             "Configuration reloads by result (success, failure)",
             reloads.clone(),
         );
+        let targets = targets::TargetFamilies::register(&mut registry);
         Self {
             registry,
+            targets,
             store,
             requests,
             unmatched,

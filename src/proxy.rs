@@ -26,13 +26,19 @@
 //! frames of the streamed bodies. A gRPC call's deadline
 //! ([`Deadline`]) bounds the wait for the response head when it is shorter
 //! than the route's timeout.
+//!
+//! A route naming a pool under `upstreams` forwards through the pool's
+//! [`Balancer`]: each try goes to the target it picks, a target that
+//! cannot be reached costs nothing but a try elsewhere, and idempotent
+//! bodiless requests are retried within the pool's budget (`tries`). The
+//! balancer's names are kept resolved (`resolve`) and its targets checked
+//! (`health`) by tasks that end with it.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use tokio_rustls::rustls::ClientConfig;
 
 use bytes::Bytes;
@@ -41,23 +47,28 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
-use crate::config::{Timeouts, Upstream};
+use crate::config::{TargetScheme, Timeouts, Upstream, UpstreamPool};
 use crate::problem::GatewayError;
 
+mod balancer;
 mod body;
+mod client;
 mod counted;
+mod health;
 pub mod io;
 mod pool;
+pub mod resolve;
 pub mod rules;
+mod tries;
 mod watched;
-use body::error_chain;
+pub use balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
 pub use body::{ClientBody, ClientBodyError, UpstreamBody};
+use body::{error_chain, failed};
+use client::{UpstreamClient, build_client};
 pub use counted::BodyBytes;
 pub use pool::Pool;
+pub use tries::Answered;
 pub use watched::{Watch, Watched};
 
 /// Body of every response the gateway sends: streamed from an upstream
@@ -366,8 +377,6 @@ impl Hop<'_> {
     }
 }
 
-type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpstreamBody>;
-
 /// A client for one route's own CA, keyed by the TLS settings it was built
 /// from.
 type CustomClient = (Arc<ClientConfig>, UpstreamClient);
@@ -502,7 +511,9 @@ impl Forwarder {
                 }
                 match tokio::time::timeout(timeout, pool.send(req)).await {
                     Err(_) => Err(expired()),
-                    Ok(Err(pool::SendError::Connect(e))) => Err(GatewayError::UpstreamConnect(e)),
+                    Ok(Err(pool::SendError::Connect(e, _))) => {
+                        Err(GatewayError::UpstreamConnect(e))
+                    }
                     Ok(Err(pool::SendError::Failed(e))) => Err(failed(&e, None)),
                     Ok(Ok(res)) => Ok(res),
                 }
@@ -531,6 +542,86 @@ impl Forwarder {
     }
 }
 
+impl Forwarder {
+    /// Sends the rewritten request to a target of `balancer`'s pool,
+    /// trying others as [`tries`] describes, all within `upstream`'s
+    /// timeout; `key` is the caller's hash for `balance: hash`. Returns the
+    /// response and which try answered it.
+    ///
+    /// # Errors
+    /// As [`Forwarder::send`], for the last try.
+    pub async fn send_to_pool(
+        &self,
+        req: Request<ClientBody>,
+        upstream: &Upstream,
+        balancer: &Balancer,
+        resolver: &dyn resolve::Resolve,
+        key: Option<u64>,
+        max_body: Option<u64>,
+    ) -> Result<(Response<Incoming>, Answered), GatewayError> {
+        let count = req.extensions().get::<BodyBytes>().cloned();
+        let req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
+        let client = self.pool_client(&balancer.config);
+        let (mut res, answered) = Box::pin(tries::send(
+            req,
+            balancer,
+            client.as_deref(),
+            resolver,
+            key,
+            upstream.timeout,
+        ))
+        .await?;
+        strip_hop_by_hop(res.headers_mut());
+        Ok((res, answered))
+    }
+
+    /// The client for a pool's `https://` targets (`None` for `http://`
+    /// ones, which use each endpoint's own connections).
+    fn pool_client(&self, pool: &UpstreamPool) -> Option<std::borrow::Cow<'_, UpstreamClient>> {
+        if pool
+            .targets
+            .first()
+            .is_none_or(|t| t.scheme != TargetScheme::Https)
+        {
+            return None;
+        }
+        Some(match &pool.tls {
+            Some(tls) => std::borrow::Cow::Owned(self.custom_client(tls)),
+            None => std::borrow::Cow::Borrowed(&self.client),
+        })
+    }
+
+    /// The balancer of `pool`, with its background work started: names
+    /// resolved through `resolver`, active checks. `previous` is the same
+    /// pool's balancer in the configuration being replaced, whose targets'
+    /// state carries over.
+    pub fn balancer(
+        &self,
+        pool: Arc<UpstreamPool>,
+        previous: Option<&Balancer>,
+        resolver: &Arc<dyn resolve::Resolve>,
+        metrics: &crate::metrics::Metrics,
+    ) -> Arc<Balancer> {
+        let b = Arc::new(Balancer::new(
+            pool,
+            previous,
+            self.connect_timeout,
+            self.idle_timeout,
+            Some(&metrics.targets),
+        ));
+        let health: std::sync::Weak<dyn crate::metrics::targets::PoolHealth> =
+            Arc::downgrade(&b) as _;
+        metrics.targets.watch(health);
+        resolve::spawn(&b, resolver.clone());
+        health::spawn(
+            &b,
+            self.pool_client(&b.config)
+                .map(std::borrow::Cow::into_owned),
+        );
+        b
+    }
+}
+
 /// The connection pool for `upstream` when it takes the pooled HTTP/1.1
 /// path: a plain `http://` upstream whose route does not pass upgrades.
 pub fn upstream_pool(upstream: &Upstream, timeouts: &Timeouts) -> Option<Pool> {
@@ -543,56 +634,6 @@ pub fn upstream_pool(upstream: &Upstream, timeouts: &Timeouts) -> Option<Pool> {
         timeouts.upstream_connect,
         timeouts.upstream_idle,
     ))
-}
-
-/// A pooled client: HTTP/1.1 and, over TLS, HTTP/2 by ALPN; or, with
-/// `h2c`, HTTP/2 with prior knowledge on every connection.
-fn build_client(
-    tls: &ClientConfig,
-    connect_timeout: Duration,
-    idle_timeout: Duration,
-    h2c: bool,
-) -> UpstreamClient {
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(connect_timeout));
-    http.set_nodelay(true);
-    // The https connector wraps this one and needs `https://` passed down.
-    http.enforce_http(false);
-    let mut config = tls.clone();
-    // The connector sets ALPN itself and insists the list is empty.
-    config.alpn_protocols.clear();
-    let connector = HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(idle_timeout)
-        .pool_max_idle_per_host(256)
-        .http2_only(h2c)
-        .timer(hyper_util::rt::TokioTimer::new())
-        .build(connector)
-}
-
-/// The error of a failed exchange: the client's, when its body failed
-/// (in `e`'s source chain, or left in `fault` by a watched body), else the
-/// upstream's.
-fn failed(
-    e: &(dyn std::error::Error + 'static),
-    fault: Option<&std::sync::OnceLock<ClientBodyError>>,
-) -> GatewayError {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(client) = err.downcast_ref::<ClientBodyError>() {
-            return client.to_gateway_error();
-        }
-        cur = err.source();
-    }
-    match fault.and_then(std::sync::OnceLock::get) {
-        Some(client) => client.to_gateway_error(),
-        None => GatewayError::UpstreamFailed(error_chain(e)),
-    }
 }
 
 #[cfg(test)]
@@ -662,6 +703,7 @@ mod tests {
             tls: None,
             upgrade: false,
             forward_proxy_authorization: false,
+            pool: None,
         };
         assert_eq!(Protocol::of(&up.uri), Protocol::H2c);
         assert!(upstream_pool(&up, &Timeouts::default()).is_none());
@@ -721,6 +763,7 @@ mod tests {
             tls: None,
             upgrade: false,
             forward_proxy_authorization: false,
+            pool: None,
         };
         let user = HeaderName::from_static("x-user");
         let mut req = Request::builder()
@@ -775,6 +818,7 @@ mod tests {
             tls: None,
             upgrade: false,
             forward_proxy_authorization: false,
+            pool: None,
         };
         let request = || {
             Request::builder()

@@ -40,6 +40,8 @@ pub struct Serve {
     pub clock: Arc<dyn Clock>,
     /// Where each request's access-log line goes; none without it.
     pub access_log: Option<AccessWriter>,
+    /// Resolves the names of pools' targets; the system's without it.
+    pub resolver: Option<Arc<dyn crate::proxy::resolve::Resolve>>,
 }
 
 impl Serve {
@@ -51,6 +53,7 @@ impl Serve {
             reload: None,
             clock: Arc::new(SystemClock),
             access_log: None,
+            resolver: None,
         }
     }
 }
@@ -120,11 +123,13 @@ async fn warm_up(gateway: &Gateway) {
 /// # Errors
 /// The gateway cannot be built (see [`Gateway::with_clock`]).
 pub async fn start(config: Config, mut serve: Serve) -> Result<Started, StartError> {
-    let gateway = Arc::new(
-        Gateway::with_clock(config, serve.clock.clone())
-            .await?
-            .with_access_log(serve.access_log.take()),
-    );
+    let mut gateway = Gateway::with_clock(config, serve.clock.clone())
+        .await?
+        .with_access_log(serve.access_log.take());
+    if let Some(resolver) = serve.resolver.take() {
+        gateway = gateway.with_resolver(resolver);
+    }
+    let gateway = Arc::new(gateway);
     Ok(Started { gateway, serve })
 }
 

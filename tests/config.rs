@@ -274,7 +274,7 @@ fn unknown_top_level_field() {
     let src = "listen: 127.0.0.1:0\nlisen: 127.0.0.1:0\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
-        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, users, timeouts, routes, server, access_log, request_id, cors, request_headers, response_headers (line 2, col 1)"#
+        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, users, timeouts, upstreams, routes, server, access_log, request_id, cors, request_headers, response_headers (line 2, col 1)"#
     );
 }
 
@@ -1406,6 +1406,17 @@ fn enum_fields() -> Vec<EnumField> {
             file: |v| format!("listen: 127.0.0.1:0\nheaders: {v}\n{ROUTE}"),
         },
         EnumField {
+            schema_path: "upstreams.*.balance",
+            error_path: "upstreams.api.balance",
+            spellings: names(&tollgate::config::Balance::SPELLINGS),
+            file: |v| {
+                let key = if v == "hash" { ", hash_key: ip" } else { "" };
+                format!(
+                    "listen: 127.0.0.1:0\nupstreams: {{ api: {{ targets: [http://127.0.0.1:1], balance: {v}{key} }} }}\n{ROUTE}"
+                )
+            },
+        },
+        EnumField {
             schema_path: "store.on_error",
             error_path: "store.on_error",
             spellings: names(&OnError::SPELLINGS),
@@ -1741,6 +1752,7 @@ fn every_default_in_the_configuration_reference_is_the_loaders() {
     let base = "listen: 127.0.0.1:0
 store: { redis: { url: \"redis://127.0.0.1:6379\" } }
 users: { jwt: { secret: 0123456789abcdef0123456789abcdef } }
+upstreams: { \"*\": { targets: [ { url: \"http://upstream.test:1\" } ] } }
 routes:
   - name: example
     upstream: http://upstream.test
@@ -2023,5 +2035,85 @@ fn startup_wait() {
     assert_eq!(
         error(&redis(", startup_wait: 2m")),
         r#"store.redis.startup_wait: "2m" is longer than 1m; write at most 1m (line 2, col 53)"#
+    );
+}
+
+#[test]
+fn a_pool_maps_onto_the_model() {
+    let c = valid(
+        "listen: 127.0.0.1:0
+upstreams:
+  api:
+    targets:
+      - http://10.0.0.1:9000
+      - { url: http://10.0.0.2:9000, weight: 2 }
+      - http://api.internal:9000
+    balance: hash
+    hash_key: \"header:x-user\"
+    health: { path: /healthz, interval: 5s, timeout: 1s, unhealthy_after: 3, healthy_after: 2 }
+    eject: { after: 4, for: 10s, max_percent: 30 }
+    retries: 2
+    per_try_timeout: 2s
+routes:
+  - name: api
+    upstream: api
+  - name: one
+    upstream: http://127.0.0.1:0
+",
+    );
+    let pool = &c.upstreams[0];
+    assert_eq!(&*pool.name, "api");
+    let weights: Vec<u32> = pool.targets.iter().map(|t| t.weight).collect();
+    assert_eq!(weights, [1, 2, 1]);
+    assert_eq!(pool.targets[2].host, "api.internal");
+    assert_eq!(pool.balance, tollgate::config::Balance::Hash);
+    assert_eq!(
+        pool.hash_key.as_ref().map(|k| k.parts.clone()),
+        Some(vec![vec![KeySource::Header(header("x-user"))]])
+    );
+    let health = pool.health.as_ref().expect("health");
+    assert_eq!((health.unhealthy_after, health.healthy_after), (3, 2));
+    assert_eq!(pool.eject.after, 4);
+    assert_eq!(pool.eject.duration, Duration::from_secs(10));
+    assert_eq!(pool.eject.max_percent, 30);
+    assert_eq!(
+        (pool.retries, pool.per_try_timeout),
+        (2, Some(Duration::from_secs(2)))
+    );
+    let Action::Upstream(up) = &c.routes[0].action else {
+        panic!("an upstream route")
+    };
+    assert_eq!(up.pool.as_ref().map(|p| &*p.name), Some("api"));
+    let Action::Upstream(up) = &c.routes[1].action else {
+        panic!("an upstream route")
+    };
+    assert!(up.pool.is_none());
+}
+
+#[test]
+fn pool_mistakes_are_named_with_their_place() {
+    let src = "listen: 127.0.0.1:0
+upstreams:
+  empty:
+    targets: []
+  heavy:
+    targets:
+      - { url: http://10.0.0.1:9000, weight: 0 }
+  hashed:
+    targets: [http://10.0.0.1:9000]
+    balance: hash
+    hash_key: \"cookie:sid\"
+routes:
+  - name: api
+    upstream: apii
+";
+    assert_eq!(
+        errors(src),
+        [
+            "upstreams.empty.targets: is empty; a pool needs at least one target (line 4, col 14)",
+            "upstreams.heavy.targets[0].weight: must be at least 1; leave the target out to send it nothing (line 7, col 46)",
+            r#"upstreams.hashed.hash_key: unknown key source "cookie:sid"; expected ip, api_key, user or header:NAME (line 11, col 15)"#,
+            r#"routes[0].upstream: "apii" is neither a URL nor a pool under upstreams (the pools are empty, hashed, heavy); write e.g. http://127.0.0.1:9000 or a pool's name (line 14, col 15)"#,
+        ]
     );
 }

@@ -26,7 +26,8 @@
 //! | `server.rs` | `listen` (with TLS), `server` (caps, sizes, `server.path`), `timeouts`, `access_log` |
 //! | `store.rs` | `store`: Redis and its topologies, `on_error`, `clock`, breaker, deny cache |
 //! | `callers.rs` | `client_ip`, `api_keys`, `plans`, `users` (header, JWT) |
-//! | `routes.rs` | `routes`: match, upstream or respond, cost, `on_error`, shadow |
+//! | `upstreams.rs` | `upstreams`: pools of targets, balance, health checks, ejection, retries |
+//! | `routes.rs` | `routes`: match, upstream (a URL or a pool's name) or respond, cost, `on_error`, shadow |
 //! | `limits.rs` | a route's `limits` and what plans share with them: windows, algorithms, keys |
 //! | `browsers.rs` | `request_id`, `cors`, `request_headers`, `response_headers` (top level and per route) |
 //!
@@ -51,6 +52,7 @@ mod limits;
 mod routes;
 mod server;
 mod store;
+mod upstreams;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -233,8 +235,18 @@ impl Check<'_> {
             Ok(Some(t)) => t.upstream_response,
             _ => Timeouts::default().upstream_response,
         };
+        let upstreams = self.optional(&root.upstreams, "upstreams", Self::upstreams);
+        let pools = routes::Pools {
+            written: upstreams::names(root),
+            checked: upstreams
+                .as_ref()
+                .ok()
+                .cloned()
+                .flatten()
+                .unwrap_or_default(),
+        };
         let routes = self.required(&root.routes, "", "routes", |check, routes, path| {
-            check.routes(routes, path, default_timeout)
+            check.routes(routes, path, default_timeout, &pools)
         });
         self.plan_references(root, &api_keys, &store, &routes);
         let facts = browsers::Facts::new(
@@ -281,6 +293,7 @@ impl Check<'_> {
             api_keys: api_keys?.unwrap_or_default(),
             users: users?.unwrap_or_default(),
             timeouts: timeouts?.unwrap_or_default(),
+            upstreams: upstreams?.unwrap_or_default(),
             routes: routes?,
             server: server?.unwrap_or_default(),
             access_log: access_log?.unwrap_or_default(),

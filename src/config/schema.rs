@@ -19,7 +19,9 @@ use std::borrow::Cow;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
-use super::file::{Cost, CostMap, Field, Flag, Int, Listen, ListenMap, OneOrMany, Root, Text};
+use super::file::{
+    Cost, CostMap, Field, Flag, Int, Listen, ListenMap, OneOrMany, Root, Target, TargetMap, Text,
+};
 
 impl<T: JsonSchema> JsonSchema for Field<T> {
     fn schema_name() -> Cow<'static, str> {
@@ -108,6 +110,23 @@ impl JsonSchema for Listen {
         let addr = generator.subschema_for::<Text>();
         let map = generator.subschema_for::<ListenMap>();
         json_schema!({ "anyOf": [addr, map] })
+    }
+}
+
+impl JsonSchema for Target {
+    fn schema_name() -> Cow<'static, str> {
+        "Target".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        // `http://10.0.0.1:9000` or `{ url, weight }`.
+        let url = generator.subschema_for::<Text>();
+        let map = generator.subschema_for::<TargetMap>();
+        json_schema!({ "anyOf": [url, map] })
     }
 }
 

@@ -10,11 +10,12 @@ use http_body_util::{Either, Full};
 
 use super::gateway::{Gateway, Snapshot};
 use super::held;
+use super::observe::{self, Tried};
 use crate::config::{Action, Respond, Upstream};
 use crate::decision::slots::Slots;
 use crate::identity;
 use crate::problem::GatewayError;
-use crate::proxy::{self, Body, ClientBody, Hop, Secure, Watched};
+use crate::proxy::{self, Balancer, Body, ClientBody, Hop, Secure, Watched};
 use crate::routing::CompiledRoute;
 use crate::upgrade;
 
@@ -37,6 +38,35 @@ pub async fn act(
         Action::Respond(r) => Ok(respond(r)),
         Action::Upstream(up) => forward(gw, rt, route, req, up, peer, slots).await,
     }
+}
+
+/// The caller's hash for a `balance: hash` pool; `None` for other pools
+/// and for a caller without every part of the key, who is balanced by
+/// least request instead of being one "absent" caller on one target.
+fn hash_key(
+    b: &Balancer,
+    cfg: &crate::config::Config,
+    peer: std::net::IpAddr,
+    req: &Request<ClientBody>,
+) -> Option<u64> {
+    let spec = b.config.hash_key.as_ref()?;
+    let idc = identity::IdentityConfig {
+        client_ip: &cfg.client_ip,
+        api_keys: &cfg.api_keys,
+        users: &cfg.users,
+    };
+    let caller = identity::caller(idc, peer, req.headers());
+    let mut key = String::new();
+    for chain in &spec.parts {
+        key.push(',');
+        if !chain
+            .iter()
+            .any(|source| identity::write_source(&mut key, source, &caller))
+        {
+            return None;
+        }
+    }
+    Some(proxy::hash_key(key.as_bytes()))
 }
 
 fn respond(r: &Respond) -> Response<Body> {
@@ -72,6 +102,12 @@ async fn forward(
         },
         user_header: &cfg.users.header,
     };
+    let balancer = rt
+        .route_balancers
+        .get(route.index)
+        .and_then(Option::as_deref);
+    // Read before the rewrite drops what an untrusted peer may not set.
+    let key = balancer.and_then(|b| hash_key(b, cfg, peer, &req));
     proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());
@@ -79,15 +115,46 @@ async fn forward(
     if let Some(u) = &upgrade {
         u.restore(req.headers_mut());
     }
-    let pool = rt.pools.get(route.index).and_then(Option::as_deref);
     let sent = Instant::now();
-    let mut res = gw
-        .forwarder
-        .send(req, up, pool, cfg.server.max_body_size)
-        .await?;
+    let (mut res, answered) = match balancer {
+        Some(b) => {
+            let (res, answered) = gw
+                .forwarder
+                .send_to_pool(
+                    req,
+                    up,
+                    b,
+                    rt.resolver.as_ref(),
+                    key,
+                    cfg.server.max_body_size,
+                )
+                .await?;
+            (res, Some(answered))
+        }
+        None => {
+            let pool = rt.pools.get(route.index).and_then(Option::as_deref);
+            let res = gw
+                .forwarder
+                .send(req, up, pool, cfg.server.max_body_size)
+                .await?;
+            (res, None)
+        }
+    };
     if let Some(m) = rt.route_metrics.get(route.index).and_then(Option::as_ref) {
         m.upstream_response(res.status(), sent.elapsed());
     }
+    // The target stays counted in flight until the body ends; the access
+    // log (when written) names it.
+    let in_flight = answered.map(|a| {
+        if observe::logging(gw.access_log.as_ref()) {
+            res.extensions_mut().insert(Tried {
+                tries: a.tries,
+                target: a.target.clone(),
+                addr: a.addr,
+            });
+        }
+        a.in_flight
+    });
     // The slots live as long as the response: its body, or the tunnel.
     let mut slots = slots.filter(|s| !s.is_empty());
     if let Some(mut u) = upgrade {
@@ -100,6 +167,9 @@ async fn forward(
         let mut body = Watched::new(b);
         if let Some(s) = slots {
             body.add_watch(held::watch(s));
+        }
+        if let Some(f) = in_flight {
+            body.hold(f);
         }
         Either::Left(body)
     }))

@@ -14,7 +14,8 @@ use crate::decision::limiter::Limiter;
 use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
-use crate::proxy::{self, Forwarder};
+use crate::proxy::resolve::{Resolve, SystemResolver};
+use crate::proxy::{self, Balancer, Forwarder};
 use crate::routing::Router;
 use crate::store::StoreError;
 use crate::top::TopOffenders;
@@ -45,12 +46,45 @@ pub struct Snapshot {
     /// Upstream connection pools by route index, for routes that use one
     /// ([`proxy::upstream_pool`]); routes with the same upstream share it.
     pub(super) pools: Vec<Option<Arc<proxy::Pool>>>,
+    /// The balancer of each pool under `upstreams`, in the configuration's
+    /// order.
+    pub(super) balancers: Vec<Arc<Balancer>>,
+    /// By route index: the balancer of the pool the route names, if any.
+    pub(super) route_balancers: Vec<Option<Arc<Balancer>>>,
+    /// Resolves the names of pools' targets.
+    pub(super) resolver: Arc<dyn Resolve>,
     /// API key → plan, static and from the Redis hash.
     pub(super) plans: PlanResolver,
 }
 
 impl Snapshot {
-    fn new(config: Config, metrics: &Metrics) -> Self {
+    fn new(
+        config: Config,
+        metrics: &Metrics,
+        forwarder: &Forwarder,
+        previous: Option<&Self>,
+        resolver: Arc<dyn Resolve>,
+    ) -> Self {
+        let balancers: Vec<Arc<Balancer>> = config
+            .upstreams
+            .iter()
+            .map(|pool| {
+                let before =
+                    previous.and_then(|p| p.balancers.iter().find(|b| b.name() == &*pool.name));
+                forwarder.balancer(pool.clone(), before.map(AsRef::as_ref), &resolver, metrics)
+            })
+            .collect();
+        let route_balancers = config
+            .routes
+            .iter()
+            .map(|r| match &r.action {
+                Action::Upstream(up) => up
+                    .pool
+                    .as_ref()
+                    .and_then(|pool| balancers.iter().find(|b| b.name() == &*pool.name).cloned()),
+                Action::Respond(_) => None,
+            })
+            .collect();
         let router = Router::new(&config);
         let mut by_name = metrics.routes(&config);
         let route_metrics = config
@@ -66,6 +100,9 @@ impl Snapshot {
                 let Action::Upstream(up) = &r.action else {
                     return None;
                 };
+                if up.pool.is_some() {
+                    return None;
+                }
                 let pool = proxy::upstream_pool(up, &config.timeouts)?;
                 let key = pool.authority().as_str().to_ascii_lowercase();
                 if let Some((_, p)) = shared.iter().find(|(k, _)| *k == key) {
@@ -82,6 +119,9 @@ impl Snapshot {
             router,
             route_metrics,
             pools,
+            balancers,
+            route_balancers,
+            resolver,
             plans,
         }
     }
@@ -129,8 +169,11 @@ impl Gateway {
             .with_metrics(metrics.store.clone())
             .with_clock(Arc::clone(&clock));
         let forwarder = Forwarder::new(&config.timeouts)?;
+        let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
         Ok(Self {
-            snapshot: ArcSwap::from_pointee(Snapshot::new(config, &metrics)),
+            snapshot: ArcSwap::from_pointee(Snapshot::new(
+                config, &metrics, &forwarder, None, resolver,
+            )),
             limiter: Arc::new(limiter),
             forwarder,
             clock,
@@ -187,8 +230,39 @@ impl Gateway {
     /// already in flight finish with the configuration they started with.
     /// Counters live in the store and are not touched. See
     /// [`crate::reload`] for what a reload cannot change.
+    ///
+    /// Pools that stay (by name) keep the state of their targets that stay
+    /// — health, ejections, requests in flight, connections.
     pub fn reload(&self, config: Config) {
-        self.snapshot
-            .store(Arc::new(Snapshot::new(config, &self.metrics)));
+        let previous = self.snapshot.load_full();
+        let resolver = previous.resolver.clone();
+        self.snapshot.store(Arc::new(Snapshot::new(
+            config,
+            &self.metrics,
+            &self.forwarder,
+            Some(&previous),
+            resolver,
+        )));
+    }
+
+    /// Resolves the names of pools' targets with `resolver` (the system's
+    /// by default), from now on.
+    #[must_use]
+    pub fn with_resolver(self, resolver: Arc<dyn Resolve>) -> Self {
+        let now = self.snapshot.load_full();
+        self.snapshot.store(Arc::new(Snapshot::new(
+            now.config.clone(),
+            &self.metrics,
+            &self.forwarder,
+            None,
+            resolver,
+        )));
+        self
+    }
+
+    /// Every pool's balancer, in the configuration's order (for
+    /// `/admin/upstreams`).
+    pub fn balancers(&self) -> Vec<Arc<Balancer>> {
+        self.snapshot.load().balancers.clone()
     }
 }

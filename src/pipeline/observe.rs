@@ -9,7 +9,9 @@
 //! *kind* of identity the caller presented ([`IdentityKind`]), never its
 //! value —, `decision` ([`AccessDecision`]), `latency_ms` (to the response
 //! head; a streamed body may take longer) and `request_id` (the id the
-//! response carries, [`crate::request_id`]). The request path is left out on
+//! response carries, [`crate::request_id`]); for routes to a pool also
+//! `upstream` (the target that answered, as written), `upstream_addr` and
+//! `tries`. The request path is left out on
 //! purpose: paths carry tokens and user ids often enough. `main` renders
 //! the events as text or JSON (`--log-format`); `RUST_LOG` filters them
 //! like any other target (`tollgate::access=off` silences them).
@@ -136,8 +138,26 @@ const ACCESS: &str = "tollgate::access";
 /// gateway has an access log and `RUST_LOG` lets it through (it is often
 /// filtered out, `RUST_LOG=warn`; then no clock is read).
 pub fn started(access_log: Option<&AccessWriter>) -> Option<Instant> {
-    (access_log.is_some() && tracing::enabled!(target: ACCESS, tracing::Level::INFO))
-        .then(Instant::now)
+    logging(access_log).then(Instant::now)
+}
+
+/// Which target of a pool answered, and after how many tries: a response
+/// extension the access log reads.
+#[derive(Debug, Clone)]
+pub struct Tried {
+    /// Tries made, the answering one included.
+    pub tries: u32,
+    /// The answering target, as written.
+    pub target: std::sync::Arc<str>,
+    /// The address it was reached at (`None` for https targets).
+    pub addr: Option<std::net::SocketAddr>,
+}
+
+/// Whether access-log lines are written now (an access log, and
+/// `RUST_LOG` lets them through): what the forward records only for the
+/// line is skipped otherwise.
+pub fn logging(access_log: Option<&AccessWriter>) -> bool {
+    access_log.is_some() && tracing::enabled!(target: ACCESS, tracing::Level::INFO)
 }
 
 /// Counts the request, logs a failed forward by whose fault it was, and
@@ -192,6 +212,20 @@ pub fn record(
                 "request_id",
                 ex.request_id.as_ref().and_then(|v| v.to_str().ok()),
             );
+        // Only for routes to a pool: the target that answered and how
+        // many tries it took (a retried request is one line).
+        if let Some(tried) = answer
+            .as_ref()
+            .ok()
+            .and_then(|r| r.extensions().get::<Tried>())
+        {
+            line = line
+                .str("upstream", &tried.target)
+                .u64("tries", u64::from(tried.tries));
+            if let Some(addr) = tried.addr {
+                line = line.str("upstream_addr", &addr.to_string());
+            }
+        }
         // Absent unless `access_log.replay` is on.
         if let Some(r) = &ex.recording {
             line = line

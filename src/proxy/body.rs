@@ -245,3 +245,23 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+/// The error of a failed exchange: the client's, when its body failed
+/// (in `e`'s source chain, or left in `fault` by a watched body), else the
+/// upstream's.
+pub(super) fn failed(
+    e: &(dyn std::error::Error + 'static),
+    fault: Option<&std::sync::OnceLock<ClientBodyError>>,
+) -> GatewayError {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(client) = err.downcast_ref::<ClientBodyError>() {
+            return client.to_gateway_error();
+        }
+        cur = err.source();
+    }
+    match fault.and_then(std::sync::OnceLock::get) {
+        Some(client) => client.to_gateway_error(),
+        None => GatewayError::UpstreamFailed(error_chain(e)),
+    }
+}

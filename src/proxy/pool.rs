@@ -30,6 +30,7 @@
 //! most [`MAX_IDLE`] are kept. https upstreams and routes that pass
 //! upgrades through keep the general client (TLS, ALPN, HTTP/2, upgrades).
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -52,8 +53,10 @@ pub const MAX_IDLE: usize = 256;
 /// Why a request could not be exchanged.
 #[derive(Debug)]
 pub enum SendError {
-    /// No connection could be made.
-    Connect(String),
+    /// No connection could be made, or a new one failed before a byte of
+    /// the request was written: nothing reached the upstream, and the
+    /// request comes back to be sent elsewhere.
+    Connect(String, Box<Request<UpstreamBody>>),
     /// The exchange failed after the request was handed to a connection.
     Failed(hyper::Error),
 }
@@ -72,6 +75,9 @@ struct Idle {
 /// The connections to one upstream.
 pub struct Pool {
     authority: Authority,
+    /// The address connections go to; `None` resolves the authority's host
+    /// on each connect.
+    addr: Option<SocketAddr>,
     connect_timeout: Duration,
     idle_timeout: Duration,
     idle: Mutex<Vec<Idle>>,
@@ -91,9 +97,23 @@ impl Pool {
     pub fn new(authority: Authority, connect_timeout: Duration, idle_timeout: Duration) -> Self {
         Self {
             authority,
+            addr: None,
             connect_timeout,
             idle_timeout,
             idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The pool of one resolved address of `authority` (a pool's target).
+    pub fn to_addr(
+        authority: Authority,
+        addr: SocketAddr,
+        connect_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> Self {
+        Self {
+            addr: Some(addr),
+            ..Self::new(authority, connect_timeout, idle_timeout)
         }
     }
 
@@ -105,19 +125,32 @@ impl Pool {
     /// Sends `req` (origin-form URI, `Host` set) on a pooled connection or
     /// a new one, and waits for the response head. See the module docs for
     /// when a request is sent again.
-    pub async fn send(
+    pub async fn send(&self, req: Request<UpstreamBody>) -> Result<Response<Incoming>, SendError> {
+        self.send_with(req, None).await
+    }
+
+    /// [`Self::send`], when the caller keeps a copy of the request's head
+    /// already (`spare`, a pool's try kept for a retry): the keep-alive
+    /// race's second send is copied from it, only when it happens, instead
+    /// of a copy made for every request.
+    pub async fn send_with(
         &self,
         mut req: Request<UpstreamBody>,
+        spare: Option<&Request<UpstreamBody>>,
     ) -> Result<Response<Incoming>, SendError> {
         loop {
             let (conn, reused) = match self.take() {
                 Some(c) => (c, true),
                 // Boxed: connecting is rare and its future is large.
-                None => (Box::pin(self.connect()).await?, false),
+                None => match Box::pin(self.connect()).await {
+                    Ok(c) => (c, false),
+                    Err(e) => return Err(SendError::Connect(e, Box::new(req))),
+                },
             };
             // The copy costs a header map; only requests that may need it
             // pay for it. Boxed, to keep it out of every request's future.
-            let again = (reused && replayable(&req)).then(|| Box::new(copy_head(&req)));
+            let again =
+                (spare.is_none() && reused && replayable(&req)).then(|| Box::new(copy_head(&req)));
             let read_before = conn.read.load(Ordering::Relaxed);
             let Conn { mut sender, read } = conn;
             match sender.try_send_request(req).await {
@@ -127,12 +160,22 @@ impl Pool {
                 }
                 Err(mut e) => match e.take_message() {
                     // Never written: the connection was closing when it was
-                    // taken. Another one gets it; a fresh connection's
-                    // failure is final.
+                    // taken. Another one gets it.
                     Some(back) if reused => req = back,
+                    // A fresh connection that failed before writing (reset
+                    // as it opened): the upstream saw nothing.
+                    Some(back) => {
+                        let e = e.into_error();
+                        return Err(SendError::Connect(
+                            format!("{}: {e}", self.authority),
+                            Box::new(back),
+                        ));
+                    }
                     _ => {
                         let e = e.into_error();
                         let unanswered = read.load(Ordering::Relaxed) == read_before;
+                        let again = again
+                            .or_else(|| spare.filter(|_| reused).map(|r| Box::new(copy_head(r))));
                         return match again {
                             // `is_user`: the failure was the request's own.
                             Some(head) if unanswered && !e.is_user() => {
@@ -156,7 +199,10 @@ impl Pool {
         &self,
         req: Request<UpstreamBody>,
     ) -> Result<Response<Incoming>, SendError> {
-        let Conn { mut sender, read } = self.connect().await?;
+        let Conn { mut sender, read } = match self.connect().await {
+            Ok(c) => c,
+            Err(e) => return Err(SendError::Connect(e, Box::new(req))),
+        };
         match sender.send_request(req).await {
             Ok(res) => {
                 self.put(Conn { sender, read });
@@ -207,7 +253,7 @@ impl Pool {
         }
     }
 
-    async fn connect(&self) -> Result<Conn, SendError> {
+    async fn connect(&self) -> Result<Conn, String> {
         let host = self.authority.host();
         // `[::1]` in a URI is `::1` to the resolver.
         let host = host
@@ -215,19 +261,21 @@ impl Pool {
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
         let port = self.authority.port_u16().unwrap_or(80);
-        let stream = match tokio::time::timeout(
-            self.connect_timeout,
-            TcpStream::connect((host, port)),
-        )
-        .await
-        {
+        let connecting = async {
+            match self.addr {
+                Some(addr) => TcpStream::connect(addr).await,
+                None => TcpStream::connect((host, port)).await,
+            }
+        };
+        let stream = match tokio::time::timeout(self.connect_timeout, connecting).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(SendError::Connect(format!("{}: {e}", self.authority))),
+            Ok(Err(e)) => return Err(format!("{}: {e}", self.describe())),
             Err(_) => {
-                return Err(SendError::Connect(format!(
+                return Err(format!(
                     "{}: connect timed out after {:?}",
-                    self.authority, self.connect_timeout
-                )));
+                    self.describe(),
+                    self.connect_timeout
+                ));
             }
         };
         let _ = stream.set_nodelay(true);
@@ -239,7 +287,7 @@ impl Pool {
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| SendError::Connect(format!("{}: {e}", self.authority)))?;
+            .map_err(|e| format!("{}: {e}", self.describe()))?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 debug!(error = %e, "upstream connection ended with an error");
@@ -247,18 +295,28 @@ impl Pool {
         });
         Ok(Conn { sender, read })
     }
+
+    /// The authority, and the address when it is pinned to one.
+    fn describe(&self) -> String {
+        match self.addr {
+            Some(addr) if addr.to_string() != self.authority.as_str() => {
+                format!("{} ({addr})", self.authority)
+            }
+            _ => self.authority.to_string(),
+        }
+    }
 }
 
 /// Whether `req` may be sent a second time: an idempotent method (GET,
 /// HEAD, OPTIONS, TRACE, PUT, DELETE; RFC 9110 §9.2.2) and no body, so
 /// there is nothing that was consumed by the first attempt.
-fn replayable(req: &Request<UpstreamBody>) -> bool {
+pub fn replayable(req: &Request<UpstreamBody>) -> bool {
     req.method().is_idempotent() && req.body().is_end_stream()
 }
 
 /// The head of `req` with an empty body, to send again. Extensions are not
 /// copied: the HTTP/1.1 client reads none.
-fn copy_head(req: &Request<UpstreamBody>) -> Request<UpstreamBody> {
+pub fn copy_head(req: &Request<UpstreamBody>) -> Request<UpstreamBody> {
     let mut head = Request::new(UpstreamBody::empty());
     *head.method_mut() = req.method().clone();
     *head.uri_mut() = req.uri().clone();

@@ -19,6 +19,8 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use super::balancer::InFlight;
+
 /// Told what a [`Watched`] body passes on.
 pub trait Watch: Send + Sync + 'static {
     /// A data frame of `len` bytes went to the client.
@@ -35,6 +37,10 @@ pub struct Watched {
     inner: Incoming,
     /// Empty (no allocation) for most responses.
     watches: Vec<Box<dyn Watch>>,
+    /// A pool target's count of requests in flight, held until the body
+    /// ends or is dropped: kept here rather than as a [`Watch`], so the
+    /// requests to pools pay no allocation for it.
+    in_flight: Option<InFlight>,
 }
 
 impl std::fmt::Debug for Watched {
@@ -52,7 +58,13 @@ impl Watched {
         Self {
             inner,
             watches: Vec::new(),
+            in_flight: None,
         }
+    }
+
+    /// Counts the request in flight on its pool target until the body ends.
+    pub fn hold(&mut self, in_flight: InFlight) {
+        self.in_flight = Some(in_flight);
     }
 
     /// Adds `watch` to those told about this body, from its next frame on.
@@ -62,6 +74,7 @@ impl Watched {
 
     /// Tells every watch the body ended, once: the list is emptied.
     fn end(&mut self, complete: bool) {
+        self.in_flight = None;
         for mut w in self.watches.drain(..) {
             w.end(complete);
         }
@@ -85,6 +98,11 @@ impl Body for Watched {
         let this = self.get_mut();
         let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
         if this.watches.is_empty() {
+            if this.in_flight.is_some()
+                && (this.inner.is_end_stream() || !matches!(polled, Some(Ok(_))))
+            {
+                this.in_flight = None;
+            }
             return Poll::Ready(polled);
         }
         match &polled {

@@ -248,6 +248,29 @@ impl Gateway {
         clock: Arc<dyn tollgate::clock::Clock>,
         access_log: Option<tollgate::logs::AccessWriter>,
     ) -> Gateway {
+        Self::start_with(yaml, clock, access_log, None).await
+    }
+
+    /// Starts a gateway whose pools resolve names with `resolver`.
+    pub async fn start_resolving(
+        yaml: &str,
+        resolver: Arc<dyn tollgate::proxy::resolve::Resolve>,
+    ) -> Gateway {
+        Self::start_with(
+            yaml,
+            Arc::new(tollgate::clock::SystemClock),
+            None,
+            Some(resolver),
+        )
+        .await
+    }
+
+    async fn start_with(
+        yaml: &str,
+        clock: Arc<dyn tollgate::clock::Clock>,
+        access_log: Option<tollgate::logs::AccessWriter>,
+        resolver: Option<Arc<dyn tollgate::proxy::resolve::Resolve>>,
+    ) -> Gateway {
         let config = tollgate::config::load::parse_str(yaml)
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -258,6 +281,7 @@ impl Gateway {
         let serve = tollgate::server::Serve {
             clock,
             access_log,
+            resolver,
             ..tollgate::server::Serve::on(vec![listener])
         };
         let started = start_connected(config, serve).await;

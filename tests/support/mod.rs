@@ -8,4 +8,5 @@ pub mod gateway;
 pub mod pki;
 pub mod redis;
 pub mod redis_topologies;
+pub mod targets;
 pub mod wait;

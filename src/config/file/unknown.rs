@@ -9,8 +9,9 @@ use yaml_serde::Value;
 
 use super::leaf::tidy;
 use super::mappings::{
-    ApiKeys, Breaker, ClientIp, Jwt, Limit, Match, PlanLimit, Reconnect, Redis, RedisTls, Respond,
-    Root, Route, Sentinel, Server, ServerPath, Store, Timeouts, Users,
+    ApiKeys, Breaker, ClientIp, Eject, Health, Jwt, Limit, Match, PlanLimit, Reconnect, Redis,
+    RedisTls, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Timeouts, UpstreamPool,
+    Users,
 };
 use crate::config::position::{child_index, child_key};
 
@@ -91,6 +92,9 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         ["timeouts"] => fields_of::<Timeouts>(),
         ["server"] => fields_of::<Server>(),
         ["server", "path"] => fields_of::<ServerPath>(),
+        ["upstreams", _] => fields_of::<UpstreamPool>(),
+        ["upstreams", _, "health"] => fields_of::<Health>(),
+        ["upstreams", _, "eject"] => fields_of::<Eject>(),
         ["routes"] => fields_of::<Route>(),
         ["routes", "match"] => fields_of::<Match>(),
         ["routes", "respond"] => fields_of::<Respond>(),

@@ -354,7 +354,7 @@ impl Check<'_> {
         Ok(())
     }
 
-    fn key(&mut self, key: &OneOrMany<Text>, path: &str) -> Checked<KeySpec> {
+    pub(super) fn key(&mut self, key: &OneOrMany<Text>, path: &str) -> Checked<KeySpec> {
         let parts = self.each(key, path, text(parse_key_chain))?;
         if parts.is_empty() {
             return Err(self.value_error(path, "needs at least one source, e.g. ip"));

@@ -12,12 +12,21 @@ use http::{HeaderValue, Method, StatusCode, Uri};
 use super::check::{Check, Checked, Reported, choice, int, leaf, parse_timeout, positive, text};
 use crate::config::file::{self, Field, Flag, Text};
 use crate::config::position::child_key;
-use crate::config::{Action, OnError, PathMatch, Respond, Route, RouteMatch, Upstream};
+use crate::config::{
+    Action, OnError, PathMatch, Respond, Route, RouteMatch, TargetScheme, Upstream, UpstreamPool,
+};
 use crate::target::{EscapedSlashes, PathRules};
 
 /// How many requests of a route may wait at once on one gateway for its
 /// `on_limit: delay` limits when `max_queue` is not written.
 pub const DEFAULT_MAX_QUEUE: usize = 100;
+
+/// The pools routes may name: as written (to tell an unknown name from a
+/// pool with errors) and as checked.
+pub(super) struct Pools<'a> {
+    pub(super) written: Vec<&'a str>,
+    pub(super) checked: Vec<Arc<UpstreamPool>>,
+}
 
 impl Check<'_> {
     pub(super) fn routes(
@@ -25,12 +34,13 @@ impl Check<'_> {
         routes: &[Field<file::Route>],
         path: &str,
         default_timeout: Duration,
+        pools: &Pools<'_>,
     ) -> Checked<Vec<Route>> {
         if routes.is_empty() {
             return Err(self.value_error(path, "needs at least one route"));
         }
         let checked = self.list(routes, path, |check, route, path| {
-            check.route(route, path, default_timeout)
+            check.route(route, path, default_timeout, pools)
         });
         let unique = self.unique(routes, |route| &route.name, path, "route name");
         unique?;
@@ -42,10 +52,11 @@ impl Check<'_> {
         route: &file::Route,
         path: &str,
         default_timeout: Duration,
+        pools: &Pools<'_>,
     ) -> Checked<Route> {
         let name = self.required(&route.name, path, "name", text(parse_route_name));
         let matcher = self.optional(&route.matcher, &child_key(path, "match"), Self::matcher);
-        let action = self.action(route, path, default_timeout);
+        let action = self.action(route, path, default_timeout, pools);
         let cost = self.optional(&route.cost, &child_key(path, "cost"), positive);
         let limits = self.optional(
             &route.limits,
@@ -93,11 +104,33 @@ impl Check<'_> {
         route: &file::Route,
         path: &str,
         default_timeout: Duration,
+        pools: &Pools<'_>,
     ) -> Checked<Action> {
         let upstream_path = child_key(path, "upstream");
         let respond_path = child_key(path, "respond");
         let timeout_path = child_key(path, "timeout");
-        let upstream = self.optional(&route.upstream, &upstream_path, text(parse_upstream));
+        let upstream = self.optional(&route.upstream, &upstream_path, |check, t, path| {
+            check.destination(t, path, pools)
+        });
+        let named_pool = matches!(&upstream, Ok(Some((_, Some(_)))));
+        if named_pool && matches!(route.upgrade, Field::Valid(file::Flag(true))) {
+            let up_path = child_key(path, "upgrade");
+            let pos = self.positions.key(&up_path);
+            self.push(
+                &up_path,
+                "applies only to URL upstreams; a pool does not pass upgrades through",
+                pos,
+            );
+        }
+        if named_pool && !route.upstream_ca.is_absent() {
+            let ca_path = child_key(path, "upstream_ca");
+            let pos = self.positions.key(&ca_path);
+            self.push(
+                &ca_path,
+                "applies only to URL upstreams; a pool's https targets take the pool's ca",
+                pos,
+            );
+        }
         let respond = self.optional(&route.respond, &respond_path, Self::respond);
         let timeout = self.optional(&route.timeout, &timeout_path, text(parse_timeout));
         let ca_path = child_key(path, "upstream_ca");
@@ -124,8 +157,9 @@ impl Check<'_> {
         );
         self.one_action(route, path)?;
         match (upstream?, respond?) {
-            (Some(uri), _) => Ok(Action::Upstream(Upstream {
+            (Some((uri, pool)), _) => Ok(Action::Upstream(Upstream {
                 uri,
+                pool,
                 timeout: timeout?.unwrap_or(default_timeout),
                 tls: tls?,
                 upgrade: upgrade?.is_some_and(|file::Flag(b)| b),
@@ -136,6 +170,46 @@ impl Check<'_> {
             // Both absent is reported by `one_action`.
             (None, None) => Err(Reported),
         }
+    }
+
+    /// `upstream:` — a URL, or the name of a pool (its first target's URL
+    /// stands for the pool where one URL is needed).
+    fn destination(
+        &mut self,
+        written: &Text,
+        path: &str,
+        pools: &Pools<'_>,
+    ) -> Checked<(Uri, Option<Arc<UpstreamPool>>)> {
+        let s = written.0.as_str();
+        if super::upstreams::is_url(s) || !pools.written.contains(&s) && s.contains(':') {
+            return text(parse_upstream)(self, written, path).map(|u| (u, None));
+        }
+        if !pools.written.contains(&s) {
+            let known = if pools.written.is_empty() {
+                "no pools are defined under upstreams".to_owned()
+            } else {
+                format!("the pools are {}", pools.written.join(", "))
+            };
+            return Err(self.value_error(
+                path,
+                format!("{s:?} is neither a URL nor a pool under upstreams ({known}); write e.g. http://127.0.0.1:9000 or a pool's name"),
+            ));
+        }
+        // A pool with errors of its own has reported them.
+        let pool = pools
+            .checked
+            .iter()
+            .find(|p| &*p.name == s)
+            .ok_or(Reported)?;
+        let first = pool.targets.first().ok_or(Reported)?;
+        let scheme = match first.scheme {
+            TargetScheme::Http => "http",
+            TargetScheme::Https => "https",
+        };
+        let uri = format!("{scheme}://{}", first.authority)
+            .parse()
+            .map_err(|_| Reported)?;
+        Ok((uri, Some(pool.clone())))
     }
 
     /// `upstream_ca`: a CA file for an `https://` upstream, read now (a
