@@ -198,6 +198,36 @@ fn tab_in_error(src: &str, pos: Pos, message: &str) -> Option<Pos> {
     None
 }
 
+/// What the browser fields are checked against: the header style and the
+/// names the gateway owns, each the file's where it is valid, else the
+/// default.
+fn browser_facts(
+    headers: &Checked<Option<HeaderMode>>,
+    request_id: &Checked<Option<RequestIdConfig>>,
+    api_keys: &Checked<Option<ApiKeyConfig>>,
+    users: &Checked<Option<super::UserConfig>>,
+) -> browsers::Facts {
+    browsers::Facts::new(
+        *headers
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .unwrap_or(&HeaderMode::default()),
+        match request_id {
+            Ok(Some(r)) => r.header.clone(),
+            _ => RequestIdConfig::default().header,
+        },
+        match api_keys {
+            Ok(Some(k)) => k.header.clone(),
+            _ => ApiKeyConfig::default().header,
+        },
+        match users {
+            Ok(Some(u)) => u.header.clone(),
+            _ => super::UserConfig::default().header,
+        },
+    )
+}
+
 impl Check<'_> {
     /// The whole file: every section, then the rules that span sections.
     fn config(&mut self, root: &file::Root) -> Checked<Config> {
@@ -249,34 +279,12 @@ impl Check<'_> {
             check.routes(routes, path, default_timeout, &pools)
         });
         self.plan_references(root, &api_keys, &store, &routes);
-        let facts = browsers::Facts::new(
-            *headers
-                .as_ref()
-                .ok()
-                .and_then(Option::as_ref)
-                .unwrap_or(&HeaderMode::default()),
-            match &request_id {
-                Ok(Some(r)) => r.header.clone(),
-                _ => RequestIdConfig::default().header,
-            },
-            match &api_keys {
-                Ok(Some(k)) => k.header.clone(),
-                _ => ApiKeyConfig::default().header,
-            },
-            match &users {
-                Ok(Some(u)) => u.header.clone(),
-                _ => super::UserConfig::default().header,
-            },
-        );
+        let facts = browser_facts(&headers, &request_id, &api_keys, &users);
         let defaults = self.browser_defaults(root, &facts);
         let mut routes = routes;
         let browsers = self.routes_browsers(root, &routes, &defaults, &facts);
         if let (Ok(routes), Ok(browsers)) = (&mut routes, browsers) {
-            for (route, b) in routes.iter_mut().zip(browsers) {
-                route.cors = b.cors;
-                route.request_headers = b.request_headers;
-                route.response_headers = b.response_headers;
-            }
+            browsers::attach(routes, browsers);
         }
         let top_cors = defaults
             .cors

@@ -31,15 +31,15 @@
 //! help. While the link is down a decision in the behind state is counted
 //! as the failed call it would have been (errors, breaker).
 //!
-//! `sync` mode (docs/design.md#sync-mode): limits with a `sync` interval are decided in
-//! process by [`SyncTable`] against the fleet's totals, and a task started
-//! by the first such decision exchanges their counts with Redis every
-//! interval ([`sync`] has the design and its bound). The failure policy is
-//! the one above: while Redis is down, the breaker open, an exchange has
-//! failed or a fallback decision was made, the counts held are stale and
-//! `on_error` decides; a decision that finds them so asks the task for an
-//! exchange at once (after the outage's push) and waits for it at most the
-//! store's timeout, as it would wait for the push in exact mode.
+//! `sync` mode (docs/design.md#sync-mode): limits with a `sync` interval
+//! are decided in process by [`SyncTable`] against the fleet's totals, and
+//! a task started by the first such decision exchanges their counts with
+//! Redis every interval ([`sync`] has the design and its bound). The
+//! failure policy is the one above: while Redis is down, the breaker open,
+//! an exchange has failed or a fallback decision was made, the counts are
+//! stale and `on_error` decides; a decision that finds them so asks the
+//! task for an exchange at once (after the outage's push) and waits for it
+//! at most the store's timeout, as it waits for the push in exact mode.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -235,10 +235,8 @@ impl Limiter {
     /// Whether the store answered (Redis connected, script loaded) within
     /// `timeout`; true at once without Redis. Serving waits on it.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        match &self.redis {
-            Some(r) => r.wait_ready(timeout).await,
-            None => true,
-        }
+        let Some(r) = &self.redis else { return true };
+        r.wait_ready(timeout).await
     }
 
     /// Records store latency, errors and the fallback state in `metrics`.

@@ -33,7 +33,7 @@ use super::body::{UpstreamBody, error_chain, failed};
 use super::client::UpstreamClient;
 use super::pool::{SendError, copy_head, replayable};
 use super::resolve::{Resolve, resolve_once};
-use crate::config::{PoolTarget, TargetScheme};
+use crate::config::{PoolTarget, TargetScheme, UpstreamPool};
 use crate::metrics::targets::TryOutcome;
 use crate::problem::GatewayError;
 
@@ -92,21 +92,7 @@ pub async fn send(
     if may_retry {
         b.deposit();
     }
-    let https_pool = cfg
-        .targets
-        .first()
-        .is_some_and(|t| t.scheme == TargetScheme::Https);
-    if !https_pool {
-        origin_form(&mut req);
-        if !req.headers().contains_key(HOST)
-            && let Some(h) = cfg
-                .targets
-                .first()
-                .and_then(|t| HeaderValue::from_str(t.authority.as_str()).ok())
-        {
-            req.headers_mut().insert(HOST, h);
-        }
-    }
+    let https_pool = prepare_head(&mut req, cfg);
     let mut tried = Tried::new();
     let mut tries = 0u32;
     let mut retries = 0u32;
@@ -134,13 +120,7 @@ pub async fn send(
         match one_try(req, again.as_ref(), &e, target, https, bound).await {
             Try::Answered(res) => {
                 let took = started.elapsed();
-                if matches!(res.status().as_u16(), 502..=504) {
-                    b.tried(&e, TryOutcome::Unavailable, Some(took));
-                    b.failed(&e);
-                } else {
-                    b.tried(&e, TryOutcome::Answered, Some(took));
-                    b.succeeded(&e);
-                }
+                record_answer(b, &e, res.status(), took);
                 let answered = Answered {
                     tries,
                     pool: cfg.name.clone(),
@@ -163,17 +143,8 @@ pub async fn send(
                 }
             }
             Try::Failed(err) => {
-                if !matches!(
-                    err,
-                    GatewayError::UpstreamFailed(_) | GatewayError::UpstreamTimeout(_)
-                ) {
-                    // The client's failure, not the target's.
+                let Some(outcome) = target_failure(&err) else {
                     return Err(err);
-                }
-                let outcome = if matches!(err, GatewayError::UpstreamTimeout(_)) {
-                    TryOutcome::Timeout
-                } else {
-                    TryOutcome::Failed
                 };
                 b.tried(&e, outcome, None);
                 b.failed(&e);
@@ -191,6 +162,52 @@ pub async fn send(
                 }
             }
         }
+    }
+}
+
+/// Makes `req` fit the pool's targets: plain `http://` ones take the
+/// origin form and the first target's authority as `Host` when the request
+/// names none. Whether the pool's targets are `https://` (their client
+/// takes the absolute form as it is).
+fn prepare_head(req: &mut Request<UpstreamBody>, cfg: &UpstreamPool) -> bool {
+    let https_pool = cfg
+        .targets
+        .first()
+        .is_some_and(|t| t.scheme == TargetScheme::Https);
+    if !https_pool {
+        origin_form(req);
+        if !req.headers().contains_key(HOST)
+            && let Some(h) = cfg
+                .targets
+                .first()
+                .and_then(|t| HeaderValue::from_str(t.authority.as_str()).ok())
+        {
+            req.headers_mut().insert(HOST, h);
+        }
+    }
+    https_pool
+}
+
+/// Records an answer of `e` that took `took`: a 502, 503 or 504 counts
+/// against the target (a sick target, or one behind a sick proxy), any
+/// other status for it.
+fn record_answer(b: &Balancer, e: &Endpoint, status: http::StatusCode, took: Duration) {
+    if matches!(status.as_u16(), 502..=504) {
+        b.tried(e, TryOutcome::Unavailable, Some(took));
+        b.failed(e);
+    } else {
+        b.tried(e, TryOutcome::Answered, Some(took));
+        b.succeeded(e);
+    }
+}
+
+/// How a failed try counts against its target; `None` when the failure
+/// is the client's (its body), not the target's.
+fn target_failure(err: &GatewayError) -> Option<TryOutcome> {
+    match err {
+        GatewayError::UpstreamTimeout(_) => Some(TryOutcome::Timeout),
+        GatewayError::UpstreamFailed(_) => Some(TryOutcome::Failed),
+        _ => None,
     }
 }
 

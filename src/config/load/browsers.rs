@@ -592,3 +592,12 @@ mod tests {
         }
     }
 }
+
+/// Gives each route the CORS policy and header rules checked for it.
+pub(super) fn attach(routes: &mut [crate::config::Route], browsers: Vec<RouteBrowsers>) {
+    for (route, b) in routes.iter_mut().zip(browsers) {
+        route.cors = b.cors;
+        route.request_headers = b.request_headers;
+        route.response_headers = b.response_headers;
+    }
+}
