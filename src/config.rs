@@ -524,6 +524,9 @@ pub enum TargetScheme {
     Http,
     /// `https://`: TLS with SNI and certificate checks, HTTP/2 by ALPN.
     Https,
+    /// `h2c://`: cleartext HTTP/2 with prior knowledge (gRPC servers), one
+    /// multiplexed connection per target.
+    H2c,
 }
 
 /// How a pool picks a target.

@@ -575,15 +575,13 @@ impl Forwarder {
         Ok((res, answered))
     }
 
-    /// The client for a pool's `https://` targets (`None` for `http://`
-    /// ones, which use each endpoint's own connections).
+    /// The client for a pool's `https://` or `h2c://` targets (`None` for
+    /// `http://` ones, which use each endpoint's own connections).
     fn pool_client(&self, pool: &UpstreamPool) -> Option<std::borrow::Cow<'_, UpstreamClient>> {
-        if pool
-            .targets
-            .first()
-            .is_none_or(|t| t.scheme != TargetScheme::Https)
-        {
-            return None;
+        match pool.targets.first().map(|t| t.scheme) {
+            Some(TargetScheme::Https) => {}
+            Some(TargetScheme::H2c) => return Some(std::borrow::Cow::Borrowed(&self.h2c)),
+            Some(TargetScheme::Http) | None => return None,
         }
         Some(match &pool.tls {
             Some(tls) => std::borrow::Cow::Owned(self.custom_client(tls)),

@@ -150,6 +150,31 @@ async fn calls_pass_to_an_h2c_upstream() {
     assert_calls_pass(gw.addr).await;
 }
 
+/// A pool of `h2c://` targets carries the same calls: each try goes to a
+/// target the balancer picks, over HTTP/2 with prior knowledge.
+#[tokio::test]
+async fn calls_pass_to_a_pool_of_h2c_targets() {
+    let (a, b) = (GrpcServer::start(None), GrpcServer::start(None));
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+upstreams:
+  echo:
+    targets: [ "h2c://127.0.0.1:{}", "h2c://127.0.0.1:{}" ]
+    balance: round_robin
+routes:
+  - name: grpc
+    match: {{ path_prefix: /demo.Echo/ }}
+    upstream: echo
+"#,
+        a.port, b.port
+    );
+    let gw = AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await;
+    assert_calls_pass(gw.addr).await;
+    assert_calls_pass(gw.addr).await;
+}
+
 #[tokio::test]
 async fn calls_pass_to_a_tls_upstream() {
     let pki = new_pki();

@@ -277,7 +277,8 @@ impl Balancer {
         let mut addresses: Vec<Vec<Option<SocketAddr>>> = Vec::new();
         for t in &balancer.config.targets {
             let known = match (t.scheme, t.host.parse::<std::net::IpAddr>()) {
-                (TargetScheme::Https, _) => vec![None],
+                // Spoken to through hyper's client, which resolves the name.
+                (TargetScheme::Https | TargetScheme::H2c, _) => vec![None],
                 (TargetScheme::Http, Ok(ip)) => vec![Some(SocketAddr::new(ip, t.port))],
                 // A name: what it resolved to in the configuration being
                 // replaced, until it is resolved again.

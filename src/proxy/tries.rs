@@ -173,7 +173,7 @@ fn prepare_head(req: &mut Request<UpstreamBody>, cfg: &UpstreamPool) -> bool {
     let https_pool = cfg
         .targets
         .first()
-        .is_some_and(|t| t.scheme == TargetScheme::Https);
+        .is_some_and(|t| t.scheme != TargetScheme::Http);
     if !https_pool {
         origin_form(req);
         if !req.headers().contains_key(HOST)
@@ -255,17 +255,23 @@ fn origin_form(req: &mut Request<UpstreamBody>) {
     }
 }
 
-/// Points an https request at `target`: its URI, and `Host` (matching SNI
-/// and HTTP/2's `:authority`).
+/// Points a request for hyper's client at `target`: its URI, and `Host`
+/// over TLS (matching SNI and HTTP/2's `:authority`); over `h2c://` the
+/// URI's authority alone.
 fn aim(req: &mut Request<UpstreamBody>, target: &PoolTarget) {
+    let h2c = target.scheme == TargetScheme::H2c;
     let mut parts = Parts::default();
-    parts.scheme = Some(Scheme::HTTPS);
+    parts.scheme = Some(if h2c { Scheme::HTTP } else { Scheme::HTTPS });
     parts.authority = Some(target.authority.clone());
     parts.path_and_query = req.uri().path_and_query().cloned();
     if let Ok(uri) = Uri::from_parts(parts) {
         *req.uri_mut() = uri;
     }
-    if let Ok(h) = HeaderValue::from_str(target.authority.as_str()) {
+    if h2c {
+        // HTTP/2 names the target in `:authority`, from the URI; a `Host`
+        // beside it is a duplicate some servers refuse.
+        req.headers_mut().remove(HOST);
+    } else if let Ok(h) = HeaderValue::from_str(target.authority.as_str()) {
         req.headers_mut().insert(HOST, h);
     }
 }

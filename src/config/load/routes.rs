@@ -205,6 +205,7 @@ impl Check<'_> {
         let scheme = match first.scheme {
             TargetScheme::Http => "http",
             TargetScheme::Https => "https",
+            TargetScheme::H2c => "h2c",
         };
         let uri = format!("{scheme}://{}", first.authority)
             .parse()

@@ -115,7 +115,7 @@ impl Check<'_> {
         if items.iter().any(|t| t.scheme != items[0].scheme) {
             return Err(self.value_error(
                 &targets_path,
-                "mixes http:// and https:// targets; a pool's targets share one scheme",
+                "mixes schemes (http://, https://, h2c://); a pool's targets share one scheme",
             ));
         }
         Ok(items)
@@ -202,13 +202,16 @@ impl Check<'_> {
 /// Tries after the first when `retries` is not written.
 pub const DEFAULT_RETRIES: u32 = 1;
 
-/// `http://host:port` or `https://host[:port]`: a target has no path.
+/// `http://host:port`, `https://host[:port]` or `h2c://host:port`: a
+/// target has no path.
 fn parse_target(s: &str) -> Result<PoolTarget, String> {
     let example = "e.g. http://10.0.0.1:9000";
     let (scheme, rest) = if let Some(rest) = s.strip_prefix("http://") {
         (TargetScheme::Http, rest)
     } else if let Some(rest) = s.strip_prefix("https://") {
         (TargetScheme::Https, rest)
+    } else if let Some(rest) = s.strip_prefix("h2c://") {
+        (TargetScheme::H2c, rest)
     } else if s.contains("://") {
         return Err(format!("{s:?} has an unsupported scheme; write {example}"));
     } else {
@@ -227,7 +230,7 @@ fn parse_target(s: &str) -> Result<PoolTarget, String> {
         return Err(format!("{s:?} has no host; write {example}"));
     }
     let default_port = match scheme {
-        TargetScheme::Http => 80,
+        TargetScheme::Http | TargetScheme::H2c => 80,
         TargetScheme::Https => 443,
     };
     let port = authority.port_u16().unwrap_or(default_port);
