@@ -159,7 +159,7 @@ impl Gateway {
 }
 
 /// Marks a gRPC call with its deadline, when it sent one (`grpc-timeout`),
-/// counted from now: the forward waits no longer for the upstream.
+/// counted from now: the forward waits for the upstream at most that long.
 fn deadline(req: &mut Request<ClientBody>) {
     let Some(budget) = grpc::timeout(req.headers()) else {
         return;

@@ -81,8 +81,8 @@ pub type Body = Either<Watched, Full<Bytes>>;
 pub struct Secure;
 
 /// Request extension: a gRPC call's deadline (its `grpc-timeout`, counted
-/// from its arrival). The forwarder waits for the response head no longer
-/// than this when it comes before the route's timeout, and answers
+/// from its arrival). The forwarder waits for the response head at most
+/// until then when it comes before the route's timeout, and answers
 /// [`GatewayError::DeadlineExceeded`] when it passes.
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {

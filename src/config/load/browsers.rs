@@ -494,6 +494,15 @@ fn parse_origin(s: &str) -> Result<Option<String>, String> {
     Ok(Some(lower))
 }
 
+/// Gives each route the CORS policy and header rules checked for it.
+pub(super) fn attach(routes: &mut [crate::config::Route], browsers: Vec<RouteBrowsers>) {
+    for (route, b) in routes.iter_mut().zip(browsers) {
+        route.cors = b.cors;
+        route.request_headers = b.request_headers;
+        route.response_headers = b.response_headers;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -590,14 +599,5 @@ mod tests {
                 "{name}"
             );
         }
-    }
-}
-
-/// Gives each route the CORS policy and header rules checked for it.
-pub(super) fn attach(routes: &mut [crate::config::Route], browsers: Vec<RouteBrowsers>) {
-    for (route, b) in routes.iter_mut().zip(browsers) {
-        route.cors = b.cors;
-        route.request_headers = b.request_headers;
-        route.response_headers = b.response_headers;
     }
 }
