@@ -22,8 +22,7 @@ usage() { echo "usage: $0 SECONDS|--ci [TARGET...]" >&2; exit 2; }
 mode=$1; shift
 # Fresh inputs per target in --ci, sized to about 20 s each on a 2-core
 # machine (the loader, the expansion and the address walk are the slow
-# ones);
-# FUZZ_CI_RUNS sets one number for all.
+# ones). FUZZ_CI_RUNS sets one number for all.
 ci_runs() {
     if [ -n "${FUZZ_CI_RUNS:-}" ]; then echo "$FUZZ_CI_RUNS"; return; fi
     case "$1" in
