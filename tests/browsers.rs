@@ -9,16 +9,15 @@ mod support;
 #[path = "browsers/chromium.rs"]
 mod chromium;
 
-use std::io::Write;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use tollgate::logs::AccessWriter;
 
-use support::gateway::{Gateway, Reply, Upstream, get, send, send_from};
+use support::gateway::{Captured, Gateway, Reply, Upstream, get, send, send_from};
 
 const APP: &str = "https://app.example.com";
 
@@ -280,20 +279,6 @@ routes:
     assert_eq!(errors.lines().count(), 13, "{errors}");
 }
 
-/// Captures the access log (JSON) in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn request_ids_are_made_kept_from_trusted_peers_bounded_and_everywhere() {
     let up = Upstream::start().await;
@@ -394,7 +379,7 @@ routes:
         gw.stop().await;
     }
     drop(flushed);
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     let logged: Vec<String> = log
         .lines()
         .map(|l| {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use serde_json::{Value, json};
 
 use support::admin::{AdminGateway, value};
@@ -199,14 +199,7 @@ async fn raw_call(gw: SocketAddr, path: &str, message: u8, headers: &[(&str, &st
     let req = req
         .body(Full::new(Bytes::from(vec![0, 0, 0, 0, 1, message])))
         .expect("request");
-    let res = sender.send_request(req).await.expect("response");
-    let (parts, body) = res.into_parts();
-    let body = body.collect().await.expect("body").to_bytes();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
+    Reply::read(sender.send_request(req).await.expect("response")).await
 }
 
 /// A route series of the gateway's metrics.

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::Request;
 use http_body_util::Full;
-use support::gateway::{Gateway, get, send};
+use support::gateway::{Captured, Gateway, get, send};
 use support::targets::{Mode, Target};
 use support::wait;
 use tollgate::proxy::resolve::Resolve;
@@ -466,19 +466,6 @@ async fn a_pool_whose_only_target_is_down_answers_502() {
     assert_eq!(r.status, 502);
 }
 
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_retried_request_is_counted_once_and_logged_once_with_its_tries() {
     let ts = targets(2).await;
@@ -521,7 +508,7 @@ routes:
     // One unit of the limit taken, for two tries.
     let remaining = reply.header("ratelimit").unwrap_or_default();
     assert!(remaining.starts_with("\"per_ip\";r=99;"), "{remaining}");
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     let lines: Vec<serde_json::Value> = log
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))

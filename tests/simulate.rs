@@ -14,7 +14,7 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Request;
@@ -23,7 +23,7 @@ use tollgate::clock::ManualClock;
 use tollgate::logs::AccessWriter;
 use tollgate::simulate::{self, InputFormat, Options, OutputFormat};
 
-use support::gateway::{Gateway, send_from};
+use support::gateway::{Captured, Gateway, send_from};
 
 /// Every algorithm, a route with several limits (one of them shadow), and a
 /// route whose limits come from plans.
@@ -278,21 +278,6 @@ async fn every_decision_is_the_live_gateways_for_every_algorithm_and_a_multi_lim
     assert!(multi.shadow_limited > 0);
 }
 
-/// Captures the gateway's access log (JSON, as `--log-format json` writes
-/// it) in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_replayable_access_log_replays_to_the_same_decisions() {
     // The gateway writes its own log with the replay fields; API keys
@@ -313,7 +298,7 @@ async fn a_replayable_access_log_replays_to_the_same_decisions() {
     };
     // Dropping the guard writes out every queued line.
     drop(flushed);
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     assert_eq!(
         log.lines().count(),
         seq.len(),

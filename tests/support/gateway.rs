@@ -316,6 +316,28 @@ impl Drop for Gateway {
     }
 }
 
+/// An access log (JSON) written in memory: the writer given to
+/// `tollgate::logs::queue`, read back with [`Captured::text`].
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// What was written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A response read whole.
 #[derive(Debug)]
 pub struct Reply {
@@ -325,6 +347,17 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// `res` with its body read to the end.
+    pub async fn read(res: Response<Incoming>) -> Reply {
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
@@ -345,14 +378,7 @@ pub async fn send_from(from: IpAddr, to: SocketAddr, req: Request<Full<Bytes>>) 
         .await
         .expect("handshake");
     tokio::spawn(conn);
-    let res = sender.send_request(req).await.expect("response");
-    let (parts, body) = res.into_parts();
-    let body = body.collect().await.expect("body").to_bytes();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
+    Reply::read(sender.send_request(req).await.expect("response")).await
 }
 
 /// A new cleartext HTTP/2 (prior knowledge) connection to `to`: the
