@@ -123,7 +123,7 @@ impl PlanResolver {
         };
         let plan = match cached {
             Some(plan) => plan,
-            None => match store.lookup(hash, key).await {
+            None => match store.plan_store().lookup(hash, key).await {
                 Ok(found) => {
                     let plan = found.and_then(|name| {
                         let known = self.plans.iter().find(|p| ***p == *name).cloned();
