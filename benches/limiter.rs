@@ -238,6 +238,7 @@ fn headers(c: &mut Criterion) {
         sync: None,
         delay: None,
         concurrency: None,
+        share: None,
     }];
     let store = MemoryStore::new();
     let d = store.decide_now(

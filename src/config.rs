@@ -657,6 +657,10 @@ pub struct Limit {
     /// of a rate ([`crate::limit::concurrency`]); `limit` holds
     /// the same number and `window_ms` a placeholder. `None` for a rate.
     pub concurrency: Option<NonZeroU64>,
+    /// `share: NAME`: the limit counts on one counter with every limit of
+    /// the same share on other routes (the loader checks that they agree
+    /// on key, quota, window and algorithm); `None` counts per route.
+    pub share: Option<Arc<str>>,
 }
 
 /// What a limit does with a request it denies (`on_limit:`).
@@ -694,4 +698,9 @@ pub enum KeySource {
     User,
     /// A request header.
     Header(HeaderName),
+    /// `key: route`: every caller of the route (or of every route sharing
+    /// the limit) is one identity. It stands alone: never in a fallback
+    /// chain or a compound key, where it would either hide the sources
+    /// after it or add nothing.
+    Route,
 }

@@ -30,6 +30,9 @@ pub const MAX_RAW_LEN: usize = 64;
 /// request shares this one bucket so absence never bypasses a limit.
 pub const ABSENT: &str = "-";
 
+/// The identity of `key: route`: every caller is this one.
+pub const ROUTE: &str = "route";
+
 /// The identity sources of one request, extracted once.
 #[derive(Debug, Clone)]
 pub struct Caller<'a> {
@@ -225,6 +228,12 @@ pub fn write_source(out: &mut String, source: &KeySource, caller: &Caller<'_>) -
                 push_value(out, v.as_bytes());
                 true
             }),
+        // One identity for all callers; the key's limit part says which
+        // route (or share) it counts.
+        KeySource::Route => {
+            out.push_str(ROUTE);
+            true
+        }
     }
 }
 

@@ -6,6 +6,8 @@
 
 #[path = "config/environment.rs"]
 mod environment;
+#[path = "config/written.rs"]
+mod written;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU64;
@@ -424,7 +426,7 @@ fn unknown_key_source() {
     );
     assert_eq!(
         error(&src),
-        r#"routes[0].limits[0].key: unknown key source "cookie"; expected ip, api_key, user or header:NAME (line 5, col 31)"#
+        r#"routes[0].limits[0].key: unknown key source "cookie"; expected ip, api_key, user, header:NAME or route (line 5, col 31)"#
     );
 }
 

@@ -29,6 +29,7 @@
 //! | `upstreams.rs` | `upstreams`: pools of targets, balance, health checks, ejection, retries |
 //! | `routes.rs` | `routes`: match, upstream (a URL or a pool's name) or respond, cost, `on_error`, shadow |
 //! | `limits.rs` | a route's `limits` and what plans share with them: windows, algorithms, keys |
+//! | `shares.rs` | `share:` across routes: the limits of one share agree |
 //! | `browsers.rs` | `request_id`, `cors`, `request_headers`, `response_headers` (top level and per route) |
 //!
 //! This file puts the sections together (`Check::config`) and checks the
@@ -51,6 +52,7 @@ mod errors;
 mod limits;
 mod routes;
 mod server;
+mod shares;
 mod store;
 mod upstreams;
 

@@ -643,6 +643,9 @@ pub struct Limit {
     pub max_delay: Field<Text>,
     /// `concurrency: 10` — requests in flight at once, instead of a rate
     pub concurrency: Field<Int>,
+    /// `share: NAME` — one counter with the limits of other routes that
+    /// name the same share
+    pub share: Field<Text>,
 }
 
 /// A limit's `cost`: a number, or `{ reserve, from_header | from_trailer }`

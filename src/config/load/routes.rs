@@ -44,6 +44,9 @@ impl Check<'_> {
         });
         let unique = self.unique(routes, |route| &route.name, path, "route name");
         unique?;
+        if let Ok(routes) = &checked {
+            self.shares(routes, path)?;
+        }
         checked
     }
 

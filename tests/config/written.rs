@@ -1,0 +1,123 @@
+//! Limits that read as written: `key: route`, `share:`, `exempt:` and
+//! `plans_from`, each accepted as the model says and refused, with the
+//! reason, where it cannot mean what it says.
+
+use tollgate::config::KeySource;
+use tollgate::config::load::parse_str;
+
+fn errors(src: &str) -> Vec<String> {
+    match parse_str(src) {
+        Ok(_) => panic!("expected errors, the file was accepted:\n{src}"),
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn valid(src: &str) -> tollgate::config::Config {
+    parse_str(src).unwrap_or_else(|e| panic!("expected a valid file, got:\n{e}"))
+}
+
+/// One `respond` route per item of `limits` (YAML flow lists), named
+/// `a`, `b`, … , after `head` (top-level YAML, may be empty).
+fn routes(head: &str, limits: &[&str]) -> String {
+    let mut src = format!("listen: 127.0.0.1:0\n{head}routes:\n");
+    for (i, l) in limits.iter().enumerate() {
+        let name = char::from(b'a' + u8::try_from(i).expect("few routes"));
+        src.push_str(&format!(
+            "  - name: {name}\n    respond: {{}}\n    limits: {l}\n"
+        ));
+    }
+    src
+}
+
+#[test]
+fn key_route_is_one_source_standing_alone() {
+    let c = valid(&routes(
+        "",
+        &["[ { name: all, key: route, limit: 1000, window: 1s } ]"],
+    ));
+    assert_eq!(
+        c.routes[0].limits[0].key.parts,
+        vec![vec![KeySource::Route]]
+    );
+    let got = errors(&routes(
+        "",
+        &[
+            "[ { name: a, key: api_key | route, limit: 1, window: 1s } ]",
+            "[ { name: b, key: [route, ip], limit: 1, window: 1s } ]",
+            "[ { name: c, key: route, plan: true } ]",
+        ],
+    ));
+    assert_eq!(
+        got,
+        [
+            r#"routes[0].limits[0].key: "api_key | route" puts route in a fallback chain; route counts every caller together, so the sources after it would never be read and those before it would count callers apart: write key: route alone (line 5, col 31)"#,
+            "routes[1].limits[0].key: route counts every caller together and cannot be part of a compound key (each caller would be counted apart again); write key: route alone, or leave route out (line 8, col 31)",
+            "routes[2].limits[0].key: route counts every caller together, and a plan is one caller's; give this limit its own limit and window, or a caller's key (line 11, col 31)",
+        ]
+    );
+}
+
+#[test]
+fn a_pool_cannot_hash_on_the_route() {
+    let src = "listen: 127.0.0.1:0
+upstreams:
+  api: { targets: [\"http://127.0.0.1:1\", \"http://127.0.0.1:2\"], balance: hash, hash_key: route }
+routes:
+  - { name: a, upstream: api }
+";
+    assert_eq!(
+        errors(src),
+        [
+            "upstreams.api.hash_key: route is the same for every request, so every request would go to one target; hash on a caller's key, e.g. api_key | ip (line 3, col 90)"
+        ]
+    );
+}
+
+#[test]
+fn shared_limits_agree_and_count_on_one_counter() {
+    let ab = "[ { name: ab, key: ip, limit: 100, window: 1m, share: ab } ]";
+    let c = valid(&routes("", &[ab, ab]));
+    assert_eq!(c.routes[1].limits[0].share.as_deref(), Some("ab"));
+    let got = errors(&routes(
+        "",
+        &[
+            ab,
+            "[ { name: ab, key: ip, limit: 200, window: 1m, share: ab } ]",
+            "[ { name: x, key: api_key | ip, limit: 100, window: 1m, share: ab } ]",
+            "[ { name: y, key: ip, limit: 100, window: 1h, share: ab } ]",
+            "[ { name: z, key: ip, limit: 100, window: 1m, algorithm: sliding_log, share: ab } ]",
+            "[ { name: c, key: ip, concurrency: 100, share: ab } ]",
+            "[ { name: d, key: ip, limit: 1, window: 1m, share: cd }, { name: e, key: ip, limit: 1, window: 1m, share: cd } ]",
+        ],
+    ));
+    let agree = "limits of one share count on one counter and must agree on key, limit, window and algorithm";
+    assert_eq!(
+        got,
+        [
+            format!(r#"routes[1].limits[0].limit: limit 200 differs from routes[0].limits[0] (line 5), which shares "ab" with limit 100; {agree} (line 8, col 43)"#),
+            format!(r#"routes[2].limits[0].key: key api_key | ip differs from routes[0].limits[0] (line 5), which shares "ab" with key ip; {agree} (line 11, col 31)"#),
+            format!(r#"routes[3].limits[0].window: window 1h differs from routes[0].limits[0] (line 5), which shares "ab" with window 1m; {agree} (line 14, col 55)"#),
+            format!(r#"routes[4].limits[0].algorithm: algorithm sliding_log differs from routes[0].limits[0] (line 5), which shares "ab" with algorithm sliding_window; {agree} (line 17, col 70)"#),
+            format!(r#"routes[5].limits[0].concurrency: concurrency 100 differs from routes[0].limits[0] (line 5), which shares "ab" with a rate; {agree} (line 20, col 48)"#),
+            r#"routes[6].limits[1].share: routes[6].limits[0] of this route already shares "cd"; one request would be counted twice on one counter (line 23, col 119)"#.to_owned(),
+        ]
+    );
+}
+
+#[test]
+fn a_share_is_a_name_and_never_a_plan() {
+    let got = errors(&routes(
+        "",
+        &[
+            "[ { name: f, key: ip, plan: true, share: ab } ]",
+            "[ { name: g, key: ip, limit: 1, window: 1m, share: 'a b' } ]",
+        ],
+    ));
+    assert_eq!(
+        got,
+        [
+            "routes[0].limits[0].share: a limit with plan: true takes its numbers from each caller's plan and cannot share a counter; share a limit with its own limit and window (line 5, col 54)",
+            r#"routes[1].limits[0].share: "a b" is not a valid share name; use letters, digits, '_', '.' and '-' (line 8, col 64)"#,
+        ]
+    );
+}
