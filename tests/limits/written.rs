@@ -1,0 +1,102 @@
+//! Limits that read as written, over two gateways on one real Redis:
+//! `key: route` counts every caller of a route together, `share:` makes
+//! the limits of two routes one counter, `exempt:` lets named callers
+//! through uncounted, and `plans_from` picks plans by claim or header.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use http::StatusCode;
+
+use crate::support::gateway::{Gateway, get, send_from};
+use crate::support::redis::RedisServer;
+use crate::{clock, redis_store};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("test address")
+}
+
+/// Two gateways on the Redis at `url`, one clock, the routes of `routes`
+/// (YAML, indented as list items under `routes:`), after `head`.
+async fn two_gateways(url: &str, head: &str, routes: &str) -> (Gateway, Gateway) {
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n{}{head}routes:\n{routes}",
+        redis_store(url, "deny")
+    );
+    let clock = clock();
+    let one = Gateway::start_with_clock(&yaml, clock.clone()).await;
+    let two = Gateway::start_with_clock(&yaml, clock as Arc<_>).await;
+    (one, two)
+}
+
+/// The status of a GET of `path` from `from` through `gw`.
+async fn status(gw: &Gateway, from: &str, path: &str, headers: &[(&str, &str)]) -> StatusCode {
+    send_from(ip(from), gw.addr, get(path, headers)).await.status
+}
+
+#[tokio::test]
+async fn key_route_counts_every_caller_on_every_gateway_together() {
+    let redis = RedisServer::start().await;
+    let routes = r#"
+  - name: search
+    match: { path_prefix: /search }
+    respond: { status: 200 }
+    limits: [ { name: search_total, key: route, limit: 5, window: 10s } ]
+  - name: other
+    match: { path_prefix: /other }
+    respond: { status: 200 }
+    limits: [ { name: other_total, key: route, limit: 1, window: 10s } ]
+"#;
+    let (one, two) = two_gateways(&redis.url(), "", routes).await;
+    let callers = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"];
+    for (i, from) in callers.iter().enumerate() {
+        let gw = if i % 2 == 0 { &one } else { &two };
+        assert_eq!(status(gw, from, "/search", &[]).await, StatusCode::OK);
+    }
+    // A sixth caller, new to both gateways, finds the route's quota spent.
+    let refused = send_from(ip("127.0.0.7"), two.addr, get("/search", &[])).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        refused.header("ratelimit"),
+        Some(r#""search_total";r=0;t=12"#)
+    );
+    assert_eq!(status(&one, "127.0.0.2", "/search", &[]).await, StatusCode::TOO_MANY_REQUESTS);
+    // Another route's route-wide limit is a counter of its own.
+    assert_eq!(status(&one, "127.0.0.2", "/other", &[]).await, StatusCode::OK);
+    assert_eq!(
+        status(&two, "127.0.0.3", "/other", &[]).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn a_share_is_one_counter_per_caller_across_routes_and_gateways() {
+    let redis = RedisServer::start().await;
+    let routes = r#"
+  - name: a
+    match: { path_prefix: /a }
+    respond: { status: 200 }
+    limits: [ { name: ab, key: ip, limit: 4, window: 10s, share: ab } ]
+  - name: b
+    match: { path_prefix: /b }
+    respond: { status: 200 }
+    limits: [ { name: ab, key: ip, limit: 4, window: 10s, share: ab } ]
+  - name: c
+    match: { path_prefix: /c }
+    respond: { status: 200 }
+    limits: [ { name: ab, key: ip, limit: 4, window: 10s } ]
+"#;
+    let (one, two) = two_gateways(&redis.url(), "", routes).await;
+    for (gw, path) in [(&one, "/a"), (&two, "/b"), (&two, "/a"), (&one, "/b")] {
+        assert_eq!(status(gw, "127.0.0.2", path, &[]).await, StatusCode::OK);
+    }
+    for (gw, path) in [(&one, "/a"), (&two, "/b")] {
+        let r = send_from(ip("127.0.0.2"), gw.addr, get(path, &[])).await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{path}");
+        assert_eq!(r.header("ratelimit"), Some(r#""ab";r=0;t=13"#));
+    }
+    // Per caller: another caller has the share's whole quota.
+    assert_eq!(status(&two, "127.0.0.3", "/b", &[]).await, StatusCode::OK);
+    // A limit of the same name without the share counts on its own.
+    assert_eq!(status(&one, "127.0.0.2", "/c", &[]).await, StatusCode::OK);
+}
