@@ -63,6 +63,21 @@ pub struct Config {
     /// route took (routes have theirs resolved into
     /// [`Route::response_headers`]).
     pub response_headers: Option<Arc<HeaderRules>>,
+    /// `exempt:` at the top level, the default of routes without their own
+    /// (resolved into [`Route::exempt`]).
+    pub exempt: Option<Arc<Exempt>>,
+}
+
+/// `exempt:` — callers whose requests are forwarded without being counted
+/// by any limit of the route (`outcome="exempt"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exempt {
+    /// Client addresses, matched against the client IP as resolved through
+    /// `client_ip.trusted_proxies` (never a trusted proxy's own address
+    /// standing in for the clients behind it), before IPv6 grouping.
+    pub ips: Vec<IpNet>,
+    /// API keys, as the caller sends them.
+    pub api_keys: Vec<Box<[u8]>>,
 }
 
 /// `request_id:` — every request carries an id: the one a trusted peer
@@ -419,6 +434,9 @@ pub struct Route {
     pub request_headers: Option<Arc<HeaderRules>>,
     /// Rules for every response: the route's own, else the top level's.
     pub response_headers: Option<Arc<HeaderRules>>,
+    /// Callers the route's limits do not count: the route's own `exempt:`,
+    /// else the top level's.
+    pub exempt: Option<Arc<Exempt>>,
 }
 
 /// Request matching.

@@ -81,11 +81,7 @@ pub fn group(ip: IpAddr, ipv6_prefix: u8) -> IpNet {
 /// Extracts the identity sources of a request from `peer`'s headers.
 pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap) -> Caller<'a> {
     let trusted = is_trusted(&cfg.client_ip.trusted_proxies, peer);
-    let client = if trusted {
-        forwarded::client_ip(headers, peer, &cfg.client_ip.trusted_proxies)
-    } else {
-        canonical(peer)
-    };
+    let client = client_of(cfg.client_ip, trusted, peer, headers);
     // With JWTs configured, `Authorization: Bearer` carries the JWT and the
     // API key comes from its own header only.
     let jwt = cfg.users.jwt.as_ref();
@@ -113,6 +109,20 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         api_key,
         user,
         headers,
+    }
+}
+
+/// The client's address, ungrouped: `peer` itself, or when `peer` is a
+/// trusted proxy the client its forwarding headers name.
+pub fn client_ip(cfg: &ClientIpConfig, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    client_of(cfg, is_trusted(&cfg.trusted_proxies, peer), peer, headers)
+}
+
+fn client_of(cfg: &ClientIpConfig, trusted: bool, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    if trusted {
+        forwarded::client_ip(headers, peer, &cfg.trusted_proxies)
+    } else {
+        canonical(peer)
     }
 }
 

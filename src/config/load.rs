@@ -30,6 +30,7 @@
 //! | `routes.rs` | `routes`: match, upstream (a URL or a pool's name) or respond, cost, `on_error`, shadow |
 //! | `limits.rs` | a route's `limits` and what plans share with them: windows, algorithms, keys |
 //! | `shares.rs` | `share:` across routes: the limits of one share agree |
+//! | `exempt.rs` | `exempt` (top level and per route): addresses and API keys not counted |
 //! | `browsers.rs` | `request_id`, `cors`, `request_headers`, `response_headers` (top level and per route) |
 //!
 //! This file puts the sections together (`Check::config`) and checks the
@@ -49,6 +50,7 @@ mod check;
 mod cost;
 mod environment;
 mod errors;
+mod exempt;
 mod limits;
 mod routes;
 mod server;
@@ -262,6 +264,9 @@ impl Check<'_> {
         let server = self.optional(&root.server, "server", Self::server);
         let access_log = self.optional(&root.access_log, "access_log", Self::access_log);
         let request_id = self.optional(&root.request_id, "request_id", Self::request_id);
+        let exempt = self
+            .optional(&root.exempt, "exempt", Self::exempt)
+            .map(|e| e.map(Arc::new));
         // Routes are checked even when `timeouts` is not, with the default.
         let default_timeout = match &timeouts {
             Ok(Some(t)) => t.upstream_response,
@@ -288,6 +293,9 @@ impl Check<'_> {
         if let (Ok(routes), Ok(browsers)) = (&mut routes, browsers) {
             browsers::attach(routes, browsers);
         }
+        if let (Ok(routes), Ok(top)) = (&mut routes, &exempt) {
+            exempt::inherit(routes, top.as_ref());
+        }
         let top_cors = defaults
             .cors
             .clone()
@@ -310,6 +318,7 @@ impl Check<'_> {
             request_id: request_id?.unwrap_or_default(),
             cors: top_cors,
             response_headers: defaults.response_headers,
+            exempt: exempt?,
         })
     }
 

@@ -22,6 +22,7 @@ use tracing::debug;
 
 use super::delay;
 use super::exchange::{CheckedLimits, Exchange, Identities};
+use super::exempt;
 use super::gateway::{Gateway, Snapshot};
 use crate::config::{Config, Limit};
 use crate::decision::concurrency;
@@ -90,6 +91,11 @@ pub async fn decide<B>(
     ex.identified(&caller);
     if let Mode::Rehearse(ids) = &mut mode {
         ids.saw(&caller);
+    }
+    let exempt = route.route.exempt.as_deref();
+    if exempt::applies(exempt, &cfg.client_ip, ex.peer.ip(), req.headers(), &caller) {
+        ex.exempt = true;
+        return Ok(Admission::default());
     }
     let view = plan(gw, rt, route, &caller, now_ms).await?;
     let (limits, suffixes) = match &view {

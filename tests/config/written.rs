@@ -121,3 +121,43 @@ fn a_share_is_a_name_and_never_a_plan() {
         ]
     );
 }
+
+#[test]
+fn exempt_top_level_is_the_default_a_route_replaces() {
+    let c = valid(
+        "listen: 127.0.0.1:0
+exempt: { ips: [10.0.0.0/8, 192.0.2.7], api_keys: [internal-batch] }
+routes:
+  - { name: a, respond: {} }
+  - { name: b, respond: {}, exempt: { api_keys: [other] } }
+",
+    );
+    let a = c.routes[0].exempt.as_deref().expect("inherited");
+    assert_eq!(
+        a.ips,
+        [
+            "10.0.0.0/8".parse().unwrap(),
+            "192.0.2.7/32".parse().unwrap()
+        ] as [ipnet::IpNet; 2]
+    );
+    assert_eq!(a.api_keys, [Box::from(&b"internal-batch"[..])]);
+    let b = c.routes[1].exempt.as_deref().expect("its own");
+    assert!(b.ips.is_empty());
+    assert_eq!(b.api_keys, [Box::from(&b"other"[..])]);
+    let got = errors(
+        "listen: 127.0.0.1:0
+exempt: { ips: [10.0.0.1/8], api_keys: [''], proxies: [] }
+routes:
+  - { name: a, respond: {}, exempt: { ips: nowhere } }
+",
+    );
+    assert_eq!(
+        got,
+        [
+            r#"exempt.ips[0]: "10.0.0.1/8" has host bits set; write 10.0.0.0/8 (or 10.0.0.1/32 for one address) (line 2, col 17)"#,
+            "exempt.api_keys[0]: an API key cannot be empty (line 2, col 41)",
+            r#"exempt: unknown field "proxies" (line 2, col 46)"#,
+            r#"routes[0].exempt.ips: "nowhere" is not an IP address or CIDR network; write e.g. 10.0.0.0/8, 192.0.2.7 or ::1 (line 4, col 44)"#,
+        ]
+    );
+}

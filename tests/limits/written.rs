@@ -31,7 +31,9 @@ async fn two_gateways(url: &str, head: &str, routes: &str) -> (Gateway, Gateway)
 
 /// The status of a GET of `path` from `from` through `gw`.
 async fn status(gw: &Gateway, from: &str, path: &str, headers: &[(&str, &str)]) -> StatusCode {
-    send_from(ip(from), gw.addr, get(path, headers)).await.status
+    send_from(ip(from), gw.addr, get(path, headers))
+        .await
+        .status
 }
 
 #[tokio::test]
@@ -48,7 +50,13 @@ async fn key_route_counts_every_caller_on_every_gateway_together() {
     limits: [ { name: other_total, key: route, limit: 1, window: 10s } ]
 "#;
     let (one, two) = two_gateways(&redis.url(), "", routes).await;
-    let callers = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"];
+    let callers = [
+        "127.0.0.2",
+        "127.0.0.3",
+        "127.0.0.4",
+        "127.0.0.5",
+        "127.0.0.6",
+    ];
     for (i, from) in callers.iter().enumerate() {
         let gw = if i % 2 == 0 { &one } else { &two };
         assert_eq!(status(gw, from, "/search", &[]).await, StatusCode::OK);
@@ -60,9 +68,15 @@ async fn key_route_counts_every_caller_on_every_gateway_together() {
         refused.header("ratelimit"),
         Some(r#""search_total";r=0;t=12"#)
     );
-    assert_eq!(status(&one, "127.0.0.2", "/search", &[]).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        status(&one, "127.0.0.2", "/search", &[]).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     // Another route's route-wide limit is a counter of its own.
-    assert_eq!(status(&one, "127.0.0.2", "/other", &[]).await, StatusCode::OK);
+    assert_eq!(
+        status(&one, "127.0.0.2", "/other", &[]).await,
+        StatusCode::OK
+    );
     assert_eq!(
         status(&two, "127.0.0.3", "/other", &[]).await,
         StatusCode::TOO_MANY_REQUESTS
@@ -99,4 +113,129 @@ async fn a_share_is_one_counter_per_caller_across_routes_and_gateways() {
     assert_eq!(status(&two, "127.0.0.3", "/b", &[]).await, StatusCode::OK);
     // A limit of the same name without the share counts on its own.
     assert_eq!(status(&one, "127.0.0.2", "/c", &[]).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn exempt_callers_pass_uncounted_by_resolved_address_and_api_key() {
+    let redis = RedisServer::start().await;
+    // 127.0.0.2 is a trusted proxy; its own address is listed too, so a
+    // request it forwards for someone else shows that the client, not the
+    // proxy, is matched.
+    let head = "client_ip: { trusted_proxies: [127.0.0.2/32] }
+exempt: { ips: [10.0.0.0/8, 127.0.0.2/32], api_keys: [internal-batch] }
+";
+    let routes = r#"
+  - name: api
+    match: { path_prefix: /api }
+    respond: { status: 200 }
+    limits: [ { name: per_ip, key: ip, limit: 1, window: 10s } ]
+  - name: strict
+    match: { path_prefix: /strict }
+    respond: { status: 200 }
+    exempt: {}
+    limits: [ { name: per_ip, key: ip, limit: 1, window: 10s } ]
+"#;
+    let (one, two) = two_gateways(&redis.url(), head, routes).await;
+    let batch = [("x-forwarded-for", "10.1.2.3")];
+    for gw in [&one, &two, &one] {
+        let r = send_from(ip("127.0.0.2"), gw.addr, get("/api", &batch)).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(
+            r.header("ratelimit"),
+            None,
+            "an exempt request is not counted"
+        );
+    }
+    // A client behind the exempt proxy address is counted as itself.
+    let outside = [("x-forwarded-for", "192.0.2.9")];
+    assert_eq!(
+        status(&one, "127.0.0.2", "/api", &outside).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&two, "127.0.0.2", "/api", &outside).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // From an untrusted peer the forwarding header is not believed.
+    assert_eq!(
+        status(&one, "127.0.0.3", "/api", &batch).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&two, "127.0.0.3", "/api", &batch).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The API key exempts whoever sends it; here from the counted client.
+    let key = [("x-api-key", "internal-batch")];
+    for gw in [&one, &two] {
+        assert_eq!(status(gw, "127.0.0.3", "/api", &key).await, StatusCode::OK);
+    }
+    let other_key = [("x-api-key", "someone-else")];
+    assert_eq!(
+        status(&one, "127.0.0.3", "/api", &other_key).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // A route's own `exempt: {}` exempts nobody there.
+    assert_eq!(
+        status(&one, "127.0.0.4", "/strict", &key).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&two, "127.0.0.4", "/strict", &key).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let exempt = |gw: &Gateway| {
+        let text = gw.inner.metrics().render();
+        text.lines()
+            .find(|l| {
+                l.starts_with("tollgate_requests_total{")
+                    && l.contains("route=\"api\"")
+                    && l.contains("outcome=\"exempt\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    assert_eq!((exempt(&one), exempt(&two)), (Some(3), Some(2)));
+}
+
+#[tokio::test]
+async fn the_access_log_marks_an_exempt_request() {
+    let captured = crate::support::gateway::Captured::default();
+    let (writer, flushed) = tollgate::logs::queue(captured.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("tollgate::access=info")
+        .finish();
+    let yaml = "listen: 127.0.0.1:0
+exempt: { api_keys: [internal-batch] }
+routes:
+  - name: api
+    respond: { status: 200 }
+    limits: [ { name: per_ip, key: ip, limit: 1, window: 10s } ]
+";
+    {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let gw = Gateway::start_logging(
+            yaml,
+            clock(),
+            Some(tollgate::logs::AccessWriter::new(writer, true)),
+        )
+        .await;
+        let key = [("x-api-key", "internal-batch")];
+        assert_eq!(status(&gw, "127.0.0.2", "/", &key).await, StatusCode::OK);
+        assert_eq!(status(&gw, "127.0.0.2", "/", &[]).await, StatusCode::OK);
+        gw.stop().await;
+    }
+    drop(flushed);
+    let log = captured.text();
+    let decisions: Vec<String> = log
+        .lines()
+        .map(|l| {
+            let line: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            line["fields"]["decision"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(decisions, ["exempt", "allowed"], "{log}");
 }

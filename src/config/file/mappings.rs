@@ -61,6 +61,19 @@ pub struct Root {
     pub request_headers: Field<HeaderRules>,
     /// `response_headers: { set, add, remove }` — the default of routes without their own
     pub response_headers: Field<HeaderRules>,
+    /// `exempt: { ips, api_keys }` — the default of routes without their own
+    pub exempt: Field<Exempt>,
+}
+
+/// `exempt:` (top level or a route's)
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Exempt {
+    /// `ips: [10.0.0.0/8, 192.0.2.7]` — client addresses (through trusted proxies)
+    pub ips: Field<OneOrMany<Text>>,
+    /// `api_keys: [internal-batch]`
+    pub api_keys: Field<OneOrMany<Text>>,
 }
 
 /// `request_id:`
@@ -572,6 +585,8 @@ pub struct Route {
     pub request_headers: Field<HeaderRules>,
     /// `response_headers: { set, add, remove }` (replaces the top level's)
     pub response_headers: Field<HeaderRules>,
+    /// `exempt: { ips, api_keys }` (replaces the top level's)
+    pub exempt: Field<Exempt>,
 }
 
 /// `routes[i].match:`

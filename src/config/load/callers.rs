@@ -254,7 +254,7 @@ fn parse_plan_name(s: &str) -> Result<Arc<str>, String> {
 /// the one proxy `10.0.0.1` or all of `10.0.0.0/8`. Guessing the network
 /// would trust sixteen million addresses to write `X-Forwarded-For` when
 /// one was meant; the error names both readings.
-fn parse_ip_net(s: &str) -> Result<IpNet, String> {
+pub(super) fn parse_ip_net(s: &str) -> Result<IpNet, String> {
     let net = if s.contains('/') {
         s.parse::<IpNet>().ok()
     } else {
