@@ -42,6 +42,8 @@ pub struct Config {
     pub plans: Vec<Plan>,
     /// Where API keys are read from and which plan each has.
     pub api_keys: ApiKeyConfig,
+    /// What names a caller's plan (`plans_from`, default the API key).
+    pub plans_from: PlansFrom,
     /// Where the authenticated user is read from.
     pub users: UserConfig,
     /// Timeouts shared by every route.
@@ -309,6 +311,21 @@ impl Default for ApiKeyConfig {
             cache: Duration::from_secs(10),
         }
     }
+}
+
+/// `plans_from:` — what names a caller's plan.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PlansFrom {
+    /// `api_key`: the plan of the caller's API key (`api_keys.keys`, the
+    /// Redis hash).
+    #[default]
+    ApiKey,
+    /// `claim:NAME`: this claim of the verified `users.jwt` token is the
+    /// plan's name.
+    Claim(Arc<str>),
+    /// `header:NAME`: this header is the plan's name, honoured only from
+    /// `client_ip.trusted_proxies` (an auth proxy in front sets it).
+    Header(HeaderName),
 }
 
 /// The plan of callers whose API key is not known.

@@ -21,7 +21,7 @@ use http::header::AUTHORIZATION;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
-use crate::config::{ApiKeyConfig, ClientIpConfig, KeySource, KeySpec, UserConfig};
+use crate::config::{ApiKeyConfig, ClientIpConfig, KeySource, KeySpec, PlansFrom, UserConfig};
 
 /// Values longer than this many bytes are hashed before use in a key.
 pub const MAX_RAW_LEN: usize = 64;
@@ -43,6 +43,10 @@ pub struct Caller<'a> {
     /// The authenticated user, if any: from a verified JWT, or from the
     /// user header of a trusted peer.
     pub user: Option<Cow<'a, [u8]>>,
+    /// The plan the request names under `plans_from: claim:NAME` (from the
+    /// verified JWT) or `header:NAME` (from a trusted peer); `None` under
+    /// `plans_from: api_key`, whose plan is the API key's.
+    pub plan: Option<Cow<'a, [u8]>>,
     /// The request headers, for `header:NAME` sources.
     pub headers: &'a HeaderMap,
 }
@@ -56,6 +60,8 @@ pub struct IdentityConfig<'c> {
     pub api_keys: &'c ApiKeyConfig,
     /// User source.
     pub users: &'c UserConfig,
+    /// What names the caller's plan.
+    pub plans_from: &'c PlansFrom,
 }
 
 /// True when `peer` is one of the trusted proxies.
@@ -90,11 +96,20 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         .map(|v| v.as_bytes())
         .filter(|v| !v.is_empty())
         .or_else(|| if jwt.is_some() { None } else { bearer(headers) });
-    let from_token = jwt
+    let verified = jwt
         .and_then(|v| Some((v, bearer(headers)?)))
-        .and_then(|(v, token)| v.user(token))
-        .map(Cow::Owned);
-    let user = from_token.or_else(|| {
+        .map(|(v, token)| v.verify(token))
+        .unwrap_or_default();
+    let plan = match cfg.plans_from {
+        PlansFrom::ApiKey => None,
+        PlansFrom::Claim(_) => verified.plan.map(Cow::Owned),
+        PlansFrom::Header(name) if trusted => headers
+            .get(name)
+            .map(|v| Cow::Borrowed(v.as_bytes()))
+            .filter(|v| !v.is_empty()),
+        PlansFrom::Header(_) => None,
+    };
+    let user = verified.user.map(Cow::Owned).or_else(|| {
         if trusted {
             headers
                 .get(&cfg.users.header)
@@ -108,6 +123,7 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         ip: group(client, cfg.client_ip.ipv6_prefix),
         api_key,
         user,
+        plan,
         headers,
     }
 }
@@ -314,6 +330,7 @@ mod tests {
             ip: group("1.2.3.4".parse().unwrap(), 64),
             api_key: None,
             user: Some(Cow::Borrowed(b"alice")),
+            plan: None,
             headers: &headers,
         };
         let s = spec(vec![vec![
@@ -342,6 +359,7 @@ mod tests {
             ip: group("1.2.3.4".parse().unwrap(), 64),
             api_key: Some(&long),
             user: None,
+            plan: None,
             headers: &headers,
         };
         let k = key(&spec(vec![vec![KeySource::ApiKey]]), &c);

@@ -64,7 +64,8 @@ use std::sync::Arc;
 use super::file::{self, Field};
 use super::position::{Pos, Positions, child_key};
 use super::{
-    ApiKeyConfig, Config, HeaderMode, RequestIdConfig, Route, StoreConfig, Timeouts, UnknownKey,
+    ApiKeyConfig, Config, HeaderMode, PlansFrom, RequestIdConfig, Route, StoreConfig, Timeouts,
+    UnknownKey,
 };
 use check::{Check, Checked, choice, error, text};
 pub use environment::{Env, process_env};
@@ -260,6 +261,12 @@ impl Check<'_> {
         let plans = self.optional(&root.plans, "plans", Self::plans);
         let api_keys = self.optional(&root.api_keys, "api_keys", Self::api_keys);
         let users = self.optional(&root.users, "users", Self::users);
+        let plans_from = self.optional(
+            &root.plans_from,
+            "plans_from",
+            text(callers::parse_plans_from),
+        );
+        let (plans_from, users) = self.plan_source(root, plans_from, users, &api_keys);
         let timeouts = self.optional(&root.timeouts, "timeouts", Self::timeouts);
         let server = self.optional(&root.server, "server", Self::server);
         let access_log = self.optional(&root.access_log, "access_log", Self::access_log);
@@ -309,6 +316,7 @@ impl Check<'_> {
             headers: headers?.unwrap_or_default(),
             plans: plans?.unwrap_or_default(),
             api_keys: api_keys?.unwrap_or_default(),
+            plans_from: plans_from?.unwrap_or_default(),
             users: users?.unwrap_or_default(),
             timeouts: timeouts?.unwrap_or_default(),
             upstreams: upstreams?.unwrap_or_default(),
@@ -320,6 +328,69 @@ impl Check<'_> {
             response_headers: defaults.response_headers,
             exempt: exempt?,
         })
+    }
+
+    /// `plans_from` against what it reads: a claim needs `users.jwt` (whose
+    /// verifier then reads the claim too), any source but `api_key` leaves
+    /// `api_keys.keys` and `redis_hash` unread (refused), and plans must
+    /// exist to be chosen.
+    fn plan_source(
+        &mut self,
+        root: &file::Root,
+        plans_from: Checked<Option<PlansFrom>>,
+        users: Checked<Option<super::UserConfig>>,
+        api_keys: &Checked<Option<ApiKeyConfig>>,
+    ) -> (
+        Checked<Option<PlansFrom>>,
+        Checked<Option<super::UserConfig>>,
+    ) {
+        let (Ok(Some(source)), Ok(users)) = (&plans_from, &users) else {
+            return (plans_from, users);
+        };
+        if *source == PlansFrom::ApiKey {
+            return (plans_from, Ok(users.clone()));
+        }
+        let mut users = users.clone();
+        if matches!(root.plans, Field::Absent) {
+            let e = self.value_error(
+                "plans_from",
+                "no plans are defined; add plans: for this to choose from",
+            );
+            return (Err(e), Ok(users));
+        }
+        if let Ok(Some(keys)) = api_keys {
+            let unread = [
+                ("api_keys.keys", !keys.keys.is_empty()),
+                ("api_keys.redis_hash", keys.redis_hash),
+            ];
+            for (path, written) in unread {
+                if written {
+                    self.value_error(
+                        path,
+                        "plans_from chooses plans by something other than the API key, so the plans of keys would never be read; remove this, or write plans_from: api_key",
+                    );
+                }
+            }
+        }
+        if let PlansFrom::Claim(claim) = source {
+            match users.as_mut().and_then(|u| u.jwt.take()) {
+                Some(jwt) => {
+                    if let Some(u) = users.as_mut() {
+                        u.jwt = Some(jwt.with_plan_claim(claim));
+                    }
+                }
+                None => {
+                    let e = self.value_error(
+                        "plans_from",
+                        format!(
+                            "claim:{claim} reads a verified JWT, and users.jwt is not set; configure users.jwt, or take the plan from header:NAME set by a trusted proxy"
+                        ),
+                    );
+                    return (Err(e), Ok(users));
+                }
+            }
+        }
+        (plans_from, Ok(users))
     }
 
     /// Cross-field rules: plan names used exist, plan limits have plans,

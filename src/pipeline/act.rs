@@ -54,6 +54,7 @@ fn hash_key(
         client_ip: &cfg.client_ip,
         api_keys: &cfg.api_keys,
         users: &cfg.users,
+        plans_from: &cfg.plans_from,
     };
     let caller = identity::caller(idc, peer, req.headers());
     let mut key = String::new();
@@ -109,6 +110,11 @@ async fn forward(
     // Read before the rewrite drops what an untrusted peer may not set.
     let key = balancer.and_then(|b| hash_key(b, cfg, peer, &req));
     proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
+    if let (false, crate::config::PlansFrom::Header(name)) = (hop.trusted, &cfg.plans_from) {
+        // Only a trusted proxy names a plan; nobody else's reaches the
+        // upstream either, as with the user header.
+        req.headers_mut().remove(name);
+    }
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());
     }

@@ -24,7 +24,7 @@ use super::delay;
 use super::exchange::{CheckedLimits, Exchange, Identities};
 use super::exempt;
 use super::gateway::{Gateway, Snapshot};
-use crate::config::{Config, Limit};
+use crate::config::{Config, Limit, PlansFrom};
 use crate::decision::concurrency;
 use crate::decision::settle::{self, Reservations};
 use crate::decision::shadow;
@@ -86,6 +86,7 @@ pub async fn decide<B>(
         client_ip: &cfg.client_ip,
         api_keys: &cfg.api_keys,
         users: &cfg.users,
+        plans_from: &cfg.plans_from,
     };
     let caller = identity::caller(idc, ex.peer.ip(), req.headers());
     ex.identified(&caller);
@@ -261,7 +262,10 @@ async fn plan(
     }
     // Boxed: a Redis call's future is kilobytes, and this one would
     // otherwise sit in every request's future.
-    let choice = Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await;
+    let choice = match rt.config.plans_from {
+        PlansFrom::ApiKey => Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await,
+        PlansFrom::Claim(_) | PlansFrom::Header(_) => rt.plans.plan_named(caller.plan.as_deref()),
+    };
     let view = match choice {
         PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
         PlanChoice::Reject => None,

@@ -181,6 +181,7 @@ impl Strongest {
             ip,
             api_key,
             user,
+            plan: None,
             headers: &empty,
         };
         let mut text = String::with_capacity(48);

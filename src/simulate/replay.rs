@@ -117,6 +117,7 @@ pub fn offline(config: &mut Config, format: InputFormat) {
                 ip: identity::group(std::net::Ipv4Addr::UNSPECIFIED.into(), 64),
                 api_key: Some(key.as_bytes()),
                 user: None,
+                plan: None,
                 headers: &empty,
             };
             Some((caller_digest(&caller)?, plan.clone()))
@@ -128,6 +129,7 @@ pub fn offline(config: &mut Config, format: InputFormat) {
             ip: identity::group(std::net::Ipv4Addr::UNSPECIFIED.into(), 64),
             api_key: Some(key),
             user: None,
+            plan: None,
             headers: &empty,
         };
         caller_digest(&caller)

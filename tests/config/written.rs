@@ -161,3 +161,47 @@ routes:
         ]
     );
 }
+
+#[test]
+fn plans_from_names_a_claim_a_header_or_the_api_key() {
+    use tollgate::config::PlansFrom;
+    let plans = "plans: { free: [ { name: m, limit: 1, window: 1m } ] }\n";
+    let jwt = "users: { jwt: { secret: \"a-test-secret-that-is-32-bytes-long!\" } }\n";
+    let c = valid(&routes(
+        &format!("{plans}{jwt}plans_from: \"claim:tier\"\n"),
+        &["[]"],
+    ));
+    assert_eq!(c.plans_from, PlansFrom::Claim("tier".into()));
+    let verifier = c.users.jwt.as_ref().expect("a verifier");
+    assert_eq!(verifier.plan_claim(), Some("tier"));
+    let c = valid(&routes(
+        &format!("{plans}plans_from: \"header:X-Plan\"\n"),
+        &["[]"],
+    ));
+    assert_eq!(
+        c.plans_from,
+        PlansFrom::Header(http::HeaderName::from_static("x-plan"))
+    );
+    assert_eq!(valid(&routes("", &["[]"])).plans_from, PlansFrom::ApiKey);
+    let got = errors(&routes(
+        &format!("{plans}plans_from: \"claim:tier\"\napi_keys: {{ keys: {{ k1: free }} }}\n"),
+        &["[]"],
+    ));
+    assert_eq!(
+        got,
+        [
+            "plans_from: claim:tier reads a verified JWT, and users.jwt is not set; configure users.jwt, or take the plan from header:NAME set by a trusted proxy (line 3, col 13)",
+            "api_keys.keys: plans_from chooses plans by something other than the API key, so the plans of keys would never be read; remove this, or write plans_from: api_key (line 4, col 19)",
+        ]
+    );
+    assert_eq!(
+        errors(&routes("plans_from: \"header:x-plan\"\n", &["[]"])),
+        ["plans_from: no plans are defined; add plans: for this to choose from (line 2, col 13)"]
+    );
+    assert_eq!(
+        errors(&routes("plans_from: cookie\n", &["[]"])),
+        [
+            r#"plans_from: "cookie" is not a plan source; write api_key, claim:NAME (a verified JWT claim) or header:NAME (set by a trusted proxy) (line 2, col 13)"#
+        ]
+    );
+}

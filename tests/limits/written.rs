@@ -239,3 +239,101 @@ routes:
         .collect();
     assert_eq!(decisions, ["exempt", "allowed"], "{log}");
 }
+
+/// Plans free (1 per 10 s) and pro (3 per 10 s) chosen by `plans_from`, on
+/// a route whose per-caller limit comes from the plan.
+const PLANS: &str = "plans:
+  free: [ { name: per_caller, limit: 1, window: 10s } ]
+  pro: [ { name: per_caller, limit: 3, window: 10s } ]
+api_keys: { unknown: free }
+";
+
+const PLAN_ROUTE: &str = r#"
+  - name: api
+    match: { path_prefix: /api }
+    respond: { status: 200 }
+    limits: [ { name: caller, key: user | ip, plan: true } ]
+"#;
+
+/// How many of `n` GETs of `/api` from `from` with `headers`, spread over
+/// both gateways, are admitted.
+async fn admitted_of(
+    (one, two): (&Gateway, &Gateway),
+    from: &str,
+    headers: &[(&str, &str)],
+    n: usize,
+) -> usize {
+    let mut ok = 0;
+    for i in 0..n {
+        let gw = if i % 2 == 0 { one } else { two };
+        ok += usize::from(status(gw, from, "/api", headers).await == StatusCode::OK);
+    }
+    ok
+}
+
+#[tokio::test]
+async fn a_verified_claim_picks_the_plan_and_an_unknown_one_falls_back() {
+    let redis = RedisServer::start().await;
+    let head = format!(
+        "{PLANS}plans_from: \"claim:tier\"\nusers: {{ jwt: {{ secret: \"{}\" }} }}\n",
+        crate::SECRET
+    );
+    let (one, two) = two_gateways(&redis.url(), &head, PLAN_ROUTE).await;
+    let exp = crate::now_secs() + 600;
+    let token = |sub: &str, tier: Option<&str>| {
+        let mut c = crate::claims(sub, exp);
+        if let Some(t) = tier {
+            c["tier"] = serde_json::json!(t);
+        }
+        format!("Bearer {}", crate::hs256(crate::SECRET.as_bytes(), &c))
+    };
+    let gws = (&one, &two);
+    let pro = token("alice", Some("pro"));
+    assert_eq!(
+        admitted_of(gws, "127.0.0.2", &[("authorization", &pro)], 5).await,
+        3
+    );
+    // A plan this file does not define, or none: `api_keys.unknown`.
+    let gold = token("bob", Some("gold"));
+    assert_eq!(
+        admitted_of(gws, "127.0.0.2", &[("authorization", &gold)], 3).await,
+        1
+    );
+    let none = token("carol", None);
+    assert_eq!(
+        admitted_of(gws, "127.0.0.2", &[("authorization", &none)], 3).await,
+        1
+    );
+    // A forged token names no plan (and no user: counted by IP).
+    let forged = format!(
+        "Bearer {}",
+        crate::hs256(b"another-secret-that-is-32-bytes-long", &{
+            let mut c = crate::claims("mallory", exp);
+            c["tier"] = serde_json::json!("pro");
+            c
+        })
+    );
+    assert_eq!(
+        admitted_of(gws, "127.0.0.3", &[("authorization", &forged)], 3).await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_plan_header_counts_only_from_a_trusted_proxy() {
+    let redis = RedisServer::start().await;
+    let head = format!(
+        "{PLANS}plans_from: \"header:x-plan\"\nclient_ip: {{ trusted_proxies: [127.0.0.2/32] }}\n"
+    );
+    let (one, two) = two_gateways(&redis.url(), &head, PLAN_ROUTE).await;
+    let gws = (&one, &two);
+    let via_proxy = [("x-forwarded-for", "192.0.2.1"), ("x-plan", "pro")];
+    assert_eq!(admitted_of(gws, "127.0.0.2", &via_proxy, 5).await, 3);
+    let unknown = [("x-forwarded-for", "192.0.2.2"), ("x-plan", "gold")];
+    assert_eq!(admitted_of(gws, "127.0.0.2", &unknown, 3).await, 1);
+    // From anyone else the header is ignored: the plan of unknown callers.
+    assert_eq!(
+        admitted_of(gws, "127.0.0.3", &[("x-plan", "pro")], 3).await,
+        1
+    );
+}

@@ -41,6 +41,8 @@ pub struct Root {
     pub plans: Field<BTreeMap<String, Field<Vec<Field<PlanLimit>>>>>,
     /// `api_keys: { header, keys, unknown, redis_hash, cache }`
     pub api_keys: Field<ApiKeys>,
+    /// `plans_from: api_key | claim:NAME | header:NAME` — what names a caller's plan
+    pub plans_from: Field<Text>,
     /// `users: { header, jwt }`
     pub users: Field<Users>,
     /// `timeouts:`

@@ -16,7 +16,9 @@ use super::check::{Check, Checked, Reported, choice, int, parse_timeout, positiv
 use super::limits::{is_month, parse_limit_name, parse_window};
 use crate::config::file::{self, Field, Text};
 use crate::config::position::child_key;
-use crate::config::{ApiKeyConfig, ClientIpConfig, Plan, PlanLimit, UnknownKey, UserConfig};
+use crate::config::{
+    ApiKeyConfig, ClientIpConfig, Plan, PlanLimit, PlansFrom, UnknownKey, UserConfig,
+};
 use crate::jwt::{JwtAlgorithm, JwtVerifier};
 
 impl Check<'_> {
@@ -305,4 +307,26 @@ mod tests {
             Ok("0.0.0.0/0".into())
         );
     }
+}
+
+/// `plans_from`: `api_key`, `claim:NAME` or `header:NAME`.
+pub(super) fn parse_plans_from(s: &str) -> Result<PlansFrom, String> {
+    if s == "api_key" {
+        return Ok(PlansFrom::ApiKey);
+    }
+    if let Some(claim) = s.strip_prefix("claim:") {
+        let claim = claim.trim();
+        if claim.is_empty() {
+            return Err(format!("{s:?} names no claim; write e.g. claim:tier"));
+        }
+        return Ok(PlansFrom::Claim(Arc::from(claim)));
+    }
+    if let Some(name) = s.strip_prefix("header:") {
+        return HeaderName::from_bytes(name.trim().as_bytes())
+            .map(PlansFrom::Header)
+            .map_err(|_| format!("{name:?} is not a valid header name; write e.g. header:x-plan"));
+    }
+    Err(format!(
+        "{s:?} is not a plan source; write api_key, claim:NAME (a verified JWT claim) or header:NAME (set by a trusted proxy)"
+    ))
 }
