@@ -283,6 +283,28 @@ fn parse_header_name(s: &str) -> Result<HeaderName, String> {
     })
 }
 
+/// `plans_from`: `api_key`, `claim:NAME` or `header:NAME`.
+pub(super) fn parse_plans_from(s: &str) -> Result<PlansFrom, String> {
+    if s == "api_key" {
+        return Ok(PlansFrom::ApiKey);
+    }
+    if let Some(claim) = s.strip_prefix("claim:") {
+        let claim = claim.trim();
+        if claim.is_empty() {
+            return Err(format!("{s:?} names no claim; write e.g. claim:tier"));
+        }
+        return Ok(PlansFrom::Claim(Arc::from(claim)));
+    }
+    if let Some(name) = s.strip_prefix("header:") {
+        return HeaderName::from_bytes(name.trim().as_bytes())
+            .map(PlansFrom::Header)
+            .map_err(|_| format!("{name:?} is not a valid header name; write e.g. header:x-plan"));
+    }
+    Err(format!(
+        "{s:?} is not a plan source; write api_key, claim:NAME (a verified JWT claim) or header:NAME (set by a trusted proxy)"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,26 +329,4 @@ mod tests {
             Ok("0.0.0.0/0".into())
         );
     }
-}
-
-/// `plans_from`: `api_key`, `claim:NAME` or `header:NAME`.
-pub(super) fn parse_plans_from(s: &str) -> Result<PlansFrom, String> {
-    if s == "api_key" {
-        return Ok(PlansFrom::ApiKey);
-    }
-    if let Some(claim) = s.strip_prefix("claim:") {
-        let claim = claim.trim();
-        if claim.is_empty() {
-            return Err(format!("{s:?} names no claim; write e.g. claim:tier"));
-        }
-        return Ok(PlansFrom::Claim(Arc::from(claim)));
-    }
-    if let Some(name) = s.strip_prefix("header:") {
-        return HeaderName::from_bytes(name.trim().as_bytes())
-            .map(PlansFrom::Header)
-            .map_err(|_| format!("{name:?} is not a valid header name; write e.g. header:x-plan"));
-    }
-    Err(format!(
-        "{s:?} is not a plan source; write api_key, claim:NAME (a verified JWT claim) or header:NAME (set by a trusted proxy)"
-    ))
 }
