@@ -20,6 +20,7 @@
 //!
 //! | `load/` | reads |
 //! |---|---|
+//! | `advice.rs` | nothing of the file: the warnings `tollgate check` prints for a valid configuration |
 //! | `check.rs` | nothing itself: the `Check` walker, its field helpers and the duration parsers every section uses |
 //! | `environment.rs` | every scalar, before the rest: `${VAR}` references expanded |
 //! | `errors.rs` | nothing: [`ConfigError`] and [`ConfigErrors`], what loading reports |
@@ -44,6 +45,7 @@
 //! [`load_file`] does blocking file I/O; the reload runs it on a blocking
 //! thread ([`crate::reload`]).
 
+mod advice;
 mod browsers;
 mod callers;
 mod check;
@@ -67,6 +69,7 @@ use super::{
     ApiKeyConfig, Config, HeaderMode, PlansFrom, RequestIdConfig, Route, StoreConfig, Timeouts,
     UnknownKey,
 };
+pub use advice::{advice, worst_wait_ms};
 use check::{Check, Checked, choice, error, text};
 pub use environment::{Env, process_env};
 pub use errors::{ConfigError, ConfigErrors};

@@ -205,3 +205,48 @@ fn plans_from_names_a_claim_a_header_or_the_api_key() {
         ]
     );
 }
+
+#[test]
+fn check_warns_of_a_small_sliding_window_and_still_passes() {
+    let src = "listen: 127.0.0.1:0
+plans: { free: [ { name: per_minute, limit: 3, window: 1m } ] }
+routes:
+  - name: a
+    respond: {}
+    limits:
+      - { name: two, key: ip, limit: 2, window: 1m }
+      - { name: one, key: ip, limit: 1, window: 10s }
+      - { name: four, key: ip, limit: 4, window: 1m }
+      - { name: exact, key: ip, limit: 2, window: 1m, algorithm: sliding_log }
+";
+    let expected = [
+        r#"warning: routes[0].limits[0] ("two"): a sliding_window limit of 2 per 1m can tell a burst to wait up to 1m30s (w + w/L, 1.5 windows); write algorithm: sliding_log for a wait of at most one window"#,
+        r#"warning: routes[0].limits[1] ("one"): a sliding_window limit of 1 per 10s can tell a burst to wait up to 20s (w + w/L, 2 windows); write algorithm: sliding_log for a wait of at most one window"#,
+        r#"warning: plans.free[0] ("per_minute"): a sliding_window limit of 3 per 1m can tell a burst to wait up to 1m20s (w + w/L, 1.33 windows); write algorithm: sliding_log for a wait of at most one window"#,
+    ];
+    assert_eq!(tollgate::config::load::advice(&valid(src)), expected);
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("small.yaml");
+    std::fs::write(&path, src).expect("write the file");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("check")
+        .arg(&path)
+        .output()
+        .expect("run tollgate check");
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[..3], expected, "{stdout}");
+    assert_eq!(lines[3], format!("{}: ok (1 routes)", path.display()));
+
+    // The example file warns of nothing.
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("gateway.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("check")
+        .arg(&example)
+        .output()
+        .expect("run tollgate check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("warning"), "{stdout}");
+}
