@@ -225,6 +225,12 @@ async fn wait(
         return (last.0, None, last.1);
     };
     let arrived = place.arrived();
+    let earliest = delay::earliest_ms(&last.0, limits, requests, last.1, (retry, place.ahead()));
+    if Duration::from_millis(earliest) > max {
+        // Its place in line puts it past `max_delay`: refused now, not
+        // after the wait.
+        return (last.0, None, last.1);
+    }
     if !place.reach_head(arrived + max).await {
         return (last.0, None, last.1);
     }
