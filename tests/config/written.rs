@@ -156,7 +156,7 @@ routes:
         [
             r#"exempt.ips[0]: "10.0.0.1/8" has host bits set; write 10.0.0.0/8 (or 10.0.0.1/32 for one address) (line 2, col 17)"#,
             "exempt.api_keys[0]: an API key cannot be empty (line 2, col 41)",
-            r#"exempt: unknown field "proxies" (line 2, col 46)"#,
+            r#"exempt: unknown field "proxies"; expected one of ips, api_keys (line 2, col 46)"#,
             r#"routes[0].exempt.ips: "nowhere" is not an IP address or CIDR network; write e.g. 10.0.0.0/8, 192.0.2.7 or ::1 (line 4, col 44)"#,
         ]
     );
