@@ -632,6 +632,7 @@ fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
     assert_eq!(
         keys(route),
         [
+            "exempt",
             "identities",
             "identities_limited",
             "limited",
