@@ -1,7 +1,9 @@
 //! The decision phase: who is calling, which limits apply to them, and what the
 //! limits say.
 //!
-//! The caller is worked out only on routes with limits. On routes whose
+//! The caller is worked out only on routes with limits. A caller the
+//! route's `exempt:` names ([`exempt`]) goes on with no limit asked. On
+//! routes whose
 //! limits come from plans, the caller's plan picks the limits (a caller
 //! without one is refused with 401). The store keys of the caller's limits
 //! are built here and decided by [`concurrency::decide`] or
