@@ -251,3 +251,94 @@ impl Drop for Place<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Decided;
+    use crate::limit::Verdict;
+
+    /// The one limit of a route, `spec` a YAML flow mapping's fields after
+    /// its name and key.
+    fn limit(spec: &str) -> Limit {
+        let src = format!(
+            "listen: 127.0.0.1:0\nroutes:\n  - name: r\n    respond: {{}}\n    limits: [ {{ name: l, key: ip, {spec} }} ]\n"
+        );
+        let config = crate::config::load::parse_str(&src).expect("a valid limit");
+        config.routes[0].limits[0].clone()
+    }
+
+    fn denied() -> RouteDecision {
+        RouteDecision::Decided(Decided {
+            allowed: false,
+            outcomes: None,
+            verdicts: vec![Some(Verdict::Limited)],
+        })
+    }
+
+    fn request(l: &Limit, cost: u64) -> LimitRequest {
+        LimitRequest {
+            key: "k".into(),
+            limit: l.limit.get(),
+            window_ms: l.window_ms.get(),
+            cost,
+            algorithm: l.algorithm,
+        }
+    }
+
+    /// `earliest_ms` of one denied limit at `now` with Retry-After `retry`
+    /// and `ahead` waiting, cost `cost`.
+    fn earliest(spec: &str, now: u64, retry: u64, ahead: u64, cost: u64) -> u64 {
+        let l = limit(spec);
+        let r = request(&l, cost);
+        earliest_ms(&denied(), &[l], &[r], now, (retry, ahead))
+    }
+
+    #[test]
+    fn a_place_in_line_waits_a_window_per_quota_ahead() {
+        let log = "limit: 10, window: 1s, algorithm: sliding_log";
+        // Ten ahead fill the first second after the wait; twenty, two.
+        assert_eq!(earliest(log, 5_000, 1_000, 0, 1), 1_000);
+        assert_eq!(earliest(log, 5_000, 1_000, 9, 1), 1_000);
+        assert_eq!(earliest(log, 5_000, 1_000, 10, 1), 2_000);
+        assert_eq!(earliest(log, 5_000, 1_000, 20, 1), 3_000);
+        // Costs count in units.
+        assert_eq!(earliest(log, 5_000, 1_000, 4, 2), 1_000);
+        assert_eq!(earliest(log, 5_000, 1_000, 5, 2), 2_000);
+    }
+
+    #[test]
+    fn counted_windows_wait_for_the_window_starts() {
+        for alg in ["fixed_window", "sliding_window"] {
+            let spec = format!("limit: 10, window: 1s, algorithm: {alg}");
+            // Now 5.3 s; the wait ends at 6.0 s, in window 6.
+            assert_eq!(earliest(&spec, 5_300, 700, 9, 1), 700, "{alg}");
+            assert_eq!(earliest(&spec, 5_300, 700, 10, 1), 1_700, "{alg}");
+            // A wait that ends mid-window: the rest of that window takes
+            // ten, the next window's start the eleventh.
+            assert_eq!(earliest(&spec, 5_300, 200, 10, 1), 700, "{alg}");
+            assert_eq!(earliest(&spec, 5_300, 200, 20, 1), 1_700, "{alg}");
+            assert_eq!(earliest(&spec, 5_300, 200, 0, 1), 200, "{alg}");
+        }
+    }
+
+    #[test]
+    fn a_bucket_frees_one_unit_per_interval() {
+        let gcra = "limit: 10, window: 1s, algorithm: gcra, burst: 1";
+        assert_eq!(earliest(gcra, 5_000, 100, 0, 1), 100);
+        assert_eq!(earliest(gcra, 5_000, 100, 1, 1), 100);
+        assert_eq!(earliest(gcra, 5_000, 100, 5, 1), 500);
+    }
+
+    #[test]
+    fn a_shadow_or_admitting_limit_bounds_nothing() {
+        let l = limit("limit: 1, window: 1s, algorithm: sliding_log");
+        let r = request(&l, 1);
+        let shadow = RouteDecision::Decided(Decided {
+            allowed: false,
+            outcomes: None,
+            verdicts: vec![Some(Verdict::ShadowLimited)],
+        });
+        assert_eq!(earliest_ms(&shadow, &[l], &[r], 0, (300, 50)), 300);
+    }
+}
