@@ -337,3 +337,29 @@ async fn a_plan_header_counts_only_from_a_trusted_proxy() {
         1
     );
 }
+
+#[tokio::test]
+async fn a_plan_header_reaches_the_upstream_only_from_a_trusted_proxy() {
+    let up = crate::support::gateway::Upstream::start().await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+{PLANS}plans_from: \"header:x-plan\"
+client_ip: {{ trusted_proxies: [127.0.0.2/32] }}
+routes:
+  - name: api
+    upstream: {}
+    limits: [ {{ name: caller, key: ip, plan: true }} ]
+",
+        up.url()
+    );
+    let gw = Gateway::start(&yaml).await;
+    let plan = [("x-plan", "pro")];
+    assert_eq!(status(&gw, "127.0.0.2", "/", &plan).await, StatusCode::OK);
+    let trusted = up.last().headers.get("x-plan").cloned();
+    assert_eq!(status(&gw, "127.0.0.3", "/", &plan).await, StatusCode::OK);
+    let untrusted = up.last().headers.get("x-plan").cloned();
+    assert_eq!(
+        (trusted.as_ref().map(|v| v.as_bytes()), untrusted),
+        (Some(&b"pro"[..]), None)
+    );
+}
