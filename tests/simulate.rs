@@ -374,6 +374,41 @@ async fn route_wide_shared_and_exempt_limits_replay_as_the_gateway_decided() {
     compare(&live, &sim);
 }
 
+/// Plans named by a header only trusted peers may set: here the header the
+/// sequence sends its keys in, so [`sequence`]'s callers name plans
+/// `k1` and `gold-key` (and `k2`, which no plan has), from trusted and
+/// untrusted peers.
+const PLANS_FROM: &str = r#"
+listen: 127.0.0.1:0
+client_ip: { trusted_proxies: [127.0.0.1/32, 127.0.0.2/32] }
+plans_from: "header:x-api-key"
+api_keys: { unknown: free }
+plans:
+  free: [ { name: per_caller, limit: 3, window: 10s } ]
+  k1: [ { name: per_caller, limit: 6, window: 10s } ]
+  gold-key: [ { name: per_caller, limit: 12, window: 10s, algorithm: sliding_log } ]
+routes:
+  - name: plan
+    respond: {}
+    limits: [ { name: caller, key: ip, plan: true } ]
+"#;
+
+#[tokio::test]
+async fn plans_from_a_trusted_header_replay_as_the_gateway_decided() {
+    let seq = sequence(600, 0x1405_7b7e_f767_814f);
+    let live = live(PLANS_FROM, &seq).await;
+    let (_, sim) = replay(PLANS_FROM, "traffic.jsonl", &jsonl(&seq)).await;
+    compare(&live, &sim);
+    // Each plan's quota shows in some answer's `RateLimit`.
+    for quota in [3, 6, 12] {
+        assert!(
+            live.iter()
+                .any(|s| s.status == 200 && s.remaining.get("per_caller") == Some(&(quota - 1))),
+            "no first request under a quota of {quota}"
+        );
+    }
+}
+
 fn combined_line(ts_s: u64, peer: &str, path: &str, key: &str) -> String {
     // 2024-05-01T00:00:00Z + ts_s
     let t = ts_s;
