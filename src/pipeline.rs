@@ -34,6 +34,7 @@ pub mod browsers;
 pub mod decide;
 pub mod delay;
 pub mod exchange;
+pub mod exempt;
 pub mod gateway;
 mod held;
 pub mod observe;

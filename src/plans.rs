@@ -9,6 +9,11 @@
 //! one per request. When Redis cannot answer, the key is treated as unknown
 //! for that request and nothing is cached, so the next request asks again.
 //!
+//! With `plans_from: claim:NAME` or `header:NAME` the request names its
+//! plan itself ([`PlanResolver::plan_named`]): the verified claim, or the
+//! header a trusted proxy set; a name the configuration does not define
+//! counts as unknown.
+//!
 //! A key that is unknown everywhere (or a request without a key) gets the
 //! `unknown` plan, or — with `unknown: reject` — a 401 on routes whose
 //! limits come from plans. A Redis hash naming a plan this configuration
@@ -95,6 +100,18 @@ impl PlanResolver {
         match &self.unknown {
             UnknownKey::Plan(p) => PlanChoice::Plan(p.clone()),
             UnknownKey::Reject => PlanChoice::Reject,
+        }
+    }
+
+    /// The plan a request names itself (`plans_from: claim:NAME` or
+    /// `header:NAME`): that plan when this configuration defines it, else
+    /// the plan of unknown callers (`api_keys.unknown`), as for an unknown
+    /// API key.
+    pub fn plan_named(&self, name: Option<&[u8]>) -> PlanChoice {
+        let plan = name.and_then(|n| self.plans.iter().find(|p| p.as_bytes() == n));
+        match plan {
+            Some(p) => PlanChoice::Plan(p.clone()),
+            None => self.unknown(),
         }
     }
 

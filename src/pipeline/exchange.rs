@@ -38,8 +38,12 @@ pub struct Exchange {
     /// The kind of identity the caller presented.
     pub identity: IdentityKind,
     /// The limits as this caller sees them and what they decided; `None`
-    /// on routes without limits and for requests refused before deciding.
+    /// on routes without limits, for requests refused before deciding and
+    /// for exempt callers.
     pub checked: Option<CheckedLimits>,
+    /// The route's `exempt:` let the caller through without asking its
+    /// limits.
+    pub exempt: bool,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
     /// The request's id ([`crate::request_id`]), set when it arrives.
@@ -60,6 +64,7 @@ impl Exchange {
             metrics: None,
             identity: IdentityKind::None,
             checked: None,
+            exempt: false,
             recording: None,
             request_id: None,
             origin: None,
@@ -176,6 +181,7 @@ impl Strongest {
             ip,
             api_key,
             user,
+            plan: None,
             headers: &empty,
         };
         let mut text = String::with_capacity(48);

@@ -48,11 +48,14 @@ pub enum AccessDecision {
     Unchecked,
     /// The store failed and `on_error: deny` refused: 503.
     Unavailable,
+    /// The caller is exempt: no limit was asked.
+    Exempt,
 }
 
 impl AccessDecision {
-    fn of(answer: &Answer, decided: Option<&RouteDecision>) -> Self {
+    fn of(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Self {
         match (answer, decided) {
+            (_, None) if exempt => Self::Exempt,
             (Err(GatewayError::StoreUnavailable), _) => Self::Unavailable,
             (_, None) => Self::None,
             (_, Some(RouteDecision::Undecided(Undecided::FailedOpen))) => Self::Unchecked,
@@ -72,6 +75,7 @@ impl AccessDecision {
             Self::ShadowLimited => "shadow_limited",
             Self::Unchecked => "unchecked",
             Self::Unavailable => "unavailable",
+            Self::Exempt => "exempt",
         }
     }
 }
@@ -117,8 +121,9 @@ pub fn forward_fault(e: &GatewayError) -> Option<ForwardFault> {
 /// How a request ended: the response the phases built, or their refusal.
 pub type Answer = Result<Response<Body>, GatewayError>;
 
-fn outcome(answer: &Answer, decided: Option<&RouteDecision>) -> Outcome {
+fn outcome(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Outcome {
     match answer {
+        Ok(_) if exempt => Outcome::Exempt,
         Ok(_) if decided.is_some_and(RouteDecision::shadow_denied) => Outcome::ShadowLimited,
         Ok(_) => Outcome::Allowed,
         Err(GatewayError::Limited { .. }) => Outcome::Limited,
@@ -172,7 +177,7 @@ pub fn record(
     let decided = ex.decision();
     let route = ex.route.as_ref().map(|r| &*r.route.name);
     match &ex.metrics {
-        Some(m) => m.count(outcome(answer, decided)),
+        Some(m) => m.count(outcome(answer, decided, ex.exempt)),
         None => {
             metrics.unmatched.inc();
         }
@@ -205,7 +210,10 @@ pub fn record(
             .str("method", ex.method.as_str())
             .u64("status", u64::from(status.as_u16()))
             .str("identity", ex.identity.as_str())
-            .str("decision", AccessDecision::of(answer, decided).as_str())
+            .str(
+                "decision",
+                AccessDecision::of(answer, decided, ex.exempt).as_str(),
+            )
             // Microsecond resolution is plenty for a log line.
             .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64)
             .opt_str(
