@@ -40,6 +40,7 @@ pub mod observe;
 pub mod refusal;
 pub mod route;
 mod settling;
+pub mod traces;
 
 pub use exchange::{Exchange, Rehearsal};
 pub use gateway::{Gateway, Snapshot, StartError};
@@ -62,6 +63,7 @@ impl Gateway {
         let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
         browsers::arrive(&rt, &mut req, &mut ex);
+        traces::arrive(self, &rt, &mut req, &mut ex);
         ex.grpc = grpc::Kind::of(req.method(), req.headers());
         if ex.grpc.is_some() {
             deadline(&mut req);
@@ -77,6 +79,7 @@ impl Gateway {
             self.access_log.as_ref(),
             started,
         );
+        let traced = traces::answered(&mut ex, &answer);
         let mut res = answer
             .unwrap_or_else(|refusal| refusal::response(&refusal, ex.request_id.as_ref(), ex.grpc));
         if let Some(checked) = &ex.checked {
@@ -91,6 +94,9 @@ impl Gateway {
             );
         }
         browsers::leave(&rt, &ex, &mut res);
+        if let Some(t) = traced {
+            traces::leave(self, t, &ex, &res);
+        }
         res
     }
 

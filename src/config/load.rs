@@ -30,6 +30,7 @@
 //! | `routes.rs` | `routes`: match, upstream (a URL or a pool's name) or respond, cost, `on_error`, shadow |
 //! | `limits.rs` | a route's `limits` and what plans share with them: windows, algorithms, keys |
 //! | `browsers.rs` | `request_id`, `cors`, `request_headers`, `response_headers` (top level and per route) |
+//! | `telemetry.rs` | `tracing`, and the `OTEL_*` variables for what it leaves out |
 //!
 //! This file puts the sections together (`Check::config`) and checks the
 //! few rules that span two of them: plans named by `api_keys` and by
@@ -52,6 +53,7 @@ mod limits;
 mod routes;
 mod server;
 mod store;
+mod telemetry;
 mod upstreams;
 
 use std::path::Path;
@@ -111,7 +113,7 @@ fn parse_in(src: &str, base: Option<&Path>, env: Env<'_>) -> Result<Config, Conf
         check.unknown(&field);
     }
     let config = match root {
-        Ok(root) => check.config(&root).ok(),
+        Ok(root) => check.config(&root, env).ok(),
         Err(message) => {
             check.value_error("", message);
             None
@@ -230,7 +232,7 @@ fn browser_facts(
 
 impl Check<'_> {
     /// The whole file: every section, then the rules that span sections.
-    fn config(&mut self, root: &file::Root) -> Checked<Config> {
+    fn config(&mut self, root: &file::Root, env: Env<'_>) -> Checked<Config> {
         let listen = self.required(&root.listen, "", "listen", |check, items, path| {
             let addrs = check.each(items, path, Self::listen)?;
             if addrs.is_empty() {
@@ -260,6 +262,7 @@ impl Check<'_> {
         let server = self.optional(&root.server, "server", Self::server);
         let access_log = self.optional(&root.access_log, "access_log", Self::access_log);
         let request_id = self.optional(&root.request_id, "request_id", Self::request_id);
+        let tracing = self.tracing(&root.tracing, env);
         // Routes are checked even when `timeouts` is not, with the default.
         let default_timeout = match &timeouts {
             Ok(Some(t)) => t.upstream_response,
@@ -306,6 +309,7 @@ impl Check<'_> {
             server: server?.unwrap_or_default(),
             access_log: access_log?.unwrap_or_default(),
             request_id: request_id?.unwrap_or_default(),
+            tracing: tracing?,
             cors: top_cors,
             response_headers: defaults.response_headers,
         })

@@ -51,7 +51,8 @@ pub enum AccessDecision {
 }
 
 impl AccessDecision {
-    fn of(answer: &Answer, decided: Option<&RouteDecision>) -> Self {
+    /// What the limits said about a request that ended with `answer`.
+    pub fn of(answer: &Answer, decided: Option<&RouteDecision>) -> Self {
         match (answer, decided) {
             (Err(GatewayError::StoreUnavailable), _) => Self::Unavailable,
             (_, None) => Self::None,
