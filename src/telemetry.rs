@@ -377,3 +377,68 @@ async fn export(
         batch.reserve(BATCH);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracer(sample_ratio: f64) -> Tracer {
+        let config = TracingConfig {
+            // Nothing is exported in these tests.
+            endpoint: "http://127.0.0.1:9/v1/traces".parse().unwrap(),
+            sample_ratio,
+        };
+        Tracer::start(&config, SpanMetrics::default()).expect("tracer")
+    }
+
+    fn with_parent(tp: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(TRACEPARENT, HeaderValue::from_str(tp).unwrap());
+        h
+    }
+
+    /// A trace id whose low bits OpenTelemetry's ratio sampler admits at
+    /// any ratio above 0: a client cannot use it to be traced.
+    const STEERING: &str = "00-ffffffffffffffff0000000000000000-00000000000000aa-01";
+
+    #[test]
+    fn an_untrusted_client_neither_decides_nor_steers_the_draw() {
+        let t = tracer(0.5);
+        let traced = (0..200)
+            .filter(|_| {
+                let mut h = with_parent(STEERING);
+                t.begin(&mut h, false).is_some()
+            })
+            .count();
+        // Each is a fair coin: 200 heads (or tails) would be 2^-200.
+        assert!(0 < traced && traced < 200, "{traced} of 200 traced");
+    }
+
+    #[test]
+    fn a_trusted_proxy_decides_and_the_trace_goes_on() {
+        let t = tracer(0.0);
+        let mut h = with_parent(STEERING);
+        let span = t
+            .begin(&mut h, true)
+            .expect("a trusted sampled parent is traced");
+        let sent = h[TRACEPARENT].to_str().unwrap().to_owned();
+        assert_eq!(
+            sent,
+            format!(
+                "00-ffffffffffffffff0000000000000000-{}-01",
+                span.context.span_id()
+            )
+        );
+        assert_eq!(span.parent, SpanId::from_hex("00000000000000aa").unwrap());
+        let mut h = with_parent("00-ffffffffffffffff0000000000000000-00000000000000aa-00");
+        assert!(t.begin(&mut h, true).is_none());
+        assert!(h[TRACEPARENT].to_str().unwrap().ends_with("-00"));
+        // No parent, or a malformed one: a new trace, at the ratio (0).
+        for mut h in [HeaderMap::new(), with_parent("00-zz-01")] {
+            assert!(t.begin(&mut h, true).is_none());
+            let sent = h[TRACEPARENT].to_str().unwrap();
+            assert_eq!((sent.len(), &sent[53..]), (55, "00"), "{sent}");
+            assert!(!sent.contains("ffffffffffffffff0000000000000000"));
+        }
+    }
+}

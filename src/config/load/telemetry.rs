@@ -135,6 +135,113 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::load::parse_str_with_env;
+
+    const ROUTES: &str = "routes: [ { name: r, respond: {} } ]\n";
+
+    /// The tracing settings of `file`'s `tracing:` lines (and a route),
+    /// with `vars` as the whole environment; or the errors, one per line.
+    fn load(tracing: &str, vars: &[(&str, &str)]) -> Result<Option<TracingConfig>, String> {
+        let env = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        let src = format!("listen: 127.0.0.1:0\n{tracing}{ROUTES}");
+        parse_str_with_env(&src, &env)
+            .map(|c| c.tracing)
+            .map_err(|e| e.to_string())
+    }
+
+    fn on(endpoint: &str, sample_ratio: f64) -> Option<TracingConfig> {
+        Some(TracingConfig {
+            endpoint: endpoint.parse().unwrap(),
+            sample_ratio,
+        })
+    }
+
+    #[test]
+    fn every_bad_field_is_named_with_its_line_and_column() {
+        let errors = load(
+            "tracing:\n  otlp_endpoint: grpc://c:4317\n  sample_ratio: 2\n  sampler: always\n",
+            &[],
+        )
+        .unwrap_err();
+        let lines: Vec<&str> = errors.lines().collect();
+        assert_eq!(lines.len(), 3, "{errors}");
+        assert!(
+            lines[0].starts_with(
+                "tracing.otlp_endpoint: \"grpc://c:4317\" is not an http or https URL"
+            ) && lines[0].ends_with("(line 3, col 18)"),
+            "{errors}"
+        );
+        assert!(
+            lines[1].starts_with("tracing.sample_ratio: \"2\" is not a ratio")
+                && lines[1].ends_with("(line 4, col 17)"),
+            "{errors}"
+        );
+        assert!(
+            lines[2].starts_with(
+                "tracing: unknown field \"sampler\"; expected one of otlp_endpoint, sample_ratio"
+            ) && lines[2].ends_with("(line 5, col 3)"),
+            "{errors}"
+        );
+        let errors = load("tracing: { sample_ratio: 0.5 }\n", &[]).unwrap_err();
+        assert!(
+            errors.starts_with("tracing: missing required field \"otlp_endpoint\" (or set OTEL_EXPORTER_OTLP_ENDPOINT)"),
+            "{errors}"
+        );
+    }
+
+    #[test]
+    fn the_file_wins_field_by_field_over_the_otel_variables() {
+        assert_eq!(load("", &[]), Ok(None));
+        // Empty text is not set.
+        assert_eq!(load("", &[(ENDPOINT_VAR, "")]), Ok(None));
+        assert_eq!(
+            load("", &[(ENDPOINT_VAR, "http://env:4318")]),
+            Ok(on("http://env:4318/v1/traces", 1.0))
+        );
+        assert_eq!(
+            load(
+                "",
+                &[(ENDPOINT_VAR, "http://env:4318"), (RATIO_VAR, "0.25")]
+            ),
+            Ok(on("http://env:4318/v1/traces", 0.25))
+        );
+        assert_eq!(
+            load(
+                "tracing: { otlp_endpoint: \"http://file:4318\" }\n",
+                &[(ENDPOINT_VAR, "http://env:4318"), (RATIO_VAR, "0.25")]
+            ),
+            Ok(on("http://file:4318/v1/traces", 0.25))
+        );
+        assert_eq!(
+            load(
+                "tracing: { sample_ratio: 0.01 }\n",
+                &[(ENDPOINT_VAR, "http://env:4318"), (RATIO_VAR, "0.25")]
+            ),
+            Ok(on("http://env:4318/v1/traces", 0.01))
+        );
+        // The ratio alone does not turn tracing on.
+        assert_eq!(load("", &[(RATIO_VAR, "0.25")]), Ok(None));
+        // A bad variable is named; it has no line in the file.
+        let errors = load("", &[(ENDPOINT_VAR, "collector:4318")]).unwrap_err();
+        assert!(
+            errors.starts_with(
+                "tracing.otlp_endpoint: from OTEL_EXPORTER_OTLP_ENDPOINT: \"collector:4318\""
+            ),
+            "{errors}"
+        );
+        assert!(!errors.contains("line"), "{errors}");
+        let errors = load("", &[(ENDPOINT_VAR, "http://c"), (RATIO_VAR, "all")]).unwrap_err();
+        assert!(
+            errors.starts_with(
+                "tracing.sample_ratio: from OTEL_TRACES_SAMPLER_ARG: \"all\" is not a ratio"
+            ),
+            "{errors}"
+        );
+    }
 
     #[test]
     fn endpoints_get_the_traces_path_once() {
