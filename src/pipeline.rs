@@ -63,7 +63,7 @@ impl Gateway {
         let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
         browsers::arrive(&rt, &mut req, &mut ex);
-        traces::arrive(self, &rt, &mut req, &mut ex);
+        traces::arrive(self, &rt, req.headers_mut(), &mut ex);
         ex.grpc = grpc::Kind::of(req.method(), req.headers());
         if ex.grpc.is_some() {
             deadline(&mut req);
@@ -73,13 +73,12 @@ impl Gateway {
         }
         let answer = self.phases(req, &rt, &mut ex).await;
         observe::record(
-            &ex,
+            &mut ex,
             &answer,
             &self.metrics,
             self.access_log.as_ref(),
             started,
         );
-        let traced = traces::answered(&mut ex, &answer);
         let mut res = answer
             .unwrap_or_else(|refusal| refusal::response(&refusal, ex.request_id.as_ref(), ex.grpc));
         if let Some(checked) = &ex.checked {
@@ -94,9 +93,6 @@ impl Gateway {
             );
         }
         browsers::leave(&rt, &ex, &mut res);
-        if let Some(t) = traced {
-            traces::leave(self, t, &ex, &res);
-        }
         res
     }
 

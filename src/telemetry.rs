@@ -26,7 +26,8 @@
 //! queue ([`QUEUE`] spans) with `try_send`, and when it is full the span is
 //! dropped and counted (`tollgate_trace_spans_dropped_total`). A thread of
 //! its own (`tollgate-otlp`, with a one-thread runtime) takes spans off the
-//! queue in batches and posts them with the `opentelemetry-otlp` exporter,
+//! queue in batches (up to 512, or what came within a second of the
+//! first) and posts them with the `opentelemetry-otlp` exporter,
 //! so a slow, silent or unreachable collector only ever fills that queue.
 //! The exporter posts through `hyper-util`'s client (the one the proxy
 //! uses, through `opentelemetry-http`'s `HyperClient`), with the gateway's
@@ -67,6 +68,12 @@ pub const QUEUE: usize = 2048;
 
 /// Spans posted in one export at most (OpenTelemetry's default batch).
 const BATCH: usize = 512;
+
+/// How long a batch waits for more spans after its first, unless it fills
+/// first: a busy gateway posts full batches, a quiet one at most one
+/// batch a second. Posting each span alone would cost an HTTP request per
+/// traced request. (OpenTelemetry's batch processor waits up to 5 s.)
+const LINGER: Duration = Duration::from_secs(1);
 
 /// How long one export may take, retries included, before its spans are
 /// given up (OpenTelemetry's default OTLP timeout).
@@ -112,6 +119,8 @@ impl std::fmt::Debug for Tracer {
 /// The span of one traced request, from its arrival to its response head.
 #[derive(Debug)]
 pub struct ServerSpan {
+    /// Where the span goes when it ends.
+    tracer: Arc<Tracer>,
     context: SpanContext,
     /// The span of the peer that sent `traceparent`, if one did.
     parent: SpanId,
@@ -182,7 +191,11 @@ impl Tracer {
     /// proxy: decides whether it is traced, and puts the `traceparent` the
     /// upstream is to receive in `headers`. Returns the request's span when
     /// it is traced.
-    pub fn begin(&self, headers: &mut HeaderMap, trusted: bool) -> Option<Box<ServerSpan>> {
+    pub fn begin(
+        self: &Arc<Self>,
+        headers: &mut HeaderMap,
+        trusted: bool,
+    ) -> Option<Box<ServerSpan>> {
         let sent = headers.contains_key(TRACEPARENT).then(|| {
             let cx = TraceContextPropagator::new()
                 .extract_with_context(&Context::new(), &HeaderExtractor(headers));
@@ -211,6 +224,7 @@ impl Tracer {
         }
         sampled.then(|| {
             Box::new(ServerSpan {
+                tracer: Arc::clone(self),
                 context: SpanContext::new(trace_id, span_id, flags, false, state),
                 parent: parent_id,
                 started: SystemTime::now(),
@@ -228,16 +242,19 @@ impl Tracer {
             .should_sample(None, id, "", &SpanKind::Server, &[], &[]);
         result.decision == SamplingDecision::RecordAndSample
     }
+}
 
-    /// Ends `span` as `ended` says and queues it for export; a full queue
-    /// drops it and counts the drop.
-    pub fn end(&self, span: ServerSpan, ended: &Ended<'_>) {
+impl ServerSpan {
+    /// Ends the span as `ended` says and queues it for export; a full
+    /// queue drops it and counts the drop.
+    pub fn end(self, ended: &Ended<'_>) {
         let ServerSpan {
+            tracer,
             context,
             parent,
             started,
             store_time,
-        } = span;
+        } = self;
         let mut attributes = Vec::with_capacity(10);
         attributes.push(KeyValue::new(
             "http.request.method",
@@ -296,10 +313,10 @@ impl Tracer {
             events: SpanEvents::default(),
             links: SpanLinks::default(),
             status,
-            instrumentation_scope: self.scope.clone(),
+            instrumentation_scope: tracer.scope.clone(),
         };
-        if self.queue.try_send(data).is_err() {
-            self.dropped.inc();
+        if tracer.queue.try_send(data).is_err() {
+            tracer.dropped.inc();
         }
     }
 }
@@ -343,10 +360,10 @@ fn http_client() -> Result<opentelemetry_http::hyper::HyperClient<Connector>, Te
 
 type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
 
-/// The export thread's loop: a batch of what is queued, posted, counted;
-/// until every [`Tracer`] is gone and the queue is empty. A failing
-/// collector is logged when it starts failing and when it recovers, not at
-/// every batch.
+/// The export thread's loop: a batch ([`BATCH`] spans, or what came
+/// within [`LINGER`] of its first), posted, counted; until every
+/// [`Tracer`] is gone and the queue is empty. A failing collector is
+/// logged when it starts failing and when it recovers, not at every batch.
 async fn export(
     mut spans: mpsc::Receiver<SpanData>,
     exporter: opentelemetry_otlp::SpanExporter,
@@ -356,6 +373,15 @@ async fn export(
     let mut failing = false;
     let mut batch = Vec::with_capacity(BATCH);
     while spans.recv_many(&mut batch, BATCH).await > 0 {
+        let until = tokio::time::Instant::now() + LINGER;
+        while batch.len() < BATCH {
+            let room = BATCH - batch.len();
+            match tokio::time::timeout_at(until, spans.recv_many(&mut batch, room)).await {
+                Ok(n) if n > 0 => {}
+                // Every tracer is gone, or the batch has waited long enough.
+                Ok(_) | Err(_) => break,
+            }
+        }
         let n = batch.len() as u64;
         match exporter.export(std::mem::take(&mut batch)).await {
             Ok(()) => {
@@ -382,13 +408,13 @@ async fn export(
 mod tests {
     use super::*;
 
-    fn tracer(sample_ratio: f64) -> Tracer {
+    fn tracer(sample_ratio: f64) -> Arc<Tracer> {
         let config = TracingConfig {
             // Nothing is exported in these tests.
             endpoint: "http://127.0.0.1:9/v1/traces".parse().unwrap(),
             sample_ratio,
         };
-        Tracer::start(&config, SpanMetrics::default()).expect("tracer")
+        Arc::new(Tracer::start(&config, SpanMetrics::default()).expect("tracer"))
     }
 
     fn with_parent(tp: &str) -> HeaderMap {

@@ -145,7 +145,7 @@ pub struct Gateway {
     pub(super) waiting: Waiting,
     /// Decides which requests are traced and exports their spans; `None`
     /// when tracing is off (`tracing:` applies at start).
-    pub(super) tracer: Option<Tracer>,
+    pub(super) tracer: Option<Arc<Tracer>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -178,7 +178,7 @@ impl Gateway {
         let forwarder = Forwarder::new(&config.timeouts)?;
         let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
         let tracer = match &config.tracing {
-            Some(t) => Some(Tracer::start(t, metrics.spans.clone())?),
+            Some(t) => Some(Arc::new(Tracer::start(t, metrics.spans.clone())?)),
             None => None,
         };
         Ok(Self {

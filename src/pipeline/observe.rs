@@ -161,10 +161,11 @@ pub fn logging(access_log: Option<&AccessWriter>) -> bool {
     access_log.is_some() && tracing::enabled!(target: ACCESS, tracing::Level::INFO)
 }
 
-/// Counts the request, logs a failed forward by whose fault it was, and
-/// writes the access-log line.
+/// Counts the request, logs a failed forward by whose fault it was,
+/// writes the access-log line, and ends the request's span when it is
+/// traced.
 pub fn record(
-    ex: &Exchange,
+    ex: &mut Exchange,
     answer: &Answer,
     metrics: &Metrics,
     access_log: Option<&AccessWriter>,
@@ -239,4 +240,5 @@ pub fn record(
         }
         line.write();
     }
+    super::traces::finish(ex, answer);
 }

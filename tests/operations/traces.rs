@@ -163,6 +163,9 @@ fn parts(tp: &str) -> (String, String, String) {
     (p[1].to_owned(), p[2].to_owned(), p[3].to_owned())
 }
 
+/// Every request is sent first and the spans read after: the exporter
+/// waits up to a second to fill a batch, so they arrive together, in the
+/// order the requests ended.
 #[tokio::test]
 async fn spans_name_the_route_outcome_limit_store_time_and_upstream_status() {
     let (otlp, mut spans) = collector().await;
@@ -190,18 +193,14 @@ routes:
     );
     let gw = AdminGateway::start(&yaml, std::sync::Arc::new(tollgate::clock::SystemClock)).await;
     let trusted: IpAddr = TRUSTED.parse().unwrap();
+    let traced = |trace: &str, path: &str| get(path, &[("traceparent", &traceparent(trace))]);
 
     // An untrusted client's sampled flag: its trace id goes on upstream,
     // its flag does not, and no span is made (the ratio is 0).
     let outsider = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let r = send(
-        gw.addr,
-        get("/api/x", &[("traceparent", &traceparent(outsider))]),
-    )
-    .await;
+    let r = send(gw.addr, traced(outsider, "/api/x")).await;
     assert_eq!(r.status, StatusCode::OK);
-    let sent = up.last();
-    let (trace, parent, flags) = parts(sent.headers["traceparent"].to_str().unwrap());
+    let (trace, parent, flags) = parts(up.last().headers["traceparent"].to_str().unwrap());
     assert_eq!(trace, outsider, "the client's trace id is continued");
     assert_ne!(
         parent, "0000000000000abc",
@@ -212,19 +211,42 @@ routes:
     // A trusted proxy's sampled flag: traced, and the upstream hears of
     // the gateway's span as its parent.
     let t1 = "11111111111111111111111111111111";
-    let r = send_from(
+    let r = send_from(trusted, gw.addr, traced(t1, "/api/x")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let (trace, upstream_parent, flags) = parts(up.last().headers["traceparent"].to_str().unwrap());
+    assert_eq!((trace.as_str(), flags.as_str()), (t1, "01"));
+    // Refused by a limit.
+    let t2 = "22222222222222222222222222222222";
+    let r = send_from(trusted, gw.addr, traced(t2, "/api/x")).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    // A shadow limit: under, then over (forwarded both times).
+    let (t3, t4) = ("3".repeat(32), "4".repeat(32));
+    for t in [&t3, &t4] {
+        let r = send_from(trusted, gw.addr, traced(t, "/trial")).await;
+        assert_eq!(r.status, StatusCode::OK);
+    }
+    // A trusted proxy that does not sample: not traced, and its decision
+    // goes upstream.
+    let t5 = "55555555555555555555555555555555";
+    let unsampled = format!("00-{t5}-0000000000000abc-00");
+    send_from(
         trusted,
         gw.addr,
-        get("/api/x", &[("traceparent", &traceparent(t1))]),
+        get("/trial", &[("traceparent", &unsampled)]),
     )
     .await;
+    assert_eq!(
+        parts(up.last().headers["traceparent"].to_str().unwrap()).2,
+        "00"
+    );
+    // A route without limits or upstream.
+    let t6 = "66666666666666666666666666666666";
+    let r = send_from(trusted, gw.addr, traced(t6, "/hello")).await;
     assert_eq!(r.status, StatusCode::OK);
-    let sent = up.last();
-    let (trace, upstream_parent, flags) = parts(sent.headers["traceparent"].to_str().unwrap());
-    assert_eq!((trace.as_str(), flags.as_str()), (t1, "01"));
+
+    // The spans, in the order the requests ended: the outsider's and the
+    // unsampled request's, had they been made, would be among them.
     let s = next(&mut spans).await;
-    // Spans leave in the order they end: the outsider's, had it been
-    // made, would have come first.
     assert_eq!(s.trace_id, t1, "no span for the untrusted client's request");
     assert_eq!(s.service, "tollgate");
     assert_eq!(s.kind, SpanKind::Server as i32);
@@ -243,70 +265,35 @@ routes:
         other => panic!("store time: {other:?}"),
     }
 
-    // Refused by a limit: the limit is named, nothing went upstream.
-    let t2 = "22222222222222222222222222222222";
-    let r = send_from(
-        trusted,
-        gw.addr,
-        get("/api/x", &[("traceparent", &traceparent(t2))]),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     let s = next(&mut spans).await;
     assert_eq!(s.trace_id, t2);
     assert_eq!(s.text("tollgate.outcome"), Some("limited"));
     assert_eq!(s.list("tollgate.limit"), Some(vec!["per_ip".to_owned()]));
     assert_eq!(s.int("http.response.status_code"), Some(429));
-    assert_eq!(s.int("tollgate.upstream.status_code"), None);
+    assert_eq!(
+        s.int("tollgate.upstream.status_code"),
+        None,
+        "nothing went upstream"
+    );
 
-    // A shadow limit over: forwarded, the shadow limit named.
-    for (i, want) in [("3", "allowed"), ("4", "shadow_limited")] {
-        let t = i.repeat(32);
-        let r = send_from(
-            trusted,
-            gw.addr,
-            get("/trial", &[("traceparent", &traceparent(&t))]),
-        )
-        .await;
-        assert_eq!(r.status, StatusCode::OK);
+    for (t, want) in [(&t3, "allowed"), (&t4, "shadow_limited")] {
         let s = next(&mut spans).await;
-        assert_eq!(s.trace_id, t);
+        assert_eq!(&s.trace_id, t);
         assert_eq!(s.text("tollgate.outcome"), Some(want));
         assert_eq!(s.int("tollgate.upstream.status_code"), Some(200));
         let shadow = (want == "shadow_limited").then(|| vec!["soft".to_owned()]);
         assert_eq!(s.list("tollgate.shadow_limit"), shadow);
     }
 
-    // A trusted proxy that does not sample: not traced, and its decision
-    // goes upstream. A route without limits: no store time, no upstream.
-    let t5 = "55555555555555555555555555555555";
-    let unsampled = format!("00-{t5}-0000000000000abc-00");
-    send_from(
-        trusted,
-        gw.addr,
-        get("/trial", &[("traceparent", &unsampled)]),
-    )
-    .await;
-    assert_eq!(
-        parts(up.last().headers["traceparent"].to_str().unwrap()).2,
-        "00"
-    );
-    let t6 = "66666666666666666666666666666666";
-    let r = send_from(
-        trusted,
-        gw.addr,
-        get("/hello", &[("traceparent", &traceparent(t6))]),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::OK);
     let s = next(&mut spans).await;
     assert_eq!(s.trace_id, t6, "no span for the unsampled request");
+    assert_eq!(s.name, "GET hello");
     assert_eq!(s.text("tollgate.outcome"), Some("none"));
     assert_eq!(s.attributes.get("tollgate.store.duration_ms"), None);
     assert_eq!(s.int("tollgate.upstream.status_code"), None);
 
     // Counted once the collector's answer is back, which may be after the
-    // span was seen.
+    // spans were seen.
     until(
         "5 spans counted as exported",
         Duration::from_secs(10),
