@@ -320,30 +320,21 @@ impl ServerSpan {
 /// gateway pays for it, and `fmt`'s padded hex of a `u128` costs several
 /// times as much.
 fn traceparent(trace_id: TraceId, span_id: SpanId, flags: TraceFlags) -> HeaderValue {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = [0u8; 55];
-    out[..3].copy_from_slice(b"00-");
-    let bytes = trace_id
-        .to_bytes()
-        .into_iter()
-        .chain([0])
-        .chain(span_id.to_bytes())
-        .chain([0])
-        .chain([flags.to_u8()]);
-    let mut at = 3;
-    for (i, b) in bytes.enumerate() {
-        // The two zero bytes stand for the dashes after the ids.
-        if i == 16 || i == 25 {
-            out[at] = b'-';
-            at += 1;
-            continue;
-        }
-        out[at] = HEX[usize::from(b >> 4)];
-        out[at + 1] = HEX[usize::from(b & 0xf)];
-        at += 2;
-    }
+    let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
+    hex_into(&mut out[3..35], &trace_id.to_bytes());
+    hex_into(&mut out[36..52], &span_id.to_bytes());
+    hex_into(&mut out[53..55], &[flags.to_u8()]);
     // Only hex digits and dashes: always a valid header value.
     HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static("00"))
+}
+
+/// `bytes` in lower-case hex into `out`, two digits a byte.
+fn hex_into(out: &mut [u8], bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
+    }
 }
 
 fn names(names: &[&str]) -> Value {
