@@ -1,23 +1,24 @@
 //! The pipeline's hooks for tracing ([`crate::telemetry`]): when a request
 //! arrives, whether it is traced and the `traceparent` its upstream gets;
 //! when its response head is ready (where [`observe`](super::observe)
-//! writes the access log), its span's end. The span itself, the
+//! writes the access log, and asks for it), its span's end. The span itself, the
 //! sampling and the export live in `telemetry`; this file only says where
 //! in one request they apply and what the span is told.
 //!
 //! With tracing off the gateway has no tracer, and a request pays one
-//! `Option` check here and one at its end.
+//! `Option` check here and one in `observe`.
 
 use std::sync::Arc;
 
-use http::HeaderMap;
+use http::{HeaderMap, Response};
 
 use super::exchange::Exchange;
 use super::gateway::{Gateway, Snapshot};
-use super::observe::{AccessDecision, Answer};
 use crate::config::Action;
 use crate::cors;
 use crate::identity;
+use crate::problem::GatewayError;
+use crate::proxy::Body;
 use crate::telemetry::{Ended, ServerSpan, Tracer};
 
 /// When a request arrives: its span, if it is traced, and in any case the
@@ -36,22 +37,18 @@ fn begin(tracer: &Arc<Tracer>, rt: &Snapshot, headers: &mut HeaderMap, ex: &mut 
     ex.span = tracer.begin(headers, trusted);
 }
 
-/// When the response head is ready (the access log's moment): ends the
-/// request's span, if it is traced. Inlined, so that with tracing off the
-/// request pays a check and no call.
-#[inline]
-pub fn finish(ex: &mut Exchange, answer: &Answer) {
-    if let Some(span) = ex.span.take() {
-        end(*span, ex, answer);
-    }
-}
-
-/// The span told how the request ended: the outcome as the access log
-/// names it, the status as the access log records it, the limits that
-/// refused, and the upstream's status (a response to a route with an
-/// upstream, other than a preflight's, is the upstream's).
+/// Ends a traced request's span when its response head is ready, where
+/// [`observe`](super::observe) writes the access log (which calls it,
+/// with the outcome as the log names it): the status as the log records
+/// it, the limits that refused, and the upstream's status (a response to
+/// a route with an upstream, other than a preflight's, is the upstream's).
 #[inline(never)]
-fn end(span: ServerSpan, ex: &Exchange, answer: &Answer) {
+pub fn end(
+    span: ServerSpan,
+    ex: &Exchange,
+    answer: &Result<Response<Body>, GatewayError>,
+    outcome: &'static str,
+) {
     let forwarded = ex
         .route
         .as_ref()
@@ -84,7 +81,7 @@ fn end(span: ServerSpan, ex: &Exchange, answer: &Answer) {
         method: ex.method.as_str(),
         route: ex.route.as_ref().map(|r| &*r.route.name),
         status: status.as_u16(),
-        outcome: AccessDecision::of(answer, ex.decision()).as_str(),
+        outcome,
         refused_by,
         shadow_refused_by,
         upstream_status,
