@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Callgrind instructions per request on one path through the gateway.
 
-    python3 benches/callgrind_paths.py BINARY none|one|deny|redis|pool [N]
+    python3 benches/callgrind_paths.py BINARY none|one|deny|redis|pool|traced|sampled [N]
 
 The gateway runs under `valgrind --tool=callgrind` with
 TOKIO_WORKER_THREADS=1 and RUST_LOG=warn (no access log), one route to a
@@ -9,7 +9,11 @@ keep-alive upstream on loopback: `none` without limits, `one` with one
 in-process limit by IP that admits, `deny` with one that denies (429),
 `redis` with the limit in a redis-server started here (deny cache off),
 `pool` without limits to a pool of three such upstreams (`least_request`,
-the defaults otherwise) instead of one URL.
+the defaults otherwise) instead of one URL,
+`traced` without limits but with every request traced (`tracing:` with
+`sample_ratio: 1`, spans posted to an OTLP/HTTP collector started here
+that answers 200; the export thread's work is counted too), `sampled`
+the same at `sample_ratio: 0.01`.
 One client connection sends requests one after another (as `wrk -t1
 -c1`); after a warm-up, `callgrind_control --zero`, N requests (default
 2000), `callgrind_control --dump`: the whole process's instructions
@@ -64,9 +68,27 @@ elif MODE == "redis":
     time.sleep(0.5)
     store = "store: { redis: { url: \"redis://127.0.0.1:%d\", timeout: 2s, connect_timeout: 10s }, on_error: deny, deny_cache: 0 }" % rp
     limit = "limits: [ { name: per_ip, key: ip, limit: 100000000, window: 1h } ]"
+tracing = ""
+if MODE in ("traced", "sampled"):
+    import http.server
+    class Collector(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+        def log_message(self, *a): pass
+    cp = free_port()
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", cp), Collector)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    ratio = 1 if MODE == "traced" else 0.01
+    tracing = "tracing: { otlp_endpoint: \"http://127.0.0.1:%d\", sample_ratio: %s }" % (cp, ratio)
 cfg = f"""listen: 127.0.0.1:{gw}
 {store}
-{pools}routes:
+{pools}{tracing}
+routes:
   - name: api
     match: {{ path_prefix: / }}
     upstream: {upstream_line}

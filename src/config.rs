@@ -56,6 +56,9 @@ pub struct Config {
     pub server: ServerSettings,
     /// What the access log writes beyond its usual fields.
     pub access_log: AccessLog,
+    /// OpenTelemetry traces: where spans go and how many requests are
+    /// traced; `None` when tracing is off.
+    pub tracing: Option<TracingConfig>,
     /// Where each request's id is read from and sent in, and whose ids are kept.
     pub request_id: RequestIdConfig,
     /// `cors:` at the top level: the policy of responses no route took
@@ -175,6 +178,23 @@ pub struct AccessLog {
     /// the caller's API key or user — never the key itself. Off by default:
     /// paths can carry personal data.
     pub replay: bool,
+}
+
+/// `tracing:` — a span per request, sent over OTLP/HTTP (protobuf)
+/// ([`crate::telemetry`]). Read from the file, else from the standard
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_TRACES_SAMPLER_ARG` variables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// The URL spans are posted to: the collector's `/v1/traces`.
+    pub endpoint: Uri,
+    /// The share of requests traced, from 0 to 1, decided by trace id, for
+    /// requests whose sampling no trusted proxy decided.
+    pub sample_ratio: f64,
+}
+
+impl TracingConfig {
+    /// OpenTelemetry's default sampler records every request.
+    pub const DEFAULT_SAMPLE_RATIO: f64 = 1.0;
 }
 
 /// One listening address.

@@ -37,6 +37,7 @@ pub mod server;
 pub mod simulate;
 pub mod store;
 pub mod target;
+pub mod telemetry;
 pub mod tls;
 pub mod top;
 pub mod upgrade;

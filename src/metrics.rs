@@ -34,6 +34,7 @@ use crate::limit::Verdict;
 use delay::{DelayFamilies, DelayMetrics};
 
 pub mod delay;
+pub mod spans;
 pub mod targets;
 use crate::store::redis::fault::FaultKind;
 
@@ -436,6 +437,8 @@ pub struct Metrics {
     reloads: Family<ResultLabels, Counter>,
     /// The series of upstream pools' targets.
     pub targets: targets::TargetFamilies,
+    /// The series of the span export (tracing).
+    pub spans: spans::SpanMetrics,
 }
 
 impl Default for Metrics {
@@ -508,9 +511,11 @@ impl Metrics {
             reloads.clone(),
         );
         let targets = targets::TargetFamilies::register(&mut registry);
+        let spans = spans::SpanMetrics::register(&mut registry);
         Self {
             registry,
             targets,
+            spans,
             store,
             requests,
             unmatched,

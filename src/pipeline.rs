@@ -41,6 +41,7 @@ pub mod observe;
 pub mod refusal;
 pub mod route;
 mod settling;
+pub mod traces;
 
 pub use exchange::{Exchange, Rehearsal};
 pub use gateway::{Gateway, Snapshot, StartError};
@@ -63,6 +64,7 @@ impl Gateway {
         let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
         browsers::arrive(&rt, &mut req, &mut ex);
+        traces::arrive(self, &rt, req.headers_mut(), &mut ex);
         ex.grpc = grpc::Kind::of(req.method(), req.headers());
         if ex.grpc.is_some() {
             deadline(&mut req);
@@ -72,7 +74,7 @@ impl Gateway {
         }
         let answer = self.phases(req, &rt, &mut ex).await;
         observe::record(
-            &ex,
+            &mut ex,
             &answer,
             &self.metrics,
             self.access_log.as_ref(),

@@ -12,7 +12,8 @@
 //! running configuration, with a warning saying a restart applies them:
 //! `listen` and `admin` (bound sockets), the whole `store` section (the
 //! Redis connection and the key prefix — a new prefix would silently start
-//! every counter from zero), `timeouts.header_read`, `timeouts.idle`,
+//! every counter from zero), `tracing` (the span exporter and its thread),
+//! `timeouts.header_read`, `timeouts.idle`,
 //! `timeouts.drain`, `server.max_connections`, `server.backlog` and
 //! `server.max_header_size` (the listener's settings) and
 //! `timeouts.upstream_connect` and `timeouts.upstream_idle` (the upstream
@@ -168,6 +169,11 @@ fn keep_fixed(old: &Config, new: &mut Config) {
     if new.store != old.store {
         restart("store");
         new.store = old.store.clone();
+    }
+    // The tracer and its export thread are built once, at start.
+    if new.tracing != old.tracing {
+        restart("tracing");
+        new.tracing = old.tracing.clone();
     }
     if new.timeouts.header_read != old.timeouts.header_read {
         restart("timeouts.header_read");

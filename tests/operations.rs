@@ -2,13 +2,17 @@
 //! `/readyz`, `/admin/top`), shadow limits, hot reload on SIGHUP, the access
 //! log and the configuration's JSON Schema. Real gateways, upstreams and
 //! `redis-server` on free loopback ports; the reload and log tests run the
-//! built binary as the README does.
+//! built binary as the README does. OpenTelemetry traces go to a
+//! collector inside the test.
 
 #[path = "support/mod.rs"]
 mod support;
 
 #[path = "operations/deploy.rs"]
 mod deploy;
+
+#[path = "operations/traces.rs"]
+mod traces;
 
 use std::io::Read as _;
 use std::path::Path;

@@ -45,7 +45,7 @@ pub use mappings::{
     AccessLog, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Eject, Exempt, HeaderRules, Health,
     Jwt, Limit, Listen, ListenMap, Match, PlanLimit, Reconnect, Redis, RedisTls, RequestId,
     Respond, Root, Route, Sentinel, Server, ServerPath, Store, Target, TargetMap, Timeouts, Tls,
-    UpstreamPool, Users,
+    Tracing, UpstreamPool, Users,
 };
 pub use unknown::{UnknownField, from_value};
 

@@ -33,6 +33,7 @@
 //! | `shares.rs` | `share:` across routes: the limits of one share agree |
 //! | `exempt.rs` | `exempt` (top level and per route): addresses and API keys not counted |
 //! | `browsers.rs` | `request_id`, `cors`, `request_headers`, `response_headers` (top level and per route) |
+//! | `telemetry.rs` | `tracing`, and the `OTEL_*` variables for what it leaves out |
 //!
 //! This file puts the sections together (`Check::config`) and checks the
 //! few rules that span two of them: plans named by `api_keys` and by
@@ -58,6 +59,7 @@ mod routes;
 mod server;
 mod shares;
 mod store;
+mod telemetry;
 mod upstreams;
 
 use std::path::Path;
@@ -119,7 +121,7 @@ fn parse_in(src: &str, base: Option<&Path>, env: Env<'_>) -> Result<Config, Conf
         check.unknown(&field);
     }
     let config = match root {
-        Ok(root) => check.config(&root).ok(),
+        Ok(root) => check.config(&root, env).ok(),
         Err(message) => {
             check.value_error("", message);
             None
@@ -238,7 +240,7 @@ fn browser_facts(
 
 impl Check<'_> {
     /// The whole file: every section, then the rules that span sections.
-    fn config(&mut self, root: &file::Root) -> Checked<Config> {
+    fn config(&mut self, root: &file::Root, env: Env<'_>) -> Checked<Config> {
         let listen = self.required(&root.listen, "", "listen", |check, items, path| {
             let addrs = check.each(items, path, Self::listen)?;
             if addrs.is_empty() {
@@ -277,6 +279,7 @@ impl Check<'_> {
         let exempt = self
             .optional(&root.exempt, "exempt", Self::exempt)
             .map(|e| e.map(Arc::new));
+        let tracing = self.tracing(&root.tracing, env);
         // Routes are checked even when `timeouts` is not, with the default.
         let default_timeout = match &timeouts {
             Ok(Some(t)) => t.upstream_response,
@@ -327,6 +330,7 @@ impl Check<'_> {
             server: server?.unwrap_or_default(),
             access_log: access_log?.unwrap_or_default(),
             request_id: request_id?.unwrap_or_default(),
+            tracing: tracing?,
             cors: top_cors,
             response_headers: defaults.response_headers,
             exempt: exempt?,

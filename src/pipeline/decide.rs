@@ -115,8 +115,13 @@ pub async fn decide<B>(
         ids.counted_as(&requests);
     }
     let metrics = ex.metrics.as_deref();
+    // Timed for the request's span only: an untraced request reads no clock.
+    let timer = ex.span.is_some().then(std::time::Instant::now);
     let (decision, slots, now_ms) =
         decide_limits(gw, route, limits, &requests, now_ms, &mode, metrics).await;
+    if let (Some(span), Some(t)) = (ex.span.as_mut(), timer) {
+        span.store_time = Some(t.elapsed());
+    }
     shadow::record(
         &decision,
         &route.route.name,

@@ -20,6 +20,7 @@ use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
 use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
+use crate::telemetry::ServerSpan;
 use crate::top;
 use ipnet::IpNet;
 
@@ -53,6 +54,8 @@ pub struct Exchange {
     /// The kind of gRPC call the request is, if it is one: a refusal is
     /// then answered the gRPC way.
     pub grpc: Option<crate::grpc::Kind>,
+    /// The request's span, when it is traced ([`crate::telemetry`]).
+    pub span: Option<Box<ServerSpan>>,
 }
 
 impl Exchange {
@@ -69,6 +72,7 @@ impl Exchange {
             request_id: None,
             origin: None,
             grpc: None,
+            span: None,
         }
     }
 

@@ -18,6 +18,7 @@ use crate::proxy::resolve::{Resolve, SystemResolver};
 use crate::proxy::{self, Balancer, Forwarder};
 use crate::routing::Router;
 use crate::store::StoreError;
+use crate::telemetry::Tracer;
 use crate::top::TopOffenders;
 
 /// Why the gateway could not start.
@@ -32,6 +33,9 @@ pub enum StartError {
     /// TLS settings for upstreams cannot be built.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// Tracing is configured and cannot start.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 /// A snapshot of the configuration and what is built from it (router,
@@ -139,6 +143,9 @@ pub struct Gateway {
     pub(super) access_log: Option<AccessWriter>,
     /// Requests waiting for `on_limit: delay` limits.
     pub(super) waiting: Waiting,
+    /// Decides which requests are traced and exports their spans; `None`
+    /// when tracing is off (`tracing:` applies at start).
+    pub(super) tracer: Option<Arc<Tracer>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -170,6 +177,10 @@ impl Gateway {
             .with_clock(Arc::clone(&clock));
         let forwarder = Forwarder::new(&config.timeouts)?;
         let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
+        let tracer = match &config.tracing {
+            Some(t) => Some(Arc::new(Tracer::start(t, metrics.spans.clone())?)),
+            None => None,
+        };
         Ok(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::new(
                 config, &metrics, &forwarder, None, resolver,
@@ -181,6 +192,7 @@ impl Gateway {
             top: TopOffenders::default(),
             access_log: None,
             waiting: Waiting::default(),
+            tracer,
         })
     }
 

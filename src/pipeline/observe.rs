@@ -53,7 +53,8 @@ pub enum AccessDecision {
 }
 
 impl AccessDecision {
-    fn of(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Self {
+    /// What the limits said about a request that ended with `answer`.
+    pub fn of(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Self {
         match (answer, decided) {
             (_, None) if exempt => Self::Exempt,
             (Err(GatewayError::StoreUnavailable), _) => Self::Unavailable,
@@ -165,10 +166,11 @@ pub fn logging(access_log: Option<&AccessWriter>) -> bool {
     access_log.is_some() && tracing::enabled!(target: ACCESS, tracing::Level::INFO)
 }
 
-/// Counts the request, logs a failed forward by whose fault it was, and
-/// writes the access-log line.
+/// Counts the request, logs a failed forward by whose fault it was,
+/// writes the access-log line, and ends the request's span when it is
+/// traced.
 pub fn record(
-    ex: &Exchange,
+    ex: &mut Exchange,
     answer: &Answer,
     metrics: &Metrics,
     access_log: Option<&AccessWriter>,
@@ -245,5 +247,10 @@ pub fn record(
                 .opt_str("caller", r.caller.as_deref());
         }
         line.write();
+    }
+    // Inlined: with tracing off, a check and no call.
+    if let Some(span) = ex.span.take() {
+        let outcome = AccessDecision::of(answer, ex.decision(), ex.exempt).as_str();
+        super::traces::end(*span, ex, answer, outcome);
     }
 }

@@ -55,6 +55,8 @@ pub struct Root {
     pub server: Field<Server>,
     /// `access_log: { replay }`
     pub access_log: Field<AccessLog>,
+    /// `tracing: { otlp_endpoint, sample_ratio }`
+    pub tracing: Field<Tracing>,
     /// `request_id: { header, keep_from }`
     pub request_id: Field<RequestId>,
     /// `cors:` — the default of routes without their own
@@ -130,6 +132,18 @@ pub struct HeaderRules {
 pub struct AccessLog {
     /// `replay: true` (write what `tollgate simulate` needs to replay a request)
     pub replay: Field<Flag>,
+}
+
+/// `tracing:`
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Tracing {
+    /// `otlp_endpoint: http://collector:4318` (the OTLP/HTTP receiver; spans go to `/v1/traces` under it)
+    pub otlp_endpoint: Field<Text>,
+    /// `sample_ratio: 0.01` (the share of requests traced when no trusted proxy decided; 0 to 1)
+    #[schemars(transform = super::shape::ratio)]
+    pub sample_ratio: Field<Text>,
 }
 
 /// One `listen` entry: `127.0.0.1:8080` or `{ addr: …, tls: { cert, key } }`.

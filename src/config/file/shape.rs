@@ -56,6 +56,14 @@ pub fn size(schema: &mut Schema) {
     );
 }
 
+/// `#[schemars(transform = ratio)]`: a number from 0 to 1, or null.
+pub fn ratio(schema: &mut Schema) {
+    one_of_or_null(
+        schema,
+        vec![json!({ "type": "number", "minimum": 0, "maximum": 1 })],
+    );
+}
+
 /// Replaces the choices of a `Field`'s schema (`anyOf: [T, null]`) with
 /// `choices` and null, keeping its description.
 fn one_of_or_null(schema: &mut Schema, mut choices: Vec<serde_json::Value>) {

@@ -10,7 +10,7 @@ use yaml_serde::Value;
 use super::leaf::tidy;
 use super::mappings::{
     ApiKeys, Breaker, ClientIp, Eject, Exempt, Health, Jwt, Limit, Match, PlanLimit, Reconnect,
-    Redis, RedisTls, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Timeouts,
+    Redis, RedisTls, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Timeouts, Tracing,
     UpstreamPool, Users,
 };
 use crate::config::position::{child_index, child_key};
@@ -90,6 +90,7 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         ["users", "jwt"] => fields_of::<Jwt>(),
         ["plans", _] => fields_of::<PlanLimit>(),
         ["timeouts"] => fields_of::<Timeouts>(),
+        ["tracing"] => fields_of::<Tracing>(),
         ["server"] => fields_of::<Server>(),
         ["server", "path"] => fields_of::<ServerPath>(),
         ["upstreams", _] => fields_of::<UpstreamPool>(),
