@@ -13,6 +13,7 @@
 
 pub mod concurrency;
 pub mod limiter;
+pub mod overrides;
 mod resync;
 pub mod settle;
 pub mod shadow;

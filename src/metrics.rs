@@ -57,6 +57,8 @@ pub enum Outcome {
     ClientError,
     /// Refused before any limit: an API key without a plan (401).
     Rejected,
+    /// Not counted by any limit: an override exempts the caller.
+    Exempt,
 }
 
 impl Outcome {
@@ -69,6 +71,7 @@ impl Outcome {
             Self::Error => "error",
             Self::ClientError => "client_error",
             Self::Rejected => "rejected",
+            Self::Exempt => "exempt",
         }
     }
 }
@@ -332,6 +335,7 @@ pub struct RouteMetrics {
     error: Counter,
     client_error: Counter,
     rejected: Counter,
+    exempt: Counter,
     /// Per limit, in the route's limit order.
     pub limits: Vec<LimitMetrics>,
     classes: [Counter; 5],
@@ -384,6 +388,7 @@ impl RouteMetrics {
             Outcome::Error => self.error.inc(),
             Outcome::ClientError => self.client_error.inc(),
             Outcome::Rejected => self.rejected.inc(),
+            Outcome::Exempt => self.exempt.inc(),
         };
     }
 
@@ -454,7 +459,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "tollgate_requests",
-            "Routed requests by route and outcome (allowed, limited, shadow_limited, error, client_error, rejected)",
+            "Routed requests by route and outcome (allowed, limited, shadow_limited, error, client_error, rejected, exempt)",
             requests.clone(),
         );
         let unmatched = Counter::default();
@@ -577,6 +582,7 @@ impl Metrics {
                     error: req(Outcome::Error),
                     client_error: req(Outcome::ClientError),
                     rejected: req(Outcome::Rejected),
+                    exempt: req(Outcome::Exempt),
                     limits,
                     classes: [
                         class("1xx"),

@@ -37,6 +37,7 @@ pub mod exchange;
 pub mod gateway;
 mod held;
 pub mod observe;
+pub mod overrides;
 pub mod refusal;
 pub mod route;
 mod settling;

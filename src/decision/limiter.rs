@@ -41,6 +41,7 @@
 //! task for an exchange at once (after the outage's push) and waits for it
 //! at most the store's timeout, as it waits for the push in exact mode.
 
+mod admin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

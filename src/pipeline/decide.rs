@@ -23,6 +23,7 @@ use tracing::debug;
 use super::delay;
 use super::exchange::{CheckedLimits, Exchange, Identities};
 use super::gateway::{Gateway, Snapshot};
+use super::overrides::{self, Applied};
 use crate::config::{Config, Limit};
 use crate::decision::concurrency;
 use crate::decision::settle::{self, Reservations};
@@ -91,7 +92,19 @@ pub async fn decide<B>(
     if let Mode::Rehearse(ids) = &mut mode {
         ids.saw(&caller);
     }
-    let view = plan(gw, rt, route, &caller, now_ms).await?;
+    let found = if gw.overrides.is_empty() {
+        Vec::new()
+    } else {
+        gw.overrides.of(&caller, now_ms)
+    };
+    let view = plan(gw, rt, route, &caller, now_ms, overrides::plan(&found)).await?;
+    let view = match overrides::apply(cfg, route, view, &found) {
+        Applied::Limits(v) => v,
+        Applied::Exempt => {
+            ex.exempt = true;
+            return Ok(Admission::default());
+        }
+    };
     let (limits, suffixes) = match &view {
         Some(v) => (&v.limits[..], &v.key_suffixes[..]),
         None => (&route.route.limits[..], &route.key_suffixes[..]),
@@ -249,13 +262,18 @@ async fn plan(
     route: &CompiledRoute,
     caller: &Caller<'_>,
     now_ms: u64,
+    chosen: Option<Arc<str>>,
 ) -> Result<Option<Arc<LimitView>>, GatewayError> {
     if route.plan_views.is_empty() {
         return Ok(None);
     }
+    // An override's plan comes before the Redis hash and the file's keys.
     // Boxed: a Redis call's future is kilobytes, and this one would
     // otherwise sit in every request's future.
-    let choice = Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await;
+    let choice = match chosen {
+        Some(p) => PlanChoice::Plan(p),
+        None => Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await,
+    };
     let view = match choice {
         PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
         PlanChoice::Reject => None,

@@ -40,6 +40,8 @@ pub struct Exchange {
     /// The limits as this caller sees them and what they decided; `None`
     /// on routes without limits and for requests refused before deciding.
     pub checked: Option<CheckedLimits>,
+    /// An override exempts the caller from every limit of the route.
+    pub exempt: bool,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
     /// The request's id ([`crate::request_id`]), set when it arrives.
@@ -60,6 +62,7 @@ impl Exchange {
             metrics: None,
             identity: IdentityKind::None,
             checked: None,
+            exempt: false,
             recording: None,
             request_id: None,
             origin: None,

@@ -11,6 +11,7 @@ use super::delay::Waiting;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::decision::limiter::Limiter;
+use crate::decision::overrides::{self, Overrides, Watcher};
 use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
@@ -139,6 +140,10 @@ pub struct Gateway {
     pub(super) access_log: Option<AccessWriter>,
     /// Requests waiting for `on_limit: delay` limits.
     pub(super) waiting: Waiting,
+    /// Per-caller overrides set through the admin API.
+    pub(super) overrides: Arc<Overrides>,
+    /// Keeps `overrides` in step with Redis; stops with the gateway.
+    _watcher: Option<Watcher>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -170,17 +175,22 @@ impl Gateway {
             .with_clock(Arc::clone(&clock));
         let forwarder = Forwarder::new(&config.timeouts)?;
         let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
+        let limiter = Arc::new(limiter);
+        let overrides = Arc::new(Overrides::new(&config.store.prefix));
+        let watcher = overrides::watch(Arc::clone(&overrides), Arc::clone(&limiter));
         Ok(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::new(
                 config, &metrics, &forwarder, None, resolver,
             )),
-            limiter: Arc::new(limiter),
+            limiter,
             forwarder,
             clock,
             metrics,
             top: TopOffenders::default(),
             access_log: None,
             waiting: Waiting::default(),
+            overrides,
+            _watcher: watcher,
         })
     }
 
@@ -216,7 +226,12 @@ impl Gateway {
         &self.top
     }
 
-    /// The limiter (for readiness).
+    /// The per-caller overrides in force.
+    pub fn overrides(&self) -> &Overrides {
+        &self.overrides
+    }
+
+    /// The limiter (for readiness and the admin API).
     pub fn limiter(&self) -> &Limiter {
         &self.limiter
     }

@@ -117,8 +117,9 @@ pub fn forward_fault(e: &GatewayError) -> Option<ForwardFault> {
 /// How a request ended: the response the phases built, or their refusal.
 pub type Answer = Result<Response<Body>, GatewayError>;
 
-fn outcome(answer: &Answer, decided: Option<&RouteDecision>) -> Outcome {
+fn outcome(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Outcome {
     match answer {
+        Ok(_) if exempt => Outcome::Exempt,
         Ok(_) if decided.is_some_and(RouteDecision::shadow_denied) => Outcome::ShadowLimited,
         Ok(_) => Outcome::Allowed,
         Err(GatewayError::Limited { .. }) => Outcome::Limited,
@@ -172,7 +173,7 @@ pub fn record(
     let decided = ex.decision();
     let route = ex.route.as_ref().map(|r| &*r.route.name);
     match &ex.metrics {
-        Some(m) => m.count(outcome(answer, decided)),
+        Some(m) => m.count(outcome(answer, decided, ex.exempt)),
         None => {
             metrics.unmatched.inc();
         }
