@@ -20,7 +20,11 @@
 //! [`probe`] is the other end of `/healthz` and `/readyz`: the client
 //! `tollgate health` asks them with.
 
+pub mod api;
+pub mod callers;
+pub mod overrides;
 pub mod probe;
+pub mod request;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -64,8 +68,13 @@ pub async fn serve_admin(
         let gw = gateway.clone();
         let draining = draining.clone();
         let service = service_fn(move |req: Request<Incoming>| {
-            let res = answer(&gw, &req, draining.load(Ordering::Relaxed));
-            async move { Ok::<_, Infallible>(res) }
+            let (gw, draining) = (gw.clone(), draining.clone());
+            async move {
+                if api::serves(req.uri().path()) {
+                    return Ok::<_, Infallible>(api::answer(&gw, req).await);
+                }
+                Ok(answer(&gw, &req, draining.load(Ordering::Relaxed)))
+            }
         });
         tokio::spawn(async move {
             if let Err(e) = hyper::server::conn::http1::Builder::new()
@@ -130,7 +139,7 @@ pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Ful
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
-            "not found; try /metrics, /healthz, /readyz, /admin/top or /admin/upstreams\n",
+            "not found; try /metrics, /healthz, /readyz, /admin/top, /admin/upstreams, /admin/callers or /admin/overrides\n",
         ),
     }
 }

@@ -31,6 +31,7 @@ use decide::{Admission, Mode};
 
 pub mod act;
 pub mod browsers;
+pub mod callers;
 pub mod decide;
 pub mod delay;
 pub mod exchange;

@@ -54,6 +54,8 @@ mod server;
 mod store;
 mod upstreams;
 
+pub use check::parse_duration;
+
 use std::path::Path;
 use std::sync::Arc;
 

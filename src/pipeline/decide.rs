@@ -256,7 +256,7 @@ async fn wait(
 }
 
 /// The route's limits for the caller's plan, when they come from plans.
-async fn plan(
+pub(super) async fn plan(
     gw: &Gateway,
     rt: &Snapshot,
     route: &CompiledRoute,
@@ -271,8 +271,8 @@ async fn plan(
     // Boxed: a Redis call's future is kilobytes, and this one would
     // otherwise sit in every request's future.
     let choice = match chosen {
-        Some(p) => PlanChoice::Plan(p),
-        None => Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await,
+        Some(p) if route.plan_views.contains_key(&p) => PlanChoice::Plan(p),
+        _ => Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await,
     };
     let view = match choice {
         PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
@@ -287,7 +287,7 @@ async fn plan(
 
 /// One store request per limit: its counter key ([`keys::counter_key`])
 /// and its numbers.
-fn limit_requests(
+pub(super) fn limit_requests(
     cfg: &Config,
     route_cost: u64,
     limits: &[Limit],

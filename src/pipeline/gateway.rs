@@ -226,6 +226,11 @@ impl Gateway {
         &self.top
     }
 
+    /// The clock decisions are made on.
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
     /// The per-caller overrides in force.
     pub fn overrides(&self) -> &Overrides {
         &self.overrides
