@@ -24,6 +24,7 @@ pub mod api;
 pub mod callers;
 pub mod overrides;
 pub mod probe;
+pub mod reply;
 pub mod request;
 
 use std::convert::Infallible;

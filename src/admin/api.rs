@@ -13,16 +13,17 @@
 //! after.
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use http::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::callers;
+use super::overrides;
+use super::reply::{Who, bad_field, problem};
 use super::request::{BadField, MAX_BODY};
-use super::{callers, overrides};
 use crate::pipeline::Gateway;
-use crate::store::StoreError;
 
 /// Whether `path` is served here.
 pub fn serves(path: &str) -> bool {
@@ -69,9 +70,6 @@ where
     }
 }
 
-/// The digest of the token a request presented, for audit lines.
-pub struct Who(pub String);
-
 fn authorize<B>(gw: &Gateway, req: &Request<B>) -> Result<Who, Response<Full<Bytes>>> {
     let Some(token) = gw.with_config(|c| c.admin_token.clone()) else {
         return Err(problem(
@@ -93,7 +91,10 @@ fn authorize<B>(gw: &Gateway, req: &Request<B>) -> Result<Who, Response<Full<Byt
     let Some(given) = given else {
         return Err(unauthorized("send Authorization: Bearer <admin token>"));
     };
-    let (a, b) = (Sha256::digest(given.as_bytes()), Sha256::digest(token.as_bytes()));
+    let (a, b) = (
+        Sha256::digest(given.as_bytes()),
+        Sha256::digest(token.as_bytes()),
+    );
     if bool::from(a.ct_eq(&b)) {
         Ok(Who(crate::top::hash_identity(given)))
     } else {
@@ -117,56 +118,5 @@ fn not_allowed(allow: &'static str) -> Response<Full<Bytes>> {
     );
     res.headers_mut()
         .insert(http::header::ALLOW, HeaderValue::from_static(allow));
-    res
-}
-
-/// A problem+json answer; `field` names the input at fault.
-pub fn problem(
-    status: StatusCode,
-    title: &str,
-    detail: &str,
-    field: Option<&str>,
-) -> Response<Full<Bytes>> {
-    let mut body = serde_json::json!({
-        "type": "about:blank",
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    if let Some(f) = field {
-        body["field"] = f.into();
-    }
-    let mut res = Response::new(Full::new(Bytes::from(body.to_string())));
-    *res.status_mut() = status;
-    res.headers_mut()
-        .insert(CONTENT_TYPE, crate::problem::PROBLEM_JSON.clone());
-    res
-}
-
-/// 400 naming the field at fault.
-pub fn bad_field(e: &BadField) -> Response<Full<Bytes>> {
-    problem(
-        StatusCode::BAD_REQUEST,
-        "Bad Request",
-        &e.to_string(),
-        Some(&e.field),
-    )
-}
-
-/// 503: the store could not answer.
-pub fn store_failed(e: &StoreError) -> Response<Full<Bytes>> {
-    problem(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Service Unavailable",
-        &format!("the store cannot answer: {e}"),
-        None,
-    )
-}
-
-/// 200 with a JSON body.
-pub fn json(body: &serde_json::Value) -> Response<Full<Bytes>> {
-    let mut res = Response::new(Full::new(Bytes::from(body.to_string())));
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     res
 }

@@ -18,7 +18,7 @@ use http_body_util::Full;
 use serde_json::{Value, json};
 use tracing::info;
 
-use super::api::{self, Who};
+use super::reply::{self as api, Who};
 use super::request::{CallerFields, CallerQuery, parse_query};
 use crate::identity::{self, Caller};
 use crate::pipeline::Gateway;
@@ -66,24 +66,6 @@ fn shown(identity: &str, fields: &CallerFields) -> String {
     } else {
         identity.to_owned()
     }
-}
-
-/// The caller's fields for an audit line, an API key by its digest.
-pub fn describe(fields: &CallerFields) -> String {
-    let mut out = Vec::new();
-    if let Some(ip) = fields.ip {
-        out.push(format!("ip={ip}"));
-    }
-    if let Some(k) = &fields.api_key {
-        out.push(format!("api_key=sha256:{}", crate::top::hash_identity(k)));
-    }
-    if let Some(u) = &fields.user {
-        out.push(format!("user={u}"));
-    }
-    for (h, v) in &fields.headers {
-        out.push(format!("header.{h}={}", v.to_str().unwrap_or("?")));
-    }
-    out.join("&")
 }
 
 /// `GET /admin/callers?…`
@@ -163,7 +145,7 @@ pub async fn reset(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes
         target: "tollgate::audit",
         token = %who.0,
         action = "callers.reset",
-        caller = %describe(&q.caller),
+        caller = %q.caller.describe(),
         limits = %what.join(","),
         counters_held = deleted,
         "admin write"

@@ -16,8 +16,7 @@ use http_body_util::Full;
 use serde_json::{Value, json};
 use tracing::info;
 
-use super::api::{self, Who};
-use super::callers::describe;
+use super::reply::{self as api, Who};
 use super::request::{BadField, OverrideBody, parse_override, parse_query};
 use crate::decision::overrides::{Override, Subject};
 use crate::pipeline::Gateway;
@@ -57,7 +56,10 @@ fn resolve(
         if names.iter().any(|(r, l)| &**r == route && &**l == name) {
             return Ok((route.into(), name.into()));
         }
-        return Err(bad("limit", format!("no route {route:?} with a limit {name:?}")));
+        return Err(bad(
+            "limit",
+            format!("no route {route:?} with a limit {name:?}"),
+        ));
     }
     let routes: Vec<&str> = names
         .iter()
@@ -131,7 +133,7 @@ pub async fn put(gw: &Gateway, body: &Bytes, who: &Who) -> Response<Full<Bytes>>
         target: "tollgate::audit",
         token = %who.0,
         action = "overrides.put",
-        caller = %describe(&parsed.caller),
+        caller = %parsed.caller.describe(),
         before = %was,
         after = %after,
         "admin write"
@@ -214,7 +216,7 @@ pub async fn remove(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Byte
         target: "tollgate::audit",
         token = %who.0,
         action = "overrides.remove",
-        caller = %describe(&q.caller),
+        caller = %q.caller.describe(),
         before = %was,
         after = "null",
         "admin write"

@@ -48,7 +48,10 @@ pub struct CallerFields {
 impl CallerFields {
     /// Whether no identity value was given.
     pub fn is_empty(&self) -> bool {
-        self.ip.is_none() && self.api_key.is_none() && self.user.is_none() && self.headers.is_empty()
+        self.ip.is_none()
+            && self.api_key.is_none()
+            && self.user.is_none()
+            && self.headers.is_empty()
     }
 
     /// Takes `name=value` when `name` is a caller field; `Ok(false)` when it
@@ -83,8 +86,8 @@ impl CallerFields {
                 };
                 let header = HeaderName::try_from(header)
                     .map_err(|_| bad(name, format!("{header:?} is not a header name")))?;
-                let value = HeaderValue::from_str(value)
-                    .map_err(|_| bad(name, "is not a header value"))?;
+                let value =
+                    HeaderValue::from_str(value).map_err(|_| bad(name, "is not a header value"))?;
                 if self.headers.iter().any(|(h, _)| *h == header) {
                     return Err(twice());
                 }
@@ -92,6 +95,24 @@ impl CallerFields {
             }
         }
         Ok(true)
+    }
+
+    /// The caller's fields for an audit line, an API key by its digest.
+    pub fn describe(&self) -> String {
+        let mut out = Vec::new();
+        if let Some(ip) = self.ip {
+            out.push(format!("ip={ip}"));
+        }
+        if let Some(k) = &self.api_key {
+            out.push(format!("api_key=sha256:{}", crate::top::hash_identity(k)));
+        }
+        if let Some(u) = &self.user {
+            out.push(format!("user={u}"));
+        }
+        for (h, v) in &self.headers {
+            out.push(format!("header.{h}={}", v.to_str().unwrap_or("?")));
+        }
+        out.join("&")
     }
 
     /// The one field an override is for; an error unless exactly one is
@@ -237,7 +258,11 @@ fn read_field(out: &mut OverrideBody, name: &str, v: &Value) -> Result<(), BadFi
         }
         "window" => out.window = Some(duration(name, v)?),
         "ttl" => out.ttl = Some(duration(name, v)?),
-        "exempt" => out.exempt = v.as_bool().ok_or_else(|| bad(name, "is not true or false"))?,
+        "exempt" => {
+            out.exempt = v
+                .as_bool()
+                .ok_or_else(|| bad(name, "is not true or false"))?
+        }
         _ => {
             let value = string(name, v);
             if !out.caller.take(name, value.as_ref().map_or("", |s| s))? {
@@ -256,17 +281,33 @@ fn check_combination(out: &OverrideBody, map: &Map<String, Value>) -> Result<(),
     out.caller.subject()?;
     let numbers = out.quota.is_some() || out.window.is_some();
     if !numbers && out.plan.is_none() && !out.exempt {
-        return Err(bad("body", "say what changes: quota and/or window, plan, or exempt: true"));
+        return Err(bad(
+            "body",
+            "say what changes: quota and/or window, plan, or exempt: true",
+        ));
     }
     if out.plan.is_some() && (out.limit.is_some() || numbers || out.exempt) {
-        return Err(bad("plan", "a plan is for the whole caller; leave out limit, quota, window and exempt"));
+        return Err(bad(
+            "plan",
+            "a plan is for the whole caller; leave out limit, quota, window and exempt",
+        ));
     }
     if out.exempt && numbers {
-        let field = if map.contains_key("quota") { "quota" } else { "window" };
-        return Err(bad(field, "an exempt caller is not counted; leave out quota and window"));
+        let field = if map.contains_key("quota") {
+            "quota"
+        } else {
+            "window"
+        };
+        return Err(bad(
+            field,
+            "an exempt caller is not counted; leave out quota and window",
+        ));
     }
     if numbers && out.limit.is_none() {
-        return Err(bad("limit", "quota and window are a limit's; name the limit"));
+        return Err(bad(
+            "limit",
+            "quota and window are a limit's; name the limit",
+        ));
     }
     Ok(())
 }
@@ -286,24 +327,39 @@ mod tests {
         assert_eq!(parse_query(b"ip=nope").unwrap_err().field, "ip");
         assert_eq!(parse_query(b"route=api").unwrap_err().field, "caller");
         assert_eq!(parse_query(b"user=a&user=b").unwrap_err().field, "user");
-        assert_eq!(parse_query(b"header.a%20b=1").unwrap_err().field, "header.a b");
+        assert_eq!(
+            parse_query(b"header.a%20b=1").unwrap_err().field,
+            "header.a b"
+        );
     }
 
     #[test]
     fn bodies() {
-        let o = parse_override(br#"{"api_key":"k1","limit":"per_key","quota":6,"window":"1m","ttl":"24h"}"#).unwrap();
+        let o = parse_override(
+            br#"{"api_key":"k1","limit":"per_key","quota":6,"window":"1m","ttl":"24h"}"#,
+        )
+        .unwrap();
         assert_eq!(o.quota, Some(6));
         assert_eq!(o.window, Some(Duration::from_secs(60)));
         assert_eq!(o.ttl, Some(Duration::from_secs(86_400)));
         assert_eq!(o.caller.subject().unwrap(), ("api_key".into(), "k1".into()));
         let field = |b: &[u8]| parse_override(b).unwrap_err().field;
         assert_eq!(field(br#"{"api_key":"k1","limit":"l","quota":0}"#), "quota");
-        assert_eq!(field(br#"{"api_key":"k1","limit":"l","quota":"6"}"#), "quota");
-        assert_eq!(field(br#"{"api_key":"k1","limit":"l","quota":6,"colour":1}"#), "colour");
+        assert_eq!(
+            field(br#"{"api_key":"k1","limit":"l","quota":"6"}"#),
+            "quota"
+        );
+        assert_eq!(
+            field(br#"{"api_key":"k1","limit":"l","quota":6,"colour":1}"#),
+            "colour"
+        );
         assert_eq!(field(br#"{"api_key":1,"exempt":true}"#), "api_key");
         assert_eq!(field(br#"{"limit":"l","quota":6}"#), "caller");
         assert_eq!(field(br#"{"api_key":"k1","quota":6}"#), "limit");
-        assert_eq!(field(br#"{"api_key":"k1","plan":"pro","limit":"l"}"#), "plan");
+        assert_eq!(
+            field(br#"{"api_key":"k1","plan":"pro","limit":"l"}"#),
+            "plan"
+        );
         assert_eq!(field(b"{nope"), "body");
         assert_eq!(field(&vec![b' '; MAX_BODY + 1]), "body");
         assert!(parse_override(br#"{"ip":"10.0.0.1","exempt":true}"#).is_ok());

@@ -102,11 +102,7 @@ impl Override {
     /// Its key in the store: the caller and the limit, so one caller has at
     /// most one override per limit (and one for the whole caller).
     pub fn id(&self) -> String {
-        id(
-            &self.subject,
-            self.route.as_deref(),
-            self.limit.as_deref(),
-        )
+        id(&self.subject, self.route.as_deref(), self.limit.as_deref())
     }
 
     /// Whether it is in force at `now_ms`.
@@ -177,12 +173,17 @@ impl Overrides {
     ///
     /// # Errors
     /// Redis cannot answer: nothing changed.
-    pub async fn put(&self, limiter: &Limiter, o: Override) -> Result<Option<Override>, StoreError> {
+    pub async fn put(
+        &self,
+        limiter: &Limiter,
+        o: Override,
+    ) -> Result<Option<Override>, StoreError> {
         let id = o.id();
         let Some(redis) = limiter.redis() else {
             let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
             let before = local.insert(id, o);
-            self.table.store(Arc::new(local.values().cloned().collect()));
+            self.table
+                .store(Arc::new(local.values().cloned().collect()));
             return Ok(before);
         };
         let json = serde_json::to_string(&o).unwrap_or_default();
@@ -195,11 +196,16 @@ impl Overrides {
     ///
     /// # Errors
     /// Redis cannot answer: nothing changed.
-    pub async fn remove(&self, limiter: &Limiter, id: &str) -> Result<Option<Override>, StoreError> {
+    pub async fn remove(
+        &self,
+        limiter: &Limiter,
+        id: &str,
+    ) -> Result<Option<Override>, StoreError> {
         let Some(redis) = limiter.redis() else {
             let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
             let before = local.remove(id);
-            self.table.store(Arc::new(local.values().cloned().collect()));
+            self.table
+                .store(Arc::new(local.values().cloned().collect()));
             return Ok(before);
         };
         let before = redis.remove_override(&self.prefix, id).await?;
