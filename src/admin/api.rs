@@ -38,7 +38,7 @@ where
 {
     let who = match authorize(gw, &req) {
         Ok(who) => who,
-        Err(res) => return res,
+        Err(res) => return *res,
     };
     let query = req.uri().query().unwrap_or("").as_bytes().to_vec();
     let path = req.uri().path().to_owned();
@@ -70,14 +70,14 @@ where
     }
 }
 
-fn authorize<B>(gw: &Gateway, req: &Request<B>) -> Result<Who, Response<Full<Bytes>>> {
+fn authorize<B>(gw: &Gateway, req: &Request<B>) -> Result<Who, Box<Response<Full<Bytes>>>> {
     let Some(token) = gw.with_config(|c| c.admin_token.clone()) else {
-        return Err(problem(
+        return Err(Box::new(problem(
             StatusCode::FORBIDDEN,
             "Forbidden",
             "no admin token is configured; set admin: { addr, token_file } (or token) in the configuration and reload",
             None,
-        ));
+        )));
     };
     let given = req
         .headers()
@@ -89,7 +89,9 @@ fn authorize<B>(gw: &Gateway, req: &Request<B>) -> Result<Who, Response<Full<Byt
         })
         .map(str::trim);
     let Some(given) = given else {
-        return Err(unauthorized("send Authorization: Bearer <admin token>"));
+        return Err(Box::new(unauthorized(
+            "send Authorization: Bearer <admin token>",
+        )));
     };
     let (a, b) = (
         Sha256::digest(given.as_bytes()),
@@ -98,7 +100,7 @@ fn authorize<B>(gw: &Gateway, req: &Request<B>) -> Result<Who, Response<Full<Byt
     if bool::from(a.ct_eq(&b)) {
         Ok(Who(crate::top::hash_identity(given)))
     } else {
-        Err(unauthorized("the admin token is wrong"))
+        Err(Box::new(unauthorized("the admin token is wrong")))
     }
 }
 

@@ -8,8 +8,6 @@
 //! another route is not touched by it. An override whose limit or plan a
 //! reload removed is listed as orphaned and matches nothing.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::Full;
@@ -20,6 +18,7 @@ use super::reply::{self as api, Who};
 use super::request::{BadField, OverrideBody, parse_override, parse_query};
 use crate::decision::overrides::{Override, Subject};
 use crate::pipeline::Gateway;
+use crate::pipeline::callers::RouteLimit;
 
 /// An override as the API shows it; an API key by its digest.
 pub fn render(o: &Override, now_ms: u64) -> Value {
@@ -40,18 +39,15 @@ pub fn render(o: &Override, now_ms: u64) -> Value {
     })
 }
 
-fn bad(field: &str, detail: String) -> Response<Full<Bytes>> {
-    api::bad_field(&BadField {
+fn bad(field: &str, detail: String) -> BadField {
+    BadField {
         field: field.into(),
         detail,
-    })
+    }
 }
 
 /// `limit` (`name` or `route/name`) as the `(route, name)` it stands for.
-fn resolve(
-    names: &[(Arc<str>, Arc<str>)],
-    limit: &str,
-) -> Result<(String, String), Response<Full<Bytes>>> {
+fn resolve(names: &[RouteLimit], limit: &str) -> Result<(String, String), BadField> {
     if let Some((route, name)) = limit.split_once('/') {
         if names.iter().any(|(r, l)| &**r == route && &**l == name) {
             return Ok((route.into(), name.into()));
@@ -82,8 +78,8 @@ fn resolve(
     }
 }
 
-fn build(gw: &Gateway, b: &OverrideBody, now_ms: u64) -> Result<Override, Response<Full<Bytes>>> {
-    let (field, value) = b.caller.subject().map_err(|e| api::bad_field(&e))?;
+fn build(gw: &Gateway, b: &OverrideBody, now_ms: u64) -> Result<Override, BadField> {
+    let (field, value) = b.caller.subject()?;
     let (names, plans) = gw.limit_names();
     let (route, limit) = match &b.limit {
         Some(l) => {
@@ -120,7 +116,7 @@ pub async fn put(gw: &Gateway, body: &Bytes, who: &Who) -> Response<Full<Bytes>>
     let now_ms = gw.clock().now_ms();
     let o = match build(gw, &parsed, now_ms) {
         Ok(o) => o,
-        Err(res) => return res,
+        Err(e) => return api::bad_field(&e),
     };
     let before = match gw.overrides().put(gw.limiter(), o.clone()).await {
         Ok(b) => b,

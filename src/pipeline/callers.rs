@@ -14,6 +14,9 @@ use crate::decision::overrides::Override;
 use crate::identity::{self, Caller};
 use crate::limit::LimitRequest;
 
+/// A route's name and one of its limits' names.
+pub type RouteLimit = (Arc<str>, Arc<str>);
+
 /// One limit a caller meets on one route.
 #[derive(Debug, Clone)]
 pub struct CallerLimit {
@@ -103,7 +106,7 @@ impl Gateway {
     /// Every `(route, limit)` a caller can meet — the routes' own limits
     /// and their plans' — and the plans' names, for checking what an
     /// override names.
-    pub fn limit_names(&self) -> (Vec<(Arc<str>, Arc<str>)>, Vec<Arc<str>>) {
+    pub fn limit_names(&self) -> (Vec<RouteLimit>, Vec<Arc<str>>) {
         let rt = self.snapshot.load();
         let mut names = Vec::new();
         for r in rt.router.routes() {
