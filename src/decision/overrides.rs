@@ -129,7 +129,7 @@ pub fn id(subject: &Subject, route: Option<&str>, limit: Option<&str>) -> String
 
 /// The overrides in force on this gateway.
 #[derive(Debug)]
-pub struct Overrides {
+pub struct CallerOverrides {
     table: ArcSwap<Vec<Override>>,
     /// Without Redis: the table's source, by id.
     local: Mutex<BTreeMap<String, Override>>,
@@ -138,7 +138,7 @@ pub struct Overrides {
     prefix: String,
 }
 
-impl Overrides {
+impl CallerOverrides {
     /// An empty table for the store keys under `prefix`.
     pub fn new(prefix: &str) -> Self {
         Self {
@@ -261,7 +261,7 @@ impl Drop for Watcher {
 
 /// Starts watching Redis for `overrides` (every [`POLL`]), when the
 /// limiter has Redis.
-pub fn watch(overrides: Arc<Overrides>, limiter: Arc<Limiter>) -> Option<Watcher> {
+pub fn watch(overrides: Arc<CallerOverrides>, limiter: Arc<Limiter>) -> Option<Watcher> {
     limiter.redis()?;
     Some(Watcher(tokio::spawn(async move {
         let mut tick = tokio::time::interval(POLL);

@@ -11,7 +11,7 @@ use super::delay::Waiting;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::decision::limiter::Limiter;
-use crate::decision::overrides::{self, Overrides, Watcher};
+use crate::decision::overrides::{self, CallerOverrides, Watcher};
 use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
@@ -141,7 +141,7 @@ pub struct Gateway {
     /// Requests waiting for `on_limit: delay` limits.
     pub(super) waiting: Waiting,
     /// Per-caller overrides set through the admin API.
-    pub(super) overrides: Arc<Overrides>,
+    pub(super) overrides: Arc<CallerOverrides>,
     /// Keeps `overrides` in step with Redis; stops with the gateway.
     _watcher: Option<Watcher>,
 }
@@ -176,7 +176,7 @@ impl Gateway {
         let forwarder = Forwarder::new(&config.timeouts)?;
         let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
         let limiter = Arc::new(limiter);
-        let overrides = Arc::new(Overrides::new(&config.store.prefix));
+        let overrides = Arc::new(CallerOverrides::new(&config.store.prefix));
         let watcher = overrides::watch(Arc::clone(&overrides), Arc::clone(&limiter));
         Ok(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::new(
@@ -232,7 +232,7 @@ impl Gateway {
     }
 
     /// The per-caller overrides in force.
-    pub fn overrides(&self) -> &Overrides {
+    pub fn overrides(&self) -> &CallerOverrides {
         &self.overrides
     }
 

@@ -141,3 +141,50 @@ async fn bad_input_is_a_400_naming_the_field() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["override"]["route"], "more");
 }
+
+#[tokio::test]
+async fn the_token_is_read_again_on_reload_and_the_command_line_keeps_it() {
+    let dir = std::env::temp_dir().join(format!("tollgate-callers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (token, file) = (dir.join("token"), dir.join("gateway.yaml"));
+    std::fs::write(&token, "first-token\n").unwrap();
+    let admin_field = format!("{{ addr: 127.0.0.1:0, token_file: {} }}", token.display());
+    std::fs::write(&file, yaml("", &admin_field, 3)).unwrap();
+    let config = tollgate::config::load::load_file(&file).expect("loads");
+
+    // `--admin` replaces the address only.
+    let mut replaced = config.clone();
+    let cli = tollgate::reload::Overrides {
+        admin: Some("127.0.0.1:9999".parse().unwrap()),
+        ..Default::default()
+    };
+    cli.apply(&mut replaced);
+    assert_eq!(replaced.admin, Some("127.0.0.1:9999".parse().unwrap()));
+    assert_eq!(replaced.admin_token.as_deref(), Some("first-token"));
+
+    let gw = start(&yaml("", &admin_field, 3)).await;
+    let path = "/admin/overrides";
+    assert_eq!(
+        admin(&gw, Method::GET, path, None, Some("first-token"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    std::fs::write(&token, "second-token\n").unwrap();
+    tollgate::reload::reload_file(&gw.gateway, &file, &tollgate::reload::Overrides::default())
+        .await
+        .expect("reloads");
+    assert_eq!(
+        admin(&gw, Method::GET, path, None, Some("first-token"))
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        admin(&gw, Method::GET, path, None, Some("second-token"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
