@@ -26,6 +26,7 @@ pub mod overrides;
 pub mod probe;
 pub mod reply;
 pub mod request;
+pub mod table;
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -5,12 +5,15 @@
 //! `redis` runs two gateways on one real `redis-server`: what one gateway
 //! counts, resets or overrides, the other reads, forgets from its deny
 //! cache and applies. `memory` runs one gateway on the in-process store.
-//! `access` holds the token rules and the 400s that name the field.
+//! `access` holds the token rules and the 400s that name the field, `cli`
+//! the command line that calls the API.
 
 mod support;
 
 #[path = "callers/access.rs"]
 mod access;
+#[path = "callers/cli.rs"]
+mod cli;
 #[path = "callers/memory.rs"]
 mod memory;
 #[path = "callers/redis.rs"]
