@@ -61,6 +61,10 @@ routes:
     match: {{ path_prefix: /more }}
     respond: {{ status: 200, body: ok }}
     limits: [ {{ name: shared, key: api_key, limit: 5, window: 1h }} ]
+  - name: reports
+    match: {{ path_prefix: /reports }}
+    respond: {{ status: 200, body: ok }}
+    limits: [ {{ name: at_once, key: api_key, concurrency: 2 }} ]
 "
     )
 }

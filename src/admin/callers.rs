@@ -22,7 +22,7 @@ use super::reply::{self as api, Who};
 use super::request::{CallerFields, CallerQuery, parse_query};
 use crate::identity::{self, Caller};
 use crate::pipeline::Gateway;
-use crate::pipeline::callers::Found;
+use crate::pipeline::callers::{CallerLimit, Found};
 
 /// The caller's limits of `query`, and the headers it presents (which the
 /// [`Caller`] borrows).
@@ -76,14 +76,32 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
     };
     let headers = headers_of(&q.caller);
     let found = lookup(gw, &q, &headers).await;
-    let requests: Vec<_> = found.limits.iter().map(|l| l.request.clone()).collect();
+    let (slots, rates): (Vec<&CallerLimit>, Vec<&CallerLimit>) = found
+        .limits
+        .iter()
+        .partition(|l| l.limit.concurrency.is_some());
+    let requests: Vec<_> = rates.iter().map(|l| l.request.clone()).collect();
     let now_ms = gw.clock().now_ms();
     let read = match gw.limiter().read(now_ms, &requests).await {
         Ok(d) => d,
         Err(e) => return api::store_failed(&e),
     };
-    let limits: Vec<Value> = found
-        .limits
+    let mut concurrency = Vec::with_capacity(slots.len());
+    for l in slots {
+        let held = match gw.limiter().concurrency().held(&l.request.key).await {
+            Ok(n) => n,
+            Err(e) => return api::store_failed(&e),
+        };
+        concurrency.push(json!({
+            "route": &*l.route,
+            "limit": &*l.limit.name,
+            "key": shown(&l.request.key, &q.caller),
+            "identity": shown(&l.identity, &q.caller),
+            "slots": l.limit.concurrency.map(std::num::NonZeroU64::get),
+            "in_use": held,
+        }));
+    }
+    let limits: Vec<Value> = rates
         .iter()
         .zip(&read.outcomes)
         .map(|(l, o)| {
@@ -100,11 +118,13 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
                 "remaining": o.remaining,
                 "reset_s": o.reset_ms.div_ceil(1000),
                 "override": l.override_.as_ref().map(|o| super::overrides::render(o, now_ms)),
+                "waiting": gw.waiting_on(&l.request.key),
             })
         })
         .collect();
     api::json(&json!({
         "limits": limits,
+        "concurrency": concurrency,
         "exempt_routes": found.exempt_routes.iter().map(|r| &**r).collect::<Vec<_>>(),
         "no_plan_routes": found.no_plan_routes.iter().map(|r| &**r).collect::<Vec<_>>(),
     }))
@@ -117,7 +137,10 @@ pub async fn reset(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes
         Err(e) => return api::bad_field(&e),
     };
     let headers = headers_of(&q.caller);
-    let found = lookup(gw, &q, &headers).await;
+    let mut found = lookup(gw, &q, &headers).await;
+    // Concurrency slots are held by requests in flight, which give them
+    // back themselves; only counters are reset.
+    found.limits.retain(|l| l.limit.concurrency.is_none());
     let keys: Vec<String> = found.limits.iter().map(|l| l.request.key.clone()).collect();
     let prefix = gw.with_config(|c| c.store.prefix.clone());
     let deleted = match gw.limiter().reset(&prefix, &keys).await {

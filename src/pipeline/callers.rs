@@ -44,6 +44,12 @@ pub struct Found {
 }
 
 impl Gateway {
+    /// Requests of this gateway waiting (`on_limit: delay`) in a line that
+    /// counts `key`.
+    pub fn waiting_on(&self, key: &str) -> usize {
+        self.waiting.waiting_on(key)
+    }
+
     /// The limits `caller` meets, on route `route` (all when `None`) and
     /// of limit `limit` (all when `None`). Without `has_ip` the caller's
     /// IP is unknown, and limits keyed by it are left out.
@@ -80,7 +86,7 @@ impl Gateway {
             };
             let requests = limit_requests(&rt.config, r.route.cost, limits, suffixes, caller, None);
             for (l, request) in limits.iter().zip(requests) {
-                if limit.is_some_and(|n| n != &*l.name) || l.concurrency.is_some() {
+                if limit.is_some_and(|n| n != &*l.name) {
                     continue;
                 }
                 let mut text = String::new();

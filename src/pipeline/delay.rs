@@ -71,6 +71,8 @@ struct Lines {
     lines: HashMap<Box<str>, Arc<tokio::sync::Mutex<()>>>,
     /// Requests waiting per route.
     queued: HashMap<Arc<str>, usize>,
+    /// Requests waiting per line, for the admin API.
+    in_line: HashMap<Box<str>, usize>,
 }
 
 impl Waiting {
@@ -89,6 +91,7 @@ impl Waiting {
             return None;
         }
         *queued += 1;
+        *inner.in_line.entry(keys.clone()).or_insert(0) += 1;
         let line = inner.lines.entry(keys.clone()).or_default().clone();
         drop(inner);
         if let Some(m) = &metrics {
@@ -103,6 +106,19 @@ impl Waiting {
             metrics,
             arrived: Instant::now(),
         })
+    }
+}
+
+impl Waiting {
+    /// Requests waiting on this gateway in a line that counts `key`.
+    pub fn waiting_on(&self, key: &str) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner
+            .in_line
+            .iter()
+            .filter(|(keys, _)| keys.split('\n').any(|k| k == key))
+            .map(|(_, n)| n)
+            .sum()
     }
 }
 
@@ -160,6 +176,12 @@ impl Drop for Place<'_> {
             *q -= 1;
             if *q == 0 {
                 inner.queued.remove(&self.route);
+            }
+        }
+        if let Some(n) = inner.in_line.get_mut(&self.keys) {
+            *n -= 1;
+            if *n == 0 {
+                inner.in_line.remove(&self.keys);
             }
         }
         // A line is cloned only by `enter` (under this lock) and by a live

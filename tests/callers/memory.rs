@@ -22,7 +22,14 @@ async fn read_reset_override_and_exempt_on_the_memory_store() {
         assert_eq!(e["quota"], 3);
         assert_eq!(e["window_s"], 3600.0);
         assert_eq!(e["algorithm"], "sliding_window");
+        assert_eq!(e["waiting"], 0, "{v}");
         assert!(!v.to_string().contains("k1"), "the API key is shown: {v}");
+        let slots = &v["concurrency"][0];
+        assert_eq!(
+            (&slots["limit"], &slots["slots"], &slots["in_use"]),
+            (&"at_once".into(), &2.into(), &0.into()),
+            "{v}"
+        );
     }
 
     // Reset: admitted again.
