@@ -53,6 +53,9 @@ async fn read_reset_override_and_exempt_on_the_memory_store() {
         assert_eq!(hit(&gw, "/api/x", "k1").await, 200);
     }
     assert_eq!(hit(&gw, "/api/x", "k1").await, 429);
+    // A reload keeps the overrides.
+    let again = tollgate::config::load::parse_str(&yaml("", &with_token(), 3)).unwrap();
+    gw.gateway.reload(again);
     let (_, v) = call(
         &gw,
         Method::GET,
