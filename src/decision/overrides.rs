@@ -272,3 +272,57 @@ pub fn watch(overrides: Arc<CallerOverrides>, limiter: Arc<Limiter>) -> Option<W
         }
     })))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderMap;
+
+    fn subject(field: &str, value: &str) -> Subject {
+        Subject {
+            field: field.into(),
+            value: value.into(),
+        }
+    }
+
+    #[test]
+    fn a_subject_matches_the_caller_presenting_its_value() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-tenant", "acme".parse().unwrap());
+        let caller = Caller {
+            ip: crate::identity::group("2001:db8::1".parse().unwrap(), 64),
+            api_key: Some(b"k1"),
+            user: None,
+            headers: &headers,
+        };
+        assert!(subject("api_key", "k1").matches(&caller));
+        assert!(!subject("api_key", "k2").matches(&caller));
+        assert!(!subject("user", "k1").matches(&caller));
+        // An IPv6 address stands for its group.
+        assert!(subject("ip", "2001:db8::ffff").matches(&caller));
+        assert!(!subject("ip", "2001:db9::1").matches(&caller));
+        assert!(subject("header.x-tenant", "acme").matches(&caller));
+        assert!(!subject("header.x-tenant", "acm").matches(&caller));
+        assert!(!subject("colour", "acme").matches(&caller));
+    }
+
+    #[test]
+    fn ids_and_lapses() {
+        let o = Override {
+            subject: subject("api_key", "k1"),
+            route: Some("api".into()),
+            limit: Some("per_key".into()),
+            quota: Some(6),
+            window_ms: None,
+            plan: None,
+            exempt: false,
+            expires_ms: Some(1_000),
+            set_ms: 0,
+        };
+        assert_eq!(o.id(), "api_key=k1\napi/per_key");
+        assert!(o.live(999) && !o.live(1_000));
+        assert!(o.about("api", "per_key") && !o.about("other", "per_key"));
+        let json = serde_json::to_string(&o).unwrap();
+        assert_eq!(serde_json::from_str::<Override>(&json).unwrap(), o);
+    }
+}
