@@ -3,9 +3,10 @@
 //!
 //! The caller is worked out only on routes with limits. On routes whose
 //! limits come from plans, the caller's plan picks the limits (a caller
-//! without one is refused with 401). The store keys of the caller's limits
-//! are built here and decided by [`concurrency::decide`] or
-//! [`shadow::decide`].
+//! without one is refused with 401). The caller's overrides from the admin
+//! API ([`overrides`]) come next: a plan, other numbers, an exemption.
+//! The store keys of the caller's limits are built here and decided by
+//! [`concurrency::decide`] or [`shadow::decide`].
 //!
 //! What the limits said ([`CheckedLimits`]) and the caller's kind go to
 //! the [`Exchange`], the record the rate-limit headers and the access log
