@@ -245,7 +245,13 @@ impl CallerOverrides {
         self.table.store(Arc::new(table));
         self.generation
             .store(listed.generation, std::sync::atomic::Ordering::SeqCst);
+        // The first read too: a denial cached before it may predate a reset.
         limiter.forget_denials();
+    }
+
+    /// Whether the generation has been read from Redis yet.
+    fn read_once(&self) -> bool {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst) >= 0
     }
 }
 
@@ -264,11 +270,16 @@ impl Drop for Watcher {
 pub fn watch(overrides: Arc<CallerOverrides>, limiter: Arc<Limiter>) -> Option<Watcher> {
     limiter.redis()?;
     Some(Watcher(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(POLL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            // The first read is made the moment Redis is connected, before
+            // the deny cache has had time to fill.
+            if !overrides.read_once()
+                && let Some(redis) = limiter.redis()
+            {
+                redis.wait_connected(Duration::from_secs(3600)).await;
+            }
             overrides.refresh(&limiter).await;
+            tokio::time::sleep(POLL).await;
         }
     })))
 }
