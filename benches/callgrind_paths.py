@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Callgrind instructions per request on one path through the gateway.
 
-    python3 benches/callgrind_paths.py BINARY none|one|deny|redis [N]
+    python3 benches/callgrind_paths.py BINARY none|one|deny|redis|pool [N]
 
 The gateway runs under `valgrind --tool=callgrind` with
 TOKIO_WORKER_THREADS=1 and RUST_LOG=warn (no access log), one route to a
 keep-alive upstream on loopback: `none` without limits, `one` with one
 in-process limit by IP that admits, `deny` with one that denies (429),
-`redis` with the limit in a redis-server started here (deny cache off).
+`redis` with the limit in a redis-server started here (deny cache off),
+`pool` without limits to a pool of three such upstreams (`least_request`,
+the defaults otherwise) instead of one URL.
 One client connection sends requests one after another (as `wrk -t1
 -c1`); after a warm-up, `callgrind_control --zero`, N requests (default
 2000), `callgrind_control --dump`: the whole process's instructions
@@ -39,6 +41,15 @@ def upstream(port):
 
 up, gw = free_port(), free_port()
 threading.Thread(target=upstream, args=(up,), daemon=True).start()
+upstream_line = f"http://127.0.0.1:{up}"
+pools = ""
+if MODE == "pool":
+    ports = [up] + [free_port() for _ in range(2)]
+    for port in ports[1:]:
+        threading.Thread(target=upstream, args=(port,), daemon=True).start()
+    targets = ", ".join(f"http://127.0.0.1:{port}" for port in ports)
+    pools = f"upstreams:\n  api: {{ targets: [ {targets} ] }}\n"
+    upstream_line = "api"
 d = tempfile.mkdtemp(prefix="cg-")
 redis = None
 store = "store: { on_error: local }"
@@ -55,10 +66,10 @@ elif MODE == "redis":
     limit = "limits: [ { name: per_ip, key: ip, limit: 100000000, window: 1h } ]"
 cfg = f"""listen: 127.0.0.1:{gw}
 {store}
-routes:
+{pools}routes:
   - name: api
     match: {{ path_prefix: / }}
-    upstream: http://127.0.0.1:{up}
+    upstream: {upstream_line}
     {limit}
 """
 open(f"{d}/gw.yaml", "w").write(cfg)

@@ -162,6 +162,7 @@ fn identity_key(c: &mut Criterion) {
                 client_ip: &cfg.client_ip,
                 api_keys: &cfg.api_keys,
                 users: &cfg.users,
+                plans_from: &cfg.plans_from,
             };
             black_box(identity::caller(idc, black_box(peer), black_box(&headers)).api_key)
         })
@@ -171,6 +172,7 @@ fn identity_key(c: &mut Criterion) {
         ip: identity::group("2001:db8::1".parse().expect("address"), 64),
         api_key: Some(b"a34e15c0"),
         user: None,
+        plan: None,
         headers: &headers,
     };
     let spec = KeySpec {
@@ -238,6 +240,7 @@ fn headers(c: &mut Criterion) {
         sync: None,
         delay: None,
         concurrency: None,
+        share: None,
     }];
     let store = MemoryStore::new();
     let d = store.decide_now(

@@ -46,6 +46,8 @@ pub struct Config {
     pub plans: Vec<Plan>,
     /// Where API keys are read from and which plan each has.
     pub api_keys: ApiKeyConfig,
+    /// What names a caller's plan (`plans_from`, default the API key).
+    pub plans_from: PlansFrom,
     /// Where the authenticated user is read from.
     pub users: UserConfig,
     /// Timeouts shared by every route.
@@ -67,6 +69,21 @@ pub struct Config {
     /// route took (routes have theirs resolved into
     /// [`Route::response_headers`]).
     pub response_headers: Option<Arc<HeaderRules>>,
+    /// `exempt:` at the top level, the default of routes without their own
+    /// (resolved into [`Route::exempt`]).
+    pub exempt: Option<Arc<Exempt>>,
+}
+
+/// `exempt:` — callers whose requests are forwarded without being counted
+/// by any limit of the route (`outcome="exempt"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exempt {
+    /// Client addresses, matched against the client IP as resolved through
+    /// `client_ip.trusted_proxies` (never a trusted proxy's own address
+    /// standing in for the clients behind it), before IPv6 grouping.
+    pub ips: Vec<IpNet>,
+    /// API keys, as the caller sends them.
+    pub api_keys: Vec<Box<[u8]>>,
 }
 
 /// `request_id:` — every request carries an id: the one a trusted peer
@@ -300,6 +317,21 @@ impl Default for ApiKeyConfig {
     }
 }
 
+/// `plans_from:` — what names a caller's plan.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PlansFrom {
+    /// `api_key`: the plan of the caller's API key (`api_keys.keys`, the
+    /// Redis hash).
+    #[default]
+    ApiKey,
+    /// `claim:NAME`: this claim of the verified `users.jwt` token is the
+    /// plan's name.
+    Claim(Arc<str>),
+    /// `header:NAME`: this header is the plan's name, honoured only from
+    /// `client_ip.trusted_proxies` (an auth proxy in front sets it).
+    Header(HeaderName),
+}
+
 /// The plan of callers whose API key is not known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnknownKey {
@@ -423,6 +455,9 @@ pub struct Route {
     pub request_headers: Option<Arc<HeaderRules>>,
     /// Rules for every response: the route's own, else the top level's.
     pub response_headers: Option<Arc<HeaderRules>>,
+    /// Callers the route's limits do not count: the route's own `exempt:`,
+    /// else the top level's.
+    pub exempt: Option<Arc<Exempt>>,
 }
 
 /// Request matching.
@@ -661,6 +696,10 @@ pub struct Limit {
     /// of a rate ([`crate::limit::concurrency`]); `limit` holds
     /// the same number and `window_ms` a placeholder. `None` for a rate.
     pub concurrency: Option<NonZeroU64>,
+    /// `share: NAME`: the limit counts on one counter with every limit of
+    /// the same share on other routes (the loader checks that they agree
+    /// on key, quota, window and algorithm); `None` counts per route.
+    pub share: Option<Arc<str>>,
 }
 
 /// What a limit does with a request it denies (`on_limit:`).
@@ -698,4 +737,9 @@ pub enum KeySource {
     User,
     /// A request header.
     Header(HeaderName),
+    /// `key: route`: every caller of the route (or of every route sharing
+    /// the limit) is one identity. It stands alone: never in a fallback
+    /// chain or a compound key, where it would either hide the sources
+    /// after it or add nothing.
+    Route,
 }

@@ -5,7 +5,8 @@
 //! limits) or [`shadow::decide`]; both end in the [`limiter`], which holds
 //! the store, the deny cache and the failure policy (`on_error`), with
 //! `sync` mode's in-process counts ([`sync`]) and their exchange task
-//! (`sync_task`) and the way back to Redis after an outage (`resync`)
+//! (`sync_task`, `synced`), what it holds of Redis (`redis_side`) and how
+//! it reaches Redis, including the way back after an outage (`reach`),
 //! beside it. What they answer is a [`RouteDecision`]: per limit an
 //! outcome ([`LimitOutcome`]: the numbers for the headers) and a
 //! [`Verdict`] (what it said, as the metrics count it), or the failure
@@ -14,12 +15,15 @@
 pub mod concurrency;
 pub mod limiter;
 pub mod overrides;
-mod resync;
+mod reach;
+mod redis_side;
 pub mod settle;
+pub mod settler;
 pub mod shadow;
 pub mod slots;
 pub mod sync;
 mod sync_task;
+mod synced;
 
 use crate::config::Limit;
 use crate::limit::{self, LimitOutcome, Outcomes, Verdict};

@@ -213,6 +213,7 @@ mod tests {
             sync: None,
             delay: None,
             concurrency: None,
+            share: None,
         }
     }
 

@@ -21,7 +21,7 @@ use http::header::AUTHORIZATION;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
-use crate::config::{ApiKeyConfig, ClientIpConfig, KeySource, KeySpec, UserConfig};
+use crate::config::{ApiKeyConfig, ClientIpConfig, KeySource, KeySpec, PlansFrom, UserConfig};
 
 /// Values longer than this many bytes are hashed before use in a key.
 pub const MAX_RAW_LEN: usize = 64;
@@ -29,6 +29,9 @@ pub const MAX_RAW_LEN: usize = 64;
 /// Written in place of an identity the request does not carry; every such
 /// request shares this one bucket so absence never bypasses a limit.
 pub const ABSENT: &str = "-";
+
+/// The identity of `key: route`: every caller is this one.
+pub const ROUTE: &str = "route";
 
 /// The identity sources of one request, extracted once.
 #[derive(Debug, Clone)]
@@ -40,6 +43,10 @@ pub struct Caller<'a> {
     /// The authenticated user, if any: from a verified JWT, or from the
     /// user header of a trusted peer.
     pub user: Option<Cow<'a, [u8]>>,
+    /// The plan the request names under `plans_from: claim:NAME` (from the
+    /// verified JWT) or `header:NAME` (from a trusted peer); `None` under
+    /// `plans_from: api_key`, whose plan is the API key's.
+    pub plan: Option<Cow<'a, [u8]>>,
     /// The request headers, for `header:NAME` sources.
     pub headers: &'a HeaderMap,
 }
@@ -53,6 +60,8 @@ pub struct IdentityConfig<'c> {
     pub api_keys: &'c ApiKeyConfig,
     /// User source.
     pub users: &'c UserConfig,
+    /// What names the caller's plan.
+    pub plans_from: &'c PlansFrom,
 }
 
 /// True when `peer` is one of the trusted proxies.
@@ -78,11 +87,7 @@ pub fn group(ip: IpAddr, ipv6_prefix: u8) -> IpNet {
 /// Extracts the identity sources of a request from `peer`'s headers.
 pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap) -> Caller<'a> {
     let trusted = is_trusted(&cfg.client_ip.trusted_proxies, peer);
-    let client = if trusted {
-        forwarded::client_ip(headers, peer, &cfg.client_ip.trusted_proxies)
-    } else {
-        canonical(peer)
-    };
+    let client = client_of(cfg.client_ip, trusted, peer, headers);
     // With JWTs configured, `Authorization: Bearer` carries the JWT and the
     // API key comes from its own header only.
     let jwt = cfg.users.jwt.as_ref();
@@ -91,11 +96,20 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         .map(|v| v.as_bytes())
         .filter(|v| !v.is_empty())
         .or_else(|| if jwt.is_some() { None } else { bearer(headers) });
-    let from_token = jwt
+    let verified = jwt
         .and_then(|v| Some((v, bearer(headers)?)))
-        .and_then(|(v, token)| v.user(token))
-        .map(Cow::Owned);
-    let user = from_token.or_else(|| {
+        .map(|(v, token)| v.verify(token))
+        .unwrap_or_default();
+    let plan = match cfg.plans_from {
+        PlansFrom::ApiKey => None,
+        PlansFrom::Claim(_) => verified.plan.map(Cow::Owned),
+        PlansFrom::Header(name) if trusted => headers
+            .get(name)
+            .map(|v| Cow::Borrowed(v.as_bytes()))
+            .filter(|v| !v.is_empty()),
+        PlansFrom::Header(_) => None,
+    };
+    let user = verified.user.map(Cow::Owned).or_else(|| {
         if trusted {
             headers
                 .get(&cfg.users.header)
@@ -109,7 +123,22 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         ip: group(client, cfg.client_ip.ipv6_prefix),
         api_key,
         user,
+        plan,
         headers,
+    }
+}
+
+/// The client's address, ungrouped: `peer` itself, or when `peer` is a
+/// trusted proxy the client its forwarding headers name.
+pub fn client_ip(cfg: &ClientIpConfig, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    client_of(cfg, is_trusted(&cfg.trusted_proxies, peer), peer, headers)
+}
+
+fn client_of(cfg: &ClientIpConfig, trusted: bool, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    if trusted {
+        forwarded::client_ip(headers, peer, &cfg.trusted_proxies)
+    } else {
+        canonical(peer)
     }
 }
 
@@ -225,6 +254,12 @@ pub fn write_source(out: &mut String, source: &KeySource, caller: &Caller<'_>) -
                 push_value(out, v.as_bytes());
                 true
             }),
+        // One identity for all callers; the key's limit part says which
+        // route (or share) it counts.
+        KeySource::Route => {
+            out.push_str(ROUTE);
+            true
+        }
     }
 }
 
@@ -295,6 +330,7 @@ mod tests {
             ip: group("1.2.3.4".parse().unwrap(), 64),
             api_key: None,
             user: Some(Cow::Borrowed(b"alice")),
+            plan: None,
             headers: &headers,
         };
         let s = spec(vec![vec![
@@ -323,6 +359,7 @@ mod tests {
             ip: group("1.2.3.4".parse().unwrap(), 64),
             api_key: Some(&long),
             user: None,
+            plan: None,
             headers: &headers,
         };
         let k = key(&spec(vec![vec![KeySource::ApiKey]]), &c);

@@ -27,7 +27,18 @@ pub struct JwtVerifier {
     key: Arc<DecodingKey>,
     validation: Arc<Validation>,
     claim: Arc<str>,
+    /// The claim naming the caller's plan (`plans_from: claim:NAME`).
+    plan_claim: Option<Arc<str>>,
     rejected: Arc<AtomicU64>,
+}
+
+/// What a verified token says about its caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verified {
+    /// The user's claim, when present.
+    pub user: Option<Vec<u8>>,
+    /// The plan's claim, when one is configured and present.
+    pub plan: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -89,12 +100,28 @@ impl JwtVerifier {
             key: Arc::new(key),
             validation: Arc::new(validation),
             claim: Arc::from(claim),
+            plan_claim: None,
             rejected: Arc::new(AtomicU64::new(0)),
         })
     }
 
+    /// The same verifier, also reading the caller's plan from `claim`.
+    #[must_use]
+    pub fn with_plan_claim(mut self, claim: &str) -> Self {
+        self.plan_claim = Some(Arc::from(claim));
+        self
+    }
+
     /// The user named by a valid `token`, or `None` (logged and counted).
     pub fn user(&self, token: &[u8]) -> Option<Vec<u8>> {
+        self.verify(token).user
+    }
+
+    /// The user and plan a valid `token` names, verified once. A token
+    /// that does not verify, or names no user, is logged and counted; a
+    /// missing plan claim is not a refusal (the caller gets the plan of
+    /// unknown callers).
+    pub fn verify(&self, token: &[u8]) -> Verified {
         let claims = match decode::<serde_json::Map<String, serde_json::Value>>(
             token,
             &self.key,
@@ -103,17 +130,20 @@ impl JwtVerifier {
             Ok(data) => data.claims,
             Err(e) => {
                 self.refuse(&e.to_string());
-                return None;
+                return Verified::default();
             }
         };
-        match claims.get(&*self.claim) {
-            Some(serde_json::Value::String(s)) if !s.is_empty() => Some(s.as_bytes().to_vec()),
-            Some(serde_json::Value::Number(n)) => Some(n.to_string().into_bytes()),
-            _ => {
-                self.refuse(&format!("claim {:?} missing or not a string", self.claim));
-                None
-            }
+        let user = text(claims.get(&*self.claim));
+        if user.is_none() {
+            self.refuse(&format!("claim {:?} missing or not a string", self.claim));
         }
+        let plan = self.plan_claim.as_deref().and_then(|c| text(claims.get(c)));
+        Verified { user, plan }
+    }
+
+    /// The name of the plan claim, when one is read.
+    pub fn plan_claim(&self) -> Option<&str> {
+        self.plan_claim.as_deref()
     }
 
     /// Tokens refused so far.
@@ -130,5 +160,14 @@ impl JwtVerifier {
                 "JWT not accepted; the request has no user identity"
             );
         }
+    }
+}
+
+/// A claim as identity text: a non-empty string, or a number's digits.
+fn text(value: Option<&serde_json::Value>) -> Option<Vec<u8>> {
+    match value {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => Some(s.as_bytes().to_vec()),
+        Some(serde_json::Value::Number(n)) => Some(n.to_string().into_bytes()),
+        _ => None,
     }
 }

@@ -250,10 +250,18 @@ fn main() -> ExitCode {
         Err(status) => return status,
     };
     if matches!(cli.command, Some(Command::Check { .. })) {
-        return print(
-            &format!("{}: ok ({} routes)", path.display(), config.routes.len()),
-            ExitCode::SUCCESS,
-        );
+        // Warnings first, one line per limit, then the verdict: the file
+        // is valid either way.
+        let mut text = tollgate::config::load::advice(&config).join("\n");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "{}: ok ({} routes)",
+            path.display(),
+            config.routes.len()
+        ));
+        return print(&text, ExitCode::SUCCESS);
     }
 
     let overrides = Overrides {

@@ -57,7 +57,7 @@ pub enum Outcome {
     ClientError,
     /// Refused before any limit: an API key without a plan (401).
     Rejected,
-    /// Not counted by any limit: an override exempts the caller.
+    /// Forwarded without asking the route's limits: the caller is exempt.
     Exempt,
 }
 

@@ -35,6 +35,7 @@ pub mod callers;
 pub mod decide;
 pub mod delay;
 pub mod exchange;
+pub mod exempt;
 pub mod gateway;
 mod held;
 pub mod observe;

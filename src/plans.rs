@@ -9,6 +9,11 @@
 //! one per request. When Redis cannot answer, the key is treated as unknown
 //! for that request and nothing is cached, so the next request asks again.
 //!
+//! With `plans_from: claim:NAME` or `header:NAME` the request names its
+//! plan itself ([`PlanResolver::plan_named`]): the verified claim, or the
+//! header a trusted proxy set; a name the configuration does not define
+//! counts as unknown.
+//!
 //! A key that is unknown everywhere (or a request without a key) gets the
 //! `unknown` plan, or — with `unknown: reject` — a 401 on routes whose
 //! limits come from plans. A Redis hash naming a plan this configuration
@@ -98,6 +103,18 @@ impl PlanResolver {
         }
     }
 
+    /// The plan a request names itself (`plans_from: claim:NAME` or
+    /// `header:NAME`): that plan when this configuration defines it, else
+    /// the plan of unknown callers (`api_keys.unknown`), as for an unknown
+    /// API key.
+    pub fn plan_named(&self, name: Option<&[u8]>) -> PlanChoice {
+        let plan = name.and_then(|n| self.plans.iter().find(|p| p.as_bytes() == n));
+        match plan {
+            Some(p) => PlanChoice::Plan(p.clone()),
+            None => self.unknown(),
+        }
+    }
+
     /// The plan of a caller presenting `api_key` (or none) at `now_ms`.
     pub async fn plan_of(
         &self,
@@ -123,7 +140,7 @@ impl PlanResolver {
         };
         let plan = match cached {
             Some(plan) => plan,
-            None => match store.lookup(hash, key).await {
+            None => match store.plan_store().lookup(hash, key).await {
                 Ok(found) => {
                     let plan = found.and_then(|name| {
                         let known = self.plans.iter().find(|p| ***p == *name).cloned();

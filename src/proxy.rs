@@ -53,6 +53,7 @@ use crate::problem::GatewayError;
 
 mod balancer;
 mod body;
+mod budget;
 mod client;
 mod counted;
 mod health;

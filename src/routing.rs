@@ -23,7 +23,8 @@ pub struct CompiledRoute {
     pub route: Route,
     /// `RateLimit-Policy` value, when the route has limits and the header mode shows it.
     pub policy_header: Option<HeaderValue>,
-    /// Per limit: the key suffix `:<route>:<limit>` appended after the identity.
+    /// Per limit: the key suffix `:<route>:<limit>` (`:@<share>` for a
+    /// shared limit) appended after the identity.
     pub key_suffixes: Vec<String>,
     /// For a route with `plan: true` limits: per plan name, the route's
     /// limits with each plan limit expanded into the plan's limits. Empty
@@ -68,6 +69,7 @@ fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
                 // A plan limit inherits the shadow flag of the limit it expands.
                 shadow: l.shadow,
                 concurrency: None,
+                share: None,
                 settle: l.settle.clone(),
             };
             let stored = Limit {
@@ -181,9 +183,11 @@ fn digest_suffixes(routes: &mut [CompiledRoute]) {
 }
 
 fn key_suffix(route: &str, limit: &Limit) -> String {
-    match limit.concurrency {
-        Some(_) => keys::concurrency_suffix(route, &limit.name),
-        None => keys::limit_suffix(route, &limit.name, limit.algorithm),
+    match (&limit.share, limit.concurrency) {
+        (Some(share), Some(_)) => keys::share_concurrency_suffix(share),
+        (Some(share), None) => keys::share_suffix(share, limit.algorithm),
+        (None, Some(_)) => keys::concurrency_suffix(route, &limit.name),
+        (None, None) => keys::limit_suffix(route, &limit.name, limit.algorithm),
     }
 }
 

@@ -15,6 +15,14 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The most lines a file of `src/` may have, its unit tests included.
 const MAX_FILE_LINES: usize = 750;
 
+/// The most lines a file of the decision core (`src/decision/`) may have:
+/// the core is where a newcomer reads first.
+const MAX_DECISION_FILE_LINES: usize = 500;
+
+/// The most fields the `Limiter` may hold: what it needs besides deciding
+/// belongs to the types beside it.
+const MAX_LIMITER_FIELDS: usize = 10;
+
 /// The most lines a function of `src/` may span, signature to closing
 /// brace, unit tests included.
 const MAX_FN_LINES: usize = 100;
@@ -275,13 +283,41 @@ fn no_source_file_is_longer_than_the_limit() {
                 .expect("read")
                 .lines()
                 .count();
-            (n > MAX_FILE_LINES).then(|| format!("{module}.rs: {n} lines"))
+            let max = if module.starts_with("decision/") {
+                MAX_DECISION_FILE_LINES
+            } else {
+                MAX_FILE_LINES
+            };
+            (n > max).then(|| format!("{module}.rs: {n} lines (at most {max})"))
         })
         .collect();
     assert!(
         long.is_empty(),
-        "files over {MAX_FILE_LINES} lines (split them by what they own):\n{}",
+        "files too long (split them by what they own):\n{}",
         long.join("\n")
+    );
+}
+
+#[test]
+fn the_limiter_holds_few_fields() {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("src/decision/limiter.rs"))
+        .expect("read limiter.rs");
+    let start = text
+        .find("pub struct Limiter {")
+        .expect("the Limiter struct");
+    let body = &text[start..start + text[start..].find("\n}").expect("its end")];
+    let fields = body
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let l = l.trim_start();
+            !l.starts_with("//") && l.contains(": ")
+        })
+        .count();
+    assert!(fields > 0, "no fields found: the checker is blind");
+    assert!(
+        fields <= MAX_LIMITER_FIELDS,
+        "Limiter has {fields} fields (at most {MAX_LIMITER_FIELDS})"
     );
 }
 

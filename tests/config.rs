@@ -6,6 +6,8 @@
 
 #[path = "config/environment.rs"]
 mod environment;
+#[path = "config/written.rs"]
+mod written;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU64;
@@ -274,7 +276,7 @@ fn unknown_top_level_field() {
     let src = "listen: 127.0.0.1:0\nlisen: 127.0.0.1:0\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
-        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, users, timeouts, upstreams, routes, server, access_log, request_id, cors, request_headers, response_headers (line 2, col 1)"#
+        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, plans_from, users, timeouts, upstreams, routes, server, access_log, request_id, cors, request_headers, response_headers, exempt (line 2, col 1)"#
     );
 }
 
@@ -336,8 +338,8 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
     assert_eq!(
         errors(&src),
         [
-            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error, max_queue, cors, request_headers, response_headers (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, bytes, shadow, algorithm, burst, plan, sync, on_limit, max_delay, concurrency (line 11, col 9)"#,
+            r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error, max_queue, cors, request_headers, response_headers, exempt (line 4, col 5)"#,
+            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, bytes, shadow, algorithm, burst, plan, sync, on_limit, max_delay, concurrency, share (line 11, col 9)"#,
         ]
     );
 }
@@ -424,7 +426,7 @@ fn unknown_key_source() {
     );
     assert_eq!(
         error(&src),
-        r#"routes[0].limits[0].key: unknown key source "cookie"; expected ip, api_key, user or header:NAME (line 5, col 31)"#
+        r#"routes[0].limits[0].key: unknown key source "cookie"; expected ip, api_key, user, header:NAME or route (line 5, col 31)"#
     );
 }
 
@@ -2153,7 +2155,7 @@ routes:
         [
             "upstreams.empty.targets: is empty; a pool needs at least one target (line 4, col 14)",
             "upstreams.heavy.targets[0].weight: must be at least 1; leave the target out to send it nothing (line 7, col 46)",
-            r#"upstreams.hashed.hash_key: unknown key source "cookie:sid"; expected ip, api_key, user or header:NAME (line 11, col 15)"#,
+            r#"upstreams.hashed.hash_key: unknown key source "cookie:sid"; expected ip, api_key, user, header:NAME or route (line 11, col 15)"#,
             r#"routes[0].upstream: "apii" is neither a URL nor a pool under upstreams (the pools are empty, hashed, heavy); write e.g. http://127.0.0.1:9000 or a pool's name (line 14, col 15)"#,
         ]
     );

@@ -13,6 +13,8 @@ mod delay;
 mod held;
 #[path = "limits/settled.rs"]
 mod settled;
+#[path = "limits/written.rs"]
+mod written;
 
 use std::sync::Arc;
 

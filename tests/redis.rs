@@ -2132,6 +2132,69 @@ routes:
     );
 }
 
+/// In sync mode, `key: route` and `share:` are one counter too: two
+/// routes sharing a route-wide limit, on two gateways, with callers from
+/// five addresses, add up in one Redis key; and a gateway that took in the
+/// fleet's total refuses the next caller.
+#[tokio::test]
+async fn sync_mode_counts_a_shared_route_wide_limit_on_one_key() {
+    let server = RedisServer::start().await;
+    let src = format!(
+        "listen: 127.0.0.1:0
+store:
+  redis: {{ url: '{}', sync: 100ms }}
+routes:
+  - name: a
+    match: {{ path: /a }}
+    respond: {{ status: 200 }}
+    limits: [ {{ name: all, key: route, limit: 5, window: 1d, algorithm: fixed_window, share: ab }} ]
+  - name: b
+    match: {{ path: /b }}
+    respond: {{ status: 200 }}
+    limits: [ {{ name: all, key: route, limit: 5, window: 1d, algorithm: fixed_window, share: ab }} ]
+",
+        server.url()
+    );
+    let one = Gateway::start(&src).await;
+    let two = Gateway::start(&src).await;
+    for (i, (gw, path)) in [
+        (&one, "/a"),
+        (&one, "/b"),
+        (&two, "/a"),
+        (&two, "/b"),
+        (&one, "/a"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let from: std::net::IpAddr = format!("127.0.0.{}", i + 2).parse().unwrap();
+        let reply = support::gateway::send_from(from, gw.addr, get(path, &[])).await;
+        assert_eq!(reply.status, StatusCode::OK, "request {i}");
+    }
+    support::wait::until(
+        "one key holding all five",
+        Duration::from_secs(5),
+        || async {
+            let keys = limit_keys(&server).await;
+            let mut conn = server.connection().await;
+            let values: Vec<Option<String>> = redis::cmd("MGET")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            keys.len() == 1 && values[0].as_deref().is_some_and(|v| v.ends_with(":5"))
+        },
+    )
+    .await;
+    // Each gateway's next exchange brings the fleet's five in.
+    support::wait::until("both gateways refuse", Duration::from_secs(5), || async {
+        let a = send(one.addr, get("/b", &[])).await.status;
+        let b = send(two.addr, get("/a", &[])).await.status;
+        a == StatusCode::TOO_MANY_REQUESTS && b == StatusCode::TOO_MANY_REQUESTS
+    })
+    .await;
+}
+
 /// In a Redis Cluster, sync mode's exchange reaches every slot —
 /// one call per slot — and each key holds what its caller was admitted.
 #[tokio::test]

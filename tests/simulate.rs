@@ -197,7 +197,7 @@ fn replayed(decisions: &Path) -> Vec<Seen> {
         .map(|l| {
             let d: serde_json::Value = serde_json::from_str(l).unwrap();
             let status = match d["decision"].as_str().unwrap() {
-                "allowed" | "shadow_limited" => 200,
+                "allowed" | "shadow_limited" | "exempt" => 200,
                 "limited" => 429,
                 "rejected" => 401,
                 "unrouted" => 404,
@@ -312,6 +312,101 @@ async fn a_replayable_access_log_replays_to_the_same_decisions() {
     let (report, sim) = replay(&config, "access.json", &log).await;
     assert_eq!(report.input.format, "tollgate");
     compare(&live, &sim);
+}
+
+/// Limits that read as written: one counter for a whole route, a share of
+/// two routes, exempt callers (an address and a key, and a route that
+/// exempts nobody), on the paths [`sequence`] sends.
+const WRITTEN: &str = r#"
+listen: 127.0.0.1:0
+api_keys: { header: x-api-key }
+exempt: { ips: [127.0.0.4/32], api_keys: [k2] }
+routes:
+  - name: sw
+    match: { path_prefix: /sw }
+    respond: {}
+    limits: [ { name: all, key: route, limit: 8, window: 10s } ]
+  - name: fw
+    match: { path_prefix: /fw }
+    respond: {}
+    limits: [ { name: ab, key: api_key | ip, limit: 6, window: 10s, algorithm: sliding_log, share: ab } ]
+  - name: log
+    match: { path_prefix: /log }
+    respond: {}
+    limits: [ { name: ab, key: api_key | ip, limit: 6, window: 10s, algorithm: sliding_log, share: ab } ]
+  - name: gcra
+    match: { path_prefix: /gcra }
+    respond: {}
+    exempt: {}
+    limits: [ { name: strict, key: ip, limit: 5, window: 10s } ]
+  - name: rest
+    respond: {}
+    limits: [ { name: rest_total, key: route, limit: 10, window: 10s, algorithm: gcra, burst: 3, share: rest } ]
+"#;
+
+#[tokio::test]
+async fn route_wide_shared_and_exempt_limits_replay_as_the_gateway_decided() {
+    let seq = sequence(900, 0x5851_f42d_4c95_7f2d);
+    let live = live(WRITTEN, &seq).await;
+    let (report, sim) = replay(WRITTEN, "traffic.jsonl", &jsonl(&seq)).await;
+    compare(&live, &sim);
+    let exempt: u64 = report.routes.iter().map(|r| r.exempt).sum();
+    assert!(exempt > 20, "{exempt} exempt");
+    let strict = report.routes.iter().find(|r| r.name == "gcra").unwrap();
+    assert_eq!(
+        strict.exempt, 0,
+        "a route's own exempt: {{}} exempts nobody"
+    );
+
+    // The gateway's own log, where API keys are digests, replays the same.
+    let config = format!("{WRITTEN}access_log: {{ replay: true }}\n");
+    let captured = Captured::default();
+    let (writer, flushed) = tollgate::logs::queue(captured.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("tollgate::access=info")
+        .finish();
+    let live = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        live_logging(&config, &seq, Some(AccessWriter::new(writer, true))).await
+    };
+    drop(flushed);
+    let (_, sim) = replay(&config, "access.json", &captured.text()).await;
+    compare(&live, &sim);
+}
+
+/// Plans named by a header only trusted peers may set: here the header the
+/// sequence sends its keys in, so [`sequence`]'s callers name plans
+/// `k1` and `gold-key` (and `k2`, which no plan has), from trusted and
+/// untrusted peers.
+const PLANS_FROM: &str = r#"
+listen: 127.0.0.1:0
+client_ip: { trusted_proxies: [127.0.0.1/32, 127.0.0.2/32] }
+plans_from: "header:x-api-key"
+api_keys: { unknown: free }
+plans:
+  free: [ { name: per_caller, limit: 3, window: 10s } ]
+  k1: [ { name: per_caller, limit: 6, window: 10s } ]
+  gold-key: [ { name: per_caller, limit: 12, window: 10s, algorithm: sliding_log } ]
+routes:
+  - name: plan
+    respond: {}
+    limits: [ { name: caller, key: ip, plan: true } ]
+"#;
+
+#[tokio::test]
+async fn plans_from_a_trusted_header_replay_as_the_gateway_decided() {
+    let seq = sequence(600, 0x1405_7b7e_f767_814f);
+    let live = live(PLANS_FROM, &seq).await;
+    let (_, sim) = replay(PLANS_FROM, "traffic.jsonl", &jsonl(&seq)).await;
+    compare(&live, &sim);
+    // Each plan's quota shows in some answer's `RateLimit`.
+    for quota in [3, 6, 12] {
+        assert!(
+            live.iter()
+                .any(|s| s.status == 200 && s.remaining.get("per_caller") == Some(&(quota - 1))),
+            "no first request under a quota of {quota}"
+        );
+    }
 }
 
 fn combined_line(ts_s: u64, peer: &str, path: &str, key: &str) -> String {
@@ -572,6 +667,7 @@ fn the_command_line_end_to_end_json_shape_html_and_exit_status() {
     assert_eq!(
         keys(route),
         [
+            "exempt",
             "identities",
             "identities_limited",
             "limited",

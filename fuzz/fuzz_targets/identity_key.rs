@@ -45,6 +45,7 @@ fuzz_target!(|data: &[u8]| {
         ip,
         api_key,
         user: user.map(std::borrow::Cow::Borrowed),
+        plan: None,
         headers: &headers,
     };
     let mut key = String::new();

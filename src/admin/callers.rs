@@ -51,6 +51,7 @@ pub fn caller<'a>(gw: &Gateway, fields: &'a CallerFields, headers: &'a HeaderMap
         ip: identity::group(ip, prefix),
         api_key: fields.api_key.as_deref().map(str::as_bytes),
         user: fields.user.as_deref().map(|u| Cow::Borrowed(u.as_bytes())),
+        plan: None,
         headers,
     }
 }

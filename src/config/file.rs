@@ -42,7 +42,7 @@ mod unknown;
 
 pub use leaf::{Field, Flag, Int, OneOrMany, Text};
 pub use mappings::{
-    AccessLog, Admin, AdminMap, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Eject,
+    AccessLog, Admin, AdminMap, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Eject, Exempt,
     HeaderRules, Health, Jwt, Limit, Listen, ListenMap, Match, PlanLimit, Reconnect, Redis,
     RedisTls, RequestId, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Target,
     TargetMap, Timeouts, Tls, UpstreamPool, Users,

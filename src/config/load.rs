@@ -20,6 +20,7 @@
 //!
 //! | `load/` | reads |
 //! |---|---|
+//! | `advice.rs` | nothing of the file: the warnings `tollgate check` prints for a valid configuration |
 //! | `check.rs` | nothing itself: the `Check` walker, its field helpers and the duration parsers every section uses |
 //! | `environment.rs` | every scalar, before the rest: `${VAR}` references expanded |
 //! | `errors.rs` | nothing: [`ConfigError`] and [`ConfigErrors`], what loading reports |
@@ -29,6 +30,8 @@
 //! | `upstreams.rs` | `upstreams`: pools of targets, balance, health checks, ejection, retries |
 //! | `routes.rs` | `routes`: match, upstream (a URL or a pool's name) or respond, cost, `on_error`, shadow |
 //! | `limits.rs` | a route's `limits` and what plans share with them: windows, algorithms, keys |
+//! | `shares.rs` | `share:` across routes: the limits of one share agree |
+//! | `exempt.rs` | `exempt` (top level and per route): addresses and API keys not counted |
 //! | `browsers.rs` | `request_id`, `cors`, `request_headers`, `response_headers` (top level and per route) |
 //!
 //! This file puts the sections together (`Check::config`) and checks the
@@ -42,15 +45,18 @@
 //! [`load_file`] does blocking file I/O; the reload runs it on a blocking
 //! thread ([`crate::reload`]).
 
+mod advice;
 mod browsers;
 mod callers;
 mod check;
 mod cost;
 mod environment;
 mod errors;
+mod exempt;
 mod limits;
 mod routes;
 mod server;
+mod shares;
 mod store;
 mod upstreams;
 
@@ -62,9 +68,11 @@ use std::sync::Arc;
 use super::file::{self, Field};
 use super::position::{Pos, Positions, child_key};
 use super::{
-    ApiKeyConfig, Config, HeaderMode, RequestIdConfig, Route, StoreConfig, Timeouts, UnknownKey,
+    ApiKeyConfig, Config, HeaderMode, PlansFrom, RequestIdConfig, Route, StoreConfig, Timeouts,
+    UnknownKey,
 };
-use check::{Check, Checked, choice, error};
+pub use advice::{advice, worst_wait_ms};
+use check::{Check, Checked, choice, error, text};
 pub use environment::{Env, process_env};
 pub use errors::{ConfigError, ConfigErrors};
 
@@ -258,10 +266,19 @@ impl Check<'_> {
         let plans = self.optional(&root.plans, "plans", Self::plans);
         let api_keys = self.optional(&root.api_keys, "api_keys", Self::api_keys);
         let users = self.optional(&root.users, "users", Self::users);
+        let plans_from = self.optional(
+            &root.plans_from,
+            "plans_from",
+            text(callers::parse_plans_from),
+        );
+        let (plans_from, users) = self.plan_source(root, plans_from, users, &api_keys);
         let timeouts = self.optional(&root.timeouts, "timeouts", Self::timeouts);
         let server = self.optional(&root.server, "server", Self::server);
         let access_log = self.optional(&root.access_log, "access_log", Self::access_log);
         let request_id = self.optional(&root.request_id, "request_id", Self::request_id);
+        let exempt = self
+            .optional(&root.exempt, "exempt", Self::exempt)
+            .map(|e| e.map(Arc::new));
         // Routes are checked even when `timeouts` is not, with the default.
         let default_timeout = match &timeouts {
             Ok(Some(t)) => t.upstream_response,
@@ -288,6 +305,9 @@ impl Check<'_> {
         if let (Ok(routes), Ok(browsers)) = (&mut routes, browsers) {
             browsers::attach(routes, browsers);
         }
+        if let (Ok(routes), Ok(top)) = (&mut routes, &exempt) {
+            exempt::inherit(routes, top.as_ref());
+        }
         let top_cors = defaults
             .cors
             .clone()
@@ -303,6 +323,7 @@ impl Check<'_> {
             headers: headers?.unwrap_or_default(),
             plans: plans?.unwrap_or_default(),
             api_keys: api_keys?.unwrap_or_default(),
+            plans_from: plans_from?.unwrap_or_default(),
             users: users?.unwrap_or_default(),
             timeouts: timeouts?.unwrap_or_default(),
             upstreams: upstreams?.unwrap_or_default(),
@@ -312,7 +333,71 @@ impl Check<'_> {
             request_id: request_id?.unwrap_or_default(),
             cors: top_cors,
             response_headers: defaults.response_headers,
+            exempt: exempt?,
         })
+    }
+
+    /// `plans_from` against what it reads: a claim needs `users.jwt` (whose
+    /// verifier then reads the claim too), any source but `api_key` leaves
+    /// `api_keys.keys` and `redis_hash` unread (refused), and plans must
+    /// exist to be chosen.
+    fn plan_source(
+        &mut self,
+        root: &file::Root,
+        plans_from: Checked<Option<PlansFrom>>,
+        users: Checked<Option<super::UserConfig>>,
+        api_keys: &Checked<Option<ApiKeyConfig>>,
+    ) -> (
+        Checked<Option<PlansFrom>>,
+        Checked<Option<super::UserConfig>>,
+    ) {
+        let (Ok(Some(source)), Ok(users)) = (&plans_from, &users) else {
+            return (plans_from, users);
+        };
+        if *source == PlansFrom::ApiKey {
+            return (plans_from, Ok(users.clone()));
+        }
+        let mut users = users.clone();
+        if matches!(root.plans, Field::Absent) {
+            let e = self.value_error(
+                "plans_from",
+                "no plans are defined; add plans: for this to choose from",
+            );
+            return (Err(e), Ok(users));
+        }
+        if let Ok(Some(keys)) = api_keys {
+            let unread = [
+                ("api_keys.keys", !keys.keys.is_empty()),
+                ("api_keys.redis_hash", keys.redis_hash),
+            ];
+            for (path, written) in unread {
+                if written {
+                    self.value_error(
+                        path,
+                        "plans_from chooses plans by something other than the API key, so the plans of keys would never be read; remove this, or write plans_from: api_key",
+                    );
+                }
+            }
+        }
+        if let PlansFrom::Claim(claim) = source {
+            match users.as_mut().and_then(|u| u.jwt.take()) {
+                Some(jwt) => {
+                    if let Some(u) = users.as_mut() {
+                        u.jwt = Some(jwt.with_plan_claim(claim));
+                    }
+                }
+                None => {
+                    let e = self.value_error(
+                        "plans_from",
+                        format!(
+                            "claim:{claim} reads a verified JWT, and users.jwt is not set; configure users.jwt, or take the plan from header:NAME set by a trusted proxy"
+                        ),
+                    );
+                    return (Err(e), Ok(users));
+                }
+            }
+        }
+        (plans_from, Ok(users))
     }
 
     /// Cross-field rules: plan names used exist, plan limits have plans,

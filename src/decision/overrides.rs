@@ -304,6 +304,7 @@ mod tests {
             ip: crate::identity::group("2001:db8::1".parse().unwrap(), 64),
             api_key: Some(b"k1"),
             user: None,
+            plan: None,
             headers: &headers,
         };
         assert!(subject("api_key", "k1").matches(&caller));

@@ -182,7 +182,7 @@ pub async fn settle(limiter: &Limiter, now_ms: u64, settlements: &[Settlement]) 
     if settlements.is_empty() {
         return;
     }
-    if let Err(e) = limiter.settle(now_ms, settlements).await {
+    if let Err(e) = limiter.settler().settle(now_ms, settlements).await {
         static LAST_WARNED_MS: AtomicU64 = AtomicU64::new(0);
         let last = LAST_WARNED_MS.load(Ordering::Relaxed);
         if (last == 0 || now_ms.saturating_sub(last) >= 60_000)
@@ -199,7 +199,7 @@ pub async fn settle(limiter: &Limiter, now_ms: u64, settlements: &[Settlement]) 
 
 /// A reservation kept because its value was missing or not a count.
 fn kept(limiter: &Limiter, name: &HeaderName, value: Option<&HeaderValue>) {
-    limiter.settle_kept_value(1);
+    limiter.settler().kept_value(1);
     debug!(header = %name, ?value, "no usable settled cost; the reservation stands");
 }
 

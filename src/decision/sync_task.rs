@@ -1,19 +1,22 @@
 //! `sync` mode's exchange task ([`SyncTask`]): every interval it sends
 //! what the synced keys owe to Redis and keeps the fleet's totals Redis
 //! answers; [`SyncLink`] is how decisions learn whether those
-//! totals are fresh and ask for an exchange at once. The design and its
+//! totals are fresh and ask for an exchange at once; [`Synced`] is what
+//! the limiter holds of it all. The design and its
 //! bound are in [`super::sync`].
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::resync::{Resync, SHARED, begin_push};
-use super::sync::SyncTable;
-use crate::clock::Clock;
+use super::reach::{Reachability, begin_push};
+use super::sync::{Intent, SyncTable, syncable};
+use crate::clock::{Clock, SystemClock};
+use crate::limit::LimitRequest;
 use crate::metrics::StoreMetrics;
 use crate::store::heartbeat::Instances;
 use crate::store::{Breaker, RedisStore};
@@ -58,7 +61,7 @@ pub(super) struct SyncTask {
     pub(super) redis: Arc<RedisStore>,
     pub(super) breaker: Arc<Breaker>,
     pub(super) link: Arc<SyncLink>,
-    pub(super) resync: Arc<Resync>,
+    pub(super) reach: Arc<Reachability>,
     pub(super) instances: Instances,
     pub(super) metrics: StoreMetrics,
     pub(super) clock: Arc<dyn Clock>,
@@ -86,19 +89,19 @@ impl SyncTask {
             return self.fail("breaker open");
         }
         let stale = self.link.failed.load(Ordering::SeqCst);
-        if self.resync.mode.load(Ordering::SeqCst) != SHARED {
+        if !self.reach.ahead() {
             // The totals read below must hold what the fallback admitted.
-            let deadline = Instant::now() + self.resync.wait;
+            let deadline = Instant::now() + self.reach.wait;
             begin_push(
-                &self.resync,
+                &self.reach,
                 &self.redis,
                 &self.breaker,
                 &self.metrics,
                 now_ms,
             );
-            self.resync.push_ended(deadline).await;
+            self.reach.push_ended(deadline).await;
         }
-        let pushed = self.resync.mode.load(Ordering::SeqCst) == SHARED;
+        let pushed = self.reach.ahead();
         self.table.set_instances(self.instances.get());
         let deltas = self.table.take(now_ms, stale);
         if deltas.is_empty() {
@@ -157,5 +160,62 @@ pub(super) async fn run(x: SyncTask) {
             }
         }
         x.once(x.clock.now_ms()).await;
+    }
+}
+
+/// `sync` mode's state: what this gateway knows of the fleet's counts and
+/// owes Redis, whether those counts are fresh, and the exchange task.
+pub(super) struct Synced {
+    pub(super) table: Arc<SyncTable>,
+    /// Whether the counts are fresh, and the way to ask for an exchange at
+    /// once.
+    pub(super) link: Arc<SyncLink>,
+    /// The task exchanging the counts, started by the first synced
+    /// decision; aborted on drop.
+    pub(super) exchange: OnceLock<JoinHandle<()>>,
+    /// The clock the exchange reads (the gateway's).
+    pub(super) clock: Arc<dyn Clock>,
+}
+
+impl Default for Synced {
+    fn default() -> Self {
+        Self {
+            table: Arc::new(SyncTable::new()),
+            link: Arc::new(SyncLink::default()),
+            exchange: OnceLock::new(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl Drop for Synced {
+    fn drop(&mut self) {
+        if let Some(t) = self.exchange.get() {
+            t.abort();
+        }
+    }
+}
+
+impl Synced {
+    /// Queues the synced keys of `requests` for the next exchange, which
+    /// reads their totals, without deciding.
+    pub(super) fn touch(
+        &self,
+        now_ms: u64,
+        requests: &[LimitRequest],
+        sync: &[u64],
+        synced: usize,
+    ) {
+        if synced == requests.len() {
+            let _ = self.table.decide(now_ms, requests, sync, Intent::Check);
+            return;
+        }
+        let (synced, every): (Vec<LimitRequest>, Vec<u64>) = requests
+            .iter()
+            .zip(sync)
+            .filter(|&(r, &every)| every > 0 && syncable(r.algorithm))
+            .map(|(r, &every)| (r.clone(), every))
+            .unzip();
+        let _ = self.table.decide(now_ms, &synced, &every, Intent::Check);
     }
 }

@@ -11,7 +11,7 @@ use http_body_util::{Either, Full};
 use super::gateway::{Gateway, Snapshot};
 use super::held;
 use super::observe::{self, Tried};
-use crate::config::{Action, Respond, Upstream};
+use crate::config::{Action, PlansFrom, Respond, Upstream};
 use crate::decision::slots::Slots;
 use crate::identity;
 use crate::problem::GatewayError;
@@ -54,6 +54,7 @@ fn hash_key(
         client_ip: &cfg.client_ip,
         api_keys: &cfg.api_keys,
         users: &cfg.users,
+        plans_from: &cfg.plans_from,
     };
     let caller = identity::caller(idc, peer, req.headers());
     let mut key = String::new();
@@ -67,6 +68,15 @@ fn hash_key(
         }
     }
     Some(proxy::hash_key(key.as_bytes()))
+}
+
+/// Under `plans_from: header:NAME` only a trusted proxy names a plan: the
+/// header from anyone else does not reach the upstream either, as with the
+/// user header.
+fn strip_plan_header(plans_from: &PlansFrom, trusted: bool, headers: &mut http::HeaderMap) {
+    if let (false, PlansFrom::Header(name)) = (trusted, plans_from) {
+        headers.remove(name);
+    }
 }
 
 fn respond(r: &Respond) -> Response<Body> {
@@ -109,6 +119,7 @@ async fn forward(
     // Read before the rewrite drops what an untrusted peer may not set.
     let key = balancer.and_then(|b| hash_key(b, cfg, peer, &req));
     proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
+    strip_plan_header(&cfg.plans_from, hop.trusted, req.headers_mut());
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());
     }

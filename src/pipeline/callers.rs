@@ -46,7 +46,7 @@ pub struct Found {
 impl Gateway {
     /// Requests of this gateway waiting (`on_limit: delay`) in a line that
     /// counts `key`.
-    pub fn waiting_on(&self, key: &str) -> usize {
+    pub fn waiting_on(&self, key: &str) -> u64 {
         self.waiting.waiting_on(key)
     }
 

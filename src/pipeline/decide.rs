@@ -1,7 +1,9 @@
 //! The decision phase: who is calling, which limits apply to them, and what the
 //! limits say.
 //!
-//! The caller is worked out only on routes with limits. On routes whose
+//! The caller is worked out only on routes with limits. A caller the
+//! route's `exempt:` names ([`exempt`]) goes on with no limit asked. On
+//! routes whose
 //! limits come from plans, the caller's plan picks the limits (a caller
 //! without one is refused with 401). The caller's overrides from the admin
 //! API ([`overrides`]) come next: a plan, other numbers, an exemption.
@@ -23,9 +25,10 @@ use tracing::debug;
 
 use super::delay;
 use super::exchange::{CheckedLimits, Exchange, Identities};
+use super::exempt;
 use super::gateway::{Gateway, Snapshot};
 use super::overrides::{self, Applied};
-use crate::config::{Config, Limit};
+use crate::config::{Config, Limit, PlansFrom};
 use crate::decision::concurrency;
 use crate::decision::settle::{self, Reservations};
 use crate::decision::shadow;
@@ -87,11 +90,17 @@ pub async fn decide<B>(
         client_ip: &cfg.client_ip,
         api_keys: &cfg.api_keys,
         users: &cfg.users,
+        plans_from: &cfg.plans_from,
     };
     let caller = identity::caller(idc, ex.peer.ip(), req.headers());
     ex.identified(&caller);
     if let Mode::Rehearse(ids) = &mut mode {
         ids.saw(&caller);
+    }
+    let exempt = route.route.exempt.as_deref();
+    if exempt::applies(exempt, &cfg.client_ip, ex.peer.ip(), req.headers(), &caller) {
+        ex.exempt = true;
+        return Ok(Admission::default());
     }
     let found = if gw.overrides.is_empty() {
         Vec::new()
@@ -232,6 +241,12 @@ async fn wait(
         return (last.0, None, last.1);
     };
     let arrived = place.arrived();
+    let earliest = delay::earliest_ms(&last.0, limits, requests, last.1, (retry, place.ahead()));
+    if Duration::from_millis(earliest) > max {
+        // Its place in line puts it past `max_delay`: refused now, not
+        // after the wait.
+        return (last.0, None, last.1);
+    }
     if !place.reach_head(arrived + max).await {
         return (last.0, None, last.1);
     }
@@ -271,9 +286,14 @@ pub(super) async fn plan(
     // An override's plan comes before the Redis hash and the file's keys.
     // Boxed: a Redis call's future is kilobytes, and this one would
     // otherwise sit in every request's future.
-    let choice = match chosen {
-        Some(p) if route.plan_views.contains_key(&p) => PlanChoice::Plan(p),
-        _ => Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await,
+    let choice = match (chosen, &rt.config.plans_from) {
+        (Some(p), _) if route.plan_views.contains_key(&p) => PlanChoice::Plan(p),
+        (_, PlansFrom::ApiKey) => {
+            Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await
+        }
+        (_, PlansFrom::Claim(_) | PlansFrom::Header(_)) => {
+            rt.plans.plan_named(caller.plan.as_deref())
+        }
     };
     let view = match choice {
         PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),

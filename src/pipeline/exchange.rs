@@ -38,9 +38,11 @@ pub struct Exchange {
     /// The kind of identity the caller presented.
     pub identity: IdentityKind,
     /// The limits as this caller sees them and what they decided; `None`
-    /// on routes without limits and for requests refused before deciding.
+    /// on routes without limits, for requests refused before deciding and
+    /// for exempt callers.
     pub checked: Option<CheckedLimits>,
-    /// An override exempts the caller from every limit of the route.
+    /// The route's `exempt:`, or an override set through the admin API,
+    /// let the caller through without asking its limits.
     pub exempt: bool,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,
@@ -179,6 +181,7 @@ impl Strongest {
             ip,
             api_key,
             user,
+            plan: None,
             headers: &empty,
         };
         let mut text = String::with_capacity(48);

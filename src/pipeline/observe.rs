@@ -48,11 +48,14 @@ pub enum AccessDecision {
     Unchecked,
     /// The store failed and `on_error: deny` refused: 503.
     Unavailable,
+    /// The caller is exempt: no limit was asked.
+    Exempt,
 }
 
 impl AccessDecision {
-    fn of(answer: &Answer, decided: Option<&RouteDecision>) -> Self {
+    fn of(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Self {
         match (answer, decided) {
+            (_, None) if exempt => Self::Exempt,
             (Err(GatewayError::StoreUnavailable), _) => Self::Unavailable,
             (_, None) => Self::None,
             (_, Some(RouteDecision::Undecided(Undecided::FailedOpen))) => Self::Unchecked,
@@ -72,6 +75,7 @@ impl AccessDecision {
             Self::ShadowLimited => "shadow_limited",
             Self::Unchecked => "unchecked",
             Self::Unavailable => "unavailable",
+            Self::Exempt => "exempt",
         }
     }
 }
@@ -206,7 +210,10 @@ pub fn record(
             .str("method", ex.method.as_str())
             .u64("status", u64::from(status.as_u16()))
             .str("identity", ex.identity.as_str())
-            .str("decision", AccessDecision::of(answer, decided).as_str())
+            .str(
+                "decision",
+                AccessDecision::of(answer, decided, ex.exempt).as_str(),
+            )
             // Microsecond resolution is plenty for a log line.
             .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64)
             .opt_str(

@@ -32,15 +32,15 @@
 //! is repeatable.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 use tokio::sync::Notify;
-use tower::retry::budget::{Budget, TpsBudget};
 
+use super::budget::RetryBudget;
 use super::pool::Pool;
 use crate::config::{Balance, PoolTarget, TargetScheme, UpstreamPool};
 use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryOutcome};
@@ -169,6 +169,11 @@ pub struct Endpoints {
     pub list: Vec<Endpoint>,
     /// Smooth weighted round robin: each endpoint's current weight.
     current: Mutex<Vec<i64>>,
+    /// Every endpoint has the same weight: the round robin is a rotation,
+    /// one atomic add instead of the lock.
+    equal: bool,
+    /// The rotation's count.
+    next: AtomicUsize,
     /// `(point, index)` sorted by point; empty unless `balance: hash`.
     ring: Vec<(u64, usize)>,
 }
@@ -189,6 +194,8 @@ impl Endpoints {
         }
         Self {
             current: Mutex::new(vec![0; list.len()]),
+            equal: list.windows(2).all(|w| w[0].weight == w[1].weight),
+            next: AtomicUsize::new(0),
             list,
             ring,
         }
@@ -216,7 +223,7 @@ pub struct Balancer {
     /// address that leaves and comes back keeps its history.
     states: Mutex<Vec<(EndpointKey, Arc<EndpointState>)>>,
     rng: AtomicU64,
-    budget: TpsBudget,
+    budget: RetryBudget,
     /// Wakes the resolver task (a connect failure asks for a fresh look).
     pub(super) resolve_now: Notify,
     connect_timeout: Duration,
@@ -267,7 +274,7 @@ impl Balancer {
             rng: AtomicU64::new(seed),
             // Linkerd's numbers: retries at most 20 % of requests over
             // 10 s, with a floor of 10 retries a second.
-            budget: TpsBudget::new(Duration::from_secs(10), 10, 0.2),
+            budget: RetryBudget::new(Duration::from_secs(10), 10, 0.2),
             resolve_now: Notify::new(),
             connect_timeout,
             idle_timeout,
@@ -440,6 +447,16 @@ impl Balancer {
     /// nginx's smooth weighted round robin over `candidates`: each gains
     /// its weight, the largest is chosen and loses the total.
     fn round_robin(&self, eps: &Endpoints, candidates: u128) -> usize {
+        if eps.equal {
+            // Equal weights: the smooth round robin visits the candidates
+            // in turn, which a rotation does without the lock.
+            let turn = eps.next.fetch_add(1, Ordering::Relaxed);
+            let count = candidates.count_ones() as usize;
+            if count > 0 {
+                let nth = u32::try_from(turn % count).unwrap_or(0);
+                return nth_set_bit(candidates, nth);
+            }
+        }
         let mut current = eps.current.lock().unwrap_or_else(PoisonError::into_inner);
         let mut total = 0i64;
         let mut best: Option<usize> = None;

@@ -82,10 +82,12 @@ pub async fn send(
     timeout: Duration,
 ) -> Result<(Response<Incoming>, Answered), GatewayError> {
     let cfg = &b.config;
-    let deadline = Instant::now() + timeout;
+    let mut start = Instant::now();
+    let deadline = start + timeout;
     if b.is_empty() {
         // Names not resolved yet (the first request after start).
         resolve_once(b, resolver).await;
+        start = Instant::now();
     }
     let replay = replayable(&req);
     let may_retry = cfg.retries > 0 && replay;
@@ -105,7 +107,10 @@ pub async fn send(
         };
         mark_tried(&mut tried, &e);
         tries += 1;
-        let left = deadline.saturating_duration_since(Instant::now());
+        // The first try starts when the request did: one clock read less
+        // on every request.
+        let started = if tries == 1 { start } else { Instant::now() };
+        let left = deadline.saturating_duration_since(started);
         let bound = cfg.per_try_timeout.map_or(left, |t| t.min(left));
         if bound.is_zero() {
             return Err(last.unwrap_or(GatewayError::UpstreamTimeout(timeout)));
@@ -116,7 +121,6 @@ pub async fn send(
             .then(|| copy_head(&req));
         let in_flight = InFlight::start(&e);
         let target = &cfg.targets[e.target];
-        let started = Instant::now();
         match one_try(req, again.as_ref(), &e, target, https, bound).await {
             Try::Answered(res) => {
                 let took = started.elapsed();

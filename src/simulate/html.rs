@@ -301,13 +301,14 @@ fn span(routes: &[RouteReport]) -> Option<(u64, u64)> {
 fn route_section(out: &mut String, route: &RouteReport, span: Option<(u64, u64)>) {
     let _ = write!(
         out,
-        "<h2>Route {}</h2><p>{} requests, <b>{} limited</b> ({}), {} shadow-limited, {} rejected; {} callers, {} of them limited.</p>",
+        "<h2>Route {}</h2><p>{} requests, <b>{} limited</b> ({}), {} shadow-limited, {} rejected, {} exempt; {} callers, {} of them limited.</p>",
         esc(&route.name),
         thousands(route.requests),
         thousands(route.limited),
         percent(route.limited_share),
         thousands(route.shadow_limited),
         thousands(route.rejected),
+        thousands(route.exempt),
         thousands(route.identities),
         thousands(route.identities_limited),
     );

@@ -99,8 +99,8 @@ pub fn load(path: &std::path::Path, format: InputFormat) -> Result<Config, SimEr
 }
 
 /// The configuration as a replay runs it: the in-process store, and for a
-/// tollgate log each static API key also known by the digest that stands
-/// for it in the log, with the same plan.
+/// tollgate log each static API key (and each exempt one) also known by the
+/// digest that stands for it in the log, with the same plan.
 pub fn offline(config: &mut Config, format: InputFormat) {
     config.store.redis = None;
     config.api_keys.redis_hash = false;
@@ -117,12 +117,34 @@ pub fn offline(config: &mut Config, format: InputFormat) {
                 ip: identity::group(std::net::Ipv4Addr::UNSPECIFIED.into(), 64),
                 api_key: Some(key.as_bytes()),
                 user: None,
+                plan: None,
                 headers: &empty,
             };
             Some((caller_digest(&caller)?, plan.clone()))
         })
         .collect();
     config.api_keys.keys.extend(digests);
+    let digest = |key: &[u8]| {
+        let caller = Caller {
+            ip: identity::group(std::net::Ipv4Addr::UNSPECIFIED.into(), 64),
+            api_key: Some(key),
+            user: None,
+            plan: None,
+            headers: &empty,
+        };
+        caller_digest(&caller)
+    };
+    let exempts = config.routes.iter_mut().map(|r| &mut r.exempt);
+    for exempt in exempts.chain([&mut config.exempt]).flatten() {
+        let exempt = Arc::make_mut(exempt);
+        let digests: Vec<Box<[u8]>> = exempt
+            .api_keys
+            .iter()
+            .filter_map(|k| digest(k))
+            .map(|d| d.into_bytes().into_boxed_slice())
+            .collect();
+        exempt.api_keys.extend(digests);
+    }
 }
 
 /// Replays `opts.logs` through the configuration (and `--against`'s).

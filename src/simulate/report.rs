@@ -124,6 +124,8 @@ pub struct RouteReport {
     pub shadow_limited: u64,
     /// Refused for want of a plan (401).
     pub rejected: u64,
+    /// Let through uncounted: the caller is exempt.
+    pub exempt: u64,
     /// Distinct callers (strongest identity: API key, user, IP).
     pub identities: u64,
     /// Of them, limited (or shadow-limited) at least once.
@@ -345,6 +347,7 @@ fn route(t: &RouteTally, n: usize) -> RouteReport {
         limited_share: share(t.counts),
         shadow_limited: t.shadow_limited,
         rejected: t.rejected,
+        exempt: t.exempt,
         identities,
         identities_limited,
         top_offenders: top(&t.callers, n, Strongest::text),

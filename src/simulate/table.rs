@@ -169,6 +169,7 @@ fn route_row(route: &RouteReport) -> Vec<String> {
     let extra = [
         (route.shadow_limited, "shadow-limited"),
         (route.rejected, "rejected"),
+        (route.exempt, "exempt"),
     ]
     .iter()
     .filter(|(n, _)| *n > 0)

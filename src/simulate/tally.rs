@@ -197,6 +197,8 @@ pub struct RouteTally {
     pub shadow_limited: u64,
     /// Refused for want of a plan (401).
     pub rejected: u64,
+    /// Let through uncounted: the caller is exempt.
+    pub exempt: u64,
     /// By the caller's strongest identity (API key, user, IP); only on
     /// routes with limits.
     pub callers: IdentityTally<Strongest>,
@@ -234,6 +236,7 @@ impl Tally {
                     counts: Counts::default(),
                     shadow_limited: 0,
                     rejected: 0,
+                    exempt: 0,
                     callers: IdentityTally::default(),
                     timeline: Timeline::default(),
                     limits: Vec::new(),
@@ -267,6 +270,7 @@ impl Tally {
         route.counts.add(limited);
         route.shadow_limited += u64::from(shadow);
         route.rejected += u64::from(matches!(r.refusal, Some(GatewayError::UnknownApiKey)));
+        route.exempt += u64::from(ex.exempt);
         let m = route.timeline.at(minute);
         m.counts.add(limited);
         m.shadow_limited += u64::from(shadow);

@@ -8,7 +8,7 @@
 //! ```
 //!
 //! `decision` is `allowed`, `limited` (429), `shadow_limited`, `rejected`
-//! (401), `unrouted` (404) or `refused` (any other refusal before a
+//! (401), `exempt` (an exempt caller, no limit asked), `unrouted` (404) or `refused` (any other refusal before a
 //! decision); a limit's `verdict` is `allowed`, `limited`,
 //! `shadow_limited`, or `read` when it was only read (an enforced limit
 //! denied first). `remaining` is what the `RateLimit` header's `r` shows;
@@ -89,6 +89,7 @@ pub fn write(out: &mut impl Write, n: u64, ts: u64, r: &Rehearsal) -> io::Result
         Some(GatewayError::UnknownApiKey) => "rejected",
         Some(GatewayError::NoRoute { .. }) => "unrouted",
         Some(_) => "refused",
+        None if ex.exempt => "exempt",
         None if ex.decision().is_some_and(|d| d.shadow_denied()) => "shadow_limited",
         None => "allowed",
     };

@@ -62,6 +62,23 @@ pub fn limit_suffix(route: &str, limit: &str, algorithm: Algorithm) -> String {
     }
 }
 
+/// `:@<share>` (with `:<algorithm>` as [`limit_suffix`] adds it), the
+/// limit part of a limit every route of the share counts on: neither the
+/// route nor the limit's name, so every route's limit of the share is one
+/// counter. `@` keeps it apart from `:<route>:<limit>` of a route named
+/// like a share.
+pub fn share_suffix(share: &str, algorithm: Algorithm) -> String {
+    match algorithm {
+        Algorithm::SlidingWindow => format!(":@{share}"),
+        other => format!(":@{share}:{}", other.name()),
+    }
+}
+
+/// `:@<share>:concurrency`: the slots of a shared concurrency limit.
+pub fn share_concurrency_suffix(share: &str) -> String {
+    format!(":@{share}:concurrency")
+}
+
 /// `:<route>:<limit>:concurrency`: a concurrency limit's slots
 /// are a sorted set of leases in Redis, a shape of their own, so they
 /// never share a key with a rate limit of the same name.

@@ -111,6 +111,56 @@ async fn a_burst_past_the_limit_waits_and_goes_through_over_redis() {
     burst_of_twenty_waits_its_turn(&redis_store(&redis.url(), "deny")).await;
 }
 
+/// Forty at once against 10/s with `max_delay: 2500ms`: thirty are
+/// admitted, ten at once and ten each a second and two seconds later
+/// (± 50 ms); the last ten, whose place in line is past `max_delay` (two
+/// seconds' worth of requests wait ahead of each), are refused at once
+/// instead of after waiting for it.
+async fn a_place_past_max_delay_is_refused_at_arrival(store: &str) {
+    let up = Upstream::start().await;
+    let yaml = delaying(
+        store,
+        &up.url(),
+        "sliding_log",
+        "limit: 10, window: 1s",
+        "2500ms",
+        None,
+    );
+    let gw = Gateway::start(&yaml).await;
+    let answers = burst(&gw, 40).await;
+    let (ok, refused): (Vec<_>, Vec<_>) = answers.iter().partition(|&&(s, _)| s == StatusCode::OK);
+    assert_eq!((ok.len(), refused.len()), (30, 10), "{answers:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|&&(s, at)| s == StatusCode::TOO_MANY_REQUESTS && at < Duration::from_millis(500)),
+        "the last ten hear at once: {answers:?}"
+    );
+    let first = ok[0].1;
+    for (second, group) in ok.chunks(10).enumerate() {
+        for &&(_, at) in group {
+            let after = at.saturating_sub(first).as_millis();
+            let expected = 1_000 * second as u128;
+            assert!(
+                after + 50 >= expected && after <= expected + if second == 0 { 500 } else { 50 },
+                "admission {second}: {after} ms in {answers:?}"
+            );
+        }
+    }
+    assert_eq!(up.count(), 30);
+}
+
+#[tokio::test]
+async fn a_place_past_max_delay_is_refused_at_arrival_in_process() {
+    a_place_past_max_delay_is_refused_at_arrival("").await;
+}
+
+#[tokio::test]
+async fn a_place_past_max_delay_is_refused_at_arrival_over_redis() {
+    let redis = RedisServer::start().await;
+    a_place_past_max_delay_is_refused_at_arrival(&redis_store(&redis.url(), "deny")).await;
+}
+
 #[tokio::test]
 async fn beyond_max_queue_the_rest_are_refused_at_once() {
     let up = Upstream::start().await;
@@ -300,13 +350,51 @@ fn replay(yaml: &str, arrivals: &[u64]) -> Vec<(u64, StatusCode, u64)> {
     })
 }
 
+/// The earliest instant a request arriving at `at` could be admitted, as
+/// known at its arrival: the limit's state from the admissions before `at`
+/// (`admitted`, sorted), then one window's worth of the requests waiting
+/// ahead of it (arrived before `at`, answered after) per window. Requests
+/// arriving at the same millisecond are left out, whichever way they were
+/// ordered, so this never exceeds what the gateway knew.
+fn known_at_arrival(
+    answers: &[(u64, StatusCode, u64)],
+    admitted: &[u64],
+    at: u64,
+    limit: u64,
+    window: u64,
+    exact: bool,
+) -> u64 {
+    let ahead = answers.iter().filter(|a| a.0 < at && a.2 > at).count() as u64;
+    let before = admitted.iter().copied().filter(|&t| t < at);
+    let windows = (ahead + 1).div_ceil(limit) - 1;
+    if exact {
+        // A unit admitted at `s` counts until `s + window`.
+        let counted: Vec<u64> = before.filter(|&t| t + window > at).collect();
+        let n = counted.len() as u64;
+        let room_at = if n < limit {
+            at
+        } else {
+            counted[usize::try_from(n - limit).unwrap()] + window
+        };
+        room_at + windows * window
+    } else {
+        let n = before.filter(|&t| t / window == at / window).count() as u64;
+        let room_at = if n < limit {
+            at
+        } else {
+            (at / window + 1) * window
+        };
+        ((room_at / window + windows) * window).max(room_at)
+    }
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
     /// Whatever the arrivals: no window admits more than the limit, no
     /// request waits longer than `max_delay`, a queue of 0 never waits, and
-    /// a request refused while nothing waited ahead of it could not have
-    /// been admitted within `max_delay`.
+    /// no request waits and is then refused when its refusal was known at
+    /// arrival.
     #[test]
     fn delayed_requests_never_pass_the_limit_nor_their_max_delay(
         mut arrivals in proptest::collection::vec(0u64..3_000, 1..40),
@@ -342,6 +430,20 @@ proptest::proptest! {
                 proptest::prop_assert_eq!(done, at, "nothing waits with max_queue: 0");
             }
             proptest::prop_assert!(status == StatusCode::OK || status == StatusCode::TOO_MANY_REQUESTS);
+        }
+        // No request waits and is then refused when its refusal was known
+        // at arrival: from what was admitted before it and the requests
+        // waiting ahead of it (all admitted first, at the limit's rate),
+        // the earliest it could be admitted was within `max_delay`.
+        for &(at, status, done) in &answers {
+            if status != StatusCode::TOO_MANY_REQUESTS || done == at {
+                continue;
+            }
+            let earliest = known_at_arrival(&answers, &admitted, at, limit, window, exact);
+            proptest::prop_assert!(
+                earliest - at <= max_delay,
+                "arrived {at}, could not be admitted before {earliest}, yet waited until {done}: {answers:?}"
+            );
         }
         // The first request is always admitted at once.
         proptest::prop_assert_eq!(answers.iter().filter(|a| a.0 == a.2 && a.1 == StatusCode::OK).count() >= 1, true);

@@ -41,6 +41,8 @@ pub struct Root {
     pub plans: Field<BTreeMap<String, Field<Vec<Field<PlanLimit>>>>>,
     /// `api_keys: { header, keys, unknown, redis_hash, cache }`
     pub api_keys: Field<ApiKeys>,
+    /// `plans_from: api_key | claim:NAME | header:NAME` — what names a caller's plan
+    pub plans_from: Field<Text>,
     /// `users: { header, jwt }`
     pub users: Field<Users>,
     /// `timeouts:`
@@ -61,6 +63,19 @@ pub struct Root {
     pub request_headers: Field<HeaderRules>,
     /// `response_headers: { set, add, remove }` — the default of routes without their own
     pub response_headers: Field<HeaderRules>,
+    /// `exempt: { ips, api_keys }` — the default of routes without their own
+    pub exempt: Field<Exempt>,
+}
+
+/// `exempt:` (top level or a route's)
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, expecting = "a mapping")]
+#[schemars(deny_unknown_fields)]
+pub struct Exempt {
+    /// `ips: [10.0.0.0/8, 192.0.2.7]` — client addresses (through trusted proxies)
+    pub ips: Field<OneOrMany<Text>>,
+    /// `api_keys: [internal-batch]`
+    pub api_keys: Field<OneOrMany<Text>>,
 }
 
 /// `request_id:`
@@ -611,6 +626,8 @@ pub struct Route {
     pub request_headers: Field<HeaderRules>,
     /// `response_headers: { set, add, remove }` (replaces the top level's)
     pub response_headers: Field<HeaderRules>,
+    /// `exempt: { ips, api_keys }` (replaces the top level's)
+    pub exempt: Field<Exempt>,
 }
 
 /// `routes[i].match:`
@@ -682,6 +699,9 @@ pub struct Limit {
     pub max_delay: Field<Text>,
     /// `concurrency: 10` — requests in flight at once, instead of a rate
     pub concurrency: Field<Int>,
+    /// `share: NAME` — one counter with the limits of other routes that
+    /// name the same share
+    pub share: Field<Text>,
 }
 
 /// A limit's `cost`: a number, or `{ reserve, from_header | from_trailer }`

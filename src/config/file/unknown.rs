@@ -9,9 +9,9 @@ use yaml_serde::Value;
 
 use super::leaf::tidy;
 use super::mappings::{
-    ApiKeys, Breaker, ClientIp, Eject, Health, Jwt, Limit, Match, PlanLimit, Reconnect, Redis,
-    RedisTls, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Timeouts, UpstreamPool,
-    Users,
+    ApiKeys, Breaker, ClientIp, Eject, Exempt, Health, Jwt, Limit, Match, PlanLimit, Reconnect,
+    Redis, RedisTls, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Timeouts,
+    UpstreamPool, Users,
 };
 use crate::config::position::{child_index, child_key};
 
@@ -99,6 +99,7 @@ fn fields_at(keys: &[&str]) -> &'static [&'static str] {
         ["routes", "match"] => fields_of::<Match>(),
         ["routes", "respond"] => fields_of::<Respond>(),
         ["routes", "limits"] => fields_of::<Limit>(),
+        ["exempt"] | ["routes", "exempt"] => fields_of::<Exempt>(),
         _ => &[],
     }
 }
@@ -168,7 +169,8 @@ mod tests {
                 "max_queue",
                 "cors",
                 "request_headers",
-                "response_headers"
+                "response_headers",
+                "exempt"
             ]
         );
         assert_eq!(fields_at(&["routes", "limits"]), fields_of::<Limit>());

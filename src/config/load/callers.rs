@@ -16,7 +16,9 @@ use super::check::{Check, Checked, Reported, choice, int, parse_timeout, positiv
 use super::limits::{is_month, parse_limit_name, parse_window};
 use crate::config::file::{self, Field, Text};
 use crate::config::position::child_key;
-use crate::config::{ApiKeyConfig, ClientIpConfig, Plan, PlanLimit, UnknownKey, UserConfig};
+use crate::config::{
+    ApiKeyConfig, ClientIpConfig, Plan, PlanLimit, PlansFrom, UnknownKey, UserConfig,
+};
 use crate::jwt::{JwtAlgorithm, JwtVerifier};
 
 impl Check<'_> {
@@ -254,7 +256,7 @@ fn parse_plan_name(s: &str) -> Result<Arc<str>, String> {
 /// the one proxy `10.0.0.1` or all of `10.0.0.0/8`. Guessing the network
 /// would trust sixteen million addresses to write `X-Forwarded-For` when
 /// one was meant; the error names both readings.
-fn parse_ip_net(s: &str) -> Result<IpNet, String> {
+pub(super) fn parse_ip_net(s: &str) -> Result<IpNet, String> {
     let net = if s.contains('/') {
         s.parse::<IpNet>().ok()
     } else {
@@ -279,6 +281,28 @@ fn parse_header_name(s: &str) -> Result<HeaderName, String> {
     HeaderName::from_bytes(s.as_bytes()).map_err(|_| {
         format!("{s:?} is not a valid header name; use letters, digits and '-', e.g. x-api-key")
     })
+}
+
+/// `plans_from`: `api_key`, `claim:NAME` or `header:NAME`.
+pub(super) fn parse_plans_from(s: &str) -> Result<PlansFrom, String> {
+    if s == "api_key" {
+        return Ok(PlansFrom::ApiKey);
+    }
+    if let Some(claim) = s.strip_prefix("claim:") {
+        let claim = claim.trim();
+        if claim.is_empty() {
+            return Err(format!("{s:?} names no claim; write e.g. claim:tier"));
+        }
+        return Ok(PlansFrom::Claim(Arc::from(claim)));
+    }
+    if let Some(name) = s.strip_prefix("header:") {
+        return HeaderName::from_bytes(name.trim().as_bytes())
+            .map(PlansFrom::Header)
+            .map_err(|_| format!("{name:?} is not a valid header name; write e.g. header:x-plan"));
+    }
+    Err(format!(
+        "{s:?} is not a plan source; write api_key, claim:NAME (a verified JWT claim) or header:NAME (set by a trusted proxy)"
+    ))
 }
 
 #[cfg(test)]

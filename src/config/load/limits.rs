@@ -59,6 +59,7 @@ impl Check<'_> {
                 Ok(*b)
             })
             .map(|p| p.unwrap_or(false));
+        let share = self.share(limit, path, matches!(plan, Ok(true)));
         let concurrency = self.optional(
             &limit.concurrency,
             &child_key(path, "concurrency"),
@@ -79,10 +80,13 @@ impl Check<'_> {
                 delay: None,
                 concurrency: Some(n),
                 settle: None,
+                share: share?,
             });
         }
         if let Ok(true) = plan {
             self.no_numbers(limit, path)?;
+            self.route_key_without_plan(&key, path)?;
+            share?;
             return Ok(Limit {
                 name: name?,
                 key: key?,
@@ -96,6 +100,7 @@ impl Check<'_> {
                 delay: None,
                 concurrency: None,
                 settle: None,
+                share: None,
             });
         }
         let max = self.required(&limit.limit, path, "limit", positive);
@@ -119,6 +124,7 @@ impl Check<'_> {
             delay: delay?,
             concurrency: None,
             settle: settle?,
+            share: share?,
         })
     }
 
@@ -359,9 +365,49 @@ impl Check<'_> {
         if parts.is_empty() {
             return Err(self.value_error(path, "needs at least one source, e.g. ip"));
         }
+        if parts.len() > 1 && parts.iter().flatten().any(|s| *s == KeySource::Route) {
+            return Err(self.value_error(
+                path,
+                "route counts every caller together and cannot be part of a compound key (each caller would be counted apart again); write key: route alone, or leave route out",
+            ));
+        }
         Ok(KeySpec { parts })
     }
+
+    /// `share: NAME` of a limit whose other fields read `plan` (true when
+    /// it takes its numbers from plans): a plan's limits are the caller's
+    /// own and cannot share a counter across routes.
+    fn share(&mut self, limit: &file::Limit, path: &str, plan: bool) -> Checked<Option<Arc<str>>> {
+        let share_path = child_key(path, "share");
+        let share = self.optional(&limit.share, &share_path, text(parse_share_name))?;
+        if share.is_some() && plan {
+            return Err(self.value_error(
+                &share_path,
+                "a limit with plan: true takes its numbers from each caller's plan and cannot share a counter; share a limit with its own limit and window",
+            ));
+        }
+        Ok(share)
+    }
+
+    /// A `key: route` limit counts every caller together, so a plan (the
+    /// caller's own numbers) cannot pick its quota.
+    fn route_key_without_plan(&mut self, key: &Checked<KeySpec>, path: &str) -> Checked<()> {
+        if matches!(key, Ok(k) if is_route(k)) {
+            return Err(self.value_error(
+                &child_key(path, "key"),
+                "route counts every caller together, and a plan is one caller's; give this limit its own limit and window, or a caller's key",
+            ));
+        }
+        Ok(())
+    }
 }
+
+/// Whether `key` is `key: route`.
+pub(super) fn is_route(key: &KeySpec) -> bool {
+    matches!(&key.parts[..], [chain] if chain[..] == [KeySource::Route])
+}
+
+impl Check<'_> {}
 
 /// A sliding log keeps one entry per admitted unit; past this, memory per
 /// identity (tens of bytes per entry in Redis) is better spent elsewhere.
@@ -411,6 +457,13 @@ pub(super) fn parse_limit_name(s: &str) -> Result<Arc<str>, String> {
     Ok(Arc::from(s))
 }
 
+/// A share's name: the characters of a limit's name.
+fn parse_share_name(s: &str) -> Result<Arc<str>, String> {
+    parse_limit_name(s).map_err(|_| {
+        format!("{s:?} is not a valid share name; use letters, digits, '_', '.' and '-'")
+    })
+}
+
 /// One part of a key: `api_key | user | ip` (first present wins).
 fn parse_key_chain(s: &str) -> Result<Vec<KeySource>, String> {
     s.split('|')
@@ -421,6 +474,10 @@ fn parse_key_chain(s: &str) -> Result<Vec<KeySource>, String> {
             "ip" => Ok(KeySource::Ip),
             "api_key" => Ok(KeySource::ApiKey),
             "user" => Ok(KeySource::User),
+            "route" if s.contains('|') => Err(format!(
+                "{s:?} puts route in a fallback chain; route counts every caller together, so the sources after it would never be read and those before it would count callers apart: write key: route alone"
+            )),
+            "route" => Ok(KeySource::Route),
             other => match other.strip_prefix("header:") {
                 Some(name) => HeaderName::from_bytes(name.trim().as_bytes())
                     .map(KeySource::Header)
@@ -430,7 +487,7 @@ fn parse_key_chain(s: &str) -> Result<Vec<KeySource>, String> {
                         )
                     }),
                 None => Err(format!(
-                    "unknown key source {other:?}; expected ip, api_key, user or header:NAME"
+                    "unknown key source {other:?}; expected ip, api_key, user, header:NAME or route"
                 )),
             },
         })

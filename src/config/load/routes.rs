@@ -44,6 +44,9 @@ impl Check<'_> {
         });
         let unique = self.unique(routes, |route| &route.name, path, "route name");
         unique?;
+        if let Ok(routes) = &checked {
+            self.shares(routes, path)?;
+        }
         checked
     }
 
@@ -73,6 +76,7 @@ impl Check<'_> {
             &child_key(path, "shadow"),
             leaf(|&Flag(b): &Flag| Ok::<_, String>(b)),
         );
+        let exempt = self.optional(&route.exempt, &child_key(path, "exempt"), Self::exempt);
         let max_queue = self.optional(
             &route.max_queue,
             &child_key(path, "max_queue"),
@@ -95,6 +99,9 @@ impl Check<'_> {
             cors: None,
             request_headers: None,
             response_headers: None,
+            // The top level's, when the route has none, once every route
+            // is read (`exempt.rs`).
+            exempt: exempt?.map(Arc::new),
         })
     }
 

@@ -44,7 +44,16 @@ impl Check<'_> {
         let balance_path = child_key(path, "balance");
         let balance = self.optional(&pool.balance, &balance_path, choice(&Balance::SPELLINGS));
         let key_path = child_key(path, "hash_key");
-        let hash_key = self.optional(&pool.hash_key, &key_path, Self::key);
+        let hash_key = self.optional(&pool.hash_key, &key_path, |check, key, path| {
+            let key = check.key(key, path)?;
+            if super::limits::is_route(&key) {
+                return Err(check.value_error(
+                    path,
+                    "route is the same for every request, so every request would go to one target; hash on a caller's key, e.g. api_key | ip",
+                ));
+            }
+            Ok(key)
+        });
         let health = self.optional(&pool.health, &child_key(path, "health"), Self::health);
         let eject = self.optional(&pool.eject, &child_key(path, "eject"), Self::eject);
         let retries = self.optional(&pool.retries, &child_key(path, "retries"), int(0, 10));

@@ -29,7 +29,7 @@ impl Limiter {
             })
             .collect();
         match &self.redis {
-            Some(redis) => redis.decide(now_ms, &zero).await,
+            Some(side) => side.store.decide(now_ms, &zero).await,
             None => Ok(self.memory.decide_now(now_ms, &zero)),
         }
     }
@@ -43,14 +43,18 @@ impl Limiter {
     pub async fn reset(&self, prefix: &str, keys: &[String]) -> Result<u64, StoreError> {
         let local = self.memory.remove(keys);
         match &self.redis {
-            Some(redis) => redis.reset_keys(prefix, keys).await,
+            Some(side) => side.store.reset_keys(prefix, keys).await,
             None => Ok(local),
         }
     }
 
     /// Forgets every denial the deny cache holds.
     pub fn forget_denials(&self) {
-        if let Some(c) = &self.deny_cache {
+        if let Some(c) = self
+            .redis
+            .as_ref()
+            .and_then(|side| side.deny_cache.as_ref())
+        {
             c.clear();
         }
     }

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::store::MemoryStore;
+use crate::store::redis::sync::Counter;
 use crate::store::redis::sync::Totals;
 
 const T0: u64 = 1_700_000_000_000;

@@ -1,0 +1,61 @@
+//! Where reserved costs are settled ([`Settler`]); what is settled and
+//! when is in [`super::settle`].
+
+use std::sync::Arc;
+
+use super::redis_side::RedisSide;
+use crate::limit::settle::Settlement;
+use crate::metrics::StoreMetrics;
+use crate::store::{Breaker, MemoryStore, RedisStore, Store, StoreError};
+
+/// Settles reservations where the decisions are made: in Redis when it is
+/// configured (through the breaker), else in the in-process store.
+#[derive(Debug)]
+pub struct Settler {
+    memory: Arc<MemoryStore>,
+    redis: Option<(Arc<RedisStore>, Arc<Breaker>)>,
+    pub(super) metrics: StoreMetrics,
+}
+
+impl Settler {
+    pub(super) fn new(
+        memory: Arc<MemoryStore>,
+        redis: Option<&RedisSide>,
+        metrics: StoreMetrics,
+    ) -> Self {
+        Self {
+            memory,
+            redis: redis.map(|r| (Arc::clone(&r.store), Arc::clone(&r.breaker))),
+            metrics,
+        }
+    }
+
+    /// Settles `settlements` at `now_ms` ([`super::settle::Reservations`]). Counts what
+    /// was settled and what was left standing; never panics, never waits
+    /// past the store's timeout.
+    ///
+    /// # Errors
+    /// Redis cannot settle them: the reservations stand.
+    pub async fn settle(&self, now_ms: u64, settlements: &[Settlement]) -> Result<(), StoreError> {
+        let n = settlements.len() as u64;
+        let settled = match &self.redis {
+            None => {
+                self.memory.settle_now(now_ms, settlements);
+                Ok(())
+            }
+            Some((redis, breaker)) if breaker.allows() => redis.settle(now_ms, settlements).await,
+            Some(_) => Err(StoreError::Unavailable("breaker open".into())),
+        };
+        match &settled {
+            Ok(()) => self.metrics.settled.inc_by(n),
+            Err(_) => self.metrics.settle_kept_store.inc_by(n),
+        };
+        settled
+    }
+
+    /// Counts reservations left standing because the response's value was
+    /// missing or not a count.
+    pub fn kept_value(&self, n: u64) {
+        self.metrics.settle_kept_value.inc_by(n);
+    }
+}
