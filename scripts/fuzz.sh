@@ -29,6 +29,7 @@ ci_runs() {
         config) echo 300000 ;;
         expand) echo 500000 ;;
         forwarded) echo 1200000 ;;
+        admin_request) echo 800000 ;;
         *) echo 3000000 ;;
     esac
 }

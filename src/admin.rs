@@ -1,9 +1,11 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz`, `/admin/top`.
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, `/admin/top`,
+//! `/admin/upstreams` and the support API.
 //!
 //! It is a separate listener (`admin:` in the file) so that operators can
 //! keep it off the public network: the top-offenders view and the metrics
 //! describe traffic, and nothing here is rate limited. It speaks plain
-//! HTTP/1.1 and answers only `GET`/`HEAD`.
+//! HTTP/1.1 and answers `GET`/`HEAD` (the support API `PUT` and `DELETE`
+//! too).
 //!
 //! - `/healthz`: the process is up and serving this listener (liveness).
 //! - `/readyz`: the configuration is loaded (it is, or nothing would run)
@@ -16,11 +18,22 @@
 //! - `/metrics`: Prometheus/OpenMetrics text (see [`crate::metrics`]).
 //! - `/admin/top?n=10`: per limit, the identities (hashed) it denied most,
 //!   enforced or in shadow mode (see [`crate::top`]), as JSON.
+//! - `/admin/callers`, `/admin/overrides`: the support API ([`api`]), one
+//!   caller's limits read, reset and overridden, behind the admin token;
+//!   the only endpoints that take `PUT` and `DELETE`.
 //!
 //! [`probe`] is the other end of `/healthz` and `/readyz`: the client
-//! `tollgate health` asks them with.
+//! `tollgate health` asks them with, and `tollgate callers` and
+//! `tollgate overrides` ask the support API with ([`table`] prints the
+//! answers).
 
+pub mod api;
+pub mod callers;
+pub mod overrides;
 pub mod probe;
+pub mod reply;
+pub mod request;
+pub mod table;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -64,8 +77,13 @@ pub async fn serve_admin(
         let gw = gateway.clone();
         let draining = draining.clone();
         let service = service_fn(move |req: Request<Incoming>| {
-            let res = answer(&gw, &req, draining.load(Ordering::Relaxed));
-            async move { Ok::<_, Infallible>(res) }
+            let (gw, draining) = (gw.clone(), draining.clone());
+            async move {
+                if api::serves(req.uri().path()) {
+                    return Ok::<_, Infallible>(api::answer(&gw, req).await);
+                }
+                Ok(answer(&gw, &req, draining.load(Ordering::Relaxed)))
+            }
         });
         tokio::spawn(async move {
             if let Err(e) = hyper::server::conn::http1::Builder::new()
@@ -130,7 +148,7 @@ pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Ful
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
-            "not found; try /metrics, /healthz, /readyz, /admin/top or /admin/upstreams\n",
+            "not found; try /metrics, /healthz, /readyz, /admin/top, /admin/upstreams, /admin/callers or /admin/overrides\n",
         ),
     }
 }

@@ -32,6 +32,10 @@ pub struct Config {
     pub listen: Vec<Listen>,
     /// Admin listener (`/metrics`, `/healthz`, `/readyz`, `/admin/top`); none when absent.
     pub admin: Option<SocketAddr>,
+    /// The bearer token `/admin/callers` and `/admin/overrides` ask for
+    /// (`admin.token` or `admin.token_file`, read at every load); without
+    /// one they answer 403.
+    pub admin_token: Option<Arc<str>>,
     /// Where limiter state lives and what to do when it is unreachable.
     pub store: StoreConfig,
     /// How the client IP is read.

@@ -14,6 +14,7 @@
 
 pub mod concurrency;
 pub mod limiter;
+pub mod overrides;
 mod reach;
 mod redis_side;
 pub mod settle;

@@ -63,6 +63,55 @@ enum Command {
     /// or ready (`/readyz`): exit status 0 on a 200, else 1 with the reason.
     /// For container health checks; the image has no curl.
     Health(HealthArgs),
+    /// One caller's limits on a running gateway: `show` them (read without
+    /// counting) or `reset` them, e.g. `tollgate callers show api_key=k1`.
+    /// The token comes from TOLLGATE_ADMIN_TOKEN.
+    Callers {
+        #[command(subcommand)]
+        action: CallersAction,
+    },
+    /// Per-caller overrides on a running gateway: `set` one (e.g.
+    /// `api_key=k1 limit=per_key quota=6 ttl=24h`), `list` them, `rm` one.
+    /// The token comes from TOLLGATE_ADMIN_TOKEN.
+    Overrides {
+        #[command(subcommand)]
+        action: OverridesAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CallersAction {
+    /// The caller's limits: quota, used, remaining, reset, override.
+    Show(ApiArgs),
+    /// Resets the caller's counters (all, or `route=` / `limit=`) on every gateway.
+    Reset(ApiArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum OverridesAction {
+    /// Sets an override: a caller field, then `limit=`, `quota=`, `window=`,
+    /// `plan=`, `exempt=true`, `ttl=`.
+    Set(ApiArgs),
+    /// Lists every override.
+    List(ApiArgs),
+    /// Removes the caller's override of `limit=` (every one without it).
+    Rm(ApiArgs),
+}
+
+/// The arguments of `tollgate callers` and `tollgate overrides`
+/// (docs/operations.md#support-one-callers-limits).
+#[derive(Debug, clap::Args)]
+struct ApiArgs {
+    /// `NAME=VALUE`: the caller (`ip`, `api_key`, `user`, `header.NAME`)
+    /// and what to narrow or set.
+    #[arg(value_name = "NAME=VALUE")]
+    fields: Vec<String>,
+    /// The admin listener: `http://HOST:PORT` or `HOST:PORT`.
+    #[arg(long, value_name = "URL", default_value = tollgate::admin::probe::DEFAULT_ADMIN)]
+    admin: String,
+    /// Print the gateway's JSON answer instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `tollgate health` (docs/operations.md).
@@ -181,6 +230,12 @@ fn main() -> ExitCode {
     }
     if let Some(Command::Health(args)) = &cli.command {
         return health(args);
+    }
+    if let Some(Command::Callers { action }) = &cli.command {
+        return support_api(ApiCall::Callers(action));
+    }
+    if let Some(Command::Overrides { action }) = &cli.command {
+        return support_api(ApiCall::Overrides(action));
     }
     // The guard is kept to the end of `main`: dropping it writes out what
     // is queued.
@@ -427,6 +482,93 @@ fn health(args: &HealthArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Which support API command runs.
+enum ApiCall<'a> {
+    Callers(&'a CallersAction),
+    Overrides(&'a OverridesAction),
+}
+
+/// `tollgate callers` and `tollgate overrides`: one call of the admin
+/// listener's support API, its answer as a table (or `--json`) on stdout
+/// and status 0; a refusal's detail on stderr and status 1.
+fn support_api(call: ApiCall<'_>) -> ExitCode {
+    use http::Method;
+    use tollgate::admin::table;
+    let (method, path, args, render): (Method, &str, &ApiArgs, fn(&serde_json::Value) -> String) =
+        match call {
+            ApiCall::Callers(CallersAction::Show(a)) => {
+                (Method::GET, "/admin/callers", a, table::callers)
+            }
+            ApiCall::Callers(CallersAction::Reset(a)) => {
+                (Method::DELETE, "/admin/callers", a, table::reset)
+            }
+            ApiCall::Overrides(OverridesAction::Set(a)) => {
+                (Method::PUT, "/admin/overrides", a, table::overrides)
+            }
+            ApiCall::Overrides(OverridesAction::List(a)) => {
+                (Method::GET, "/admin/overrides", a, table::overrides)
+            }
+            ApiCall::Overrides(OverridesAction::Rm(a)) => {
+                (Method::DELETE, "/admin/overrides", a, table::overrides)
+            }
+        };
+    let built = if method == Method::PUT {
+        table::body(&args.fields).map(|b| (path.to_owned(), b))
+    } else {
+        table::query(&args.fields).map(|q| {
+            let target = if q.is_empty() {
+                path.to_owned()
+            } else {
+                format!("{path}?{q}")
+            };
+            (target, String::new())
+        })
+    };
+    let (target, body) = match built {
+        Ok(b) => b,
+        Err(e) => {
+            complain(format_args!("{e}"));
+            return ExitCode::from(2);
+        }
+    };
+    let token = std::env::var("TOLLGATE_ADMIN_TOKEN").ok();
+    let answer = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+        .and_then(|rt| {
+            rt.block_on(tollgate::admin::probe::call(
+                &args.admin,
+                method,
+                &target,
+                token.as_deref(),
+                body.into(),
+                Duration::from_secs(10),
+            ))
+            .map_err(|e| e.to_string())
+        });
+    let (status, bytes) = match answer {
+        Ok(a) => a,
+        Err(reason) => {
+            complain(format_args!("{reason}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    if !status.is_success() {
+        let detail = value["detail"].as_str().map_or_else(
+            || String::from_utf8_lossy(&bytes).into_owned(),
+            str::to_owned,
+        );
+        complain(format_args!("{status}: {detail}"));
+        return ExitCode::FAILURE;
+    }
+    if args.json {
+        return print(&value.to_string(), ExitCode::SUCCESS);
+    }
+    print(&render(&value), ExitCode::SUCCESS)
 }
 
 /// A future that completes on SIGTERM or SIGINT, with both caught from the

@@ -31,6 +31,7 @@ use decide::{Admission, Mode};
 
 pub mod act;
 pub mod browsers;
+pub mod callers;
 pub mod decide;
 pub mod delay;
 pub mod exchange;
@@ -38,6 +39,7 @@ pub mod exempt;
 pub mod gateway;
 mod held;
 pub mod observe;
+pub mod overrides;
 pub mod refusal;
 pub mod route;
 mod settling;

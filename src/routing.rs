@@ -124,6 +124,11 @@ impl Router {
         }
     }
 
+    /// Every route, in the configuration's order.
+    pub fn routes(&self) -> &[Arc<CompiledRoute>] {
+        &self.routes
+    }
+
     /// The first route that takes a request with this method, host (without
     /// port) and path — the canonical ones of [`crate::target`], the path
     /// without `;parameters`.

@@ -1093,6 +1093,47 @@ routes:
 }
 
 #[test]
+fn admin_token_inline_or_from_a_file() {
+    let c = valid(
+        "listen: 127.0.0.1:0\nadmin: { addr: 127.0.0.1:9090, token: t0k }\nroutes: [ { name: a, respond: {} } ]\n",
+    );
+    assert_eq!(c.admin, Some("127.0.0.1:9090".parse().unwrap()));
+    assert_eq!(c.admin_token.as_deref(), Some("t0k"));
+    let dir = std::env::temp_dir().join(format!("tollgate-admin-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, "from-a-file\n").unwrap();
+    let c = valid(&format!(
+        "listen: 127.0.0.1:0\nadmin: {{ addr: 127.0.0.1:9090, token_file: {} }}\nroutes: [ {{ name: a, respond: {{}} }} ]\n",
+        file.display()
+    ));
+    assert_eq!(c.admin_token.as_deref(), Some("from-a-file"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        valid("listen: 127.0.0.1:0\nadmin: 127.0.0.1:9090\nroutes: [ { name: a, respond: {} } ]\n")
+            .admin_token,
+        None
+    );
+    assert_eq!(
+        errors(
+            "listen: 127.0.0.1:0\nadmin: { addr: 127.0.0.1:9090, token: a, token_file: /nonexistent/t }\nroutes: [ { name: a, respond: {} } ]\n"
+        ),
+        [
+            "admin.token_file: cannot read /nonexistent/t: No such file or directory (os error 2) (line 2, col 54)",
+        ]
+    );
+    assert_eq!(
+        errors("listen: 127.0.0.1:0\nadmin: { addr: 127.0.0.1:9090, tokn: a }\nroutes: [ { name: a, respond: {} } ]\n").len(),
+        1
+    );
+    assert_eq!(
+        errors("listen: 127.0.0.1:0\nadmin: { token: a }\nroutes: [ { name: a, respond: {} } ]\n")
+            .len(),
+        1
+    );
+}
+
+#[test]
 fn admin_and_shadow_fields() {
     let c = valid(
         "listen: 127.0.0.1:0\nadmin: 127.0.0.1:9090\nroutes:\n  - name: a\n    respond: {}\n    shadow: true\n    limits:\n      - { name: l, key: ip, limit: 1, window: 1s, shadow: false }\n      - { name: m, key: ip, limit: 1, window: 1s, shadow: true }\n",

@@ -1,6 +1,7 @@
 //! The client side of `/healthz` and `/readyz`: what `tollgate health`
 //! asks a running gateway, so that a container health check needs no curl
-//! or wget in the image.
+//! or wget in the image; and [`call`], the support API's client behind
+//! `tollgate callers` and `tollgate overrides`.
 //!
 //! One plain HTTP/1.1 `GET` over a fresh connection, bounded by a timeout
 //! as a whole (resolve, connect, request, body). The answer is healthy
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 
 /// The admin address a probe asks when none is given: the address the
@@ -83,6 +84,12 @@ pub struct Healthy {
 /// # Errors
 /// [`ProbeError::Address`] for another scheme, a missing port, or a path.
 pub fn url(admin: &str, check: Check) -> Result<Uri, ProbeError> {
+    at(admin, check.path())
+}
+
+/// The URL of `path_and_query` on the admin listener at `admin`, checked
+/// as [`url`] checks it.
+fn at(admin: &str, path_and_query: &str) -> Result<Uri, ProbeError> {
     let bad = |why| ProbeError::Address {
         given: admin.to_owned(),
         why,
@@ -114,7 +121,7 @@ pub fn url(admin: &str, check: Check) -> Result<Uri, ProbeError> {
     Uri::builder()
         .scheme("http")
         .authority(authority.as_str())
-        .path_and_query(check.path())
+        .path_and_query(path_and_query)
         .build()
         .map_err(|_| bad("not a URL; write http://HOST:PORT"))
 }
@@ -136,6 +143,83 @@ pub async fn probe(admin: &str, check: Check, timeout: Duration) -> Result<Healt
 }
 
 async fn ask(uri: &Uri, shown: &str) -> Result<Healthy, ProbeError> {
+    let asked = Asked {
+        method: http::Method::GET,
+        token: None,
+        body: Bytes::new(),
+        max_body: MAX_BODY,
+        agent: "tollgate-health",
+    };
+    let (status, body) = exchange(uri, shown, asked).await?;
+    let body = one_line(&body);
+    if status == StatusCode::OK {
+        Ok(Healthy {
+            url: shown.to_owned(),
+            body,
+        })
+    } else {
+        Err(ProbeError::Status {
+            url: shown.to_owned(),
+            status,
+            body,
+        })
+    }
+}
+
+/// What one request to the admin listener sends.
+struct Asked<'a> {
+    method: http::Method,
+    /// Sent as `Authorization: Bearer`.
+    token: Option<&'a str>,
+    body: Bytes,
+    /// The most of the answer's body read.
+    max_body: usize,
+    /// `User-Agent`.
+    agent: &'static str,
+}
+
+/// The most of an answer's body [`call`] reads.
+const MAX_API_BODY: usize = 16 * 1024 * 1024;
+
+/// One request of the support API (`tollgate callers`, `tollgate
+/// overrides`): `method` on `path_and_query` of the admin listener at
+/// `admin`, with `token` as the bearer and `body`, within `timeout`. The
+/// status and body, whatever the status.
+///
+/// # Errors
+/// No answer: a bad address, no connection, a failed exchange, a timeout.
+pub async fn call(
+    admin: &str,
+    method: http::Method,
+    path_and_query: &str,
+    token: Option<&str>,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<(StatusCode, Bytes), ProbeError> {
+    let uri = at(admin, path_and_query)?;
+    let shown = uri.to_string();
+    let asked = Asked {
+        method,
+        token,
+        body,
+        max_body: MAX_API_BODY,
+        agent: "tollgate-admin",
+    };
+    match tokio::time::timeout(timeout, exchange(&uri, &shown, asked)).await {
+        Ok(answer) => answer,
+        Err(_) => Err(ProbeError::Timeout {
+            url: shown,
+            timeout,
+        }),
+    }
+}
+
+/// One request over a fresh connection; the status and body.
+async fn exchange(
+    uri: &Uri,
+    shown: &str,
+    asked: Asked<'_>,
+) -> Result<(StatusCode, Bytes), ProbeError> {
     let Some(authority) = uri.authority() else {
         return Err(ProbeError::Address {
             given: shown.to_owned(),
@@ -164,37 +248,35 @@ async fn ask(uri: &Uri, shown: &str) -> Result<Healthy, ProbeError> {
     // The connection task ends with the exchange: the request asks for
     // `Connection: close`, and dropping `sender` closes it otherwise.
     tokio::spawn(conn);
-    let request = Request::get(uri.path())
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut request = Request::builder()
+        .method(asked.method)
+        .uri(path)
         .header(http::header::HOST, authority.as_str())
         .header(http::header::CONNECTION, "close")
-        .header(http::header::USER_AGENT, "tollgate-health")
-        .body(Empty::<Bytes>::new())
+        .header(http::header::USER_AGENT, asked.agent);
+    if let Some(t) = asked.token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    if !asked.body.is_empty() {
+        request = request.header(http::header::CONTENT_TYPE, "application/json");
+    }
+    let request = request
+        .body(Full::new(asked.body))
         .map_err(|_| ProbeError::Address {
             given: shown.to_owned(),
             why: "not a request target",
         })?;
     let response = sender.send_request(request).await.map_err(http)?;
     let status = response.status();
-    let body = Limited::new(response.into_body(), MAX_BODY)
+    let body = Limited::new(response.into_body(), asked.max_body)
         .collect()
         .await
         .map_err(|_| ProbeError::Body {
             url: shown.to_owned(),
         })?
         .to_bytes();
-    let body = one_line(&body);
-    if status == StatusCode::OK {
-        Ok(Healthy {
-            url: shown.to_owned(),
-            body,
-        })
-    } else {
-        Err(ProbeError::Status {
-            url: shown.to_owned(),
-            status,
-            body,
-        })
-    }
+    Ok((status, body))
 }
 
 /// A body's lines joined by `; `, for a one-line report.

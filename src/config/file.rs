@@ -42,10 +42,10 @@ mod unknown;
 
 pub use leaf::{Field, Flag, Int, OneOrMany, Text};
 pub use mappings::{
-    AccessLog, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Eject, Exempt, HeaderRules, Health,
-    Jwt, Limit, Listen, ListenMap, Match, PlanLimit, Reconnect, Redis, RedisTls, RequestId,
-    Respond, Root, Route, Sentinel, Server, ServerPath, Store, Target, TargetMap, Timeouts, Tls,
-    Tracing, UpstreamPool, Users,
+    AccessLog, Admin, AdminMap, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Eject, Exempt,
+    HeaderRules, Health, Jwt, Limit, Listen, ListenMap, Match, PlanLimit, Reconnect, Redis,
+    RedisTls, RequestId, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Target,
+    TargetMap, Timeouts, Tls, Tracing, UpstreamPool, Users,
 };
 pub use unknown::{UnknownField, from_value};
 

@@ -62,6 +62,8 @@ mod store;
 mod telemetry;
 mod upstreams;
 
+pub use check::parse_duration;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -248,7 +250,7 @@ impl Check<'_> {
             }
             Ok(addrs)
         });
-        let admin = self.optional(&root.admin, "admin", text(server::parse_socket_addr));
+        let admin = self.optional(&root.admin, "admin", Self::admin);
         let store = self.optional(&root.store, "store", Self::store);
         // Limits (in plans and routes) resolve their `sync` against it.
         if let Ok(Some(s)) = &store {
@@ -314,9 +316,11 @@ impl Check<'_> {
             .clone()
             .map(|spec| Arc::new(browsers::finish(spec, &[], &facts)));
 
+        let admin = admin?.flatten();
         Ok(Config {
             listen: listen?,
-            admin: admin?,
+            admin: admin.as_ref().map(|a| a.0),
+            admin_token: admin.and_then(|a| a.1),
             store: store?.unwrap_or_default(),
             client_ip: client_ip?.unwrap_or_default(),
             headers: headers?.unwrap_or_default(),

@@ -20,7 +20,8 @@ use std::borrow::Cow;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
 use super::file::{
-    Cost, CostMap, Field, Flag, Int, Listen, ListenMap, OneOrMany, Root, Target, TargetMap, Text,
+    Admin, AdminMap, Cost, CostMap, Field, Flag, Int, Listen, ListenMap, OneOrMany, Root, Target,
+    TargetMap, Text,
 };
 
 impl<T: JsonSchema> JsonSchema for Field<T> {
@@ -109,6 +110,23 @@ impl JsonSchema for Listen {
         // `127.0.0.1:8080` or `{ addr, tls: { cert, key } }`.
         let addr = generator.subschema_for::<Text>();
         let map = generator.subschema_for::<ListenMap>();
+        json_schema!({ "anyOf": [addr, map] })
+    }
+}
+
+impl JsonSchema for Admin {
+    fn schema_name() -> Cow<'static, str> {
+        "Admin".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        // `127.0.0.1:9090` or `{ addr, token_file }`.
+        let addr = generator.subschema_for::<Text>();
+        let map = generator.subschema_for::<AdminMap>();
         json_schema!({ "anyOf": [addr, map] })
     }
 }

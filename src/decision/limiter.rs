@@ -50,6 +50,7 @@
 //! ([`Concurrency`]) and the API-key plan lookups ([`PlanStore`]) are
 //! types of their own beside it.
 
+mod admin;
 use std::sync::Arc;
 use std::time::Duration;
 

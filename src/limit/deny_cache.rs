@@ -127,6 +127,14 @@ impl DenyCache {
         );
     }
 
+    /// Forgets every denial: an operator reset counters or changed a
+    /// caller's numbers, so what Redis answered before no longer holds.
+    pub fn clear(&self) {
+        for s in &self.shards {
+            s.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
+    }
+
     /// Entries held; for tests.
     pub fn len(&self) -> usize {
         self.shards

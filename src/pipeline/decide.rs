@@ -5,9 +5,10 @@
 //! route's `exempt:` names ([`exempt`]) goes on with no limit asked. On
 //! routes whose
 //! limits come from plans, the caller's plan picks the limits (a caller
-//! without one is refused with 401). The store keys of the caller's limits
-//! are built here and decided by [`concurrency::decide`] or
-//! [`shadow::decide`].
+//! without one is refused with 401). The caller's overrides from the admin
+//! API ([`overrides`]) come next: a plan, other numbers, an exemption.
+//! The store keys of the caller's limits are built here and decided by
+//! [`concurrency::decide`] or [`shadow::decide`].
 //!
 //! What the limits said ([`CheckedLimits`]) and the caller's kind go to
 //! the [`Exchange`], the record the rate-limit headers and the access log
@@ -26,6 +27,7 @@ use super::delay;
 use super::exchange::{CheckedLimits, Exchange, Identities};
 use super::exempt;
 use super::gateway::{Gateway, Snapshot};
+use super::overrides::{self, Applied};
 use crate::config::{Config, Limit, PlansFrom};
 use crate::decision::concurrency;
 use crate::decision::settle::{self, Reservations};
@@ -100,7 +102,19 @@ pub async fn decide<B>(
         ex.exempt = true;
         return Ok(Admission::default());
     }
-    let view = plan(gw, rt, route, &caller, now_ms).await?;
+    let found = if gw.overrides.is_empty() {
+        Vec::new()
+    } else {
+        gw.overrides.of(&caller, now_ms)
+    };
+    let view = plan(gw, rt, route, &caller, now_ms, overrides::plan(&found)).await?;
+    let view = match overrides::apply(cfg, route, view, &found) {
+        Applied::Limits(v) => v,
+        Applied::Exempt => {
+            ex.exempt = true;
+            return Ok(Admission::default());
+        }
+    };
     let (limits, suffixes) = match &view {
         Some(v) => (&v.limits[..], &v.key_suffixes[..]),
         None => (&route.route.limits[..], &route.key_suffixes[..]),
@@ -263,21 +277,28 @@ async fn wait(
 }
 
 /// The route's limits for the caller's plan, when they come from plans.
-async fn plan(
+pub(super) async fn plan(
     gw: &Gateway,
     rt: &Snapshot,
     route: &CompiledRoute,
     caller: &Caller<'_>,
     now_ms: u64,
+    chosen: Option<Arc<str>>,
 ) -> Result<Option<Arc<LimitView>>, GatewayError> {
     if route.plan_views.is_empty() {
         return Ok(None);
     }
+    // An override's plan comes before the Redis hash and the file's keys.
     // Boxed: a Redis call's future is kilobytes, and this one would
     // otherwise sit in every request's future.
-    let choice = match rt.config.plans_from {
-        PlansFrom::ApiKey => Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await,
-        PlansFrom::Claim(_) | PlansFrom::Header(_) => rt.plans.plan_named(caller.plan.as_deref()),
+    let choice = match (chosen, &rt.config.plans_from) {
+        (Some(p), _) if route.plan_views.contains_key(&p) => PlanChoice::Plan(p),
+        (_, PlansFrom::ApiKey) => {
+            Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await
+        }
+        (_, PlansFrom::Claim(_) | PlansFrom::Header(_)) => {
+            rt.plans.plan_named(caller.plan.as_deref())
+        }
     };
     let view = match choice {
         PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
@@ -292,7 +313,7 @@ async fn plan(
 
 /// One store request per limit: its counter key ([`keys::counter_key`])
 /// and its numbers.
-fn limit_requests(
+pub(super) fn limit_requests(
     cfg: &Config,
     route_cost: u64,
     limits: &[Limit],

@@ -169,6 +169,19 @@ impl Waiting {
     }
 }
 
+impl Waiting {
+    /// Requests waiting on this gateway in a line that counts `key`.
+    pub fn waiting_on(&self, key: &str) -> u64 {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner
+            .lines
+            .iter()
+            .filter(|(keys, _)| keys.split('\n').any(|k| k == key))
+            .map(|(_, line)| line.waiting)
+            .sum()
+    }
+}
+
 /// One line: whose turn it is, and how many wait in it.
 #[derive(Debug, Default)]
 struct Line {

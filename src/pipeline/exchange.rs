@@ -42,8 +42,8 @@ pub struct Exchange {
     /// on routes without limits, for requests refused before deciding and
     /// for exempt callers.
     pub checked: Option<CheckedLimits>,
-    /// The route's `exempt:` let the caller through without asking its
-    /// limits.
+    /// The route's `exempt:`, or an override set through the admin API,
+    /// let the caller through without asking its limits.
     pub exempt: bool,
     /// What the access-log line carries for a replay (`access_log.replay`).
     pub recording: Option<Recording>,

@@ -11,6 +11,7 @@ use super::delay::Waiting;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::decision::limiter::Limiter;
+use crate::decision::overrides::{self, CallerOverrides, Watcher};
 use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
@@ -146,6 +147,10 @@ pub struct Gateway {
     /// Decides which requests are traced and exports their spans; `None`
     /// when tracing is off (`tracing:` applies at start).
     pub(super) tracer: Option<Arc<Tracer>>,
+    /// Per-caller overrides set through the admin API.
+    pub(super) overrides: Arc<CallerOverrides>,
+    /// Keeps `overrides` in step with Redis; stops with the gateway.
+    _watcher: Option<Watcher>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -181,11 +186,14 @@ impl Gateway {
             Some(t) => Some(Arc::new(Tracer::start(t, metrics.spans.clone())?)),
             None => None,
         };
+        let limiter = Arc::new(limiter);
+        let overrides = Arc::new(CallerOverrides::new(&config.store.prefix));
+        let watcher = overrides::watch(Arc::clone(&overrides), Arc::clone(&limiter));
         Ok(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::new(
                 config, &metrics, &forwarder, None, resolver,
             )),
-            limiter: Arc::new(limiter),
+            limiter,
             forwarder,
             clock,
             metrics,
@@ -193,6 +201,8 @@ impl Gateway {
             access_log: None,
             waiting: Waiting::default(),
             tracer,
+            overrides,
+            _watcher: watcher,
         })
     }
 
@@ -228,7 +238,17 @@ impl Gateway {
         &self.top
     }
 
-    /// The limiter (for readiness).
+    /// The clock decisions are made on.
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    /// The per-caller overrides in force.
+    pub fn overrides(&self) -> &CallerOverrides {
+        &self.overrides
+    }
+
+    /// The limiter (for readiness and the admin API).
     pub fn limiter(&self) -> &Limiter {
         &self.limiter
     }

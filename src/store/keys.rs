@@ -91,6 +91,19 @@ pub fn api_key_hash(prefix: &str) -> String {
     format!("{prefix}keys")
 }
 
+/// The Redis hash of per-caller overrides set through the admin API:
+/// `<prefix>{admin}overrides`, field = the override's id, value = JSON.
+pub fn overrides(prefix: &str) -> String {
+    format!("{prefix}{{admin}}overrides")
+}
+
+/// The counter every admin write bumps (`<prefix>{admin}generation`),
+/// beside [`overrides`] in one slot: gateways watch it to reread the
+/// overrides and forget their deny caches.
+pub fn admin_generation(prefix: &str) -> String {
+    format!("{prefix}{{admin}}generation")
+}
+
 /// The sorted set of live gateway instances: `<prefix>{instances}`.
 pub fn instances(prefix: &str) -> String {
     format!("{prefix}{{instances}}")

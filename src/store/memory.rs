@@ -278,6 +278,21 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    /// Forgets the counters of `keys` (an operator's reset); how many
+    /// were held.
+    pub fn remove(&self, keys: &[String]) -> u64 {
+        let mut removed = 0;
+        for key in keys {
+            let hash = self.hash(key);
+            let mut shard = lock(&self.shards[shard_of(hash)]);
+            if shard.get(hash, key).is_some() {
+                shard.remove(hash, key);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// Decides synchronously; [`Store::decide`] wraps this.
     pub fn decide_now(&self, now_ms: u64, requests: &[LimitRequest]) -> Decision {
         if let [r] = requests

@@ -68,6 +68,7 @@
 //! only the breaker and the heartbeat, which run on the store's public
 //! calls, name [`RedisStore`] (and nothing here names them).
 
+pub mod admin;
 pub mod backlog;
 mod batch;
 pub mod breaker;

@@ -28,8 +28,8 @@ use crate::target::EscapedSlashes;
 pub struct Root {
     /// `listen: ADDR`, `{ addr, tls: { cert, key } }`, or a list of them.
     pub listen: Field<OneOrMany<Listen>>,
-    /// `admin: ADDR`
-    pub admin: Field<Text>,
+    /// `admin: ADDR` or `{ addr, token | token_file }`
+    pub admin: Field<Admin>,
     /// `store:`
     pub store: Field<Store>,
     /// `client_ip:`
@@ -184,6 +184,45 @@ pub struct ListenMap {
     pub addr: Field<Text>,
     /// `tls: { cert, key }`
     pub tls: Field<Tls>,
+}
+
+/// `admin: 127.0.0.1:9090` or `{ addr: …, token_file: … }`, read as
+/// [`Listen`] is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admin {
+    /// `127.0.0.1:9090`
+    Addr(Text),
+    /// `{ addr, token, token_file }`
+    Map(AdminMap),
+}
+
+impl<'de> Deserialize<'de> for Admin {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            map @ Value::Mapping(_) => AdminMap::deserialize(map)
+                .map(Self::Map)
+                .map_err(|e| de::Error::custom(tidy(&e.to_string()))),
+            seq @ Value::Sequence(_) => Err(de::Error::custom(format_args!(
+                "expected an address or a mapping {{ addr, token_file }}, found {}",
+                describe(&seq)
+            ))),
+            other => Text::deserialize(other)
+                .map(Self::Addr)
+                .map_err(|e| de::Error::custom(e.to_string())),
+        }
+    }
+}
+
+/// `admin: { addr, token, token_file }`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields, expecting = "a mapping")]
+pub struct AdminMap {
+    /// `addr: 127.0.0.1:9090`
+    pub addr: Field<Text>,
+    /// `token: "…"` — the bearer token of `/admin/callers` and `/admin/overrides`
+    pub token: Field<Text>,
+    /// `token_file: /run/secrets/tollgate-admin` — the token, read from a file
+    pub token_file: Field<Text>,
 }
 
 /// `listen[i].tls:`

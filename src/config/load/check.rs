@@ -305,7 +305,7 @@ impl Check<'_> {
 }
 
 /// A duration: a whole number and one of `ms`, `s`, `m`, `h`, `d`.
-pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let digits = s.bytes().take_while(u8::is_ascii_digit).count();
     let (number, unit) = s.split_at(digits);
     let millis_per_unit: u64 = match unit {

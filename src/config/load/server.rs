@@ -4,6 +4,7 @@
 //! [`ServerSettings`], [`PathRules`] and [`Timeouts`].
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::check::{Check, Checked, int, names, parse_timeout, spelled, text};
@@ -33,6 +34,24 @@ impl Check<'_> {
             addr: addr?,
             tls: tls?,
         })
+    }
+
+    /// `admin`: an address, or `{ addr, token | token_file }`; the
+    /// address and the token, if any.
+    pub(super) fn admin(
+        &mut self,
+        item: &file::Admin,
+        path: &str,
+    ) -> Checked<Option<(SocketAddr, Option<Arc<str>>)>> {
+        let map = match item {
+            file::Admin::Addr(t) => {
+                return text(parse_socket_addr)(self, t, path).map(|a| Some((a, None)));
+            }
+            file::Admin::Map(map) => map,
+        };
+        let addr = self.required(&map.addr, path, "addr", text(parse_socket_addr));
+        let token = self.secret(&map.token, &map.token_file, path, "token");
+        Ok(Some((addr?, token?.map(Arc::from))))
     }
 
     pub(super) fn server(&mut self, server: &file::Server, path: &str) -> Checked<ServerSettings> {

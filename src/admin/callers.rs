@@ -1,0 +1,178 @@
+//! `GET /admin/callers` and `DELETE /admin/callers`: one caller's limits as
+//! the gateway would decide them, read from the live store without
+//! counting, and reset.
+//!
+//! The caller is given by the identity values it would present
+//! (`ip`, `api_key`, `user`, `header.NAME`); the IP is taken as the
+//! resolved client, as if it came through a trusted proxy. Limits keyed by
+//! the IP are left out when no `ip` is given. API keys are never echoed:
+//! an identity that holds one is shown by its digest, as `/admin/top`
+//! shows identities, and counter keys as the store holds them (digests
+//! with Redis).
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use http::{HeaderMap, Response};
+use http_body_util::Full;
+use serde_json::{Value, json};
+use tracing::info;
+
+use super::reply::{self as api, Who};
+use super::request::{CallerFields, CallerQuery, parse_query};
+use crate::identity::{self, Caller};
+use crate::pipeline::Gateway;
+use crate::pipeline::callers::{CallerLimit, Found};
+
+/// The caller's limits of `query`, and the headers it presents (which the
+/// [`Caller`] borrows).
+async fn lookup(gw: &Gateway, q: &CallerQuery, headers: &HeaderMap) -> Found {
+    let caller = caller(gw, &q.caller, headers);
+    let (route, limit) = route_and_limit(q);
+    gw.caller_limits(&caller, q.caller.ip.is_some(), route, limit)
+        .await
+}
+
+/// `route=` and `limit=` (`limit=route/name` names both).
+fn route_and_limit(q: &CallerQuery) -> (Option<&str>, Option<&str>) {
+    match q.limit.as_deref().and_then(|l| l.split_once('/')) {
+        Some((r, l)) => (Some(r), Some(l)),
+        None => (q.route.as_deref(), q.limit.as_deref()),
+    }
+}
+
+/// The caller `fields` describe, as the decision phase would see it.
+pub fn caller<'a>(gw: &Gateway, fields: &'a CallerFields, headers: &'a HeaderMap) -> Caller<'a> {
+    let prefix = gw.with_config(|c| c.client_ip.ipv6_prefix);
+    let ip = fields
+        .ip
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    Caller {
+        ip: identity::group(ip, prefix),
+        api_key: fields.api_key.as_deref().map(str::as_bytes),
+        user: fields.user.as_deref().map(|u| Cow::Borrowed(u.as_bytes())),
+        plan: None,
+        headers,
+    }
+}
+
+fn headers_of(fields: &CallerFields) -> HeaderMap {
+    fields.headers.iter().cloned().collect()
+}
+
+/// The identity text as shown: hashed when it holds an API key.
+fn shown(identity: &str, fields: &CallerFields) -> String {
+    if fields.api_key.is_some() && identity.contains("key=") {
+        format!("sha256:{}", crate::top::hash_identity(identity))
+    } else {
+        identity.to_owned()
+    }
+}
+
+/// `GET /admin/callers?…`
+pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
+    let q = match parse_query(query) {
+        Ok(q) => q,
+        Err(e) => return api::bad_field(&e),
+    };
+    let headers = headers_of(&q.caller);
+    let found = lookup(gw, &q, &headers).await;
+    let (slots, rates): (Vec<&CallerLimit>, Vec<&CallerLimit>) = found
+        .limits
+        .iter()
+        .partition(|l| l.limit.concurrency.is_some());
+    let requests: Vec<_> = rates.iter().map(|l| l.request.clone()).collect();
+    let now_ms = gw.clock().now_ms();
+    let read = match gw.limiter().read(now_ms, &requests).await {
+        Ok(d) => d,
+        Err(e) => return api::store_failed(&e),
+    };
+    let mut concurrency = Vec::with_capacity(slots.len());
+    for l in slots {
+        let held = match gw.limiter().concurrency().held(&l.request.key).await {
+            Ok(n) => n,
+            Err(e) => return api::store_failed(&e),
+        };
+        concurrency.push(json!({
+            "route": &*l.route,
+            "limit": &*l.limit.name,
+            "key": shown(&l.request.key, &q.caller),
+            "identity": shown(&l.identity, &q.caller),
+            "slots": l.limit.concurrency.map(std::num::NonZeroU64::get),
+            "in_use": held,
+        }));
+    }
+    let limits: Vec<Value> = rates
+        .iter()
+        .zip(&read.outcomes)
+        .map(|(l, o)| {
+            let quota = l.limit.limit.get();
+            json!({
+                "route": &*l.route,
+                "limit": &*l.limit.name,
+                "key": shown(&l.request.key, &q.caller),
+                "identity": shown(&l.identity, &q.caller),
+                "algorithm": l.limit.algorithm.name(),
+                "quota": quota,
+                "window_s": l.limit.window_ms.get() as f64 / 1000.0,
+                "used": quota.saturating_sub(o.remaining),
+                "remaining": o.remaining,
+                "reset_s": o.reset_ms.div_ceil(1000),
+                "override": l.override_.as_ref().map(|o| super::overrides::render(o, now_ms)),
+                "waiting": gw.waiting_on(&l.request.key),
+            })
+        })
+        .collect();
+    api::json(&json!({
+        "limits": limits,
+        "concurrency": concurrency,
+        "exempt_routes": found.exempt_routes.iter().map(|r| &**r).collect::<Vec<_>>(),
+        "no_plan_routes": found.no_plan_routes.iter().map(|r| &**r).collect::<Vec<_>>(),
+    }))
+}
+
+/// `DELETE /admin/callers?…`: resets every counter `show` would list.
+pub async fn reset(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes>> {
+    let q = match parse_query(query) {
+        Ok(q) => q,
+        Err(e) => return api::bad_field(&e),
+    };
+    let headers = headers_of(&q.caller);
+    let mut found = lookup(gw, &q, &headers).await;
+    // Concurrency slots are held by requests in flight, which give them
+    // back themselves; only counters are reset.
+    found.limits.retain(|l| l.limit.concurrency.is_none());
+    let keys: Vec<String> = found.limits.iter().map(|l| l.request.key.clone()).collect();
+    let prefix = gw.with_config(|c| c.store.prefix.clone());
+    let deleted = match gw.limiter().reset(&prefix, &keys).await {
+        Ok(n) => n,
+        Err(e) => return api::store_failed(&e),
+    };
+    gw.limiter().forget_denials();
+    let reset: Vec<Value> = found
+        .limits
+        .iter()
+        .map(|l| {
+            json!({
+                "route": &*l.route,
+                "limit": &*l.limit.name,
+                "key": shown(&l.request.key, &q.caller),
+            })
+        })
+        .collect();
+    let what: Vec<String> = found
+        .limits
+        .iter()
+        .map(|l| format!("{}/{}", l.route, l.limit.name))
+        .collect();
+    info!(
+        target: "tollgate::audit",
+        token = %who.0,
+        action = "callers.reset",
+        caller = %q.caller.describe(),
+        limits = %what.join(","),
+        counters_held = deleted,
+        "admin write"
+    );
+    api::json(&json!({ "reset": reset, "counters_held": deleted }))
+}

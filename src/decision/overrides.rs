@@ -1,0 +1,340 @@
+//! Per-caller overrides set through the admin API: other numbers for one
+//! limit, another plan, or an exemption, for one caller named by one of
+//! its identity values (`api_key`, `user`, `ip` or `header.NAME`).
+//!
+//! The overrides live in the store. With Redis they sit in one hash
+//! (`<prefix>{admin}overrides`) beside a generation counter every write
+//! bumps; each gateway reads the counter every [`POLL`] and, when it has
+//! moved, reads the hash again and forgets its deny cache. So a change on
+//! one gateway is seen by every other within one poll, and a counter
+//! reset (which bumps the generation too) empties every deny cache as
+//! quickly. Polling one small key rather than subscribing keeps the watch
+//! working through reconnects and failovers without a second connection
+//! kind; it costs each gateway one `EVAL` per poll. While Redis cannot
+//! answer, the last overrides read stay in force. Without Redis the table
+//! is this gateway's own.
+//!
+//! A request reads the table with one atomic load; an empty table (the
+//! usual case) costs nothing more. The table is scanned in full for a
+//! caller, which suits what it is for — dozens of exceptions support
+//! made, not a second plan system.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use super::limiter::Limiter;
+use crate::identity::Caller;
+use crate::store::StoreError;
+
+/// How often a gateway reads the generation counter in Redis.
+pub const POLL: Duration = Duration::from_millis(50);
+
+/// Which caller an override is for: one identity value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Subject {
+    /// `api_key`, `user`, `ip` or `header.NAME` (the name lowercased).
+    pub field: String,
+    /// The value the caller presents.
+    pub value: String,
+}
+
+impl Subject {
+    /// Whether `caller` presents this value.
+    pub fn matches(&self, caller: &Caller<'_>) -> bool {
+        let value = self.value.as_bytes();
+        match self.field.as_str() {
+            "api_key" => caller.api_key == Some(value),
+            "user" => caller.user.as_deref() == Some(value),
+            "ip" => self
+                .value
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| caller.ip.contains(&ip)),
+            other => other.strip_prefix("header.").is_some_and(|name| {
+                caller
+                    .headers
+                    .get(name)
+                    .is_some_and(|v| v.as_bytes() == value)
+            }),
+        }
+    }
+}
+
+/// One override, as the store keeps it (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Override {
+    /// The caller.
+    pub subject: Subject,
+    /// The route of the limit, when the limit's name alone is ambiguous.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// The limit's name; `None` for a whole-caller override (`plan`, or
+    /// `exempt` from every limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// The limit's quota for this caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<u64>,
+    /// The limit's window for this caller, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_ms: Option<u64>,
+    /// The plan this caller is served by, whatever its API key's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// Not counted at all by the limit (or by every limit).
+    #[serde(default)]
+    pub exempt: bool,
+    /// When the override lapses (ms since the epoch); `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<u64>,
+    /// When it was set (ms since the epoch).
+    #[serde(default)]
+    pub set_ms: u64,
+}
+
+impl Override {
+    /// Its key in the store: the caller and the limit, so one caller has at
+    /// most one override per limit (and one for the whole caller).
+    pub fn id(&self) -> String {
+        id(&self.subject, self.route.as_deref(), self.limit.as_deref())
+    }
+
+    /// Whether it is in force at `now_ms`.
+    pub fn live(&self, now_ms: u64) -> bool {
+        self.expires_ms.is_none_or(|t| now_ms < t)
+    }
+
+    /// Whether it is about limit `limit` of route `route`.
+    pub fn about(&self, route: &str, limit: &str) -> bool {
+        self.limit.as_deref() == Some(limit) && self.route.as_deref().is_none_or(|r| r == route)
+    }
+}
+
+/// The store key of the override of `subject` for `route/limit`.
+pub fn id(subject: &Subject, route: Option<&str>, limit: Option<&str>) -> String {
+    format!(
+        "{}={}\n{}/{}",
+        subject.field,
+        subject.value,
+        route.unwrap_or(""),
+        limit.unwrap_or("")
+    )
+}
+
+/// The overrides in force on this gateway.
+#[derive(Debug)]
+pub struct CallerOverrides {
+    table: ArcSwap<Vec<Override>>,
+    /// Without Redis: the table's source, by id.
+    local: Mutex<BTreeMap<String, Override>>,
+    /// The Redis generation the table was read at (`-1`: never read).
+    generation: std::sync::atomic::AtomicI64,
+    prefix: String,
+}
+
+impl CallerOverrides {
+    /// An empty table for the store keys under `prefix`.
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            table: ArcSwap::from_pointee(Vec::new()),
+            local: Mutex::new(BTreeMap::new()),
+            generation: std::sync::atomic::AtomicI64::new(-1),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// Every override held, expired ones too.
+    pub fn all(&self) -> Arc<Vec<Override>> {
+        self.table.load_full()
+    }
+
+    /// Whether no override is held: the request path's one check.
+    pub fn is_empty(&self) -> bool {
+        self.table.load().is_empty()
+    }
+
+    /// The overrides in force at `now_ms` for `caller`.
+    pub fn of(&self, caller: &Caller<'_>, now_ms: u64) -> Vec<Override> {
+        self.table
+            .load()
+            .iter()
+            .filter(|o| o.live(now_ms) && o.subject.matches(caller))
+            .cloned()
+            .collect()
+    }
+
+    /// Sets `o` (replacing the one with its id); the one it replaced.
+    ///
+    /// # Errors
+    /// Redis cannot answer: nothing changed.
+    pub async fn put(
+        &self,
+        limiter: &Limiter,
+        o: Override,
+    ) -> Result<Option<Override>, StoreError> {
+        let id = o.id();
+        let Some(redis) = limiter.redis() else {
+            let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+            let before = local.insert(id, o);
+            self.table
+                .store(Arc::new(local.values().cloned().collect()));
+            return Ok(before);
+        };
+        let json = serde_json::to_string(&o).unwrap_or_default();
+        let before = redis.put_override(&self.prefix, &id, &json).await?;
+        self.refresh(limiter).await;
+        Ok(before.and_then(|b| serde_json::from_str(&b).ok()))
+    }
+
+    /// Removes the override `id`; the one removed.
+    ///
+    /// # Errors
+    /// Redis cannot answer: nothing changed.
+    pub async fn remove(
+        &self,
+        limiter: &Limiter,
+        id: &str,
+    ) -> Result<Option<Override>, StoreError> {
+        let Some(redis) = limiter.redis() else {
+            let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+            let before = local.remove(id);
+            self.table
+                .store(Arc::new(local.values().cloned().collect()));
+            return Ok(before);
+        };
+        let before = redis.remove_override(&self.prefix, id).await?;
+        self.refresh(limiter).await;
+        Ok(before.and_then(|b| serde_json::from_str(&b).ok()))
+    }
+
+    /// Reads the generation and, when it moved, the overrides again and
+    /// forgets the deny cache. Keeps what it holds when Redis cannot
+    /// answer.
+    pub async fn refresh(&self, limiter: &Limiter) {
+        let Some(redis) = limiter.redis() else { return };
+        let Ok(generation) = redis.admin_generation(&self.prefix).await else {
+            return;
+        };
+        if generation == self.generation.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let listed = match redis.overrides(&self.prefix).await {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "cannot read the overrides from redis; keeping the last ones read");
+                return;
+            }
+        };
+        let table: Vec<Override> = listed
+            .entries
+            .iter()
+            .filter_map(|(id, json)| match serde_json::from_str(json) {
+                Ok(o) => Some(o),
+                Err(e) => {
+                    warn!(%id, error = %e, "an override in redis is not one; ignored");
+                    None
+                }
+            })
+            .collect();
+        self.table.store(Arc::new(table));
+        self.generation
+            .store(listed.generation, std::sync::atomic::Ordering::SeqCst);
+        // The first read too: a denial cached before it may predate a reset.
+        limiter.forget_denials();
+    }
+
+    /// Whether the generation has been read from Redis yet.
+    fn read_once(&self) -> bool {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst) >= 0
+    }
+}
+
+/// The task watching Redis for overrides and resets; aborted on drop.
+#[derive(Debug)]
+pub struct Watcher(JoinHandle<()>);
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts watching Redis for `overrides` (every [`POLL`]), when the
+/// limiter has Redis.
+pub fn watch(overrides: Arc<CallerOverrides>, limiter: Arc<Limiter>) -> Option<Watcher> {
+    limiter.redis()?;
+    Some(Watcher(tokio::spawn(async move {
+        loop {
+            // The first read is made the moment Redis is connected, before
+            // the deny cache has had time to fill.
+            if !overrides.read_once()
+                && let Some(redis) = limiter.redis()
+            {
+                redis.wait_connected(Duration::from_secs(3600)).await;
+            }
+            overrides.refresh(&limiter).await;
+            tokio::time::sleep(POLL).await;
+        }
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderMap;
+
+    fn subject(field: &str, value: &str) -> Subject {
+        Subject {
+            field: field.into(),
+            value: value.into(),
+        }
+    }
+
+    #[test]
+    fn a_subject_matches_the_caller_presenting_its_value() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-tenant", "acme".parse().unwrap());
+        let caller = Caller {
+            ip: crate::identity::group("2001:db8::1".parse().unwrap(), 64),
+            api_key: Some(b"k1"),
+            user: None,
+            plan: None,
+            headers: &headers,
+        };
+        assert!(subject("api_key", "k1").matches(&caller));
+        assert!(!subject("api_key", "k2").matches(&caller));
+        assert!(!subject("user", "k1").matches(&caller));
+        // An IPv6 address stands for its group.
+        assert!(subject("ip", "2001:db8::ffff").matches(&caller));
+        assert!(!subject("ip", "2001:db9::1").matches(&caller));
+        assert!(subject("header.x-tenant", "acme").matches(&caller));
+        assert!(!subject("header.x-tenant", "acm").matches(&caller));
+        assert!(!subject("colour", "acme").matches(&caller));
+    }
+
+    #[test]
+    fn ids_and_lapses() {
+        let o = Override {
+            subject: subject("api_key", "k1"),
+            route: Some("api".into()),
+            limit: Some("per_key".into()),
+            quota: Some(6),
+            window_ms: None,
+            plan: None,
+            exempt: false,
+            expires_ms: Some(1_000),
+            set_ms: 0,
+        };
+        assert_eq!(o.id(), "api_key=k1\napi/per_key");
+        assert!(o.live(999) && !o.live(1_000));
+        assert!(o.about("api", "per_key") && !o.about("other", "per_key"));
+        let json = serde_json::to_string(&o).unwrap();
+        assert_eq!(serde_json::from_str::<Override>(&json).unwrap(), o);
+    }
+}

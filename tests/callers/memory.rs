@@ -1,0 +1,119 @@
+//! One gateway on the in-process store.
+
+use http::Method;
+
+use super::{call, entry, hit, start, with_token, yaml};
+
+#[tokio::test]
+async fn read_reset_override_and_exempt_on_the_memory_store() {
+    let gw = start(&yaml("", &with_token(), 3)).await;
+    for _ in 0..3 {
+        assert_eq!(hit(&gw, "/api/x", "k1").await, 200);
+    }
+    assert_eq!(hit(&gw, "/api/x", "k1").await, 429);
+
+    // Read, without counting: twice gives the same numbers.
+    for _ in 0..2 {
+        let (status, v) = call(&gw, Method::GET, "/admin/callers?api_key=k1", None).await;
+        assert_eq!(status, 200, "{v}");
+        let e = entry(&v, "api", "per_key");
+        assert_eq!(e["used"], 3, "{v}");
+        assert_eq!(e["remaining"], 0, "{v}");
+        assert_eq!(e["quota"], 3);
+        assert_eq!(e["window_s"], 3600.0);
+        assert_eq!(e["algorithm"], "sliding_window");
+        assert_eq!(e["waiting"], 0, "{v}");
+        assert!(!v.to_string().contains("k1"), "the API key is shown: {v}");
+        let slots = &v["concurrency"][0];
+        assert_eq!(
+            (&slots["limit"], &slots["slots"], &slots["in_use"]),
+            (&"at_once".into(), &2.into(), &0.into()),
+            "{v}"
+        );
+    }
+
+    // Reset: admitted again.
+    let (status, v) = call(
+        &gw,
+        Method::DELETE,
+        "/admin/callers?api_key=k1&route=api",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["reset"][0]["limit"], "per_key", "{v}");
+    assert_eq!(v["reset"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(hit(&gw, "/api/x", "k1").await, 200);
+
+    // Other numbers for one caller.
+    let body = r#"{"api_key":"k1","limit":"per_key","quota":6,"window":"1h","ttl":"24h"}"#;
+    let (status, v) = call(&gw, Method::PUT, "/admin/overrides", Some(body)).await;
+    assert_eq!(status, 200, "{v}");
+    for _ in 0..5 {
+        assert_eq!(hit(&gw, "/api/x", "k1").await, 200);
+    }
+    assert_eq!(hit(&gw, "/api/x", "k1").await, 429);
+    // A reload keeps the overrides.
+    let again = tollgate::config::load::parse_str(&yaml("", &with_token(), 3)).unwrap();
+    gw.gateway.reload(again);
+    let (_, v) = call(
+        &gw,
+        Method::GET,
+        "/admin/callers?api_key=k1&limit=per_key",
+        None,
+    )
+    .await;
+    let e = entry(&v, "api", "per_key");
+    assert_eq!(e["quota"], 6, "{v}");
+    assert_eq!(e["override"]["quota"], 6, "{v}");
+    let (_, v) = call(&gw, Method::GET, "/admin/overrides", None).await;
+    assert_eq!(v["overrides"][0]["orphaned"], false, "{v}");
+    assert_eq!(v["overrides"][0]["expires_in_s"], 86_400, "{v}");
+
+    // A plan for a caller the file gives another one.
+    assert_eq!(hit(&gw, "/planned", "pk").await, 200);
+    assert_eq!(hit(&gw, "/planned", "pk").await, 200);
+    assert_eq!(hit(&gw, "/planned", "pk").await, 429);
+    let (status, v) = call(
+        &gw,
+        Method::PUT,
+        "/admin/overrides",
+        Some(r#"{"api_key":"pk","plan":"pro"}"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(hit(&gw, "/planned", "pk").await, 200);
+
+    // Exempt: not counted at all.
+    let (status, v) = call(
+        &gw,
+        Method::PUT,
+        "/admin/overrides",
+        Some(r#"{"api_key":"k2","exempt":true}"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    for _ in 0..10 {
+        assert_eq!(hit(&gw, "/api/x", "k2").await, 200);
+    }
+    let (_, v) = call(&gw, Method::GET, "/admin/callers?api_key=k2", None).await;
+    assert!(
+        v["exempt_routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "api"),
+        "{v}"
+    );
+    assert!(gw.scrape().await.contains(r#"outcome="exempt""#));
+
+    // Removing the override puts the file's numbers back.
+    let (status, v) = call(&gw, Method::DELETE, "/admin/overrides?api_key=k2", None).await;
+    assert_eq!(status, 200, "{v}");
+    for _ in 0..3 {
+        assert_eq!(hit(&gw, "/api/x", "k2").await, 200);
+    }
+    assert_eq!(hit(&gw, "/api/x", "k2").await, 429);
+    let (status, _) = call(&gw, Method::DELETE, "/admin/overrides?api_key=k2", None).await;
+    assert_eq!(status, 404);
+}
