@@ -18,7 +18,7 @@ use super::reply::{self as api, Who};
 use super::request::{BadField, OverrideBody, parse_override, parse_query};
 use crate::decision::overrides::{Override, Subject};
 use crate::pipeline::Gateway;
-use crate::pipeline::callers::RouteLimit;
+use crate::pipeline::callers::LimitNames;
 
 /// An override as the API shows it; an API key by its digest.
 pub fn render(o: &Override, now_ms: u64) -> Value {
@@ -31,6 +31,7 @@ pub fn render(o: &Override, now_ms: u64) -> Value {
         "caller": { o.subject.field.clone(): value },
         "route": o.route,
         "limit": o.limit,
+        "share": o.share,
         "quota": o.quota,
         "window_s": o.window_ms.map(|w| w as f64 / 1000.0),
         "plan": o.plan,
@@ -46,11 +47,26 @@ fn bad(field: &str, detail: String) -> BadField {
     }
 }
 
-/// `limit` (`name` or `route/name`) as the `(route, name)` it stands for.
-fn resolve(names: &[RouteLimit], limit: &str) -> Result<(String, String), BadField> {
+/// What an override's `limit` names.
+enum Named {
+    /// Limit `.1` of route `.0`.
+    Limit(String, String),
+    /// The limits counted on a shared counter.
+    Share(String),
+}
+
+/// `limit` (`name`, `route/name` or a `share` name) as what it stands for.
+/// A share's name stands for its counter even where its limits carry the
+/// same name: one counter takes one override.
+fn resolve(names: &LimitNames, limit: &str) -> Result<Named, BadField> {
+    let names_share = names.shares.iter().any(|s| &**s == limit);
+    if names_share {
+        return Ok(Named::Share(limit.into()));
+    }
+    let names = &names.limits;
     if let Some((route, name)) = limit.split_once('/') {
         if names.iter().any(|(r, l)| &**r == route && &**l == name) {
-            return Ok((route.into(), name.into()));
+            return Ok(Named::Limit(route.into(), name.into()));
         }
         return Err(bad(
             "limit",
@@ -63,7 +79,7 @@ fn resolve(names: &[RouteLimit], limit: &str) -> Result<(String, String), BadFie
         .map(|(r, _)| &**r)
         .collect();
     match routes.as_slice() {
-        [route] => Ok(((*route).into(), limit.into())),
+        [route] => Ok(Named::Limit((*route).into(), limit.into())),
         [] => Err(bad("limit", format!("no limit is named {limit:?}"))),
         many => Err(bad(
             "limit",
@@ -80,16 +96,16 @@ fn resolve(names: &[RouteLimit], limit: &str) -> Result<(String, String), BadFie
 
 fn build(gw: &Gateway, b: &OverrideBody, now_ms: u64) -> Result<Override, BadField> {
     let (field, value) = b.caller.subject()?;
-    let (names, plans) = gw.limit_names();
-    let (route, limit) = match &b.limit {
-        Some(l) => {
-            let (r, l) = resolve(&names, l)?;
-            (Some(r), Some(l))
-        }
-        None => (None, None),
+    let names = gw.limit_names();
+    let (route, limit, share) = match &b.limit {
+        Some(l) => match resolve(&names, l)? {
+            Named::Limit(r, l) => (Some(r), Some(l), false),
+            Named::Share(s) => (None, Some(s), true),
+        },
+        None => (None, None, false),
     };
     if let Some(p) = &b.plan
-        && !plans.iter().any(|n| **n == **p)
+        && !names.plans.iter().any(|n| **n == **p)
     {
         return Err(bad("plan", format!("no plan is named {p:?}")));
     }
@@ -98,6 +114,7 @@ fn build(gw: &Gateway, b: &OverrideBody, now_ms: u64) -> Result<Override, BadFie
         subject: Subject { field, value },
         route,
         limit,
+        share,
         quota: b.quota,
         window_ms: b.window.map(ms),
         plan: b.plan.clone(),
@@ -141,21 +158,25 @@ pub async fn put(gw: &Gateway, body: &Bytes, who: &Who) -> Response<Full<Bytes>>
 /// still exists (`orphaned` when not) and whether it has lapsed.
 pub fn list(gw: &Gateway) -> Response<Full<Bytes>> {
     let now_ms = gw.clock().now_ms();
-    let (names, plans) = gw.limit_names();
+    let names = gw.limit_names();
     let all: Vec<Value> = gw
         .overrides()
         .all()
         .iter()
         .map(|o| {
             let limit_gone = o.limit.as_deref().is_some_and(|l| {
+                if o.share {
+                    return !names.shares.iter().any(|s| &**s == l);
+                }
                 !names
+                    .limits
                     .iter()
                     .any(|(r, n)| &**n == l && o.route.as_deref().is_none_or(|or| or == &**r))
             });
             let plan_gone = o
                 .plan
                 .as_deref()
-                .is_some_and(|p| !plans.iter().any(|n| &**n == p));
+                .is_some_and(|p| !names.plans.iter().any(|n| &**n == p));
             let mut v = render(o, now_ms);
             v["orphaned"] = (limit_gone || plan_gone).into();
             v["expired"] = (!o.live(now_ms)).into();

@@ -78,6 +78,10 @@ pub struct Override {
     /// `exempt` from every limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<String>,
+    /// `limit` names a `share`: the override is about every limit counted
+    /// on that shared counter, whatever its route.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub share: bool,
     /// The limit's quota for this caller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<u64>,
@@ -102,7 +106,13 @@ impl Override {
     /// Its key in the store: the caller and the limit, so one caller has at
     /// most one override per limit (and one for the whole caller).
     pub fn id(&self) -> String {
-        id(&self.subject, self.route.as_deref(), self.limit.as_deref())
+        let share = self.limit.as_deref().map(|l| format!("@{l}"));
+        let limit = if self.share {
+            share.as_deref()
+        } else {
+            self.limit.as_deref()
+        };
+        id(&self.subject, self.route.as_deref(), limit)
     }
 
     /// Whether it is in force at `now_ms`.
@@ -110,8 +120,12 @@ impl Override {
         self.expires_ms.is_none_or(|t| now_ms < t)
     }
 
-    /// Whether it is about limit `limit` of route `route`.
-    pub fn about(&self, route: &str, limit: &str) -> bool {
+    /// Whether it is about limit `limit` of route `route` (counted on the
+    /// shared counter `share`, if any).
+    pub fn about(&self, route: &str, limit: &str, share: Option<&str>) -> bool {
+        if self.share {
+            return share.is_some() && self.limit.as_deref() == share;
+        }
         self.limit.as_deref() == Some(limit) && self.route.as_deref().is_none_or(|r| r == route)
     }
 }
@@ -324,6 +338,7 @@ mod tests {
             subject: subject("api_key", "k1"),
             route: Some("api".into()),
             limit: Some("per_key".into()),
+            share: false,
             quota: Some(6),
             window_ms: None,
             plan: None,
@@ -333,7 +348,16 @@ mod tests {
         };
         assert_eq!(o.id(), "api_key=k1\napi/per_key");
         assert!(o.live(999) && !o.live(1_000));
-        assert!(o.about("api", "per_key") && !o.about("other", "per_key"));
+        assert!(o.about("api", "per_key", None) && !o.about("other", "per_key", None));
+        let shared = Override {
+            route: None,
+            limit: Some("ab".into()),
+            share: true,
+            ..o.clone()
+        };
+        assert_eq!(shared.id(), "api_key=k1\n/@ab");
+        assert!(shared.about("a", "x", Some("ab")) && shared.about("b", "y", Some("ab")));
+        assert!(!shared.about("a", "ab", None) && !shared.about("a", "ab", Some("cd")));
         let json = serde_json::to_string(&o).unwrap();
         assert_eq!(serde_json::from_str::<Override>(&json).unwrap(), o);
     }

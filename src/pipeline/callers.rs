@@ -17,6 +17,17 @@ use crate::limit::LimitRequest;
 /// A route's name and one of its limits' names.
 pub type RouteLimit = (Arc<str>, Arc<str>);
 
+/// What an override may name ([`Gateway::limit_names`]).
+#[derive(Debug, Default)]
+pub struct LimitNames {
+    /// Every `(route, limit)`.
+    pub limits: Vec<RouteLimit>,
+    /// Every `share` name.
+    pub shares: Vec<Arc<str>>,
+    /// Every plan's name.
+    pub plans: Vec<Arc<str>>,
+}
+
 /// One limit a caller meets on one route.
 #[derive(Debug, Clone)]
 pub struct CallerLimit {
@@ -98,7 +109,7 @@ impl Gateway {
                     route: r.route.name.clone(),
                     override_: found_overrides
                         .iter()
-                        .find(|o| o.about(&r.route.name, &l.name))
+                        .find(|o| o.about(&r.route.name, &l.name, l.share.as_deref()))
                         .cloned(),
                     limit: l.clone(),
                     request,
@@ -109,22 +120,27 @@ impl Gateway {
         found
     }
 
-    /// Every `(route, limit)` a caller can meet — the routes' own limits
-    /// and their plans' — and the plans' names, for checking what an
-    /// override names.
-    pub fn limit_names(&self) -> (Vec<RouteLimit>, Vec<Arc<str>>) {
+    /// What an override may name: every `(route, limit)` a caller can
+    /// meet — the routes' own limits and their plans' — the `share` names,
+    /// and the plans' names.
+    pub fn limit_names(&self) -> LimitNames {
         let rt = self.snapshot.load();
-        let mut names = Vec::new();
+        let mut names = LimitNames::default();
         for r in rt.router.routes() {
             let views = r.plan_views.values().map(|v| &v.limits);
             for l in std::iter::once(&r.route.limits).chain(views).flatten() {
                 let pair = (r.route.name.clone(), l.name.clone());
-                if !l.plan && !names.contains(&pair) {
-                    names.push(pair);
+                if !l.plan && !names.limits.contains(&pair) {
+                    names.limits.push(pair);
+                }
+                if let Some(s) = &l.share
+                    && !names.shares.contains(s)
+                {
+                    names.shares.push(s.clone());
                 }
             }
         }
-        let plans = rt.config.plans.iter().map(|p| p.name.clone()).collect();
-        (names, plans)
+        names.plans = rt.config.plans.iter().map(|p| p.name.clone()).collect();
+        names
     }
 }

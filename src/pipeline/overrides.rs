@@ -51,7 +51,11 @@ pub fn apply(
         Some(v) => (&v.limits[..], &v.key_suffixes[..]),
         None => (&route.route.limits[..], &route.key_suffixes[..]),
     };
-    let about = |l: &crate::config::Limit| found.iter().find(|o| o.about(name, &l.name));
+    let about = |l: &crate::config::Limit| {
+        found
+            .iter()
+            .find(|o| o.about(name, &l.name, l.share.as_deref()))
+    };
     if !limits.iter().any(|l| about(l).is_some()) {
         return Applied::Limits(view);
     }

@@ -117,3 +117,42 @@ async fn read_reset_override_and_exempt_on_the_memory_store() {
     let (status, _) = call(&gw, Method::DELETE, "/admin/overrides?api_key=k2", None).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn an_override_named_by_its_share_covers_the_shared_counter() {
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+admin: {}
+routes:
+  - name: a
+    match: {{ path_prefix: /a }}
+    respond: {{ status: 200, body: ok }}
+    limits: [ {{ name: ab, key: api_key, limit: 2, window: 1h, share: ab }} ]
+  - name: b
+    match: {{ path_prefix: /b }}
+    respond: {{ status: 200, body: ok }}
+    limits: [ {{ name: ab, key: api_key, limit: 2, window: 1h, share: ab }} ]
+",
+        with_token()
+    );
+    let gw = start(&yaml).await;
+    // The limits' name is the share's too: it names the shared counter,
+    // not one route's limit (which alone would be ambiguous).
+    let body = r#"{"api_key":"k1","limit":"ab","quota":4}"#;
+    let (status, v) = call(&gw, Method::PUT, "/admin/overrides", Some(body)).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["override"]["share"], true, "{v}");
+    let mut admitted = 0;
+    for path in ["/a/x", "/b/x", "/a/x", "/b/x", "/a/x", "/b/x"] {
+        if hit(&gw, path, "k1").await == 200 {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 4, "the override's quota, over both routes");
+    // Another caller keeps the file's 2.
+    assert_eq!(hit(&gw, "/a/x", "k2").await, 200);
+    assert_eq!(hit(&gw, "/b/x", "k2").await, 200);
+    assert_eq!(hit(&gw, "/a/x", "k2").await, 429);
+    let (_, v) = call(&gw, Method::GET, "/admin/overrides", None).await;
+    assert_eq!(v["overrides"][0]["orphaned"], false, "{v}");
+}
