@@ -26,6 +26,7 @@
 //! | `file/` | holds |
 //! |---|---|
 //! | `mappings.rs` | the structs, one per mapping of the file, from [`Root`] down |
+//! | `pools.rs` | those of `upstreams:` |
 //! | `leaf.rs` | the leaves and [`Field`] |
 //! | `unknown.rs` | [`from_value`] and the unknown-field lists |
 //! | `shape.rs` | what durations, windows, sizes and enum fields look like in the schema |
@@ -37,16 +38,18 @@
 
 mod leaf;
 mod mappings;
+mod pools;
 mod shape;
 mod unknown;
 
 pub use leaf::{Field, Flag, Int, OneOrMany, Text};
 pub use mappings::{
-    AccessLog, Admin, AdminMap, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Eject, Exempt,
-    HeaderRules, Health, Jwt, Limit, Listen, ListenMap, Match, PlanLimit, Reconnect, Redis,
-    RedisTls, RequestId, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Target,
-    TargetMap, Timeouts, Tls, Tracing, UpstreamPool, Users,
+    AccessLog, Admin, AdminMap, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Exempt,
+    HeaderRules, Jwt, Limit, Listen, ListenMap, Match, PlanLimit, Reconnect, Redis, RedisTls,
+    RequestId, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Timeouts, Tls, Tracing,
+    Users,
 };
+pub use pools::{Eject, Health, Target, TargetMap, UpstreamPool};
 pub use unknown::{UnknownField, from_value};
 
 #[cfg(test)]

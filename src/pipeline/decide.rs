@@ -148,17 +148,7 @@ pub async fn decide<B>(
         debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
         return Err(GatewayError::StoreUnavailable);
     }
-    let refused = (!decision.allowed()).then(|| {
-        debug!(route = %route.route.name, "limited");
-        let in_flight = concurrency::refused_by_concurrency(&decision, limits);
-        GatewayError::Limited {
-            policies: decision.violated(limits),
-            retry_after: (!in_flight)
-                .then(|| decision.retry_after_ms().map(headers::ceil_secs))
-                .flatten(),
-            in_flight,
-        }
-    });
+    let refused = refusal(route, limits, &decision);
     let reservations = settle::pending(limits, &requests, &decision, route.route.shadow, now_ms);
     ex.checked = Some(CheckedLimits {
         route: route.clone(),
@@ -173,6 +163,25 @@ pub async fn decide<B>(
             reservations,
         }),
     }
+}
+
+/// The 429 of a request `decision` refuses, `None` when it admits.
+fn refusal(
+    route: &CompiledRoute,
+    limits: &[Limit],
+    decision: &RouteDecision,
+) -> Option<GatewayError> {
+    (!decision.allowed()).then(|| {
+        debug!(route = %route.route.name, "limited");
+        let in_flight = concurrency::refused_by_concurrency(decision, limits);
+        GatewayError::Limited {
+            policies: decision.violated(limits),
+            retry_after: (!in_flight)
+                .then(|| decision.retry_after_ms().map(headers::ceil_secs))
+                .flatten(),
+            in_flight,
+        }
+    })
 }
 
 /// Decides the request's limits — concurrency slots first, then the rate
