@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::reply::{self as api, Who};
-use super::request::{BadField, OverrideBody, parse_override, parse_query};
+use super::request::{BadField, OverrideBody, bad, parse_override, parse_query};
 use crate::decision::overrides::{Override, Subject};
 use crate::pipeline::Gateway;
 use crate::pipeline::callers::LimitNames;
@@ -38,13 +38,6 @@ pub fn render(o: &Override, now_ms: u64) -> Value {
         "exempt": o.exempt,
         "expires_in_s": o.expires_ms.map(|t| t.saturating_sub(now_ms).div_ceil(1000)),
     })
-}
-
-fn bad(field: &str, detail: String) -> BadField {
-    BadField {
-        field: field.into(),
-        detail,
-    }
 }
 
 /// What an override's `limit` names.
@@ -124,6 +117,20 @@ fn build(gw: &Gateway, b: &OverrideBody, now_ms: u64) -> Result<Override, BadFie
     })
 }
 
+/// The audit line of a write to the overrides: who, what, about whom,
+/// and the overrides before and after.
+fn audit(who: &Who, action: &str, caller: &str, before: &Value, after: &Value) {
+    info!(
+        target: "tollgate::audit",
+        token = %who.0,
+        action,
+        caller,
+        before = %before,
+        after = %after,
+        "admin write"
+    );
+}
+
 /// `PUT /admin/overrides` with a JSON body.
 pub async fn put(gw: &Gateway, body: &Bytes, who: &Who) -> Response<Full<Bytes>> {
     let parsed = match parse_override(body) {
@@ -141,15 +148,13 @@ pub async fn put(gw: &Gateway, body: &Bytes, who: &Who) -> Response<Full<Bytes>>
     };
     let before = before.map(|b| render(&b, now_ms));
     let after = render(&o, now_ms);
-    let was = before.clone().unwrap_or_default().to_string();
-    info!(
-        target: "tollgate::audit",
-        token = %who.0,
-        action = "overrides.put",
-        caller = %parsed.caller.describe(),
-        before = %was,
-        after = %after,
-        "admin write"
+    let was = before.clone().unwrap_or_default();
+    audit(
+        who,
+        "overrides.put",
+        &parsed.caller.describe(),
+        &was,
+        &after,
     );
     api::json(&json!({ "override": after, "replaced": before }))
 }
@@ -228,15 +233,13 @@ pub async fn remove(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Byte
             Err(e) => return api::store_failed(&e),
         }
     }
-    let was = Value::from(removed.clone()).to_string();
-    info!(
-        target: "tollgate::audit",
-        token = %who.0,
-        action = "overrides.remove",
-        caller = %q.caller.describe(),
-        before = %was,
-        after = "null",
-        "admin write"
+    let was = Value::from(removed.clone());
+    audit(
+        who,
+        "overrides.remove",
+        &q.caller.describe(),
+        &was,
+        &Value::Null,
     );
     api::json(&json!({ "removed": removed }))
 }

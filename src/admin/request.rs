@@ -25,7 +25,8 @@ pub struct BadField {
     pub detail: String,
 }
 
-fn bad(field: impl Into<String>, detail: impl Into<String>) -> BadField {
+/// The 400 naming `field`, with why.
+pub(super) fn bad(field: impl Into<String>, detail: impl Into<String>) -> BadField {
     BadField {
         field: field.into(),
         detail: detail.into(),

@@ -127,8 +127,9 @@ impl DenyCache {
         );
     }
 
-    /// Forgets every denial: an operator reset counters or changed a
-    /// caller's numbers, so what Redis answered before no longer holds.
+    /// Forgets every denial, for when an operator resets counters or
+    /// changes a caller's numbers: the denials held were answered on the
+    /// counts and numbers being replaced.
     pub fn clear(&self) {
         for s in &self.shards {
             s.lock().unwrap_or_else(PoisonError::into_inner).clear();

@@ -162,18 +162,32 @@ pub enum Listen {
 
 impl<'de> Deserialize<'de> for Listen {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        match Value::deserialize(deserializer)? {
-            map @ Value::Mapping(_) => ListenMap::deserialize(map)
-                .map(Self::Map)
-                .map_err(|e| de::Error::custom(tidy(&e.to_string()))),
-            seq @ Value::Sequence(_) => Err(de::Error::custom(format_args!(
-                "expected an address or a mapping {{ addr, tls }}, found {}",
-                describe(&seq)
-            ))),
-            other => Text::deserialize(other)
-                .map(Self::Addr)
-                .map_err(|e| de::Error::custom(e.to_string())),
-        }
+        Ok(match addr_or_map(deserializer, "{ addr, tls }")? {
+            Ok(addr) => Self::Addr(addr),
+            Err(map) => Self::Map(map),
+        })
+    }
+}
+
+/// An address written alone, or the mapping `M` (`shape` names its
+/// fields in the error for anything else): the two forms `listen` entries
+/// and `admin` take. The mapping checks its own unknown fields.
+fn addr_or_map<'de, D, M>(deserializer: D, shape: &str) -> Result<Result<Text, M>, D::Error>
+where
+    D: Deserializer<'de>,
+    M: de::DeserializeOwned,
+{
+    match Value::deserialize(deserializer)? {
+        map @ Value::Mapping(_) => M::deserialize(map)
+            .map(Err)
+            .map_err(|e| de::Error::custom(tidy(&e.to_string()))),
+        seq @ Value::Sequence(_) => Err(de::Error::custom(format_args!(
+            "expected an address or a mapping {shape}, found {}",
+            describe(&seq)
+        ))),
+        other => Text::deserialize(other)
+            .map(Ok)
+            .map_err(|e| de::Error::custom(e.to_string())),
     }
 }
 
@@ -199,18 +213,10 @@ pub enum Admin {
 
 impl<'de> Deserialize<'de> for Admin {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        match Value::deserialize(deserializer)? {
-            map @ Value::Mapping(_) => AdminMap::deserialize(map)
-                .map(Self::Map)
-                .map_err(|e| de::Error::custom(tidy(&e.to_string()))),
-            seq @ Value::Sequence(_) => Err(de::Error::custom(format_args!(
-                "expected an address or a mapping {{ addr, token_file }}, found {}",
-                describe(&seq)
-            ))),
-            other => Text::deserialize(other)
-                .map(Self::Addr)
-                .map_err(|e| de::Error::custom(e.to_string())),
-        }
+        Ok(match addr_or_map(deserializer, "{ addr, token_file }")? {
+            Ok(addr) => Self::Addr(addr),
+            Err(map) => Self::Map(map),
+        })
     }
 }
 
