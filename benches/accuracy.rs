@@ -98,6 +98,7 @@ fn decide(events: &[(u64, u32)], algorithm: Algorithm) -> Vec<bool> {
         window_ms: WINDOW_MS,
         cost: 1,
         algorithm,
+        mode: Default::default(),
     }];
     events
         .iter()

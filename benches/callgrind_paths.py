@@ -97,10 +97,15 @@ routes:
 open(f"{d}/gw.yaml", "w").write(cfg)
 env = dict(os.environ, TOKIO_WORKER_THREADS="1", RUST_LOG="warn")
 p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.out.%p", BIN, "--config", f"{d}/gw.yaml"], env=env, stderr=open(f"{d}/err", "w"), stdout=subprocess.DEVNULL, cwd=d)
-for _ in range(600):
+# valgrind starts the binary slowly, slower still on a busy machine: up
+# to five minutes for the listener.
+s = None
+for _ in range(3000):
     try:
         s = socket.create_connection(("127.0.0.1", gw)); break
     except OSError: time.sleep(0.1)
+if s is None:
+    sys.exit("the gateway did not listen within five minutes: " + open(f"{d}/err").read()[-2000:])
 req = b"GET /x HTTP/1.1\r\nhost: example.com\r\n\r\n"
 def one():
     s.sendall(req)

@@ -19,7 +19,7 @@ use governor::{Quota, RateLimiter};
 use http::{HeaderMap, HeaderValue, Method};
 use tollgate::config::{HeaderMode, KeySource, KeySpec, Limit};
 use tollgate::identity::{self, Caller, IdentityConfig};
-use tollgate::limit::LimitRequest;
+use tollgate::limit::{Kind, LimitRequest, Mode};
 use tollgate::routing::Router;
 use tollgate::store::MemoryStore;
 
@@ -35,6 +35,7 @@ fn request(key: String) -> LimitRequest {
         window_ms: 60_000,
         cost: 1,
         algorithm: Default::default(),
+        mode: Default::default(),
     }
 }
 
@@ -69,13 +70,19 @@ fn decisions(c: &mut Criterion) {
     // sync mode's decision: the same arithmetic on the fleet's last totals
     // plus what this instance has not sent (no exchange runs here).
     let table = tollgate::decision::sync::SyncTable::new();
+    let synced = [LimitRequest {
+        mode: Mode {
+            kind: Kind::Synced(100),
+            ..Mode::default()
+        },
+        ..request(ip_key(1))
+    }];
     g.bench_function("tollgate_sync/hot_key", |b| {
         b.iter(|| {
             now += 1;
             black_box(table.decide(
                 now,
-                black_box(&hot),
-                &[100],
+                black_box(&synced),
                 tollgate::decision::sync::Intent::Consume,
             ))
         })
@@ -251,6 +258,7 @@ fn headers(c: &mut Criterion) {
             window_ms: 60_000,
             cost: 1,
             algorithm: Default::default(),
+            mode: Default::default(),
         }],
     );
     c.bench_function("headers/ratelimit_value", |b| {

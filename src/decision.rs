@@ -1,8 +1,10 @@
 //! Deciding a request against its limits, and the one answer the rest of
 //! the gateway reads.
 //!
-//! The pipeline asks [`concurrency::decide`] (routes with concurrency
-//! limits) or [`shadow::decide`]; both end in the [`limiter`], which holds
+//! The pipeline asks [`stages::decide`] with one
+//! [`LimitRequest`](crate::limit::LimitRequest) per limit,
+//! each carrying its mode (counted or read, enforced or shadow, exact,
+//! synced or a concurrency slot); every stage ends in the [`limiter`], which holds
 //! the store, the deny cache and the failure policy (`on_error`), with
 //! `sync` mode's in-process counts ([`sync`]) and their exchange task
 //! (`sync_task`, `synced`), what it holds of Redis (`redis_side`) and how
@@ -12,15 +14,15 @@
 //! [`Verdict`] (what it said, as the metrics count it), or the failure
 //! policy's answer when the store could not decide ([`Undecided`]).
 
-pub mod concurrency;
 pub mod limiter;
 pub mod overrides;
 mod reach;
+pub mod record;
 mod redis_side;
 pub mod settle;
 pub mod settler;
-pub mod shadow;
 pub mod slots;
+pub mod stages;
 pub mod sync;
 mod sync_task;
 mod synced;

@@ -79,7 +79,7 @@ impl Algorithm {
 }
 
 /// One limit to check for one request.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct LimitRequest {
     /// Full store key: prefix, route, limit and identity.
     pub key: String,
@@ -87,10 +87,91 @@ pub struct LimitRequest {
     pub limit: u64,
     /// Window length in milliseconds (`w`).
     pub window_ms: u64,
-    /// Units this request consumes (`c`).
+    /// Units this request consumes (`c`) when it is counted.
     pub cost: u64,
     /// How the limit counts.
     pub algorithm: Algorithm,
+    /// How the decision asks this limit.
+    pub mode: Mode,
+}
+
+impl LimitRequest {
+    /// The units the store adds when it admits: the cost when the limit is
+    /// counted, none when it is only read.
+    pub fn units(&self) -> u64 {
+        match self.mode.effect {
+            Effect::Count => self.cost,
+            Effect::Read => 0,
+        }
+    }
+
+    /// The same limit, only read: its numbers without consuming anything.
+    #[must_use]
+    pub fn read_only(&self) -> Self {
+        let mut r = self.clone();
+        r.mode.effect = Effect::Read;
+        r
+    }
+
+    /// The limit's `sync` interval in ms when it is decided in process in
+    /// `sync` mode, else 0.
+    pub fn sync_ms(&self) -> u64 {
+        match self.mode.kind {
+            Kind::Synced(every) => every,
+            Kind::Exact | Kind::Concurrency(_) => 0,
+        }
+    }
+}
+
+/// How a decision asks one limit: whether the request is counted, whether
+/// a denial refuses it, and where the limit is decided. Each request
+/// carries its own, so the decision splits one list of requests by what
+/// they are rather than keeping lists side by side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Mode {
+    /// Counted, or only read.
+    pub effect: Effect,
+    /// Enforced, or shadow.
+    pub enforcement: Enforcement,
+    /// A rate limit decided in the store, one in `sync` mode, or a
+    /// concurrency limit.
+    pub kind: Kind,
+}
+
+/// Whether an admitted request is counted by a limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Effect {
+    /// Counted when admitted.
+    #[default]
+    Count,
+    /// Only read: the limit's numbers for the headers, nothing consumed
+    /// (the store decides it as a request of no units).
+    Read,
+}
+
+/// Whether a limit's denial refuses the request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Enforcement {
+    /// A denial refuses the request.
+    #[default]
+    Enforced,
+    /// `shadow: true` (on the limit or its route): decided, counted and
+    /// shown, but the request goes on.
+    Shadow,
+}
+
+/// Where a limit is decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A rate limit decided in the store.
+    #[default]
+    Exact,
+    /// A rate limit decided in process against the fleet's counts, which
+    /// are exchanged with Redis every this many ms (`sync` mode).
+    Synced(u64),
+    /// A concurrency limit of this many requests in flight: a slot, not a
+    /// count.
+    Concurrency(u64),
 }
 
 /// The answer for one limit.

@@ -27,7 +27,7 @@ use crate::headers;
 use crate::problem::GatewayError;
 use crate::proxy::{Body, ClientBody, Deadline};
 use crate::routing::CompiledRoute;
-use decide::{Admission, Mode};
+use decide::{Admission, Purpose};
 
 pub mod act;
 pub mod browsers;
@@ -113,7 +113,7 @@ impl Gateway {
         // The slots of the admission go back at once: a replay has no
         // responses to hold them.
         let ended = self
-            .until_act(req, &rt, &mut ex, Mode::Rehearse(&mut identities))
+            .until_act(req, &rt, &mut ex, Purpose::Rehearse(&mut identities))
             .await
             .map(drop);
         Rehearsal {
@@ -134,7 +134,7 @@ impl Gateway {
         if let Some(res) = browsers::preflight(rt, &req, ex)? {
             return Ok(res);
         }
-        let (mut req, route, admission) = self.until_act(req, rt, ex, Mode::Serve).await?;
+        let (mut req, route, admission) = self.until_act(req, rt, ex, Purpose::Serve).await?;
         let settling = settling::prepare(admission.reservations, &mut req);
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
         match settling {
@@ -152,13 +152,13 @@ impl Gateway {
         req: Request<B>,
         rt: &Snapshot,
         ex: &mut Exchange,
-        mode: Mode<'_>,
+        purpose: Purpose<'_>,
     ) -> Result<(Request<B>, Arc<CompiledRoute>, Admission), GatewayError> {
         crate::guard::check(&req, &rt.config.server)?;
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);
         browsers::routed(&req, ex);
-        let admission = decide::decide(self, rt, &route, &req, ex, mode).await?;
+        let admission = decide::decide(self, rt, &route, &req, ex, purpose).await?;
         Ok((req, route, admission))
     }
 }

@@ -587,6 +587,7 @@ async fn check_retry_after_all(store: &impl Store, tag: &str) {
                     window_ms,
                     cost,
                     algorithm,
+                    mode: Default::default(),
                 }];
                 async move {
                     store
@@ -650,6 +651,7 @@ fn requests(tag: &str, sc: &Scenario, cost: u64) -> Vec<LimitRequest> {
             window_ms,
             cost,
             algorithm: resolve(sc.alg, limit),
+            mode: Default::default(),
         })
         .collect()
 }
@@ -722,6 +724,7 @@ async fn check_retry_after(store: &impl Store, tag: &str) {
                 window_ms,
                 cost,
                 algorithm: Algorithm::SlidingWindow,
+                mode: Default::default(),
             }];
             async move {
                 store
@@ -837,6 +840,7 @@ fn one(key: &str, limit: u64, window_ms: u64, cost: u64) -> LimitRequest {
         window_ms,
         cost,
         algorithm: Algorithm::SlidingWindow,
+        mode: Default::default(),
     }
 }
 
@@ -1480,6 +1484,7 @@ fn trace_requests(tag: &str, limits: &[(u64, u64, Algorithm)], cost: u64) -> Vec
             window_ms,
             cost,
             algorithm,
+            mode: Default::default(),
         })
         .collect()
 }
@@ -1699,6 +1704,7 @@ async fn redis_memory_per_key_by_algorithm() {
                 window_ms: 60_000,
                 cost: 1,
                 algorithm: resolve(alg, 100),
+                mode: Default::default(),
             }];
             for i in 0..n {
                 assert!(store.decide(T0 + i, &req).await.unwrap().allowed);
@@ -1759,6 +1765,7 @@ async fn every_key_expires_with_a_floor_for_short_lived_state() {
             window_ms: *window_ms,
             cost: 1,
             algorithm: *alg,
+            mode: Default::default(),
         }];
         assert!(store.decide(T0 + at, &req).await.unwrap().allowed);
         let ttl: i64 = redis::cmd("PTTL")
@@ -1803,6 +1810,7 @@ async fn settle_table(store: &impl Store) -> Vec<(String, u64, u64)> {
                 window_ms: 10_000,
                 cost,
                 algorithm: alg,
+                mode: Default::default(),
             };
             let d = store
                 .decide(T0 + at, &[req(reserve)])

@@ -590,6 +590,7 @@ fn one(key: &str, limit: u64) -> LimitRequest {
         window_ms: 60_000,
         cost: 1,
         algorithm: Algorithm::SlidingWindow,
+        mode: Default::default(),
     }
 }
 
@@ -1541,6 +1542,7 @@ async fn a_pushed_backlog_counts_as_if_redis_had_decided() {
             window_ms: 60_000,
             cost: 1,
             algorithm,
+            mode: Default::default(),
         };
         let reqs = std::slice::from_ref(&req);
         let one_store = MemoryStore::new();

@@ -263,31 +263,26 @@ impl Limiter {
         self.redis.as_ref().map(|r| &*r.store)
     }
 
-    /// Decides one request at `now_ms`; `on_error` overrides the store's
-    /// policy (a route's own `on_error`). `sync` holds each limit's `sync`
-    /// interval in ms, 0 for a limit decided in Redis (see
-    /// [`super::sync`]).
+    /// Decides one request's `requests` at `now_ms`, together: admitted
+    /// only when each admits. `on_error` overrides the store's policy (a
+    /// route's own `on_error`). Limits in `sync` mode ([`super::sync`])
+    /// are decided in process, the others in the store.
     pub async fn decide_with(
         &self,
         now_ms: u64,
         requests: &[LimitRequest],
-        sync: &[u64],
         on_error: Option<OnError>,
     ) -> Result<Decision, Undecided> {
         let Some(redis) = &self.redis else {
             return Ok(self.decide_memory(now_ms, requests));
         };
-        let synced = super::synced::count(requests, sync);
-        if synced > 0 {
-            return match redis.decide_synced(now_ms, requests, sync, synced).await {
-                Ok(d) => Ok(d),
-                Err(e) => self.fail_over(redis, &e, now_ms, requests, on_error),
-            };
-        }
-        match redis.decide_in_redis(now_ms, requests).await {
-            Ok(d) => Ok(d),
-            Err(e) => self.fail_over(redis, &e, now_ms, requests, on_error),
-        }
+        let synced = super::synced::count(requests);
+        let decided = if synced > 0 {
+            redis.decide_synced(now_ms, requests, synced).await
+        } else {
+            redis.decide_in_redis(now_ms, requests).await
+        };
+        decided.or_else(|e| self.fail_over(redis, &e, now_ms, requests, on_error))
     }
 
     /// Redis could not decide: the failure policy does, `on_error` (a

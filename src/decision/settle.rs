@@ -22,7 +22,7 @@
 //! Only limits that consumed are settled: every enforced limit of an
 //! admitted request, and the shadow limits when none of them would have
 //! denied (a shadow decision that denies consumes nothing, see
-//! [`super::shadow`]).
+//! [`super::stages`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,10 +31,9 @@ use tracing::{debug, warn};
 
 use super::RouteDecision;
 use super::limiter::Limiter;
-use super::shadow;
 use crate::config::Limit;
 use crate::limit::settle::{Settlement, Source};
-use crate::limit::{LimitRequest, Verdict};
+use crate::limit::{Enforcement, LimitRequest, Verdict};
 
 /// The cost limit `l` reserves for a request whose body announces
 /// `content_length` bytes: `route_cost` or the limit's own cost, or for a
@@ -62,7 +61,6 @@ pub fn pending(
     limits: &[Limit],
     requests: &[LimitRequest],
     decision: &RouteDecision,
-    route_shadow: bool,
     now_ms: u64,
 ) -> Option<Reservations> {
     if limits.iter().all(|l| l.settle.is_none()) {
@@ -81,8 +79,8 @@ pub fn pending(
         .zip(&d.verdicts)
         .filter_map(|((l, r), v)| {
             let source = l.settle.clone()?;
-            let consumed = *v == Some(Verdict::Allowed)
-                && !(shadow::is_shadow(route_shadow, l) && shadow_denied);
+            let shadow = r.mode.enforcement == Enforcement::Shadow;
+            let consumed = *v == Some(Verdict::Allowed) && !(shadow && shadow_denied);
             consumed.then(|| (r.clone(), source))
         })
         .collect();

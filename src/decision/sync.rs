@@ -181,22 +181,16 @@ impl SyncTable {
         self.tick_changed.notified().await;
     }
 
-    /// Decides `requests` (each with its interval in `intervals`, ms) at
+    /// Decides `requests` (each in `sync` mode, with its interval) at
     /// `now` against what this gateway knows of the fleet: admitted only
     /// if every limit admits, and then — for [`Intent::Consume`] — each
     /// cost is added to what this gateway owes Redis. A denied request consumes
     /// nothing and shows every limit without it, as the stores do.
     /// `None` when a key holds garbage in Redis (see [`Self::apply`]):
     /// the failure policy decides, as for the decision script's error.
-    pub fn decide(
-        &self,
-        now: u64,
-        requests: &[LimitRequest],
-        intervals: &[u64],
-        intent: Intent,
-    ) -> Option<Decision> {
+    pub fn decide(&self, now: u64, requests: &[LimitRequest], intent: Intent) -> Option<Decision> {
         let instances = self.instances.load(Ordering::Relaxed);
-        if let ([r], [interval]) = (requests, intervals) {
+        if let [r] = requests {
             // One limit, the common case: one lock, one lookup.
             let h = self.hash(&r.key);
             let mut shard = lock(&self.shards[shard_of(h)]);
@@ -205,9 +199,9 @@ impl SyncTable {
                 queue,
                 swept_at_len,
             } = &mut *shard;
-            let e = self.entry(table, swept_at_len, h, r, *interval, now)?;
+            let e = self.entry(table, swept_at_len, h, r, r.sync_ms(), now)?;
             let view = e.view(e.kind.index(now, r.window_ms));
-            let mut o = e.kind.check(view, now, r, r.cost);
+            let mut o = e.kind.check(view, now, r, r.units());
             let allowed = o.admits;
             account(e, queue, view, r, &mut o, allowed, intent, now, instances);
             let mut outcomes = Outcomes::new();
@@ -218,15 +212,15 @@ impl SyncTable {
         let mut guards = self.lock_shards(&hashes);
         let mut views: SmallVec<[Counts; 4]> = SmallVec::new();
         let mut outcomes = Outcomes::with_capacity(requests.len());
-        for ((r, &h), &interval) in requests.iter().zip(&hashes).zip(intervals) {
+        for (r, &h) in requests.iter().zip(&hashes) {
             let Shard {
                 table,
                 swept_at_len,
                 ..
             } = guard(&mut guards, shard_of(h));
-            let e = self.entry(table, swept_at_len, h, r, interval, now)?;
+            let e = self.entry(table, swept_at_len, h, r, r.sync_ms(), now)?;
             let view = e.view(e.kind.index(now, r.window_ms));
-            outcomes.push(e.kind.check(view, now, r, r.cost));
+            outcomes.push(e.kind.check(view, now, r, r.units()));
             views.push(view);
         }
         let allowed = outcomes.iter().all(|o| o.admits);

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::reach::{Reachability, begin_push};
-use super::sync::{Intent, SyncTable, syncable};
+use super::sync::{Intent, SyncTable};
 use crate::clock::{Clock, SystemClock};
 use crate::limit::LimitRequest;
 use crate::metrics::StoreMetrics;
@@ -199,23 +199,16 @@ impl Drop for Synced {
 impl Synced {
     /// Queues the synced keys of `requests` for the next exchange, which
     /// reads their totals, without deciding.
-    pub(super) fn touch(
-        &self,
-        now_ms: u64,
-        requests: &[LimitRequest],
-        sync: &[u64],
-        synced: usize,
-    ) {
+    pub(super) fn touch(&self, now_ms: u64, requests: &[LimitRequest], synced: usize) {
         if synced == requests.len() {
-            let _ = self.table.decide(now_ms, requests, sync, Intent::Check);
+            let _ = self.table.decide(now_ms, requests, Intent::Check);
             return;
         }
-        let (synced, every): (Vec<LimitRequest>, Vec<u64>) = requests
+        let synced: Vec<LimitRequest> = requests
             .iter()
-            .zip(sync)
-            .filter(|&(r, &every)| every > 0 && syncable(r.algorithm))
-            .map(|(r, &every)| (r.clone(), every))
-            .unzip();
-        let _ = self.table.decide(now_ms, &synced, &every, Intent::Check);
+            .filter(|r| r.sync_ms() > 0)
+            .cloned()
+            .collect();
+        let _ = self.table.decide(now_ms, &synced, Intent::Check);
     }
 }

@@ -10,19 +10,18 @@ use tokio::time::Instant;
 
 use super::reach::Gate;
 use super::redis_side::RedisSide;
-use super::sync::{Intent, syncable};
+use super::sync::Intent;
 use super::sync_task::{self, SyncTask};
-use crate::limit::{Decision, LimitRequest, Outcomes};
+use crate::limit::{Decision, Kind, LimitRequest, Outcomes};
 use crate::store::StoreError;
 
-/// How many of `requests` are synced: a `sync` interval and an algorithm
-/// that can be synced.
-pub(super) fn count(requests: &[LimitRequest], sync: &[u64]) -> usize {
-    requests
-        .iter()
-        .zip(sync)
-        .filter(|&(r, &every)| every > 0 && syncable(r.algorithm))
-        .count()
+/// How many of `requests` are synced (in `sync` mode).
+pub(super) fn count(requests: &[LimitRequest]) -> usize {
+    requests.iter().filter(|r| is_synced(r)).count()
+}
+
+fn is_synced(r: &LimitRequest) -> bool {
+    matches!(r.mode.kind, Kind::Synced(_))
 }
 
 impl RedisSide {
@@ -38,27 +37,26 @@ impl RedisSide {
         &self,
         now_ms: u64,
         requests: &[LimitRequest],
-        sync: &[u64],
         synced: usize,
     ) -> Result<Decision, StoreError> {
         self.start_exchange();
         self.cold_start().await;
-        if let Err(why) = self.sync_usable(now_ms, requests, sync, synced).await {
+        if let Err(why) = self.sync_usable(now_ms, requests, synced).await {
             // Whatever the fallback admits is not in the counts this
             // gateway holds: they are read again before it decides in sync
             // mode again.
             self.synced.link.failed.store(true, Ordering::SeqCst);
-            self.synced.touch(now_ms, requests, sync, synced);
+            self.synced.touch(now_ms, requests, synced);
             return Err(StoreError::Unavailable(why.into()));
         }
         let start = std::time::Instant::now();
         let decided = if synced == requests.len() {
             self.synced
                 .table
-                .decide(now_ms, requests, sync, Intent::Consume)
+                .decide(now_ms, requests, Intent::Consume)
                 .ok_or_else(garbage)
         } else {
-            self.decide_mixed(now_ms, requests, sync).await
+            self.decide_mixed(now_ms, requests).await
         };
         self.metrics
             .sync_duration
@@ -79,7 +77,6 @@ impl RedisSide {
         &self,
         now_ms: u64,
         requests: &[LimitRequest],
-        sync: &[u64],
         synced: usize,
     ) -> Result<(), &'static str> {
         if !self.store.is_connected() {
@@ -90,7 +87,7 @@ impl RedisSide {
         }
         if self.synced.link.failed.load(Ordering::SeqCst) {
             // Queued, so the exchange reads these keys.
-            self.synced.touch(now_ms, requests, sync, synced);
+            self.synced.touch(now_ms, requests, synced);
             let deadline = Instant::now() + self.reach.wait;
             if !self.synced.link.refreshed(deadline).await {
                 return Err(
@@ -107,65 +104,54 @@ impl RedisSide {
     /// Some limits synced, some decided in Redis: the synced ones are
     /// checked first, in process; only when they admit do the others go to
     /// Redis, and only when Redis admits too are the synced ones consumed.
-    /// When the synced ones deny, Redis is asked at cost 0, which consumes
-    /// nothing, for the other limits' headers.
+    /// When the synced ones deny, the others are only read in Redis, for
+    /// their headers; when Redis denies, the synced ones are read again
+    /// without the request.
     async fn decide_mixed(
         &self,
         now_ms: u64,
         requests: &[LimitRequest],
-        sync: &[u64],
     ) -> Result<Decision, StoreError> {
-        let is_synced = |i: usize| sync[i] > 0 && syncable(requests[i].algorithm);
-        let (ours, theirs): (Vec<usize>, Vec<usize>) =
-            (0..requests.len()).partition(|&i| is_synced(i));
-        let pick = |idx: &[usize]| -> Vec<LimitRequest> {
-            idx.iter().map(|&i| requests[i].clone()).collect()
-        };
-        let (synced, every): (Vec<LimitRequest>, Vec<u64>) =
-            (pick(&ours), ours.iter().map(|&i| sync[i]).collect());
-        let checked = self
-            .synced
-            .table
-            .decide(now_ms, &synced, &every, Intent::Check)
+        let (synced, exact): (Vec<LimitRequest>, Vec<LimitRequest>) =
+            requests.iter().cloned().partition(is_synced);
+        let table = &self.synced.table;
+        let checked = table
+            .decide(now_ms, &synced, Intent::Check)
             .ok_or_else(garbage)?;
-        let mut exact = pick(&theirs);
-        if !checked.allowed {
-            for r in &mut exact {
-                r.cost = 0;
-            }
-        }
-        let asked = self.decide_in_redis(now_ms, &exact).await?;
+        let asked = if checked.allowed {
+            self.decide_in_redis(now_ms, &exact).await?
+        } else {
+            let read: Vec<LimitRequest> = exact.iter().map(LimitRequest::read_only).collect();
+            self.decide_in_redis(now_ms, &read).await?
+        };
         let allowed = checked.allowed && asked.allowed;
         let synced_outcomes = if allowed {
-            self.synced
-                .table
-                .decide(now_ms, &synced, &every, Intent::Consume)
+            table
+                .decide(now_ms, &synced, Intent::Consume)
                 .ok_or_else(garbage)?;
             checked.outcomes
         } else if checked.allowed {
-            // Redis denied: the synced limits without the request.
-            let standing: Vec<LimitRequest> = synced
-                .iter()
-                .map(|r| LimitRequest {
-                    cost: 0,
-                    ..r.clone()
-                })
-                .collect();
-            self.synced
-                .table
-                .decide(now_ms, &standing, &every, Intent::Check)
+            let standing: Vec<LimitRequest> = synced.iter().map(LimitRequest::read_only).collect();
+            table
+                .decide(now_ms, &standing, Intent::Check)
                 .ok_or_else(garbage)?
                 .outcomes
         } else {
             checked.outcomes
         };
-        let mut outcomes = Outcomes::with_capacity(requests.len());
-        let (mut a, mut b) = (synced_outcomes.into_iter(), asked.outcomes.into_iter());
-        for i in 0..requests.len() {
-            let next = if is_synced(i) { a.next() } else { b.next() };
-            outcomes
-                .push(next.ok_or_else(|| StoreError::Protocol("an outcome is missing".into()))?);
-        }
+        // Back to the requests' order.
+        let (mut ours, mut theirs) = (synced_outcomes.into_iter(), asked.outcomes.into_iter());
+        let outcomes = requests
+            .iter()
+            .map(|r| {
+                if is_synced(r) {
+                    ours.next()
+                } else {
+                    theirs.next()
+                }
+            })
+            .collect::<Option<Outcomes>>()
+            .ok_or_else(|| StoreError::Protocol("an outcome is missing".into()))?;
         Ok(Decision { allowed, outcomes })
     }
 

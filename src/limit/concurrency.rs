@@ -19,16 +19,26 @@ pub fn admits(held: u64, cap: u64) -> bool {
     held < cap
 }
 
-/// The outcome a slot decision shows: `free` slots left after it (a denied
-/// or released request's own slot not counted as taken). No reset and no
-/// Retry-After: nothing tells when a request in flight will end, so a
-/// denial names no time (`retry_after_ms: None`).
-pub fn outcome(admits: bool, free: u64) -> LimitOutcome {
+/// The outcome of a slot taken: `free` slots left after it (a released
+/// request's own slot not counted as taken). No reset: nothing tells when
+/// a request in flight will end.
+pub fn held(free: u64) -> LimitOutcome {
     LimitOutcome {
-        admits,
+        admits: true,
         remaining: free,
         reset_ms: 0,
-        retry_after_ms: admits.then_some(0),
+        retry_after_ms: Some(0),
+    }
+}
+
+/// The outcome of a full key: no slot free, and no Retry-After, since
+/// nothing tells when a request in flight will end.
+pub fn full() -> LimitOutcome {
+    LimitOutcome {
+        admits: false,
+        remaining: 0,
+        reset_ms: 0,
+        retry_after_ms: None,
     }
 }
 
@@ -40,8 +50,8 @@ mod tests {
     fn a_full_key_denies_and_names_no_time() {
         assert!(admits(2, 3));
         assert!(!admits(3, 3));
-        let o = outcome(false, 0);
+        let o = full();
         assert_eq!((o.admits, o.remaining, o.retry_after_ms), (false, 0, None));
-        assert_eq!(outcome(true, 2).retry_after_ms, Some(0));
+        assert_eq!(held(2).retry_after_ms, Some(0));
     }
 }

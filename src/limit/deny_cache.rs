@@ -162,6 +162,7 @@ mod tests {
             window_ms: 10_000,
             cost,
             algorithm: Algorithm::SlidingWindow,
+            mode: Default::default(),
         }]
     }
 

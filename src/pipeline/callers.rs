@@ -95,7 +95,7 @@ impl Gateway {
                 Some(v) => (&v.limits[..], &v.key_suffixes[..]),
                 None => (&r.route.limits[..], &r.key_suffixes[..]),
             };
-            let requests = limit_requests(&rt.config, r.route.cost, limits, suffixes, caller, None);
+            let requests = limit_requests(&rt.config, r, limits, suffixes, caller, None);
             for (l, request) in limits.iter().zip(requests) {
                 if limit.is_some_and(|n| n != &*l.name) {
                     continue;

@@ -7,8 +7,9 @@
 //! limits come from plans, the caller's plan picks the limits (a caller
 //! without one is refused with 401). The caller's overrides from the admin
 //! API ([`overrides`]) come next: a plan, other numbers, an exemption.
-//! The store keys of the caller's limits are built here and decided by
-//! [`concurrency::decide`] or [`shadow::decide`].
+//! The caller's limit requests are built here — each limit's store key and
+//! its mode: enforced or shadow, decided in the store, in `sync` mode or as
+//! a concurrency slot — and decided by [`stages::decide`].
 //!
 //! What the limits said ([`CheckedLimits`]) and the caller's kind go to
 //! the [`Exchange`], the record the rate-limit headers and the access log
@@ -29,14 +30,15 @@ use super::exempt;
 use super::gateway::{Gateway, Snapshot};
 use super::overrides::{self, Applied};
 use crate::config::{Config, Limit, PlansFrom};
-use crate::decision::concurrency;
+use crate::decision::record;
 use crate::decision::settle::{self, Reservations};
-use crate::decision::shadow;
 use crate::decision::slots::Slots;
+use crate::decision::stages;
+use crate::decision::sync::syncable;
 use crate::decision::{RouteDecision, Undecided};
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
-use crate::limit::LimitRequest;
+use crate::limit::{Effect, Enforcement, Kind, LimitRequest, Mode};
 use crate::metrics::RouteMetrics;
 use crate::metrics::delay::DelayMetrics;
 use crate::plans::PlanChoice;
@@ -56,7 +58,7 @@ pub struct Admission {
 
 /// Whom a decision is for.
 #[derive(Debug)]
-pub enum Mode<'a> {
+pub enum Purpose<'a> {
     /// A served request: it may wait for its `on_limit: delay` limits.
     Serve,
     /// A rehearsal ([`Gateway::decide_only`]): decided at its instant and
@@ -79,7 +81,7 @@ pub async fn decide<B>(
     route: &Arc<CompiledRoute>,
     req: &Request<B>,
     ex: &mut Exchange,
-    mut mode: Mode<'_>,
+    mut purpose: Purpose<'_>,
 ) -> Result<Admission, GatewayError> {
     if route.route.limits.is_empty() {
         return Ok(Admission::default());
@@ -94,7 +96,7 @@ pub async fn decide<B>(
     };
     let caller = identity::caller(idc, ex.peer.ip(), req.headers());
     ex.identified(&caller);
-    if let Mode::Rehearse(ids) = &mut mode {
+    if let Purpose::Rehearse(ids) = &mut purpose {
         ids.saw(&caller);
     }
     let exempt = route.route.exempt.as_deref();
@@ -124,19 +126,19 @@ pub async fn decide<B>(
         .any(|l| l.settle.is_some())
         .then(|| crate::guard::content_length(req.headers()))
         .flatten();
-    let requests = limit_requests(cfg, route.route.cost, limits, suffixes, &caller, length);
-    if let Mode::Rehearse(ids) = &mut mode {
+    let requests = limit_requests(cfg, route, limits, suffixes, &caller, length);
+    if let Purpose::Rehearse(ids) = &mut purpose {
         ids.counted_as(&requests);
     }
     let metrics = ex.metrics.as_deref();
     // Timed for the request's span only: an untraced request reads no clock.
     let timer = ex.span.is_some().then(std::time::Instant::now);
     let (decision, slots, now_ms) =
-        decide_limits(gw, route, limits, &requests, now_ms, &mode, metrics).await;
+        decide_limits(gw, route, limits, &requests, now_ms, &purpose, metrics).await;
     if let (Some(span), Some(t)) = (ex.span.as_mut(), timer) {
         span.store_time = Some(t.elapsed());
     }
-    shadow::record(
+    record::record(
         &decision,
         &route.route.name,
         limits,
@@ -148,8 +150,8 @@ pub async fn decide<B>(
         debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
         return Err(GatewayError::StoreUnavailable);
     }
-    let refused = refusal(route, limits, &decision);
-    let reservations = settle::pending(limits, &requests, &decision, route.route.shadow, now_ms);
+    let refused = refusal(route, limits, &requests, &decision);
+    let reservations = settle::pending(limits, &requests, &decision, now_ms);
     ex.checked = Some(CheckedLimits {
         route: route.clone(),
         view,
@@ -169,11 +171,12 @@ pub async fn decide<B>(
 fn refusal(
     route: &CompiledRoute,
     limits: &[Limit],
+    requests: &[LimitRequest],
     decision: &RouteDecision,
 ) -> Option<GatewayError> {
     (!decision.allowed()).then(|| {
         debug!(route = %route.route.name, "limited");
-        let in_flight = concurrency::refused_by_concurrency(decision, limits);
+        let in_flight = stages::refused_by_concurrency(decision, requests);
         GatewayError::Limited {
             policies: decision.violated(limits),
             retry_after: (!in_flight)
@@ -185,8 +188,8 @@ fn refusal(
 }
 
 /// Decides the request's limits — concurrency slots first, then the rate
-/// limits ([`concurrency::decide`]) — and, when `on_limit: delay` lets it
-/// and `mode` is [`Mode::Serve`], waits for them to admit it ([`wait`]). Returns the decision, the slots
+/// limits ([`stages::decide`]) — and, when `on_limit: delay` lets it
+/// and `purpose` is [`Purpose::Serve`], waits for them to admit it ([`wait`]). Returns the decision, the slots
 /// it holds and its instant.
 async fn decide_limits(
     gw: &Gateway,
@@ -194,12 +197,13 @@ async fn decide_limits(
     limits: &[Limit],
     requests: &[LimitRequest],
     now_ms: u64,
-    mode: &Mode<'_>,
+    purpose: &Purpose<'_>,
     route_metrics: Option<&RouteMetrics>,
 ) -> (RouteDecision, Option<Slots>, u64) {
-    let (decision, slots) = once(gw, route, limits, requests, now_ms).await;
+    let (decision, slots) =
+        stages::decide(&gw.limiter, now_ms, requests, route.route.on_error).await;
     match delay::budget(&decision, limits) {
-        Some(budget) if matches!(mode, Mode::Serve) => {
+        Some(budget) if matches!(purpose, Purpose::Serve) => {
             let metrics = route_metrics.map(|m| m.delay.clone());
             // Boxed, as the waits are rare: their timers and decisions
             // would otherwise sit in every request's future.
@@ -208,25 +212,6 @@ async fn decide_limits(
         }
         _ => (decision, slots, now_ms),
     }
-}
-
-/// One decision of the request's limits at `now_ms`. Concurrency limits'
-/// slot calls are boxed: most routes have none, and their futures would
-/// otherwise sit in every request's.
-async fn once(
-    gw: &Gateway,
-    route: &CompiledRoute,
-    limits: &[Limit],
-    requests: &[LimitRequest],
-    now_ms: u64,
-) -> (RouteDecision, Option<Slots>) {
-    let (shadow, on_error) = (route.route.shadow, route.route.on_error);
-    if limits.iter().any(|l| l.concurrency.is_some()) {
-        let decided = concurrency::decide(&gw.limiter, now_ms, limits, shadow, requests, on_error);
-        return Box::pin(decided).await;
-    }
-    let decided = shadow::decide(&gw.limiter, now_ms, limits, shadow, requests, on_error).await;
-    (decided, None)
 }
 
 /// `on_limit: delay`: waits in the request's line and decides it again
@@ -268,7 +253,8 @@ async fn wait(
     while ready <= arrived + max {
         tokio::time::sleep_until(ready).await;
         let now_ms = gw.clock.now_ms();
-        let (decision, slots) = once(gw, route, limits, requests, now_ms).await;
+        let (decision, slots) =
+            stages::decide(&gw.limiter, now_ms, requests, route.route.on_error).await;
         if decision.allowed() {
             place.admitted();
             return (decision, slots, now_ms);
@@ -320,11 +306,11 @@ pub(super) async fn plan(
     Ok(view)
 }
 
-/// One store request per limit: its counter key ([`keys::counter_key`])
-/// and its numbers.
+/// One store request per limit: its counter key ([`keys::counter_key`]),
+/// its numbers and its mode.
 pub(super) fn limit_requests(
     cfg: &Config,
-    route_cost: u64,
+    route: &CompiledRoute,
     limits: &[Limit],
     suffixes: &[String],
     caller: &Caller<'_>,
@@ -341,8 +327,31 @@ pub(super) fn limit_requests(
             }),
             limit: l.limit.get(),
             window_ms: l.window_ms.get(),
-            cost: settle::reserve(l, route_cost, content_length),
+            cost: settle::reserve(l, route.route.cost, content_length),
             algorithm: l.algorithm,
+            mode: mode(l, route),
         })
         .collect()
+}
+
+/// How limit `l` of `route` is asked: shadow when either says so; a
+/// concurrency slot, in `sync` mode (when its algorithm can be synced), or
+/// in the store.
+fn mode(l: &Limit, route: &CompiledRoute) -> Mode {
+    let kind = match (l.concurrency, l.sync) {
+        (Some(cap), _) => Kind::Concurrency(cap.get()),
+        (None, Some(every)) if syncable(l.algorithm) => {
+            Kind::Synced(u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1))
+        }
+        (None, _) => Kind::Exact,
+    };
+    Mode {
+        effect: Effect::Count,
+        enforcement: if route.route.shadow || l.shadow {
+            Enforcement::Shadow
+        } else {
+            Enforcement::Enforced
+        },
+        kind,
+    }
 }

@@ -296,6 +296,7 @@ mod tests {
             window_ms: l.window_ms.get(),
             cost,
             algorithm: l.algorithm,
+            mode: Default::default(),
         }
     }
 

@@ -352,7 +352,7 @@ impl MemoryStore {
                     ..
                 }) = g.get_mut(h, &r.key)
                 {
-                    sliding_log::add(log, now_ms, r.cost);
+                    sliding_log::add(log, now_ms, r.units());
                     *window_ms = r.window_ms;
                 }
                 continue;
@@ -392,14 +392,14 @@ fn check_each(
             }) = g.get_mut(h, &r.key)
             {
                 sliding_log::prune(log, now_ms, r.window_ms);
-                let o = sliding_log::check(log, now_ms, r.limit, r.window_ms, r.cost);
+                let o = sliding_log::check(log, now_ms, r.limit, r.window_ms, r.units());
                 outcomes.push(o);
                 states.push(None);
                 continue;
             }
         }
         let st = State::for_request(g.get(h, &r.key).map(|e| &e.state), r, now_ms);
-        let (outcome, after) = st.check(r, now_ms, r.cost);
+        let (outcome, after) = st.check(r, now_ms, r.units());
         outcomes.push(outcome);
         states.push(Some(after));
     }
@@ -448,7 +448,7 @@ impl MemoryStore {
                     // matching a second state.
                     let (window, elapsed) = window_of(s.window, now_ms, r.window_ms);
                     let rolled = s.at(window);
-                    let (l, w, c) = (r.limit, r.window_ms, r.cost);
+                    let (l, w, c) = (r.limit, r.window_ms, r.units());
                     let admits = sliding_window::admits(rolled, elapsed, l, w, c);
                     if admits {
                         if rolled.prev == 0 && rolled.cur + c == 0 {
@@ -475,7 +475,7 @@ impl MemoryStore {
                     };
                 }
                 let (o, after) =
-                    State::for_request(Some(&e.state), r, now_ms).check(r, now_ms, r.cost);
+                    State::for_request(Some(&e.state), r, now_ms).check(r, now_ms, r.units());
                 if o.admits {
                     // Nothing counting any more is the same as no state
                     // (see the general path).
@@ -489,7 +489,7 @@ impl MemoryStore {
                 o
             }
             Err(_) => {
-                let (o, after) = State::for_request(None, r, now_ms).check(r, now_ms, r.cost);
+                let (o, after) = State::for_request(None, r, now_ms).check(r, now_ms, r.units());
                 if o.admits && o.reset_ms != 0 {
                     shard.insert(&self.hasher, hash, r, after, now_ms);
                 }

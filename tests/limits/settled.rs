@@ -296,6 +296,7 @@ proptest! {
             window_ms: 3_600_000,
             cost,
             algorithm: alg,
+            mode: Default::default(),
         };
         let mut sum = 0u64;
         let mut open: Vec<(u64, u64)> = Vec::new();

@@ -10,7 +10,7 @@ use crate::limit::{Decision, LimitRequest};
 use crate::store::{Store, StoreError};
 
 impl Limiter {
-    /// Reads `requests` (each at cost 0, so nothing is consumed) at
+    /// Reads `requests` (each only read, so nothing is consumed) at
     /// `now_ms` from the store that decides them: Redis when configured,
     /// else the in-process store.
     ///
@@ -21,16 +21,10 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
     ) -> Result<Decision, StoreError> {
-        let zero: Vec<LimitRequest> = requests
-            .iter()
-            .map(|r| LimitRequest {
-                cost: 0,
-                ..r.clone()
-            })
-            .collect();
+        let read: Vec<LimitRequest> = requests.iter().map(LimitRequest::read_only).collect();
         match &self.redis {
-            Some(side) => side.store.decide(now_ms, &zero).await,
-            None => Ok(self.memory.decide_now(now_ms, &zero)),
+            Some(side) => side.store.decide(now_ms, &read).await,
+            None => Ok(self.memory.decide_now(now_ms, &read)),
         }
     }
 

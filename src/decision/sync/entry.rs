@@ -262,10 +262,10 @@ pub(super) fn account(
     if allowed {
         if intent == Intent::Consume {
             let mut u = e.kind.roll(e.unsent, i);
-            u.cur = u.cur.saturating_add(r.cost);
+            u.cur = u.cur.saturating_add(r.units());
             e.unsent = u;
         }
-    } else if o.admits && r.cost > 0 {
+    } else if o.admits && r.units() > 0 {
         // Shown without the refused request.
         *o = e.kind.check(view, now, r, 0);
     }

@@ -19,12 +19,24 @@ fn req(key: &str, limit: u64, window_ms: u64) -> LimitRequest {
         window_ms,
         cost: 1,
         algorithm: Algorithm::SlidingWindow,
+        mode: synced_every(100),
+    }
+}
+
+fn synced_every(every: u64) -> crate::limit::Mode {
+    crate::limit::Mode {
+        kind: crate::limit::Kind::Synced(every),
+        ..crate::limit::Mode::default()
     }
 }
 
 /// One limit decided at `now`, synced every `every` ms.
 fn one(table: &SyncTable, now: u64, r: &LimitRequest, every: u64) -> Option<Decision> {
-    table.decide(now, std::slice::from_ref(r), &[every], Intent::Consume)
+    let r = LimitRequest {
+        mode: synced_every(every),
+        ..r.clone()
+    };
+    table.decide(now, std::slice::from_ref(&r), Intent::Consume)
 }
 
 fn allowed(table: &SyncTable, now: u64, r: &LimitRequest) -> bool {
@@ -192,15 +204,8 @@ fn a_key_far_from_its_limit_waits_and_one_near_it_does_not() {
 fn a_denied_request_consumes_nothing_and_shows_every_limit_without_it() {
     let table = SyncTable::new();
     let both = [req("a", 10, 60_000), req("b", 1, 60_000)];
-    assert!(
-        table
-            .decide(T0, &both, &[100, 100], Intent::Consume)
-            .unwrap()
-            .allowed
-    );
-    let d = table
-        .decide(T0, &both, &[100, 100], Intent::Consume)
-        .unwrap();
+    assert!(table.decide(T0, &both, Intent::Consume).unwrap().allowed);
+    let d = table.decide(T0, &both, Intent::Consume).unwrap();
     assert!(!d.allowed);
     assert_eq!(d.outcomes[0].remaining, 9, "a without the refused request");
     assert!(!d.outcomes[1].admits);

@@ -384,10 +384,10 @@ impl Backlog {
         }
     }
 
-    /// Records that `r` (its full limit) admitted `r.cost` units at `now`
-    /// in process. Nothing for a cost of 0.
+    /// Records that `r` (its full limit) admitted `r.units()` at `now`
+    /// in process. Nothing for a read or a cost of 0.
     pub fn record(&self, now: u64, r: &LimitRequest) {
-        if r.cost == 0 {
+        if r.units() == 0 {
             return;
         }
         if self.record_in(&mut self.shard(&r.key), now, r) {
@@ -447,10 +447,10 @@ impl Backlog {
                     if !self.reserve(1) {
                         return false;
                     }
-                    e.add(now, r.cost);
+                    e.add(now, r.units());
                     self.release(before + 1 - e.items());
                 } else {
-                    e.add(now, r.cost);
+                    e.add(now, r.units());
                 }
                 true
             }
@@ -458,7 +458,7 @@ impl Backlog {
                 // The limit changed (a reload): what it counted before is
                 // not this limit's any more.
                 let mut fresh = Entry::new(r);
-                fresh.add(now, r.cost);
+                fresh.add(now, r.units());
                 let (before, after) = (e.items(), fresh.items());
                 if after > before && !self.reserve(after - before) {
                     return false;
@@ -469,7 +469,7 @@ impl Backlog {
             }
             None => {
                 let mut fresh = Entry::new(r);
-                fresh.add(now, r.cost);
+                fresh.add(now, r.units());
                 if !self.reserve(fresh.items()) {
                     return false;
                 }

@@ -216,7 +216,7 @@ async fn refund(
             i64::try_from(requests[i].window_ms).unwrap_or(i64::MAX),
         ));
         args.push(Value::Integer(
-            i64::try_from(requests[i].cost).unwrap_or(i64::MAX),
+            i64::try_from(requests[i].units()).unwrap_or(i64::MAX),
         ));
     }
     let reply = clients.eval_by(deadline, REFUND, &keys, args).await?;
@@ -261,6 +261,7 @@ mod tests {
             window_ms: 1_000,
             cost: 1,
             algorithm: Algorithm::SlidingWindow,
+            mode: Default::default(),
         }
     }
 

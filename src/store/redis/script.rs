@@ -93,7 +93,7 @@ fn shape(now_ms: u64, requests: &[LimitRequest]) -> Result<SmallVec<[i64; 11]>, 
         argv.push(number(r.algorithm.code(), "algorithm")?);
         argv.push(number(r.limit, "limit")?);
         argv.push(number(window, "window")?);
-        argv.push(number(r.cost, "cost")?);
+        argv.push(number(r.units(), "cost")?);
         argv.push(number(burst, "burst")?);
     }
     Ok(argv)

@@ -7,6 +7,7 @@ fn req(key: &str, algorithm: Algorithm, cost: u64) -> LimitRequest {
         window_ms: 1_000,
         cost,
         algorithm,
+        mode: Default::default(),
     }
 }
 

@@ -66,6 +66,7 @@ fn a_batch_sends_each_shape_once_and_its_requests_as_runs() {
         window_ms: 1_000,
         cost,
         algorithm: Algorithm::SlidingWindow,
+        mode: Default::default(),
     };
     let encode = |key: &str, now, cost| Encoded::new(now, &[req(key, cost)], false).unwrap();
     let batch = [
@@ -99,6 +100,7 @@ fn refuses_arguments_beyond_exact_doubles() {
         window_ms: 1_000,
         cost: 1,
         algorithm: Algorithm::SlidingWindow,
+        mode: Default::default(),
     };
     assert!(Encoded::new(1 << 53, &[], false).is_err());
     assert!(Encoded::new((1 << 53) - 1, &[], false).is_ok());
