@@ -19,7 +19,7 @@ use governor::{Quota, RateLimiter};
 use http::{HeaderMap, HeaderValue, Method};
 use tollgate::config::{HeaderMode, KeySource, KeySpec, Limit};
 use tollgate::identity::{self, Caller, IdentityConfig};
-use tollgate::limit::{Kind, LimitRequest, Mode};
+use tollgate::limit::{LimitKind, LimitRequest, Mode};
 use tollgate::routing::Router;
 use tollgate::store::MemoryStore;
 
@@ -72,7 +72,7 @@ fn decisions(c: &mut Criterion) {
     let table = tollgate::decision::sync::SyncTable::new();
     let synced = [LimitRequest {
         mode: Mode {
-            kind: Kind::Synced(100),
+            kind: LimitKind::Synced(100),
             ..Mode::default()
         },
         ..request(ip_key(1))

@@ -117,8 +117,8 @@ impl LimitRequest {
     /// `sync` mode, else 0.
     pub fn sync_ms(&self) -> u64 {
         match self.mode.kind {
-            Kind::Synced(every) => every,
-            Kind::Exact | Kind::Concurrency(_) => 0,
+            LimitKind::Synced(every) => every,
+            LimitKind::Exact | LimitKind::Concurrency(_) => 0,
         }
     }
 }
@@ -135,7 +135,7 @@ pub struct Mode {
     pub enforcement: Enforcement,
     /// A rate limit decided in the store, one in `sync` mode, or a
     /// concurrency limit.
-    pub kind: Kind,
+    pub kind: LimitKind,
 }
 
 /// Whether an admitted request is counted by a limit.
@@ -162,7 +162,7 @@ pub enum Enforcement {
 
 /// Where a limit is decided.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Kind {
+pub enum LimitKind {
     /// A rate limit decided in the store.
     #[default]
     Exact,

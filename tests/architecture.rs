@@ -321,6 +321,58 @@ fn the_limiter_holds_few_fields() {
     );
 }
 
+/// The `pub` types (`struct`, `enum`, `type`, `trait`) each file of
+/// `src/` declares outside its unit tests, with where.
+fn public_types() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (module, path) in files() {
+        for line in code(&path).lines() {
+            let line = line.trim_start();
+            let Some(rest) = line.strip_prefix("pub ") else {
+                continue;
+            };
+            let Some(rest) = ["struct ", "enum ", "type ", "trait "]
+                .iter()
+                .find_map(|k| rest.strip_prefix(k))
+            else {
+                continue;
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            out.push((name, module.clone()));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_two_public_types_share_a_name() {
+    // The YAML mirror (`config/file/`) spells the file's shapes and may
+    // share a name with the model it is loaded into.
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, module) in public_types() {
+        if !module.starts_with("config/file") {
+            seen.entry(name).or_default().push(module);
+        }
+    }
+    assert!(
+        seen.contains_key("Limiter"),
+        "no types found: the checker is blind"
+    );
+    let twice: Vec<String> = seen
+        .iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(name, at)| format!("{name}: {}", at.join(", ")))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "public types sharing a name (a reader cannot tell them apart):\n{}",
+        twice.join("\n")
+    );
+}
+
 /// Each function of `text` with its first line (1-based) and the lines it
 /// spans. A function ends at the first `}` at the indentation of its `fn`
 /// line (rustfmt's layout); one written on one line spans one.

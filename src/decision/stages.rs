@@ -47,7 +47,7 @@ use super::slots::{Slots, Take};
 use super::{Decided, RouteDecision, Undecided};
 use crate::config::OnError;
 use crate::limit::{
-    Effect, Enforcement, Kind, LimitOutcome, LimitRequest, Outcomes, Verdict, concurrency,
+    Effect, Enforcement, LimitKind, LimitOutcome, LimitRequest, Outcomes, Verdict, concurrency,
 };
 
 /// The stage a limit is asked in.
@@ -61,7 +61,7 @@ enum Stage {
 impl Stage {
     fn of(r: &LimitRequest) -> Self {
         match (r.mode.kind, r.mode.enforcement) {
-            (Kind::Concurrency(_), _) => Self::Slots,
+            (LimitKind::Concurrency(_), _) => Self::Slots,
             (_, Enforcement::Enforced) => Self::Enforced,
             (_, Enforcement::Shadow) => Self::Shadow,
         }
@@ -189,7 +189,7 @@ async fn staged(
     if answers.refused {
         // The slots go back with the refusal: each shows itself free again.
         for (r, o) in requests.iter().zip(&mut answers.outcomes) {
-            if let (Kind::Concurrency(_), Some(o)) = (r.mode.kind, o)
+            if let (LimitKind::Concurrency(_), Some(o)) = (r.mode.kind, o)
                 && o.admits
             {
                 o.remaining += 1;
@@ -216,7 +216,7 @@ async fn take_slots(
 ) -> Option<Slots> {
     let mut slots = Slots::default();
     for (i, r) in requests.iter().enumerate() {
-        let Kind::Concurrency(cap) = r.mode.kind else {
+        let LimitKind::Concurrency(cap) = r.mode.kind else {
             continue;
         };
         let take = limiter
@@ -250,6 +250,6 @@ pub fn refused_by_concurrency(decision: &RouteDecision, requests: &[LimitRequest
         !shadow
             && requests
                 .get(i)
-                .is_some_and(|r| matches!(r.mode.kind, Kind::Concurrency(_)))
+                .is_some_and(|r| matches!(r.mode.kind, LimitKind::Concurrency(_)))
     })
 }

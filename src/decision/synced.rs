@@ -12,7 +12,7 @@ use super::reach::Gate;
 use super::redis_side::RedisSide;
 use super::sync::Intent;
 use super::sync_task::{self, SyncTask};
-use crate::limit::{Decision, Kind, LimitRequest, Outcomes};
+use crate::limit::{Decision, LimitKind, LimitRequest, Outcomes};
 use crate::store::StoreError;
 
 /// How many of `requests` are synced (in `sync` mode).
@@ -21,7 +21,7 @@ pub(super) fn count(requests: &[LimitRequest]) -> usize {
 }
 
 fn is_synced(r: &LimitRequest) -> bool {
-    matches!(r.mode.kind, Kind::Synced(_))
+    matches!(r.mode.kind, LimitKind::Synced(_))
 }
 
 impl RedisSide {

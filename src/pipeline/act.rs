@@ -10,7 +10,7 @@ use http_body_util::{Either, Full};
 
 use super::gateway::{Gateway, Snapshot};
 use super::held;
-use super::observe::{self, Tried};
+use super::observe::{self, PoolAnswer};
 use crate::config::{Action, PlansFrom, Respond, Upstream};
 use crate::decision::slots::Slots;
 use crate::identity;
@@ -158,7 +158,7 @@ async fn forward(
     // log (when written) names it.
     let in_flight = answered.map(|a| {
         if observe::logging(gw.access_log.as_ref()) {
-            res.extensions_mut().insert(Tried {
+            res.extensions_mut().insert(PoolAnswer {
                 tries: a.tries,
                 target: a.target.clone(),
                 addr: a.addr,

@@ -38,7 +38,7 @@ use crate::decision::sync::syncable;
 use crate::decision::{RouteDecision, Undecided};
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
-use crate::limit::{Effect, Enforcement, Kind, LimitRequest, Mode};
+use crate::limit::{Effect, Enforcement, LimitKind, LimitRequest, Mode};
 use crate::metrics::RouteMetrics;
 use crate::metrics::delay::DelayMetrics;
 use crate::plans::PlanChoice;
@@ -339,11 +339,11 @@ pub(super) fn limit_requests(
 /// in the store.
 fn mode(l: &Limit, route: &CompiledRoute) -> Mode {
     let kind = match (l.concurrency, l.sync) {
-        (Some(cap), _) => Kind::Concurrency(cap.get()),
+        (Some(cap), _) => LimitKind::Concurrency(cap.get()),
         (None, Some(every)) if syncable(l.algorithm) => {
-            Kind::Synced(u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1))
+            LimitKind::Synced(u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1))
         }
-        (None, _) => Kind::Exact,
+        (None, _) => LimitKind::Exact,
     };
     Mode {
         effect: Effect::Count,

@@ -150,7 +150,7 @@ pub fn started(access_log: Option<&AccessWriter>) -> Option<Instant> {
 /// Which target of a pool answered, and after how many tries: a response
 /// extension the access log reads.
 #[derive(Debug, Clone)]
-pub struct Tried {
+pub struct PoolAnswer {
     /// Tries made, the answering one included.
     pub tries: u32,
     /// The answering target, as written.
@@ -227,7 +227,7 @@ pub fn record(
         if let Some(tried) = answer
             .as_ref()
             .ok()
-            .and_then(|r| r.extensions().get::<Tried>())
+            .and_then(|r| r.extensions().get::<PoolAnswer>())
         {
             line = line
                 .str("upstream", &tried.target)

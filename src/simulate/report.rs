@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::replay::{BadLine, InputStats, Replayed};
-use super::tally::{Counts, IdentityTally, LimitTally, Quota, RouteTally, Timeline};
+use super::tally::{IdentityTally, LimitTally, Quota, RequestCounts, RouteTally, Timeline};
 use super::time::minute_label;
 use crate::pipeline::exchange::Strongest;
 use crate::top::hash_identity;
@@ -215,7 +215,7 @@ pub fn kind(id: &str) -> String {
         .join("+")
 }
 
-fn share(c: Counts) -> f64 {
+fn share(c: RequestCounts) -> f64 {
     if c.requests == 0 {
         0.0
     } else {
@@ -223,7 +223,7 @@ fn share(c: Counts) -> f64 {
     }
 }
 
-fn offender(id: &str, c: Counts) -> Offender {
+fn offender(id: &str, c: RequestCounts) -> Offender {
     Offender {
         identity: hash_identity(id),
         kind: kind(id),
@@ -234,7 +234,7 @@ fn offender(id: &str, c: Counts) -> Offender {
 
 /// The `n` identities with the most denials (then requests, then text).
 fn top<K>(ids: &IdentityTally<K>, n: usize, text: impl Fn(&K) -> String) -> Vec<Offender> {
-    let mut limited: Vec<(&K, Counts)> = ids
+    let mut limited: Vec<(&K, RequestCounts)> = ids
         .0
         .iter()
         .filter(|(_, c)| c.limited > 0)
@@ -246,7 +246,7 @@ fn top<K>(ids: &IdentityTally<K>, n: usize, text: impl Fn(&K) -> String) -> Vec<
     let cut = limited
         .get(n.saturating_sub(1))
         .map(|(_, c)| (c.limited, c.requests));
-    let mut shown: Vec<(String, Counts)> = limited
+    let mut shown: Vec<(String, RequestCounts)> = limited
         .into_iter()
         .take_while(|(_, c)| cut.is_none_or(|cut| (c.limited, c.requests) >= cut))
         .map(|(k, c)| (text(k), c))
@@ -362,7 +362,7 @@ type Ids = IdentityTally<Box<str>>;
 
 /// Identities limited in `a` and never in `b`.
 fn changed(a: &Ids, b: Option<&Ids>, n: usize) -> Changed {
-    let mut ids: Vec<(&str, Counts)> =
+    let mut ids: Vec<(&str, RequestCounts)> =
         a.0.iter()
             .filter(|(id, c)| {
                 c.limited > 0

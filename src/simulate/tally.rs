@@ -21,14 +21,14 @@ use crate::problem::GatewayError;
 
 /// Requests and the share of them denied.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Counts {
+pub struct RequestCounts {
     /// Requests counted.
     pub requests: u64,
     /// Of them, denied (would be, for a shadow limit).
     pub limited: u64,
 }
 
-impl Counts {
+impl RequestCounts {
     fn add(&mut self, limited: bool) {
         self.requests += 1;
         self.limited += u64::from(limited);
@@ -41,7 +41,7 @@ pub struct Minute {
     /// Minutes since the epoch.
     pub minute: u64,
     /// Requests and denials in it.
-    pub counts: Counts,
+    pub counts: RequestCounts,
     /// Of the requests, those only a shadow limit would have denied.
     pub shadow_limited: u64,
 }
@@ -111,7 +111,7 @@ impl Hasher for Fx {
 
 /// Counts per identity.
 #[derive(Debug, Clone)]
-pub struct IdentityTally<K>(pub HashMap<K, Counts, BuildHasherDefault<Fx>>);
+pub struct IdentityTally<K>(pub HashMap<K, RequestCounts, BuildHasherDefault<Fx>>);
 
 impl<K> Default for IdentityTally<K> {
     fn default() -> Self {
@@ -129,7 +129,7 @@ impl<K: Hash + Eq> IdentityTally<K> {
         match self.0.get_mut(id) {
             Some(c) => c.add(limited),
             None => {
-                let mut c = Counts::default();
+                let mut c = RequestCounts::default();
                 c.add(limited);
                 self.0.insert(id.to_owned().into(), c);
             }
@@ -179,7 +179,7 @@ pub struct LimitTally {
     /// Its numbers.
     pub quota: Quota,
     /// Requests it decided and denied.
-    pub counts: Counts,
+    pub counts: RequestCounts,
     /// By the identity it counts (its text in the store key).
     pub identities: IdentityTally<Box<str>>,
     /// By minute.
@@ -192,7 +192,7 @@ pub struct RouteTally {
     /// The route's name.
     pub name: Arc<str>,
     /// Requests the route took, and those answered 429.
-    pub counts: Counts,
+    pub counts: RequestCounts,
     /// Forwarded, but a shadow limit would have denied them.
     pub shadow_limited: u64,
     /// Refused for want of a plan (401).
@@ -233,7 +233,7 @@ impl Tally {
                 .iter()
                 .map(|r| RouteTally {
                     name: r.name.clone(),
-                    counts: Counts::default(),
+                    counts: RequestCounts::default(),
                     shadow_limited: 0,
                     rejected: 0,
                     exempt: 0,
@@ -322,7 +322,7 @@ fn limit_tally<'a>(
                 name: limit.name.clone(),
                 shadow: route_shadow || limit.shadow,
                 quota: Quota::of(limit),
-                counts: Counts::default(),
+                counts: RequestCounts::default(),
                 identities: IdentityTally::default(),
                 timeline: Timeline::default(),
             });

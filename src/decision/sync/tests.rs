@@ -25,7 +25,7 @@ fn req(key: &str, limit: u64, window_ms: u64) -> LimitRequest {
 
 fn synced_every(every: u64) -> crate::limit::Mode {
     crate::limit::Mode {
-        kind: crate::limit::Kind::Synced(every),
+        kind: crate::limit::LimitKind::Synced(every),
         ..crate::limit::Mode::default()
     }
 }
