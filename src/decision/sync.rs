@@ -130,6 +130,16 @@ fn guard<'g, 'a>(guards: &'g mut Guards<'a>, shard: usize) -> &'g mut Shard {
     &mut guards[at].1
 }
 
+/// Which queued keys an exchange takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// The urgent keys whose interval has passed, and those that waited
+    /// their longest.
+    Ready,
+    /// Every queued key: the counts held are stale.
+    All,
+}
+
 /// Whether `algorithm` can be decided in sync mode.
 pub fn syncable(algorithm: Algorithm) -> bool {
     Kind::of(algorithm).is_some()
@@ -286,9 +296,10 @@ impl SyncTable {
     /// Takes the keys due for an exchange at `now` — the urgent ones whose
     /// interval has passed since their last exchange (less half a tick, so
     /// a key is not left a whole tick late), and those that waited their
-    /// longest; every queued key when `all` — with what each owes Redis.
+    /// longest; every queued key for [`Due::All`] — with what each owes Redis.
     /// Their admissions move from `unsent` to `sent` until [`Self::apply`].
-    pub fn take(&self, now: u64, all: bool) -> Vec<Delta> {
+    pub fn take(&self, now: u64, due: Due) -> Vec<Delta> {
+        let all = due == Due::All;
         let half_tick = self.tick_ms.load(Ordering::Relaxed).min(u64::MAX / 2) / 2;
         let mut out = Vec::new();
         let mut waited = 0;
@@ -376,11 +387,13 @@ impl SyncTable {
                     // Not added: decisions on the key fail until it is
                     // read again, each interval.
                     e.garbage = true;
-                    queue.touch(e, now, true);
+                    queue.touch(e, now);
+                    queue.urge(e);
                 }
                 Err(_) => {
                     e.unsent = e.kind.merge(sent, e.unsent);
-                    queue.touch(e, now, true);
+                    queue.touch(e, now);
+                    queue.urge(e);
                 }
             }
         }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::reach::{Reachability, begin_push};
-use super::sync::{Intent, SyncTable};
+use super::sync::{Due, Intent, SyncTable};
 use crate::clock::{Clock, SystemClock};
 use crate::limit::LimitRequest;
 use crate::metrics::StoreMetrics;
@@ -103,7 +103,8 @@ impl SyncTask {
         }
         let pushed = self.reach.ahead();
         self.table.set_instances(self.instances.get());
-        let deltas = self.table.take(now_ms, stale);
+        let due = if stale { Due::All } else { Due::Ready };
+        let deltas = self.table.take(now_ms, due);
         if deltas.is_empty() {
             return;
         }

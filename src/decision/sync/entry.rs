@@ -224,15 +224,18 @@ pub(super) struct Queue {
 }
 
 impl Queue {
-    /// Queues `e` (once) as touched at `now`; `urgent` also puts it in the
-    /// list for the next tick.
-    pub(super) fn touch(&mut self, e: &mut Entry, now: u64, urgent: bool) {
+    /// Queues `e` (once) as touched at `now`.
+    pub(super) fn touch(&mut self, e: &mut Entry, now: u64) {
         if !e.queued {
             e.queued = true;
             e.queued_at = now;
             self.waiting.push_back((now, e.key.clone()));
         }
-        if urgent && !e.urgent {
+    }
+
+    /// Puts `e` (once) in the list for the next tick.
+    pub(super) fn urge(&mut self, e: &mut Entry) {
+        if !e.urgent {
             e.urgent = true;
             self.urgent.push(e.key.clone());
         }
@@ -274,7 +277,10 @@ pub(super) fn account(
     let urgent = !e.read
         || denies
         || owed.saturating_mul(ROOM_SHARE).saturating_mul(instances) > o.remaining;
-    queue.touch(e, now, urgent);
+    queue.touch(e, now);
+    if urgent {
+        queue.urge(e);
+    }
 }
 
 /// Takes `e` for an exchange at `now`: what it owes moves to `sent`.

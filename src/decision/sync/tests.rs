@@ -82,7 +82,7 @@ fn an_exchange_moves_counts_from_unsent_to_the_fleet() {
     for _ in 0..3 {
         assert!(allowed(&table, T0, &r));
     }
-    let deltas = table.take(T0 + 100, false);
+    let deltas = table.take(T0 + 100, Due::Ready);
     assert_eq!(deltas.len(), 1);
     assert_eq!((deltas[0].prev, deltas[0].cur), (0, 3));
     // Meanwhile one more here; the fleet (other gateways) added 5.
@@ -102,12 +102,12 @@ fn an_exchange_moves_counts_from_unsent_to_the_fleet() {
     assert_eq!(d.outcomes[0].remaining, 0);
     assert!(!allowed(&table, T0 + 103, &r));
     // The two admitted since the exchange are owed.
-    let deltas = table.take(T0 + 200, false);
+    let deltas = table.take(T0 + 200, Due::Ready);
     assert_eq!((deltas[0].prev, deltas[0].cur), (0, 2));
     table.apply(deltas, totals(10));
     // A key only denied is queued too, to read the fleet's totals.
     assert!(!allowed(&table, T0 + 201, &r));
-    let deltas = table.take(T0 + 300, false);
+    let deltas = table.take(T0 + 300, Due::Ready);
     assert_eq!((deltas.len(), deltas[0].cur), (1, 0));
 }
 
@@ -116,15 +116,15 @@ fn a_failed_exchange_keeps_what_it_owed() {
     let table = SyncTable::new();
     let r = req("k", 10, 60_000);
     assert!(allowed(&table, T0, &r));
-    let deltas = table.take(T0 + 100, false);
+    let deltas = table.take(T0 + 100, Due::Ready);
     assert!(allowed(&table, T0 + 150, &r));
     table.apply(deltas, vec![Err(crate::store::StoreError::Timeout)]);
-    let deltas = table.take(T0 + 200, false);
+    let deltas = table.take(T0 + 200, Due::Ready);
     assert_eq!(deltas[0].cur, 2, "both admissions owed");
     table.apply(deltas, vec![Ok(None)]);
     assert!(one(&table, T0 + 300, &r, 100).is_none(), "garbage fails");
     // Read again at the next exchange, and counted again.
-    let deltas = table.take(T0 + 400, false);
+    let deltas = table.take(T0 + 400, Due::Ready);
     assert_eq!(deltas[0].cur, 0, "nothing was added to garbage");
     table.apply(deltas, vec![Ok(Some(Totals::default()))]);
     assert!(allowed(&table, T0 + 500, &r));
@@ -141,7 +141,7 @@ fn a_key_is_not_exchanged_before_its_interval() {
     };
     decide(T0);
     assert_eq!(table.tick(), Some(Duration::from_millis(100)));
-    let first = table.take(T0 + 1_000, false);
+    let first = table.take(T0 + 1_000, Due::Ready);
     assert_eq!(first.len(), 2);
     let none = Totals::default();
     table.apply(first, vec![Ok(Some(none)), Ok(Some(none))]);
@@ -153,9 +153,9 @@ fn a_key_is_not_exchanged_before_its_interval() {
             .map(|d| d.key)
             .collect()
     };
-    assert_eq!(keys(false), ["fast"]);
+    assert_eq!(keys(Due::Ready), ["fast"]);
     // While the counts are stale every touched key goes.
-    assert_eq!(keys(true), ["slow"]);
+    assert_eq!(keys(Due::All), ["slow"]);
 }
 
 #[test]
@@ -175,7 +175,7 @@ fn a_key_far_from_its_limit_waits_and_one_near_it_does_not() {
     // Never read: both go at the next tick.
     one(&table, T0, &far, 100).unwrap();
     one(&table, T0, &near, 100).unwrap();
-    let deltas = table.take(T0 + 100, false);
+    let deltas = table.take(T0 + 100, Due::Ready);
     assert_eq!(deltas.len(), 2);
     table.apply(deltas, vec![read(1), read(1)]);
     // 3 of 1,000 owed here: far below a tenth of the room left
@@ -191,13 +191,13 @@ fn a_key_far_from_its_limit_waits_and_one_near_it_does_not() {
         table.apply(deltas, answers);
         keys
     };
-    assert_eq!(keys(T0 + 200, false), ["near"]);
+    assert_eq!(keys(T0 + 200, Due::Ready), ["near"]);
     // The far one waits its longest: a hundred intervals.
-    assert!(keys(T0 + 150 + 9_999, false).is_empty());
-    assert_eq!(keys(T0 + 150 + 10_000, false), ["far"]);
+    assert!(keys(T0 + 150 + 9_999, Due::Ready).is_empty());
+    assert_eq!(keys(T0 + 150 + 10_000, Due::Ready), ["far"]);
     // While the counts are stale, everything queued goes at once.
     one(&table, T0 + 16_000, &far, 100).unwrap();
-    assert_eq!(keys(T0 + 16_001, true), ["far"]);
+    assert_eq!(keys(T0 + 16_001, Due::All), ["far"]);
 }
 
 #[test]
@@ -260,7 +260,7 @@ proptest! {
                     prop_assert_eq!(ours, memory.decide_now(now, std::slice::from_ref(&r)));
                 }
                 Step::Exchange { fails } => {
-                    let deltas = table.take(now, true);
+                    let deltas = table.take(now, Due::All);
                     let answers = if fails {
                         deltas.iter().map(|_| Err(crate::store::StoreError::Timeout)).collect()
                     } else {
@@ -307,7 +307,7 @@ proptest! {
         for (k, t) in (start..start + 4 * W).step_by(gap as usize).enumerate() {
             for (g, at) in next_exchange.iter_mut().enumerate() {
                 while *at <= t {
-                    let deltas = tables[g].take(*at, false);
+                    let deltas = tables[g].take(*at, Due::Ready);
                     let answers = redis.exchange(*at, &deltas);
                     tables[g].apply(deltas, answers);
                     *at += interval;
