@@ -546,8 +546,9 @@ impl Forwarder {
 impl Forwarder {
     /// Sends the rewritten request to a target of `balancer`'s pool,
     /// trying others as [`tries`] describes, all within `upstream`'s
-    /// timeout; `key` is the caller's hash for `balance: hash`. Returns the
-    /// response and which try answered it.
+    /// timeout from `sent` (when the caller sends it); `key` is the
+    /// caller's hash for `balance: hash`. Returns the response and which
+    /// try answered it.
     ///
     /// # Errors
     /// As [`Forwarder::send`], for the last try.
@@ -559,18 +560,22 @@ impl Forwarder {
         resolver: &dyn resolve::Resolve,
         key: Option<u64>,
         max_body: Option<u64>,
+        sent: Instant,
     ) -> Result<(Response<Incoming>, Answered), GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
         let req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
         let client = self.pool_client(&balancer.config);
-        let (mut res, answered) = Box::pin(tries::send(
+        // Not boxed: the first try is the common path, as a request to
+        // one URL is; `tries` boxes what only the rest need.
+        let (mut res, answered) = tries::send(
             req,
             balancer,
             client.as_deref(),
             resolver,
             key,
             upstream.timeout,
-        ))
+            sent,
+        )
         .await?;
         strip_hop_by_hop(res.headers_mut());
         Ok((res, answered))

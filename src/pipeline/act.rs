@@ -138,6 +138,7 @@ async fn forward(
                     rt.resolver.as_ref(),
                     key,
                     cfg.server.max_body_size,
+                    sent,
                 )
                 .await?;
             (res, Some(answered))
@@ -152,15 +153,21 @@ async fn forward(
         }
     };
     if let Some(m) = rt.route_metrics.get(route.index).and_then(Option::as_ref) {
-        m.upstream_response(res.status(), sent.elapsed());
+        // A pool's answer read the clock already.
+        let took = answered
+            .as_ref()
+            .map_or_else(|| sent.elapsed(), |a| a.since_sent);
+        m.upstream_response(res.status(), took);
     }
     // The target stays counted in flight until the body ends; the access
     // log (when written) names it.
     let in_flight = answered.map(|a| {
-        if observe::logging(gw.access_log.as_ref()) {
+        if let Some(b) = balancer
+            && observe::logging(gw.access_log.as_ref())
+        {
             res.extensions_mut().insert(Tried {
                 tries: a.tries,
-                target: a.target.clone(),
+                target: b.config.targets[a.target].url.clone(),
                 addr: a.addr,
             });
         }
