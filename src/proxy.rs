@@ -566,8 +566,10 @@ impl Forwarder {
         let req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
         let client = self.pool_client(&balancer.config);
         // Not boxed: the first try is the common path, as a request to
-        // one URL is; `tries` boxes what only the rest need.
-        let (mut res, answered) = tries::send(
+        // one URL is; `tries` boxes what only the rest need. Polled out of
+        // line, so that the caller's code (every route's, pools or not)
+        // stays the size it is without them.
+        let mut tries = std::pin::pin!(tries::send(
             req,
             balancer,
             client.as_deref(),
@@ -575,8 +577,9 @@ impl Forwarder {
             key,
             upstream.timeout,
             sent,
-        )
-        .await?;
+        ));
+        let (mut res, answered) =
+            std::future::poll_fn(|cx| poll_out_of_line(tries.as_mut(), cx)).await?;
         strip_hop_by_hop(res.headers_mut());
         Ok((res, answered))
     }
@@ -624,6 +627,16 @@ impl Forwarder {
         );
         b
     }
+}
+
+/// Polls `f` in a function of its own: what `f` inlines stays out of its
+/// caller's code.
+#[inline(never)]
+fn poll_out_of_line<F: Future>(
+    f: std::pin::Pin<&mut F>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<F::Output> {
+    f.poll(cx)
 }
 
 /// The connection pool for `upstream` when it takes the pooled HTTP/1.1

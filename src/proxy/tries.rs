@@ -111,21 +111,20 @@ pub async fn send(
     }
     let again = may_retry.then(|| copy_head(&req));
     let in_flight = InFlight::start(&e);
-    let outcome = match &e.state.conns {
-        // Bounded from `sent`: no clock read of its own.
-        Some(conns) => outcome(
-            tokio::time::timeout_at(
-                tokio::time::Instant::from_std(sent + bound),
-                conns.send_with(req, again.as_ref()),
-            )
-            .await,
-            bound,
-        ),
+    let miss = match &e.state.conns {
+        Some(conns) => {
+            // Pinned where it is made: the timeout holds a pointer to it,
+            // and the future is not moved again.
+            let send = std::pin::pin!(conns.send_with(req, again.as_ref()));
+            // Bounded from `sent`: no clock read of its own.
+            let until = tokio::time::Instant::from_std(sent + bound);
+            match tokio::time::timeout_at(until, send).await {
+                Ok(Ok(res)) => return Ok(answer(b, res, &e, in_flight, 1, sent, sent)),
+                Ok(Err(err)) => missed(err),
+                Err(_) => Miss::Failed(GatewayError::UpstreamTimeout(bound)),
+            }
+        }
         None => no_client(&cfg.targets[e.target]),
-    };
-    let miss = match outcome {
-        Ok(res) => return Ok(answer(b, res, e, in_flight, 1, sent, sent)),
-        Err(miss) => miss,
     };
     drop(in_flight);
     let mut tries = Tries {
@@ -196,7 +195,7 @@ async fn send_all(
     )
     .await;
     let miss = match outcome {
-        Ok(res) => return Ok(answer(b, res, e, in_flight, tries.tries, start, sent)),
+        Ok(res) => return Ok(answer(b, res, &e, in_flight, tries.tries, start, sent)),
         Err(miss) => miss,
     };
     drop(in_flight);
@@ -244,7 +243,7 @@ impl Tries<'_> {
             let target = &cfg.targets[next.target];
             miss = match one_try(req, copy.as_ref(), &next, target, https, bound).await {
                 Ok(res) => {
-                    let answered = answer(self.b, res, next, in_flight, self.tries, started, sent);
+                    let answered = answer(self.b, res, &next, in_flight, self.tries, started, sent);
                     return Ok(answered);
                 }
                 Err(miss) => miss,
@@ -355,14 +354,14 @@ impl Tries<'_> {
 fn answer(
     b: &Balancer,
     res: Response<Incoming>,
-    e: Endpoint,
+    e: &Endpoint,
     in_flight: InFlight,
     tries: u32,
     started: Instant,
     sent: Instant,
 ) -> (Response<Incoming>, Answered) {
     let now = Instant::now();
-    record_answer(b, &e, res.status(), now.saturating_duration_since(started));
+    record_answer(b, e, res.status(), now.saturating_duration_since(started));
     let answered = Answered {
         tries,
         target: e.target,
@@ -378,24 +377,15 @@ fn no_target(cfg: &UpstreamPool) -> GatewayError {
     GatewayError::UpstreamConnect(format!("pool {}: no target to try", cfg.name))
 }
 
-fn no_client(target: &PoolTarget) -> Try {
-    Err(Miss::Unsent(
-        format!("{}: no client for this target", target.url),
-        None,
-    ))
+fn no_client(target: &PoolTarget) -> Miss {
+    Miss::Unsent(format!("{}: no client for this target", target.url), None)
 }
 
-/// How a try on a target's own connections ended, from what the try
-/// within `bound` gave.
-fn outcome(
-    sent: Result<Result<Response<Incoming>, SendError>, tokio::time::error::Elapsed>,
-    bound: Duration,
-) -> Try {
-    match sent {
-        Err(_) => Err(Miss::Failed(GatewayError::UpstreamTimeout(bound))),
-        Ok(Err(SendError::Connect(message, back))) => Err(Miss::Unsent(message, Some(*back))),
-        Ok(Err(SendError::Failed(err))) => Err(Miss::Failed(failed(&err, None))),
-        Ok(Ok(res)) => Ok(res),
+/// How a try on a target's own connections missed.
+fn missed(err: SendError) -> Miss {
+    match err {
+        SendError::Connect(message, back) => Miss::Unsent(message, Some(*back)),
+        SendError::Failed(err) => Miss::Failed(failed(&err, None)),
     }
 }
 
@@ -455,10 +445,11 @@ async fn one_try(
     bound: Duration,
 ) -> Try {
     match (&e.state.conns, https) {
-        (Some(conns), _) => outcome(
-            tokio::time::timeout(bound, conns.send_with(req, spare)).await,
-            bound,
-        ),
+        (Some(conns), _) => match tokio::time::timeout(bound, conns.send_with(req, spare)).await {
+            Ok(Ok(res)) => Ok(res),
+            Ok(Err(err)) => Err(missed(err)),
+            Err(_) => Err(Miss::Failed(GatewayError::UpstreamTimeout(bound))),
+        },
         (None, Some(client)) => {
             aim(&mut req, target);
             let fault = req.body_mut().watch();
@@ -469,7 +460,7 @@ async fn one_try(
                 Ok(Ok(res)) => Ok(res),
             }
         }
-        (None, None) => no_client(target),
+        (None, None) => Err(no_client(target)),
     }
 }
 
