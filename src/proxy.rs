@@ -552,6 +552,9 @@ impl Forwarder {
     ///
     /// # Errors
     /// As [`Forwarder::send`], for the last try.
+    // What a pool's tries need of the request; a struct for this one call
+    // would only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub async fn send_to_pool(
         &self,
         req: Request<ClientBody>,

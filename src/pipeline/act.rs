@@ -15,7 +15,7 @@ use crate::config::{Action, PlansFrom, Respond, Upstream};
 use crate::decision::slots::Slots;
 use crate::identity;
 use crate::problem::GatewayError;
-use crate::proxy::{self, Balancer, Body, ClientBody, Hop, Secure, Watched};
+use crate::proxy::{self, Answered, Balancer, Body, ClientBody, Hop, Secure, Watched};
 use crate::routing::CompiledRoute;
 use crate::upgrade;
 
@@ -76,6 +76,18 @@ fn hash_key(
 fn strip_plan_header(plans_from: &PlansFrom, trusted: bool, headers: &mut http::HeaderMap) {
     if let (false, PlansFrom::Header(name)) = (trusted, plans_from) {
         headers.remove(name);
+    }
+}
+
+/// Names the pool target that answered, and its tries, for the access
+/// log; only when a line will be written.
+fn name_target<B>(gw: &Gateway, b: &Balancer, a: &Answered, res: &mut Response<B>) {
+    if observe::logging(gw.access_log.as_ref()) {
+        res.extensions_mut().insert(Tried {
+            tries: a.tries,
+            target: b.config.targets[a.target].url.clone(),
+            addr: a.addr,
+        });
     }
 }
 
@@ -141,7 +153,7 @@ async fn forward(
                     sent,
                 )
                 .await?;
-            (res, Some(answered))
+            (res, Some((b, answered)))
         }
         None => {
             let pool = rt.pools.get(route.index).and_then(Option::as_deref);
@@ -156,21 +168,12 @@ async fn forward(
         // A pool's answer read the clock already.
         let took = answered
             .as_ref()
-            .map_or_else(|| sent.elapsed(), |a| a.since_sent);
+            .map_or_else(|| sent.elapsed(), |(_, a)| a.since_sent);
         m.upstream_response(res.status(), took);
     }
-    // The target stays counted in flight until the body ends; the access
-    // log (when written) names it.
-    let in_flight = answered.map(|a| {
-        if let Some(b) = balancer
-            && observe::logging(gw.access_log.as_ref())
-        {
-            res.extensions_mut().insert(Tried {
-                tries: a.tries,
-                target: b.config.targets[a.target].url.clone(),
-                addr: a.addr,
-            });
-        }
+    // The target stays counted in flight until the body ends.
+    let in_flight = answered.map(|(b, a)| {
+        name_target(gw, b, &a, &mut res);
         a.in_flight
     });
     // The slots live as long as the response: its body, or the tunnel.

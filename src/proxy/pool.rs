@@ -63,8 +63,9 @@ pub enum SendError {
 
 /// What follows a request a connection gave back ([`Pool::missed`]).
 enum Missed {
-    /// Never written: send it on another connection.
-    Retry(Request<UpstreamBody>),
+    /// Never written: send it on another connection. (Boxed: rare, and
+    /// the enum stays small.)
+    Retry(Box<Request<UpstreamBody>>),
     /// Written, and the connection failed before answering: send this copy
     /// on a new connection.
     Fresh(Box<Request<UpstreamBody>>),
@@ -173,7 +174,7 @@ impl Pool {
             };
             let unanswered = read.load(Ordering::Relaxed) == read_before;
             match self.missed(e, reused, unanswered, again, spare) {
-                Missed::Retry(back) => req = back,
+                Missed::Retry(back) => req = *back,
                 Missed::Fresh(head) => return Box::pin(self.send_fresh(*head)).await,
                 Missed::Failed(e) => return Err(e),
             }
@@ -195,7 +196,7 @@ impl Pool {
         match e.take_message() {
             // Never written: the connection was closing when it was
             // taken. Another one gets it.
-            Some(back) if reused => Missed::Retry(back),
+            Some(back) if reused => Missed::Retry(Box::new(back)),
             // A fresh connection that failed before writing (reset as it
             // opened): the upstream saw nothing.
             Some(back) => {

@@ -59,7 +59,7 @@ type Try = Result<Response<Incoming>, Miss>;
 /// How a try missed.
 enum Miss {
     /// Nothing reached the target; the request comes back when it can.
-    Unsent(String, Option<Request<UpstreamBody>>),
+    Unsent(String, Option<Box<Request<UpstreamBody>>>),
     /// The try failed after the request may have reached the target.
     Failed(GatewayError),
 }
@@ -314,7 +314,7 @@ impl Tries<'_> {
                 b.resolve_now.notify_one();
                 debug!(pool = %cfg.name, target = %target.url, error = %message, "target unreachable; trying another");
                 self.last = Some(GatewayError::UpstreamConnect(message));
-                match back.or(again) {
+                match back.map(|r| *r).or(again) {
                     Some(r) => Ok(r),
                     None => Err(self
                         .last
@@ -384,7 +384,7 @@ fn no_client(target: &PoolTarget) -> Miss {
 /// How a try on a target's own connections missed.
 fn missed(err: SendError) -> Miss {
     match err {
-        SendError::Connect(message, back) => Miss::Unsent(message, Some(*back)),
+        SendError::Connect(message, back) => Miss::Unsent(message, Some(back)),
         SendError::Failed(err) => Miss::Failed(failed(&err, None)),
     }
 }
