@@ -546,11 +546,15 @@ impl Forwarder {
 impl Forwarder {
     /// Sends the rewritten request to a target of `balancer`'s pool,
     /// trying others as [`tries`] describes, all within `upstream`'s
-    /// timeout; `key` is the caller's hash for `balance: hash`. Returns the
-    /// response and which try answered it.
+    /// timeout from `sent` (when the caller sends it); `key` is the
+    /// caller's hash for `balance: hash`. Returns the response and which
+    /// try answered it.
     ///
     /// # Errors
     /// As [`Forwarder::send`], for the last try.
+    // What a pool's tries need of the request; a struct for this one call
+    // would only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub async fn send_to_pool(
         &self,
         req: Request<ClientBody>,
@@ -559,19 +563,26 @@ impl Forwarder {
         resolver: &dyn resolve::Resolve,
         key: Option<u64>,
         max_body: Option<u64>,
+        sent: Instant,
     ) -> Result<(Response<Incoming>, Answered), GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
         let req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
         let client = self.pool_client(&balancer.config);
-        let (mut res, answered) = Box::pin(tries::send(
+        // Not boxed: the first try is the common path, as a request to
+        // one URL is; `tries` boxes what only the rest need. Polled out of
+        // line, so that the caller's code (every route's, pools or not)
+        // stays the size it is without them.
+        let mut tries = std::pin::pin!(tries::send(
             req,
             balancer,
             client.as_deref(),
             resolver,
             key,
             upstream.timeout,
-        ))
-        .await?;
+            sent,
+        ));
+        let (mut res, answered) =
+            std::future::poll_fn(|cx| poll_out_of_line(tries.as_mut(), cx)).await?;
         strip_hop_by_hop(res.headers_mut());
         Ok((res, answered))
     }
@@ -619,6 +630,16 @@ impl Forwarder {
         );
         b
     }
+}
+
+/// Polls `f` in a function of its own: what `f` inlines stays out of its
+/// caller's code.
+#[inline(never)]
+fn poll_out_of_line<F: Future>(
+    f: std::pin::Pin<&mut F>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<F::Output> {
+    f.poll(cx)
 }
 
 /// The connection pool for `upstream` when it takes the pooled HTTP/1.1

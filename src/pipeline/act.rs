@@ -15,7 +15,7 @@ use crate::config::{Action, PlansFrom, Respond, Upstream};
 use crate::decision::slots::Slots;
 use crate::identity;
 use crate::problem::GatewayError;
-use crate::proxy::{self, Balancer, Body, ClientBody, Hop, Secure, Watched};
+use crate::proxy::{self, Answered, Balancer, Body, ClientBody, Hop, Secure, Watched};
 use crate::routing::CompiledRoute;
 use crate::upgrade;
 
@@ -79,6 +79,18 @@ fn strip_plan_header(plans_from: &PlansFrom, trusted: bool, headers: &mut http::
     }
 }
 
+/// Names the pool target that answered, and its tries, for the access
+/// log; only when a line will be written.
+fn name_target<B>(gw: &Gateway, b: &Balancer, a: &Answered, res: &mut Response<B>) {
+    if observe::logging(gw.access_log.as_ref()) {
+        res.extensions_mut().insert(PoolAnswer {
+            tries: a.tries,
+            target: b.config.targets[a.target].url.clone(),
+            addr: a.addr,
+        });
+    }
+}
+
 fn respond(r: &Respond) -> Response<Body> {
     let mut res = Response::new(Either::Right(Full::new(r.body.clone())));
     *res.status_mut() = r.status;
@@ -138,9 +150,10 @@ async fn forward(
                     rt.resolver.as_ref(),
                     key,
                     cfg.server.max_body_size,
+                    sent,
                 )
                 .await?;
-            (res, Some(answered))
+            (res, Some((b, answered)))
         }
         None => {
             let pool = rt.pools.get(route.index).and_then(Option::as_deref);
@@ -152,18 +165,15 @@ async fn forward(
         }
     };
     if let Some(m) = rt.route_metrics.get(route.index).and_then(Option::as_ref) {
-        m.upstream_response(res.status(), sent.elapsed());
+        // A pool's answer read the clock already.
+        let took = answered
+            .as_ref()
+            .map_or_else(|| sent.elapsed(), |(_, a)| a.since_sent);
+        m.upstream_response(res.status(), took);
     }
-    // The target stays counted in flight until the body ends; the access
-    // log (when written) names it.
-    let in_flight = answered.map(|a| {
-        if observe::logging(gw.access_log.as_ref()) {
-            res.extensions_mut().insert(PoolAnswer {
-                tries: a.tries,
-                target: a.target.clone(),
-                addr: a.addr,
-            });
-        }
+    // The target stays counted in flight until the body ends.
+    let in_flight = answered.map(|(b, a)| {
+        name_target(gw, b, &a, &mut res);
         a.in_flight
     });
     // The slots live as long as the response: its body, or the tunnel.

@@ -61,6 +61,18 @@ pub enum SendError {
     Failed(hyper::Error),
 }
 
+/// What follows a request a connection gave back ([`Pool::missed`]).
+enum Missed {
+    /// Never written: send it on another connection. (Boxed: rare, and
+    /// the enum stays small.)
+    Retry(Box<Request<UpstreamBody>>),
+    /// Written, and the connection failed before answering: send this copy
+    /// on a new connection.
+    Fresh(Box<Request<UpstreamBody>>),
+    /// The exchange failed.
+    Failed(SendError),
+}
+
 /// One connection: its request side and the bytes it has read so far.
 struct Conn {
     sender: SendRequest<UpstreamBody>,
@@ -153,43 +165,63 @@ impl Pool {
                 (spare.is_none() && reused && replayable(&req)).then(|| Box::new(copy_head(&req)));
             let read_before = conn.read.load(Ordering::Relaxed);
             let Conn { mut sender, read } = conn;
-            match sender.try_send_request(req).await {
+            let e = match sender.try_send_request(req).await {
                 Ok(res) => {
                     self.put(Conn { sender, read });
                     return Ok(res);
                 }
-                Err(mut e) => match e.take_message() {
-                    // Never written: the connection was closing when it was
-                    // taken. Another one gets it.
-                    Some(back) if reused => req = back,
-                    // A fresh connection that failed before writing (reset
-                    // as it opened): the upstream saw nothing.
-                    Some(back) => {
-                        let e = e.into_error();
-                        return Err(SendError::Connect(
-                            format!("{}: {e}", self.authority),
-                            Box::new(back),
-                        ));
+                Err(e) => e,
+            };
+            let unanswered = read.load(Ordering::Relaxed) == read_before;
+            match self.missed(e, reused, unanswered, again, spare) {
+                Missed::Retry(back) => req = *back,
+                Missed::Fresh(head) => return Box::pin(self.send_fresh(*head)).await,
+                Missed::Failed(e) => return Err(e),
+            }
+        }
+    }
+
+    /// What follows a request that `try_send_request` gave back as `e`:
+    /// sent again on another connection, sent again on a new one, or
+    /// failed. Out of [`Self::send_with`], so that its future, which every
+    /// request's holds, is not made larger by the error.
+    fn missed(
+        &self,
+        mut e: hyper::client::conn::TrySendError<Request<UpstreamBody>>,
+        reused: bool,
+        unanswered: bool,
+        again: Option<Box<Request<UpstreamBody>>>,
+        spare: Option<&Request<UpstreamBody>>,
+    ) -> Missed {
+        match e.take_message() {
+            // Never written: the connection was closing when it was
+            // taken. Another one gets it.
+            Some(back) if reused => Missed::Retry(Box::new(back)),
+            // A fresh connection that failed before writing (reset as it
+            // opened): the upstream saw nothing.
+            Some(back) => {
+                let e = e.into_error();
+                Missed::Failed(SendError::Connect(
+                    format!("{}: {e}", self.authority),
+                    Box::new(back),
+                ))
+            }
+            None => {
+                let e = e.into_error();
+                let again =
+                    again.or_else(|| spare.filter(|_| reused).map(|r| Box::new(copy_head(r))));
+                match again {
+                    // `is_user`: the failure was the request's own.
+                    Some(head) if unanswered && !e.is_user() => {
+                        debug!(
+                            upstream = %self.authority,
+                            error = %e,
+                            "a reused connection failed before answering; sending the request again on a new one"
+                        );
+                        Missed::Fresh(head)
                     }
-                    _ => {
-                        let e = e.into_error();
-                        let unanswered = read.load(Ordering::Relaxed) == read_before;
-                        let again = again
-                            .or_else(|| spare.filter(|_| reused).map(|r| Box::new(copy_head(r))));
-                        return match again {
-                            // `is_user`: the failure was the request's own.
-                            Some(head) if unanswered && !e.is_user() => {
-                                debug!(
-                                    upstream = %self.authority,
-                                    error = %e,
-                                    "a reused connection failed before answering; sending the request again on a new one"
-                                );
-                                Box::pin(self.send_fresh(*head)).await
-                            }
-                            _ => Err(SendError::Failed(e)),
-                        };
-                    }
-                },
+                    _ => Missed::Failed(SendError::Failed(e)),
+                }
             }
         }
     }

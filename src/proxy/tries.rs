@@ -19,7 +19,6 @@
 //! it.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::HOST;
@@ -43,31 +42,39 @@ use crate::problem::GatewayError;
 pub struct Answered {
     /// Tries made, the answering one included.
     pub tries: u32,
-    /// The pool's name.
-    pub pool: Arc<str>,
-    /// The answering target, as written.
-    pub target: Arc<str>,
+    /// The answering target: its index in the pool's `targets`.
+    pub target: usize,
     /// The address it was reached at (`None` for https targets).
     pub addr: Option<SocketAddr>,
-    /// How long the answering try waited for its response head.
-    pub elapsed: Duration,
+    /// How long the response head took, from when the request was sent
+    /// (its first try).
+    pub since_sent: Duration,
     /// The request, counted in flight on the target until dropped.
     pub in_flight: InFlight,
 }
 
-/// How one try ended.
-enum Try {
-    /// A response head arrived.
-    Answered(Response<Incoming>),
+/// How one try ended: a response head arrived, or it missed.
+type Try = Result<Response<Incoming>, Miss>;
+
+/// How a try missed.
+enum Miss {
     /// Nothing reached the target; the request comes back when it can.
-    Unsent(String, Option<Request<UpstreamBody>>),
+    Unsent(String, Option<Box<Request<UpstreamBody>>>),
     /// The try failed after the request may have reached the target.
     Failed(GatewayError),
 }
 
 /// Sends `req` (already rewritten) to a target of `b`, trying others as
-/// the module docs say. `key` is the caller's hash for `balance: hash`;
-/// `https` the client for `https://` targets.
+/// the module docs say; `sent` is when the request was sent, which the
+/// first try and the route's timeout count from. `key` is the caller's
+/// hash for `balance: hash`; `https` the client for `https://` targets.
+///
+/// The first try to a plain `http://` target — nearly every request to a
+/// pool — is made here, as a request to one URL is: its future is part of
+/// the caller's. What a second try needs (the tried set, the retry budget's
+/// withdrawal, the loop) is built, boxed, only when the first did not
+/// answer, and so is the whole of a request to `https://` targets or to a
+/// pool whose names are not resolved yet.
 ///
 /// # Errors
 /// The last try's error: [`GatewayError::UpstreamConnect`] when no target
@@ -80,10 +87,77 @@ pub async fn send(
     resolver: &dyn Resolve,
     key: Option<u64>,
     timeout: Duration,
+    sent: Instant,
+) -> Result<(Response<Incoming>, Answered), GatewayError> {
+    let picked = match https {
+        None => b.pick(key, &Tried::new()),
+        Some(_) => None,
+    };
+    let Some(e) = picked else {
+        // https targets, or no endpoint yet (names not resolved).
+        return Box::pin(send_all(req, b, https, resolver, key, timeout, sent)).await;
+    };
+    let cfg = &b.config;
+    let replay = replayable(&req);
+    let may_retry = cfg.retries > 0 && replay;
+    if may_retry {
+        b.deposit();
+    }
+    prepare_head(&mut req, cfg);
+    // The whole timeout is left for the first try.
+    let bound = cfg.per_try_timeout.map_or(timeout, |t| t.min(timeout));
+    if bound.is_zero() {
+        return Err(GatewayError::UpstreamTimeout(timeout));
+    }
+    let again = may_retry.then(|| copy_head(&req));
+    let in_flight = InFlight::start(&e);
+    let miss = match &e.state.conns {
+        Some(conns) => {
+            // Pinned where it is made: the timeout holds a pointer to it,
+            // and the future is not moved again.
+            let send = std::pin::pin!(conns.send_with(req, again.as_ref()));
+            // Bounded from `sent`: no clock read of its own.
+            let until = tokio::time::Instant::from_std(sent + bound);
+            match tokio::time::timeout_at(until, send).await {
+                Ok(Ok(res)) => return Ok(answer(b, res, &e, in_flight, 1, sent, sent)),
+                Ok(Err(err)) => missed(err),
+                Err(_) => Miss::Failed(GatewayError::UpstreamTimeout(bound)),
+            }
+        }
+        None => no_client(&cfg.targets[e.target]),
+    };
+    drop(in_flight);
+    let mut tries = Tries {
+        b,
+        key,
+        timeout,
+        deadline: sent + timeout,
+        replay,
+        may_retry,
+        https_pool: false,
+        tried: Tried::new(),
+        tries: 1,
+        retries: 0,
+        last: None,
+    };
+    mark_tried(&mut tries.tried, &e);
+    Box::pin(tries.rest(miss, e, again, https, sent)).await
+}
+
+/// A request's tries from the start, for what the first try of
+/// [`send`] does not cover.
+async fn send_all(
+    mut req: Request<UpstreamBody>,
+    b: &Balancer,
+    https: Option<&UpstreamClient>,
+    resolver: &dyn Resolve,
+    key: Option<u64>,
+    timeout: Duration,
+    sent: Instant,
 ) -> Result<(Response<Incoming>, Answered), GatewayError> {
     let cfg = &b.config;
-    let mut start = Instant::now();
-    let deadline = start + timeout;
+    let mut start = sent;
+    let deadline = sent + timeout;
     if b.is_empty() {
         // Names not resolved yet (the first request after start).
         resolve_once(b, resolver).await;
@@ -95,77 +169,223 @@ pub async fn send(
         b.deposit();
     }
     let https_pool = prepare_head(&mut req, cfg);
-    let mut tried = Tried::new();
-    let mut tries = 0u32;
-    let mut retries = 0u32;
-    let mut last: Option<GatewayError> = None;
-    loop {
-        let Some(e) = b.pick(key, &tried) else {
-            return Err(last.unwrap_or_else(|| {
-                GatewayError::UpstreamConnect(format!("pool {}: no target to try", cfg.name))
-            }));
-        };
-        mark_tried(&mut tried, &e);
-        tries += 1;
-        // The first try starts when the request did: one clock read less
-        // on every request.
-        let started = if tries == 1 { start } else { Instant::now() };
-        let left = deadline.saturating_duration_since(started);
-        let bound = cfg.per_try_timeout.map_or(left, |t| t.min(left));
-        if bound.is_zero() {
-            return Err(last.unwrap_or(GatewayError::UpstreamTimeout(timeout)));
+    let mut tries = Tries {
+        b,
+        key,
+        timeout,
+        deadline,
+        replay,
+        may_retry,
+        https_pool,
+        tried: Tried::new(),
+        tries: 0,
+        retries: 0,
+        last: None,
+    };
+    let (e, again) = tries.next(&req)?;
+    let bound = tries.bound(start)?;
+    let in_flight = InFlight::start(&e);
+    let outcome = one_try(
+        req,
+        again.as_ref(),
+        &e,
+        &cfg.targets[e.target],
+        https,
+        bound,
+    )
+    .await;
+    let miss = match outcome {
+        Ok(res) => return Ok(answer(b, res, &e, in_flight, tries.tries, start, sent)),
+        Err(miss) => miss,
+    };
+    drop(in_flight);
+    tries.rest(miss, e, again, https, sent).await
+}
+
+/// What a request's tries keep from one to the next.
+struct Tries<'a> {
+    b: &'a Balancer,
+    key: Option<u64>,
+    /// The route's timeout, and when it passes.
+    timeout: Duration,
+    deadline: Instant,
+    /// Whether the request may be sent twice (idempotent, no body), and
+    /// whether it may be retried after reaching a target.
+    replay: bool,
+    may_retry: bool,
+    /// The pool's targets are `https://` or `h2c://`.
+    https_pool: bool,
+    tried: Tried,
+    tries: u32,
+    retries: u32,
+    /// The error of the last try that failed.
+    last: Option<GatewayError>,
+}
+
+impl Tries<'_> {
+    /// The tries after one on `e` that missed (`miss`), with `again` the
+    /// copy of the request kept for them.
+    async fn rest(
+        mut self,
+        mut miss: Miss,
+        mut e: Endpoint,
+        mut again: Option<Request<UpstreamBody>>,
+        https: Option<&UpstreamClient>,
+        sent: Instant,
+    ) -> Result<(Response<Incoming>, Answered), GatewayError> {
+        let cfg = &self.b.config;
+        loop {
+            let req = self.after(miss, &e, again)?;
+            let (next, copy) = self.next(&req)?;
+            let started = Instant::now();
+            let bound = self.bound(started)?;
+            let in_flight = InFlight::start(&next);
+            let target = &cfg.targets[next.target];
+            miss = match one_try(req, copy.as_ref(), &next, target, https, bound).await {
+                Ok(res) => {
+                    let answered = answer(self.b, res, &next, in_flight, self.tries, started, sent);
+                    return Ok(answered);
+                }
+                Err(miss) => miss,
+            };
+            drop(in_flight);
+            e = next;
+            again = copy;
         }
+    }
+
+    /// The endpoint of the next try, and the copy of the request kept for
+    /// a try after it.
+    ///
+    /// # Errors
+    /// No endpoint is left to try.
+    fn next(
+        &mut self,
+        req: &Request<UpstreamBody>,
+    ) -> Result<(Endpoint, Option<Request<UpstreamBody>>), GatewayError> {
+        let cfg = &self.b.config;
+        let Some(e) = self.b.pick(self.key, &self.tried) else {
+            return Err(self.last.take().unwrap_or_else(|| no_target(cfg)));
+        };
+        mark_tried(&mut self.tried, &e);
+        self.tries += 1;
         // A copy to send again: for a retry, and for an https try, whose
         // client keeps the request even when it could not connect.
-        let again = ((may_retry && retries < cfg.retries) || (https_pool && replay))
-            .then(|| copy_head(&req));
-        let in_flight = InFlight::start(&e);
+        let again = ((self.may_retry && self.retries < cfg.retries)
+            || (self.https_pool && self.replay))
+            .then(|| copy_head(req));
+        Ok((e, again))
+    }
+
+    /// How long a try that starts at `started` may take.
+    ///
+    /// # Errors
+    /// The route's timeout has passed.
+    fn bound(&mut self, started: Instant) -> Result<Duration, GatewayError> {
+        let left = self.deadline.saturating_duration_since(started);
+        let bound = self.b.config.per_try_timeout.map_or(left, |t| t.min(left));
+        if bound.is_zero() {
+            return Err(self
+                .last
+                .take()
+                .unwrap_or(GatewayError::UpstreamTimeout(self.timeout)));
+        }
+        Ok(bound)
+    }
+
+    /// Counts a try on `e` that missed, and gives the request to send
+    /// next: the one that came back unsent, or `again`.
+    ///
+    /// # Errors
+    /// The request may not, or cannot, be tried again.
+    fn after(
+        &mut self,
+        miss: Miss,
+        e: &Endpoint,
+        again: Option<Request<UpstreamBody>>,
+    ) -> Result<Request<UpstreamBody>, GatewayError> {
+        let b = self.b;
+        let cfg = &b.config;
         let target = &cfg.targets[e.target];
-        match one_try(req, again.as_ref(), &e, target, https, bound).await {
-            Try::Answered(res) => {
-                let took = started.elapsed();
-                record_answer(b, &e, res.status(), took);
-                let answered = Answered {
-                    tries,
-                    pool: cfg.name.clone(),
-                    target: target.url.clone(),
-                    addr: e.addr,
-                    elapsed: took,
-                    in_flight,
-                };
-                return Ok((res, answered));
-            }
-            Try::Unsent(message, back) => {
-                b.tried(&e, TryOutcome::ConnectError, None);
-                b.failed(&e);
+        match miss {
+            Miss::Unsent(message, back) => {
+                b.tried(e, TryOutcome::ConnectError, None);
+                b.failed(e);
                 b.resolve_now.notify_one();
                 debug!(pool = %cfg.name, target = %target.url, error = %message, "target unreachable; trying another");
-                last = Some(GatewayError::UpstreamConnect(message));
-                match back.or(again) {
-                    Some(r) => req = r,
-                    None => return Err(last.unwrap_or(GatewayError::UpstreamTimeout(timeout))),
+                self.last = Some(GatewayError::UpstreamConnect(message));
+                match back.map(|r| *r).or(again) {
+                    Some(r) => Ok(r),
+                    None => Err(self
+                        .last
+                        .take()
+                        .unwrap_or(GatewayError::UpstreamTimeout(self.timeout))),
                 }
             }
-            Try::Failed(err) => {
+            Miss::Failed(err) => {
                 let Some(outcome) = target_failure(&err) else {
                     return Err(err);
                 };
-                b.tried(&e, outcome, None);
-                b.failed(&e);
+                b.tried(e, outcome, None);
+                b.failed(e);
                 let retry = again.filter(|_| {
-                    may_retry && retries < cfg.retries && Instant::now() < deadline && b.withdraw()
+                    self.may_retry
+                        && self.retries < cfg.retries
+                        && Instant::now() < self.deadline
+                        && b.withdraw()
                 });
                 match retry {
                     Some(r) => {
                         debug!(pool = %cfg.name, target = %target.url, error = %err, "try failed; retrying on another target");
-                        retries += 1;
-                        req = r;
-                        last = Some(err);
+                        self.retries += 1;
+                        self.last = Some(err);
+                        Ok(r)
                     }
-                    None => return Err(err),
+                    None => Err(err),
                 }
             }
         }
+    }
+}
+
+/// The request's answer from `e`, on its `tries`th try, which started at
+/// `started` (the request at `sent`): recorded against the target, and
+/// what the caller is told. One clock read for both.
+fn answer(
+    b: &Balancer,
+    res: Response<Incoming>,
+    e: &Endpoint,
+    in_flight: InFlight,
+    tries: u32,
+    started: Instant,
+    sent: Instant,
+) -> (Response<Incoming>, Answered) {
+    let now = Instant::now();
+    record_answer(b, e, res.status(), now.saturating_duration_since(started));
+    let answered = Answered {
+        tries,
+        target: e.target,
+        addr: e.addr,
+        since_sent: now.saturating_duration_since(sent),
+        in_flight,
+    };
+    (res, answered)
+}
+
+/// The error when the pool has no endpoint to try.
+fn no_target(cfg: &UpstreamPool) -> GatewayError {
+    GatewayError::UpstreamConnect(format!("pool {}: no target to try", cfg.name))
+}
+
+fn no_client(target: &PoolTarget) -> Miss {
+    Miss::Unsent(format!("{}: no client for this target", target.url), None)
+}
+
+/// How a try on a target's own connections missed.
+fn missed(err: SendError) -> Miss {
+    match err {
+        SendError::Connect(message, back) => Miss::Unsent(message, Some(back)),
+        SendError::Failed(err) => Miss::Failed(failed(&err, None)),
     }
 }
 
@@ -226,22 +446,21 @@ async fn one_try(
 ) -> Try {
     match (&e.state.conns, https) {
         (Some(conns), _) => match tokio::time::timeout(bound, conns.send_with(req, spare)).await {
-            Err(_) => Try::Failed(GatewayError::UpstreamTimeout(bound)),
-            Ok(Err(SendError::Connect(message, back))) => Try::Unsent(message, Some(*back)),
-            Ok(Err(SendError::Failed(err))) => Try::Failed(failed(&err, None)),
-            Ok(Ok(res)) => Try::Answered(res),
+            Ok(Ok(res)) => Ok(res),
+            Ok(Err(err)) => Err(missed(err)),
+            Err(_) => Err(Miss::Failed(GatewayError::UpstreamTimeout(bound))),
         },
         (None, Some(client)) => {
             aim(&mut req, target);
             let fault = req.body_mut().watch();
             match Box::pin(tokio::time::timeout(bound, client.request(req))).await {
-                Err(_) => Try::Failed(GatewayError::UpstreamTimeout(bound)),
-                Ok(Err(err)) if err.is_connect() => Try::Unsent(error_chain(&err), None),
-                Ok(Err(err)) => Try::Failed(failed(&err, fault.as_deref())),
-                Ok(Ok(res)) => Try::Answered(res),
+                Err(_) => Err(Miss::Failed(GatewayError::UpstreamTimeout(bound))),
+                Ok(Err(err)) if err.is_connect() => Err(Miss::Unsent(error_chain(&err), None)),
+                Ok(Err(err)) => Err(Miss::Failed(failed(&err, fault.as_deref()))),
+                Ok(Ok(res)) => Ok(res),
             }
         }
-        (None, None) => Try::Unsent(format!("{}: no client for this target", target.url), None),
+        (None, None) => Err(no_client(target)),
     }
 }
 
