@@ -20,7 +20,7 @@ One client connection sends requests one after another (as `wrk -t1
 divided by N. Needs valgrind, and redis-server for `redis`. See
 docs/performance.md."""
 import os, socket, subprocess, sys, time, threading, glob, re, tempfile
-BIN, MODE = sys.argv[1], sys.argv[2]
+BIN, MODE = os.path.abspath(sys.argv[1]), sys.argv[2]
 N = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
 WARM = 300
 
