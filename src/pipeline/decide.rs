@@ -240,7 +240,7 @@ async fn wait(
         return (last.0, None, last.1);
     };
     let arrived = place.arrived();
-    let earliest = delay::earliest_ms(&last.0, limits, requests, last.1, (retry, place.ahead()));
+    let earliest = delay::earliest_ms(&last.0, requests, last.1, (retry, place.ahead()));
     if Duration::from_millis(earliest) > max {
         // Its place in line puts it past `max_delay`: refused now, not
         // after the wait.

@@ -85,7 +85,6 @@ pub fn budget(decision: &RouteDecision, limits: &[Limit]) -> Option<(Duration, u
 /// A calendar month's windows differ in length; it counts `retry` alone.
 pub fn earliest_ms(
     decision: &RouteDecision,
-    limits: &[Limit],
     requests: &[LimitRequest],
     now_ms: u64,
     (retry, ahead): (u64, u64),
@@ -93,13 +92,13 @@ pub fn earliest_ms(
     let at = now_ms.saturating_add(retry);
     let mut earliest = at;
     for (i, _) in decision.denied().filter(|&(_, shadow)| !shadow) {
-        let (Some(limit), Some(req)) = (limits.get(i), requests.get(i)) else {
+        let Some(req) = requests.get(i) else {
             continue;
         };
-        let (l, w, c) = (limit.limit.get(), limit.window_ms.get(), req.cost);
+        let (l, w, c) = (req.limit.max(1), req.window_ms.max(1), req.cost);
         let units = ahead.saturating_add(1).saturating_mul(c);
         let windows = units.div_ceil(l).saturating_sub(1);
-        let bound = match limit.algorithm {
+        let bound = match req.algorithm {
             Algorithm::SlidingLog => at.saturating_add(windows.saturating_mul(w)),
             Algorithm::FixedWindow | Algorithm::SlidingWindow => {
                 let start = (at / w).saturating_add(windows).saturating_mul(w);
@@ -305,7 +304,7 @@ mod tests {
     fn earliest(spec: &str, now: u64, retry: u64, ahead: u64, cost: u64) -> u64 {
         let l = limit(spec);
         let r = request(&l, cost);
-        earliest_ms(&denied(), &[l], &[r], now, (retry, ahead))
+        earliest_ms(&denied(), &[r], now, (retry, ahead))
     }
 
     #[test]
@@ -353,6 +352,6 @@ mod tests {
             outcomes: None,
             verdicts: vec![Some(Verdict::ShadowLimited)],
         });
-        assert_eq!(earliest_ms(&shadow, &[l], &[r], 0, (300, 50)), 300);
+        assert_eq!(earliest_ms(&shadow, &[r], 0, (300, 50)), 300);
     }
 }
