@@ -143,6 +143,25 @@ async fn live(config: &str, seq: &[Recorded]) -> Vec<Seen> {
     live_logging(config, seq, None).await
 }
 
+/// As [`live`], with the gateway's own access log, as `--log-format json`
+/// writes it, captured in memory: what it decided, and the log.
+async fn live_with_own_log(config: &str, seq: &[Recorded]) -> (Vec<Seen>, String) {
+    let captured = Captured::default();
+    let (writer, flushed) = tollgate::logs::queue(captured.clone());
+    // The filter only has to let `tollgate::access` through.
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("tollgate::access=info")
+        .finish();
+    // The test runtime has one thread: the gateway's tasks run on it.
+    let live = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        live_logging(config, seq, Some(AccessWriter::new(writer, true))).await
+    };
+    // Dropping the guard writes out every queued line.
+    drop(flushed);
+    (live, captured.text())
+}
+
 /// As [`live`], the gateway writing its access log to `access_log`.
 async fn live_logging(
     config: &str,
@@ -284,21 +303,7 @@ async fn a_replayable_access_log_replays_to_the_same_decisions() {
     // appear in it only as digests, and plans are found by them.
     let config = format!("{CONFIG}access_log: {{ replay: true }}\n");
     let seq = sequence(700, 0x9e37_79b9_7f4a_7c15);
-    let captured = Captured::default();
-    // The gateway's own access log, as `--log-format json` writes it, into
-    // memory; the filter only has to let `tollgate::access` through.
-    let (writer, flushed) = tollgate::logs::queue(captured.clone());
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("tollgate::access=info")
-        .finish();
-    // The test runtime has one thread: the gateway's tasks run on it.
-    let live = {
-        let _guard = tracing::subscriber::set_default(subscriber);
-        live_logging(&config, &seq, Some(AccessWriter::new(writer, true))).await
-    };
-    // Dropping the guard writes out every queued line.
-    drop(flushed);
-    let log = captured.text();
+    let (live, log) = live_with_own_log(&config, &seq).await;
     assert_eq!(
         log.lines().count(),
         seq.len(),
@@ -360,17 +365,8 @@ async fn route_wide_shared_and_exempt_limits_replay_as_the_gateway_decided() {
 
     // The gateway's own log, where API keys are digests, replays the same.
     let config = format!("{WRITTEN}access_log: {{ replay: true }}\n");
-    let captured = Captured::default();
-    let (writer, flushed) = tollgate::logs::queue(captured.clone());
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("tollgate::access=info")
-        .finish();
-    let live = {
-        let _guard = tracing::subscriber::set_default(subscriber);
-        live_logging(&config, &seq, Some(AccessWriter::new(writer, true))).await
-    };
-    drop(flushed);
-    let (_, sim) = replay(&config, "access.json", &captured.text()).await;
+    let (live, log) = live_with_own_log(&config, &seq).await;
+    let (_, sim) = replay(&config, "access.json", &log).await;
     compare(&live, &sim);
 }
 
