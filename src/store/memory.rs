@@ -183,9 +183,14 @@ impl Shard {
         self.table.find_mut(hash, |e| *e.key == *key.as_bytes())
     }
 
-    fn remove(&mut self, hash: u64, key: &str) {
-        if let Ok(e) = self.table.find_entry(hash, |e| *e.key == *key.as_bytes()) {
-            e.remove();
+    /// Removes `key`; whether it was held.
+    fn remove(&mut self, hash: u64, key: &str) -> bool {
+        match self.table.find_entry(hash, |e| *e.key == *key.as_bytes()) {
+            Ok(e) => {
+                e.remove();
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -284,9 +289,7 @@ impl MemoryStore {
         let mut removed = 0;
         for key in keys {
             let hash = self.hash(key);
-            let mut shard = lock(&self.shards[shard_of(hash)]);
-            if shard.get(hash, key).is_some() {
-                shard.remove(hash, key);
+            if lock(&self.shards[shard_of(hash)]).remove(hash, key) {
                 removed += 1;
             }
         }
