@@ -162,21 +162,24 @@ impl Reachability {
         }
     }
 
-    /// A push ended: behind again when it failed for an outage (none
-    /// before `retry`), else down until Redis answers a decision — or
-    /// behind once more when decisions recorded during the push.
-    fn push_done(&self, outage: bool) {
-        if outage {
-            *self
-                .not_before
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + self.retry);
-            self.state.store(Reach::Behind as u8, Ordering::SeqCst);
-        } else {
-            self.state.store(Reach::Down as u8, Ordering::SeqCst);
-            if !self.backlog.is_empty() {
-                let _ = self.swap_from(Reach::Down, Reach::Behind);
-            }
+    /// A push failed for an outage: behind again, and no push before
+    /// `retry`.
+    fn push_failed(&self) {
+        *self
+            .not_before
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + self.retry);
+        self.state.store(Reach::Behind as u8, Ordering::SeqCst);
+        self.ended.notify_waiters();
+    }
+
+    /// A push cleared the backlog (added, or refused and dropped): down until
+    /// Redis answers a decision — or behind once more when decisions
+    /// recorded during the push.
+    fn push_cleared(&self) {
+        self.state.store(Reach::Down as u8, Ordering::SeqCst);
+        if !self.backlog.is_empty() {
+            let _ = self.swap_from(Reach::Down, Reach::Behind);
         }
         self.ended.notify_waiters();
     }
@@ -216,7 +219,7 @@ pub(super) async fn push(
     let keys = entries.len();
     let pushed = redis.push(now_ms, entries).await;
     metrics.backlog_pushed.inc_by(pushed.added as u64);
-    let behind = match pushed.error {
+    match pushed.error {
         None => {
             if keys > 0 {
                 info!(
@@ -225,18 +228,17 @@ pub(super) async fn push(
                     "added what was admitted in process during the outage to redis; decisions are back in redis"
                 );
             }
-            false
+            reach.push_cleared();
         }
         Some(e @ (StoreError::Unavailable(_) | StoreError::Timeout)) => {
             breaker.record(Err(&e));
             warn!(error = %e, keys = pushed.failed.len(), retry_in = ?reach.retry, "could not add what was admitted in process to redis yet; deciding in process meanwhile");
             reach.backlog.restore(pushed.failed);
-            true
+            reach.push_failed();
         }
         Some(e @ (StoreError::Refused(_) | StoreError::Protocol(_))) => {
             warn!(error = %e, keys = pushed.failed.len(), "redis refused what was admitted in process during the outage; those counts are dropped");
-            false
+            reach.push_cleared();
         }
-    };
-    reach.push_done(behind);
+    }
 }
