@@ -19,8 +19,8 @@
 //!
 //! The flag the upstream receives is that decision. A request that is not
 //! traced costs an id and a header; a traced one keeps a [`ServerSpan`] in
-//! the request's record, and [`Tracer::end`] turns it into the span's data
-//! once the response head is known.
+//! the request's record, and [`ServerSpan::end`] turns it into the span's
+//! data once the response head is known.
 //!
 //! Export never waits on the request path: finished spans go into a bounded
 //! queue ([`QUEUE`] spans) with `try_send`, and when it is full the span is
