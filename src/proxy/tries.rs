@@ -304,13 +304,13 @@ impl Tries<'_> {
                 b.failed(e);
                 b.resolve_now.notify_one();
                 debug!(pool = %cfg.name, target = %target.url, error = %message, "target unreachable; trying another");
-                self.last = Some(GatewayError::UpstreamConnect(message));
+                let err = GatewayError::UpstreamConnect(message);
                 match back.map(|r| *r).or(again) {
-                    Some(r) => Ok(r),
-                    None => Err(self
-                        .last
-                        .take()
-                        .unwrap_or(GatewayError::UpstreamTimeout(self.timeout))),
+                    Some(r) => {
+                        self.last = Some(err);
+                        Ok(r)
+                    }
+                    None => Err(err),
                 }
             }
             Miss::Failed(err) => {
