@@ -225,14 +225,18 @@ pub struct Hop<'a> {
     pub scheme: &'a str,
     /// The identity header only a trusted peer may set.
     pub user_header: &'a HeaderName,
+    /// The header that names the caller's plan (`plans_from: header:NAME`),
+    /// which only a trusted peer may set too.
+    pub plan_header: Option<&'a HeaderName>,
 }
 
 /// Rewrites a client request into the upstream request: target URI, HTTP
 /// version, `Host`, hop-by-hop removal and the `X-Forwarded-*` headers.
 ///
-/// From an untrusted peer the incoming forwarding headers and the user
-/// header are dropped, so the upstream cannot be lied to through the gateway;
-/// from a trusted proxy `X-Forwarded-For` is appended to.
+/// From an untrusted peer the incoming forwarding headers, the user header
+/// and the plan header are dropped, so the upstream cannot be lied to
+/// through the gateway; from a trusted proxy `X-Forwarded-For` is appended
+/// to.
 ///
 /// # Errors
 /// The combined URI is invalid (cannot happen for validated upstreams and a
@@ -263,7 +267,7 @@ pub fn rewrite<B>(
         headers.remove(PROXY_AUTHORIZATION);
     }
     if !hop.trusted {
-        strip_forwarding(headers, hop.user_header);
+        strip_forwarding(headers, hop.user_header, hop.plan_header);
     }
     append_forwarded_for(headers, hop.peer);
     if !headers.contains_key(&X_FORWARDED_PROTO) {
@@ -305,20 +309,29 @@ fn upstream_uri(uri: &Uri, upstream: &Upstream) -> Result<Uri, http::Error> {
 }
 
 /// Drops what an untrusted peer claims about earlier hops: the forwarding
-/// headers and the user header that only a trusted proxy may set.
-fn strip_forwarding(headers: &mut HeaderMap, user_header: &HeaderName) {
+/// headers, and the user and plan headers that only a trusted proxy may
+/// set.
+fn strip_forwarding(
+    headers: &mut HeaderMap,
+    user_header: &HeaderName,
+    plan_header: Option<&HeaderName>,
+) {
     if headers.keys().any(|k| {
         k == X_FORWARDED_FOR
             || k == X_FORWARDED_PROTO
             || k == X_FORWARDED_HOST
             || k == http::header::FORWARDED
             || k == user_header
+            || plan_header == Some(k)
     }) {
         headers.remove(&X_FORWARDED_FOR);
         headers.remove(&X_FORWARDED_PROTO);
         headers.remove(&X_FORWARDED_HOST);
         headers.remove(http::header::FORWARDED);
         headers.remove(user_header);
+        if let Some(plan) = plan_header {
+            headers.remove(plan);
+        }
     }
 }
 

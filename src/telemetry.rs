@@ -19,8 +19,8 @@
 //!
 //! The flag the upstream receives is that decision. A request that is not
 //! traced costs an id and a header; a traced one keeps a [`ServerSpan`] in
-//! the request's record, and [`Tracer::end`] turns it into the span's data
-//! once the response head is known.
+//! the request's record, and [`ServerSpan::end`] turns it into the span's
+//! data once the response head is known.
 //!
 //! Export never waits on the request path: finished spans go into a bounded
 //! queue ([`QUEUE`] spans) with `try_send`, and when it is full the span is
@@ -200,14 +200,20 @@ impl Tracer {
                 .extract_with_context(&Context::new(), &HeaderExtractor(headers));
             cx.span().span_context().clone()
         });
-        let parent = sent.filter(SpanContext::is_valid);
-        let sampled = match &parent {
-            Some(p) if trusted => p.is_sampled(),
-            _ => self.draw(),
-        };
-        let (trace_id, parent_id, state) = match parent {
-            Some(p) => (p.trace_id(), p.span_id(), p.trace_state().clone()),
-            None => (self.ids.new_trace_id(), SpanId::INVALID, TraceState::NONE),
+        let (trace_id, parent_id, state, sampled) = match sent.filter(SpanContext::is_valid) {
+            Some(p) => {
+                let sampled = if trusted {
+                    p.is_sampled()
+                } else {
+                    self.draw(self.ids.new_trace_id())
+                };
+                (p.trace_id(), p.span_id(), p.trace_state().clone(), sampled)
+            }
+            // A new trace: its id is the gateway's own draw.
+            None => {
+                let id = self.ids.new_trace_id();
+                (id, SpanId::INVALID, TraceState::NONE, self.draw(id))
+            }
         };
         let span_id = self.ids.new_span_id();
         let flags = if sampled {
@@ -227,10 +233,9 @@ impl Tracer {
         })
     }
 
-    /// The ratio sampler's answer for a fresh random trace id: a draw the
-    /// client cannot steer.
-    fn draw(&self) -> bool {
-        let id: TraceId = self.ids.new_trace_id();
+    /// The ratio sampler's answer for `id`, a trace id the gateway drew:
+    /// a draw the client cannot steer.
+    fn draw(&self, id: TraceId) -> bool {
         let result = self
             .ratio
             .should_sample(None, id, "", &SpanKind::Server, &[], &[]);

@@ -71,11 +71,11 @@ fn hash_key(
 }
 
 /// Under `plans_from: header:NAME` only a trusted proxy names a plan: the
-/// header from anyone else does not reach the upstream either, as with the
-/// user header.
-fn strip_plan_header(plans_from: &PlansFrom, trusted: bool, headers: &mut http::HeaderMap) {
-    if let (false, PlansFrom::Header(name)) = (trusted, plans_from) {
-        headers.remove(name);
+/// header the rewrite drops from anyone else, as it drops the user header.
+fn plan_header(plans_from: &PlansFrom) -> Option<&http::HeaderName> {
+    match plans_from {
+        PlansFrom::Header(name) => Some(name),
+        PlansFrom::ApiKey | PlansFrom::Claim(_) => None,
     }
 }
 
@@ -123,6 +123,7 @@ async fn forward(
             "http"
         },
         user_header: &cfg.users.header,
+        plan_header: plan_header(&cfg.plans_from),
     };
     let balancer = rt
         .route_balancers
@@ -131,7 +132,6 @@ async fn forward(
     // Read before the rewrite drops what an untrusted peer may not set.
     let key = balancer.and_then(|b| hash_key(b, cfg, peer, &req));
     proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
-    strip_plan_header(&cfg.plans_from, hop.trusted, req.headers_mut());
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());
     }

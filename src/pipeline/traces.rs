@@ -1,9 +1,9 @@
 //! The pipeline's hooks for tracing ([`crate::telemetry`]): when a request
 //! arrives, whether it is traced and the `traceparent` its upstream gets;
 //! when its response head is ready (where [`observe`](super::observe)
-//! writes the access log, and asks for it), its span's end. The span itself, the
-//! sampling and the export live in `telemetry`; this file only says where
-//! in one request they apply and what the span is told.
+//! writes the access log, and asks for it), its span's end. The span
+//! itself, the sampling and the export live in `telemetry`; this file only
+//! says where in one request they apply and what the span is told.
 //!
 //! With tracing off the gateway has no tracer, and a request pays one
 //! `Option` check here and one in `observe`.

@@ -11,7 +11,7 @@
 //! two longer while retries come; after a quiet spell it is as long as the
 //! spell, which keeps the ratio honest and only makes the floor count for
 //! more of the past. `tower`'s budget does the same arithmetic but takes a
-//! lock and reads the clock on every deposit, a cost every request paid.
+//! lock and reads the clock on every deposit, a cost every request would pay.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};

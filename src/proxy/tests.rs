@@ -73,6 +73,7 @@ fn h2c_upstreams_are_http_on_the_wire_and_addressed_by_their_name() {
         trusted: false,
         scheme: "http",
         user_header: &user,
+        plan_header: None,
     };
     let mut req = Request::builder()
         .uri("/demo.Echo/Say")
@@ -138,6 +139,7 @@ fn rewrite_sets_forwarding_headers() {
         trusted: false,
         scheme: "http",
         user_header: &user,
+        plan_header: None,
     };
     rewrite(&mut req, &up, hop).unwrap();
     assert_eq!(req.uri(), "http://127.0.0.1:9000/base/a?b=1");
@@ -171,6 +173,7 @@ fn proxy_authorization_is_stripped_unless_the_route_forwards_it() {
         trusted: true,
         scheme: "http",
         user_header: &user,
+        plan_header: None,
     };
     let mut up = Upstream {
         uri: "http://127.0.0.1:9000".parse().unwrap(),

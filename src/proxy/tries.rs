@@ -98,12 +98,7 @@ pub async fn send(
         return Box::pin(send_all(req, b, https, resolver, key, timeout, sent)).await;
     };
     let cfg = &b.config;
-    let replay = replayable(&req);
-    let may_retry = cfg.retries > 0 && replay;
-    if may_retry {
-        b.deposit();
-    }
-    prepare_head(&mut req, cfg);
+    let (replay, may_retry, _) = begin(&mut req, b);
     // The whole timeout is left for the first try.
     let bound = cfg.per_try_timeout.map_or(timeout, |t| t.min(timeout));
     if bound.is_zero() {
@@ -134,6 +129,7 @@ pub async fn send(
         deadline: sent + timeout,
         replay,
         may_retry,
+        // No https client: every try is on a target's own connections.
         https_pool: false,
         tried: Tried::new(),
         tries: 1,
@@ -163,12 +159,7 @@ async fn send_all(
         resolve_once(b, resolver).await;
         start = Instant::now();
     }
-    let replay = replayable(&req);
-    let may_retry = cfg.retries > 0 && replay;
-    if may_retry {
-        b.deposit();
-    }
-    let https_pool = prepare_head(&mut req, cfg);
+    let (replay, may_retry, https_pool) = begin(&mut req, b);
     let mut tries = Tries {
         b,
         key,
@@ -313,13 +304,13 @@ impl Tries<'_> {
                 b.failed(e);
                 b.resolve_now.notify_one();
                 debug!(pool = %cfg.name, target = %target.url, error = %message, "target unreachable; trying another");
-                self.last = Some(GatewayError::UpstreamConnect(message));
+                let err = GatewayError::UpstreamConnect(message);
                 match back.map(|r| *r).or(again) {
-                    Some(r) => Ok(r),
-                    None => Err(self
-                        .last
-                        .take()
-                        .unwrap_or(GatewayError::UpstreamTimeout(self.timeout))),
+                    Some(r) => {
+                        self.last = Some(err);
+                        Ok(r)
+                    }
+                    None => Err(err),
                 }
             }
             Miss::Failed(err) => {
@@ -387,6 +378,22 @@ fn missed(err: SendError) -> Miss {
         SendError::Connect(message, back) => Miss::Unsent(message, Some(back)),
         SendError::Failed(err) => Miss::Failed(failed(&err, None)),
     }
+}
+
+/// What every request's tries start with: whether `req` may be sent twice
+/// (idempotent, no body); whether it may be retried after reaching a
+/// target, which counts it in the pool's retry budget; and whether the
+/// pool's targets are `https://` or `h2c://`. Its head is made to fit the
+/// targets.
+#[inline]
+fn begin(req: &mut Request<UpstreamBody>, b: &Balancer) -> (bool, bool, bool) {
+    let replay = replayable(req);
+    let may_retry = b.config.retries > 0 && replay;
+    if may_retry {
+        b.deposit();
+    }
+    let https_pool = prepare_head(req, &b.config);
+    (replay, may_retry, https_pool)
 }
 
 /// Makes `req` fit the pool's targets: plain `http://` ones take the

@@ -37,7 +37,7 @@ pub struct UpstreamPool {
 /// One target of a pool: `http://host:port` or `{ url, weight }`.
 ///
 /// Read from an owned value, so the mapping form checks its own unknown
-/// fields with `deny_unknown_fields`, as [`Listen`] does.
+/// fields with `deny_unknown_fields`, as [`Listen`](super::Listen) does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// `http://10.0.0.1:9000`
