@@ -73,9 +73,9 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
         .limits
         .iter()
         .partition(|l| l.limit.concurrency.is_some());
-    let requests: Vec<_> = rates.iter().map(|l| l.request.clone()).collect();
     let now_ms = gw.clock().now_ms();
-    let read = match gw.limiter().read(now_ms, &requests).await {
+    let requests = rates.iter().map(|l| &l.request);
+    let read = match gw.limiter().read(now_ms, requests).await {
         Ok(d) => d,
         Err(e) => return api::store_failed(&e),
     };
