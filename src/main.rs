@@ -464,14 +464,7 @@ fn health(args: &HealthArgs) -> ExitCode {
         Check::Live
     };
     let timeout = Duration::from_secs_f64(args.timeout);
-    let answer = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))
-        .and_then(|rt| {
-            rt.block_on(probe(&args.admin, check, timeout))
-                .map_err(|e| e.to_string())
-        });
+    let answer = run_client(probe(&args.admin, check, timeout));
     match answer {
         Ok(healthy) => print(
             &format!("{}: {}", healthy.url, healthy.body),
@@ -482,6 +475,18 @@ fn health(args: &HealthArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs `work`, a client's one exchange with a running gateway, on a
+/// runtime of this thread; its error, or the runtime's, as text.
+fn run_client<T, E: std::fmt::Display>(
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    rt.block_on(work).map_err(|e| e.to_string())
 }
 
 /// Which support API command runs.
@@ -534,21 +539,14 @@ fn support_api(call: ApiCall<'_>) -> ExitCode {
         }
     };
     let token = std::env::var("TOLLGATE_ADMIN_TOKEN").ok();
-    let answer = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))
-        .and_then(|rt| {
-            rt.block_on(tollgate::admin::probe::call(
-                &args.admin,
-                method,
-                &target,
-                token.as_deref(),
-                body.into(),
-                Duration::from_secs(10),
-            ))
-            .map_err(|e| e.to_string())
-        });
+    let answer = run_client(tollgate::admin::probe::call(
+        &args.admin,
+        method,
+        &target,
+        token.as_deref(),
+        body.into(),
+        Duration::from_secs(10),
+    ));
     let (status, bytes) = match answer {
         Ok(a) => a,
         Err(reason) => {

@@ -28,17 +28,9 @@ use crate::pipeline::callers::{CallerLimit, Found};
 /// [`Caller`] borrows).
 async fn lookup(gw: &Gateway, q: &CallerQuery, headers: &HeaderMap) -> Found {
     let caller = caller(gw, &q.caller, headers);
-    let (route, limit) = route_and_limit(q);
+    let (route, limit) = q.route_and_limit();
     gw.caller_limits(&caller, q.caller.ip.is_some(), route, limit)
         .await
-}
-
-/// `route=` and `limit=` (`limit=route/name` names both).
-fn route_and_limit(q: &CallerQuery) -> (Option<&str>, Option<&str>) {
-    match q.limit.as_deref().and_then(|l| l.split_once('/')) {
-        Some((r, l)) => (Some(r), Some(l)),
-        None => (q.route.as_deref(), q.limit.as_deref()),
-    }
 }
 
 /// The caller `fields` describe, as the decision phase would see it.
@@ -81,9 +73,9 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
         .limits
         .iter()
         .partition(|l| l.limit.concurrency.is_some());
-    let requests: Vec<_> = rates.iter().map(|l| l.request.clone()).collect();
     let now_ms = gw.clock().now_ms();
-    let read = match gw.limiter().read(now_ms, &requests).await {
+    let requests = rates.iter().map(|l| &l.request);
+    let read = match gw.limiter().read(now_ms, requests).await {
         Ok(d) => d,
         Err(e) => return api::store_failed(&e),
     };

@@ -203,10 +203,7 @@ pub async fn remove(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Byte
         Ok(s) => s,
         Err(e) => return api::bad_field(&e),
     };
-    let (route, limit) = match q.limit.as_deref().and_then(|l| l.split_once('/')) {
-        Some((r, l)) => (Some(r), Some(l)),
-        None => (q.route.as_deref(), q.limit.as_deref()),
-    };
+    let (route, limit) = q.route_and_limit();
     let now_ms = gw.clock().now_ms();
     let chosen: Vec<Override> = gw
         .overrides()

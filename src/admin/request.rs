@@ -157,6 +157,17 @@ pub struct CallerQuery {
     pub limit: Option<String>,
 }
 
+impl CallerQuery {
+    /// The route and the limit asked for: `limit=route/name` names both,
+    /// else `route=` and `limit=` as given.
+    pub fn route_and_limit(&self) -> (Option<&str>, Option<&str>) {
+        match self.limit.as_deref().and_then(|l| l.split_once('/')) {
+            Some((r, l)) => (Some(r), Some(l)),
+            None => (self.route.as_deref(), self.limit.as_deref()),
+        }
+    }
+}
+
 /// Reads a query string (`ip=203.0.113.7&route=api`).
 ///
 /// # Errors

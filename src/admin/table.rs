@@ -97,12 +97,14 @@ fn change(o: &Value) -> String {
     parts.join(" ")
 }
 
+/// The elements of `v`; none when it is not an array.
+fn items(v: &Value) -> &[Value] {
+    v.as_array().map_or(&[], Vec::as_slice)
+}
+
 /// `GET /admin/callers` as a table.
 pub fn callers(v: &Value) -> String {
-    let empty = Vec::new();
-    let rows: Vec<Vec<String>> = v["limits"]
-        .as_array()
-        .unwrap_or(&empty)
+    let rows: Vec<Vec<String>> = items(&v["limits"])
         .iter()
         .map(|e| {
             vec![
@@ -140,12 +142,7 @@ pub fn callers(v: &Value) -> String {
         ("exempt_routes", "exempt on"),
         ("no_plan_routes", "no plan on"),
     ] {
-        let routes: Vec<String> = v[key]
-            .as_array()
-            .unwrap_or(&empty)
-            .iter()
-            .map(cell)
-            .collect();
+        let routes: Vec<String> = items(&v[key]).iter().map(cell).collect();
         if !routes.is_empty() {
             out.push_str(&format!("\n{says}: {}", routes.join(", ")));
         }
@@ -155,10 +152,7 @@ pub fn callers(v: &Value) -> String {
 
 /// `DELETE /admin/callers` as a table.
 pub fn reset(v: &Value) -> String {
-    let empty = Vec::new();
-    let rows: Vec<Vec<String>> = v["reset"]
-        .as_array()
-        .unwrap_or(&empty)
+    let rows: Vec<Vec<String>> = items(&v["reset"])
         .iter()
         .map(|e| vec![cell(&e["route"]), cell(&e["limit"]), cell(&e["key"])])
         .collect();

@@ -3,18 +3,8 @@
 //! reason, where it cannot mean what it says.
 
 use tollgate::config::KeySource;
-use tollgate::config::load::parse_str;
 
-fn errors(src: &str) -> Vec<String> {
-    match parse_str(src) {
-        Ok(_) => panic!("expected errors, the file was accepted:\n{src}"),
-        Err(e) => e.0.iter().map(ToString::to_string).collect(),
-    }
-}
-
-fn valid(src: &str) -> tollgate::config::Config {
-    parse_str(src).unwrap_or_else(|e| panic!("expected a valid file, got:\n{e}"))
-}
+use super::{errors, valid};
 
 /// One `respond` route per item of `limits` (YAML flow lists), named
 /// `a`, `b`, … , after `head` (top-level YAML, may be empty).

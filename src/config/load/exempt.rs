@@ -22,7 +22,7 @@ impl Check<'_> {
         let api_keys = self.optional(
             &exempt.api_keys,
             &child_key(path, "api_keys"),
-            |check, items, path| check.each(items, path, |c, t: &Text, p| api_key(c, t, p)),
+            |check, items, path| check.each(items, path, api_key),
         );
         Ok(Exempt {
             ips: ips?.unwrap_or_default(),

@@ -407,8 +407,6 @@ pub(super) fn is_route(key: &KeySpec) -> bool {
     matches!(&key.parts[..], [chain] if chain[..] == [KeySource::Route])
 }
 
-impl Check<'_> {}
-
 /// A sliding log keeps one entry per admitted unit; past this, memory per
 /// identity (tens of bytes per entry in Redis) is better spent elsewhere.
 const MAX_LOG_LIMIT: u64 = 100_000;

@@ -16,12 +16,12 @@ impl Limiter {
     ///
     /// # Errors
     /// Redis cannot answer.
-    pub async fn read(
+    pub async fn read<'r>(
         &self,
         now_ms: u64,
-        requests: &[LimitRequest],
+        requests: impl IntoIterator<Item = &'r LimitRequest>,
     ) -> Result<Decision, StoreError> {
-        let read: Vec<LimitRequest> = requests.iter().map(LimitRequest::read_only).collect();
+        let read: Vec<LimitRequest> = requests.into_iter().map(LimitRequest::read_only).collect();
         match &self.redis {
             Some(side) => side.store.decide(now_ms, &read).await,
             None => Ok(self.memory.decide_now(now_ms, &read)),
