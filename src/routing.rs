@@ -43,6 +43,18 @@ pub struct LimitView {
     pub policy_header: Option<HeaderValue>,
 }
 
+impl CompiledRoute {
+    /// The limits a caller is asked, with their key suffixes: `view`'s
+    /// (a plan's, or the caller's overrides') when there is one, else the
+    /// route's own.
+    pub fn limits_in<'a>(&'a self, view: Option<&'a LimitView>) -> (&'a [Limit], &'a [String]) {
+        match view {
+            Some(v) => (&v.limits, &v.key_suffixes),
+            None => (&self.route.limits, &self.key_suffixes),
+        }
+    }
+}
+
 /// The route's limits with every `plan: true` limit replaced by `plan`'s
 /// limits, keyed `:<route>:<limit>.<plan limit>` — without the plan's name,
 /// so a caller moved to another plan keeps what it has used.

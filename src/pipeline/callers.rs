@@ -91,10 +91,7 @@ impl Gateway {
                     continue;
                 }
             };
-            let (limits, suffixes) = match &view {
-                Some(v) => (&v.limits[..], &v.key_suffixes[..]),
-                None => (&r.route.limits[..], &r.key_suffixes[..]),
-            };
+            let (limits, suffixes) = r.limits_in(view.as_deref());
             let requests = limit_requests(&rt.config, r, limits, suffixes, caller, None);
             for (l, request) in limits.iter().zip(requests) {
                 if limit.is_some_and(|n| n != &*l.name) {

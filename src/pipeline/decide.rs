@@ -117,10 +117,7 @@ pub async fn decide<B>(
             return Ok(Admission::default());
         }
     };
-    let (limits, suffixes) = match &view {
-        Some(v) => (&v.limits[..], &v.key_suffixes[..]),
-        None => (&route.route.limits[..], &route.key_suffixes[..]),
-    };
+    let (limits, suffixes) = route.limits_in(view.as_deref());
     let length = limits
         .iter()
         .any(|l| l.settle.is_some())

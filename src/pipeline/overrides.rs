@@ -47,10 +47,7 @@ pub fn apply(
         return Applied::Exempt;
     }
     let name = &*route.route.name;
-    let (limits, suffixes) = match &view {
-        Some(v) => (&v.limits[..], &v.key_suffixes[..]),
-        None => (&route.route.limits[..], &route.key_suffixes[..]),
-    };
+    let (limits, suffixes) = route.limits_in(view.as_deref());
     let about = |l: &crate::config::Limit| {
         found
             .iter()
