@@ -115,32 +115,54 @@ async fn a_denied_caller_costs_redis_nothing_until_retry_after() {
 async fn the_deny_cache_never_answers_for_a_cheaper_request() {
     let redis = RedisServer::start().await;
     let mut conn = redis.connection().await;
-    let clock = clock();
-    // Route /r costs 3, route /cheap (same identity, same limit name but
-    // another route) is a different key anyway; so this checks a reload
-    // that lowers the cost: a new gateway on the same Redis.
-    let limits = "[ { name: ten, key: ip, limit: 10, window: 1m, algorithm: fixed_window } ]";
+    // Two routes on one shared counter, so the same caller sends requests
+    // that differ only in cost: /dear costs 3, /cheap costs 1.
+    let limit = "{ name: ten, key: ip, limit: 10, window: 1m, algorithm: fixed_window, share: ten }";
     let gw = Gateway::start_with_clock(
-        &yaml(&redis_store(&redis.url(), "local"), "ietf", 3, limits),
-        clock.clone(),
+        &format!(
+            r#"
+listen: 127.0.0.1:0
+{store}
+headers: ietf
+routes:
+  - name: dear
+    match: {{ path_prefix: /dear }}
+    respond: {{ status: 200, body: "ok\n" }}
+    cost: 3
+    limits: [ {limit} ]
+  - name: cheap
+    match: {{ path_prefix: /cheap }}
+    respond: {{ status: 200, body: "ok\n" }}
+    cost: 1
+    limits: [ {limit} ]
+"#,
+            store = redis_store(&redis.url(), "local")
+        ),
+        clock(),
     )
     .await;
     for _ in 0..3 {
-        assert_eq!(send(gw.addr, get("/r", &[])).await.status, StatusCode::OK);
+        assert_eq!(send(gw.addr, get("/dear", &[])).await.status, StatusCode::OK);
     }
+    // 9 used of 10: Redis denies a cost-3 request, and the gateway
+    // remembers the denial...
     assert_eq!(
-        send(gw.addr, get("/r", &[])).await.status,
+        send(gw.addr, get("/dear", &[])).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
-    gw.stop().await;
     let before = command_calls(&mut conn, "evalsha").await;
-    let gw = Gateway::start_with_clock(
-        &yaml(&redis_store(&redis.url(), "local"), "ietf", 1, limits),
-        clock.clone(),
-    )
-    .await;
-    // 9 used of 10: a cost-1 request fits.
-    let r = send(gw.addr, get("/r", &[])).await;
+    assert_eq!(
+        send(gw.addr, get("/dear", &[])).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        command_calls(&mut conn, "evalsha").await,
+        before,
+        "the cost-3 denial is answered from the deny cache"
+    );
+    // ...which does not answer for a cost-1 request on the same key: that
+    // one fits, and only Redis can say so.
+    let r = send(gw.addr, get("/cheap", &[])).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(command_calls(&mut conn, "evalsha").await, before + 1);
 }
