@@ -13,6 +13,8 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 # tests/browsers.rs drives a real headless Chromium (Debian's package).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# tests/edge.rs reads a listener's accept queue with `ss`.
+command -v ss >/dev/null 2>&1 || missing+=(iproute2)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "installing ${missing[*]} with apt-get" >&2
     SUDO=""
@@ -33,7 +35,7 @@ if ! command -v docker-compose >/dev/null 2>&1; then
 fi
 
 # deploy/kubernetes is rendered with `kubectl kustomize`. kubectl is not a
-# Debian package; without it that one test says it skipped.
+# Debian package; without it that one test prints a SKIPPED line.
 if ! command -v kubectl >/dev/null 2>&1; then
     echo "kubectl not found: the Kubernetes manifest test (tests/operations/deploy.rs) is skipped" >&2
 fi

@@ -1479,7 +1479,7 @@ fn listen_queue(addr: SocketAddr) -> u32 {
 #[tokio::test]
 async fn the_binary_listens_with_the_configured_backlog() {
     if !have_ss() {
-        eprintln!("skipped: `ss` (iproute2) is not installed to read the accept queue");
+        support::skip::skipped("`ss` (iproute2) is not installed to read the accept queue");
         return;
     }
     // The kernel caps every backlog at net.core.somaxconn.

@@ -261,7 +261,9 @@ fn kubernetes_manifests_render_with_probes_security_and_a_rolling_config() {
     let dir = Path::new(ROOT).join("deploy/kubernetes");
     let Some(objects) = kustomize(&dir) else {
         // scripts/test.sh says so too; kubectl is not a Debian package.
-        eprintln!("SKIPPED: kubectl is not installed, so deploy/kubernetes is not rendered");
+        crate::support::skip::skipped(
+            "kubectl is not installed, so deploy/kubernetes is not rendered",
+        );
         return;
     };
     let mut kinds: Vec<String> = objects

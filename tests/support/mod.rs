@@ -8,5 +8,6 @@ pub mod gateway;
 pub mod pki;
 pub mod redis;
 pub mod redis_topologies;
+pub mod skip;
 pub mod targets;
 pub mod wait;
