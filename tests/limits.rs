@@ -117,7 +117,8 @@ async fn the_deny_cache_never_answers_for_a_cheaper_request() {
     let mut conn = redis.connection().await;
     // Two routes on one shared counter, so the same caller sends requests
     // that differ only in cost: /dear costs 3, /cheap costs 1.
-    let limit = "{ name: ten, key: ip, limit: 10, window: 1m, algorithm: fixed_window, share: ten }";
+    let limit =
+        "{ name: ten, key: ip, limit: 10, window: 1m, algorithm: fixed_window, share: ten }";
     let gw = Gateway::start_with_clock(
         &format!(
             r#"
@@ -142,7 +143,10 @@ routes:
     )
     .await;
     for _ in 0..3 {
-        assert_eq!(send(gw.addr, get("/dear", &[])).await.status, StatusCode::OK);
+        assert_eq!(
+            send(gw.addr, get("/dear", &[])).await.status,
+            StatusCode::OK
+        );
     }
     // 9 used of 10: Redis denies a cost-3 request, and the gateway
     // remembers the denial...
