@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::StatusCode;
 use tollgate::clock::ManualClock;
@@ -735,19 +735,18 @@ impl Binary {
 
     /// Waits until `/metrics` shows `series` at `want`.
     async fn wait_metric(&self, series: &str, want: f64) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let text = self.scrape().await;
-            if value(&text, series) == Some(want) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{series} never reached {want}:\n{text}\n--- log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        support::wait::value(
+            &format!("{series} at {want}"),
+            Duration::from_secs(10),
+            || async move {
+                let text = self.scrape().await;
+                if value(&text, series) == Some(want) {
+                    return Ok(());
+                }
+                Err(format!("{text}\n--- log:\n{}", self.log()))
+            },
+        )
+        .await;
     }
 }
 

@@ -146,6 +146,7 @@ async fn a_killed_gateway_frees_its_slots_within_the_lease() {
     .await;
     assert_eq!(leases(&mut conn).await, 2);
     // Renewed while the requests live: still held three lease times on.
+    // The sleep is the time under test, not a wait for readiness.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(leases(&mut conn).await, 2, "live leases are renewed");
     gw.child.kill().expect("kill -9");

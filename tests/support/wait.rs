@@ -40,3 +40,40 @@ where
     }
     true
 }
+
+/// Polls `seen` every few milliseconds until it returns `Ok`, and returns
+/// that value: for a wait whose end is itself the thing wanted (a reply, a
+/// decision, a count).
+///
+/// # Panics
+/// When `seen` has not returned `Ok` within `within`, naming `what` and
+/// the last `Err` it returned (what the polls saw).
+pub async fn value<T, E, F, Fut>(what: &str, within: Duration, mut seen: F) -> T
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match seen().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => {
+                panic!("{what}: not within {within:?}; last seen: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+/// As [`until`], for a caller that measures the wait: how long `ok` took
+/// to hold.
+pub async fn took<F, Fut>(what: &str, within: Duration, ok: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let started = Instant::now();
+    until(what, within, ok).await;
+    started.elapsed()
+}
