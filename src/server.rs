@@ -41,7 +41,7 @@ pub struct Serve {
     /// Where each request's access-log line goes; none without it.
     pub access_log: Option<AccessWriter>,
     /// Resolves the names of pools' targets; the system's without it.
-    pub resolver: Option<Arc<dyn crate::proxy::resolve::Resolve>>,
+    pub resolver: Option<Arc<dyn crate::proxy::upstreams::resolve::Resolve>>,
 }
 
 impl Serve {

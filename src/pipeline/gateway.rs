@@ -15,7 +15,7 @@ use crate::decision::overrides::{self, CallerOverrides, Watcher};
 use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
-use crate::proxy::resolve::{Resolve, SystemResolver};
+use crate::proxy::upstreams::resolve::{Resolve, SystemResolver};
 use crate::proxy::{self, Balancer, Forwarder};
 use crate::routing::Router;
 use crate::store::StoreError;
@@ -48,9 +48,9 @@ pub struct Snapshot {
     pub(super) router: Router,
     /// Metric handles of every route, by route index.
     pub(super) route_metrics: Vec<Option<Arc<RouteMetrics>>>,
-    /// Upstream connection pools by route index, for routes that use one
-    /// ([`proxy::upstream_pool`]); routes with the same upstream share it.
-    pub(super) pools: Vec<Option<Arc<proxy::Pool>>>,
+    /// Kept-alive upstream connections by route index, for routes that use
+    /// them ([`proxy::keep_alive`]); routes with the same upstream share them.
+    pub(super) keep_alive: Vec<Option<Arc<proxy::KeepAlive>>>,
     /// The balancer of each pool under `upstreams`, in the configuration's
     /// order.
     pub(super) balancers: Vec<Arc<Balancer>>,
@@ -97,8 +97,8 @@ impl Snapshot {
             .iter()
             .map(|r| by_name.remove(&r.name).map(Arc::new))
             .collect();
-        let mut shared: Vec<(String, Arc<proxy::Pool>)> = Vec::new();
-        let pools = config
+        let mut shared: Vec<(String, Arc<proxy::KeepAlive>)> = Vec::new();
+        let keep_alive = config
             .routes
             .iter()
             .map(|r| {
@@ -108,14 +108,14 @@ impl Snapshot {
                 if up.pool.is_some() {
                     return None;
                 }
-                let pool = proxy::upstream_pool(up, &config.timeouts)?;
-                let key = pool.authority().as_str().to_ascii_lowercase();
+                let conns = proxy::keep_alive(up, &config.timeouts)?;
+                let key = conns.authority().as_str().to_ascii_lowercase();
                 if let Some((_, p)) = shared.iter().find(|(k, _)| *k == key) {
                     return Some(p.clone());
                 }
-                let pool = Arc::new(pool);
-                shared.push((key, pool.clone()));
-                Some(pool)
+                let conns = Arc::new(conns);
+                shared.push((key, conns.clone()));
+                Some(conns)
             })
             .collect();
         let plans = PlanResolver::new(&config.api_keys, &config.plans, &config.store.prefix);
@@ -123,7 +123,7 @@ impl Snapshot {
             config,
             router,
             route_metrics,
-            pools,
+            keep_alive,
             balancers,
             route_balancers,
             resolver,

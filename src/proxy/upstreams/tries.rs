@@ -28,9 +28,9 @@ use hyper::body::Incoming;
 use tracing::debug;
 
 use super::balancer::{Balancer, Endpoint, InFlight, Tried, mark_tried};
-use super::body::{UpstreamBody, error_chain, failed};
-use super::client::UpstreamClient;
-use super::pool::{SendError, copy_head, replayable};
+use crate::proxy::body::{UpstreamBody, error_chain, failed};
+use crate::proxy::client::UpstreamClient;
+use crate::proxy::keepalive::{SendError, copy_head, replayable};
 use super::resolve::{Resolve, resolve_once};
 use crate::config::{PoolTarget, TargetScheme, UpstreamPool};
 use crate::metrics::targets::TryOutcome;
