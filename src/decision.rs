@@ -24,8 +24,6 @@ pub mod settler;
 pub mod slots;
 pub mod stages;
 pub mod sync;
-mod sync_task;
-mod synced;
 
 use crate::config::Limit;
 use crate::limit::{self, LimitOutcome, Outcomes, Verdict};

@@ -276,7 +276,7 @@ impl Limiter {
         let Some(redis) = &self.redis else {
             return Ok(self.decide_memory(now_ms, requests));
         };
-        let synced = super::synced::count(requests);
+        let synced = super::sync::count(requests);
         let decided = if synced > 0 {
             redis.decide_synced(now_ms, requests, synced).await
         } else {

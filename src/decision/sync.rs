@@ -61,10 +61,11 @@ use hashbrown::HashTable;
 use smallvec::SmallVec;
 use tokio::sync::Notify;
 
-use crate::limit::{Algorithm, Decision, LimitRequest, Outcomes};
-use crate::store::redis::sync::{Delta, Synced};
+use crate::limit::{Algorithm, Decision, LimitKind, LimitRequest, Outcomes};
+use crate::store::redis::sync::{Delta, SyncAnswer};
 
 mod entry;
+pub(super) mod task;
 
 #[cfg(test)]
 use entry::ROOM_SHARE;
@@ -143,6 +144,16 @@ pub enum Due {
 /// Whether `algorithm` can be decided in sync mode.
 pub fn syncable(algorithm: Algorithm) -> bool {
     Kind::of(algorithm).is_some()
+}
+
+/// How many of `requests` are synced (in `sync` mode).
+pub(super) fn count(requests: &[LimitRequest]) -> usize {
+    requests.iter().filter(|r| is_synced(r)).count()
+}
+
+/// Whether `r` is decided in process in `sync` mode.
+pub(super) fn is_synced(r: &LimitRequest) -> bool {
+    matches!(r.mode.kind, LimitKind::Synced(_))
 }
 
 impl SyncTable {
@@ -362,7 +373,7 @@ impl SyncTable {
     /// decisions until it reads again; a key whose call failed keeps its
     /// admissions to send at the next exchange (they are not lost in an
     /// outage; see the limiter).
-    pub fn apply(&self, deltas: Vec<Delta>, answers: Vec<Synced>) {
+    pub fn apply(&self, deltas: Vec<Delta>, answers: Vec<SyncAnswer>) {
         for (d, answer) in deltas.into_iter().zip(answers) {
             let h = self.hash(&d.key);
             let mut shard = lock(&self.shards[shard_of(h)]);

@@ -277,7 +277,7 @@ impl RedisStore {
     /// to the counters at `now_ms` with sync.lua and answers each key's
     /// totals, in order: one `EVAL` per Cluster slot (on one server, per
     /// batch of keys), each bounded by the store's timeout.
-    pub async fn sync(&self, now_ms: u64, deltas: &[sync::Delta]) -> Vec<sync::Synced> {
+    pub async fn sync(&self, now_ms: u64, deltas: &[sync::Delta]) -> Vec<sync::SyncAnswer> {
         sync::send(&self.clients, now_ms, deltas).await
     }
 }

@@ -52,7 +52,7 @@ struct FakeRedis {
 }
 
 impl FakeRedis {
-    fn exchange(&mut self, now: u64, deltas: &[Delta]) -> Vec<Synced> {
+    fn exchange(&mut self, now: u64, deltas: &[Delta]) -> Vec<SyncAnswer> {
         deltas
             .iter()
             .map(|d| {

@@ -41,9 +41,9 @@ use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use super::budget::RetryBudget;
-use crate::proxy::keepalive::KeepAlive;
 use crate::config::{Balance, PoolTarget, TargetScheme, UpstreamPool};
 use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryOutcome};
+use crate::proxy::keepalive::KeepAlive;
 
 /// Ring points per unit of weight for `balance: hash`.
 const POINTS_PER_WEIGHT: usize = 160;

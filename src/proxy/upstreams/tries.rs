@@ -28,13 +28,13 @@ use hyper::body::Incoming;
 use tracing::debug;
 
 use super::balancer::{Balancer, Endpoint, InFlight, Tried, mark_tried};
-use crate::proxy::body::{UpstreamBody, error_chain, failed};
-use crate::proxy::client::UpstreamClient;
-use crate::proxy::keepalive::{SendError, copy_head, replayable};
 use super::resolve::{Resolve, resolve_once};
 use crate::config::{PoolTarget, TargetScheme, UpstreamPool};
 use crate::metrics::targets::TryOutcome;
 use crate::problem::GatewayError;
+use crate::proxy::body::{UpstreamBody, error_chain, failed};
+use crate::proxy::client::UpstreamClient;
+use crate::proxy::keepalive::{SendError, copy_head, replayable};
 
 /// Which try answered, for the access log and the metrics; holds the
 /// answering target's in-flight count until the response body ends.
