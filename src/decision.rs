@@ -20,7 +20,6 @@ mod reach;
 pub mod record;
 mod redis_side;
 pub mod settle;
-pub mod settler;
 pub mod slots;
 pub mod stages;
 pub mod sync;

@@ -42,7 +42,7 @@ pub mod observe;
 pub mod overrides;
 pub mod refusal;
 pub mod route;
-mod settling;
+mod settle;
 pub mod traces;
 
 pub use exchange::{Exchange, Rehearsal};
@@ -135,13 +135,13 @@ impl Gateway {
             return Ok(res);
         }
         let (mut req, route, admission) = self.until_act(req, rt, ex, Purpose::Serve).await?;
-        let settling = settling::prepare(admission.reservations, &mut req);
+        let settling = settle::prepare(admission.reservations, &mut req);
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
         match settling {
             None => answer,
             // Boxed: most requests settle nothing, and this future would
             // otherwise grow every request's by its size.
-            settling => Box::pin(settling::finish(self, settling, answer)).await,
+            settling => Box::pin(settle::finish(self, settling, answer)).await,
         }
     }
 

@@ -58,7 +58,7 @@ use tracing::warn;
 
 use super::Undecided;
 use super::redis_side::RedisSide;
-use super::settler::Settler;
+use super::settle::store::Settler;
 use super::slots::Concurrency;
 use crate::clock::Clock;
 use crate::config::{OnError, StoreConfig};

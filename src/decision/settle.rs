@@ -24,6 +24,8 @@
 //! denied (a shadow decision that denies consumes nothing, see
 //! [`super::stages`]).
 
+pub mod store;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{HeaderMap, HeaderName, HeaderValue};

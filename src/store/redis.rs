@@ -80,7 +80,7 @@ pub mod heartbeat;
 pub mod leases;
 mod push;
 mod script;
-pub mod settlements;
+pub mod settle;
 pub mod sync;
 pub mod topology;
 
@@ -308,6 +308,6 @@ impl Store for RedisStore {
     }
 
     async fn settle(&self, now_ms: u64, settlements: &[Settlement]) -> Result<(), StoreError> {
-        settlements::send(&self.clients, now_ms, settlements).await
+        settle::send(&self.clients, now_ms, settlements).await
     }
 }
