@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::callers::LimitNames;
 use super::delay::Waiting;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
@@ -296,5 +297,35 @@ impl Gateway {
     /// `/admin/upstreams`).
     pub fn balancers(&self) -> Vec<Arc<Balancer>> {
         self.snapshot.load().balancers.clone()
+    }
+
+    /// Requests of this gateway waiting (`on_limit: delay`) in a line that
+    /// counts `key`.
+    pub fn waiting_on(&self, key: &str) -> u64 {
+        self.waiting.waiting_on(key)
+    }
+
+    /// What an override may name: every `(route, limit)` a caller can
+    /// meet — the routes' own limits and their plans' — the `share` names,
+    /// and the plans' names.
+    pub fn limit_names(&self) -> LimitNames {
+        let rt = self.snapshot.load();
+        let mut names = LimitNames::default();
+        for r in rt.router.routes() {
+            let views = r.plan_views.values().map(|v| &v.limits);
+            for l in std::iter::once(&r.route.limits).chain(views).flatten() {
+                let pair = (r.route.name.clone(), l.name.clone());
+                if !l.plan && !names.limits.contains(&pair) {
+                    names.limits.push(pair);
+                }
+                if let Some(s) = &l.share
+                    && !names.shares.contains(s)
+                {
+                    names.shares.push(s.clone());
+                }
+            }
+        }
+        names.plans = rt.config.plans.iter().map(|p| p.name.clone()).collect();
+        names
     }
 }
