@@ -10,7 +10,7 @@
 //! (`sync_task`, `synced`), what it holds of Redis (`redis_side`) and how
 //! it reaches Redis, including the way back after an outage (`reach`),
 //! beside it. What they answer is a [`RouteDecision`]: per limit an
-//! outcome ([`LimitOutcome`]: the numbers for the headers) and a
+//! outcome ([`Standing`]: the numbers for the headers) and a
 //! [`Verdict`] (what it said, as the metrics count it), or the failure
 //! policy's answer when the store could not decide ([`Undecided`]).
 
@@ -25,7 +25,7 @@ pub mod stages;
 pub mod sync;
 
 use crate::config::Limit;
-use crate::limit::{self, LimitOutcome, Outcomes, Verdict};
+use crate::limit::{self, Standing, Standings, Verdict};
 
 /// What a route's limits said about one request: decided, or the store
 /// could not decide and the failure policy answered.
@@ -59,7 +59,7 @@ pub struct Decided {
     pub allowed: bool,
     /// One outcome per limit, in route order, for the rate-limit headers;
     /// `None` when a limit could not be read.
-    pub outcomes: Option<Outcomes>,
+    pub outcomes: Option<Standings>,
     /// Per limit: what it said, or `None` when it was only read (not
     /// decided, so not counted).
     pub verdicts: Vec<Option<Verdict>>,
@@ -76,7 +76,7 @@ impl RouteDecision {
     }
 
     /// Every limit's outcome, when the limits decided and each was read.
-    pub fn outcomes(&self) -> Option<&[LimitOutcome]> {
+    pub fn outcomes(&self) -> Option<&[Standing]> {
         match self {
             Self::Decided(d) => d.outcomes.as_deref(),
             Self::Undecided(_) => None,

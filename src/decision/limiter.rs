@@ -62,7 +62,7 @@ use super::settle::store::Settler;
 use super::slots::Concurrency;
 use crate::clock::Clock;
 use crate::config::{OnError, StoreConfig};
-use crate::limit::{Decision, LimitRequest};
+use crate::limit::{Answer, LimitRequest};
 use crate::metrics::StoreMetrics;
 use crate::store::redis::fault::Fault;
 use crate::store::{Breaker, BreakerState, MemoryStore, RedisStore, StoreError};
@@ -237,7 +237,7 @@ impl Limiter {
     }
 
     /// Decides in process, timing the call.
-    fn decide_memory(&self, now_ms: u64, requests: &[LimitRequest]) -> Decision {
+    fn decide_memory(&self, now_ms: u64, requests: &[LimitRequest]) -> Answer {
         let start = std::time::Instant::now();
         let d = self.memory.decide_now(now_ms, requests);
         self.metrics
@@ -272,7 +272,7 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
         on_error: Option<OnError>,
-    ) -> Result<Decision, Undecided> {
+    ) -> Result<Answer, Undecided> {
         let Some(redis) = &self.redis else {
             return Ok(self.decide_memory(now_ms, requests));
         };
@@ -294,7 +294,7 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
         on_error: Option<OnError>,
-    ) -> Result<Decision, Undecided> {
+    ) -> Result<Answer, Undecided> {
         if redis.reach.failed() {
             self.metrics.fallback.set(1);
             warn!(error = %e, default_on_error = ?self.on_error, "redis cannot decide; deciding by on_error until it can");
@@ -322,12 +322,7 @@ impl Limiter {
 
     /// `on_error: local`: each limit divided by the live instances (at
     /// least 1 left), so the fleet as a whole stays near the limit.
-    fn decide_locally(
-        &self,
-        redis: &RedisSide,
-        now_ms: u64,
-        requests: &[LimitRequest],
-    ) -> Decision {
+    fn decide_locally(&self, redis: &RedisSide, now_ms: u64, requests: &[LimitRequest]) -> Answer {
         let n = redis.instances.get();
         if n <= 1 {
             return self.decide_memory(now_ms, requests);

@@ -17,7 +17,7 @@ use super::sync::task::{self, SyncMode, SyncTask};
 use super::sync::{Intent, is_synced};
 use crate::config::{ClockSource, RedisConfig, StoreConfig};
 use crate::limit::deny_cache::DenyCache;
-use crate::limit::{Decision, LimitRequest, Outcomes};
+use crate::limit::{Answer, LimitRequest, Standings};
 use crate::metrics::StoreMetrics;
 use crate::store::heartbeat::{self, Instances};
 use crate::store::{Breaker, RedisStore, Store, StoreError};
@@ -140,7 +140,7 @@ impl RedisSide {
         &self,
         now_ms: u64,
         requests: &[LimitRequest],
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Answer, StoreError> {
         if let Some(d) = self
             .deny_cache
             .as_ref()
@@ -184,7 +184,7 @@ impl RedisSide {
         &self,
         now_ms: u64,
         requests: &[LimitRequest],
-    ) -> (bool, Result<Decision, StoreError>) {
+    ) -> (bool, Result<Answer, StoreError>) {
         self.cold_start().await;
         let gate = if self.reach.ahead() {
             Gate::Redis
@@ -261,7 +261,7 @@ impl RedisSide {
         now_ms: u64,
         requests: &[LimitRequest],
         synced: usize,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Answer, StoreError> {
         self.start_exchange();
         self.cold_start().await;
         if let Err(why) = self.sync_usable(now_ms, requests, synced).await {
@@ -334,7 +334,7 @@ impl RedisSide {
         &self,
         now_ms: u64,
         requests: &[LimitRequest],
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Answer, StoreError> {
         let (synced, exact): (Vec<LimitRequest>, Vec<LimitRequest>) =
             requests.iter().cloned().partition(is_synced);
         let table = &self.synced.table;
@@ -373,9 +373,9 @@ impl RedisSide {
                     theirs.next()
                 }
             })
-            .collect::<Option<Outcomes>>()
+            .collect::<Option<Standings>>()
             .ok_or_else(|| StoreError::Protocol("an outcome is missing".into()))?;
-        Ok(Decision { allowed, outcomes })
+        Ok(Answer { allowed, outcomes })
     }
 
     /// Starts `sync` mode's exchange task, once.

@@ -47,7 +47,7 @@ use super::slots::{Slots, Take};
 use super::{Decided, RouteDecision, Undecided};
 use crate::config::OnError;
 use crate::limit::{
-    Effect, Enforcement, LimitKind, LimitOutcome, LimitRequest, Outcomes, Verdict, concurrency,
+    Effect, Enforcement, LimitKind, LimitRequest, Standing, Standings, Verdict, concurrency,
 };
 
 /// The stage a limit is asked in.
@@ -89,7 +89,7 @@ pub async fn decide(
 
 /// The decision of a route whose rate limits are all in `stage`, from
 /// its one store call.
-fn one_stage(decided: Result<crate::limit::Decision, Undecided>, stage: Stage) -> RouteDecision {
+fn one_stage(decided: Result<crate::limit::Answer, Undecided>, stage: Stage) -> RouteDecision {
     let shadow = stage == Stage::Shadow;
     match decided {
         Ok(d) => RouteDecision::Decided(Decided {
@@ -101,7 +101,7 @@ fn one_stage(decided: Result<crate::limit::Decision, Undecided>, stage: Stage) -
     }
 }
 
-fn verdict(o: &LimitOutcome, stage: Stage) -> Verdict {
+fn verdict(o: &Standing, stage: Stage) -> Verdict {
     match (o.admits, stage) {
         (true, _) => Verdict::Allowed,
         (false, Stage::Shadow) => Verdict::ShadowLimited,
@@ -111,14 +111,14 @@ fn verdict(o: &LimitOutcome, stage: Stage) -> Verdict {
 
 /// Every limit's answer, at its position, as the stages fill them in.
 struct Answers {
-    outcomes: Vec<Option<LimitOutcome>>,
+    outcomes: Vec<Option<Standing>>,
     verdicts: Vec<Option<Verdict>>,
     /// Whether an enforced limit refused.
     refused: bool,
 }
 
 impl Answers {
-    fn set(&mut self, i: usize, outcome: Option<LimitOutcome>, verdict: Option<Verdict>) {
+    fn set(&mut self, i: usize, outcome: Option<Standing>, verdict: Option<Verdict>) {
         self.outcomes[i] = outcome;
         self.verdicts[i] = verdict;
     }
@@ -198,7 +198,7 @@ async fn staged(
     }
     let decision = RouteDecision::Decided(Decided {
         allowed: !answers.refused,
-        outcomes: answers.outcomes.into_iter().collect::<Option<Outcomes>>(),
+        outcomes: answers.outcomes.into_iter().collect::<Option<Standings>>(),
         verdicts: answers.verdicts,
     });
     let slots = (!answers.refused).then_some(slots);

@@ -61,7 +61,7 @@ use hashbrown::HashTable;
 use smallvec::SmallVec;
 use tokio::sync::Notify;
 
-use crate::limit::{Algorithm, Decision, LimitKind, LimitRequest, Outcomes};
+use crate::limit::{Algorithm, Answer, LimitKind, LimitRequest, Standings};
 use crate::store::redis::sync::{Delta, SyncAnswer};
 
 mod entry;
@@ -209,7 +209,7 @@ impl SyncTable {
     /// nothing and shows every limit without it, as the stores do.
     /// `None` when a key holds garbage in Redis (see [`Self::apply`]):
     /// the failure policy decides, as for the decision script's error.
-    pub fn decide(&self, now: u64, requests: &[LimitRequest], intent: Intent) -> Option<Decision> {
+    pub fn decide(&self, now: u64, requests: &[LimitRequest], intent: Intent) -> Option<Answer> {
         let instances = self.instances.load(Ordering::Relaxed);
         if let [r] = requests {
             // One limit, the common case: one lock, one lookup.
@@ -225,14 +225,14 @@ impl SyncTable {
             let mut o = e.kind.check(view, now, r, r.units());
             let allowed = o.admits;
             account(e, queue, view, r, &mut o, allowed, intent, now, instances);
-            let mut outcomes = Outcomes::new();
+            let mut outcomes = Standings::new();
             outcomes.push(o);
-            return Some(Decision { allowed, outcomes });
+            return Some(Answer { allowed, outcomes });
         }
         let hashes: SmallVec<[u64; 4]> = requests.iter().map(|r| self.hash(&r.key)).collect();
         let mut guards = self.lock_shards(&hashes);
         let mut views: SmallVec<[Counts; 4]> = SmallVec::new();
-        let mut outcomes = Outcomes::with_capacity(requests.len());
+        let mut outcomes = Standings::with_capacity(requests.len());
         for (r, &h) in requests.iter().zip(&hashes) {
             let Shard {
                 table,
@@ -251,7 +251,7 @@ impl SyncTable {
                 account(e, queue, *view, r, o, allowed, intent, now, instances);
             }
         }
-        Some(Decision { allowed, outcomes })
+        Some(Answer { allowed, outcomes })
     }
 
     /// The entry of `r` in `shard`, made when absent; `None` when its key

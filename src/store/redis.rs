@@ -98,7 +98,7 @@ use tokio::time::Instant;
 
 use crate::config::RedisConfig;
 use crate::limit::settle::Settlement;
-use crate::limit::{Decision, LimitRequest};
+use crate::limit::{Answer, LimitRequest};
 use crate::store::contract::{Store, StoreError};
 use backlog::Entry;
 use clients::Clients;
@@ -283,10 +283,10 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
-    async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
+    async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Answer, StoreError> {
         if requests.is_empty() {
             // Nothing to check; the in-process store answers the same.
-            return Ok(Decision {
+            return Ok(Answer {
                 allowed: true,
                 outcomes: Default::default(),
             });

@@ -6,7 +6,7 @@
 //! fallback's guess.
 
 use super::Limiter;
-use crate::limit::{Decision, LimitRequest};
+use crate::limit::{Answer, LimitRequest};
 use crate::store::{Store, StoreError};
 
 impl Limiter {
@@ -20,7 +20,7 @@ impl Limiter {
         &self,
         now_ms: u64,
         requests: impl IntoIterator<Item = &'r LimitRequest>,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Answer, StoreError> {
         let read: Vec<LimitRequest> = requests.into_iter().map(LimitRequest::read_only).collect();
         match &self.redis {
             Some(side) => side.store.decide(now_ms, &read).await,
