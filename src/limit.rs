@@ -232,8 +232,8 @@ pub enum Verdict {
     /// The shadow limit would have denied.
     ShadowLimited,
     /// The store could not decide it (`on_error: allow` or `deny`, or a
-    /// concurrency slot Redis could not lease).
-    Error,
+    /// concurrency slot Redis could not lease): counted as `error`.
+    Undecided,
 }
 
 impl Verdict {
@@ -243,7 +243,7 @@ impl Verdict {
             Self::Allowed => "allowed",
             Self::Limited => "limited",
             Self::ShadowLimited => "shadow_limited",
-            Self::Error => "error",
+            Self::Undecided => "error",
         }
     }
 }

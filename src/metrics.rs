@@ -322,7 +322,7 @@ impl LimitMetrics {
             Verdict::Allowed => self.allowed.inc(),
             Verdict::Limited => self.limited.inc(),
             Verdict::ShadowLimited => self.shadow_limited.inc(),
-            Verdict::Error => self.error.inc(),
+            Verdict::Undecided => self.error.inc(),
         };
     }
 }
@@ -542,7 +542,7 @@ impl Metrics {
             allowed: dec(Verdict::Allowed),
             limited: dec(Verdict::Limited),
             shadow_limited: dec(Verdict::ShadowLimited),
-            error: dec(Verdict::Error),
+            error: dec(Verdict::Undecided),
         }
     }
 

@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use super::Undecided;
+use super::Unanswered;
 use super::redis_side::RedisSide;
 use super::settle::store::Settler;
 use super::slots::Concurrency;
@@ -272,7 +272,7 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
         on_error: Option<OnError>,
-    ) -> Result<Answer, Undecided> {
+    ) -> Result<Answer, Unanswered> {
         let Some(redis) = &self.redis else {
             return Ok(self.decide_memory(now_ms, requests));
         };
@@ -294,14 +294,14 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
         on_error: Option<OnError>,
-    ) -> Result<Answer, Undecided> {
+    ) -> Result<Answer, Unanswered> {
         if redis.reach.failed() {
             self.metrics.fallback.set(1);
             warn!(error = %e, default_on_error = ?self.on_error, "redis cannot decide; deciding by on_error until it can");
         }
         match on_error.unwrap_or(self.on_error) {
-            OnError::Allow => Err(Undecided::FailedOpen),
-            OnError::Deny => Err(Undecided::Unavailable),
+            OnError::Allow => Err(Unanswered::FailedOpen),
+            OnError::Deny => Err(Unanswered::Unavailable),
             OnError::Local => {
                 let d = self.decide_locally(redis, now_ms, requests);
                 // Only an outage: a refusal or garbage would refuse the

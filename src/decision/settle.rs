@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tracing::{debug, warn};
 
-use super::RouteDecision;
+use super::Decision;
 use super::limiter::Limiter;
 use crate::config::Limit;
 use crate::limit::settle::{Settlement, Source};
@@ -62,13 +62,13 @@ pub struct Reservations {
 pub fn pending(
     limits: &[Limit],
     requests: &[LimitRequest],
-    decision: &RouteDecision,
+    decision: &Decision,
     now_ms: u64,
 ) -> Option<Reservations> {
     if limits.iter().all(|l| l.settle.is_none()) {
         return None;
     }
-    let RouteDecision::Decided(d) = decision else {
+    let Decision::Decided(d) = decision else {
         return None;
     };
     if !d.allowed {

@@ -27,7 +27,7 @@ use http::Response;
 use tracing::{debug, warn};
 
 use super::exchange::Exchange;
-use crate::decision::{RouteDecision, Undecided};
+use crate::decision::{Decision, Unanswered};
 use crate::logs::AccessWriter;
 use crate::metrics::{ClientErrorKind, Metrics, Outcome, UpstreamErrorKind};
 use crate::problem::GatewayError;
@@ -54,16 +54,16 @@ pub enum AccessDecision {
 
 impl AccessDecision {
     /// What the limits said about a request that ended with `answer`.
-    pub fn of(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Self {
+    pub fn of(answer: &Answer, decided: Option<&Decision>, exempt: bool) -> Self {
         match (answer, decided) {
             (_, None) if exempt => Self::Exempt,
             (Err(GatewayError::StoreUnavailable), _) => Self::Unavailable,
             (_, None) => Self::None,
-            (_, Some(RouteDecision::Undecided(Undecided::FailedOpen))) => Self::Unchecked,
-            (_, Some(RouteDecision::Undecided(Undecided::Unavailable))) => Self::Unavailable,
+            (_, Some(Decision::Undecided(Unanswered::FailedOpen))) => Self::Unchecked,
+            (_, Some(Decision::Undecided(Unanswered::Unavailable))) => Self::Unavailable,
             (_, Some(d)) if !d.allowed() => Self::Limited,
             (_, Some(d)) if d.shadow_denied() => Self::ShadowLimited,
-            (_, Some(RouteDecision::Decided(_))) => Self::Allowed,
+            (_, Some(Decision::Decided(_))) => Self::Allowed,
         }
     }
 
@@ -122,10 +122,10 @@ pub fn forward_fault(e: &GatewayError) -> Option<ForwardFault> {
 /// How a request ended: the response the phases built, or their refusal.
 pub type Answer = Result<Response<Body>, GatewayError>;
 
-fn outcome(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Outcome {
+fn outcome(answer: &Answer, decided: Option<&Decision>, exempt: bool) -> Outcome {
     match answer {
         Ok(_) if exempt => Outcome::Exempt,
-        Ok(_) if decided.is_some_and(RouteDecision::shadow_denied) => Outcome::ShadowLimited,
+        Ok(_) if decided.is_some_and(Decision::shadow_denied) => Outcome::ShadowLimited,
         Ok(_) => Outcome::Allowed,
         Err(GatewayError::Limited { .. }) => Outcome::Limited,
         Err(GatewayError::UnknownApiKey) => Outcome::Rejected,
