@@ -41,9 +41,22 @@ use crate::store::redis::fault::FaultKind;
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// What happened to one routed request, as counted by `tollgate_requests_total`.
+/// What one routed request came to: how it ended, and what its limits
+/// decided as the access log and the trace tell it. The one value the
+/// `outcome` label of `tollgate_requests_total` ([`Outcome::label`]), the
+/// access log's `decision` and the span's `tollgate.outcome`
+/// ([`Outcome::word`]) are rendered from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub struct Outcome {
+    /// How the request ended, as `tollgate_requests_total` counts it.
+    pub ending: Ending,
+    /// What its limits decided, as the access log and the span say it.
+    pub access: Access,
+}
+
+/// How one routed request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
     /// Admitted (or no limits) and answered by the upstream or the route.
     Allowed,
     /// Denied by an enforced limit: 429.
@@ -62,18 +75,55 @@ pub enum Outcome {
     Exempt,
 }
 
+/// What a request's limits decided, as the access log and the span say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No limit was asked.
+    None,
+    /// Every limit admitted.
+    Allowed,
+    /// An enforced limit denied: 429.
+    Limited,
+    /// Only a shadow limit would have denied; forwarded.
+    ShadowLimited,
+    /// The store failed and `on_error: allow` admitted without deciding.
+    FailedOpen,
+    /// The store failed and `on_error: deny` refused: 503.
+    Unavailable,
+    /// The caller is exempt: no limit was asked.
+    Exempt,
+}
+
 impl Outcome {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allowed => "allowed",
-            Self::Limited => "limited",
-            Self::ShadowLimited => "shadow_limited",
-            Self::Error => "error",
-            Self::ClientError => "client_error",
-            Self::Rejected => "rejected",
-            Self::Exempt => "exempt",
+    /// The `outcome` label of `tollgate_requests_total`.
+    pub fn label(self) -> &'static str {
+        label(self.ending)
+    }
+
+    /// The access log's `decision` and the span's `tollgate.outcome`.
+    pub fn word(self) -> &'static str {
+        match self.access {
+            Access::None => "none",
+            Access::Allowed => "allowed",
+            Access::Limited => "limited",
+            Access::ShadowLimited => "shadow_limited",
+            Access::FailedOpen => "unchecked",
+            Access::Unavailable => "unavailable",
+            Access::Exempt => "exempt",
         }
+    }
+}
+
+/// The label value of `ending`; the series are made for each at load.
+fn label(ending: Ending) -> &'static str {
+    match ending {
+        Ending::Allowed => "allowed",
+        Ending::Limited => "limited",
+        Ending::ShadowLimited => "shadow_limited",
+        Ending::Error => "error",
+        Ending::ClientError => "client_error",
+        Ending::Rejected => "rejected",
+        Ending::Exempt => "exempt",
     }
 }
 
@@ -382,14 +432,14 @@ pub enum ClientErrorKind {
 impl RouteMetrics {
     /// Counts one request's outcome.
     pub fn count(&self, outcome: Outcome) {
-        match outcome {
-            Outcome::Allowed => self.allowed.inc(),
-            Outcome::Limited => self.limited.inc(),
-            Outcome::ShadowLimited => self.shadow_limited.inc(),
-            Outcome::Error => self.error.inc(),
-            Outcome::ClientError => self.client_error.inc(),
-            Outcome::Rejected => self.rejected.inc(),
-            Outcome::Exempt => self.exempt.inc(),
+        match outcome.ending {
+            Ending::Allowed => self.allowed.inc(),
+            Ending::Limited => self.limited.inc(),
+            Ending::ShadowLimited => self.shadow_limited.inc(),
+            Ending::Error => self.error.inc(),
+            Ending::ClientError => self.client_error.inc(),
+            Ending::Rejected => self.rejected.inc(),
+            Ending::Exempt => self.exempt.inc(),
         };
     }
 
@@ -553,10 +603,10 @@ impl Metrics {
             .iter()
             .map(|r| {
                 let route = r.name.to_string();
-                let req = |outcome: Outcome| {
+                let req = |ending: Ending| {
                     self.requests.get_or_create_owned(&RequestLabels {
                         route: route.clone(),
-                        outcome: outcome.as_str(),
+                        outcome: label(ending),
                     })
                 };
                 let limits = r.limits.iter().map(|l| self.limit(&route, l)).collect();
@@ -581,13 +631,13 @@ impl Metrics {
                     })
                 };
                 let metrics = RouteMetrics {
-                    allowed: req(Outcome::Allowed),
-                    limited: req(Outcome::Limited),
-                    shadow_limited: req(Outcome::ShadowLimited),
-                    error: req(Outcome::Error),
-                    client_error: req(Outcome::ClientError),
-                    rejected: req(Outcome::Rejected),
-                    exempt: req(Outcome::Exempt),
+                    allowed: req(Ending::Allowed),
+                    limited: req(Ending::Limited),
+                    shadow_limited: req(Ending::ShadowLimited),
+                    error: req(Ending::Error),
+                    client_error: req(Ending::ClientError),
+                    rejected: req(Ending::Rejected),
+                    exempt: req(Ending::Exempt),
                     limits,
                     classes: [
                         class("1xx"),
@@ -650,6 +700,14 @@ impl Collector for LogLinesDropped {
 mod tests {
     use super::*;
 
+    /// A request that ended so, whatever its limits decided.
+    fn ended(ending: Ending) -> Outcome {
+        Outcome {
+            ending,
+            access: Access::None,
+        }
+    }
+
     #[test]
     fn routes_get_series_before_any_request() {
         let config = crate::config::load::parse_str(
@@ -658,10 +716,10 @@ mod tests {
         .expect("valid");
         let m = Metrics::new();
         let routes = m.routes(&config);
-        routes["r"].count(Outcome::Limited);
+        routes["r"].count(ended(Ending::Limited));
         routes["r"].limits[0].count(Verdict::ShadowLimited);
         routes["r"].upstream_response(http::StatusCode::BAD_GATEWAY, Duration::from_millis(3));
-        routes["r"].count(Outcome::ClientError);
+        routes["r"].count(ended(Ending::ClientError));
         routes["r"].client_error(ClientErrorKind::Aborted);
         m.reloaded(false);
         let text = m.render();
@@ -687,7 +745,7 @@ mod tests {
         }
         // A second resolution (a reload) shares the series.
         let again = m.routes(&config);
-        again["r"].count(Outcome::Limited);
+        again["r"].count(ended(Ending::Limited));
         assert!(
             m.render()
                 .contains("tollgate_requests_total{route=\"r\",outcome=\"limited\"} 2")

@@ -42,7 +42,7 @@ use tokio::sync::Notify;
 
 use super::budget::RetryBudget;
 use crate::config::{Balance, PoolTarget, TargetScheme, UpstreamPool};
-use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryOutcome};
+use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryEnd};
 use crate::proxy::keepalive::KeepAlive;
 
 /// Ring points per unit of weight for `balance: hash`.
@@ -524,7 +524,7 @@ impl Balancer {
     }
 
     /// Counts one try on `e` in its target's series.
-    pub fn tried(&self, e: &Endpoint, outcome: TryOutcome, took: Option<Duration>) {
+    pub fn tried(&self, e: &Endpoint, outcome: TryEnd, took: Option<Duration>) {
         if let Some(m) = self.metrics.get(e.target) {
             m.tried(outcome, took);
         }
