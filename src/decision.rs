@@ -15,6 +15,8 @@
 //! failure policy's answer when the store could not decide
 //! ([`Unanswered`]).
 
+pub mod admin;
+pub mod health;
 pub mod limiter;
 pub mod overrides;
 mod reach;

@@ -110,7 +110,7 @@ async fn warm_up(gateway: &Gateway) {
     let Some(wait) = gateway.with_config(|c| c.store.redis.as_ref().map(|r| r.startup_wait)) else {
         return;
     };
-    if !gateway.limiter().wait_ready(wait).await {
+    if !gateway.limiter().health().wait_ready(wait).await {
         warn!(
             startup_wait = ?wait,
             "redis has not answered within store.redis.startup_wait; accepting, deciding by on_error until it does"

@@ -447,7 +447,10 @@ async fn a_cold_start_decides_by_policy_within_the_timeout_instead_of_queueing()
     );
     server.restart().await;
     assert!(
-        gw.limiter().wait_connected(Duration::from_secs(10)).await,
+        gw.limiter()
+            .health()
+            .wait_connected(Duration::from_secs(10))
+            .await,
         "never connected"
     );
     let ready = send(admin_addr, get("/readyz", &[])).await;
@@ -1459,7 +1462,7 @@ async fn local_admissions_during_an_outage_are_added_to_redis_when_it_returns() 
     let clock = Arc::new(tollgate::clock::ManualClock::new(T0));
     let gw = Gateway::start_with_clock(&yaml(&server.url(), "local", 10, ""), clock.clone()).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while gw.inner.limiter().redis_connected() != Some(true) {
+    while gw.inner.limiter().health().redis_connected() != Some(true) {
         assert!(Instant::now() < deadline, "never connected");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -1471,12 +1474,12 @@ async fn local_admissions_during_an_outage_are_added_to_redis_when_it_returns() 
         during.push(send(gw.addr, get("/t", &[])).await.status.as_u16());
     }
     assert_eq!(during, [[200; 10].as_slice(), &[429]].concat());
-    assert!(gw.inner.limiter().behind_redis());
+    assert!(gw.inner.limiter().health().behind_redis());
 
     server.restart().await;
     // Connected, and the breaker (if the outage opened it) closed again.
     let deadline = Instant::now() + BACK_WITHIN + Duration::from_secs(3);
-    while gw.inner.limiter().redis_connected() != Some(true)
+    while gw.inner.limiter().health().redis_connected() != Some(true)
         || gw.inner.breaker_state() != BreakerState::Closed
     {
         assert!(Instant::now() < deadline, "never reconnected");
@@ -1497,7 +1500,7 @@ async fn local_admissions_during_an_outage_are_added_to_redis_when_it_returns() 
         admitted, 0,
         "the window spanning the outage was granted again"
     );
-    assert!(!gw.inner.limiter().behind_redis());
+    assert!(!gw.inner.limiter().health().behind_redis());
     // Redis decided them, from the 10 the push added (with the expiry a
     // write gets: the rest of this window and the next).
     assert!(support::redis::command_calls(&mut conn, "evalsha").await > evalsha_before);
@@ -1952,8 +1955,8 @@ async fn sync_outage(on_error: &str) {
 
     server.stop();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while a.inner.limiter().redis_connected() != Some(false)
-        || b.inner.limiter().redis_connected() != Some(false)
+    while a.inner.limiter().health().redis_connected() != Some(false)
+        || b.inner.limiter().health().redis_connected() != Some(false)
     {
         assert!(Instant::now() < deadline, "the link never went down");
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -2005,7 +2008,7 @@ async fn sync_outage(on_error: &str) {
         // shares are used up (429) under local, 503 under deny.
         let first = loop {
             let reply = client(gw).await;
-            if !gw.inner.limiter().fallback_active() {
+            if !gw.inner.limiter().health().fallback_active() {
                 break reply;
             }
             let expected = match on_error {

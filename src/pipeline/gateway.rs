@@ -221,12 +221,12 @@ impl Gateway {
 
     /// Whether limiter decisions go to Redis (for metrics).
     pub fn breaker_state(&self) -> crate::store::BreakerState {
-        self.limiter.breaker_state()
+        self.limiter.health().breaker_state()
     }
 
     /// The last known number of live gateway instances sharing Redis.
     pub fn live_instances(&self) -> u64 {
-        self.limiter.live_instances()
+        self.limiter.health().live_instances()
     }
 
     /// The metrics registry.

@@ -437,6 +437,7 @@ pub async fn start_connected(
     started
         .gateway()
         .limiter()
+        .health()
         .wait_connected(std::time::Duration::from_secs(1))
         .await;
     started
