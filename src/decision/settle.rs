@@ -32,10 +32,10 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use tracing::{debug, warn};
 
 use super::Decision;
-use super::limiter::Limiter;
 use crate::config::Limit;
 use crate::limit::settle::{Settlement, Source};
 use crate::limit::{Enforcement, LimitRequest, Verdict};
+use store::Settler;
 
 /// The cost limit `l` reserves for a request whose body announces
 /// `content_length` bytes: `route_cost` or the limit's own cost, or for a
@@ -110,7 +110,7 @@ impl Reservations {
 
     /// Takes the `from_header` reservations out and settles them from the
     /// response's `headers`; the others stay for [`Self::at_end`].
-    pub async fn header(&mut self, limiter: &Limiter, now_ms: u64, headers: &HeaderMap) {
+    pub async fn header(&mut self, settler: &Settler, now_ms: u64, headers: &HeaderMap) {
         if !self
             .items
             .iter()
@@ -124,13 +124,13 @@ impl Reservations {
             match &source {
                 Source::Header(name) => match amount(headers, name) {
                     Some(actual) => settlements.push(self.settlement(request, actual)),
-                    None => kept(limiter, name, headers.get(name)),
+                    None => kept(settler, name, headers.get(name)),
                 },
                 _ => rest.push((request, source)),
             }
         }
         self.items = rest;
-        settle(limiter, now_ms, &settlements).await;
+        settle(settler, now_ms, &settlements).await;
     }
 
     /// The settlements of the reservations left once the response body
@@ -139,7 +139,7 @@ impl Reservations {
     /// is missing or garbage stands (counted).
     pub fn at_end(
         self,
-        limiter: &Limiter,
+        settler: &Settler,
         trailers: Option<&HeaderMap>,
         request_bytes: u64,
         response_bytes: u64,
@@ -151,7 +151,7 @@ impl Reservations {
                     Source::Header(name) | Source::Trailer(name) => {
                         let found = trailers.and_then(|t| amount(t, name));
                         if found.is_none() {
-                            kept(limiter, name, trailers.and_then(|t| t.get(name)));
+                            kept(settler, name, trailers.and_then(|t| t.get(name)));
                         }
                         found
                     }
@@ -178,11 +178,11 @@ impl Reservations {
 
 /// Settles `settlements` at `now_ms`; a failure leaves the reservations
 /// standing, counted by the limiter and warned at most once a minute.
-pub async fn settle(limiter: &Limiter, now_ms: u64, settlements: &[Settlement]) {
+pub async fn settle(settler: &Settler, now_ms: u64, settlements: &[Settlement]) {
     if settlements.is_empty() {
         return;
     }
-    if let Err(e) = limiter.settler().settle(now_ms, settlements).await {
+    if let Err(e) = settler.settle(now_ms, settlements).await {
         static LAST_WARNED_MS: AtomicU64 = AtomicU64::new(0);
         let last = LAST_WARNED_MS.load(Ordering::Relaxed);
         if (last == 0 || now_ms.saturating_sub(last) >= 60_000)
@@ -198,8 +198,8 @@ pub async fn settle(limiter: &Limiter, now_ms: u64, settlements: &[Settlement]) 
 }
 
 /// A reservation kept because its value was missing or not a count.
-fn kept(limiter: &Limiter, name: &HeaderName, value: Option<&HeaderValue>) {
-    limiter.settler().kept_value(1);
+fn kept(settler: &Settler, name: &HeaderName, value: Option<&HeaderValue>) {
+    settler.kept_value(1);
     debug!(header = %name, ?value, "no usable settled cost; the reservation stands");
 }
 
