@@ -192,7 +192,10 @@ fn upstreams(gw: &Gateway) -> serde_json::Value {
 fn readyz(gw: &Gateway, draining: bool) -> Response<Full<Bytes>> {
     let limiter = gw.limiter();
     // A refusal says why, in Redis's words.
-    let store = match (limiter.redis_connected(), limiter.redis_fault()) {
+    let store = match (
+        limiter.health().redis_connected(),
+        limiter.health().redis_fault(),
+    ) {
         (None, _) => "store: memory".to_owned(),
         (Some(_), Some(fault)) => format!("redis: {fault}\non_error decides requests meanwhile"),
         (Some(true), None) => "store: redis connected".to_owned(),
@@ -205,7 +208,7 @@ fn readyz(gw: &Gateway, draining: bool) -> Response<Full<Bytes>> {
             format!("not ready: draining\n{store}\n"),
         );
     }
-    if limiter.is_ready() {
+    if limiter.health().is_ready() {
         reply(StatusCode::OK, TEXT, format!("ready\n{store}\n"))
     } else {
         reply(

@@ -5,15 +5,19 @@
 //! collects *every* error with its field path, line and column before
 //! failing. The running gateway never sees raw YAML types.
 
-mod browsers;
+mod cors;
 pub mod expand;
 pub mod file;
+mod header_rules;
 pub mod load;
 mod position;
+mod request_id;
 pub mod schema;
 mod store;
 
-pub use browsers::{Cors, CorsOrigins, HeaderRules, KeepFrom, RequestIdConfig};
+pub use cors::{Cors, CorsOrigins};
+pub use header_rules::HeaderRules;
+pub use request_id::{KeepFrom, RequestIdConfig};
 pub use store::{
     BreakerConfig, ClockSource, OnError, RedisConfig, RedisTls, RedisTopology, StoreConfig,
     without_credentials,

@@ -6,80 +6,81 @@
 //! each carrying its mode (counted or read, enforced or shadow, exact,
 //! synced or a concurrency slot); every stage ends in the [`limiter`], which holds
 //! the store, the deny cache and the failure policy (`on_error`), with
-//! `sync` mode's in-process counts ([`sync`]) and their exchange task
-//! (`sync_task`, `synced`), what it holds of Redis (`redis_side`) and how
-//! it reaches Redis, including the way back after an outage (`reach`),
-//! beside it. What they answer is a [`RouteDecision`]: per limit an
-//! outcome ([`LimitOutcome`]: the numbers for the headers) and a
-//! [`Verdict`] (what it said, as the metrics count it), or the failure
-//! policy's answer when the store could not decide ([`Undecided`]).
+//! `sync` mode's in-process counts and their exchange task ([`sync`]),
+//! what it holds of Redis (`redis_side`) and how it reaches Redis,
+//! including the way back after an outage (`reach`), beside it. What
+//! they answer is a [`Decision`], the one value for what a request's
+//! limits decided: per limit a [`Standing`] (the numbers for the headers)
+//! and a [`Verdict`] (what it said, as the metrics count it), or the
+//! failure policy's answer when the store could not decide
+//! ([`Unanswered`]).
 
+pub mod admin;
+pub mod health;
 pub mod limiter;
 pub mod overrides;
 mod reach;
 pub mod record;
 mod redis_side;
 pub mod settle;
-pub mod settler;
 pub mod slots;
 pub mod stages;
 pub mod sync;
-mod sync_task;
-mod synced;
 
 use crate::config::Limit;
-use crate::limit::{self, LimitOutcome, Outcomes, Verdict};
+use crate::limit::{self, Standing, Standings, Verdict};
 
-/// What a route's limits said about one request: decided, or the store
-/// could not decide and the failure policy answered.
+/// What a request's limits decided: decided, or the store could not
+/// decide and the failure policy answered. The rest of the gateway reads
+/// this one value (headers, refusal, metrics, access log, span).
 #[derive(Debug, Clone)]
-pub enum RouteDecision {
+pub enum Decision {
     /// The limits decided (in the store, or in process by `on_error: local`).
-    Decided(Decided),
+    Decided(PerLimit),
     /// The store could not decide and `on_error` answered without deciding.
-    Undecided(Undecided),
+    Undecided(Unanswered),
 }
 
 /// The store could not decide: what the failure policy answered instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Undecided {
+pub enum Unanswered {
     /// `on_error: allow` admits without deciding.
     FailedOpen,
     /// `on_error: deny` refuses: answer 503.
     Unavailable,
 }
 
-impl From<Undecided> for RouteDecision {
-    fn from(u: Undecided) -> Self {
+impl From<Unanswered> for Decision {
+    fn from(u: Unanswered) -> Self {
         Self::Undecided(u)
     }
 }
 
-/// What the limits of a route said about one request, limit by limit.
+/// What the limits of a route decided about one request, limit by limit.
 #[derive(Debug, Clone)]
-pub struct Decided {
+pub struct PerLimit {
     /// False only when an enforced limit denied: answer 429.
     pub allowed: bool,
-    /// One outcome per limit, in route order, for the rate-limit headers;
+    /// One standing per limit, in route order, for the rate-limit headers;
     /// `None` when a limit could not be read.
-    pub outcomes: Option<Outcomes>,
+    pub outcomes: Option<Standings>,
     /// Per limit: what it said, or `None` when it was only read (not
     /// decided, so not counted).
     pub verdicts: Vec<Option<Verdict>>,
 }
 
-impl RouteDecision {
+impl Decision {
     /// Whether the request may go on (admitted, or admitted undecided).
     pub fn allowed(&self) -> bool {
         match self {
             Self::Decided(d) => d.allowed,
-            Self::Undecided(Undecided::FailedOpen) => true,
-            Self::Undecided(Undecided::Unavailable) => false,
+            Self::Undecided(Unanswered::FailedOpen) => true,
+            Self::Undecided(Unanswered::Unavailable) => false,
         }
     }
 
-    /// Every limit's outcome, when the limits decided and each was read.
-    pub fn outcomes(&self) -> Option<&[LimitOutcome]> {
+    /// Every limit's standing, when the limits decided and each was read.
+    pub fn outcomes(&self) -> Option<&[Standing]> {
         match self {
             Self::Decided(d) => d.outcomes.as_deref(),
             Self::Undecided(_) => None,

@@ -23,7 +23,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use crate::config::{HeaderMode, Limit};
-use crate::limit::LimitOutcome;
+use crate::limit::Standing;
 
 /// `RateLimit-Policy`.
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -83,7 +83,7 @@ pub fn policy_header(mode: HeaderMode, limits: &[Limit]) -> Option<HeaderValue> 
 }
 
 /// The `RateLimit` value for a decision's `outcomes`, one per limit.
-pub fn ratelimit_value(limits: &[Limit], outcomes: &[LimitOutcome]) -> Option<HeaderValue> {
+pub fn ratelimit_value(limits: &[Limit], outcomes: &[Standing]) -> Option<HeaderValue> {
     // On the stack for the usual one or two limits.
     let mut out = SmallVec::<[u8; 128]>::new();
     let mut buf = itoa::Buffer::new();
@@ -116,7 +116,7 @@ pub fn ratelimit_value(limits: &[Limit], outcomes: &[LimitOutcome]) -> Option<He
 fn closest<'a>(
     limits: &'a [Limit],
     allowed: bool,
-    outcomes: &[LimitOutcome],
+    outcomes: &[Standing],
 ) -> Option<(&'a Limit, u64, u64)> {
     let pairs = limits.iter().zip(outcomes);
     let pick = if allowed {
@@ -149,7 +149,7 @@ pub fn apply(
     policy: Option<&HeaderValue>,
     limits: &[Limit],
     allowed: bool,
-    outcomes: Option<&[LimitOutcome]>,
+    outcomes: Option<&[Standing]>,
     now_ms: u64,
 ) {
     let single = match mode {
@@ -225,14 +225,14 @@ mod tests {
         ];
         let p = policy_header(HeaderMode::Ietf, &limits).unwrap();
         assert_eq!(p, r#""per_minute";q=100;w=60, "per_second";q=10;w=1"#);
-        let d: crate::limit::Outcomes = smallvec::smallvec![
-            LimitOutcome {
+        let d: crate::limit::Standings = smallvec::smallvec![
+            Standing {
                 admits: true,
                 remaining: 42,
                 reset_ms: 17_001,
                 retry_after_ms: Some(0),
             },
-            LimitOutcome {
+            Standing {
                 admits: false,
                 remaining: 0,
                 reset_ms: 2_000,

@@ -3,7 +3,7 @@
 //! A request carries one [`LimitRequest`] per configured limit. A store
 //! decides them together: the request is admitted only when every limit
 //! admits, and only then is anything consumed ("count admitted requests, not
-//! attempts"). The [`Decision`] carries everything the response needs —
+//! attempts"). The [`Answer`] carries everything the response needs —
 //! remaining quota, reset and Retry-After per limit — so the header phase
 //! never asks the store again.
 
@@ -174,9 +174,10 @@ pub enum LimitKind {
     Concurrency(u64),
 }
 
-/// The answer for one limit.
+/// Where one limit stands for one request after the store answered: the
+/// numbers its headers show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LimitOutcome {
+pub struct Standing {
     /// This limit, on its own, would admit the request.
     pub admits: bool,
     /// Quota left after the decision (`floor(L − E_after)`, at least 0):
@@ -193,32 +194,26 @@ pub struct LimitOutcome {
     pub retry_after_ms: Option<u64>,
 }
 
-/// One outcome per limit, held inline for up to two limits: most routes
+/// One standing per limit, held inline for up to two limits: most routes
 /// have one or two, and a decision then allocates nothing.
-pub type Outcomes = SmallVec<[LimitOutcome; 2]>;
+pub type Standings = SmallVec<[Standing; 2]>;
 
-/// The answer for all limits of one request.
+/// The store's answer for all limits of one request. What the limits
+/// decided for the request — shadow limits and the failure policy
+/// included — is the decision layer's `Decision`, made from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    /// Every limit admitted and the cost was consumed from each.
+pub struct Answer {
+    /// Every limit admitted and the cost was consumed from each (a shadow
+    /// limit's denial counts here; it refuses nothing in the `Decision`).
     pub allowed: bool,
-    /// One outcome per [`LimitRequest`], in the same order.
-    pub outcomes: Outcomes,
-}
-
-impl Decision {
-    /// Milliseconds to wait before the request can be admitted: the
-    /// [`longest_wait`] of the denying limits. `None` if a limit can never
-    /// admit it.
-    pub fn retry_after_ms(&self) -> Option<u64> {
-        longest_wait(self.outcomes.iter().filter(|o| !o.admits))
-    }
+    /// One standing per [`LimitRequest`], in the same order.
+    pub outcomes: Standings,
 }
 
 /// The wait before every one of `denying` admits the request: the largest
 /// of their Retry-Afters, 0 when there is none, `None` when one of them
 /// can never admit it. The one place a request's Retry-After is computed.
-pub fn longest_wait<'a>(denying: impl IntoIterator<Item = &'a LimitOutcome>) -> Option<u64> {
+pub fn longest_wait<'a>(denying: impl IntoIterator<Item = &'a Standing>) -> Option<u64> {
     let mut wait = 0;
     for o in denying {
         wait = wait.max(o.retry_after_ms?);
@@ -237,8 +232,8 @@ pub enum Verdict {
     /// The shadow limit would have denied.
     ShadowLimited,
     /// The store could not decide it (`on_error: allow` or `deny`, or a
-    /// concurrency slot Redis could not lease).
-    Error,
+    /// concurrency slot Redis could not lease): counted as `error`.
+    Undecided,
 }
 
 impl Verdict {
@@ -248,7 +243,7 @@ impl Verdict {
             Self::Allowed => "allowed",
             Self::Limited => "limited",
             Self::ShadowLimited => "shadow_limited",
-            Self::Error => "error",
+            Self::Undecided => "error",
         }
     }
 }

@@ -32,50 +32,17 @@ use prometheus_client::registry::Registry;
 use crate::config::Config;
 use crate::limit::Verdict;
 use delay::{DelayFamilies, DelayMetrics};
+use outcome::label;
+pub use outcome::{Access, Ending, Outcome};
 
 pub mod delay;
+pub mod outcome;
 pub mod spans;
 pub mod targets;
 use crate::store::redis::fault::FaultKind;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// What happened to one routed request, as counted by `tollgate_requests_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Admitted (or no limits) and answered by the upstream or the route.
-    Allowed,
-    /// Denied by an enforced limit: 429.
-    Limited,
-    /// Would have been denied by a shadow limit; forwarded anyway.
-    ShadowLimited,
-    /// The gateway answered an error of its own (upstream unreachable, timeout).
-    Error,
-    /// The client's request body failed while it was forwarded: malformed
-    /// (400), cut off by the client (400, or nobody left to answer), or past
-    /// `server.max_body_size` (413). Not the upstream's fault, so not `Error`.
-    ClientError,
-    /// Refused before any limit: an API key without a plan (401).
-    Rejected,
-    /// Forwarded without asking the route's limits: the caller is exempt.
-    Exempt,
-}
-
-impl Outcome {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allowed => "allowed",
-            Self::Limited => "limited",
-            Self::ShadowLimited => "shadow_limited",
-            Self::Error => "error",
-            Self::ClientError => "client_error",
-            Self::Rejected => "rejected",
-            Self::Exempt => "exempt",
-        }
-    }
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -322,7 +289,7 @@ impl LimitMetrics {
             Verdict::Allowed => self.allowed.inc(),
             Verdict::Limited => self.limited.inc(),
             Verdict::ShadowLimited => self.shadow_limited.inc(),
-            Verdict::Error => self.error.inc(),
+            Verdict::Undecided => self.error.inc(),
         };
     }
 }
@@ -382,14 +349,14 @@ pub enum ClientErrorKind {
 impl RouteMetrics {
     /// Counts one request's outcome.
     pub fn count(&self, outcome: Outcome) {
-        match outcome {
-            Outcome::Allowed => self.allowed.inc(),
-            Outcome::Limited => self.limited.inc(),
-            Outcome::ShadowLimited => self.shadow_limited.inc(),
-            Outcome::Error => self.error.inc(),
-            Outcome::ClientError => self.client_error.inc(),
-            Outcome::Rejected => self.rejected.inc(),
-            Outcome::Exempt => self.exempt.inc(),
+        match outcome.ending {
+            Ending::Allowed => self.allowed.inc(),
+            Ending::Limited => self.limited.inc(),
+            Ending::ShadowLimited => self.shadow_limited.inc(),
+            Ending::Error => self.error.inc(),
+            Ending::ClientError => self.client_error.inc(),
+            Ending::Rejected => self.rejected.inc(),
+            Ending::Exempt => self.exempt.inc(),
         };
     }
 
@@ -542,7 +509,7 @@ impl Metrics {
             allowed: dec(Verdict::Allowed),
             limited: dec(Verdict::Limited),
             shadow_limited: dec(Verdict::ShadowLimited),
-            error: dec(Verdict::Error),
+            error: dec(Verdict::Undecided),
         }
     }
 
@@ -553,10 +520,10 @@ impl Metrics {
             .iter()
             .map(|r| {
                 let route = r.name.to_string();
-                let req = |outcome: Outcome| {
+                let req = |ending: Ending| {
                     self.requests.get_or_create_owned(&RequestLabels {
                         route: route.clone(),
-                        outcome: outcome.as_str(),
+                        outcome: label(ending),
                     })
                 };
                 let limits = r.limits.iter().map(|l| self.limit(&route, l)).collect();
@@ -581,13 +548,13 @@ impl Metrics {
                     })
                 };
                 let metrics = RouteMetrics {
-                    allowed: req(Outcome::Allowed),
-                    limited: req(Outcome::Limited),
-                    shadow_limited: req(Outcome::ShadowLimited),
-                    error: req(Outcome::Error),
-                    client_error: req(Outcome::ClientError),
-                    rejected: req(Outcome::Rejected),
-                    exempt: req(Outcome::Exempt),
+                    allowed: req(Ending::Allowed),
+                    limited: req(Ending::Limited),
+                    shadow_limited: req(Ending::ShadowLimited),
+                    error: req(Ending::Error),
+                    client_error: req(Ending::ClientError),
+                    rejected: req(Ending::Rejected),
+                    exempt: req(Ending::Exempt),
                     limits,
                     classes: [
                         class("1xx"),
@@ -650,6 +617,14 @@ impl Collector for LogLinesDropped {
 mod tests {
     use super::*;
 
+    /// A request that ended so, whatever its limits decided.
+    fn ended(ending: Ending) -> Outcome {
+        Outcome {
+            ending,
+            access: Access::None,
+        }
+    }
+
     #[test]
     fn routes_get_series_before_any_request() {
         let config = crate::config::load::parse_str(
@@ -658,10 +633,10 @@ mod tests {
         .expect("valid");
         let m = Metrics::new();
         let routes = m.routes(&config);
-        routes["r"].count(Outcome::Limited);
+        routes["r"].count(ended(Ending::Limited));
         routes["r"].limits[0].count(Verdict::ShadowLimited);
         routes["r"].upstream_response(http::StatusCode::BAD_GATEWAY, Duration::from_millis(3));
-        routes["r"].count(Outcome::ClientError);
+        routes["r"].count(ended(Ending::ClientError));
         routes["r"].client_error(ClientErrorKind::Aborted);
         m.reloaded(false);
         let text = m.render();
@@ -687,7 +662,7 @@ mod tests {
         }
         // A second resolution (a reload) shares the series.
         let again = m.routes(&config);
-        again["r"].count(Outcome::Limited);
+        again["r"].count(ended(Ending::Limited));
         assert!(
             m.render()
                 .contains("tollgate_requests_total{route=\"r\",outcome=\"limited\"} 2")

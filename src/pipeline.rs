@@ -16,6 +16,12 @@
 //! written (the limits consume, and their per-limit series count, as for a
 //! served request). It is how `tollgate simulate` replays recorded requests through the routing,
 //! identity and limiter code the gateway serves with.
+//!
+//! [`Gateway::caller_limits`] runs the decision's own steps (plan,
+//! overrides, store keys) for one caller without deciding, for the admin
+//! API. These methods are the ones that run phases, so they sit here,
+//! above the phase files, which each take a `&Gateway`; the rest of
+//! `impl Gateway` (building, reload, what it holds) is in [`gateway`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,10 +30,13 @@ use http::{Request, Response};
 
 use crate::grpc;
 use crate::headers;
+use crate::identity::{self, Caller};
 use crate::problem::GatewayError;
 use crate::proxy::{Body, ClientBody, Deadline};
 use crate::routing::CompiledRoute;
-use decide::{Admission, Purpose};
+use callers::{CallerLimit, Found};
+use decide::{Admission, Purpose, limit_requests, plan};
+use overrides::Applied;
 
 pub mod act;
 pub mod browsers;
@@ -42,7 +51,7 @@ pub mod observe;
 pub mod overrides;
 pub mod refusal;
 pub mod route;
-mod settling;
+mod settle;
 pub mod traces;
 
 pub use exchange::{Exchange, Rehearsal};
@@ -123,6 +132,62 @@ impl Gateway {
         }
     }
 
+    /// The limits `caller` meets, on route `route` (all when `None`) and
+    /// of limit `limit` (all when `None`). Without `has_ip` the caller's
+    /// IP is unknown, and limits keyed by it are left out.
+    pub async fn caller_limits(
+        &self,
+        caller: &Caller<'_>,
+        has_ip: bool,
+        route: Option<&str>,
+        limit: Option<&str>,
+    ) -> Found {
+        let rt = self.snapshot.load();
+        let now_ms = self.clock.now_ms();
+        let found_overrides = self.overrides.of(caller, now_ms);
+        let mut found = Found::default();
+        for r in rt.router.routes() {
+            if r.route.limits.is_empty() || route.is_some_and(|n| n != &*r.route.name) {
+                continue;
+            }
+            let chosen = overrides::plan(&found_overrides);
+            let Ok(view) = plan(self, &rt, r, caller, now_ms, chosen).await else {
+                found.no_plan_routes.push(r.route.name.clone());
+                continue;
+            };
+            let view = match overrides::apply(&rt.config, r, view, &found_overrides) {
+                Applied::Limits(v) => v,
+                Applied::Exempt => {
+                    found.exempt_routes.push(r.route.name.clone());
+                    continue;
+                }
+            };
+            let (limits, suffixes) = r.limits_in(view.as_deref());
+            let requests = limit_requests(&rt.config, r, limits, suffixes, caller, None);
+            for (l, request) in limits.iter().zip(requests) {
+                if limit.is_some_and(|n| n != &*l.name) {
+                    continue;
+                }
+                let mut text = String::new();
+                identity::write_key(&mut text, &l.key, caller);
+                if !has_ip && text.contains("ip=") {
+                    continue;
+                }
+                found.limits.push(CallerLimit {
+                    route: r.route.name.clone(),
+                    override_: found_overrides
+                        .iter()
+                        .find(|o| o.about(&r.route.name, &l.name, l.share.as_deref()))
+                        .cloned(),
+                    limit: l.clone(),
+                    request,
+                    identity: text,
+                });
+            }
+        }
+        found
+    }
+
     /// The phases in order; the first refusal ends the request.
     async fn phases(
         &self,
@@ -135,13 +200,13 @@ impl Gateway {
             return Ok(res);
         }
         let (mut req, route, admission) = self.until_act(req, rt, ex, Purpose::Serve).await?;
-        let settling = settling::prepare(admission.reservations, &mut req);
+        let settling = settle::prepare(admission.reservations, &mut req);
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
         match settling {
             None => answer,
             // Boxed: most requests settle nothing, and this future would
             // otherwise grow every request's by its size.
-            settling => Box::pin(settling::finish(self, settling, answer)).await,
+            settling => Box::pin(settle::finish(self, settling, answer)).await,
         }
     }
 

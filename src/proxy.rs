@@ -11,7 +11,7 @@
 //! client's fault, not the upstream's.
 //!
 //! How an upstream is spoken to follows its URL's scheme ([`Protocol`]):
-//! `http://` over HTTP/1.1 on the route's own [`Pool`], `h2c://` over
+//! `http://` over HTTP/1.1 on the route's own [`KeepAlive`] connections, `h2c://` over
 //! cleartext HTTP/2 with prior knowledge (hyper-util's client, one
 //! multiplexed connection per upstream), `https://` through hyper-rustls:
 //! SNI and certificate checks against the upstream's host name, the webpki
@@ -51,25 +51,22 @@ use hyper::body::Incoming;
 use crate::config::{TargetScheme, Timeouts, Upstream, UpstreamPool};
 use crate::problem::GatewayError;
 
-mod balancer;
 mod body;
-mod budget;
 mod client;
 mod counted;
-mod health;
 pub mod io;
-mod pool;
-pub mod resolve;
+mod keepalive;
 pub mod rules;
-mod tries;
+pub mod upstreams;
 mod watched;
-pub use balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
 pub use body::{ClientBody, ClientBodyError, UpstreamBody};
 use body::{error_chain, failed};
 use client::{UpstreamClient, build_client};
 pub use counted::BodyBytes;
-pub use pool::Pool;
-pub use tries::Answered;
+pub use keepalive::KeepAlive;
+pub use upstreams::balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
+pub use upstreams::tries::Answered;
+use upstreams::{health, resolve, tries};
 pub use watched::{Watch, Watched};
 
 /// Body of every response the gateway sends: streamed from an upstream
@@ -482,14 +479,14 @@ impl Forwarder {
     /// when the client's body broke or stopped (see [`ClientBodyError`]),
     /// and [`GatewayError::UpstreamFailed`] when the connection broke.
     ///
-    /// With `pool` (a plain `http://` upstream without upgrades, see
-    /// [`upstream_pool`]) the request goes over that pool's HTTP/1.1
+    /// With `conns` (a plain `http://` upstream without upgrades, see
+    /// [`keep_alive`]) the request goes over its kept-alive HTTP/1.1
     /// connections; otherwise over the general client.
     pub async fn send(
         &self,
         req: Request<ClientBody>,
         upstream: &Upstream,
-        pool: Option<&Pool>,
+        conns: Option<&KeepAlive>,
         max_body: Option<u64>,
     ) -> Result<Response<Incoming>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
@@ -509,8 +506,8 @@ impl Forwarder {
             None => GatewayError::UpstreamTimeout(timeout),
         };
         let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
-        let sent = match pool {
-            Some(pool) => {
+        let sent = match conns {
+            Some(conns) => {
                 // A connection of its own is told the path, not the URI.
                 let pq = req.uri().path_and_query().cloned();
                 let mut parts = http::uri::Parts::default();
@@ -519,16 +516,16 @@ impl Forwarder {
                     *req.uri_mut() = uri;
                 }
                 if !req.headers().contains_key(HOST)
-                    && let Ok(h) = HeaderValue::from_str(pool.authority().as_str())
+                    && let Ok(h) = HeaderValue::from_str(conns.authority().as_str())
                 {
                     req.headers_mut().insert(HOST, h);
                 }
-                match tokio::time::timeout(timeout, pool.send(req)).await {
+                match tokio::time::timeout(timeout, conns.send(req)).await {
                     Err(_) => Err(expired()),
-                    Ok(Err(pool::SendError::Connect(e, _))) => {
+                    Ok(Err(keepalive::SendError::Connect(e, _))) => {
                         Err(GatewayError::UpstreamConnect(e))
                     }
-                    Ok(Err(pool::SendError::Failed(e))) => Err(failed(&e, None)),
+                    Ok(Err(keepalive::SendError::Failed(e))) => Err(failed(&e, None)),
                     Ok(Ok(res)) => Ok(res),
                 }
             }
@@ -655,14 +652,14 @@ fn poll_out_of_line<F: Future>(
     f.poll(cx)
 }
 
-/// The connection pool for `upstream` when it takes the pooled HTTP/1.1
+/// The kept-alive connections for `upstream` when it takes that HTTP/1.1
 /// path: a plain `http://` upstream whose route does not pass upgrades.
-pub fn upstream_pool(upstream: &Upstream, timeouts: &Timeouts) -> Option<Pool> {
+pub fn keep_alive(upstream: &Upstream, timeouts: &Timeouts) -> Option<KeepAlive> {
     if upstream.upgrade || Protocol::of(&upstream.uri) != Protocol::Http1 {
         return None;
     }
     let authority = upstream.uri.authority()?.clone();
-    Some(Pool::new(
+    Some(KeepAlive::new(
         authority,
         timeouts.upstream_connect,
         timeouts.upstream_idle,

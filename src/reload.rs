@@ -183,7 +183,7 @@ fn keep_fixed(old: &Config, new: &mut Config) {
         restart("timeouts.upstream_connect");
         new.timeouts.upstream_connect = old.timeouts.upstream_connect;
     }
-    // The general client's pool is built once; the routes' pools are
+    // The general client's connections are built once; the routes' are
     // rebuilt, but one value for both keeps them alike.
     if new.timeouts.upstream_idle != old.timeouts.upstream_idle {
         restart("timeouts.upstream_idle");

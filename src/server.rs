@@ -41,7 +41,7 @@ pub struct Serve {
     /// Where each request's access-log line goes; none without it.
     pub access_log: Option<AccessWriter>,
     /// Resolves the names of pools' targets; the system's without it.
-    pub resolver: Option<Arc<dyn crate::proxy::resolve::Resolve>>,
+    pub resolver: Option<Arc<dyn crate::proxy::upstreams::resolve::Resolve>>,
 }
 
 impl Serve {
@@ -110,7 +110,7 @@ async fn warm_up(gateway: &Gateway) {
     let Some(wait) = gateway.with_config(|c| c.store.redis.as_ref().map(|r| r.startup_wait)) else {
         return;
     };
-    if !gateway.limiter().wait_ready(wait).await {
+    if !gateway.limiter().health().wait_ready(wait).await {
         warn!(
             startup_wait = ?wait,
             "redis has not answered within store.redis.startup_wait; accepting, deciding by on_error until it does"

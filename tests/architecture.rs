@@ -23,6 +23,11 @@ const MAX_DECISION_FILE_LINES: usize = 500;
 /// belongs to the types beside it.
 const MAX_LIMITER_FIELDS: usize = 10;
 
+/// The most public types whose names say what was decided or what came
+/// of it: one word per outcome (what a request's limits decided, what one
+/// limit said, what the request came to).
+const MAX_OUTCOME_TYPES: usize = 4;
+
 /// The most lines a function of `src/` may span, signature to closing
 /// brace, unit tests included.
 const MAX_FN_LINES: usize = 100;
@@ -318,6 +323,26 @@ fn the_limiter_holds_few_fields() {
     assert!(
         fields <= MAX_LIMITER_FIELDS,
         "Limiter has {fields} fields (at most {MAX_LIMITER_FIELDS})"
+    );
+}
+
+#[test]
+fn few_public_types_name_an_outcome() {
+    let words = ["Decision", "Verdict", "Decided", "Said", "Outcome"];
+    let named: Vec<String> = public_types()
+        .into_iter()
+        .filter(|(name, _)| words.iter().any(|w| name.contains(w)))
+        .map(|(name, module)| format!("{name} ({module})"))
+        .collect();
+    assert!(
+        !named.is_empty(),
+        "no such types found: the checker is blind"
+    );
+    assert!(
+        named.len() <= MAX_OUTCOME_TYPES,
+        "{} public types name an outcome (at most {MAX_OUTCOME_TYPES}): {}",
+        named.len(),
+        named.join(", ")
     );
 }
 

@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use redis::AsyncCommands;
 use support::redis::{RedisServer, command_calls};
 use tollgate::config::RedisConfig;
-use tollgate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar};
+use tollgate::limit::{Algorithm, Answer, LimitRequest, Standing, Standings, calendar};
 use tollgate::store::{MemoryStore, RedisStore, Store, StoreError};
 
 /// A realistic epoch instant that every window in the table divides
@@ -33,6 +33,11 @@ const T0: u64 = 1_699_999_200_000;
 const TIMEOUT: Duration = Duration::from_millis(300);
 
 // --- the table --------------------------------------------------------------
+
+/// The wait before the limits that denied `a` admit its request.
+fn retry_after_ms(a: &Answer) -> Option<u64> {
+    tollgate::limit::longest_wait(a.outcomes.iter().filter(|o| !o.admits))
+}
 
 /// One limit's expected answer: admits, remaining, reset_ms, retry_after_ms.
 type Expect = (bool, u64, u64, Option<u64>);
@@ -607,7 +612,7 @@ async fn check_retry_after_all(store: &impl Store, tag: &str) {
                 at += step_ms;
                 assert!(at < 1_000 * step_ms, "{algorithm:?} case {n}: never denied");
             };
-            let retry = denied.retry_after_ms().expect("admissible later");
+            let retry = retry_after_ms(&denied).expect("admissible later");
             assert!(retry > 0);
             let what = format!("{tag}: {algorithm:?} case {n}, denied at +{at}, retry {retry}");
             assert!(
@@ -656,20 +661,18 @@ fn requests(tag: &str, sc: &Scenario, cost: u64) -> Vec<LimitRequest> {
         .collect()
 }
 
-fn expected(step: &Step) -> Decision {
-    let outcomes: Outcomes = step
+fn expected(step: &Step) -> Answer {
+    let outcomes: Standings = step
         .expect
         .iter()
-        .map(
-            |&(admits, remaining, reset_ms, retry_after_ms)| LimitOutcome {
-                admits,
-                remaining,
-                reset_ms,
-                retry_after_ms,
-            },
-        )
+        .map(|&(admits, remaining, reset_ms, retry_after_ms)| Standing {
+            admits,
+            remaining,
+            reset_ms,
+            retry_after_ms,
+        })
         .collect();
-    Decision {
+    Answer {
         allowed: outcomes.iter().all(|o| o.admits),
         outcomes,
     }
@@ -744,7 +747,7 @@ async fn check_retry_after(store: &impl Store, tag: &str) {
         }
         let denied = decide("ms", probe, cost).await;
         assert!(!denied.allowed, "{tag}: case {n}: probe must be denied");
-        let retry = denied.retry_after_ms().expect("admissible later");
+        let retry = retry_after_ms(&denied).expect("admissible later");
         assert!(retry > 0);
 
         let at = |copy, d| decide(copy, probe + d, cost);
@@ -1530,7 +1533,7 @@ fn single() -> impl Strategy<Value = (u64, u64, Algorithm, Vec<(u64, u64)>)> {
 }
 
 /// Runs a trace on a fresh memory store: (time, cost, decision) per step.
-fn run_trace(limits: &[(u64, u64, Algorithm)], steps: &[(u64, u64)]) -> Vec<(u64, u64, Decision)> {
+fn run_trace(limits: &[(u64, u64, Algorithm)], steps: &[(u64, u64)]) -> Vec<(u64, u64, Answer)> {
     let store = MemoryStore::new();
     let mut now = T0;
     steps
@@ -1544,7 +1547,7 @@ fn run_trace(limits: &[(u64, u64, Algorithm)], steps: &[(u64, u64)]) -> Vec<(u64
 }
 
 /// Admitted units with times in `from..=to`.
-fn admitted_in(run: &[(u64, u64, Decision)], from: u64, to: u64) -> u64 {
+fn admitted_in(run: &[(u64, u64, Answer)], from: u64, to: u64) -> u64 {
     run.iter()
         .filter(|(t, _, d)| d.allowed && (from..=to).contains(t))
         .map(|(_, c, _)| c)
@@ -1602,7 +1605,7 @@ proptest! {
         let limits: Vec<_> = limits.into_iter().map(|(l, w, a)| (l, w, resolve(a, l))).collect();
         let run = run_trace(&limits, &steps);
         for (j, (tj, cj, d)) in run.iter().enumerate() {
-            let Some(retry) = d.retry_after_ms().filter(|_| !d.allowed) else { continue };
+            let Some(retry) = retry_after_ms(d).filter(|_| !d.allowed) else { continue };
             let replay = |at: u64| {
                 let store = MemoryStore::new();
                 for (t, c, d) in &run[..j] {
@@ -1651,7 +1654,7 @@ proptest! {
                     let shown = copy.decide_now(*t, &only(0)).outcomes[0];
                     let verdict = copy.decide_now(*t, &only(*c)).outcomes[0];
                     if verdict.admits {
-                        LimitOutcome {
+                        Standing {
                             remaining: shown.remaining,
                             reset_ms: shown.reset_ms,
                             ..verdict

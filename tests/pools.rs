@@ -19,7 +19,7 @@ use http_body_util::Full;
 use support::gateway::{Captured, Gateway, get, send};
 use support::targets::{Mode, Target};
 use support::wait;
-use tollgate::proxy::resolve::Resolve;
+use tollgate::proxy::upstreams::resolve::Resolve;
 
 async fn targets(n: usize) -> Vec<Target> {
     let mut out = Vec::new();

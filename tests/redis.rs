@@ -451,7 +451,10 @@ async fn a_cold_start_decides_by_policy_within_the_timeout_instead_of_queueing()
     );
     server.restart().await;
     assert!(
-        gw.limiter().wait_connected(Duration::from_secs(10)).await,
+        gw.limiter()
+            .health()
+            .wait_connected(Duration::from_secs(10))
+            .await,
         "never connected"
     );
     let ready = send(admin_addr, get("/readyz", &[])).await;
@@ -1445,7 +1448,7 @@ async fn local_admissions_during_an_outage_are_added_to_redis_when_it_returns() 
     let clock = Arc::new(tollgate::clock::ManualClock::new(T0));
     let gw = Gateway::start_with_clock(&yaml(&server.url(), "local", 10, ""), clock.clone()).await;
     wait::until("connected to Redis", Duration::from_secs(10), || async {
-        gw.inner.limiter().redis_connected() == Some(true)
+        gw.inner.limiter().health().redis_connected() == Some(true)
     })
     .await;
 
@@ -1456,7 +1459,7 @@ async fn local_admissions_during_an_outage_are_added_to_redis_when_it_returns() 
         during.push(send(gw.addr, get("/t", &[])).await.status.as_u16());
     }
     assert_eq!(during, [[200; 10].as_slice(), &[429]].concat());
-    assert!(gw.inner.limiter().behind_redis());
+    assert!(gw.inner.limiter().health().behind_redis());
 
     server.restart().await;
     // Connected, and the breaker (if the outage opened it) closed again.
@@ -1464,7 +1467,7 @@ async fn local_admissions_during_an_outage_are_added_to_redis_when_it_returns() 
         "reconnected with the breaker closed",
         BACK_WITHIN + Duration::from_secs(3),
         || async {
-            gw.inner.limiter().redis_connected() == Some(true)
+            gw.inner.limiter().health().redis_connected() == Some(true)
                 && gw.inner.breaker_state() == BreakerState::Closed
         },
     )
@@ -1484,7 +1487,7 @@ async fn local_admissions_during_an_outage_are_added_to_redis_when_it_returns() 
         admitted, 0,
         "the window spanning the outage was granted again"
     );
-    assert!(!gw.inner.limiter().behind_redis());
+    assert!(!gw.inner.limiter().health().behind_redis());
     // Redis decided them, from the 10 the push added (with the expiry a
     // write gets: the rest of this window and the next).
     assert!(support::redis::command_calls(&mut conn, "evalsha").await > evalsha_before);
@@ -1937,8 +1940,8 @@ async fn sync_outage(on_error: &str) {
 
     server.stop();
     wait::until("the link down", Duration::from_secs(5), || async {
-        a.inner.limiter().redis_connected() == Some(false)
-            && b.inner.limiter().redis_connected() == Some(false)
+        a.inner.limiter().health().redis_connected() == Some(false)
+            && b.inner.limiter().health().redis_connected() == Some(false)
     })
     .await;
     for gw in [&a, &b] {
@@ -1987,7 +1990,7 @@ async fn sync_outage(on_error: &str) {
         let within = (BACK_WITHIN + Duration::from_secs(3)).saturating_sub(back.elapsed());
         let first = wait::value("sync mode deciding again", within, || async {
             let reply = client(gw).await;
-            if !gw.inner.limiter().fallback_active() {
+            if !gw.inner.limiter().health().fallback_active() {
                 return Ok(reply);
             }
             let expected = match on_error {

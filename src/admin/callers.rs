@@ -75,7 +75,7 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
         .partition(|l| l.limit.concurrency.is_some());
     let now_ms = gw.clock().now_ms();
     let requests = rates.iter().map(|l| &l.request);
-    let read = match gw.limiter().read(now_ms, requests).await {
+    let read = match gw.limiter().admin().read(now_ms, requests).await {
         Ok(d) => d,
         Err(e) => return api::store_failed(&e),
     };
@@ -136,11 +136,11 @@ pub async fn reset(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes
     found.limits.retain(|l| l.limit.concurrency.is_none());
     let keys: Vec<String> = found.limits.iter().map(|l| l.request.key.clone()).collect();
     let prefix = gw.with_config(|c| c.store.prefix.clone());
-    let deleted = match gw.limiter().reset(&prefix, &keys).await {
+    let deleted = match gw.limiter().admin().reset(&prefix, &keys).await {
         Ok(n) => n,
         Err(e) => return api::store_failed(&e),
     };
-    gw.limiter().forget_denials();
+    gw.limiter().admin().forget_denials();
     let reset: Vec<Value> = found
         .limits
         .iter()

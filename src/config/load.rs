@@ -32,7 +32,9 @@
 //! | `limits.rs` | a route's `limits` and what plans share with them: windows, algorithms, keys |
 //! | `shares.rs` | `share:` across routes: the limits of one share agree |
 //! | `exempt.rs` | `exempt` (top level and per route): addresses and API keys not counted |
-//! | `browsers.rs` | `request_id`, `cors`, `request_headers`, `response_headers` (top level and per route) |
+//! | `request_id.rs` | `request_id` |
+//! | `cors.rs` | `cors` (top level and per route) |
+//! | `header_rules.rs` | `request_headers`, `response_headers` (top level and per route), and what each route gets of them and of `cors` |
 //! | `telemetry.rs` | `tracing`, and the `OTEL_*` variables for what it leaves out |
 //!
 //! This file puts the sections together (`Check::config`) and checks the
@@ -47,14 +49,16 @@
 //! thread ([`crate::reload`]).
 
 mod advice;
-mod browsers;
 mod callers;
 mod check;
+mod cors;
 mod cost;
 mod environment;
 mod errors;
 mod exempt;
+mod header_rules;
 mod limits;
+mod request_id;
 mod routes;
 mod server;
 mod shares;
@@ -210,16 +214,16 @@ fn tab_in_error(src: &str, pos: Pos, message: &str) -> Option<Pos> {
     None
 }
 
-/// What the browser fields are checked against: the header style and the
+/// What `cors` and the header rules are checked against: the header style and the
 /// names the gateway owns, each the file's where it is valid, else the
 /// default.
-fn browser_facts(
+fn header_facts(
     headers: &Checked<Option<HeaderMode>>,
     request_id: &Checked<Option<RequestIdConfig>>,
     api_keys: &Checked<Option<ApiKeyConfig>>,
     users: &Checked<Option<super::UserConfig>>,
-) -> browsers::Facts {
-    browsers::Facts::new(
+) -> header_rules::Facts {
+    header_rules::Facts::new(
         *headers
             .as_ref()
             .ok()
@@ -301,12 +305,12 @@ impl Check<'_> {
             check.routes(routes, path, default_timeout, &pools)
         });
         self.plan_references(root, &api_keys, &store, &routes);
-        let facts = browser_facts(&headers, &request_id, &api_keys, &users);
-        let defaults = self.browser_defaults(root, &facts);
+        let facts = header_facts(&headers, &request_id, &api_keys, &users);
+        let defaults = self.top_policies(root, &facts);
         let mut routes = routes;
-        let browsers = self.routes_browsers(root, &routes, &defaults, &facts);
-        if let (Ok(routes), Ok(browsers)) = (&mut routes, browsers) {
-            browsers::attach(routes, browsers);
+        let policies = self.routes_policies(root, &routes, &defaults, &facts);
+        if let (Ok(routes), Ok(policies)) = (&mut routes, policies) {
+            header_rules::attach(routes, policies);
         }
         if let (Ok(routes), Ok(top)) = (&mut routes, &exempt) {
             exempt::inherit(routes, top.as_ref());
@@ -314,7 +318,7 @@ impl Check<'_> {
         let top_cors = defaults
             .cors
             .clone()
-            .map(|spec| Arc::new(browsers::finish(spec, &[], &facts)));
+            .map(|spec| Arc::new(cors::finish(spec, &[], facts.mode, &facts.request_id)));
 
         let admin = admin?.flatten();
         Ok(Config {

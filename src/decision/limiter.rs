@@ -46,26 +46,27 @@
 //!
 //! The parts: [`Limiter`] decides; [`RedisSide`] is what it holds of Redis
 //! (the store, breaker, deny cache, reachability, `sync` mode's table and
-//! task); settling reservations ([`Settler`]), concurrency slots
-//! ([`Concurrency`]) and the API-key plan lookups ([`PlanStore`]) are
-//! types of their own beside it.
+//! task); how the store is doing ([`StoreHealth`]: readiness, Redis's
+//! link, the failure policy at work) and what the admin API asks of the
+//! stores ([`LimiterAdmin`]) are read through it, and settling
+//! reservations ([`Settler`]), concurrency slots ([`Concurrency`]) and the
+//! API-key plan lookups ([`PlanStore`]) are types of their own beside it.
 
-mod admin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::warn;
 
-use super::Undecided;
+use super::Unanswered;
+use super::admin::LimiterAdmin;
+use super::health::StoreHealth;
 use super::redis_side::RedisSide;
-use super::settler::Settler;
+use super::settle::store::Settler;
 use super::slots::Concurrency;
 use crate::clock::Clock;
 use crate::config::{OnError, StoreConfig};
-use crate::limit::{Decision, LimitRequest};
+use crate::limit::{Answer, LimitRequest};
 use crate::metrics::StoreMetrics;
-use crate::store::redis::fault::Fault;
-use crate::store::{Breaker, BreakerState, MemoryStore, RedisStore, StoreError};
+use crate::store::{Breaker, MemoryStore, RedisStore, StoreError};
 
 /// Decides requests against the configured store.
 pub struct Limiter {
@@ -87,7 +88,7 @@ impl std::fmt::Debug for Limiter {
         f.debug_struct("Limiter")
             .field("redis", &self.redis.is_some())
             .field("on_error", &self.on_error)
-            .field("breaker", &self.breaker_state())
+            .field("breaker", &self.health().breaker_state())
             .finish_non_exhaustive()
     }
 }
@@ -150,23 +151,6 @@ impl Limiter {
         self
     }
 
-    /// Waits at most `timeout` for Redis to be connected; whether it is
-    /// (true at once without Redis). For callers that must not start
-    /// before the store can share counts, such as tests.
-    pub async fn wait_connected(&self, timeout: Duration) -> bool {
-        match &self.redis {
-            Some(r) => r.store.wait_connected(timeout).await,
-            None => true,
-        }
-    }
-
-    /// Whether the store answered (Redis connected, script loaded) within
-    /// `timeout`; true at once without Redis. Serving waits on it.
-    pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        let Some(r) = &self.redis else { return true };
-        r.store.wait_ready(timeout).await
-    }
-
     /// Records store latency, errors and the fallback state in `metrics`.
     pub fn with_metrics(mut self, metrics: StoreMetrics) -> Self {
         if let Some(r) = &mut self.redis {
@@ -178,39 +162,6 @@ impl Limiter {
         self.settler.metrics = metrics.clone();
         self.metrics = metrics;
         self
-    }
-
-    /// Whether decisions can be made: no Redis is configured, Redis is
-    /// connected, or the `on_error` fallback answers while it is not
-    /// (`deny` answers 503, so it does not count) — but at a cold start
-    /// only once the first connection had its `connect_timeout` to come
-    /// up: an instance is not put in service deciding in process when
-    /// Redis is a moment away. Never while Redis refuses this gateway
-    /// ([`Self::redis_fault`]): a wrong password or missing permission
-    /// does not heal by itself, and a rollout that brought it should stop
-    /// at this instance rather than serve every request by `on_error`
-    /// unnoticed.
-    pub fn is_ready(&self) -> bool {
-        match &self.redis {
-            None => true,
-            Some(r) => {
-                r.store.fault().is_none()
-                    && (r.store.is_connected()
-                        || (matches!(self.on_error, OnError::Allow | OnError::Local)
-                            && !r.warming()))
-            }
-        }
-    }
-
-    /// Why Redis refuses this gateway, while it does: wrong or missing
-    /// credentials, a missing ACL permission, a TLS mismatch.
-    pub fn redis_fault(&self) -> Option<Fault> {
-        self.redis.as_ref().and_then(|r| r.store.fault())
-    }
-
-    /// Whether Redis is configured and currently answering.
-    pub fn redis_connected(&self) -> Option<bool> {
-        self.redis.as_ref().map(|r| r.store.is_connected())
     }
 
     /// Where concurrency limits' slots are kept.
@@ -228,16 +179,8 @@ impl Limiter {
         &self.plan_store
     }
 
-    /// Whether a Redis call failed since Redis last decided, so `on_error`
-    /// is deciding.
-    pub fn fallback_active(&self) -> bool {
-        self.redis
-            .as_ref()
-            .is_some_and(|r| r.reach.fallback_active())
-    }
-
     /// Decides in process, timing the call.
-    fn decide_memory(&self, now_ms: u64, requests: &[LimitRequest]) -> Decision {
+    fn decide_memory(&self, now_ms: u64, requests: &[LimitRequest]) -> Answer {
         let start = std::time::Instant::now();
         let d = self.memory.decide_now(now_ms, requests);
         self.metrics
@@ -246,21 +189,16 @@ impl Limiter {
         d
     }
 
-    /// Whether decisions go to Redis (for metrics).
-    pub fn breaker_state(&self) -> BreakerState {
-        self.redis
-            .as_ref()
-            .map_or(BreakerState::Closed, |r| r.breaker.state())
+    /// How the store is doing: readiness, Redis's link, the failure
+    /// policy at work.
+    pub fn health(&self) -> StoreHealth<'_> {
+        StoreHealth::new(self.redis.as_ref(), self.on_error)
     }
 
-    /// The last known number of live gateway instances sharing Redis.
-    pub fn live_instances(&self) -> u64 {
-        self.redis.as_ref().map_or(1, |r| r.instances.get())
-    }
-
-    /// The Redis store, when one is configured.
-    pub fn redis(&self) -> Option<&RedisStore> {
-        self.redis.as_ref().map(|r| &*r.store)
+    /// What the admin API asks of the stores: counters read and reset,
+    /// denials forgotten, Redis for the overrides.
+    pub fn admin(&self) -> LimiterAdmin<'_> {
+        LimiterAdmin::new(&self.memory, self.redis.as_ref())
     }
 
     /// Decides one request's `requests` at `now_ms`, together: admitted
@@ -272,11 +210,11 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
         on_error: Option<OnError>,
-    ) -> Result<Decision, Undecided> {
+    ) -> Result<Answer, Unanswered> {
         let Some(redis) = &self.redis else {
             return Ok(self.decide_memory(now_ms, requests));
         };
-        let synced = super::synced::count(requests);
+        let synced = super::sync::count(requests);
         let decided = if synced > 0 {
             redis.decide_synced(now_ms, requests, synced).await
         } else {
@@ -294,14 +232,14 @@ impl Limiter {
         now_ms: u64,
         requests: &[LimitRequest],
         on_error: Option<OnError>,
-    ) -> Result<Decision, Undecided> {
+    ) -> Result<Answer, Unanswered> {
         if redis.reach.failed() {
             self.metrics.fallback.set(1);
             warn!(error = %e, default_on_error = ?self.on_error, "redis cannot decide; deciding by on_error until it can");
         }
         match on_error.unwrap_or(self.on_error) {
-            OnError::Allow => Err(Undecided::FailedOpen),
-            OnError::Deny => Err(Undecided::Unavailable),
+            OnError::Allow => Err(Unanswered::FailedOpen),
+            OnError::Deny => Err(Unanswered::Unavailable),
             OnError::Local => {
                 let d = self.decide_locally(redis, now_ms, requests);
                 // Only an outage: a refusal or garbage would refuse the
@@ -314,20 +252,9 @@ impl Limiter {
         }
     }
 
-    /// Whether counts admitted in process during an outage wait to be added
-    /// to Redis (decisions stay local until they are).
-    pub fn behind_redis(&self) -> bool {
-        self.redis.as_ref().is_some_and(|r| !r.reach.ahead())
-    }
-
     /// `on_error: local`: each limit divided by the live instances (at
     /// least 1 left), so the fleet as a whole stays near the limit.
-    fn decide_locally(
-        &self,
-        redis: &RedisSide,
-        now_ms: u64,
-        requests: &[LimitRequest],
-    ) -> Decision {
+    fn decide_locally(&self, redis: &RedisSide, now_ms: u64, requests: &[LimitRequest]) -> Answer {
         let n = redis.instances.get();
         if n <= 1 {
             return self.decide_memory(now_ms, requests);

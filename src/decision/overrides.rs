@@ -193,7 +193,7 @@ impl CallerOverrides {
         o: Override,
     ) -> Result<Option<Override>, StoreError> {
         let id = o.id();
-        let Some(redis) = limiter.redis() else {
+        let Some(redis) = limiter.admin().redis() else {
             let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
             let before = local.insert(id, o);
             self.table
@@ -215,7 +215,7 @@ impl CallerOverrides {
         limiter: &Limiter,
         id: &str,
     ) -> Result<Option<Override>, StoreError> {
-        let Some(redis) = limiter.redis() else {
+        let Some(redis) = limiter.admin().redis() else {
             let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
             let before = local.remove(id);
             self.table
@@ -231,7 +231,9 @@ impl CallerOverrides {
     /// forgets the deny cache. Keeps what it holds when Redis cannot
     /// answer.
     pub async fn refresh(&self, limiter: &Limiter) {
-        let Some(redis) = limiter.redis() else { return };
+        let Some(redis) = limiter.admin().redis() else {
+            return;
+        };
         let Ok(generation) = redis.admin_generation(&self.prefix).await else {
             return;
         };
@@ -260,7 +262,7 @@ impl CallerOverrides {
         self.generation
             .store(listed.generation, std::sync::atomic::Ordering::SeqCst);
         // The first read too: a denial cached before it may predate a reset.
-        limiter.forget_denials();
+        limiter.admin().forget_denials();
     }
 
     /// Whether the generation has been read from Redis yet.
@@ -282,13 +284,13 @@ impl Drop for Watcher {
 /// Starts watching Redis for `overrides` (every [`POLL`]), when the
 /// limiter has Redis.
 pub fn watch(overrides: Arc<CallerOverrides>, limiter: Arc<Limiter>) -> Option<Watcher> {
-    limiter.redis()?;
+    limiter.admin().redis()?;
     Some(Watcher(tokio::spawn(async move {
         loop {
             // The first read is made the moment Redis is connected, before
             // the deny cache has had time to fill.
             if !overrides.read_once()
-                && let Some(redis) = limiter.redis()
+                && let Some(redis) = limiter.admin().redis()
             {
                 redis.wait_connected(Duration::from_secs(3600)).await;
             }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tracing::info;
 
-use super::RouteDecision;
+use super::Decision;
 use crate::config::Limit;
 use crate::identity::{self, Caller};
 use crate::limit::Verdict;
@@ -18,7 +18,7 @@ use crate::top::{self, TopOffenders};
 /// The identity of a denial is written again from `caller` rather than
 /// read from the store key, which may hold only its digest.
 pub fn record(
-    rd: &RouteDecision,
+    rd: &Decision,
     route_name: &Arc<str>,
     limits: &[Limit],
     caller: &Caller<'_>,
@@ -31,17 +31,17 @@ pub fn record(
         // per limit.
         if m.limits.len() == limits.len() {
             match rd {
-                RouteDecision::Decided(d) => {
+                Decision::Decided(d) => {
                     for (lm, v) in m.limits.iter().zip(&d.verdicts) {
                         if let Some(v) = v {
                             lm.count(*v);
                         }
                     }
                 }
-                // Undecided: every limit counts an error.
-                RouteDecision::Undecided(_) => {
+                // The store could not decide: every limit counts an error.
+                Decision::Undecided(_) => {
                     for lm in &m.limits {
-                        lm.count(Verdict::Error);
+                        lm.count(Verdict::Undecided);
                     }
                 }
             }

@@ -24,16 +24,18 @@
 //! denied (a shadow decision that denies consumes nothing, see
 //! [`super::stages`]).
 
+pub mod store;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tracing::{debug, warn};
 
-use super::RouteDecision;
-use super::limiter::Limiter;
+use super::Decision;
 use crate::config::Limit;
 use crate::limit::settle::{Settlement, Source};
 use crate::limit::{Enforcement, LimitRequest, Verdict};
+use store::Settler;
 
 /// The cost limit `l` reserves for a request whose body announces
 /// `content_length` bytes: `route_cost` or the limit's own cost, or for a
@@ -60,13 +62,13 @@ pub struct Reservations {
 pub fn pending(
     limits: &[Limit],
     requests: &[LimitRequest],
-    decision: &RouteDecision,
+    decision: &Decision,
     now_ms: u64,
 ) -> Option<Reservations> {
     if limits.iter().all(|l| l.settle.is_none()) {
         return None;
     }
-    let RouteDecision::Decided(d) = decision else {
+    let Decision::Decided(d) = decision else {
         return None;
     };
     if !d.allowed {
@@ -108,7 +110,7 @@ impl Reservations {
 
     /// Takes the `from_header` reservations out and settles them from the
     /// response's `headers`; the others stay for [`Self::at_end`].
-    pub async fn header(&mut self, limiter: &Limiter, now_ms: u64, headers: &HeaderMap) {
+    pub async fn header(&mut self, settler: &Settler, now_ms: u64, headers: &HeaderMap) {
         if !self
             .items
             .iter()
@@ -122,13 +124,13 @@ impl Reservations {
             match &source {
                 Source::Header(name) => match amount(headers, name) {
                     Some(actual) => settlements.push(self.settlement(request, actual)),
-                    None => kept(limiter, name, headers.get(name)),
+                    None => kept(settler, name, headers.get(name)),
                 },
                 _ => rest.push((request, source)),
             }
         }
         self.items = rest;
-        settle(limiter, now_ms, &settlements).await;
+        settle(settler, now_ms, &settlements).await;
     }
 
     /// The settlements of the reservations left once the response body
@@ -137,7 +139,7 @@ impl Reservations {
     /// is missing or garbage stands (counted).
     pub fn at_end(
         self,
-        limiter: &Limiter,
+        settler: &Settler,
         trailers: Option<&HeaderMap>,
         request_bytes: u64,
         response_bytes: u64,
@@ -149,7 +151,7 @@ impl Reservations {
                     Source::Header(name) | Source::Trailer(name) => {
                         let found = trailers.and_then(|t| amount(t, name));
                         if found.is_none() {
-                            kept(limiter, name, trailers.and_then(|t| t.get(name)));
+                            kept(settler, name, trailers.and_then(|t| t.get(name)));
                         }
                         found
                     }
@@ -176,11 +178,11 @@ impl Reservations {
 
 /// Settles `settlements` at `now_ms`; a failure leaves the reservations
 /// standing, counted by the limiter and warned at most once a minute.
-pub async fn settle(limiter: &Limiter, now_ms: u64, settlements: &[Settlement]) {
+pub async fn settle(settler: &Settler, now_ms: u64, settlements: &[Settlement]) {
     if settlements.is_empty() {
         return;
     }
-    if let Err(e) = limiter.settler().settle(now_ms, settlements).await {
+    if let Err(e) = settler.settle(now_ms, settlements).await {
         static LAST_WARNED_MS: AtomicU64 = AtomicU64::new(0);
         let last = LAST_WARNED_MS.load(Ordering::Relaxed);
         if (last == 0 || now_ms.saturating_sub(last) >= 60_000)
@@ -196,8 +198,8 @@ pub async fn settle(limiter: &Limiter, now_ms: u64, settlements: &[Settlement]) 
 }
 
 /// A reservation kept because its value was missing or not a count.
-fn kept(limiter: &Limiter, name: &HeaderName, value: Option<&HeaderValue>) {
-    limiter.settler().kept_value(1);
+fn kept(settler: &Settler, name: &HeaderName, value: Option<&HeaderValue>) {
+    settler.kept_value(1);
     debug!(header = %name, ?value, "no usable settled cost; the reservation stands");
 }
 

@@ -130,7 +130,7 @@ impl Concurrency {
         };
         debug!(error = %failed, "a concurrency slot could not be taken in Redis; deciding by on_error");
         match on_error.unwrap_or(self.on_error) {
-            OnError::Allow => Take::Unleased,
+            OnError::Allow => Take::FailedOpen,
             OnError::Deny => Take::Unavailable,
             OnError::Local => self.take_here(key, (cap / instances.max(1)).max(1)),
         }
@@ -155,7 +155,7 @@ pub(super) enum Take {
     Held(Slot, u64),
     Full,
     /// The store failed and `on_error: allow` goes on without a slot.
-    Unleased,
+    FailedOpen,
     /// The store failed and `on_error: deny` refuses.
     Unavailable,
 }

@@ -2,7 +2,7 @@
 //! requests that each carry their [`Mode`]: which of them are concurrency
 //! limits, which are shadow, which are only read. The list is split once
 //! by stage, each stage is asked, and every answer goes back to its
-//! limit's position in one [`RouteDecision`].
+//! limit's position in one [`Decision`].
 //!
 //! The stages, in order:
 //!
@@ -31,7 +31,7 @@
 //! case — is one store call with no split at all.
 //!
 //! When the store cannot decide, the failure policy answers for the whole
-//! request if it was the first rate stage asking to count ([`Undecided`]);
+//! request if it was the first rate stage asking to count ([`Unanswered`]);
 //! a later stage's failure, or a failed read, leaves those limits without
 //! outcomes and decides nothing. A failed-open request keeps its slots.
 //!
@@ -44,10 +44,10 @@ use smallvec::SmallVec;
 
 use super::limiter::Limiter;
 use super::slots::{Slots, Take};
-use super::{Decided, RouteDecision, Undecided};
+use super::{Decision, PerLimit, Unanswered};
 use crate::config::OnError;
 use crate::limit::{
-    Effect, Enforcement, LimitKind, LimitOutcome, LimitRequest, Outcomes, Verdict, concurrency,
+    Effect, Enforcement, LimitKind, LimitRequest, Standing, Standings, Verdict, concurrency,
 };
 
 /// The stage a limit is asked in.
@@ -76,7 +76,7 @@ pub async fn decide(
     now_ms: u64,
     requests: &[LimitRequest],
     on_error: Option<OnError>,
-) -> (RouteDecision, Option<Slots>) {
+) -> (Decision, Option<Slots>) {
     let first = requests.first().map_or(Stage::Enforced, Stage::of);
     if first != Stage::Slots && requests.iter().all(|r| Stage::of(r) == first) {
         let decided = limiter.decide_with(now_ms, requests, on_error).await;
@@ -89,19 +89,19 @@ pub async fn decide(
 
 /// The decision of a route whose rate limits are all in `stage`, from
 /// its one store call.
-fn one_stage(decided: Result<crate::limit::Decision, Undecided>, stage: Stage) -> RouteDecision {
+fn one_stage(decided: Result<crate::limit::Answer, Unanswered>, stage: Stage) -> Decision {
     let shadow = stage == Stage::Shadow;
     match decided {
-        Ok(d) => RouteDecision::Decided(Decided {
+        Ok(d) => Decision::Decided(PerLimit {
             allowed: d.allowed || shadow,
             verdicts: d.outcomes.iter().map(|o| Some(verdict(o, stage))).collect(),
             outcomes: Some(d.outcomes),
         }),
-        Err(u) => RouteDecision::Undecided(u),
+        Err(u) => Decision::Undecided(u),
     }
 }
 
-fn verdict(o: &LimitOutcome, stage: Stage) -> Verdict {
+fn verdict(o: &Standing, stage: Stage) -> Verdict {
     match (o.admits, stage) {
         (true, _) => Verdict::Allowed,
         (false, Stage::Shadow) => Verdict::ShadowLimited,
@@ -111,14 +111,14 @@ fn verdict(o: &LimitOutcome, stage: Stage) -> Verdict {
 
 /// Every limit's answer, at its position, as the stages fill them in.
 struct Answers {
-    outcomes: Vec<Option<LimitOutcome>>,
+    outcomes: Vec<Option<Standing>>,
     verdicts: Vec<Option<Verdict>>,
     /// Whether an enforced limit refused.
     refused: bool,
 }
 
 impl Answers {
-    fn set(&mut self, i: usize, outcome: Option<LimitOutcome>, verdict: Option<Verdict>) {
+    fn set(&mut self, i: usize, outcome: Option<Standing>, verdict: Option<Verdict>) {
         self.outcomes[i] = outcome;
         self.verdicts[i] = verdict;
     }
@@ -141,7 +141,7 @@ async fn staged(
     now_ms: u64,
     requests: &[LimitRequest],
     on_error: Option<OnError>,
-) -> (RouteDecision, Option<Slots>) {
+) -> (Decision, Option<Slots>) {
     let n = requests.len();
     let mut answers = Answers {
         outcomes: vec![None; n],
@@ -149,7 +149,7 @@ async fn staged(
         refused: false,
     };
     let Some(slots) = take_slots(limiter, requests, on_error, &mut answers).await else {
-        return (Undecided::Unavailable.into(), None);
+        return (Unanswered::Unavailable.into(), None);
     };
     let mut first_rate = true;
     for stage in [Stage::Enforced, Stage::Shadow] {
@@ -178,7 +178,7 @@ async fn staged(
             }
             // The failure policy answers for the request.
             Err(u) if first_rate && effect == Effect::Count => {
-                let slots = (u == Undecided::FailedOpen).then_some(slots);
+                let slots = (u == Unanswered::FailedOpen).then_some(slots);
                 return (u.into(), slots);
             }
             // A later stage or a read: those limits stay without outcomes.
@@ -196,9 +196,9 @@ async fn staged(
             }
         }
     }
-    let decision = RouteDecision::Decided(Decided {
+    let decision = Decision::Decided(PerLimit {
         allowed: !answers.refused,
-        outcomes: answers.outcomes.into_iter().collect::<Option<Outcomes>>(),
+        outcomes: answers.outcomes.into_iter().collect::<Option<Standings>>(),
         verdicts: answers.verdicts,
     });
     let slots = (!answers.refused).then_some(slots);
@@ -221,7 +221,7 @@ async fn take_slots(
         };
         let take = limiter
             .concurrency()
-            .take(&r.key, cap, on_error, limiter.live_instances())
+            .take(&r.key, cap, on_error, limiter.health().live_instances())
             .await;
         let full = Some(concurrency::full());
         match take {
@@ -236,7 +236,7 @@ async fn take_slots(
                 answers.refused = true;
                 answers.set(i, full, Some(Verdict::Limited));
             }
-            Take::Unleased => answers.set(i, None, Some(Verdict::Error)),
+            Take::FailedOpen => answers.set(i, None, Some(Verdict::Undecided)),
             Take::Unavailable => return None,
         }
     }
@@ -245,7 +245,7 @@ async fn take_slots(
 
 /// Whether a concurrency limit refused the request: its 429 then names no
 /// Retry-After, since nothing tells when a request in flight will end.
-pub fn refused_by_concurrency(decision: &RouteDecision, requests: &[LimitRequest]) -> bool {
+pub fn refused_by_concurrency(decision: &Decision, requests: &[LimitRequest]) -> bool {
     decision.denied().any(|(i, shadow)| {
         !shadow
             && requests

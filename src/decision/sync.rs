@@ -61,10 +61,11 @@ use hashbrown::HashTable;
 use smallvec::SmallVec;
 use tokio::sync::Notify;
 
-use crate::limit::{Algorithm, Decision, LimitRequest, Outcomes};
-use crate::store::redis::sync::{Delta, Synced};
+use crate::limit::{Algorithm, Answer, LimitKind, LimitRequest, Standings};
+use crate::store::redis::sync::{Delta, SyncAnswer};
 
 mod entry;
+pub(super) mod task;
 
 #[cfg(test)]
 use entry::ROOM_SHARE;
@@ -145,6 +146,16 @@ pub fn syncable(algorithm: Algorithm) -> bool {
     Kind::of(algorithm).is_some()
 }
 
+/// How many of `requests` are synced (in `sync` mode).
+pub(super) fn count(requests: &[LimitRequest]) -> usize {
+    requests.iter().filter(|r| is_synced(r)).count()
+}
+
+/// Whether `r` is decided in process in `sync` mode.
+pub(super) fn is_synced(r: &LimitRequest) -> bool {
+    matches!(r.mode.kind, LimitKind::Synced(_))
+}
+
 impl SyncTable {
     /// An empty table.
     pub fn new() -> Self {
@@ -198,7 +209,7 @@ impl SyncTable {
     /// nothing and shows every limit without it, as the stores do.
     /// `None` when a key holds garbage in Redis (see [`Self::apply`]):
     /// the failure policy decides, as for the decision script's error.
-    pub fn decide(&self, now: u64, requests: &[LimitRequest], intent: Intent) -> Option<Decision> {
+    pub fn decide(&self, now: u64, requests: &[LimitRequest], intent: Intent) -> Option<Answer> {
         let instances = self.instances.load(Ordering::Relaxed);
         if let [r] = requests {
             // One limit, the common case: one lock, one lookup.
@@ -214,14 +225,14 @@ impl SyncTable {
             let mut o = e.kind.check(view, now, r, r.units());
             let allowed = o.admits;
             account(e, queue, view, r, &mut o, allowed, intent, now, instances);
-            let mut outcomes = Outcomes::new();
+            let mut outcomes = Standings::new();
             outcomes.push(o);
-            return Some(Decision { allowed, outcomes });
+            return Some(Answer { allowed, outcomes });
         }
         let hashes: SmallVec<[u64; 4]> = requests.iter().map(|r| self.hash(&r.key)).collect();
         let mut guards = self.lock_shards(&hashes);
         let mut views: SmallVec<[Counts; 4]> = SmallVec::new();
-        let mut outcomes = Outcomes::with_capacity(requests.len());
+        let mut outcomes = Standings::with_capacity(requests.len());
         for (r, &h) in requests.iter().zip(&hashes) {
             let Shard {
                 table,
@@ -240,7 +251,7 @@ impl SyncTable {
                 account(e, queue, *view, r, o, allowed, intent, now, instances);
             }
         }
-        Some(Decision { allowed, outcomes })
+        Some(Answer { allowed, outcomes })
     }
 
     /// The entry of `r` in `shard`, made when absent; `None` when its key
@@ -362,7 +373,7 @@ impl SyncTable {
     /// decisions until it reads again; a key whose call failed keeps its
     /// admissions to send at the next exchange (they are not lost in an
     /// outage; see the limiter).
-    pub fn apply(&self, deltas: Vec<Delta>, answers: Vec<Synced>) {
+    pub fn apply(&self, deltas: Vec<Delta>, answers: Vec<SyncAnswer>) {
         for (d, answer) in deltas.into_iter().zip(answers) {
             let h = self.hash(&d.key);
             let mut shard = lock(&self.shards[shard_of(h)]);

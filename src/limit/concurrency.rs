@@ -9,7 +9,7 @@
 //! arithmetic they share and the outcome a slot decision shows in the
 //! rate-limit headers.
 
-use crate::limit::LimitOutcome;
+use crate::limit::Standing;
 
 /// The `qu` of a concurrency limit's `RateLimit-Policy` item.
 pub const QUOTA_UNIT: &str = "concurrent-requests";
@@ -22,8 +22,8 @@ pub fn admits(held: u64, cap: u64) -> bool {
 /// The outcome of a slot taken: `free` slots left after it (a released
 /// request's own slot not counted as taken). No reset: nothing tells when
 /// a request in flight will end.
-pub fn held(free: u64) -> LimitOutcome {
-    LimitOutcome {
+pub fn held(free: u64) -> Standing {
+    Standing {
         admits: true,
         remaining: free,
         reset_ms: 0,
@@ -33,8 +33,8 @@ pub fn held(free: u64) -> LimitOutcome {
 
 /// The outcome of a full key: no slot free, and no Retry-After, since
 /// nothing tells when a request in flight will end.
-pub fn full() -> LimitOutcome {
-    LimitOutcome {
+pub fn full() -> Standing {
+    Standing {
         admits: false,
         remaining: 0,
         reset_ms: 0,

@@ -25,7 +25,7 @@ use std::sync::{Mutex, PoisonError};
 
 use hashlink::LruCache;
 
-use super::{Decision, LimitRequest};
+use super::{Answer, LimitRequest};
 
 const SHARDS: usize = 16;
 
@@ -34,7 +34,7 @@ const NEVER_MS: u64 = 60_000;
 
 struct Entry {
     requests: Vec<LimitRequest>,
-    decision: Decision,
+    decision: Answer,
     at_ms: u64,
     until_ms: u64,
 }
@@ -78,7 +78,7 @@ impl DenyCache {
 
     /// The decision to answer locally, if `requests` was denied until after
     /// `now_ms`.
-    pub fn get(&self, now_ms: u64, requests: &[LimitRequest]) -> Option<Decision> {
+    pub fn get(&self, now_ms: u64, requests: &[LimitRequest]) -> Option<Answer> {
         let hash = self.hash(requests);
         let mut shard = self.shard(hash);
         let entry = shard.get(&hash)?;
@@ -101,7 +101,7 @@ impl DenyCache {
     }
 
     /// Remembers a denial Redis answered at `now_ms`.
-    pub fn insert(&self, now_ms: u64, requests: &[LimitRequest], decision: &Decision) {
+    pub fn insert(&self, now_ms: u64, requests: &[LimitRequest], decision: &Answer) {
         if decision.allowed {
             return;
         }
@@ -153,7 +153,7 @@ impl DenyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::{Algorithm, LimitOutcome};
+    use crate::limit::{Algorithm, Standing};
 
     fn req(key: &str, cost: u64) -> Vec<LimitRequest> {
         vec![LimitRequest {
@@ -166,10 +166,10 @@ mod tests {
         }]
     }
 
-    fn denied(retry: Option<u64>) -> Decision {
-        Decision {
+    fn denied(retry: Option<u64>) -> Answer {
+        Answer {
             allowed: false,
-            outcomes: smallvec::smallvec![LimitOutcome {
+            outcomes: smallvec::smallvec![Standing {
                 admits: false,
                 remaining: 0,
                 reset_ms: 15_000,

@@ -8,7 +8,7 @@
 //! `2·L` through in a few milliseconds — the boundary burst the sliding
 //! algorithms exist to remove.
 
-use super::LimitOutcome;
+use super::Standing;
 
 /// The count of one key and the window it belongs to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,7 +37,7 @@ impl Count {
 /// Decides one limit at `now` (ms) against `state` (rolled with
 /// [`Count::at`]). The caller adds `cost` to `count` when the whole request
 /// is admitted.
-pub fn check(state: Count, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+pub fn check(state: Count, now: u64, limit: u64, window: u64, cost: u64) -> Standing {
     // The window this count belongs to ends here (later than now's window
     // only for state from a clock ahead).
     check_until(
@@ -51,7 +51,7 @@ pub fn check(state: Count, now: u64, limit: u64, window: u64, cost: u64) -> Limi
 
 /// [`check`] for a window that ends at `end` (ms): calendar months, whose
 /// length varies.
-pub fn check_until(state: Count, now: u64, limit: u64, end: u64, cost: u64) -> LimitOutcome {
+pub fn check_until(state: Count, now: u64, limit: u64, end: u64, cost: u64) -> Standing {
     let admits = cost <= limit && state.count.saturating_add(cost) <= limit;
     let after = if admits {
         state.count + cost
@@ -59,7 +59,7 @@ pub fn check_until(state: Count, now: u64, limit: u64, end: u64, cost: u64) -> L
         state.count
     };
     let to_end = end.saturating_sub(now);
-    LimitOutcome {
+    Standing {
         admits,
         remaining: limit.saturating_sub(after),
         reset_ms: if after > 0 { to_end } else { 0 },

@@ -14,7 +14,7 @@
 //! script beside the Redis store can reproduce with doubles (the largest
 //! quantity is `(B + c)·w`, below 2^53 by the configuration's bound).
 
-use super::LimitOutcome;
+use super::Standing;
 
 /// The theoretical arrival time of one key: `tat + rem/L` ms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub struct Tat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checked {
     /// The answer for this limit.
-    pub outcome: LimitOutcome,
+    pub outcome: Standing,
     /// The TAT to store if the whole request is admitted.
     pub after: Tat,
 }
@@ -84,7 +84,7 @@ pub fn check(state: Tat, now: u64, limit: u64, window: u64, burst: u64, cost: u6
         s
     };
     Checked {
-        outcome: LimitOutcome {
+        outcome: Standing {
             admits,
             remaining: u64::try_from(remaining).unwrap_or(u64::MAX),
             reset_ms: u64::try_from(diff_after.div_ceil(l)).unwrap_or(u64::MAX),

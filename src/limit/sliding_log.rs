@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::LimitOutcome;
+use super::Standing;
 
 /// Drops timestamps that no longer count at `now` from a sorted log.
 pub fn prune(log: &mut VecDeque<u64>, now: u64, window: u64) {
@@ -31,7 +31,7 @@ pub fn add(log: &mut VecDeque<u64>, now: u64, cost: u64) {
 }
 
 /// Decides one limit at `now` against a sorted, pruned `log`.
-pub fn check(log: &VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+pub fn check(log: &VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> Standing {
     let used = log.len() as u64;
     let admits = cost <= limit && used + cost <= limit;
     let after = if admits { used + cost } else { used };
@@ -40,7 +40,7 @@ pub fn check(log: &VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) 
         (None, true) => Some(now),
         (last, false) => last.copied(),
     };
-    LimitOutcome {
+    Standing {
         admits,
         remaining: limit.saturating_sub(after),
         reset_ms: newest.map_or(0, |s| (s + window).saturating_sub(now)),

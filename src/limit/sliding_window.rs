@@ -19,7 +19,7 @@
 
 use std::ops::{Add, Div, Mul, Sub};
 
-use super::LimitOutcome;
+use super::Standing;
 
 /// Counter state of one key: the window index it was last written in and the
 /// counts of that window and the one before.
@@ -65,20 +65,14 @@ impl Counts {
 /// the current window with [`Counts::at`]). Does not modify the state; the
 /// caller adds `cost` to `cur` when the whole request is admitted.
 #[inline(always)]
-pub fn check(state: Counts, now: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+pub fn check(state: Counts, now: u64, limit: u64, window: u64, cost: u64) -> Standing {
     check_elapsed(state, now % window, limit, window, cost)
 }
 
 /// [`check`] for a caller that knows the time `elapsed` since the start of
 /// now's window (`now mod window`) without dividing for it.
 #[inline(always)]
-pub fn check_elapsed(
-    state: Counts,
-    elapsed: u64,
-    limit: u64,
-    window: u64,
-    cost: u64,
-) -> LimitOutcome {
+pub fn check_elapsed(state: Counts, elapsed: u64, limit: u64, window: u64, cost: u64) -> Standing {
     // No product or sum below exceeds (L + prev + cur + c + 2)·w. When that
     // fits in 64 bits — always for a configured limit, 3·L·w < 2^53 — the
     // arithmetic runs on u64 and gives the same numbers as on u128, whose
@@ -117,7 +111,7 @@ fn admits_in<N: Int>(c: N, l: N, decayed: N, cur: N, w: N) -> bool {
 /// window once for the window index and the elapsed time together).
 #[cold]
 #[inline(never)]
-fn check_wide(state: Counts, elapsed: u64, limit: u64, window: u64, cost: u64) -> LimitOutcome {
+fn check_wide(state: Counts, elapsed: u64, limit: u64, window: u64, cost: u64) -> Standing {
     check_in::<u128>(state, elapsed, limit, window, cost)
 }
 
@@ -166,13 +160,7 @@ impl Int for u128 {
 }
 
 #[inline]
-fn check_in<N: Int>(
-    state: Counts,
-    elapsed: u64,
-    limit: u64,
-    window: u64,
-    cost: u64,
-) -> LimitOutcome {
+fn check_in<N: Int>(state: Counts, elapsed: u64, limit: u64, window: u64, cost: u64) -> Standing {
     let (l, w, c) = (N::from(limit), N::from(window), N::from(cost));
     let e = N::from(elapsed);
     let prev = N::from(state.prev);
@@ -210,7 +198,7 @@ fn check_in<N: Int>(
         let e2 = (w * (cur - (l - c))).div_ceil(cur);
         Some((w - e) + e2)
     };
-    LimitOutcome {
+    Standing {
         admits,
         remaining: remaining.low_u64(),
         reset_ms: reset_ms.low_u64(),

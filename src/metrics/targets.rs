@@ -35,7 +35,7 @@ struct PoolLabels {
 
 /// How one try on a target ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TryOutcome {
+pub enum TryEnd {
     /// A response head other than 502, 503 or 504.
     Answered,
     /// A 502, 503 or 504 from the target.
@@ -48,7 +48,7 @@ pub enum TryOutcome {
     Failed,
 }
 
-impl TryOutcome {
+impl TryEnd {
     const ALL: [Self; 5] = [
         Self::Answered,
         Self::Unavailable,
@@ -177,7 +177,7 @@ impl TargetFamilies {
             target: target.to_owned(),
         };
         TargetMetrics {
-            tries: TryOutcome::ALL.map(|outcome| {
+            tries: TryEnd::ALL.map(|outcome| {
                 self.tries.get_or_create_owned(&TryLabels {
                     pool: pool.to_owned(),
                     target: target.to_owned(),
@@ -211,13 +211,10 @@ pub struct TargetMetrics {
 
 impl TargetMetrics {
     /// Counts one try; `took` is the wait for an answer's head.
-    pub fn tried(&self, outcome: TryOutcome, took: Option<Duration>) {
-        let i = TryOutcome::ALL
-            .iter()
-            .position(|o| *o == outcome)
-            .unwrap_or(0);
+    pub fn tried(&self, outcome: TryEnd, took: Option<Duration>) {
+        let i = TryEnd::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
         self.tries[i].inc();
-        if outcome == TryOutcome::ConnectError {
+        if outcome == TryEnd::ConnectError {
             self.connect_errors.inc();
         }
         if let Some(t) = took {

@@ -156,10 +156,10 @@ async fn forward(
             (res, Some((b, answered)))
         }
         None => {
-            let pool = rt.pools.get(route.index).and_then(Option::as_deref);
+            let conns = rt.keep_alive.get(route.index).and_then(Option::as_deref);
             let res = gw
                 .forwarder
-                .send(req, up, pool, cfg.server.max_body_size)
+                .send(req, up, conns, cfg.server.max_body_size)
                 .await?;
             (res, None)
         }

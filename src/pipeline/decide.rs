@@ -35,7 +35,7 @@ use crate::decision::settle::{self, Reservations};
 use crate::decision::slots::Slots;
 use crate::decision::stages;
 use crate::decision::sync::syncable;
-use crate::decision::{RouteDecision, Undecided};
+use crate::decision::{Decision, Unanswered};
 use crate::headers;
 use crate::identity::{self, Caller, IdentityConfig};
 use crate::limit::{Effect, Enforcement, LimitKind, LimitRequest, Mode};
@@ -143,7 +143,7 @@ pub async fn decide<B>(
         ex.metrics.as_deref(),
         &gw.top,
     );
-    if matches!(decision, RouteDecision::Undecided(Undecided::Unavailable)) {
+    if matches!(decision, Decision::Undecided(Unanswered::Unavailable)) {
         debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
         return Err(GatewayError::StoreUnavailable);
     }
@@ -169,7 +169,7 @@ fn refusal(
     route: &CompiledRoute,
     limits: &[Limit],
     requests: &[LimitRequest],
-    decision: &RouteDecision,
+    decision: &Decision,
 ) -> Option<GatewayError> {
     (!decision.allowed()).then(|| {
         debug!(route = %route.route.name, "limited");
@@ -196,7 +196,7 @@ async fn decide_limits(
     now_ms: u64,
     purpose: &Purpose<'_>,
     route_metrics: Option<&RouteMetrics>,
-) -> (RouteDecision, Option<Slots>, u64) {
+) -> (Decision, Option<Slots>, u64) {
     let (decision, slots) =
         stages::decide(&gw.limiter, now_ms, requests, route.route.on_error).await;
     match delay::budget(&decision, limits) {
@@ -220,9 +220,9 @@ async fn wait(
     limits: &[Limit],
     requests: &[LimitRequest],
     (mut max, retry): (Duration, u64),
-    mut last: (RouteDecision, u64),
+    mut last: (Decision, u64),
     metrics: Option<DelayMetrics>,
-) -> (RouteDecision, Option<Slots>, u64) {
+) -> (Decision, Option<Slots>, u64) {
     let line = requests
         .iter()
         .map(|r| r.key.as_str())

@@ -43,15 +43,15 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use crate::config::Limit;
-use crate::decision::RouteDecision;
+use crate::decision::Decision;
 use crate::limit::{Algorithm, LimitRequest};
 use crate::metrics::delay::DelayMetrics;
 
 /// How long a denied request may wait and when to ask again, when it may
 /// wait at all: the smallest `max_delay` of the limits that denied it, and
 /// its Retry-After in milliseconds.
-pub fn budget(decision: &RouteDecision, limits: &[Limit]) -> Option<(Duration, u64)> {
-    if decision.allowed() || !matches!(decision, RouteDecision::Decided(_)) {
+pub fn budget(decision: &Decision, limits: &[Limit]) -> Option<(Duration, u64)> {
+    if decision.allowed() || !matches!(decision, Decision::Decided(_)) {
         return None;
     }
     let mut max: Option<Duration> = None;
@@ -84,7 +84,7 @@ pub fn budget(decision: &RouteDecision, limits: &[Limit]) -> Option<(Duration, u
 ///
 /// A calendar month's windows differ in length; it counts `retry` alone.
 pub fn earliest_ms(
-    decision: &RouteDecision,
+    decision: &Decision,
     requests: &[LimitRequest],
     now_ms: u64,
     (retry, ahead): (u64, u64),
@@ -267,7 +267,7 @@ impl Drop for Place<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::Decided;
+    use crate::decision::PerLimit;
     use crate::limit::Verdict;
 
     /// The one limit of a route, `spec` a YAML flow mapping's fields after
@@ -280,8 +280,8 @@ mod tests {
         config.routes[0].limits[0].clone()
     }
 
-    fn denied() -> RouteDecision {
-        RouteDecision::Decided(Decided {
+    fn denied() -> Decision {
+        Decision::Decided(PerLimit {
             allowed: false,
             outcomes: None,
             verdicts: vec![Some(Verdict::Limited)],
@@ -347,7 +347,7 @@ mod tests {
     fn a_shadow_or_admitting_limit_bounds_nothing() {
         let l = limit("limit: 1, window: 1s, algorithm: sliding_log");
         let r = request(&l, 1);
-        let shadow = RouteDecision::Decided(Decided {
+        let shadow = Decision::Decided(PerLimit {
             allowed: false,
             outcomes: None,
             verdicts: vec![Some(Verdict::ShadowLimited)],

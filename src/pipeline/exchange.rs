@@ -14,7 +14,7 @@ use http::{HeaderValue, Method, Request};
 
 use super::gateway::Snapshot;
 use crate::config::{KeySource, Limit};
-use crate::decision::RouteDecision;
+use crate::decision::Decision;
 use crate::identity::{self, Caller};
 use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
@@ -113,7 +113,7 @@ impl Exchange {
     }
 
     /// What the limits decided, when they were asked.
-    pub fn decision(&self) -> Option<&RouteDecision> {
+    pub fn decision(&self) -> Option<&Decision> {
         self.checked.as_ref().map(|c| &c.decision)
     }
 }
@@ -243,7 +243,7 @@ pub struct CheckedLimits {
     /// no limit comes from a plan.
     pub(super) view: Option<Arc<LimitView>>,
     /// What the limits said.
-    pub decision: RouteDecision,
+    pub decision: Decision,
     /// The instant the decision was made at.
     pub now_ms: u64,
 }

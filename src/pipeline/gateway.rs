@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::callers::LimitNames;
 use super::delay::Waiting;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
@@ -15,7 +16,7 @@ use crate::decision::overrides::{self, CallerOverrides, Watcher};
 use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
-use crate::proxy::resolve::{Resolve, SystemResolver};
+use crate::proxy::upstreams::resolve::{Resolve, SystemResolver};
 use crate::proxy::{self, Balancer, Forwarder};
 use crate::routing::Router;
 use crate::store::StoreError;
@@ -48,9 +49,9 @@ pub struct Snapshot {
     pub(super) router: Router,
     /// Metric handles of every route, by route index.
     pub(super) route_metrics: Vec<Option<Arc<RouteMetrics>>>,
-    /// Upstream connection pools by route index, for routes that use one
-    /// ([`proxy::upstream_pool`]); routes with the same upstream share it.
-    pub(super) pools: Vec<Option<Arc<proxy::Pool>>>,
+    /// Kept-alive upstream connections by route index, for routes that use
+    /// them ([`proxy::keep_alive`]); routes with the same upstream share them.
+    pub(super) keep_alive: Vec<Option<Arc<proxy::KeepAlive>>>,
     /// The balancer of each pool under `upstreams`, in the configuration's
     /// order.
     pub(super) balancers: Vec<Arc<Balancer>>,
@@ -97,8 +98,8 @@ impl Snapshot {
             .iter()
             .map(|r| by_name.remove(&r.name).map(Arc::new))
             .collect();
-        let mut shared: Vec<(String, Arc<proxy::Pool>)> = Vec::new();
-        let pools = config
+        let mut shared: Vec<(String, Arc<proxy::KeepAlive>)> = Vec::new();
+        let keep_alive = config
             .routes
             .iter()
             .map(|r| {
@@ -108,14 +109,14 @@ impl Snapshot {
                 if up.pool.is_some() {
                     return None;
                 }
-                let pool = proxy::upstream_pool(up, &config.timeouts)?;
-                let key = pool.authority().as_str().to_ascii_lowercase();
+                let conns = proxy::keep_alive(up, &config.timeouts)?;
+                let key = conns.authority().as_str().to_ascii_lowercase();
                 if let Some((_, p)) = shared.iter().find(|(k, _)| *k == key) {
                     return Some(p.clone());
                 }
-                let pool = Arc::new(pool);
-                shared.push((key, pool.clone()));
-                Some(pool)
+                let conns = Arc::new(conns);
+                shared.push((key, conns.clone()));
+                Some(conns)
             })
             .collect();
         let plans = PlanResolver::new(&config.api_keys, &config.plans, &config.store.prefix);
@@ -123,7 +124,7 @@ impl Snapshot {
             config,
             router,
             route_metrics,
-            pools,
+            keep_alive,
             balancers,
             route_balancers,
             resolver,
@@ -220,12 +221,12 @@ impl Gateway {
 
     /// Whether limiter decisions go to Redis (for metrics).
     pub fn breaker_state(&self) -> crate::store::BreakerState {
-        self.limiter.breaker_state()
+        self.limiter.health().breaker_state()
     }
 
     /// The last known number of live gateway instances sharing Redis.
     pub fn live_instances(&self) -> u64 {
-        self.limiter.live_instances()
+        self.limiter.health().live_instances()
     }
 
     /// The metrics registry.
@@ -296,5 +297,35 @@ impl Gateway {
     /// `/admin/upstreams`).
     pub fn balancers(&self) -> Vec<Arc<Balancer>> {
         self.snapshot.load().balancers.clone()
+    }
+
+    /// Requests of this gateway waiting (`on_limit: delay`) in a line that
+    /// counts `key`.
+    pub fn waiting_on(&self, key: &str) -> u64 {
+        self.waiting.waiting_on(key)
+    }
+
+    /// What an override may name: every `(route, limit)` a caller can
+    /// meet — the routes' own limits and their plans' — the `share` names,
+    /// and the plans' names.
+    pub fn limit_names(&self) -> LimitNames {
+        let rt = self.snapshot.load();
+        let mut names = LimitNames::default();
+        for r in rt.router.routes() {
+            let views = r.plan_views.values().map(|v| &v.limits);
+            for l in std::iter::once(&r.route.limits).chain(views).flatten() {
+                let pair = (r.route.name.clone(), l.name.clone());
+                if !l.plan && !names.limits.contains(&pair) {
+                    names.limits.push(pair);
+                }
+                if let Some(s) = &l.share
+                    && !names.shares.contains(s)
+                {
+                    names.shares.push(s.clone());
+                }
+            }
+        }
+        names.plans = rt.config.plans.iter().map(|p| p.name.clone()).collect();
+        names
     }
 }

@@ -7,7 +7,7 @@
 //! `tollgate::access`, written when the response head is ready. Fields:
 //! `route` (or `-` when none matched), `method`, `status`, `identity` — the
 //! *kind* of identity the caller presented ([`IdentityKind`]), never its
-//! value —, `decision` ([`AccessDecision`]), `latency_ms` (to the response
+//! value —, `decision` ([`Outcome::word`]), `latency_ms` (to the response
 //! head; a streamed body may take longer) and `request_id` (the id the
 //! response carries, [`crate::request_id`]); for routes to a pool also
 //! `upstream` (the target that answered, as written), `upstream_addr` and
@@ -27,59 +27,11 @@ use http::Response;
 use tracing::{debug, warn};
 
 use super::exchange::Exchange;
-use crate::decision::{RouteDecision, Undecided};
+use crate::decision::{Decision, Unanswered};
 use crate::logs::AccessWriter;
-use crate::metrics::{ClientErrorKind, Metrics, Outcome, UpstreamErrorKind};
+use crate::metrics::{Access, ClientErrorKind, Ending, Metrics, Outcome, UpstreamErrorKind};
 use crate::problem::GatewayError;
 use crate::proxy::Body;
-
-/// What the limits said about a request, as the access log shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AccessDecision {
-    /// No limit was asked.
-    None,
-    /// Every limit admitted.
-    Allowed,
-    /// An enforced limit denied: 429.
-    Limited,
-    /// Only a shadow limit would have denied; forwarded.
-    ShadowLimited,
-    /// The store failed and `on_error: allow` admitted without deciding.
-    Unchecked,
-    /// The store failed and `on_error: deny` refused: 503.
-    Unavailable,
-    /// The caller is exempt: no limit was asked.
-    Exempt,
-}
-
-impl AccessDecision {
-    /// What the limits said about a request that ended with `answer`.
-    pub fn of(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Self {
-        match (answer, decided) {
-            (_, None) if exempt => Self::Exempt,
-            (Err(GatewayError::StoreUnavailable), _) => Self::Unavailable,
-            (_, None) => Self::None,
-            (_, Some(RouteDecision::Undecided(Undecided::FailedOpen))) => Self::Unchecked,
-            (_, Some(RouteDecision::Undecided(Undecided::Unavailable))) => Self::Unavailable,
-            (_, Some(d)) if !d.allowed() => Self::Limited,
-            (_, Some(d)) if d.shadow_denied() => Self::ShadowLimited,
-            (_, Some(RouteDecision::Decided(_))) => Self::Allowed,
-        }
-    }
-
-    /// The access-log value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Allowed => "allowed",
-            Self::Limited => "limited",
-            Self::ShadowLimited => "shadow_limited",
-            Self::Unchecked => "unchecked",
-            Self::Unavailable => "unavailable",
-            Self::Exempt => "exempt",
-        }
-    }
-}
 
 /// Whose fault a failed forward was, and its metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,20 +72,34 @@ pub fn forward_fault(e: &GatewayError) -> Option<ForwardFault> {
 }
 
 /// How a request ended: the response the phases built, or their refusal.
-pub type Answer = Result<Response<Body>, GatewayError>;
+pub type Reply = Result<Response<Body>, GatewayError>;
 
-fn outcome(answer: &Answer, decided: Option<&RouteDecision>, exempt: bool) -> Outcome {
-    match answer {
-        Ok(_) if exempt => Outcome::Exempt,
-        Ok(_) if decided.is_some_and(RouteDecision::shadow_denied) => Outcome::ShadowLimited,
-        Ok(_) => Outcome::Allowed,
-        Err(GatewayError::Limited { .. }) => Outcome::Limited,
-        Err(GatewayError::UnknownApiKey) => Outcome::Rejected,
+/// What the request came to: how it ended with `answer`, and what its
+/// limits decided (`decided`; none asked when `exempt`). The one place
+/// both are worked out.
+fn outcome(answer: &Reply, decided: Option<&Decision>, exempt: bool) -> Outcome {
+    let ending = match answer {
+        Ok(_) if exempt => Ending::Exempt,
+        Ok(_) if decided.is_some_and(Decision::shadow_denied) => Ending::ShadowLimited,
+        Ok(_) => Ending::Allowed,
+        Err(GatewayError::Limited { .. }) => Ending::Limited,
+        Err(GatewayError::UnknownApiKey) => Ending::Rejected,
         Err(e) => match forward_fault(e) {
-            Some(ForwardFault::Client(_)) => Outcome::ClientError,
-            Some(ForwardFault::Upstream(_)) | None => Outcome::Error,
+            Some(ForwardFault::Client(_)) => Ending::ClientError,
+            Some(ForwardFault::Upstream(_)) | None => Ending::Error,
         },
-    }
+    };
+    let access = match (answer, decided) {
+        (_, None) if exempt => Access::Exempt,
+        (Err(GatewayError::StoreUnavailable), _) => Access::Unavailable,
+        (_, None) => Access::None,
+        (_, Some(Decision::Undecided(Unanswered::FailedOpen))) => Access::FailedOpen,
+        (_, Some(Decision::Undecided(Unanswered::Unavailable))) => Access::Unavailable,
+        (_, Some(d)) if !d.allowed() => Access::Limited,
+        (_, Some(d)) if d.shadow_denied() => Access::ShadowLimited,
+        (_, Some(Decision::Decided(_))) => Access::Allowed,
+    };
+    Outcome { ending, access }
 }
 
 /// The access log's target: `RUST_LOG=info,tollgate::access=off` turns it
@@ -171,15 +137,15 @@ pub fn logging(access_log: Option<&AccessWriter>) -> bool {
 /// traced.
 pub fn record(
     ex: &mut Exchange,
-    answer: &Answer,
+    answer: &Reply,
     metrics: &Metrics,
     access_log: Option<&AccessWriter>,
     started: Option<Instant>,
 ) {
-    let decided = ex.decision();
+    let outcome = outcome(answer, ex.decision(), ex.exempt);
     let route = ex.route.as_ref().map(|r| &*r.route.name);
     match &ex.metrics {
-        Some(m) => m.count(outcome(answer, decided, ex.exempt)),
+        Some(m) => m.count(outcome),
         None => {
             metrics.unmatched.inc();
         }
@@ -212,10 +178,7 @@ pub fn record(
             .str("method", ex.method.as_str())
             .u64("status", u64::from(status.as_u16()))
             .str("identity", ex.identity.as_str())
-            .str(
-                "decision",
-                AccessDecision::of(answer, decided, ex.exempt).as_str(),
-            )
+            .str("decision", outcome.word())
             // Microsecond resolution is plenty for a log line.
             .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64)
             .opt_str(
@@ -250,7 +213,6 @@ pub fn record(
     }
     // Inlined: with tracing off, a check and no call.
     if let Some(span) = ex.span.take() {
-        let outcome = AccessDecision::of(answer, ex.decision(), ex.exempt).as_str();
-        super::traces::end(*span, ex, answer, outcome);
+        super::traces::end(*span, ex, answer, outcome.word());
     }
 }

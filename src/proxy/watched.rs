@@ -19,7 +19,7 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::balancer::InFlight;
+use super::upstreams::balancer::InFlight;
 
 /// Told what a [`Watched`] body passes on.
 pub trait Watch: Send + Sync + 'static {

@@ -12,7 +12,7 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
 
 use crate::config::{Config, Limit};
-use crate::decision::RouteDecision;
+use crate::decision::Decision;
 use crate::limit::Algorithm;
 use crate::limit::Verdict;
 use crate::pipeline::Rehearsal;
@@ -266,7 +266,7 @@ impl Tally {
             return;
         };
         let limited = matches!(r.refusal, Some(GatewayError::Limited { .. }));
-        let shadow = ex.decision().is_some_and(RouteDecision::shadow_denied) && !limited;
+        let shadow = ex.decision().is_some_and(Decision::shadow_denied) && !limited;
         route.counts.add(limited);
         route.shadow_limited += u64::from(shadow);
         route.rejected += u64::from(matches!(r.refusal, Some(GatewayError::UnknownApiKey)));
@@ -280,7 +280,7 @@ impl Tally {
         }
         let route_shadow = ex.route.as_ref().is_some_and(|c| c.route.shadow);
         let Some(checked) = &ex.checked else { return };
-        let RouteDecision::Decided(d) = &checked.decision else {
+        let Decision::Decided(d) = &checked.decision else {
             return;
         };
         for ((limit, verdict), key) in checked.limits().iter().zip(&d.verdicts).zip(&ids.keys) {

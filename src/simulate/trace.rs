@@ -99,7 +99,7 @@ pub fn write(out: &mut impl Write, n: u64, ts: u64, r: &Rehearsal) -> io::Result
     };
     let mut limits = Vec::new();
     if let Some(checked) = &ex.checked
-        && let crate::decision::RouteDecision::Decided(d) = &checked.decision
+        && let crate::decision::Decision::Decided(d) = &checked.decision
     {
         for (i, l) in checked.limits().iter().enumerate() {
             let verdict = d

@@ -6,7 +6,7 @@
 use std::future::Future;
 
 use crate::limit::settle::Settlement;
-use crate::limit::{Decision, LimitRequest};
+use crate::limit::{Answer, LimitRequest};
 
 /// Why a store could not decide.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -42,7 +42,7 @@ pub trait Store: Send + Sync {
         &self,
         now_ms: u64,
         requests: &[LimitRequest],
-    ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Answer, StoreError>> + Send;
 
     /// Settles reservations at `now_ms`: adds each
     /// settlement's `actual − reserved` to the counter its reservation went

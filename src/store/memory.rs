@@ -30,7 +30,7 @@ use smallvec::{SmallVec, smallvec};
 use super::contract::{Store, StoreError};
 use crate::limit::settle::{self, Settlement};
 use crate::limit::{
-    Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar, fixed_window, gcra,
+    Algorithm, Answer, LimitRequest, Standing, Standings, calendar, fixed_window, gcra,
     sliding_log, sliding_window,
 };
 
@@ -83,7 +83,7 @@ impl State {
     /// Decides `r` at `cost` and returns the state to keep if the request
     /// is admitted.
     #[inline]
-    fn check(&self, r: &LimitRequest, now: u64, cost: u64) -> (LimitOutcome, State) {
+    fn check(&self, r: &LimitRequest, now: u64, cost: u64) -> (Standing, State) {
         let (l, w, c) = (r.limit, r.window_ms, cost);
         match (self, r.algorithm) {
             (State::Sliding(s), _) => {
@@ -134,7 +134,7 @@ impl State {
     /// What `r`'s limit shows at `now` without the request: its answer to a
     /// request of cost 0, which takes nothing. A held sliding log is already
     /// pruned to `now` (a decision prunes it in place).
-    fn standing(stored: Option<&State>, r: &LimitRequest, now: u64) -> LimitOutcome {
+    fn standing(stored: Option<&State>, r: &LimitRequest, now: u64) -> Standing {
         let (l, w) = (r.limit, r.window_ms);
         match (r.algorithm, stored) {
             (Algorithm::SlidingLog, Some(State::Log(log))) => sliding_log::check(log, now, l, w, 0),
@@ -297,7 +297,7 @@ impl MemoryStore {
     }
 
     /// Decides synchronously; [`Store::decide`] wraps this.
-    pub fn decide_now(&self, now_ms: u64, requests: &[LimitRequest]) -> Decision {
+    pub fn decide_now(&self, now_ms: u64, requests: &[LimitRequest]) -> Answer {
         if let [r] = requests
             && r.algorithm != Algorithm::SlidingLog
         {
@@ -313,7 +313,7 @@ impl MemoryStore {
         } else {
             show_standing(&mut guards, now_ms, requests, &hashes, &mut outcomes);
         }
-        Decision { allowed, outcomes }
+        Answer { allowed, outcomes }
     }
 
     /// Locks the shards that `hashes` fall in, each once, in ascending
@@ -335,7 +335,7 @@ impl MemoryStore {
         requests: &[LimitRequest],
         hashes: &[u64],
         states: SmallVec<[Option<State>; 4]>,
-        outcomes: &Outcomes,
+        outcomes: &Standings,
     ) {
         for (((r, &h), st), o) in requests.iter().zip(hashes).zip(states).zip(outcomes) {
             let g = guard(guards, shard_of(h));
@@ -383,9 +383,9 @@ fn check_each(
     now_ms: u64,
     requests: &[LimitRequest],
     hashes: &[u64],
-) -> (Outcomes, SmallVec<[Option<State>; 4]>) {
+) -> (Standings, SmallVec<[Option<State>; 4]>) {
     let mut states: SmallVec<[Option<State>; 4]> = SmallVec::with_capacity(requests.len());
-    let mut outcomes = Outcomes::with_capacity(requests.len());
+    let mut outcomes = Standings::with_capacity(requests.len());
     for (r, &h) in requests.iter().zip(hashes) {
         let g = guard(guards, shard_of(h));
         if r.algorithm == Algorithm::SlidingLog {
@@ -418,7 +418,7 @@ fn show_standing(
     now_ms: u64,
     requests: &[LimitRequest],
     hashes: &[u64],
-    outcomes: &mut Outcomes,
+    outcomes: &mut Standings,
 ) {
     for ((r, &h), o) in requests.iter().zip(hashes).zip(outcomes.iter_mut()) {
         if o.admits {
@@ -435,7 +435,7 @@ impl MemoryStore {
     /// does but with one lock, one lookup and no bookkeeping vectors: the
     /// general path's per-request vectors cost more than the decision
     /// itself.
-    fn decide_one(&self, now_ms: u64, r: &LimitRequest) -> Decision {
+    fn decide_one(&self, now_ms: u64, r: &LimitRequest) -> Answer {
         let hash = self.hash(&r.key);
         let mut g = lock(&self.shards[shard_of(hash)]);
         let shard = &mut *g;
@@ -472,7 +472,7 @@ impl MemoryStore {
                     // released.
                     let o = sliding_window::check_elapsed(rolled, elapsed, l, w, c);
                     debug_assert_eq!(o.admits, admits);
-                    return Decision {
+                    return Answer {
                         allowed: o.admits,
                         outcomes: smallvec![o],
                     };
@@ -499,7 +499,7 @@ impl MemoryStore {
                 o
             }
         };
-        Decision {
+        Answer {
             allowed: outcome.admits,
             outcomes: smallvec![outcome],
         }
@@ -540,7 +540,7 @@ fn guard<'a, 'b>(guards: &'a mut [(usize, MutexGuard<'b, Shard>)], shard: usize)
 }
 
 impl Store for MemoryStore {
-    async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
+    async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Answer, StoreError> {
         Ok(self.decide_now(now_ms, requests))
     }
 

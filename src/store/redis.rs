@@ -80,7 +80,7 @@ pub mod heartbeat;
 pub mod leases;
 mod push;
 mod script;
-pub mod settlements;
+pub mod settle;
 pub mod sync;
 pub mod topology;
 
@@ -98,7 +98,7 @@ use tokio::time::Instant;
 
 use crate::config::RedisConfig;
 use crate::limit::settle::Settlement;
-use crate::limit::{Decision, LimitRequest};
+use crate::limit::{Answer, LimitRequest};
 use crate::store::contract::{Store, StoreError};
 use backlog::Entry;
 use clients::Clients;
@@ -277,16 +277,16 @@ impl RedisStore {
     /// to the counters at `now_ms` with sync.lua and answers each key's
     /// totals, in order: one `EVAL` per Cluster slot (on one server, per
     /// batch of keys), each bounded by the store's timeout.
-    pub async fn sync(&self, now_ms: u64, deltas: &[sync::Delta]) -> Vec<sync::Synced> {
+    pub async fn sync(&self, now_ms: u64, deltas: &[sync::Delta]) -> Vec<sync::SyncAnswer> {
         sync::send(&self.clients, now_ms, deltas).await
     }
 }
 
 impl Store for RedisStore {
-    async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Decision, StoreError> {
+    async fn decide(&self, now_ms: u64, requests: &[LimitRequest]) -> Result<Answer, StoreError> {
         if requests.is_empty() {
             // Nothing to check; the in-process store answers the same.
-            return Ok(Decision {
+            return Ok(Answer {
                 allowed: true,
                 outcomes: Default::default(),
             });
@@ -308,6 +308,6 @@ impl Store for RedisStore {
     }
 
     async fn settle(&self, now_ms: u64, settlements: &[Settlement]) -> Result<(), StoreError> {
-        settlements::send(&self.clients, now_ms, settlements).await
+        settle::send(&self.clients, now_ms, settlements).await
     }
 }

@@ -254,7 +254,7 @@ impl Gateway {
     /// Starts a gateway whose pools resolve names with `resolver`.
     pub async fn start_resolving(
         yaml: &str,
-        resolver: Arc<dyn tollgate::proxy::resolve::Resolve>,
+        resolver: Arc<dyn tollgate::proxy::upstreams::resolve::Resolve>,
     ) -> Gateway {
         Self::start_with(
             yaml,
@@ -269,7 +269,7 @@ impl Gateway {
         yaml: &str,
         clock: Arc<dyn tollgate::clock::Clock>,
         access_log: Option<tollgate::logs::AccessWriter>,
-        resolver: Option<Arc<dyn tollgate::proxy::resolve::Resolve>>,
+        resolver: Option<Arc<dyn tollgate::proxy::upstreams::resolve::Resolve>>,
     ) -> Gateway {
         let config = tollgate::config::load::parse_str(yaml)
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
@@ -437,6 +437,7 @@ pub async fn start_connected(
     started
         .gateway()
         .limiter()
+        .health()
         .wait_connected(std::time::Duration::from_secs(1))
         .await;
     started

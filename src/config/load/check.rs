@@ -15,6 +15,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use http::HeaderName;
+
 use super::errors::ConfigError;
 use crate::config::file::{self, Field, Int, OneOrMany, Text};
 use crate::config::position::{Pos, Positions, child_index, child_key};
@@ -385,6 +387,13 @@ pub(super) fn parse_sync(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// A header name, lower-cased; pseudo-headers and bad characters refused.
+pub(super) fn parse_header_name(s: &str) -> Result<HeaderName, String> {
+    HeaderName::from_bytes(s.as_bytes()).map_err(|_| {
+        format!("{s:?} is not a header name (letters, digits and !#$%&'*+-.^_`|~ only)")
+    })
 }
 
 #[cfg(test)]

@@ -95,7 +95,7 @@ impl Check<'_> {
             on_error: on_error?,
             max_queue: max_queue?.unwrap_or(DEFAULT_MAX_QUEUE),
             // Resolved with the top level's defaults once every route is
-            // read (`browsers.rs`).
+            // read (`header_rules.rs`).
             cors: None,
             request_headers: None,
             response_headers: None,

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use super::Intent;
-use crate::limit::{Algorithm, LimitOutcome, LimitRequest, calendar, fixed_window, sliding_window};
+use crate::limit::{Algorithm, LimitRequest, Standing, calendar, fixed_window, sliding_window};
 use crate::store::redis::sync::{Counter, Delta};
 
 /// Counts of a window and the one before it (a fixed window uses `cur`
@@ -62,7 +62,7 @@ impl Kind {
     }
 
     /// The algorithm's answer for `r` at cost `cost` against `view`.
-    pub(super) fn check(self, view: Counts, now: u64, r: &LimitRequest, cost: u64) -> LimitOutcome {
+    pub(super) fn check(self, view: Counts, now: u64, r: &LimitRequest, cost: u64) -> Standing {
         let fixed = fixed_window::Count {
             window: view.window,
             count: view.cur,
@@ -254,7 +254,7 @@ pub(super) fn account(
     queue: &mut Queue,
     view: Counts,
     r: &LimitRequest,
-    o: &mut LimitOutcome,
+    o: &mut Standing,
     allowed: bool,
     intent: Intent,
     now: u64,

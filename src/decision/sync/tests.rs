@@ -31,7 +31,7 @@ fn synced_every(every: u64) -> crate::limit::Mode {
 }
 
 /// One limit decided at `now`, synced every `every` ms.
-fn one(table: &SyncTable, now: u64, r: &LimitRequest, every: u64) -> Option<Decision> {
+fn one(table: &SyncTable, now: u64, r: &LimitRequest, every: u64) -> Option<Answer> {
     let r = LimitRequest {
         mode: synced_every(every),
         ..r.clone()
@@ -52,7 +52,7 @@ struct FakeRedis {
 }
 
 impl FakeRedis {
-    fn exchange(&mut self, now: u64, deltas: &[Delta]) -> Vec<Synced> {
+    fn exchange(&mut self, now: u64, deltas: &[Delta]) -> Vec<SyncAnswer> {
         deltas
             .iter()
             .map(|d| {

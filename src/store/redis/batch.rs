@@ -53,7 +53,7 @@ use fred::types::ClusterHash;
 
 use super::clients::Clients;
 use super::script::{Encoded, parse_replies};
-use crate::limit::Decision;
+use crate::limit::Answer;
 use crate::store::contract::StoreError;
 
 /// Requests in one call at most. Past a few dozen the saving per request is
@@ -72,7 +72,7 @@ pub(super) const MAX_KEYS: usize = 256;
 /// only makes batches smaller.
 pub(super) const MAX_IN_FLIGHT: usize = 2;
 
-type Reply = Result<Decision, StoreError>;
+type Reply = Result<Answer, StoreError>;
 
 /// A request waiting for its batch.
 struct Pending {

@@ -51,7 +51,7 @@ use tracing::warn;
 
 use super::clients::{Clients, slot_groups};
 use super::script::{Encoded, SERVER_CLOCK, parse_replies};
-use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, sliding_window};
+use crate::limit::{Algorithm, Answer, LimitRequest, Standing, sliding_window};
 use crate::store::contract::StoreError;
 
 /// Gives back a reservation; its header comment names `KEYS` and `ARGV`.
@@ -64,7 +64,7 @@ pub(super) async fn decide(
     deadline: Instant,
     now_ms: u64,
     requests: &[LimitRequest],
-) -> Result<Decision, StoreError> {
+) -> Result<Answer, StoreError> {
     // Keys in several Cluster slots, reserved slot by slot.
     if spans_slots(requests) {
         return decide_across_slots(clients, deadline, now_ms, requests).await;
@@ -84,7 +84,7 @@ async fn decide_in_one_call(
     deadline: Instant,
     now_ms: u64,
     requests: &[LimitRequest],
-) -> Result<Decision, StoreError> {
+) -> Result<Answer, StoreError> {
     let encoded = Encoded::new(now_ms, requests, clients.server_clock())?;
     let slot = first_key_slot(requests);
     let reply = clients
@@ -119,8 +119,8 @@ async fn decide_across_slots(
     deadline: Instant,
     now_ms: u64,
     requests: &[LimitRequest],
-) -> Result<Decision, StoreError> {
-    let mut outcomes: Vec<Option<LimitOutcome>> = vec![None; requests.len()];
+) -> Result<Answer, StoreError> {
+    let mut outcomes: Vec<Option<Standing>> = vec![None; requests.len()];
     let mut reserved: Vec<Vec<usize>> = Vec::new();
     let mut failure = None;
     for group in slot_groups(true, requests.iter().map(|r| r.key.as_str())) {
@@ -179,7 +179,7 @@ async fn decide_across_slots(
         .into_iter()
         .map(|o| o.ok_or_else(|| StoreError::Protocol("a slot group went undecided".into())))
         .collect::<Result<_, _>>()?;
-    Ok(Decision { allowed, outcomes })
+    Ok(Answer { allowed, outcomes })
 }
 
 /// Gives back what the decision script consumed for `group` at `now_ms`.

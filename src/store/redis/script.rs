@@ -1,14 +1,14 @@
 //! The decision script's side of a call, without the call: [`SCRIPT`]
 //! itself, each request encoded as its keys and its shape ([`Encoded`]),
 //! the `EVALSHA` arguments of a call with each distinct shape sent once,
-//! and the script's reply read back into one [`Decision`] per request.
+//! and the script's reply read back into one [`Answer`] per request.
 //! Nothing here talks to Redis; `commands` sends what this file encodes.
 
 use fred::bytes_utils::Str;
 use fred::types::Value;
 use smallvec::SmallVec;
 
-use crate::limit::{Algorithm, Decision, LimitOutcome, LimitRequest, Outcomes, calendar};
+use crate::limit::{Algorithm, Answer, LimitRequest, Standing, Standings, calendar};
 use crate::store::contract::StoreError;
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
@@ -164,7 +164,7 @@ fn number(v: u64, what: &str) -> Result<i64, StoreError> {
 /// Splits the script's reply, one flat array for the whole call, into one
 /// result per request; `sizes` are the requests' numbers of limits, in the
 /// order they were sent. A decided request is `1 + 4 n` integers, read
-/// straight into its [`Decision`] (no allocation for up to two limits); a
+/// straight into its [`Answer`] (no allocation for up to two limits); a
 /// request the script could not decide (garbage in one of its keys) is one
 /// string, its error message, and fails alone, as [`StoreError::Protocol`]
 /// like the error reply of a call of its own.
@@ -174,7 +174,7 @@ fn number(v: u64, what: &str) -> Result<i64, StoreError> {
 pub(super) fn parse_replies(
     reply: Value,
     sizes: impl ExactSizeIterator<Item = usize>,
-) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
+) -> Result<Vec<Result<Answer, StoreError>>, StoreError> {
     let Value::Array(items) = reply else {
         return Err(StoreError::Protocol("script reply is not an array".into()));
     };
@@ -221,13 +221,13 @@ fn parse_decision(
     allowed: i64,
     n: usize,
     items: &mut impl Iterator<Item = Value>,
-) -> Result<Result<Decision, StoreError>, StoreError> {
+) -> Result<Result<Answer, StoreError>, StoreError> {
     let mut int = || match items.next() {
         Some(Value::Integer(i)) => Ok(i),
         Some(_) => Err(bad("holds a non-integer")),
         None => Err(bad("ends inside a decision")),
     };
-    let mut outcomes = Outcomes::new();
+    let mut outcomes = Standings::new();
     let mut wrong = None;
     for _ in 0..n {
         let o = [int()?, int()?, int()?, int()?];
@@ -241,7 +241,7 @@ fn parse_decision(
     }
     Ok(match flag(allowed) {
         Ok(allowed) if allowed == outcomes.iter().all(|o| o.admits) => {
-            Ok(Decision { allowed, outcomes })
+            Ok(Answer { allowed, outcomes })
         }
         Ok(_) => Err(bad(
             "contradicts itself: allowed is not every limit admitting",
@@ -251,9 +251,9 @@ fn parse_decision(
 }
 
 /// One limit's answer from its four integers.
-fn outcome([admits, remaining, reset_ms, retry]: [i64; 4]) -> Result<LimitOutcome, StoreError> {
+fn outcome([admits, remaining, reset_ms, retry]: [i64; 4]) -> Result<Standing, StoreError> {
     let count = |i: i64| u64::try_from(i).map_err(|_| bad("holds a negative count"));
-    Ok(LimitOutcome {
+    Ok(Standing {
         admits: flag(admits)?,
         remaining: count(remaining)?,
         reset_ms: count(reset_ms)?,

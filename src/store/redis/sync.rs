@@ -75,7 +75,7 @@ pub struct Totals {
 /// The answer for one [`Delta`]: the fleet's totals, `Ok(None)` when the
 /// key holds something else (left as it is; decisions on it fail), or the
 /// error of its call (nothing is known to have been added).
-pub type Synced = Result<Option<Totals>, StoreError>;
+pub type SyncAnswer = Result<Option<Totals>, StoreError>;
 
 /// An argument of the script: below 2^53, which it computes in exactly.
 fn number(v: u64) -> Result<Value, StoreError> {
@@ -107,8 +107,8 @@ fn arguments(d: &Delta) -> Result<[Value; 5], StoreError> {
 }
 
 /// Adds `deltas` at `now_ms` and answers each one's totals, in order.
-pub(super) async fn send(clients: &Clients, now_ms: u64, deltas: &[Delta]) -> Vec<Synced> {
-    let mut answers: Vec<Option<Synced>> = vec![None; deltas.len()];
+pub(super) async fn send(clients: &Clients, now_ms: u64, deltas: &[Delta]) -> Vec<SyncAnswer> {
+    let mut answers: Vec<Option<SyncAnswer>> = vec![None; deltas.len()];
     let now = match number(now_ms) {
         Ok(v) => v,
         Err(e) => return deltas.iter().map(|_| Err(e.clone())).collect(),

@@ -5,7 +5,7 @@
 //! that client keys its pool by scheme and authority in a hashed map, moves
 //! large futures around per request and spawns a task per response to hand
 //! the connection back, which the profile showed as a fifth of the
-//! gateway's own instructions per request. Here the pool belongs to the
+//! gateway's own instructions per request. Here the connections belong to the
 //! route (built with the configuration), so finding it costs nothing, and a
 //! connection is handed back as soon as the response head arrives: while
 //! its body still streams the connection is not ready
@@ -61,7 +61,7 @@ pub enum SendError {
     Failed(hyper::Error),
 }
 
-/// What follows a request a connection gave back ([`Pool::missed`]).
+/// What follows a request a connection gave back ([`KeepAlive::missed`]).
 enum Missed {
     /// Never written: send it on another connection. (Boxed: rare, and
     /// the enum stays small.)
@@ -85,7 +85,7 @@ struct Idle {
 }
 
 /// The connections to one upstream.
-pub struct Pool {
+pub struct KeepAlive {
     authority: Authority,
     /// The address connections go to; `None` resolves the authority's host
     /// on each connect.
@@ -95,16 +95,16 @@ pub struct Pool {
     idle: Mutex<Vec<Idle>>,
 }
 
-impl std::fmt::Debug for Pool {
+impl std::fmt::Debug for KeepAlive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool")
+        f.debug_struct("KeepAlive")
             .field("authority", &self.authority)
             .finish_non_exhaustive()
     }
 }
 
-impl Pool {
-    /// An empty pool for the upstream at `authority` (`host:port`) whose
+impl KeepAlive {
+    /// No connections yet to the upstream at `authority` (`host:port`) whose
     /// connections are not reused after `idle_timeout` without a request.
     pub fn new(authority: Authority, connect_timeout: Duration, idle_timeout: Duration) -> Self {
         Self {
@@ -116,7 +116,7 @@ impl Pool {
         }
     }
 
-    /// The pool of one resolved address of `authority` (a pool's target).
+    /// The connections to one resolved address of `authority` (a pool's target).
     pub fn to_addr(
         authority: Authority,
         addr: SocketAddr,

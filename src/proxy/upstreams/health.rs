@@ -12,9 +12,9 @@ use http::{HeaderValue, Method, Request, Uri};
 use tracing::{info, warn};
 
 use super::balancer::{Balancer, Endpoint};
-use super::body::UpstreamBody;
-use super::client::UpstreamClient;
-use super::pool::SendError;
+use crate::proxy::body::UpstreamBody;
+use crate::proxy::client::UpstreamClient;
+use crate::proxy::keepalive::SendError;
 
 /// Checks `balancer`'s endpoints while it lives; `https` is the client for
 /// `https://` targets.

@@ -1,9 +1,9 @@
 //! `sync` mode's exchange task ([`SyncTask`]): every interval it sends
 //! what the synced keys owe to Redis and keeps the fleet's totals Redis
 //! answers; [`SyncLink`] is how decisions learn whether those
-//! totals are fresh and ask for an exchange at once; [`Synced`] is what
+//! totals are fresh and ask for an exchange at once; [`SyncMode`] is what
 //! the limiter holds of it all. The design and its
-//! bound are in [`super::sync`].
+//! bound are in [`super`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -13,9 +13,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::reach::{Reachability, begin_push};
-use super::sync::{Due, Intent, SyncTable};
+use super::{Due, Intent, SyncTable};
 use crate::clock::{Clock, SystemClock};
+use crate::decision::reach::{Reachability, begin_push};
 use crate::limit::LimitRequest;
 use crate::metrics::StoreMetrics;
 use crate::store::heartbeat::Instances;
@@ -24,22 +24,22 @@ use crate::store::{Breaker, RedisStore};
 /// Between synced decisions and the exchange task: whether the counts held
 /// are fresh, and the way to ask for an exchange at once.
 #[derive(Debug, Default)]
-pub(super) struct SyncLink {
+pub(in crate::decision) struct SyncLink {
     /// Set when an exchange failed (or the link or the breaker stopped
     /// one) or the fallback decided a synced limit; cleared by an exchange
     /// that succeeded with nothing waiting to be pushed. Meanwhile
     /// `on_error` decides synced limits, as it decides exact ones.
-    pub(super) failed: AtomicBool,
+    pub(in crate::decision) failed: AtomicBool,
     /// Asks the exchange task to run now.
-    pub(super) kick: Notify,
+    pub(in crate::decision) kick: Notify,
     /// Woken when an exchange ends.
-    pub(super) ended: Notify,
+    pub(in crate::decision) ended: Notify,
 }
 
 impl SyncLink {
     /// Asks for an exchange now and waits, until `deadline`, for one that
     /// leaves the counts fresh; whether they are.
-    pub(super) async fn refreshed(&self, deadline: Instant) -> bool {
+    pub(in crate::decision) async fn refreshed(&self, deadline: Instant) -> bool {
         self.kick.notify_one();
         loop {
             // Created before the check, so an exchange ending in between
@@ -56,21 +56,21 @@ impl SyncLink {
 }
 
 /// `sync` mode's exchange task and what it works with.
-pub(super) struct SyncTask {
-    pub(super) table: Arc<SyncTable>,
-    pub(super) redis: Arc<RedisStore>,
-    pub(super) breaker: Arc<Breaker>,
-    pub(super) link: Arc<SyncLink>,
-    pub(super) reach: Arc<Reachability>,
-    pub(super) instances: Instances,
-    pub(super) metrics: StoreMetrics,
-    pub(super) clock: Arc<dyn Clock>,
+pub(in crate::decision) struct SyncTask {
+    pub(in crate::decision) table: Arc<SyncTable>,
+    pub(in crate::decision) redis: Arc<RedisStore>,
+    pub(in crate::decision) breaker: Arc<Breaker>,
+    pub(in crate::decision) link: Arc<SyncLink>,
+    pub(in crate::decision) reach: Arc<Reachability>,
+    pub(in crate::decision) instances: Instances,
+    pub(in crate::decision) metrics: StoreMetrics,
+    pub(in crate::decision) clock: Arc<dyn Clock>,
 }
 
 impl SyncTask {
     /// Marks the counts stale (`on_error` decides synced limits until an
     /// exchange succeeds), logging the change once.
-    pub(super) fn fail(&self, why: &str) {
+    pub(in crate::decision) fn fail(&self, why: &str) {
         if !self.link.failed.swap(true, Ordering::SeqCst) {
             warn!(
                 error = why,
@@ -81,7 +81,7 @@ impl SyncTask {
 
     /// One exchange at `now_ms`: the keys due (all queued keys while the
     /// counts are stale), after what the fallback admitted is pushed.
-    pub(super) async fn once(&self, now_ms: u64) {
+    pub(in crate::decision) async fn once(&self, now_ms: u64) {
         if !self.redis.is_connected() {
             return self.fail("not connected to Redis");
         }
@@ -138,7 +138,7 @@ impl SyncTask {
 /// what the keys due owe and keeps the totals Redis answers. A tick that
 /// finds Redis unusable marks the counts stale, so decisions go to
 /// `on_error` until an exchange succeeds.
-pub(super) async fn run(x: SyncTask) {
+pub(in crate::decision) async fn run(x: SyncTask) {
     let mut next = Instant::now();
     loop {
         let Some(tick) = x.table.tick() else {
@@ -166,19 +166,19 @@ pub(super) async fn run(x: SyncTask) {
 
 /// `sync` mode's state: what this gateway knows of the fleet's counts and
 /// owes Redis, whether those counts are fresh, and the exchange task.
-pub(super) struct Synced {
-    pub(super) table: Arc<SyncTable>,
+pub(in crate::decision) struct SyncMode {
+    pub(in crate::decision) table: Arc<SyncTable>,
     /// Whether the counts are fresh, and the way to ask for an exchange at
     /// once.
-    pub(super) link: Arc<SyncLink>,
+    pub(in crate::decision) link: Arc<SyncLink>,
     /// The task exchanging the counts, started by the first synced
     /// decision; aborted on drop.
-    pub(super) exchange: OnceLock<JoinHandle<()>>,
+    pub(in crate::decision) exchange: OnceLock<JoinHandle<()>>,
     /// The clock the exchange reads (the gateway's).
-    pub(super) clock: Arc<dyn Clock>,
+    pub(in crate::decision) clock: Arc<dyn Clock>,
 }
 
-impl Default for Synced {
+impl Default for SyncMode {
     fn default() -> Self {
         Self {
             table: Arc::new(SyncTable::new()),
@@ -189,7 +189,7 @@ impl Default for Synced {
     }
 }
 
-impl Drop for Synced {
+impl Drop for SyncMode {
     fn drop(&mut self) {
         if let Some(t) = self.exchange.get() {
             t.abort();
@@ -197,10 +197,10 @@ impl Drop for Synced {
     }
 }
 
-impl Synced {
+impl SyncMode {
     /// Queues the synced keys of `requests` for the next exchange, which
     /// reads their totals, without deciding.
-    pub(super) fn touch(&self, now_ms: u64, requests: &[LimitRequest], synced: usize) {
+    pub(in crate::decision) fn touch(&self, now_ms: u64, requests: &[LimitRequest], synced: usize) {
         if synced == requests.len() {
             let _ = self.table.decide(now_ms, requests, Intent::Check);
             return;

@@ -63,13 +63,13 @@ pub(super) async fn finish(
     let mut res = match answer {
         Ok(res) => res,
         Err(e) => {
-            let settlements = pending.at_end(&gw.limiter, None, sent(), 0);
-            settle::settle(&gw.limiter, gw.clock.now_ms(), &settlements).await;
+            let settlements = pending.at_end(gw.limiter.settler(), None, sent(), 0);
+            settle::settle(gw.limiter.settler(), gw.clock.now_ms(), &settlements).await;
             return Err(e);
         }
     };
     pending
-        .header(&gw.limiter, gw.clock.now_ms(), res.headers())
+        .header(gw.limiter.settler(), gw.clock.now_ms(), res.headers())
         .await;
     if !pending.waits_for_body() {
         return Ok(res);
@@ -118,7 +118,7 @@ impl Watch for SettleWatch {
         };
         let request_bytes = self.request_bytes.as_ref().map_or(0, BodyBytes::get);
         let settlements = pending.at_end(
-            &self.limiter,
+            self.limiter.settler(),
             self.trailers.as_ref(),
             request_bytes,
             self.response_bytes,
@@ -134,7 +134,7 @@ impl Watch for SettleWatch {
         let limiter = Arc::clone(&self.limiter);
         let now_ms = self.clock.now_ms();
         runtime.spawn(async move {
-            settle::settle(&limiter, now_ms, &settlements).await;
+            settle::settle(limiter.settler(), now_ms, &settlements).await;
         });
     }
 }

@@ -28,13 +28,13 @@ use hyper::body::Incoming;
 use tracing::debug;
 
 use super::balancer::{Balancer, Endpoint, InFlight, Tried, mark_tried};
-use super::body::{UpstreamBody, error_chain, failed};
-use super::client::UpstreamClient;
-use super::pool::{SendError, copy_head, replayable};
 use super::resolve::{Resolve, resolve_once};
 use crate::config::{PoolTarget, TargetScheme, UpstreamPool};
-use crate::metrics::targets::TryOutcome;
+use crate::metrics::targets::TryEnd;
 use crate::problem::GatewayError;
+use crate::proxy::body::{UpstreamBody, error_chain, failed};
+use crate::proxy::client::UpstreamClient;
+use crate::proxy::keepalive::{SendError, copy_head, replayable};
 
 /// Which try answered, for the access log and the metrics; holds the
 /// answering target's in-flight count until the response body ends.
@@ -300,7 +300,7 @@ impl Tries<'_> {
         let target = &cfg.targets[e.target];
         match miss {
             Miss::Unsent(message, back) => {
-                b.tried(e, TryOutcome::ConnectError, None);
+                b.tried(e, TryEnd::ConnectError, None);
                 b.failed(e);
                 b.resolve_now.notify_one();
                 debug!(pool = %cfg.name, target = %target.url, error = %message, "target unreachable; trying another");
@@ -424,20 +424,20 @@ fn prepare_head(req: &mut Request<UpstreamBody>, cfg: &UpstreamPool) -> bool {
 /// other status for it.
 fn record_answer(b: &Balancer, e: &Endpoint, status: http::StatusCode, took: Duration) {
     if matches!(status.as_u16(), 502..=504) {
-        b.tried(e, TryOutcome::Unavailable, Some(took));
+        b.tried(e, TryEnd::Unavailable, Some(took));
         b.failed(e);
     } else {
-        b.tried(e, TryOutcome::Answered, Some(took));
+        b.tried(e, TryEnd::Answered, Some(took));
         b.succeeded(e);
     }
 }
 
 /// How a failed try counts against its target; `None` when the failure
 /// is the client's (its body), not the target's.
-fn target_failure(err: &GatewayError) -> Option<TryOutcome> {
+fn target_failure(err: &GatewayError) -> Option<TryEnd> {
     match err {
-        GatewayError::UpstreamTimeout(_) => Some(TryOutcome::Timeout),
-        GatewayError::UpstreamFailed(_) => Some(TryOutcome::Failed),
+        GatewayError::UpstreamTimeout(_) => Some(TryEnd::Timeout),
+        GatewayError::UpstreamFailed(_) => Some(TryEnd::Failed),
         _ => None,
     }
 }

@@ -1,9 +1,9 @@
-//! Where reserved costs are settled ([`Settler`]); what is settled and
-//! when is in [`super::settle`].
+//! Where reserved costs are settled ([`Settler`]): the store side of
+//! settling; what is settled and when is in [`super`].
 
 use std::sync::Arc;
 
-use super::redis_side::RedisSide;
+use crate::decision::redis_side::RedisSide;
 use crate::limit::settle::Settlement;
 use crate::metrics::StoreMetrics;
 use crate::store::{Breaker, MemoryStore, RedisStore, Store, StoreError};
@@ -14,11 +14,11 @@ use crate::store::{Breaker, MemoryStore, RedisStore, Store, StoreError};
 pub struct Settler {
     memory: Arc<MemoryStore>,
     redis: Option<(Arc<RedisStore>, Arc<Breaker>)>,
-    pub(super) metrics: StoreMetrics,
+    pub(in crate::decision) metrics: StoreMetrics,
 }
 
 impl Settler {
-    pub(super) fn new(
+    pub(in crate::decision) fn new(
         memory: Arc<MemoryStore>,
         redis: Option<&RedisSide>,
         metrics: StoreMetrics,
@@ -30,7 +30,7 @@ impl Settler {
         }
     }
 
-    /// Settles `settlements` at `now_ms` ([`super::settle::Reservations`]). Counts what
+    /// Settles `settlements` at `now_ms` ([`super::Reservations`]). Counts what
     /// was settled and what was left standing; never panics, never waits
     /// past the store's timeout.
     ///

@@ -41,9 +41,9 @@ use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use super::budget::RetryBudget;
-use super::pool::Pool;
 use crate::config::{Balance, PoolTarget, TargetScheme, UpstreamPool};
-use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryOutcome};
+use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryEnd};
+use crate::proxy::keepalive::KeepAlive;
 
 /// Ring points per unit of weight for `balance: hash`.
 const POINTS_PER_WEIGHT: usize = 160;
@@ -64,7 +64,7 @@ fn now_ms() -> u64 {
 #[derive(Debug)]
 pub struct EndpointState {
     /// Keep-alive connections, for `http://` targets.
-    pub conns: Option<Pool>,
+    pub conns: Option<KeepAlive>,
     in_flight: AtomicU32,
     /// Consecutive failed tries.
     failures: AtomicU32,
@@ -86,7 +86,7 @@ pub struct EndpointState {
 }
 
 impl EndpointState {
-    fn new(conns: Option<Pool>) -> Self {
+    fn new(conns: Option<KeepAlive>) -> Self {
         Self {
             conns,
             in_flight: AtomicU32::new(0),
@@ -380,9 +380,9 @@ impl Balancer {
             .store(Arc::new(Endpoints::new(list, self.config.balance)));
     }
 
-    fn conns(&self, t: &PoolTarget, addr: Option<SocketAddr>) -> Option<Pool> {
+    fn conns(&self, t: &PoolTarget, addr: Option<SocketAddr>) -> Option<KeepAlive> {
         match (t.scheme, addr) {
-            (TargetScheme::Http, Some(addr)) => Some(Pool::to_addr(
+            (TargetScheme::Http, Some(addr)) => Some(KeepAlive::to_addr(
                 t.authority.clone(),
                 addr,
                 self.connect_timeout,
@@ -524,7 +524,7 @@ impl Balancer {
     }
 
     /// Counts one try on `e` in its target's series.
-    pub fn tried(&self, e: &Endpoint, outcome: TryOutcome, took: Option<Duration>) {
+    pub fn tried(&self, e: &Endpoint, outcome: TryEnd, took: Option<Duration>) {
         if let Some(m) = self.metrics.get(e.target) {
             m.tried(outcome, took);
         }
