@@ -56,9 +56,9 @@ pub fn counter_key(
 /// old one (and sliding-window keys stay what they always were). With
 /// Redis the suffix is replaced by its digest ([`limit_digests`]).
 pub fn limit_suffix(route: &str, limit: &str, algorithm: Algorithm) -> String {
-    match algorithm {
-        Algorithm::SlidingWindow => format!(":{route}:{limit}"),
-        other => format!(":{route}:{limit}:{}", other.name()),
+    match algorithm.key_tag() {
+        None => format!(":{route}:{limit}"),
+        Some(tag) => format!(":{route}:{limit}:{tag}"),
     }
 }
 
@@ -68,9 +68,9 @@ pub fn limit_suffix(route: &str, limit: &str, algorithm: Algorithm) -> String {
 /// counter. `@` keeps it apart from `:<route>:<limit>` of a route named
 /// like a share.
 pub fn share_suffix(share: &str, algorithm: Algorithm) -> String {
-    match algorithm {
-        Algorithm::SlidingWindow => format!(":@{share}"),
-        other => format!(":@{share}:{}", other.name()),
+    match algorithm.key_tag() {
+        None => format!(":@{share}"),
+        Some(tag) => format!(":@{share}:{tag}"),
     }
 }
 

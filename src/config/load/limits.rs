@@ -234,14 +234,17 @@ impl Check<'_> {
         if month {
             // A calendar month is counted as a fixed window.
             algorithm = match algorithm {
-                Ok(None | Some(Algorithm::FixedWindow)) => Ok(Some(Algorithm::CalendarMonth)),
-                Ok(Some(other)) => Err(self.value_error(
-                    &alg_path,
-                    format!(
-                        "a window of one calendar month is counted as a fixed window; remove {}, or write a window like 30d",
-                        other.name()
-                    ),
-                )),
+                Ok(None) => Ok(Some(Algorithm::MONTH)),
+                Ok(Some(written)) => match written.for_month() {
+                    Some(month) => Ok(Some(month)),
+                    None => Err(self.value_error(
+                        &alg_path,
+                        format!(
+                            "a window of one calendar month is counted as a fixed window; remove {}, or write a window like 30d",
+                            written.name()
+                        ),
+                    )),
+                },
                 Err(r) => Err(r),
             };
         }
@@ -249,10 +252,8 @@ impl Check<'_> {
         let burst = self.optional(burst, &burst_path, positive);
         // gcra takes its burst (default: the limit); the others have none.
         let algorithm = match (algorithm, &burst, max) {
-            (Ok(Some(Algorithm::Gcra { .. })), Ok(b), Ok(l)) => Ok(Algorithm::Gcra {
-                burst: b.unwrap_or(*l),
-            }),
-            (Ok(Some(Algorithm::Gcra { .. })), _, _) => Err(Reported),
+            (Ok(Some(a)), Ok(b), Ok(l)) if a.takes_burst() => Ok(a.with_burst(b.unwrap_or(*l))),
+            (Ok(Some(a)), _, _) if a.takes_burst() => Err(Reported),
             (Ok(other), Ok(Some(_)), _) => Err(self.value_error(
                 &burst_path,
                 format!(
@@ -287,10 +288,7 @@ impl Check<'_> {
         let (Ok(algorithm), Ok(window)) = (algorithm, window) else {
             return Ok(None);
         };
-        let counts = matches!(
-            algorithm,
-            Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::CalendarMonth
-        );
+        let counts = algorithm.summed().is_some();
         let window = Duration::from_millis(window.get());
         match own {
             // `sync: off`
@@ -338,10 +336,7 @@ impl Check<'_> {
     /// needs.
     fn bounds(&mut self, l: u64, w: NonZeroU64, alg: Algorithm, path: &str) -> Checked<()> {
         // The Redis script computes in doubles: keep 3·max(L, B)·w below 2^53.
-        let units = match alg {
-            Algorithm::Gcra { burst } => l.max(burst),
-            _ => l,
-        };
+        let units = l.max(alg.capacity(l));
         if u128::from(units) * u128::from(w.get()) * 3 >= 1u128 << 53 {
             let field = if units == l { "limit" } else { "burst" };
             return Err(self.value_error(
@@ -349,7 +344,7 @@ impl Check<'_> {
                 "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
             ));
         }
-        if alg == Algorithm::SlidingLog && l > MAX_LOG_LIMIT {
+        if alg.one_entry_per_unit() && l > MAX_LOG_LIMIT {
             return Err(self.value_error(
                 &child_key(path, "limit"),
                 format!(

@@ -108,10 +108,7 @@ fn disagreement(limit: &Limit, model: &Limit) -> Option<(&'static str, String, S
         return Some(("window", ms(limit), ms(model)));
     }
     if limit.algorithm != model.algorithm {
-        let name = |l: &Limit| match l.algorithm {
-            crate::limit::Algorithm::Gcra { burst } => format!("algorithm gcra, burst {burst}"),
-            other => format!("algorithm {}", other.name()),
-        };
+        let name = |l: &Limit| format!("algorithm {}", l.algorithm.described());
         return Some(("algorithm", name(limit), name(model)));
     }
     None
