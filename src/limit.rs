@@ -7,6 +7,7 @@
 //! remaining quota, reset and Retry-After per limit — so the header phase
 //! never asks the store again.
 
+pub mod buckets;
 pub mod calendar;
 pub mod concurrency;
 pub mod deny_cache;
@@ -42,6 +43,14 @@ pub enum Algorithm {
         /// Bucket capacity in cost units.
         burst: u64,
     },
+    /// Sliding window in precision buckets: one count per bucket of
+    /// `precision_ms` ([`buckets`]); `algorithm: sliding_window` with
+    /// `precision`. Exact to a bucket, never over the limit in any span of
+    /// one window, O(w/p) memory.
+    SlidingBuckets {
+        /// Bucket length in ms; the window is a whole multiple of it.
+        precision_ms: u64,
+    },
 }
 
 impl Algorithm {
@@ -64,6 +73,7 @@ impl Algorithm {
             Self::SlidingLog => "sliding_log",
             Self::CalendarMonth => "calendar_month",
             Self::Gcra { .. } => "gcra",
+            Self::SlidingBuckets { .. } => "sliding_window",
         }
     }
 
@@ -75,6 +85,7 @@ impl Algorithm {
             Self::SlidingLog => 2,
             Self::Gcra { .. } => 3,
             Self::CalendarMonth => 4,
+            Self::SlidingBuckets { .. } => 5,
         }
     }
 
@@ -83,6 +94,9 @@ impl Algorithm {
     pub fn described(self) -> String {
         match self {
             Self::Gcra { burst } => format!("gcra, burst {burst}"),
+            Self::SlidingBuckets { precision_ms } => {
+                format!("sliding_window, precision {precision_ms}ms")
+            }
             Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth => {
                 self.name().to_owned()
             }
@@ -94,12 +108,16 @@ impl Algorithm {
     /// so a limit whose algorithm changes starts a fresh key instead of
     /// misreading the old one (and sliding-window keys stay what they
     /// always were).
-    pub fn key_tag(self) -> Option<&'static str> {
+    pub fn key_tag(self) -> Option<String> {
         match self {
             Self::SlidingWindow => None,
             Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth | Self::Gcra { .. } => {
-                Some(self.name())
+                Some(self.name().to_owned())
             }
+            // The precision too: a hash of buckets never meets the string
+            // counter of the same limit without one, nor buckets of another
+            // length.
+            Self::SlidingBuckets { precision_ms } => Some(format!("buckets_{precision_ms}ms")),
         }
     }
 
@@ -109,7 +127,10 @@ impl Algorithm {
     pub fn for_month(self) -> Option<Self> {
         match self {
             Self::FixedWindow | Self::CalendarMonth => Some(Self::CalendarMonth),
-            Self::SlidingWindow | Self::SlidingLog | Self::Gcra { .. } => None,
+            Self::SlidingWindow
+            | Self::SlidingLog
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => None,
         }
     }
 
@@ -121,9 +142,11 @@ impl Algorithm {
     pub fn takes_burst(self) -> bool {
         match self {
             Self::Gcra { .. } => true,
-            Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth => {
-                false
-            }
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::SlidingBuckets { .. } => false,
         }
     }
 
@@ -133,9 +156,23 @@ impl Algorithm {
     pub fn with_burst(self, burst: u64) -> Self {
         match self {
             Self::Gcra { .. } => Self::Gcra { burst },
-            Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth => {
-                self
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::SlidingBuckets { .. } => self,
+        }
+    }
+
+    /// This algorithm counted in buckets of `precision_ms`: a sliding
+    /// window becomes precision buckets; `None` for the others, which have
+    /// no precision.
+    pub fn with_precision(self, precision_ms: u64) -> Option<Self> {
+        match self {
+            Self::SlidingWindow | Self::SlidingBuckets { .. } => {
+                Some(Self::SlidingBuckets { precision_ms })
             }
+            Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth | Self::Gcra { .. } => None,
         }
     }
 
@@ -144,9 +181,11 @@ impl Algorithm {
     pub fn capacity(self, limit: u64) -> u64 {
         match self {
             Self::Gcra { burst } => burst,
-            Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth => {
-                limit
-            }
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::SlidingBuckets { .. } => limit,
         }
     }
 
@@ -156,9 +195,11 @@ impl Algorithm {
     pub fn one_entry_per_unit(self) -> bool {
         match self {
             Self::SlidingLog => true,
-            Self::SlidingWindow | Self::FixedWindow | Self::CalendarMonth | Self::Gcra { .. } => {
-                false
-            }
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::CalendarMonth
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => false,
         }
     }
 
@@ -168,15 +209,21 @@ impl Algorithm {
     pub fn month(self, now_ms: u64) -> Option<(u64, u64)> {
         match self {
             Self::CalendarMonth => Some(calendar::month(now_ms)),
-            Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::Gcra { .. } => None,
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::SlidingLog
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => None,
         }
     }
 
     /// The index of the window the instant `t` falls in: months since
-    /// January 1970 for a calendar month, `t / window_ms` for the others.
+    /// January 1970 for a calendar month, the bucket's for precision
+    /// buckets, `t / window_ms` for the others.
     pub fn window_index(self, t: u64, window_ms: u64) -> u64 {
         match self {
             Self::CalendarMonth => calendar::month_index(t),
+            Self::SlidingBuckets { precision_ms } => t / precision_ms.max(1),
             Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::Gcra { .. } => {
                 t / window_ms.max(1)
             }
@@ -186,7 +233,7 @@ impl Algorithm {
     /// The window and burst arguments of this limit in the decision
     /// script's shape at `now_ms` (limits.lua's header): for a calendar
     /// month, computed here once for both stores' sake, the month's end and
-    /// its index.
+    /// its index; for precision buckets, the window and the precision.
     pub fn script_args(self, now_ms: u64, limit: u64, window_ms: u64) -> (u64, u64) {
         match self {
             Self::Gcra { burst } => (window_ms, burst),
@@ -194,14 +241,17 @@ impl Algorithm {
                 let (index, end) = calendar::month(now_ms);
                 (end, index)
             }
+            Self::SlidingBuckets { precision_ms } => (window_ms, precision_ms),
             Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog => (window_ms, limit),
         }
     }
 
-    /// The burst argument of the settle script (settle.lua's header).
+    /// The last argument of the settle script (settle.lua's header): gcra's
+    /// burst, precision buckets' precision.
     pub fn settle_arg(self) -> u64 {
         match self {
             Self::Gcra { burst } => burst,
+            Self::SlidingBuckets { precision_ms } => precision_ms,
             Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth => 0,
         }
     }
@@ -213,9 +263,11 @@ impl Algorithm {
             Self::SlidingLog => Some(
                 "a sliding_log limit cannot be settled by the response (its log holds one entry per unit at its instant); count with sliding_window, fixed_window or gcra",
             ),
-            Self::SlidingWindow | Self::FixedWindow | Self::CalendarMonth | Self::Gcra { .. } => {
-                None
-            }
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::CalendarMonth
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => None,
         }
     }
 
@@ -226,7 +278,11 @@ impl Algorithm {
     pub fn refundable(self) -> bool {
         match self {
             Self::SlidingWindow => true,
-            Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth | Self::Gcra { .. } => false,
+            Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => false,
         }
     }
 
@@ -237,7 +293,22 @@ impl Algorithm {
             Self::SlidingWindow => Some(Summed::Sliding),
             Self::FixedWindow => Some(Summed::Fixed),
             Self::CalendarMonth => Some(Summed::Month),
-            Self::SlidingLog | Self::Gcra { .. } => None,
+            Self::SlidingLog | Self::Gcra { .. } | Self::SlidingBuckets { .. } => None,
+        }
+    }
+
+    /// Why a limit of this algorithm cannot be decided in `sync` mode, or
+    /// `None` when it can.
+    pub fn unsynced_because(self) -> Option<String> {
+        match self {
+            Self::SlidingWindow | Self::FixedWindow | Self::CalendarMonth => None,
+            Self::SlidingLog | Self::Gcra { .. } => Some(format!(
+                "sync applies to sliding_window and fixed_window limits, whose counts gateways can add up; a {} limit is decided in Redis on every request: remove sync, or count with sliding_window",
+                self.name()
+            )),
+            Self::SlidingBuckets { .. } => Some(
+                "sync exchanges a window's count and the one before it, and a sliding_window with a precision counts per bucket, which Redis decides on every request: remove sync, or remove precision".to_owned(),
+            ),
         }
     }
 
@@ -247,7 +318,11 @@ impl Algorithm {
     pub fn estimates(self) -> bool {
         match self {
             Self::SlidingWindow => true,
-            Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth | Self::Gcra { .. } => false,
+            Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => false,
         }
     }
 
@@ -265,6 +340,9 @@ impl Algorithm {
             Self::FixedWindow | Self::CalendarMonth | Self::SlidingLog => w,
             // One emission interval after the bucket emptied.
             Self::Gcra { .. } => w.div_ceil(l),
+            // A burst at the very start of a bucket counts until all of
+            // the bucket is older than the window.
+            Self::SlidingBuckets { precision_ms } => w + precision_ms,
         }
     }
 
@@ -272,7 +350,8 @@ impl Algorithm {
     /// admitted by a limit of `l` per window `w` (ms), the first of them at
     /// `at`, with `windows = ⌈(ahead + 1)·c / L⌉ − 1`
     /// (`pipeline::delay::earliest_ms` has the reasoning):
-    /// - a sliding log admits at most `L` in any span of one window;
+    /// - a sliding log, and precision buckets, admit at most `L` in any
+    ///   span of one window;
     /// - fixed and sliding windows at most `L` per window index;
     /// - gcra frees one unit every `w/L`;
     /// - a calendar month's windows differ in length: `at` alone.
@@ -281,7 +360,9 @@ impl Algorithm {
         let units = ahead.saturating_add(1).saturating_mul(c);
         let windows = units.div_ceil(l).saturating_sub(1);
         match self {
-            Self::SlidingLog => at.saturating_add(windows.saturating_mul(w)),
+            Self::SlidingLog | Self::SlidingBuckets { .. } => {
+                at.saturating_add(windows.saturating_mul(w))
+            }
             Self::FixedWindow | Self::SlidingWindow => {
                 let start = (at / w).saturating_add(windows).saturating_mul(w);
                 start.max(at)

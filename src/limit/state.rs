@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use super::settle::{self, Settlement};
 use super::{
-    Algorithm, LimitOutcome, LimitRequest, calendar, fixed_window, gcra, sliding_log,
+    Algorithm, LimitOutcome, LimitRequest, buckets, calendar, fixed_window, gcra, sliding_log,
     sliding_window,
 };
 
@@ -29,6 +29,14 @@ pub enum State {
     Log(Box<VecDeque<u64>>),
     /// A GCRA arrival time.
     Gcra(gcra::Tat),
+    /// Precision buckets of `precision_ms`, boxed as the log is.
+    Buckets {
+        /// The buckets' length.
+        precision_ms: u64,
+        /// Their counts.
+        #[allow(clippy::box_collection)]
+        counts: Box<buckets::Counts>,
+    },
 }
 
 impl State {
@@ -58,6 +66,24 @@ impl State {
             (Algorithm::SlidingLog, _) => State::Log(Box::default()),
             (Algorithm::Gcra { .. }, Some(State::Gcra(s))) => State::Gcra(*s),
             (Algorithm::Gcra { .. }, _) => State::Gcra(gcra::Tat::default()),
+            (
+                Algorithm::SlidingBuckets { precision_ms },
+                Some(State::Buckets {
+                    precision_ms: held,
+                    counts,
+                }),
+            ) if *held == precision_ms => {
+                let mut counts = counts.clone();
+                buckets::prune(&mut counts, now, r.window_ms, precision_ms);
+                State::Buckets {
+                    precision_ms,
+                    counts,
+                }
+            }
+            (Algorithm::SlidingBuckets { precision_ms }, _) => State::Buckets {
+                precision_ms,
+                counts: Box::default(),
+            },
         }
     }
 
@@ -117,6 +143,22 @@ impl State {
                 let checked = gcra::check(*s, now, l, w, burst, c);
                 (checked.outcome, State::Gcra(checked.after))
             }
+            State::Buckets {
+                precision_ms,
+                counts,
+            } => {
+                let p = *precision_ms;
+                let o = buckets::check(counts, now, l, (w, p), c);
+                let mut after = counts.clone();
+                if o.admits {
+                    buckets::add(&mut after, now / p.max(1), c);
+                }
+                let after = State::Buckets {
+                    precision_ms: p,
+                    counts: after,
+                };
+                (o, after)
+            }
         }
     }
 
@@ -133,7 +175,8 @@ impl State {
                 Algorithm::SlidingWindow
                 | Algorithm::FixedWindow
                 | Algorithm::CalendarMonth
-                | Algorithm::Gcra { .. },
+                | Algorithm::Gcra { .. }
+                | Algorithm::SlidingBuckets { .. },
                 _,
             ) => Self::for_request(stored, r, now).check(r, now, 0).0,
         }
@@ -147,6 +190,10 @@ impl State {
             State::Month(s) => s.window < calendar::month_index(now),
             State::Log(log) => log.back().is_none_or(|&s| s + window_ms <= now),
             State::Gcra(s) => s.tat < now,
+            State::Buckets {
+                precision_ms,
+                counts,
+            } => buckets::is_idle(counts, now, window_ms, *precision_ms),
         }
     }
 
@@ -188,6 +235,21 @@ impl State {
                 let after = settle::gcra(st, now_ms, r.limit, r.window_ms, burst, delta);
                 (after != st).then_some(State::Gcra(after))
             }
+            Algorithm::SlidingBuckets { precision_ms } => {
+                let counts = match held {
+                    Some(State::Buckets {
+                        precision_ms: p,
+                        counts,
+                    }) if *p == precision_ms => Vec::clone(counts),
+                    _ => Vec::new(),
+                };
+                let windows = (reserved, now_ms);
+                let numbers = (r.limit, r.window_ms, precision_ms);
+                buckets::settled(counts, windows, numbers, delta).map(|counts| State::Buckets {
+                    precision_ms,
+                    counts: Box::new(counts),
+                })
+            }
             // Refused by the configuration (see limit::settle).
             Algorithm::SlidingLog => None,
         }
@@ -204,6 +266,13 @@ pub enum Admitted {
     Fixed(fixed_window::Count),
     /// `(ms, units)` runs, sorted by time, one per millisecond.
     Log(Vec<(u64, u64)>),
+    /// Units admitted per precision bucket, as [`buckets::Counts`].
+    Buckets {
+        /// The buckets' length.
+        precision_ms: u64,
+        /// Units per bucket.
+        counts: buckets::Counts,
+    },
     /// The local admissions as one GCRA step `x ↦ max(x + cost, tat)`.
     Gcra {
         /// The TAT they reach alone (`D`).
@@ -223,6 +292,10 @@ impl Admitted {
                 Admitted::Fixed(fixed_window::Count::default())
             }
             Algorithm::SlidingLog => Admitted::Log(Vec::new()),
+            Algorithm::SlidingBuckets { precision_ms } => Admitted::Buckets {
+                precision_ms,
+                counts: Vec::new(),
+            },
             Algorithm::Gcra { .. } => Admitted::Gcra {
                 tat: gcra::Tat::default(),
                 cost: 0,

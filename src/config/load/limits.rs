@@ -107,6 +107,7 @@ impl Check<'_> {
         let month = is_month(&limit.window);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
+        let algorithm = self.precision(&limit.precision, algorithm, &window, path);
         let sync = self.sync(&limit.sync, &algorithm, &window, path);
         let delay = self.delay(&limit.on_limit, &limit.max_delay, path);
         let settle = self.settled_limit(settle, &algorithm, &sync, path);
@@ -163,6 +164,7 @@ impl Check<'_> {
             ("window", limit.window.is_absent()),
             ("algorithm", limit.algorithm.is_absent()),
             ("burst", limit.burst.is_absent()),
+            ("precision", limit.precision.is_absent()),
             ("sync", limit.sync.is_absent()),
             ("cost", limit.cost.is_absent()),
             ("plan", limit.plan.is_absent()),
@@ -184,6 +186,7 @@ impl Check<'_> {
             ("window", limit.window.is_absent()),
             ("algorithm", limit.algorithm.is_absent()),
             ("burst", limit.burst.is_absent()),
+            ("precision", limit.precision.is_absent()),
             ("sync", limit.sync.is_absent()),
             ("on_limit", limit.on_limit.is_absent()),
             ("max_delay", limit.max_delay.is_absent()),
@@ -270,6 +273,51 @@ impl Check<'_> {
         algorithm
     }
 
+    /// A sliding window's `precision`: the window in buckets of it, a whole
+    /// number of them and at most [`MAX_BUCKETS`]
+    /// ([`crate::limit::buckets`]).
+    pub(super) fn precision(
+        &mut self,
+        precision: &Field<Text>,
+        algorithm: Checked<Algorithm>,
+        window: &Checked<NonZeroU64>,
+        path: &str,
+    ) -> Checked<Algorithm> {
+        let at = child_key(path, "precision");
+        let Some(p) = self.optional(precision, &at, text(parse_precision))? else {
+            return algorithm;
+        };
+        let (algorithm, w) = (algorithm?, window.as_ref().map_err(|_| Reported)?.get());
+        let Some(buckets) = algorithm.with_precision(p) else {
+            return Err(self.value_error(
+                &at,
+                format!(
+                    "only a sliding_window limit counts in buckets of a precision; this one is {}: remove precision",
+                    algorithm.name()
+                ),
+            ));
+        };
+        if w % p != 0 {
+            return Err(self.value_error(
+                &at,
+                format!(
+                    "{p}ms does not divide the window ({w}ms) into whole buckets; write a precision the window is a whole multiple of"
+                ),
+            ));
+        }
+        if w / p > MAX_BUCKETS {
+            return Err(self.value_error(
+                &at,
+                format!(
+                    "makes {} buckets of the window ({w}ms), and a limit keeps at most {MAX_BUCKETS}; write a precision of at least {}ms",
+                    w / p,
+                    w.div_ceil(MAX_BUCKETS)
+                ),
+            ));
+        }
+        Ok(buckets)
+    }
+
     /// Whether and how often a limit is synced (`sync` mode,
     /// [`crate::decision::sync`]): its own `sync` (`off` or an interval),
     /// else `store.redis.sync` for the algorithms that count (sliding and
@@ -300,14 +348,8 @@ impl Check<'_> {
                         "sync shares counts through Redis, and this file has no store.redis; remove sync",
                     ));
                 }
-                if !counts {
-                    return Err(self.value_error(
-                        &sync_path,
-                        format!(
-                            "sync applies to sliding_window and fixed_window limits, whose counts gateways can add up; a {} limit is decided in Redis on every request: remove sync, or count with sliding_window",
-                            algorithm.name()
-                        ),
-                    ));
+                if let Some(why) = algorithm.unsynced_because() {
+                    return Err(self.value_error(&sync_path, why));
                 }
                 if every >= window {
                     return Err(self.value_error(
@@ -405,6 +447,21 @@ pub(super) fn is_route(key: &KeySpec) -> bool {
 /// A sliding log keeps one entry per admitted unit; past this, memory per
 /// identity (tens of bytes per entry in Redis) is better spent elsewhere.
 const MAX_LOG_LIMIT: u64 = 100_000;
+
+/// The most buckets a window holds with a `precision`: each is a field of
+/// the key's hash in Redis and a count per key in process.
+const MAX_BUCKETS: u64 = 60;
+
+/// A `precision`: a duration of at least 1ms, in milliseconds.
+fn parse_precision(s: &str) -> Result<u64, String> {
+    let d = parse_duration(s)?;
+    u64::try_from(d.as_millis())
+        .ok()
+        .filter(|&ms| ms > 0)
+        .ok_or_else(|| {
+            format!("{s:?} is not a precision; write a duration of at least 1ms, e.g. 1s")
+        })
+}
 
 /// Whether a window is written as `month` (a calendar month in UTC).
 pub(super) fn is_month(window: &Field<Text>) -> bool {

@@ -17,6 +17,8 @@
 //! - **fixed window** and **calendar month**: the units admitted in the
 //!   current window, added to its count;
 //! - **sliding log**: one member per unit, at the time it was admitted;
+//! - **precision buckets**: the units admitted per bucket, added to the
+//!   key's counts of those buckets;
 //! - **GCRA**: the TAT is advanced as if the local admissions had come
 //!   after everything Redis counted. Each admission maps a TAT `x` to
 //!   `max(x, t) + c·T`, and any run of them composes to
@@ -49,7 +51,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use prometheus_client::metrics::counter::Counter;
 use tracing::warn;
 
-use crate::limit::{Algorithm, LimitRequest, fixed_window, gcra, sliding_window};
+use crate::limit::{Algorithm, LimitRequest, buckets, fixed_window, gcra, sliding_window};
 
 /// Items kept at most: keys, plus one per sliding-log run.
 pub const MAX_ITEMS: usize = 100_000;
@@ -125,6 +127,13 @@ impl Entry {
                     _ => runs.insert(at, (now, cost)),
                 }
             }
+            Admitted::Buckets {
+                precision_ms,
+                counts,
+            } => {
+                buckets::prune(counts, now, w, *precision_ms);
+                buckets::add(counts, now / (*precision_ms).max(1), cost);
+            }
             Admitted::Gcra { tat, cost: total } => {
                 let units = u128::from(cost) * u128::from(w);
                 *tat = advance(*tat, now, l, units);
@@ -147,6 +156,10 @@ impl Entry {
             Admitted::Log(runs) => runs
                 .last()
                 .is_some_and(|&(ms, _)| ms + self.window_ms > now),
+            Admitted::Buckets {
+                precision_ms,
+                counts,
+            } => !buckets::is_idle(counts, now, self.window_ms, *precision_ms),
             // Redis's own TAT may carry the cost further, but never more
             // than a burst beyond the TAT the local admissions reached.
             Admitted::Gcra { tat, .. } => {
@@ -191,6 +204,11 @@ impl Entry {
                     }
                 }
             }
+            (Admitted::Buckets { counts: a, .. }, Admitted::Buckets { counts: b, .. }) => {
+                for (bucket, units) in b {
+                    buckets::add(a, bucket, units);
+                }
+            }
             // This step after the earlier one: x ↦ max(max(x + c1, d1) + c2, d2).
             (Admitted::Gcra { tat, cost }, Admitted::Gcra { tat: d1, cost: c1 }) => {
                 let at = |s: gcra::Tat| u128::from(s.tat) * l + u128::from(s.rem);
@@ -228,6 +246,15 @@ impl Entry {
                 let mut runs = runs.clone();
                 prune(&mut runs, now, w);
                 (w, runs.into_iter().flat_map(|(ms, u)| [ms, u]).collect())
+            }
+            Admitted::Buckets {
+                precision_ms,
+                counts,
+            } => {
+                let mut counts = counts.clone();
+                buckets::prune(&mut counts, now, w, *precision_ms);
+                let pairs = counts.into_iter().flat_map(|(b, n)| [b, n]);
+                (w, std::iter::once(*precision_ms).chain(pairs).collect())
             }
             Admitted::Gcra { tat, cost } => {
                 let burst = self.algorithm.capacity(self.limit);
