@@ -50,6 +50,10 @@ routes:
     match: { path_prefix: /gcra }
     respond: {}
     limits: [ { name: gcra, key: ip, limit: 5, window: 10s, algorithm: gcra, burst: 3 } ]
+  - name: buckets
+    match: { path_prefix: /buckets }
+    respond: {}
+    limits: [ { name: buckets, key: ip, limit: 5, window: 10s, precision: 2s } ]
   - name: multi
     match: { path_prefix: /multi }
     respond: {}
@@ -85,7 +89,9 @@ fn sequence(n: usize, seed: u64) -> Vec<Recorded> {
         x ^= x << 17;
         x
     };
-    let paths = ["/sw", "/fw", "/log", "/gcra", "/multi", "/multi", "/plan"];
+    let paths = [
+        "/sw", "/fw", "/log", "/gcra", "/multi", "/multi", "/plan", "/buckets",
+    ];
     let keys = [None, Some("k1"), Some("k2"), Some("gold-key")];
     let mut ts = START_MS;
     let mut out: Vec<Recorded> = Vec::with_capacity(n);
@@ -102,7 +108,7 @@ fn sequence(n: usize, seed: u64) -> Vec<Recorded> {
             _ => Recorded {
                 ts,
                 peer: format!("127.0.0.{}", 1 + next() % 4).parse().unwrap(),
-                path: format!("{}/{}", paths[(next() % 7) as usize], next() % 10),
+                path: format!("{}/{}", paths[(next() % 8) as usize], next() % 10),
                 key: keys[(next() % 4) as usize],
             },
         };

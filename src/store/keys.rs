@@ -172,6 +172,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_precision_names_a_key_of_its_own() {
+        // A reload that adds a precision (or changes it) meets a fresh key,
+        // never the string counter of the same limit: no WRONGTYPE.
+        let sw = limit_suffix("api", "per_ip", Algorithm::default());
+        let with = |p| {
+            limit_suffix(
+                "api",
+                "per_ip",
+                Algorithm::default().with_precision(p).unwrap(),
+            )
+        };
+        assert_eq!(sw, ":api:per_ip");
+        assert_eq!(with(1_000), ":api:per_ip:buckets_1000ms");
+        assert_ne!(with(1_000), with(2_000));
+        let shared = share_suffix("ab", Algorithm::default().with_precision(500).unwrap());
+        assert_eq!(shared, ":@ab:buckets_500ms");
+    }
+
+    #[test]
     fn digest_is_base64url_of_sha256() {
         // printf 'abc' | sha256sum → ba7816bf8f01cfea41…; base64url of
         // ba 78 16 bf 8f 01 cf ea 41 is ungWv48Bz-pB.

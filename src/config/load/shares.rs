@@ -65,7 +65,7 @@ impl Check<'_> {
                     result = Err(self.value_error(
                         &child_key(&here, field),
                         format!(
-                            "{ours} differs from {there}{line}, which shares {share:?} with {theirs}; limits of one share count on one counter and must agree on key, limit, window and algorithm"
+                            "{ours} differs from {there}{line}, which shares {share:?} with {theirs}; limits of one share count on one counter and must agree on key, limit, window and algorithm (and its precision)"
                         ),
                     ));
                 }
@@ -109,7 +109,13 @@ fn disagreement(limit: &Limit, model: &Limit) -> Option<(&'static str, String, S
     }
     if limit.algorithm != model.algorithm {
         let name = |l: &Limit| format!("algorithm {}", l.algorithm.described());
-        return Some(("algorithm", name(limit), name(model)));
+        // The same algorithm counted in other buckets: the precision differs.
+        let field = if limit.algorithm.name() == model.algorithm.name() {
+            "precision"
+        } else {
+            "algorithm"
+        };
+        return Some((field, name(limit), name(model)));
     }
     None
 }
