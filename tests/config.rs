@@ -558,12 +558,12 @@ plans:
     assert_eq!(
         errors(&src),
         [
-            "routes[0].limits[0].precision: 7000ms does not divide the window (60000ms) into whole buckets; write a precision the window is a whole multiple of (line 6, col 67)",
-            "routes[0].limits[1].precision: makes 120 buckets of the window (120000ms), and a limit keeps at most 60; write a precision of at least 2000ms (line 7, col 67)",
-            "routes[0].limits[2].precision: only a sliding_window limit counts in buckets of a precision; this one is gcra: remove precision (line 8, col 84)",
-            "routes[0].limits[3].precision: only a sliding_window limit counts in buckets of a precision; this one is calendar_month: remove precision (line 9, col 70)",
-            r#"routes[0].limits[4].precision: "0s" is not a precision; write a duration of at least 1ms, e.g. 1s (line 10, col 67)"#,
-            "routes[0].limits[5].precision: a concurrency limit caps requests in flight and has no precision; remove this, or write the rate as a limit of its own (line 11, col 59)",
+            "routes[0].limits[0].precision: 7000ms does not divide the window (60000ms) into whole buckets; write a precision the window is a whole multiple of (line 6, col 62)",
+            "routes[0].limits[1].precision: makes 120 buckets of the window (120000ms), and a limit keeps at most 60; write a precision of at least 2000ms (line 7, col 62)",
+            "routes[0].limits[2].precision: only a sliding_window limit counts in buckets of a precision; this one is gcra: remove precision (line 8, col 79)",
+            "routes[0].limits[3].precision: only a sliding_window limit counts in buckets of a precision; this one is calendar_month: remove precision (line 9, col 65)",
+            r#"routes[0].limits[4].precision: "0s" is not a precision; write a duration of at least 1ms, e.g. 1s (line 10, col 62)"#,
+            "routes[0].limits[5].precision: a concurrency limit caps requests in flight and has no precision; remove this, or write the rate as a limit of its own (line 11, col 56)",
         ]
     );
 
@@ -577,7 +577,7 @@ routes:
 ";
     assert_eq!(
         error(src),
-        "routes[0].limits[0].sync: sync exchanges a window's count and the one before it, and a sliding_window with a precision counts per bucket, which Redis decides on every request: remove sync, or remove precision (line 6, col 77)"
+        "routes[0].limits[0].sync: sync exchanges a window's count and the one before it, and a sliding_window with a precision counts per bucket, which Redis decides on every request: remove sync, or remove precision (line 6, col 78)"
     );
 }
 

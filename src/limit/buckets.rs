@@ -20,7 +20,7 @@ use super::LimitOutcome;
 
 /// The counts of one key: `(bucket index, units)`, ascending by bucket,
 /// without empty buckets.
-pub type Counts = Vec<(u64, u64)>;
+pub type BucketCounts = Vec<(u64, u64)>;
 
 /// The first bucket that counts at `now`: the smallest `b` with
 /// `(b + 1)·p > now − w`.
@@ -29,14 +29,14 @@ pub fn first(now: u64, w: u64, p: u64) -> u64 {
 }
 
 /// Drops the buckets that no longer count at `now`.
-pub fn prune(counts: &mut Counts, now: u64, w: u64, p: u64) {
+pub fn prune(counts: &mut BucketCounts, now: u64, w: u64, p: u64) {
     let first = first(now, w, p);
     let gone = counts.partition_point(|&(b, _)| b < first);
     counts.drain(..gone);
 }
 
 /// Adds `units` to bucket `b`.
-pub fn add(counts: &mut Counts, b: u64, units: u64) {
+pub fn add(counts: &mut BucketCounts, b: u64, units: u64) {
     if units == 0 {
         return;
     }
@@ -98,11 +98,11 @@ pub fn is_idle(counts: &[(u64, u64)], now: u64, w: u64, p: u64) -> bool {
 /// count)]`; otherwise a refund has nothing to give back (`None`: no
 /// change) and an extra charge goes into now's bucket.
 pub fn settled(
-    mut counts: Counts,
+    mut counts: BucketCounts,
     (reserved, now): (u64, u64),
     (l, w, p): (u64, u64, u64),
     delta: i128,
-) -> Option<Counts> {
+) -> Option<BucketCounts> {
     prune(&mut counts, now, w, p);
     let moved = |n: u64| {
         let v = (i128::from(n) + delta).clamp(0, i128::from(l.max(n)));

@@ -35,7 +35,7 @@ pub enum State {
         precision_ms: u64,
         /// Their counts.
         #[allow(clippy::box_collection)]
-        counts: Box<buckets::Counts>,
+        counts: Box<buckets::BucketCounts>,
     },
 }
 
@@ -266,12 +266,12 @@ pub enum Admitted {
     Fixed(fixed_window::Count),
     /// `(ms, units)` runs, sorted by time, one per millisecond.
     Log(Vec<(u64, u64)>),
-    /// Units admitted per precision bucket, as [`buckets::Counts`].
+    /// Units admitted per precision bucket, as [`buckets::BucketCounts`].
     Buckets {
         /// The buckets' length.
         precision_ms: u64,
         /// Units per bucket.
-        counts: buckets::Counts,
+        counts: buckets::BucketCounts,
     },
     /// The local admissions as one GCRA step `x ↦ max(x + cost, tat)`.
     Gcra {

@@ -91,7 +91,7 @@ fn shared_limits_agree_and_count_on_one_counter() {
             format!(r#"routes[4].limits[0].algorithm: algorithm sliding_log differs from routes[0].limits[0] (line 5), which shares "ab" with algorithm sliding_window; {agree} (line 17, col 70)"#),
             format!(r#"routes[5].limits[0].concurrency: concurrency 100 differs from routes[0].limits[0] (line 5), which shares "ab" with a rate; {agree} (line 20, col 48)"#),
             r#"routes[6].limits[1].share: routes[6].limits[0] of this route already shares "cd"; one request would be counted twice on one counter (line 23, col 119)"#.to_owned(),
-            format!(r#"routes[7].limits[0].precision: algorithm sliding_window, precision 1000ms differs from routes[0].limits[0] (line 5), which shares "ab" with algorithm sliding_window; {agree} (line 26, col 69)"#),
+            format!(r#"routes[7].limits[0].precision: algorithm sliding_window, precision 1000ms differs from routes[0].limits[0] (line 5), which shares "ab" with algorithm sliding_window; {agree} (line 26, col 70)"#),
         ]
     );
 }
