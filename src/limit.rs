@@ -78,6 +78,7 @@ impl Algorithm {
     }
 
     /// The number the Redis script dispatches on.
+    #[inline]
     pub fn code(self) -> u64 {
         match self {
             Self::SlidingWindow => 0,
@@ -178,6 +179,7 @@ impl Algorithm {
 
     /// The most units the state holds at once: gcra's burst, else the
     /// limit.
+    #[inline]
     pub fn capacity(self, limit: u64) -> u64 {
         match self {
             Self::Gcra { burst } => burst,
@@ -192,6 +194,7 @@ impl Algorithm {
     /// Whether the state holds one entry per admitted unit (a sliding log),
     /// which the in-process store prunes and grows in place instead of
     /// copying, and the configuration bounds in its limit.
+    #[inline]
     pub fn one_entry_per_unit(self) -> bool {
         match self {
             Self::SlidingLog => true,
@@ -220,6 +223,7 @@ impl Algorithm {
     /// The index of the window the instant `t` falls in: months since
     /// January 1970 for a calendar month, the bucket's for precision
     /// buckets, `t / window_ms` for the others.
+    #[inline]
     pub fn window_index(self, t: u64, window_ms: u64) -> u64 {
         match self {
             Self::CalendarMonth => calendar::month_index(t),
@@ -234,6 +238,7 @@ impl Algorithm {
     /// script's shape at `now_ms` (limits.lua's header): for a calendar
     /// month, computed here once for both stores' sake, the month's end and
     /// its index; for precision buckets, the window and the precision.
+    #[inline]
     pub fn script_args(self, now_ms: u64, limit: u64, window_ms: u64) -> (u64, u64) {
         match self {
             Self::Gcra { burst } => (window_ms, burst),
@@ -275,6 +280,7 @@ impl Algorithm {
     /// refund script, which knows the two-count sliding window only (a
     /// Cluster decision that spans slots refunds the groups that admitted
     /// when another denied).
+    #[inline]
     pub fn refundable(self) -> bool {
         match self {
             Self::SlidingWindow => true,

@@ -165,6 +165,7 @@ impl State {
     /// What `r`'s limit shows at `now` without the request: its answer to a
     /// request of cost 0, which takes nothing. A held sliding log is already
     /// pruned to `now` (a decision prunes it in place).
+    #[inline]
     pub fn standing(stored: Option<&State>, r: &LimitRequest, now: u64) -> LimitOutcome {
         let (l, w) = (r.limit, r.window_ms);
         match (r.algorithm, stored) {
@@ -183,6 +184,7 @@ impl State {
     }
 
     /// Whether the key holds nothing that still counts at `now`.
+    #[inline]
     pub fn is_idle(&self, now: u64, window_ms: u64) -> bool {
         match self {
             State::Sliding(s) => s.window + 1 < now / window_ms,
