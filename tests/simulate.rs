@@ -302,7 +302,10 @@ async fn every_decision_is_the_live_gateways_for_every_algorithm_and_a_multi_lim
     assert!(watch.shadow && watch.limited > 0, "{watch:?}");
     assert!(multi.shadow_limited > 0);
     let buckets = report.routes.iter().find(|r| r.name == "buckets").unwrap();
-    assert!(buckets.limited > 0, "precision buckets limited some: {buckets:?}");
+    assert!(
+        buckets.limited > 0,
+        "precision buckets limited some: {buckets:?}"
+    );
 }
 
 #[tokio::test]
