@@ -7,6 +7,7 @@
 //! remaining quota, reset and Retry-After per limit — so the header phase
 //! never asks the store again.
 
+pub mod buckets;
 pub mod calendar;
 pub mod concurrency;
 pub mod deny_cache;
@@ -15,6 +16,7 @@ pub mod gcra;
 pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
+pub mod state;
 
 use smallvec::SmallVec;
 
@@ -41,6 +43,14 @@ pub enum Algorithm {
         /// Bucket capacity in cost units.
         burst: u64,
     },
+    /// Sliding window in precision buckets: one count per bucket of
+    /// `precision_ms` ([`buckets`]); `algorithm: sliding_window` with
+    /// `precision`. Exact to a bucket, never over the limit in any span of
+    /// one window, O(w/p) memory.
+    SlidingBuckets {
+        /// Bucket length in ms; the window is a whole multiple of it.
+        precision_ms: u64,
+    },
 }
 
 impl Algorithm {
@@ -63,10 +73,12 @@ impl Algorithm {
             Self::SlidingLog => "sliding_log",
             Self::CalendarMonth => "calendar_month",
             Self::Gcra { .. } => "gcra",
+            Self::SlidingBuckets { .. } => "sliding_window",
         }
     }
 
     /// The number the Redis script dispatches on.
+    #[inline]
     pub fn code(self) -> u64 {
         match self {
             Self::SlidingWindow => 0,
@@ -74,8 +86,311 @@ impl Algorithm {
             Self::SlidingLog => 2,
             Self::Gcra { .. } => 3,
             Self::CalendarMonth => 4,
+            Self::SlidingBuckets { .. } => 5,
         }
     }
+
+    /// The name with what else the configuration wrote for it, as a
+    /// message that compares two limits shows it: `gcra, burst 20`.
+    pub fn described(self) -> String {
+        match self {
+            Self::Gcra { burst } => format!("gcra, burst {burst}"),
+            Self::SlidingBuckets { precision_ms } => {
+                format!("sliding_window, precision {precision_ms}ms")
+            }
+            Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth => {
+                self.name().to_owned()
+            }
+        }
+    }
+
+    /// What a store key's suffix adds for this algorithm, `None` for the
+    /// default sliding window: each algorithm keeps state of its own shape,
+    /// so a limit whose algorithm changes starts a fresh key instead of
+    /// misreading the old one (and sliding-window keys stay what they
+    /// always were).
+    pub fn key_tag(self) -> Option<String> {
+        match self {
+            Self::SlidingWindow => None,
+            Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth | Self::Gcra { .. } => {
+                Some(self.name().to_owned())
+            }
+            // The precision too: a hash of buckets never meets the string
+            // counter of the same limit without one, nor buckets of another
+            // length.
+            Self::SlidingBuckets { precision_ms } => Some(format!("buckets_{precision_ms}ms")),
+        }
+    }
+
+    /// This algorithm for a window of one calendar month (`window:
+    /// month`), which is counted as a fixed window; `None` for an
+    /// algorithm that cannot count one.
+    pub fn for_month(self) -> Option<Self> {
+        match self {
+            Self::FixedWindow | Self::CalendarMonth => Some(Self::CalendarMonth),
+            Self::SlidingWindow
+            | Self::SlidingLog
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => None,
+        }
+    }
+
+    /// The algorithm of a `window: month` limit that names none.
+    pub const MONTH: Self = Self::CalendarMonth;
+
+    /// Whether the limit's `burst` applies (gcra's bucket capacity); the
+    /// others refuse one.
+    pub fn takes_burst(self) -> bool {
+        match self {
+            Self::Gcra { .. } => true,
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::SlidingBuckets { .. } => false,
+        }
+    }
+
+    /// This algorithm with a bucket of `burst` units, when it
+    /// [takes one](Self::takes_burst); else itself.
+    #[must_use]
+    pub fn with_burst(self, burst: u64) -> Self {
+        match self {
+            Self::Gcra { .. } => Self::Gcra { burst },
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::SlidingBuckets { .. } => self,
+        }
+    }
+
+    /// This algorithm counted in buckets of `precision_ms`: a sliding
+    /// window becomes precision buckets; `None` for the others, which have
+    /// no precision.
+    pub fn with_precision(self, precision_ms: u64) -> Option<Self> {
+        match self {
+            Self::SlidingWindow | Self::SlidingBuckets { .. } => {
+                Some(Self::SlidingBuckets { precision_ms })
+            }
+            Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth | Self::Gcra { .. } => None,
+        }
+    }
+
+    /// The most units the state holds at once: gcra's burst, else the
+    /// limit.
+    #[inline]
+    pub fn capacity(self, limit: u64) -> u64 {
+        match self {
+            Self::Gcra { burst } => burst,
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::SlidingBuckets { .. } => limit,
+        }
+    }
+
+    /// Whether the state holds one entry per admitted unit (a sliding log),
+    /// which the in-process store prunes and grows in place instead of
+    /// copying, and the configuration bounds in its limit.
+    #[inline]
+    pub fn one_entry_per_unit(self) -> bool {
+        match self {
+            Self::SlidingLog => true,
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::CalendarMonth
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => false,
+        }
+    }
+
+    /// The calendar month `now_ms` falls in, as its index and the instant
+    /// it ends ([`calendar::month`]), for a limit counted by calendar
+    /// month; `None` for the others, whose windows are `window_ms` long.
+    pub fn month(self, now_ms: u64) -> Option<(u64, u64)> {
+        match self {
+            Self::CalendarMonth => Some(calendar::month(now_ms)),
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::SlidingLog
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => None,
+        }
+    }
+
+    /// The index of the window the instant `t` falls in: months since
+    /// January 1970 for a calendar month, the bucket's for precision
+    /// buckets, `t / window_ms` for the others.
+    #[inline]
+    pub fn window_index(self, t: u64, window_ms: u64) -> u64 {
+        match self {
+            Self::CalendarMonth => calendar::month_index(t),
+            Self::SlidingBuckets { precision_ms } => t / precision_ms.max(1),
+            Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::Gcra { .. } => {
+                t / window_ms.max(1)
+            }
+        }
+    }
+
+    /// The window and burst arguments of this limit in the decision
+    /// script's shape at `now_ms` (limits.lua's header): for a calendar
+    /// month, computed here once for both stores' sake, the month's end and
+    /// its index; for precision buckets, the window and the precision.
+    #[inline]
+    pub fn script_args(self, now_ms: u64, limit: u64, window_ms: u64) -> (u64, u64) {
+        match self {
+            Self::Gcra { burst } => (window_ms, burst),
+            Self::CalendarMonth => {
+                let (index, end) = calendar::month(now_ms);
+                (end, index)
+            }
+            Self::SlidingBuckets { precision_ms } => (window_ms, precision_ms),
+            Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog => (window_ms, limit),
+        }
+    }
+
+    /// The last argument of the settle script (settle.lua's header): gcra's
+    /// burst, precision buckets' precision.
+    pub fn settle_arg(self) -> u64 {
+        match self {
+            Self::Gcra { burst } => burst,
+            Self::SlidingBuckets { precision_ms } => precision_ms,
+            Self::SlidingWindow | Self::FixedWindow | Self::SlidingLog | Self::CalendarMonth => 0,
+        }
+    }
+
+    /// Why a limit of this algorithm cannot be settled by the response, or
+    /// `None` when it can ([`settle`]).
+    pub fn unsettled_because(self) -> Option<&'static str> {
+        match self {
+            Self::SlidingLog => Some(
+                "a sliding_log limit cannot be settled by the response (its log holds one entry per unit at its instant); count with sliding_window, fixed_window or gcra",
+            ),
+            Self::SlidingWindow
+            | Self::FixedWindow
+            | Self::CalendarMonth
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => None,
+        }
+    }
+
+    /// Whether a decision's units can be given back by the Redis store's
+    /// refund script, which knows the two-count sliding window only (a
+    /// Cluster decision that spans slots refunds the groups that admitted
+    /// when another denied).
+    #[inline]
+    pub fn refundable(self) -> bool {
+        match self {
+            Self::SlidingWindow => true,
+            Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => false,
+        }
+    }
+
+    /// How `sync` mode sums this algorithm's counts across gateways, or
+    /// `None` when its state is not a sum that gateways can add to apart.
+    pub fn summed(self) -> Option<Summed> {
+        match self {
+            Self::SlidingWindow => Some(Summed::Sliding),
+            Self::FixedWindow => Some(Summed::Fixed),
+            Self::CalendarMonth => Some(Summed::Month),
+            Self::SlidingLog | Self::Gcra { .. } | Self::SlidingBuckets { .. } => None,
+        }
+    }
+
+    /// Why a limit of this algorithm cannot be decided in `sync` mode, or
+    /// `None` when it can.
+    pub fn unsynced_because(self) -> Option<String> {
+        match self {
+            Self::SlidingWindow | Self::FixedWindow | Self::CalendarMonth => None,
+            Self::SlidingLog | Self::Gcra { .. } => Some(format!(
+                "sync applies to sliding_window and fixed_window limits, whose counts gateways can add up; a {} limit is decided in Redis on every request: remove sync, or count with sliding_window",
+                self.name()
+            )),
+            Self::SlidingBuckets { .. } => Some(
+                "sync exchanges a window's count and the one before it, and a sliding_window with a precision counts per bucket, which Redis decides on every request: remove sync, or remove precision".to_owned(),
+            ),
+        }
+    }
+
+    /// Whether it decides by an estimate whose worst wait can pass a window
+    /// by far for a small limit (`w + w/L`): `tollgate check` warns of
+    /// those (docs/limits.md#worst-waits).
+    pub fn estimates(self) -> bool {
+        match self {
+            Self::SlidingWindow => true,
+            Self::FixedWindow
+            | Self::SlidingLog
+            | Self::CalendarMonth
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => false,
+        }
+    }
+
+    /// The longest a caller who spent its whole quota at once waits for its
+    /// next request (of cost 1), for limit `l` and window `w` (ms).
+    /// docs/limits.md has the table.
+    pub fn worst_wait_ms(self, l: u64, w: u64) -> u64 {
+        let l = l.max(1);
+        match self {
+            // The burst at the very start of window i counts `prev = L` in
+            // window i+1 until `L·(1 − f) + 1 ≤ L`, that is `f = 1/L`.
+            Self::SlidingWindow => w + w.div_ceil(l),
+            // The burst at a window's start waits for the next one; a log's
+            // entries leave one window after they came.
+            Self::FixedWindow | Self::CalendarMonth | Self::SlidingLog => w,
+            // One emission interval after the bucket emptied.
+            Self::Gcra { .. } => w.div_ceil(l),
+            // A burst at the very start of a bucket counts until all of
+            // the bucket is older than the window.
+            Self::SlidingBuckets { precision_ms } => w + precision_ms,
+        }
+    }
+
+    /// A lower bound of when `ahead + 1` requests of cost `c` can all be
+    /// admitted by a limit of `l` per window `w` (ms), the first of them at
+    /// `at`, with `windows = ⌈(ahead + 1)·c / L⌉ − 1`
+    /// (`pipeline::delay::earliest_ms` has the reasoning):
+    /// - a sliding log, and precision buckets, admit at most `L` in any
+    ///   span of one window;
+    /// - fixed and sliding windows at most `L` per window index;
+    /// - gcra frees one unit every `w/L`;
+    /// - a calendar month's windows differ in length: `at` alone.
+    pub fn earliest_ms(self, at: u64, (l, w, c): (u64, u64, u64), ahead: u64) -> u64 {
+        let (l, w) = (l.max(1), w.max(1));
+        let units = ahead.saturating_add(1).saturating_mul(c);
+        let windows = units.div_ceil(l).saturating_sub(1);
+        match self {
+            Self::SlidingLog | Self::SlidingBuckets { .. } => {
+                at.saturating_add(windows.saturating_mul(w))
+            }
+            Self::FixedWindow | Self::SlidingWindow => {
+                let start = (at / w).saturating_add(windows).saturating_mul(w);
+                start.max(at)
+            }
+            Self::Gcra { .. } => {
+                let spaced = ahead.saturating_mul(c).saturating_sub(1);
+                at.saturating_add(spaced.saturating_mul(w) / l)
+            }
+            Self::CalendarMonth => at,
+        }
+    }
+}
+
+/// How `sync` mode keeps an algorithm's counts ([`Algorithm::summed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Summed {
+    /// A window's count and the one before it.
+    Sliding,
+    /// One window's count.
+    Fixed,
+    /// One calendar month's count.
+    Month,
 }
 
 /// One limit to check for one request.

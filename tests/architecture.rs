@@ -467,3 +467,82 @@ fn the_size_checker_sees_functions() {
         ]
     );
 }
+
+/// The variants of `enum Algorithm` in `src/limit.rs`, read from its body.
+fn algorithm_variants() -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("src/limit.rs")).expect("limit.rs");
+    let start = text
+        .find("pub enum Algorithm {")
+        .expect("enum Algorithm in limit.rs");
+    let body = &text[start..];
+    let body = &body[..body.find("\n}").expect("end of enum Algorithm")];
+    body.lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .map(|l| {
+            let end = l.find(|c: char| !c.is_alphanumeric()).unwrap_or(l.len());
+            l[..end].to_owned()
+        })
+        .collect()
+}
+
+/// The files that own what differs per algorithm: `src/limit.rs` and its
+/// modules (docs/development.md#where-a-change-goes, "add an algorithm").
+fn owns_algorithms(module: &str) -> bool {
+    module == "limit" || module.starts_with("limit/")
+}
+
+/// Where `code` names `Algorithm::<variant>` (not `JwtAlgorithm::…`).
+fn named_variants(code: &str, variants: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("Algorithm::") {
+        let before = rest[..i].chars().next_back();
+        let after = &rest[i + "Algorithm::".len()..];
+        rest = after;
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let end = after
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        if variants.iter().any(|v| *v == after[..end]) {
+            out.push(after[..end].to_owned());
+        }
+    }
+    out
+}
+
+/// What differs per algorithm is asked of the algorithm, whose methods
+/// match its variants exhaustively: a new variant does not compile until
+/// each says what it does, and no other file decides by a variant.
+#[test]
+fn no_algorithm_variant_is_named_outside_the_files_that_own_them() {
+    let variants = algorithm_variants();
+    assert!(variants.len() >= 5, "read {variants:?} from enum Algorithm");
+    let mut found = Vec::new();
+    for (module, path) in files() {
+        if owns_algorithms(&module) || module.ends_with("tests") {
+            continue;
+        }
+        let code = code(&path);
+        for v in named_variants(&code, &variants) {
+            found.push(format!("src/{module}.rs: Algorithm::{v}"));
+        }
+        if code.contains("Algorithm::*") || code.contains("Algorithm::{") {
+            found.push(format!("src/{module}.rs: imports Algorithm's variants"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "ask the algorithm (a method in src/limit.rs or src/limit/) instead of matching its variants: {found:#?}"
+    );
+}
+
+#[test]
+fn the_variant_checker_sees_variants() {
+    let variants = vec!["SlidingWindow".to_owned(), "Gcra".to_owned()];
+    let code = "match a { Algorithm::SlidingWindow => 1, crate::limit::Algorithm::Gcra { .. } => 2, JwtAlgorithm::Gcra => 3, Algorithm::SPELLINGS }";
+    assert_eq!(named_variants(code, &variants), ["SlidingWindow", "Gcra"]);
+}

@@ -339,7 +339,7 @@ fn unknown_fields_nested_in_a_route_and_a_limit() {
         errors(&src),
         [
             r#"routes[0]: unknown field "upstrem"; expected one of name, match, upstream, respond, timeout, cost, limits, upstream_ca, upgrade, forward_proxy_authorization, shadow, on_error, max_queue, cors, request_headers, response_headers, exempt (line 4, col 5)"#,
-            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, bytes, shadow, algorithm, burst, plan, sync, on_limit, max_delay, concurrency, share (line 11, col 9)"#,
+            r#"routes[0].limits[0]: unknown field "bursts"; expected one of name, key, limit, window, cost, bytes, shadow, algorithm, burst, precision, plan, sync, on_limit, max_delay, concurrency, share (line 11, col 9)"#,
         ]
     );
 }
@@ -525,6 +525,63 @@ fn algorithms_and_burst() {
 }
 
 #[test]
+fn precision_buckets() {
+    use tollgate::limit::Algorithm;
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits:
+      - {{ name: a, key: ip, limit: 5, window: 1m, precision: 1s }}
+      - {{ name: b, key: ip, limit: 5, window: 1m, algorithm: sliding_window, precision: 10s }}
+plans:
+  pro: [ {{ name: p, limit: 5, window: 1h, precision: 1m }} ]
+"
+    );
+    let cfg = valid(&src);
+    let algs: Vec<Algorithm> = cfg.routes[0].limits.iter().map(|l| l.algorithm).collect();
+    let buckets = |precision_ms| Algorithm::SlidingBuckets { precision_ms };
+    assert_eq!(algs, [buckets(1_000), buckets(10_000)]);
+    assert_eq!(cfg.plans[0].limits[0].algorithm, buckets(60_000));
+
+    let src = format!(
+        "{HEAD}  - name: api
+    respond: {{}}
+    limits:
+      - {{ name: a, key: ip, limit: 5, window: 1m, precision: 7s }}
+      - {{ name: b, key: ip, limit: 5, window: 2m, precision: 1s }}
+      - {{ name: c, key: ip, limit: 5, window: 1m, algorithm: gcra, precision: 1s }}
+      - {{ name: d, key: ip, limit: 5, window: month, precision: 1d }}
+      - {{ name: e, key: ip, limit: 5, window: 1m, precision: 0s }}
+      - {{ name: f, key: ip, concurrency: 5, precision: 1s }}
+"
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            "routes[0].limits[0].precision: 7000ms does not divide the window (60000ms) into whole buckets; write a precision the window is a whole multiple of (line 6, col 62)",
+            "routes[0].limits[1].precision: makes 120 buckets of the window (120000ms), and a limit keeps at most 60; write a precision of at least 2000ms (line 7, col 62)",
+            "routes[0].limits[2].precision: only a sliding_window limit counts in buckets of a precision; this one is gcra: remove precision (line 8, col 79)",
+            "routes[0].limits[3].precision: only a sliding_window limit counts in buckets of a precision; this one is calendar_month: remove precision (line 9, col 65)",
+            r#"routes[0].limits[4].precision: "0s" is not a precision; write a duration of at least 1ms, e.g. 1s (line 10, col 62)"#,
+            "routes[0].limits[5].precision: a concurrency limit caps requests in flight and has no precision; remove this, or write the rate as a limit of its own (line 11, col 56)",
+        ]
+    );
+
+    // sync mode exchanges two counts per window, which buckets are not.
+    let src = "listen: 127.0.0.1:0
+store: { redis: { url: \"redis://127.0.0.1:1\" } }
+routes:
+  - name: api
+    respond: {}
+    limits: [ { name: a, key: ip, limit: 5, window: 1m, precision: 1s, sync: 100ms } ]
+";
+    assert_eq!(
+        error(src),
+        "routes[0].limits[0].sync: sync exchanges a window's count and the one before it, and a sliding_window with a precision counts per bucket, which Redis decides on every request: remove sync, or remove precision (line 6, col 78)"
+    );
+}
+
+#[test]
 fn plans_and_api_keys() {
     let src = r#"listen: 127.0.0.1:1
 plans:
@@ -555,7 +612,7 @@ routes:
     assert_eq!(
         errors(src),
         [
-            r#"plans.free[0]: unknown field "key"; expected one of name, limit, window, algorithm, burst, sync, on_limit, max_delay (line 3, col 53)"#,
+            r#"plans.free[0]: unknown field "key"; expected one of name, limit, window, algorithm, burst, precision, sync, on_limit, max_delay (line 3, col 53)"#,
             r#"plans.bad plan: "bad plan" is not a valid plan name; use letters, digits, '_', '.' and '-' (and not "reject") (line 4, col 15)"#,
             r#"api_keys.keys.k1: plan "gold" is not defined under plans (line 5, col 25)"#,
             r#"api_keys.unknown: plan "silver" is not defined under plans; name a plan or write reject (line 5, col 42)"#,

@@ -82,6 +82,10 @@ const LOG: Algorithm = Algorithm::SlidingLog;
 const GCRA: Algorithm = Algorithm::Gcra { burst: 0 };
 /// `window: month`.
 const MONTH: Algorithm = Algorithm::CalendarMonth;
+/// `algorithm: sliding_window` with `precision: 10s`.
+const BUCKETS: Algorithm = Algorithm::SlidingBuckets {
+    precision_ms: 10_000,
+};
 
 /// Every algorithm's scenarios.
 const TABLES: &[&[Scenario]] = &[
@@ -90,6 +94,58 @@ const TABLES: &[&[Scenario]] = &[
     SLIDING_LOG,
     GCRA_TABLE,
     CALENDAR_MONTH,
+    PRECISION_BUCKETS,
+];
+
+// Precision buckets (src/limit/buckets.rs): bucket b holds [b·p, (b+1)·p)
+// and counts until (b+1)·p + w. Admit iff total + c ≤ L; remaining
+// L − total; reset: the newest bucket's leaving; retry: the leaving of the
+// oldest bucket after which total − left + c ≤ L.
+const PRECISION_BUCKETS: &[Scenario] = &[
+    Scenario {
+        name: "3 per minute in 10 s buckets: a bucket leaves when all of it is older than the window",
+        alg: BUCKETS,
+        limits: &[(3, 60_000)],
+        steps: &[
+            // Bucket 0 counts until 70 s.
+            step(0, 1, &[ok(2, 70_000)]),
+            step(5_000, 1, &[ok(1, 65_000)]),
+            // Bucket 1 counts until 80 s.
+            step(15_000, 1, &[ok(0, 65_000)]),
+            // Full: bucket 0's leaving frees 2.
+            step(20_000, 1, &[no(0, 60_000, Some(50_000))]),
+            // The unit of 0 s is a window old, but bucket 0 holds one of
+            // 5 s: it still counts, one ms more.
+            step(69_999, 1, &[no(0, 10_001, Some(1))]),
+            // Bucket 0 has gone: room for 2; bucket 7 counts until 140 s.
+            step(70_000, 2, &[ok(0, 70_000)]),
+        ],
+    },
+    Scenario {
+        name: "cost zero probes without consuming, a cost above the limit never",
+        alg: BUCKETS,
+        limits: &[(2, 20_000)],
+        steps: &[
+            step(0, 0, &[ok(2, 0)]),
+            step(0, 3, &[no(2, 0, None)]),
+            step(0, 2, &[ok(0, 30_000)]),
+            step(12_000, 0, &[ok(0, 18_000)]),
+            step(12_000, 1, &[no(0, 18_000, Some(18_000))]),
+        ],
+    },
+    Scenario {
+        name: "two limits in buckets, one denies: the other is not consumed",
+        alg: Algorithm::SlidingBuckets {
+            precision_ms: 5_000,
+        },
+        limits: &[(1, 10_000), (5, 60_000)],
+        steps: &[
+            step(0, 1, &[ok(0, 15_000), ok(4, 65_000)]),
+            step(1_000, 1, &[no(0, 14_000, Some(14_000)), ok(4, 64_000)]),
+            // Had the second been consumed, 2 would show counted.
+            step(15_000, 1, &[ok(0, 15_000), ok(3, 65_000)]),
+        ],
+    },
 ];
 
 // A calendar month: T0 is 2023-11-14T22:00:00Z; November ends at
@@ -579,7 +635,16 @@ async fn check_retry_after_all(store: &impl Store, tag: &str) {
         (100, 3_600_000, 1_000, 9),
         (1, 1_000, 1, 1),
     ];
-    for alg in [SW, FW, LOG, GCRA, Algorithm::Gcra { burst: 3 }, MONTH] {
+    let buckets = Algorithm::SlidingBuckets { precision_ms: 500 };
+    for alg in [
+        SW,
+        FW,
+        LOG,
+        GCRA,
+        Algorithm::Gcra { burst: 3 },
+        MONTH,
+        buckets,
+    ] {
         for (n, &(limit, window_ms, step_ms, cost)) in CASES.iter().enumerate() {
             let algorithm = resolve(alg, limit);
             if matches!(algorithm, Algorithm::Gcra { burst } if cost > burst) {
@@ -1416,6 +1481,8 @@ fn algorithm() -> impl Strategy<Value = Algorithm> {
         Just(GCRA),
         (1u64..=8).prop_map(|burst| Algorithm::Gcra { burst }),
         Just(MONTH),
+        prop::sample::select(vec![500u64, 1_000, 2_000])
+            .prop_map(|precision_ms| Algorithm::SlidingBuckets { precision_ms }),
     ]
 }
 
@@ -1448,7 +1515,15 @@ fn trace() -> impl Strategy<Value = Trace> {
             (
                 0u64..=1_000_000,
                 prop::sample::select(vec![60_000u64, DAY, 30 * DAY]),
-                prop_oneof![Just(SW), Just(FW), Just(LOG), Just(GCRA)],
+                prop_oneof![
+                    Just(SW),
+                    Just(FW),
+                    Just(LOG),
+                    Just(GCRA),
+                    Just(Algorithm::SlidingBuckets {
+                        precision_ms: 60_000
+                    })
+                ],
             ),
             1..=3,
         ),
@@ -1558,7 +1633,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// No window of length w, wherever it starts, holds more admitted units
-    /// than each algorithm's definition allows: L for the sliding log; L per
+    /// than each algorithm's definition allows: L for the sliding log and
+    /// precision buckets; L per
     /// window index for the fixed window; B + d·L/w in any span d for GCRA;
     /// and for the sliding-window counter its documented bound L + prev·f,
     /// below 2·L.
@@ -1568,7 +1644,11 @@ proptest! {
         for &(tj, _, _) in &run {
             let last_window = admitted_in(&run, (tj + 1).saturating_sub(w), tj);
             match alg {
-                Algorithm::SlidingLog => prop_assert!(last_window <= l, "{} > {}", last_window, l),
+                // Precision buckets hold the log's promise: a bucket leaves
+                // only when all of it is older than the window.
+                Algorithm::SlidingLog | Algorithm::SlidingBuckets { .. } => {
+                    prop_assert!(last_window <= l, "{} > {}", last_window, l)
+                }
                 Algorithm::SlidingWindow => prop_assert!(last_window < 2 * l),
                 Algorithm::FixedWindow => {
                     let start = tj / w * w;
@@ -1731,6 +1811,36 @@ async fn redis_memory_per_key_by_algorithm() {
             );
         }
     }
+    // Precision buckets of 1 s on a minute: one field per bucket that
+    // admitted, so the key grows with the buckets traffic spreads over, up
+    // to 60 (a request a second for a minute).
+    let buckets = Algorithm::SlidingBuckets {
+        precision_ms: 1_000,
+    };
+    let mut line = format!("{:>15}:", "buckets 1s/1m");
+    let mut sizes = Vec::new();
+    for n in [1u64, 10, 60] {
+        let key = format!("tg:{{{:0>12}}}{:0>4}", buckets.code(), n);
+        let req = [LimitRequest {
+            key: key.clone(),
+            limit: 100,
+            window_ms: 60_000,
+            cost: 1,
+            algorithm: buckets,
+            mode: Default::default(),
+        }];
+        for i in 0..n {
+            assert!(store.decide(T0 + i * 1_000, &req).await.unwrap().allowed);
+        }
+        let bytes = usage(key).await;
+        sizes.push(bytes);
+        line.push_str(&format!(" {bytes} B over {n} buckets;"));
+    }
+    println!("{line}");
+    assert!(
+        sizes[0] < sizes[2] && sizes[2] < 2_000,
+        "a field per bucket, at most 60 of them: {sizes:?}"
+    );
 }
 
 /// Every algorithm's key expires once nothing in it counts; fixed windows
@@ -1759,6 +1869,16 @@ async fn every_key_expires_with_a_floor_for_short_lived_state() {
         (FW, 5, 3_600_000, 0, 3_599_000..=3_600_000),
         // Sliding log: newest + w − now.
         (LOG, 5, 10_000, 0, 9_000..=10_000),
+        // Precision buckets: until the newest bucket leaves, (b + 1)·p + w.
+        (
+            Algorithm::SlidingBuckets {
+                precision_ms: 1_000,
+            },
+            5,
+            10_000,
+            0,
+            10_000..=11_000,
+        ),
     ];
     for (n, (alg, limit, window_ms, at, range)) in cases.iter().enumerate() {
         let key = format!("ttl:{{{n}}}");
@@ -1792,6 +1912,9 @@ async fn settle_table(store: &impl Store) -> Vec<(String, u64, u64)> {
         Algorithm::FixedWindow,
         Algorithm::Gcra { burst: 100 },
         Algorithm::CalendarMonth,
+        Algorithm::SlidingBuckets {
+            precision_ms: 1_000,
+        },
     ];
     // (name, reserve at, reserve, settle at, actual, extra request at)
     type Case = (&'static str, u64, u64, u64, u64, Option<u64>);
@@ -1806,7 +1929,8 @@ async fn settle_table(store: &impl Store) -> Vec<(String, u64, u64)> {
     let mut seen = Vec::new();
     for alg in algorithms {
         for (name, at, reserve, settle_at, actual, extra) in cases {
-            let key = format!("{{settle}}:{}:{name}", alg.name());
+            let tag = alg.key_tag().unwrap_or_else(|| alg.name().to_owned());
+            let key = format!("{{settle}}:{tag}:{name}");
             let req = |cost| LimitRequest {
                 key: key.clone(),
                 limit: 100,
@@ -1854,6 +1978,12 @@ async fn settled_costs_alike_in_memory_and_redis() {
     assert_eq!(remaining("calendar_month:gone_extra"), 70);
     // Settled into the previous window: prev 2, cur 1, 10 % into the window.
     assert_eq!(remaining("sliding_window:previous"), 97);
+    // Buckets: the reserved bucket moves while it counts; once gone, the
+    // extra lands in now's bucket.
+    assert_eq!(remaining("buckets_1000ms:refund"), 97);
+    assert_eq!(remaining("buckets_1000ms:previous"), 97);
+    assert_eq!(remaining("buckets_1000ms:gone_extra"), 80);
+    assert_eq!(remaining("buckets_1000ms:gone_refund"), 100);
     let server = RedisServer::start().await;
     let redis = connected(&server).await;
     assert_eq!(settle_table(&redis).await, memory);

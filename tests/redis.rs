@@ -1524,6 +1524,9 @@ async fn a_pushed_backlog_counts_as_if_redis_had_decided() {
         Algorithm::SlidingLog,
         Algorithm::Gcra { burst: 10 },
         Algorithm::CalendarMonth,
+        Algorithm::SlidingBuckets {
+            precision_ms: 5_000,
+        },
     ];
     for (i, algorithm) in algorithms.into_iter().enumerate() {
         let req = LimitRequest {

@@ -50,6 +50,10 @@ routes:
     match: { path_prefix: /gcra }
     respond: {}
     limits: [ { name: gcra, key: ip, limit: 5, window: 10s, algorithm: gcra, burst: 3 } ]
+  - name: buckets
+    match: { path_prefix: /buckets }
+    respond: {}
+    limits: [ { name: buckets, key: ip, limit: 5, window: 10s, precision: 2s } ]
   - name: multi
     match: { path_prefix: /multi }
     respond: {}
@@ -85,7 +89,9 @@ fn sequence(n: usize, seed: u64) -> Vec<Recorded> {
         x ^= x << 17;
         x
     };
-    let paths = ["/sw", "/fw", "/log", "/gcra", "/multi", "/multi", "/plan"];
+    let paths = [
+        "/sw", "/fw", "/log", "/gcra", "/multi", "/multi", "/plan", "/buckets",
+    ];
     let keys = [None, Some("k1"), Some("k2"), Some("gold-key")];
     let mut ts = START_MS;
     let mut out: Vec<Recorded> = Vec::with_capacity(n);
@@ -102,7 +108,7 @@ fn sequence(n: usize, seed: u64) -> Vec<Recorded> {
             _ => Recorded {
                 ts,
                 peer: format!("127.0.0.{}", 1 + next() % 4).parse().unwrap(),
-                path: format!("{}/{}", paths[(next() % 7) as usize], next() % 10),
+                path: format!("{}/{}", paths[(next() % 8) as usize], next() % 10),
                 key: keys[(next() % 4) as usize],
             },
         };
@@ -295,6 +301,11 @@ async fn every_decision_is_the_live_gateways_for_every_algorithm_and_a_multi_lim
     let watch = multi.limits.iter().find(|l| l.name == "watch").unwrap();
     assert!(watch.shadow && watch.limited > 0, "{watch:?}");
     assert!(multi.shadow_limited > 0);
+    let buckets = report.routes.iter().find(|r| r.name == "buckets").unwrap();
+    assert!(
+        buckets.limited > 0,
+        "precision buckets limited some: {buckets:?}"
+    );
 }
 
 #[tokio::test]

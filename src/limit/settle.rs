@@ -20,6 +20,10 @@
 //!   previous count, which moves. Otherwise the window has gone: a refund has
 //!   nothing left to give back, and an extra charge goes into the current
 //!   window (the caller pays when the answer arrived, not never).
+//! - **Precision buckets** as windows, bucket for window: while the
+//!   reservation's bucket still counts and is held, its count moves;
+//!   otherwise a refund gives nothing back and an extra charge goes into
+//!   now's bucket ([`super::buckets::settled`]).
 //! - **GCRA.** The theoretical arrival time moves by `delta · w/L`; a refund
 //!   never moves it before `now` (an idle bucket is already full).
 //! - **Sliding log** is refused by the configuration: a log holds one
@@ -34,7 +38,7 @@
 
 use http::HeaderName;
 
-use super::{Algorithm, LimitRequest, calendar, fixed_window, gcra, sliding_window};
+use super::{Algorithm, LimitRequest, fixed_window, gcra, sliding_window};
 
 /// Where a limit learns its final cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,16 +122,14 @@ impl Settlement {
     }
 
     /// The window index the reservation went into and the one `now_ms` is
-    /// in, for a window algorithm (calendar months count months).
+    /// in, for a window algorithm (calendar months count months, precision
+    /// buckets their buckets: [`Algorithm::window_index`]).
     pub fn windows(&self, now_ms: u64) -> (u64, u64) {
-        let w = self.request.window_ms.max(1);
-        match self.request.algorithm {
-            Algorithm::CalendarMonth => (
-                calendar::month_index(self.reserved_at_ms),
-                calendar::month_index(now_ms),
-            ),
-            _ => (self.reserved_at_ms / w, now_ms / w),
-        }
+        let r = &self.request;
+        (
+            r.algorithm.window_index(self.reserved_at_ms, r.window_ms),
+            r.algorithm.window_index(now_ms, r.window_ms),
+        )
     }
 }
 

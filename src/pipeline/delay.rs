@@ -44,7 +44,7 @@ use tokio::time::Instant;
 
 use crate::config::Limit;
 use crate::decision::Decision;
-use crate::limit::{Algorithm, LimitRequest};
+use crate::limit::LimitRequest;
 use crate::metrics::delay::DelayMetrics;
 
 /// How long a denied request may wait and when to ask again, when it may
@@ -95,21 +95,9 @@ pub fn earliest_ms(
         let Some(req) = requests.get(i) else {
             continue;
         };
-        let (l, w, c) = (req.limit.max(1), req.window_ms.max(1), req.cost);
-        let units = ahead.saturating_add(1).saturating_mul(c);
-        let windows = units.div_ceil(l).saturating_sub(1);
-        let bound = match req.algorithm {
-            Algorithm::SlidingLog => at.saturating_add(windows.saturating_mul(w)),
-            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-                let start = (at / w).saturating_add(windows).saturating_mul(w);
-                start.max(at)
-            }
-            Algorithm::Gcra { .. } => {
-                let spaced = ahead.saturating_mul(c).saturating_sub(1);
-                at.saturating_add(spaced.saturating_mul(w) / l)
-            }
-            Algorithm::CalendarMonth => at,
-        };
+        let bound = req
+            .algorithm
+            .earliest_ms(at, (req.limit, req.window_ms, req.cost), ahead);
         earliest = earliest.max(bound);
     }
     earliest - now_ms

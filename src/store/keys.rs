@@ -56,9 +56,9 @@ pub fn counter_key(
 /// old one (and sliding-window keys stay what they always were). With
 /// Redis the suffix is replaced by its digest ([`limit_digests`]).
 pub fn limit_suffix(route: &str, limit: &str, algorithm: Algorithm) -> String {
-    match algorithm {
-        Algorithm::SlidingWindow => format!(":{route}:{limit}"),
-        other => format!(":{route}:{limit}:{}", other.name()),
+    match algorithm.key_tag() {
+        None => format!(":{route}:{limit}"),
+        Some(tag) => format!(":{route}:{limit}:{tag}"),
     }
 }
 
@@ -68,9 +68,9 @@ pub fn limit_suffix(route: &str, limit: &str, algorithm: Algorithm) -> String {
 /// counter. `@` keeps it apart from `:<route>:<limit>` of a route named
 /// like a share.
 pub fn share_suffix(share: &str, algorithm: Algorithm) -> String {
-    match algorithm {
-        Algorithm::SlidingWindow => format!(":@{share}"),
-        other => format!(":@{share}:{}", other.name()),
+    match algorithm.key_tag() {
+        None => format!(":@{share}"),
+        Some(tag) => format!(":@{share}:{tag}"),
     }
 }
 
@@ -170,6 +170,25 @@ pub fn limit_digests<'a>(names: impl Iterator<Item = &'a str> + Clone) -> impl F
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_precision_names_a_key_of_its_own() {
+        // A reload that adds a precision (or changes it) meets a fresh key,
+        // never the string counter of the same limit: no WRONGTYPE.
+        let sw = limit_suffix("api", "per_ip", Algorithm::default());
+        let with = |p| {
+            limit_suffix(
+                "api",
+                "per_ip",
+                Algorithm::default().with_precision(p).unwrap(),
+            )
+        };
+        assert_eq!(sw, ":api:per_ip");
+        assert_eq!(with(1_000), ":api:per_ip:buckets_1000ms");
+        assert_ne!(with(1_000), with(2_000));
+        let shared = share_suffix("ab", Algorithm::default().with_precision(500).unwrap());
+        assert_eq!(shared, ":@ab:buckets_500ms");
+    }
 
     #[test]
     fn digest_is_base64url_of_sha256() {

@@ -20,7 +20,6 @@
 
 pub mod leases;
 
-use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -28,133 +27,11 @@ use hashbrown::HashTable;
 use smallvec::{SmallVec, smallvec};
 
 use super::contract::{Store, StoreError};
-use crate::limit::settle::{self, Settlement};
-use crate::limit::{
-    Algorithm, Answer, LimitRequest, Standing, Standings, calendar, fixed_window, gcra,
-    sliding_log, sliding_window,
-};
+use crate::limit::settle::Settlement;
+use crate::limit::state::State;
+use crate::limit::{Answer, LimitRequest, Standings, sliding_log, sliding_window};
 
 const SHARDS: usize = 64;
-
-/// The state of one key, in the shape of its algorithm.
-#[derive(Debug, Clone)]
-enum State {
-    Sliding(sliding_window::Counts),
-    Fixed(fixed_window::Count),
-    /// A fixed window that is a calendar month; `window` is the month index.
-    Month(fixed_window::Count),
-    /// Boxed: it is the only variant larger than three words, and every
-    /// slot is as large as the largest variant.
-    #[allow(clippy::box_collection)]
-    Log(Box<VecDeque<u64>>),
-    Gcra(gcra::Tat),
-}
-
-impl State {
-    /// The state as `r`'s algorithm sees it at `now`: a key written by
-    /// another algorithm (the limit's algorithm changed) starts empty.
-    #[inline]
-    fn for_request(stored: Option<&State>, r: &LimitRequest, now: u64) -> State {
-        let window = now / r.window_ms;
-        match (r.algorithm, stored) {
-            (Algorithm::SlidingWindow, Some(State::Sliding(s))) => State::Sliding(s.at(window)),
-            (Algorithm::SlidingWindow, _) => {
-                State::Sliding(sliding_window::Counts::default().at(window))
-            }
-            (Algorithm::FixedWindow, Some(State::Fixed(s))) => State::Fixed(s.at(window)),
-            (Algorithm::FixedWindow, _) => State::Fixed(fixed_window::Count::default().at(window)),
-            (Algorithm::CalendarMonth, Some(State::Month(s))) => {
-                State::Month(s.at(calendar::month_index(now)))
-            }
-            (Algorithm::CalendarMonth, _) => {
-                State::Month(fixed_window::Count::default().at(calendar::month_index(now)))
-            }
-            (Algorithm::SlidingLog, Some(State::Log(log))) => {
-                let mut log = log.clone();
-                sliding_log::prune(&mut log, now, r.window_ms);
-                State::Log(log)
-            }
-            (Algorithm::SlidingLog, _) => State::Log(Box::default()),
-            (Algorithm::Gcra { .. }, Some(State::Gcra(s))) => State::Gcra(*s),
-            (Algorithm::Gcra { .. }, _) => State::Gcra(gcra::Tat::default()),
-        }
-    }
-
-    /// Decides `r` at `cost` and returns the state to keep if the request
-    /// is admitted.
-    #[inline]
-    fn check(&self, r: &LimitRequest, now: u64, cost: u64) -> (Standing, State) {
-        let (l, w, c) = (r.limit, r.window_ms, cost);
-        match (self, r.algorithm) {
-            (State::Sliding(s), _) => {
-                let o = sliding_window::check(*s, now, l, w, c);
-                let mut after = *s;
-                if o.admits {
-                    after.cur += c;
-                }
-                (o, State::Sliding(after))
-            }
-            (State::Month(s), _) => {
-                // The end of now's month, also for state written by a clock
-                // ahead (as the Redis script, which is told only now's month).
-                let o = fixed_window::check_until(*s, now, l, calendar::month(now).1, c);
-                let mut after = *s;
-                if o.admits {
-                    after.count += c;
-                }
-                (o, State::Month(after))
-            }
-            (State::Fixed(s), _) => {
-                let o = fixed_window::check(*s, now, l, w, c);
-                let mut after = *s;
-                if o.admits {
-                    after.count += c;
-                }
-                (o, State::Fixed(after))
-            }
-            (State::Log(log), _) => {
-                let o = sliding_log::check(log, now, l, w, c);
-                let mut after = log.clone();
-                if o.admits {
-                    sliding_log::add(&mut after, now, c);
-                }
-                (o, State::Log(after))
-            }
-            (State::Gcra(s), alg) => {
-                let burst = match alg {
-                    Algorithm::Gcra { burst } => burst,
-                    _ => l,
-                };
-                let checked = gcra::check(*s, now, l, w, burst, c);
-                (checked.outcome, State::Gcra(checked.after))
-            }
-        }
-    }
-
-    /// What `r`'s limit shows at `now` without the request: its answer to a
-    /// request of cost 0, which takes nothing. A held sliding log is already
-    /// pruned to `now` (a decision prunes it in place).
-    fn standing(stored: Option<&State>, r: &LimitRequest, now: u64) -> Standing {
-        let (l, w) = (r.limit, r.window_ms);
-        match (r.algorithm, stored) {
-            (Algorithm::SlidingLog, Some(State::Log(log))) => sliding_log::check(log, now, l, w, 0),
-            // None held: an empty log, without the box of a new state.
-            (Algorithm::SlidingLog, _) => sliding_log::check(&VecDeque::new(), now, l, w, 0),
-            _ => Self::for_request(stored, r, now).check(r, now, 0).0,
-        }
-    }
-
-    /// Whether the key holds nothing that still counts at `now`.
-    fn is_idle(&self, now: u64, window_ms: u64) -> bool {
-        match self {
-            State::Sliding(s) => s.window + 1 < now / window_ms,
-            State::Fixed(s) => s.window < now / window_ms,
-            State::Month(s) => s.window < calendar::month_index(now),
-            State::Log(log) => log.back().is_none_or(|&s| s + window_ms <= now),
-            State::Gcra(s) => s.tat < now,
-        }
-    }
-}
 
 /// A key's bytes, in the slot itself up to 48 bytes — a key for an IPv4
 /// identity with short route and limit names — so a lookup that finds its
@@ -299,7 +176,7 @@ impl MemoryStore {
     /// Decides synchronously; [`Store::decide`] wraps this.
     pub fn decide_now(&self, now_ms: u64, requests: &[LimitRequest]) -> Answer {
         if let [r] = requests
-            && r.algorithm != Algorithm::SlidingLog
+            && !r.algorithm.one_entry_per_unit()
         {
             return self.decide_one(now_ms, r);
         }
@@ -388,7 +265,7 @@ fn check_each(
     let mut outcomes = Standings::with_capacity(requests.len());
     for (r, &h) in requests.iter().zip(hashes) {
         let g = guard(guards, shard_of(h));
-        if r.algorithm == Algorithm::SlidingLog {
+        if r.algorithm.one_entry_per_unit() {
             if let Some(Entry {
                 state: State::Log(log),
                 ..
@@ -445,7 +322,7 @@ impl MemoryStore {
         {
             Ok(mut held) => {
                 let e = held.get_mut();
-                if let (Algorithm::SlidingWindow, State::Sliding(s)) = (r.algorithm, &mut e.state) {
+                if let Some(s) = e.state.sliding_window(r.algorithm) {
                     // The default algorithm, rolled and counted in place:
                     // the same numbers as below without building and
                     // matching a second state.
@@ -563,38 +440,7 @@ impl MemoryStore {
             let hash = self.hash(&r.key);
             let mut g = lock(&self.shards[shard_of(hash)]);
             let held = g.get(hash, &r.key).map(|e| &e.state);
-            let (reserved, now_idx) = s.windows(now_ms);
-            let after = match r.algorithm {
-                Algorithm::SlidingWindow => {
-                    let st = match held {
-                        Some(State::Sliding(st)) => Some(*st),
-                        _ => None,
-                    };
-                    settle::sliding(st, reserved, now_idx, r.limit, delta).map(State::Sliding)
-                }
-                Algorithm::FixedWindow | Algorithm::CalendarMonth => {
-                    let st = match held {
-                        Some(State::Fixed(st) | State::Month(st)) => Some(*st),
-                        _ => None,
-                    };
-                    let after = settle::fixed(st, reserved, now_idx, r.limit, delta);
-                    if r.algorithm == Algorithm::FixedWindow {
-                        after.map(State::Fixed)
-                    } else {
-                        after.map(State::Month)
-                    }
-                }
-                Algorithm::Gcra { burst } => {
-                    let st = match held {
-                        Some(State::Gcra(st)) => *st,
-                        _ => gcra::Tat::default(),
-                    };
-                    let after = settle::gcra(st, now_ms, r.limit, r.window_ms, burst, delta);
-                    (after != st).then_some(State::Gcra(after))
-                }
-                // Refused by the configuration (see limit::settle).
-                Algorithm::SlidingLog => None,
-            };
+            let after = State::settled(held, s, now_ms, delta);
             let Some(after) = after else { continue };
             match g.get_mut(hash, &r.key) {
                 Some(e) => {

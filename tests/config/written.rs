@@ -78,9 +78,10 @@ fn shared_limits_agree_and_count_on_one_counter() {
             "[ { name: z, key: ip, limit: 100, window: 1m, algorithm: sliding_log, share: ab } ]",
             "[ { name: c, key: ip, concurrency: 100, share: ab } ]",
             "[ { name: d, key: ip, limit: 1, window: 1m, share: cd }, { name: e, key: ip, limit: 1, window: 1m, share: cd } ]",
+            "[ { name: p, key: ip, limit: 100, window: 1m, precision: 1s, share: ab } ]",
         ],
     ));
-    let agree = "limits of one share count on one counter and must agree on key, limit, window and algorithm";
+    let agree = "limits of one share count on one counter and must agree on key, limit, window and algorithm (and its precision)";
     assert_eq!(
         got,
         [
@@ -90,6 +91,7 @@ fn shared_limits_agree_and_count_on_one_counter() {
             format!(r#"routes[4].limits[0].algorithm: algorithm sliding_log differs from routes[0].limits[0] (line 5), which shares "ab" with algorithm sliding_window; {agree} (line 17, col 70)"#),
             format!(r#"routes[5].limits[0].concurrency: concurrency 100 differs from routes[0].limits[0] (line 5), which shares "ab" with a rate; {agree} (line 20, col 48)"#),
             r#"routes[6].limits[1].share: routes[6].limits[0] of this route already shares "cd"; one request would be counted twice on one counter (line 23, col 119)"#.to_owned(),
+            format!(r#"routes[7].limits[0].precision: algorithm sliding_window, precision 1000ms differs from routes[0].limits[0] (line 5), which shares "ab" with algorithm sliding_window; {agree} (line 26, col 70)"#),
         ]
     );
 }

@@ -442,6 +442,9 @@ pub struct PlanLimit {
     pub algorithm: Field<Text>,
     /// `burst: 20`
     pub burst: Field<Int>,
+    /// `precision: 1s` (sliding_window: count in buckets of it)
+    #[schemars(transform = super::shape::duration)]
+    pub precision: Field<Text>,
     /// `sync: 100ms` or `sync: off` (sliding and fixed windows)
     #[schemars(transform = super::shape::sync)]
     pub sync: Field<Text>,
@@ -609,6 +612,9 @@ pub struct Limit {
     pub algorithm: Field<Text>,
     /// `burst: 20` (gcra only)
     pub burst: Field<Int>,
+    /// `precision: 1s` (sliding_window only: count in buckets of it)
+    #[schemars(transform = super::shape::duration)]
+    pub precision: Field<Text>,
     /// `plan: true` — the numbers come from the caller's plan
     pub plan: Field<bool>,
     /// `sync: 100ms` or `sync: off` (sliding and fixed windows)

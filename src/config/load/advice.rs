@@ -68,7 +68,7 @@ fn is_rate(l: &Limit) -> bool {
 }
 
 fn note(out: &mut Vec<String>, path: &str, name: &str, alg: Algorithm, l: u64, w: u64) {
-    if alg != Algorithm::SlidingWindow || l >= SMALL_SLIDING_WINDOW {
+    if !alg.estimates() || l >= SMALL_SLIDING_WINDOW {
         return;
     }
     let worst = worst_wait_ms(alg, l, w);
@@ -84,16 +84,7 @@ fn note(out: &mut Vec<String>, path: &str, name: &str, alg: Algorithm, l: u64, w
 /// next request (of cost 1), by algorithm, limit `l` and window `w` (ms).
 /// docs/limits.md has the table.
 pub fn worst_wait_ms(alg: Algorithm, l: u64, w: u64) -> u64 {
-    match alg {
-        // The burst at the very start of window i counts `prev = L` in
-        // window i+1 until `L·(1 − f) + 1 ≤ L`, that is `f = 1/L`.
-        Algorithm::SlidingWindow => w + w.div_ceil(l),
-        // The burst at a window's start waits for the next one; a log's
-        // entries leave one window after they came.
-        Algorithm::FixedWindow | Algorithm::CalendarMonth | Algorithm::SlidingLog => w,
-        // One emission interval after the bucket emptied.
-        Algorithm::Gcra { .. } => w.div_ceil(l),
-    }
+    alg.worst_wait_ms(l, w)
 }
 
 /// `90s`, `1m30s`, `2h`, `1500ms`: the shortest exact spelling.

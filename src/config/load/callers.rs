@@ -81,6 +81,7 @@ impl Check<'_> {
         let month = is_month(&limit.window);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
+        let algorithm = self.precision(&limit.precision, algorithm, &window, path);
         let sync = self.sync(&limit.sync, &algorithm, &window, path);
         let delay = self.delay(&limit.on_limit, &limit.max_delay, path);
         Ok(PlanLimit {

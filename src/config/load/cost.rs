@@ -94,11 +94,8 @@ impl Check<'_> {
             return Ok(None);
         };
         let at = child_key(path, field);
-        if let Ok(Algorithm::SlidingLog) = algorithm {
-            return Err(self.value_error(
-                &at,
-                "a sliding_log limit cannot be settled by the response (its log holds one entry per unit at its instant); count with sliding_window, fixed_window or gcra",
-            ));
+        if let Some(why) = algorithm.ok().and_then(|a| a.unsettled_because()) {
+            return Err(self.value_error(&at, why));
         }
         if let Ok(Some(_)) = sync {
             return Err(self.value_error(

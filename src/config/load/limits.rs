@@ -107,6 +107,7 @@ impl Check<'_> {
         let month = is_month(&limit.window);
         let window = self.required(&limit.window, path, "window", text(parse_window));
         let algorithm = self.algorithm(&limit.algorithm, &limit.burst, &max, &window, month, path);
+        let algorithm = self.precision(&limit.precision, algorithm, &window, path);
         let sync = self.sync(&limit.sync, &algorithm, &window, path);
         let delay = self.delay(&limit.on_limit, &limit.max_delay, path);
         let settle = self.settled_limit(settle, &algorithm, &sync, path);
@@ -163,6 +164,7 @@ impl Check<'_> {
             ("window", limit.window.is_absent()),
             ("algorithm", limit.algorithm.is_absent()),
             ("burst", limit.burst.is_absent()),
+            ("precision", limit.precision.is_absent()),
             ("sync", limit.sync.is_absent()),
             ("cost", limit.cost.is_absent()),
             ("plan", limit.plan.is_absent()),
@@ -184,6 +186,7 @@ impl Check<'_> {
             ("window", limit.window.is_absent()),
             ("algorithm", limit.algorithm.is_absent()),
             ("burst", limit.burst.is_absent()),
+            ("precision", limit.precision.is_absent()),
             ("sync", limit.sync.is_absent()),
             ("on_limit", limit.on_limit.is_absent()),
             ("max_delay", limit.max_delay.is_absent()),
@@ -234,14 +237,17 @@ impl Check<'_> {
         if month {
             // A calendar month is counted as a fixed window.
             algorithm = match algorithm {
-                Ok(None | Some(Algorithm::FixedWindow)) => Ok(Some(Algorithm::CalendarMonth)),
-                Ok(Some(other)) => Err(self.value_error(
-                    &alg_path,
-                    format!(
-                        "a window of one calendar month is counted as a fixed window; remove {}, or write a window like 30d",
-                        other.name()
-                    ),
-                )),
+                Ok(None) => Ok(Some(Algorithm::MONTH)),
+                Ok(Some(written)) => match written.for_month() {
+                    Some(month) => Ok(Some(month)),
+                    None => Err(self.value_error(
+                        &alg_path,
+                        format!(
+                            "a window of one calendar month is counted as a fixed window; remove {}, or write a window like 30d",
+                            written.name()
+                        ),
+                    )),
+                },
                 Err(r) => Err(r),
             };
         }
@@ -249,10 +255,8 @@ impl Check<'_> {
         let burst = self.optional(burst, &burst_path, positive);
         // gcra takes its burst (default: the limit); the others have none.
         let algorithm = match (algorithm, &burst, max) {
-            (Ok(Some(Algorithm::Gcra { .. })), Ok(b), Ok(l)) => Ok(Algorithm::Gcra {
-                burst: b.unwrap_or(*l),
-            }),
-            (Ok(Some(Algorithm::Gcra { .. })), _, _) => Err(Reported),
+            (Ok(Some(a)), Ok(b), Ok(l)) if a.takes_burst() => Ok(a.with_burst(b.unwrap_or(*l))),
+            (Ok(Some(a)), _, _) if a.takes_burst() => Err(Reported),
             (Ok(other), Ok(Some(_)), _) => Err(self.value_error(
                 &burst_path,
                 format!(
@@ -267,6 +271,51 @@ impl Check<'_> {
             self.bounds(*l, *w, *alg, path)?;
         }
         algorithm
+    }
+
+    /// A sliding window's `precision`: the window in buckets of it, a whole
+    /// number of them and at most [`MAX_BUCKETS`]
+    /// ([`crate::limit::buckets`]).
+    pub(super) fn precision(
+        &mut self,
+        precision: &Field<Text>,
+        algorithm: Checked<Algorithm>,
+        window: &Checked<NonZeroU64>,
+        path: &str,
+    ) -> Checked<Algorithm> {
+        let at = child_key(path, "precision");
+        let Some(p) = self.optional(precision, &at, text(parse_precision))? else {
+            return algorithm;
+        };
+        let (algorithm, w) = (algorithm?, window.as_ref().map_err(|_| Reported)?.get());
+        let Some(buckets) = algorithm.with_precision(p) else {
+            return Err(self.value_error(
+                &at,
+                format!(
+                    "only a sliding_window limit counts in buckets of a precision; this one is {}: remove precision",
+                    algorithm.name()
+                ),
+            ));
+        };
+        if w % p != 0 {
+            return Err(self.value_error(
+                &at,
+                format!(
+                    "{p}ms does not divide the window ({w}ms) into whole buckets; write a precision the window is a whole multiple of"
+                ),
+            ));
+        }
+        if w / p > MAX_BUCKETS {
+            return Err(self.value_error(
+                &at,
+                format!(
+                    "makes {} buckets of the window ({w}ms), and a limit keeps at most {MAX_BUCKETS}; write a precision of at least {}ms",
+                    w / p,
+                    w.div_ceil(MAX_BUCKETS)
+                ),
+            ));
+        }
+        Ok(buckets)
     }
 
     /// Whether and how often a limit is synced (`sync` mode,
@@ -287,10 +336,7 @@ impl Check<'_> {
         let (Ok(algorithm), Ok(window)) = (algorithm, window) else {
             return Ok(None);
         };
-        let counts = matches!(
-            algorithm,
-            Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::CalendarMonth
-        );
+        let counts = algorithm.summed().is_some();
         let window = Duration::from_millis(window.get());
         match own {
             // `sync: off`
@@ -302,14 +348,8 @@ impl Check<'_> {
                         "sync shares counts through Redis, and this file has no store.redis; remove sync",
                     ));
                 }
-                if !counts {
-                    return Err(self.value_error(
-                        &sync_path,
-                        format!(
-                            "sync applies to sliding_window and fixed_window limits, whose counts gateways can add up; a {} limit is decided in Redis on every request: remove sync, or count with sliding_window",
-                            algorithm.name()
-                        ),
-                    ));
+                if let Some(why) = algorithm.unsynced_because() {
+                    return Err(self.value_error(&sync_path, why));
                 }
                 if every >= window {
                     return Err(self.value_error(
@@ -338,10 +378,7 @@ impl Check<'_> {
     /// needs.
     fn bounds(&mut self, l: u64, w: NonZeroU64, alg: Algorithm, path: &str) -> Checked<()> {
         // The Redis script computes in doubles: keep 3·max(L, B)·w below 2^53.
-        let units = match alg {
-            Algorithm::Gcra { burst } => l.max(burst),
-            _ => l,
-        };
+        let units = l.max(alg.capacity(l));
         if u128::from(units) * u128::from(w.get()) * 3 >= 1u128 << 53 {
             let field = if units == l { "limit" } else { "burst" };
             return Err(self.value_error(
@@ -349,7 +386,7 @@ impl Check<'_> {
                 "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
             ));
         }
-        if alg == Algorithm::SlidingLog && l > MAX_LOG_LIMIT {
+        if alg.one_entry_per_unit() && l > MAX_LOG_LIMIT {
             return Err(self.value_error(
                 &child_key(path, "limit"),
                 format!(
@@ -410,6 +447,21 @@ pub(super) fn is_route(key: &KeySpec) -> bool {
 /// A sliding log keeps one entry per admitted unit; past this, memory per
 /// identity (tens of bytes per entry in Redis) is better spent elsewhere.
 const MAX_LOG_LIMIT: u64 = 100_000;
+
+/// The most buckets a window holds with a `precision`: each is a field of
+/// the key's hash in Redis and a count per key in process.
+const MAX_BUCKETS: u64 = 60;
+
+/// A `precision`: a duration of at least 1ms, in milliseconds.
+fn parse_precision(s: &str) -> Result<u64, String> {
+    let d = parse_duration(s)?;
+    u64::try_from(d.as_millis())
+        .ok()
+        .filter(|&ms| ms > 0)
+        .ok_or_else(|| {
+            format!("{s:?} is not a precision; write a duration of at least 1ms, e.g. 1s")
+        })
+}
 
 /// Whether a window is written as `month` (a calendar month in UTC).
 pub(super) fn is_month(window: &Field<Text>) -> bool {

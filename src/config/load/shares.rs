@@ -65,7 +65,7 @@ impl Check<'_> {
                     result = Err(self.value_error(
                         &child_key(&here, field),
                         format!(
-                            "{ours} differs from {there}{line}, which shares {share:?} with {theirs}; limits of one share count on one counter and must agree on key, limit, window and algorithm"
+                            "{ours} differs from {there}{line}, which shares {share:?} with {theirs}; limits of one share count on one counter and must agree on key, limit, window and algorithm (and its precision)"
                         ),
                     ));
                 }
@@ -108,11 +108,14 @@ fn disagreement(limit: &Limit, model: &Limit) -> Option<(&'static str, String, S
         return Some(("window", ms(limit), ms(model)));
     }
     if limit.algorithm != model.algorithm {
-        let name = |l: &Limit| match l.algorithm {
-            crate::limit::Algorithm::Gcra { burst } => format!("algorithm gcra, burst {burst}"),
-            other => format!("algorithm {}", other.name()),
+        let name = |l: &Limit| format!("algorithm {}", l.algorithm.described());
+        // The same algorithm counted in other buckets: the precision differs.
+        let field = if limit.algorithm.name() == model.algorithm.name() {
+            "precision"
+        } else {
+            "algorithm"
         };
-        return Some(("algorithm", name(limit), name(model)));
+        return Some((field, name(limit), name(model)));
     }
     None
 }

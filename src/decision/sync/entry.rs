@@ -5,7 +5,9 @@
 use std::collections::VecDeque;
 
 use super::Intent;
-use crate::limit::{Algorithm, LimitRequest, Standing, calendar, fixed_window, sliding_window};
+use crate::limit::{
+    Algorithm, LimitRequest, Standing, Summed, calendar, fixed_window, sliding_window,
+};
 use crate::store::redis::sync::{Counter, Delta};
 
 /// Counts of a window and the one before it (a fixed window uses `cur`
@@ -23,12 +25,11 @@ pub(super) enum Kind {
 impl Kind {
     /// The kind of `algorithm`, when it can be synced.
     pub(super) fn of(algorithm: Algorithm) -> Option<Kind> {
-        match algorithm {
-            Algorithm::SlidingWindow => Some(Kind::Sliding),
-            Algorithm::FixedWindow => Some(Kind::Fixed),
-            Algorithm::CalendarMonth => Some(Kind::Month),
-            Algorithm::SlidingLog | Algorithm::Gcra { .. } => None,
-        }
+        algorithm.summed().map(|summed| match summed {
+            Summed::Sliding => Kind::Sliding,
+            Summed::Fixed => Kind::Fixed,
+            Summed::Month => Kind::Month,
+        })
     }
 
     /// The index of the window `now` falls in.

@@ -1,7 +1,7 @@
 -- Shared prelude of tollgate's scripts: exact integer arithmetic on Lua's
 -- doubles, the `now` argument, and what the decision and backlog scripts
 -- write alike (the shortest expiry, sliding-window counters, sliding-log
--- members). Prepended to every script that reads or writes counters
+-- members, precision buckets). Prepended to every script that reads or writes counters
 -- (limits.lua, refund.lua, push.lua, sync.lua, settle.lua; see the `concat!`
 -- of each in src/store/redis/), so they read and write state the same way.
 
@@ -131,4 +131,78 @@ local function log_add(key, ms, units)
   if #args > 0 then
     redis.call('ZADD', key, unpack(args))
   end
+end
+
+-- Precision buckets (src/limit/buckets.rs): a hash of "<bucket index>" ->
+-- units, beside "total", their sum. Bucket b counts at now while
+-- (b + 1) * p + w > now. Returns the buckets that count, ascending, as
+-- { b, n } pairs without empty ones, and their total; or nil and an error
+-- message when key holds anything else.
+local function bk_read(key, now, w, p)
+  local raw = redis.pcall('HGETALL', key)
+  if raw.err then
+    return nil, key .. ': ' .. raw.err
+  end
+  local first = 0
+  if now >= w then
+    first = idiv(now - w, p)
+  end
+  local list, total = {}, 0
+  for i = 1, #raw, 2 do
+    if raw[i] ~= 'total' then
+      local b, n = int(raw[i]), int(raw[i + 1])
+      if b == nil or n == nil or (b + 1) * p + w >= EXACT then
+        return nil, key .. ' does not hold a hash of "<bucket>" counts and their "total"'
+      end
+      if b >= first and n > 0 then
+        list[#list + 1] = { b, n }
+        total = total + n
+      end
+    end
+  end
+  table.sort(list, function(x, y)
+    return x[1] < y[1]
+  end)
+  return list, total
+end
+
+-- Adds n units to bucket b of list (ascending), in place.
+local function bk_add(list, b, n)
+  if n <= 0 then
+    return
+  end
+  for i = 1, #list do
+    if list[i][1] == b then
+      list[i][2] = list[i][2] + n
+      return
+    elseif list[i][1] > b then
+      table.insert(list, i, { b, n })
+      return
+    end
+  end
+  list[#list + 1] = { b, n }
+end
+
+-- Writes list (ascending { b, n }) and its total at key, expiring when its
+-- newest bucket stops counting; a list with nothing left is deleted,
+-- absent being the same. The key is rewritten whole: at most 61 buckets.
+local function bk_store(key, now, w, p, list)
+  redis.call('DEL', key)
+  local args, total, newest = {}, 0, nil
+  for i = 1, #list do
+    local b, n = list[i][1], list[i][2]
+    if n > 0 then
+      args[#args + 1] = str(b)
+      args[#args + 1] = str(n)
+      total = total + n
+      newest = b
+    end
+  end
+  if newest == nil or (newest + 1) * p + w <= now then
+    return
+  end
+  args[#args + 1] = 'total'
+  args[#args + 1] = str(total)
+  redis.call('HSET', key, unpack(args))
+  redis.call('PEXPIRE', key, str((newest + 1) * p + w - now))
 end

@@ -17,6 +17,8 @@
 //! - **fixed window** and **calendar month**: the units admitted in the
 //!   current window, added to its count;
 //! - **sliding log**: one member per unit, at the time it was admitted;
+//! - **precision buckets**: the units admitted per bucket, added to the
+//!   key's counts of those buckets;
 //! - **GCRA**: the TAT is advanced as if the local admissions had come
 //!   after everything Redis counted. Each admission maps a TAT `x` to
 //!   `max(x, t) + c·T`, and any run of them composes to
@@ -49,7 +51,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use prometheus_client::metrics::counter::Counter;
 use tracing::warn;
 
-use crate::limit::{Algorithm, LimitRequest, calendar, fixed_window, gcra, sliding_window};
+use crate::limit::{Algorithm, LimitRequest, buckets, fixed_window, gcra, sliding_window};
 
 /// Items kept at most: keys, plus one per sliding-log run.
 pub const MAX_ITEMS: usize = 100_000;
@@ -60,25 +62,7 @@ const MAX_GCRA_COST: u64 = 1 << 52;
 
 const SHARDS: usize = 16;
 
-/// What one key's fallback admitted, in its algorithm's shape.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admitted {
-    /// Units admitted per window (`window` is the later one).
-    Sliding(sliding_window::Counts),
-    /// Units admitted in one fixed window or calendar month (`window` is
-    /// the window's or month's index).
-    Fixed(fixed_window::Count),
-    /// `(ms, units)` runs, sorted by time, one per millisecond.
-    Log(Vec<(u64, u64)>),
-    /// The local admissions as one GCRA step `x ↦ max(x + cost, tat)`.
-    Gcra {
-        /// The TAT they reach alone (`D`).
-        tat: gcra::Tat,
-        /// Their total cost in `1/L` ms (`C`: each unit is `w`), at most
-        /// 2^52.
-        cost: u64,
-    },
-}
+pub use crate::limit::state::Admitted;
 
 /// One key's record: the limit it was counted under and what was admitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,17 +79,7 @@ pub struct Entry {
 
 impl Entry {
     fn new(r: &LimitRequest) -> Entry {
-        let delta = match r.algorithm {
-            Algorithm::SlidingWindow => Admitted::Sliding(sliding_window::Counts::default()),
-            Algorithm::FixedWindow | Algorithm::CalendarMonth => {
-                Admitted::Fixed(fixed_window::Count::default())
-            }
-            Algorithm::SlidingLog => Admitted::Log(Vec::new()),
-            Algorithm::Gcra { .. } => Admitted::Gcra {
-                tat: gcra::Tat::default(),
-                cost: 0,
-            },
-        };
+        let delta = Admitted::empty(r.algorithm);
         Entry {
             algorithm: r.algorithm,
             limit: r.limit,
@@ -129,10 +103,7 @@ impl Entry {
 
     /// The window index now falls in, for the fixed kinds.
     fn index(&self, now: u64) -> u64 {
-        match self.algorithm {
-            Algorithm::CalendarMonth => calendar::month_index(now),
-            _ => now / self.window_ms,
-        }
+        self.algorithm.window_index(now, self.window_ms)
     }
 
     /// Adds `cost` units admitted at `now`.
@@ -156,6 +127,13 @@ impl Entry {
                     _ => runs.insert(at, (now, cost)),
                 }
             }
+            Admitted::Buckets {
+                precision_ms,
+                counts,
+            } => {
+                buckets::prune(counts, now, w, *precision_ms);
+                buckets::add(counts, now / (*precision_ms).max(1), cost);
+            }
             Admitted::Gcra { tat, cost: total } => {
                 let units = u128::from(cost) * u128::from(w);
                 *tat = advance(*tat, now, l, units);
@@ -178,13 +156,14 @@ impl Entry {
             Admitted::Log(runs) => runs
                 .last()
                 .is_some_and(|&(ms, _)| ms + self.window_ms > now),
+            Admitted::Buckets {
+                precision_ms,
+                counts,
+            } => !buckets::is_idle(counts, now, self.window_ms, *precision_ms),
             // Redis's own TAT may carry the cost further, but never more
             // than a burst beyond the TAT the local admissions reached.
             Admitted::Gcra { tat, .. } => {
-                let burst = match self.algorithm {
-                    Algorithm::Gcra { burst } => burst,
-                    _ => self.limit,
-                };
+                let burst = self.algorithm.capacity(self.limit);
                 let l = u128::from(self.limit.max(1));
                 u128::from(tat.tat) * l
                     + u128::from(tat.rem)
@@ -225,6 +204,11 @@ impl Entry {
                     }
                 }
             }
+            (Admitted::Buckets { counts: a, .. }, Admitted::Buckets { counts: b, .. }) => {
+                for (bucket, units) in b {
+                    buckets::add(a, bucket, units);
+                }
+            }
             // This step after the earlier one: x ↦ max(max(x + c1, d1) + c2, d2).
             (Admitted::Gcra { tat, cost }, Admitted::Gcra { tat: d1, cost: c1 }) => {
                 let at = |s: gcra::Tat| u128::from(s.tat) * l + u128::from(s.rem);
@@ -249,26 +233,31 @@ impl Entry {
             return None;
         }
         let w = self.window_ms;
-        Some(match (&self.delta, self.algorithm) {
-            (Admitted::Sliding(s), _) => {
+        Some(match &self.delta {
+            Admitted::Sliding(s) => {
                 let s = s.at(now / w);
                 (w, vec![s.prev, s.cur])
             }
-            (Admitted::Fixed(s), Algorithm::CalendarMonth) => {
-                let (index, end) = calendar::month(now);
-                (end, vec![index, s.at(index).count])
-            }
-            (Admitted::Fixed(s), _) => (w, vec![s.at(now / w).count]),
-            (Admitted::Log(runs), _) => {
+            Admitted::Fixed(s) => match self.algorithm.month(now) {
+                Some((index, end)) => (end, vec![index, s.at(index).count]),
+                None => (w, vec![s.at(now / w).count]),
+            },
+            Admitted::Log(runs) => {
                 let mut runs = runs.clone();
                 prune(&mut runs, now, w);
                 (w, runs.into_iter().flat_map(|(ms, u)| [ms, u]).collect())
             }
-            (Admitted::Gcra { tat, cost }, alg) => {
-                let burst = match alg {
-                    Algorithm::Gcra { burst } => burst,
-                    _ => self.limit,
-                };
+            Admitted::Buckets {
+                precision_ms,
+                counts,
+            } => {
+                let mut counts = counts.clone();
+                buckets::prune(&mut counts, now, w, *precision_ms);
+                let pairs = counts.into_iter().flat_map(|(b, n)| [b, n]);
+                (w, std::iter::once(*precision_ms).chain(pairs).collect())
+            }
+            Admitted::Gcra { tat, cost } => {
+                let burst = self.algorithm.capacity(self.limit);
                 (w, vec![self.limit.max(1), burst, tat.tat, tat.rem, *cost])
             }
         })

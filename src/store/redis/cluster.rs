@@ -51,7 +51,7 @@ use tracing::warn;
 
 use super::clients::{Clients, slot_groups};
 use super::script::{Encoded, SERVER_CLOCK, parse_replies};
-use crate::limit::{Algorithm, Answer, LimitRequest, Standing, sliding_window};
+use crate::limit::{Answer, Standing, LimitRequest, sliding_window};
 use crate::store::contract::StoreError;
 
 /// Gives back a reservation; its header comment names `KEYS` and `ARGV`.
@@ -198,7 +198,7 @@ async fn refund(
     let group: Vec<usize> = group
         .iter()
         .copied()
-        .filter(|&i| requests[i].algorithm == Algorithm::SlidingWindow)
+        .filter(|&i| requests[i].algorithm.refundable())
         .collect();
     if group.is_empty() {
         return Ok((now_ms, Vec::new()));
@@ -253,6 +253,7 @@ fn parse_refund(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::Algorithm;
 
     fn req(key: &str) -> LimitRequest {
         LimitRequest {

@@ -19,13 +19,19 @@
 --                             any gateway never collide
 --             gcra            string "<tat>:<rem>", the theoretical arrival
 --                             time tat + rem/L ms
+--             sliding_window with a precision
+--                             hash, "<bucket>" -> units for each bucket
+--                             floor(t/p) that admitted any, and "total",
+--                             their sum
 -- ARGV[1]   S, the number of shapes that follow. A shape is what a request
 --           asks apart from its keys and its instant, 1 + 5 n arguments:
 --   n         its number of limits (of keys)
 --   then per limit i: algorithm (0 sliding_window, 1 fixed_window,
---             2 sliding_log, 3 gcra, 4 calendar month), limit L, window w
---             (ms, >= 1), cost c and burst B (gcra; ignored otherwise). For
---             a calendar month, w is the month's end (ms) and B its index.
+--             2 sliding_log, 3 gcra, 4 calendar month, 5 precision
+--             buckets), limit L, window w (ms, >= 1), cost c and burst B
+--             (gcra; ignored otherwise). For a calendar month, w is the
+--             month's end (ms) and B its index; for precision buckets, B
+--             is the precision p (ms).
 --           Requests of one route share a shape, so a batch sends each
 --           once.
 -- then      runs of requests, in order, 3 arguments each:
@@ -71,7 +77,7 @@
 -- nothing is built per request but the counter's new value (one
 -- string.format) and its entries of the reply.
 --
--- This mirrors src/limit/{sliding_window,fixed_window,sliding_log,gcra}.rs
+-- This mirrors src/limit/{sliding_window,fixed_window,sliding_log,gcra,buckets}.rs
 -- number for number. Lua numbers are doubles, exact for integers below
 -- 2^53; the configuration keeps 3 * max(L, B) * w below 2^53 and the script
 -- answers an error rather than a wrong number if it sees more. Divisions go
@@ -499,12 +505,68 @@ local function general()
     end
   end
 
+  -- Precision buckets of p ms (sent in the burst slot): bucket floor(t/p)
+  -- counts while (b + 1) * p + w > now (src/limit/buckets.rs).
+  local function buckets(key, now, l, w, c, p)
+    if p == 0 then
+      return nil, fail('precision of ' .. key .. ' must be at least 1 ms')
+    end
+    local list, total = bk_read(key, now, w, p)
+    if list == nil then
+      return nil, fail(total)
+    end
+    if total + math.min(c, l) >= EXACT then
+      return nil, fail(key .. ': count reaches 2^53, beyond exact arithmetic')
+    end
+    local admits = c <= l and total + c <= l
+    local after = total
+    local cur = idiv(now, p)
+    local newest = nil
+    if #list > 0 then
+      newest = list[#list][1]
+    end
+    if admits then
+      after = total + c
+      if c > 0 then
+        newest = math.max(newest or cur, cur)
+      end
+    end
+    local reset = 0
+    if newest then
+      reset = math.max(0, (newest + 1) * p + w - now)
+    end
+    local retry
+    if admits then
+      retry = 0
+    elseif c > l then
+      retry = -1
+    else
+      -- The oldest buckets leave first: the first whose leaving makes room.
+      local left = total
+      for i = 1, #list do
+        left = left - list[i][2]
+        if left + c <= l then
+          retry = math.max(0, (list[i][1] + 1) * p + w - now)
+          break
+        end
+      end
+    end
+    return admits, math.max(0, l - after), reset, retry, function()
+      if c == 0 and #list > 0 then
+        return
+      end
+      bk_add(list, cur, c)
+      bk_store(key, now, w, p, list)
+    end
+  end
+
   local ALGORITHMS = {
     [0] = sliding_window,
     [1] = fixed_window,
     [2] = sliding_log,
     [3] = gcra,
     [4] = calendar_month,
+    [5] = buckets,
   }
 
   -- Decides one request: its n limits are KEYS[k + 1 .. k + n] and

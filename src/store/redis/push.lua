@@ -17,6 +17,8 @@
 --   2 sliding_log     n = 2k: k pairs ms, units — each unit becomes one
 --                     member scored ms, named "<ms>:<j>" as limits.lua
 --                     names them (j counting the members already at ms)
+--   5 precision buckets  n = 1 + 2k: the precision p, then k pairs
+--                     bucket, units — added to the key's buckets
 --   3 gcra            n = 5: limit L, burst B, tat, rem, cost — the local
 --                     admissions as one step x -> max(x + cost, D), D =
 --                     tat + rem/L ms the TAT they reached alone, cost in
@@ -28,8 +30,9 @@
 -- is: it would fail its decisions anyway. Returns { added, skipped }, the
 -- numbers of keys. Arguments that do not split as above are an error reply.
 
--- int, idiv, cdiv, str, EXACT, MIN_TTL, log_add and gcra_store come from
--- arith.lua, prepended.
+-- int, idiv, cdiv, str, EXACT, MIN_TTL, log_add, gcra_store and the
+-- precision buckets' bk_read, bk_add and bk_store come from arith.lua,
+-- prepended.
 
 local function counter(key, pattern)
   local raw = redis.pcall('GET', key)
@@ -148,12 +151,35 @@ local function gcra(key, now, w, f)
   return true
 end
 
+local function buckets(key, now, w, f)
+  local p = f[1]
+  if p == nil or p == 0 or #f % 2 ~= 1 then
+    return false
+  end
+  local list = bk_read(key, now, w, p)
+  if list == nil then
+    return false
+  end
+  local first = 0
+  if now >= w then
+    first = idiv(now - w, p)
+  end
+  for j = 2, #f, 2 do
+    if f[j] >= first then
+      bk_add(list, f[j], f[j + 1])
+    end
+  end
+  bk_store(key, now, w, p, list)
+  return true
+end
+
 local ALGORITHMS = {
   [0] = sliding_window,
   [1] = fixed_window,
   [2] = sliding_log,
   [3] = gcra,
   [4] = calendar_month,
+  [5] = buckets,
 }
 
 local malformed = 'ERR tollgate push: expected now, then per key algorithm, window, n and n integers'

@@ -8,7 +8,7 @@ use fred::bytes_utils::Str;
 use fred::types::Value;
 use smallvec::SmallVec;
 
-use crate::limit::{Algorithm, Answer, LimitRequest, Standing, Standings, calendar};
+use crate::limit::{Answer, Standing, LimitRequest, Standings};
 use crate::store::contract::StoreError;
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
@@ -80,16 +80,7 @@ fn shape(now_ms: u64, requests: &[LimitRequest]) -> Result<SmallVec<[i64; 11]>, 
     let mut argv = SmallVec::with_capacity(1 + 5 * requests.len());
     argv.push(requests.len() as i64);
     for r in requests {
-        // A calendar month is computed here, once, for both stores' sake:
-        // the script is told the month index and when it ends.
-        let (window, burst) = match r.algorithm {
-            Algorithm::Gcra { burst } => (r.window_ms, burst),
-            Algorithm::CalendarMonth => {
-                let (index, end) = calendar::month(now_ms);
-                (end, index)
-            }
-            _ => (r.window_ms, r.limit),
-        };
+        let (window, burst) = r.algorithm.script_args(now_ms, r.limit, r.window_ms);
         argv.push(number(r.algorithm.code(), "algorithm")?);
         argv.push(number(r.limit, "limit")?);
         argv.push(number(window, "window")?);

@@ -7,7 +7,8 @@
 --           algorithm (sliding_window, fixed_window / calendar month, gcra).
 -- ARGV[1]   now: integer ms, or TIME for the server's clock (`clock: redis`).
 -- ARGV[2]   algorithm: 0 sliding_window, 1 fixed_window, 3 gcra, 4 calendar
---           month (2, sliding_log, is refused by the configuration).
+--           month, 5 precision buckets (2, sliding_log, is refused by the
+--           configuration).
 -- ARGV[3]   limit L.        ARGV[4]  window w (ms).
 -- ARGV[5]   elapsed: ms between the reservation and now on the gateway's
 --           clock; the reservation's instant is now - elapsed, so with
@@ -16,7 +17,8 @@
 --           Settlement::bounded_delta.
 -- ARGV[7]   calendar month only: the month index of the reservation;
 -- ARGV[8]   of now; ARGV[9] the end (ms) of now's month. 0 otherwise.
--- ARGV[10]  gcra only: the burst B. 0 otherwise.
+-- ARGV[10]  gcra: the burst B; precision buckets (5): the precision p.
+--           0 otherwise.
 --
 -- Windows: while the reservation's window R still counts (now's window,
 -- or for a sliding window the one before) and the key holds it, its count
@@ -163,6 +165,38 @@ elseif alg == 3 then
     return fail(key .. ': arrival time beyond exact arithmetic')
   end
   gcra_store(key, now, target, l, w, idiv(target + l - 1, l))
+  return 1
+elseif alg == 5 then
+  -- Precision buckets of b ms: the reservation's bucket moves while it
+  -- counts and is held; otherwise a refund gives nothing back and a charge
+  -- goes into now's bucket (src/limit/buckets.rs, settled).
+  if b == 0 then
+    return fail('bad arguments')
+  end
+  local list, err = bk_read(key, now, w, b)
+  if list == nil then
+    return fail(err)
+  end
+  local r = idiv(at, b)
+  for i = 1, #list do
+    if list[i][1] == r then
+      list[i][2] = moved(list[i][2])
+      bk_store(key, now, w, b, list)
+      return 1
+    end
+  end
+  if delta <= 0 then
+    return 0
+  end
+  local i = math.max(idiv(now, b), r)
+  local have = 0
+  for j = 1, #list do
+    if list[j][1] == i then
+      have = list[j][2]
+    end
+  end
+  bk_add(list, i, moved(have) - have)
+  bk_store(key, now, w, b, list)
   return 1
 end
 return fail('algorithm ' .. ARGV[2] .. ' cannot be settled')

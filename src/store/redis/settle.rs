@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use super::clients::Clients;
 use super::script::SERVER_CLOCK;
+use crate::limit::calendar;
 use crate::limit::settle::Settlement;
-use crate::limit::{Algorithm, calendar};
 use crate::store::contract::StoreError;
 
 /// The settle script with the shared prelude.
@@ -30,7 +30,7 @@ pub(super) async fn send(
     let deadline = Instant::now() + clients.timeout;
     for s in settlements {
         let delta = s.bounded_delta();
-        if delta == 0 || s.request.algorithm == Algorithm::SlidingLog {
+        if delta == 0 || s.request.algorithm.unsettled_because().is_some() {
             continue;
         }
         let reply = clients
@@ -52,16 +52,11 @@ pub(super) async fn send(
 fn args(s: &Settlement, now_ms: u64, delta: i128, server_clock: bool) -> Vec<Value> {
     let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
     let r = &s.request;
-    let (month_res, month_now, month_end) = if r.algorithm == Algorithm::CalendarMonth {
-        let (now_idx, end) = calendar::month(now_ms);
-        (calendar::month_index(s.reserved_at_ms), now_idx, end)
-    } else {
-        (0, 0, 0)
+    let (month_res, month_now, month_end) = match r.algorithm.month(now_ms) {
+        Some((now_idx, end)) => (calendar::month_index(s.reserved_at_ms), now_idx, end),
+        None => (0, 0, 0),
     };
-    let burst = match r.algorithm {
-        Algorithm::Gcra { burst } => burst,
-        _ => 0,
-    };
+    let burst = r.algorithm.settle_arg();
     vec![
         if server_clock {
             Value::from(SERVER_CLOCK)

@@ -20,8 +20,10 @@ fn records_in_each_algorithms_shape() {
         Algorithm::FixedWindow,
         Algorithm::SlidingLog,
         Algorithm::Gcra { burst: 10 },
+        Algorithm::SlidingBuckets { precision_ms: 250 },
     ] {
-        let key = alg.name();
+        let key = alg.key_tag().unwrap_or_else(|| alg.name().to_owned());
+        let key = key.as_str();
         b.record(t - 1_000, &req(key, alg, 2)); // the window before
         b.record(t, &req(key, alg, 3));
         b.record(t, &req(key, alg, 0)); // cost 0: nothing
@@ -35,6 +37,9 @@ fn records_in_each_algorithms_shape() {
     assert_eq!(
         args,
         [
+            // Precision, then bucket and units: t−1000's bucket (39998)
+            // counts until t + 250.
+            ("buckets_250ms", vec![250, 39_998, 2, 40_002, 3]),
             ("fixed_window", vec![3]), // the earlier window ended
             // 2 at t−1000 put the TAT at t−800; 3 more from t: t+300.
             // L, B, TAT, rem, and 5 units of 1000 (w) in 1/L ms.
@@ -56,6 +61,7 @@ fn records_in_each_algorithms_shape() {
     assert_eq!(
         later(1_000),
         [
+            ("buckets_250ms", vec![250, 40_002, 3]),
             ("gcra", vec![10, 10, t + 300, 0, 5_000]),
             ("sliding_window", vec![3, 0])
         ]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::limit::Algorithm;
 
 fn ints(v: &[i64]) -> Vec<Value> {
     v.iter().copied().map(Value::Integer).collect()
