@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use super::settle::{self, Settlement};
 use super::{
-    Algorithm, Standing, LimitRequest, buckets, calendar, fixed_window, gcra, sliding_log,
+    Algorithm, LimitRequest, Standing, buckets, calendar, fixed_window, gcra, sliding_log,
     sliding_window,
 };
 

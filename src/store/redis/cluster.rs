@@ -51,7 +51,7 @@ use tracing::warn;
 
 use super::clients::{Clients, slot_groups};
 use super::script::{Encoded, SERVER_CLOCK, parse_replies};
-use crate::limit::{Answer, Standing, LimitRequest, sliding_window};
+use crate::limit::{Answer, LimitRequest, Standing, sliding_window};
 use crate::store::contract::StoreError;
 
 /// Gives back a reservation; its header comment names `KEYS` and `ARGV`.

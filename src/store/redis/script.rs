@@ -8,7 +8,7 @@ use fred::bytes_utils::Str;
 use fred::types::Value;
 use smallvec::SmallVec;
 
-use crate::limit::{Answer, Standing, LimitRequest, Standings};
+use crate::limit::{Answer, LimitRequest, Standing, Standings};
 use crate::store::contract::StoreError;
 
 /// The decision script; its header comment names `KEYS` and `ARGV`.
