@@ -4,7 +4,7 @@
 //! [`Gateway::handle`] runs the phases — guard and route ([`route`]),
 //! caller, plan and decision ([`decide`]), respond, forward or upgrade
 //! ([`act`]) — each returning `Result<_, GatewayError>`: the route goes to
-//! the decision, the decision's [`Admission`](decide::Admission) (slots,
+//! the decision, the decision's [`Holdings`](decide::Holdings) (slots,
 //! reservations) to `act` and the settlement. Every refusal, whichever
 //! phase made it, becomes its response in one place
 //! ([`refusal::response`]), the rate-limit headers are applied once, and
@@ -35,7 +35,7 @@ use crate::problem::GatewayError;
 use crate::proxy::{Body, ClientBody, Deadline};
 use crate::routing::CompiledRoute;
 use callers::{CallerLimit, Found};
-use decide::{Admission, Purpose, limit_requests, plan};
+use decide::{Holdings, Purpose, limit_requests, plan};
 use overrides::Applied;
 
 pub mod act;
@@ -218,7 +218,7 @@ impl Gateway {
         rt: &Snapshot,
         ex: &mut Exchange,
         purpose: Purpose<'_>,
-    ) -> Result<(Request<B>, Arc<CompiledRoute>, Admission), GatewayError> {
+    ) -> Result<(Request<B>, Arc<CompiledRoute>, Holdings), GatewayError> {
         crate::guard::check(&req, &rt.config.server)?;
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);

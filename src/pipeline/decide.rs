@@ -14,7 +14,7 @@
 //! What the limits said ([`CheckedLimits`]) and the caller's kind go to
 //! the [`Exchange`], the record the rate-limit headers and the access log
 //! read at the end, refused or not. What the next phases need when the
-//! request goes on is returned: an [`Admission`], the concurrency slots
+//! request goes on is returned: the [`Holdings`], the concurrency slots
 //! `act` hands to the response and the reservations the response settles.
 
 use std::sync::Arc;
@@ -46,9 +46,10 @@ use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
 use crate::store::keys;
 
-/// What the decision phase hands on when the request goes on.
+/// What a request holds while it goes on, handed on by the decision
+/// phase: its concurrency slots and its reserved costs.
 #[derive(Debug, Default)]
-pub struct Admission {
+pub struct Holdings {
     /// The concurrency slots the request holds: handed to the response by
     /// `act`, given back when dropped.
     pub slots: Option<Slots>,
@@ -82,9 +83,9 @@ pub async fn decide<B>(
     req: &Request<B>,
     ex: &mut Exchange,
     mut purpose: Purpose<'_>,
-) -> Result<Admission, GatewayError> {
+) -> Result<Holdings, GatewayError> {
     if route.route.limits.is_empty() {
-        return Ok(Admission::default());
+        return Ok(Holdings::default());
     }
     let cfg = &rt.config;
     let now_ms = gw.clock.now_ms();
@@ -102,7 +103,7 @@ pub async fn decide<B>(
     let exempt = route.route.exempt.as_deref();
     if exempt::applies(exempt, &cfg.client_ip, ex.peer.ip(), req.headers(), &caller) {
         ex.exempt = true;
-        return Ok(Admission::default());
+        return Ok(Holdings::default());
     }
     let found = if gw.overrides.is_empty() {
         Vec::new()
@@ -114,7 +115,7 @@ pub async fn decide<B>(
         Applied::Limits(v) => v,
         Applied::Exempt => {
             ex.exempt = true;
-            return Ok(Admission::default());
+            return Ok(Holdings::default());
         }
     };
     let (limits, suffixes) = route.limits_in(view.as_deref());
@@ -157,7 +158,7 @@ pub async fn decide<B>(
     });
     match refused {
         Some(refusal) => Err(refusal),
-        None => Ok(Admission {
+        None => Ok(Holdings {
             slots,
             reservations,
         }),

@@ -4,7 +4,7 @@
 //! ([`IdentityKind`]), and, when asked, what the access log carries for a
 //! replay ([`Recording`]). What one phase needs from another it is handed
 //! as a value instead (the decision's
-//! [`Admission`](super::decide::Admission)); what only a replay needs is
+//! [`Holdings`](super::decide::Holdings)); what only a replay needs is
 //! the [`Rehearsal`]'s.
 
 use std::net::{IpAddr, SocketAddr};
