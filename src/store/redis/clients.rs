@@ -337,6 +337,7 @@ impl Clients {
                 if conn.stuck_since.load(Ordering::Relaxed) != 0 {
                     conn.stuck_since.store(0, Ordering::Relaxed);
                 }
+                self.failovers.answered();
             }
             Err(StoreError::Timeout) => {
                 let at = self.millis(sent) + 1;
@@ -346,6 +347,7 @@ impl Clients {
             }
             Err(StoreError::Unavailable(words)) => {
                 if words.starts_with("READONLY") && !conn.replica.swap(true, Ordering::Relaxed) {
+                    warn!(redis = %conn.server, "redis node is a replica (READONLY): it takes no writes");
                     self.ask_sentinels.notify_one();
                 }
             }

@@ -355,8 +355,12 @@ fn store_error(e: FredError) -> StoreError {
         ErrorKind::Unknown if detail.starts_with("Too many failed write attempts") => {
             StoreError::Unavailable(detail)
         }
-        // fred found no connection to write to: it closed.
-        ErrorKind::Unknown if detail.starts_with("Failed to route command") => {
+        // fred found no connection to write to (it closed), or the
+        // client was replaced and its router stopped with the command
+        // unanswered (`follow`).
+        ErrorKind::Unknown
+            if detail.starts_with("Failed to route command") || detail == "channel closed" =>
+        {
             StoreError::Unavailable(format!("connection closed: {detail}"))
         }
         ErrorKind::Unknown

@@ -136,12 +136,20 @@ impl Failovers {
     }
 
     /// A sign that the master may be lost; the move it leads to is counted
-    /// under it. The first sign stands until a move.
+    /// under it. The first sign stands until a move, or until a call is
+    /// answered ([`Self::answered`]).
     pub(super) fn hint(&self, reason: FailoverReason) {
         let v = u8::try_from(reason.index() + 1).unwrap_or(0);
         let _ = self
             .hint
             .compare_exchange(0, v, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// A call was answered: the sign, if any, led nowhere.
+    pub(super) fn answered(&self) {
+        if self.hint.load(Ordering::Relaxed) != 0 {
+            self.hint.store(0, Ordering::Relaxed);
+        }
     }
 
     fn take_hint(&self) -> Option<FailoverReason> {
@@ -170,15 +178,16 @@ pub(super) async fn watchdog(clients: Arc<Clients>, sentinel: bool) {
             let Some(conn) = conn else { continue };
             let since = conn.stuck_since.load(Ordering::Relaxed);
             let hung = since != 0 && now.saturating_sub(since - 1) > bound_ms;
-            let replica = conn.replica.load(Ordering::Relaxed);
+            // Behind Sentinel a replica is left for the master the
+            // sentinels name; a standalone URL naming a replica is the
+            // operator's to fix (logged once by `Clients::observe`).
+            let replica = sentinel && conn.replica.load(Ordering::Relaxed);
             if !(hung || replica) {
                 continue;
             }
             if hung {
                 warn!(redis = %conn.server, bound = ?bound, "no reply from redis within {bound:?}; leaving that connection and connecting again");
                 clients.failovers.hint(FailoverReason::NoReply);
-            } else {
-                warn!(redis = %conn.server, "redis node is a replica (READONLY); connecting to the master again");
             }
             if sentinel {
                 // The follower moves every link when the sentinels name
@@ -284,8 +293,6 @@ fn move_to(clients: &Clients, master: Server) {
                     clients.replace(i, Some(&master));
                 }
             }
-            // Already there: a sign that led nowhere is forgotten.
-            let _ = clients.failovers.take_hint();
         }
         Some(was) => {
             for i in 0..clients.conns().len() {
