@@ -9,7 +9,8 @@
 //! every write it takes meanwhile is lost. So two tasks run beside the
 //! clients:
 //!
-//! - [`watchdog`]: a link whose oldest unanswered call is older than the
+//! - [`watchdog`] (one server, Sentinel): a link whose oldest unanswered
+//!   call is older than the
 //!   **bound** — four call timeouts, at least one second — is lost: its
 //!   client is replaced by a new one, which connects again (behind
 //!   Sentinel, to the master the sentinels name). Every call the gateway
@@ -167,6 +168,12 @@ pub(super) fn bound(timeout: Duration) -> Duration {
 /// it is a replica. Behind Sentinel the sentinels are asked first (the
 /// new client connects to the master they name).
 pub(super) async fn watchdog(clients: Arc<Clients>, sentinel: bool) {
+    // A Cluster client spans every node: one hung node must not take the
+    // others' slots down with it, and calls to the others answer, so it is
+    // left to fred's own redirections and reconnects.
+    if clients.clustered {
+        return;
+    }
     let bound = bound(clients.timeout);
     let bound_ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
     let mut tick = tokio::time::interval(WATCH);
@@ -335,7 +342,13 @@ fn sentinel_clients(clients: &Clients, template: &FredConfig) -> Vec<SideClient>
 /// `SENTINEL MASTER service` on one sentinel, bounded by `bound`.
 async fn ask(sentinel: &Client, service: &str, bound: Duration) -> Answer {
     if !sentinel.is_connected() {
-        return Answer::Silent;
+        // At start (or after a sentinel came back) its connection may be a
+        // moment away: waiting for it here, not a poll later, names the
+        // master as soon as one sentinel answers.
+        let connected = tokio::time::timeout(bound, sentinel.wait_for_connect()).await;
+        if !matches!(connected, Ok(Ok(()))) {
+            return Answer::Silent;
+        }
     }
     let cmd = CustomCommand::new_static("SENTINEL", ClusterHash::Random, false);
     let options = Options {
