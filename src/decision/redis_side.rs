@@ -130,9 +130,7 @@ impl RedisSide {
     /// Once warm, one load and nothing else.
     pub(super) async fn cold_start(&self) {
         if self.warming() && !self.store.is_connected() {
-            self.store
-                .wait_connected_or_refused(self.reach.wait)
-                .await;
+            self.store.wait_connected_or_refused(self.reach.wait).await;
         }
     }
 }

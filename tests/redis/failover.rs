@@ -101,7 +101,11 @@ type Sent = Arc<Mutex<Vec<(Instant, StatusCode)>>>;
 
 /// Sends `/t` to `addr` at 200 requests a second until `stop` is set, each
 /// request in its own task, recording when it was sent and its status.
-fn load(addr: std::net::SocketAddr, stop: Arc<AtomicBool>, sent: Sent) -> tokio::task::JoinHandle<()> {
+fn load(
+    addr: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+    sent: Sent,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(5));
         let mut tasks = Vec::new();
@@ -172,11 +176,19 @@ async fn freeze_under_load(on_error: &str, signal: &str, freeze: Duration) -> Fr
     }
     // What was written to its socket before the switch runs as it wakes.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let woke = if killed { before } else { script_calls(old).await };
+    let woke = if killed {
+        before
+    } else {
+        script_calls(old).await
+    };
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::Relaxed);
     load.await.expect("load");
-    let after = if killed { before } else { script_calls(old).await };
+    let after = if killed {
+        before
+    } else {
+        script_calls(old).await
+    };
     let failovers: Vec<String> = gw
         .inner
         .metrics()
@@ -194,10 +206,15 @@ async fn freeze_under_load(on_error: &str, signal: &str, freeze: Duration) -> Fr
         let mut buckets = std::collections::BTreeMap::<u128, usize>::new();
         for (at, s) in &sent {
             if *s != StatusCode::OK {
-                *buckets.entry(at.saturating_duration_since(frozen).as_millis() / 250 * 250).or_default() += 1;
+                *buckets
+                    .entry(at.saturating_duration_since(frozen).as_millis() / 250 * 250)
+                    .or_default() += 1;
             }
         }
-        eprintln!("non-200 by 250 ms after the freeze: {buckets:?}; switch at {:?}", switched.duration_since(frozen));
+        eprintln!(
+            "non-200 by 250 ms after the freeze: {buckets:?}; switch at {:?}",
+            switched.duration_since(frozen)
+        );
     }
     let admitted = sent.iter().filter(|(_, s)| *s == StatusCode::OK).count() as u64 + 1;
     let counted = counted(new).await;
@@ -243,15 +260,23 @@ fn report(on_error: &str, f: &Freeze) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_sentinel_master_costs_deny_no_more_than_a_crash() {
     if std::env::var_os("FAILOVER_TRACE").is_some() {
-        let _ = tracing_subscriber::fmt().with_env_filter("tollgate=info").try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("tollgate=info")
+            .try_init();
     }
     let f = freeze_under_load("deny", "STOP", Duration::from_secs(6)).await;
     report("deny", &f);
     assert_eq!(f.failures_before, 0, "failures before the freeze");
     if let Some(late) = f.last_failure_after_switch {
-        assert!(late <= Duration::from_secs(1), "503 {late:?} after the switch");
+        assert!(
+            late <= Duration::from_secs(1),
+            "503 {late:?} after the switch"
+        );
     }
-    assert_eq!(f.sent_after, 0, "scripts sent to the old master after it woke");
+    assert_eq!(
+        f.sent_after, 0,
+        "scripts sent to the old master after it woke"
+    );
 }
 
 /// `local`: every request is served, and the new master ends with at least
@@ -267,7 +292,10 @@ async fn what_local_admitted_during_a_freeze_reaches_the_new_master() {
         f.counted,
         f.admitted
     );
-    assert_eq!(f.sent_after, 0, "scripts sent to the old master after it woke");
+    assert_eq!(
+        f.sent_after, 0,
+        "scripts sent to the old master after it woke"
+    );
 }
 
 /// A master killed (-9) under load: `deny` answers 503 only until a second
@@ -278,10 +306,18 @@ async fn a_killed_sentinel_master_is_followed_under_both_policies() {
         let f = freeze_under_load(on_error, "KILL", Duration::from_secs(4)).await;
         report(&format!("{on_error}, kill -9"), &f);
         if let Some(late) = f.last_failure_after_switch {
-            assert!(late <= Duration::from_secs(1), "{on_error}: non-200 {late:?} after the switch");
+            assert!(
+                late <= Duration::from_secs(1),
+                "{on_error}: non-200 {late:?} after the switch"
+            );
         }
         if on_error == "local" {
-            assert!(f.counted * 100 >= f.admitted * 97, "counted {} of {}", f.counted, f.admitted);
+            assert!(
+                f.counted * 100 >= f.admitted * 97,
+                "counted {} of {}",
+                f.counted,
+                f.admitted
+            );
         }
     }
 }
@@ -294,11 +330,22 @@ async fn fifteen_second_freezes_under_both_policies() {
         let f = freeze_under_load(on_error, "STOP", Duration::from_secs(15)).await;
         report(on_error, &f);
         if let Some(late) = f.last_failure_after_switch {
-            assert!(late <= Duration::from_secs(1), "{on_error}: non-200 {late:?} after the switch");
+            assert!(
+                late <= Duration::from_secs(1),
+                "{on_error}: non-200 {late:?} after the switch"
+            );
         }
-        assert_eq!(f.sent_after, 0, "{on_error}: sent to the old master after it woke");
+        assert_eq!(
+            f.sent_after, 0,
+            "{on_error}: sent to the old master after it woke"
+        );
         if on_error == "local" {
-            assert!(f.counted * 100 >= f.admitted * 97, "counted {} of {}", f.counted, f.admitted);
+            assert!(
+                f.counted * 100 >= f.admitted * 97,
+                "counted {} of {}",
+                f.counted,
+                f.admitted
+            );
         }
     }
 }
@@ -323,9 +370,15 @@ routes:
     let (addr, _stop) = started_at_once(&src).await;
     let reply = send(addr, get("/t", &[])).await;
     let took = begun.elapsed();
-    eprintln!("wrong password: first request answered {} after {took:?}", reply.status);
+    eprintln!(
+        "wrong password: first request answered {} after {took:?}",
+        reply.status
+    );
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(took <= Duration::from_millis(100), "answered after {took:?}");
+    assert!(
+        took <= Duration::from_millis(100),
+        "answered after {took:?}"
+    );
 }
 
 /// An unknown Sentinel service name is a fault: the start-up wait ends at

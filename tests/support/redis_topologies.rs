@@ -283,7 +283,11 @@ impl SentinelSetup {
     /// majority) with `down-after-milliseconds` `down_after` and
     /// `failover-timeout` `failover_timeout`, and waits until every
     /// sentinel knows the replica and the other sentinels.
-    pub async fn start_with(sentinels: usize, down_after: u64, failover_timeout: u64) -> SentinelSetup {
+    pub async fn start_with(
+        sentinels: usize,
+        down_after: u64,
+        failover_timeout: u64,
+    ) -> SentinelSetup {
         let quorum = sentinels / 2 + 1;
         let mport = free_port();
         let mut master = Proc::spawn(mport, None, &["--port".into(), mport.to_string()]);
@@ -342,7 +346,8 @@ impl SentinelSetup {
                     Ok(redis::Value::Array(p)) => p.len(),
                     _ => 0,
                 };
-                if format!("{replicas:?}").contains(&rport.to_string()) && known + 1 >= procs.len() {
+                if format!("{replicas:?}").contains(&rport.to_string()) && known + 1 >= procs.len()
+                {
                     break;
                 }
                 assert!(

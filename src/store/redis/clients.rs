@@ -25,11 +25,11 @@ use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::error::Error as FredError;
 use fred::interfaces::{ClientLike, EventInterface};
+use fred::types::config::Server;
 use fred::types::config::{
     Config as FredConfig, ConnectionConfig, ReconnectPolicy, ServerConfig, TcpConfig,
     UnresponsiveConfig,
 };
-use fred::types::config::Server;
 use fred::types::{Builder, ConnectHandle};
 use fred::util::redis_keyslot;
 use tokio::sync::Notify;
@@ -341,9 +341,9 @@ impl Clients {
             }
             Err(StoreError::Timeout) => {
                 let at = self.millis(sent) + 1;
-                let _ = conn
-                    .stuck_since
-                    .compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed);
+                let _ =
+                    conn.stuck_since
+                        .compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed);
             }
             Err(StoreError::Unavailable(words)) => {
                 if words.starts_with("READONLY") && !conn.replica.swap(true, Ordering::Relaxed) {

@@ -42,8 +42,8 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::error::ErrorKind;
 use fred::interfaces::ClientLike;
-use fred::types::config::{Config as FredConfig, Options, ServerConfig};
 use fred::types::config::Server;
+use fred::types::config::{Config as FredConfig, Options, ServerConfig};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use futures_util::future::join_all;
 use prometheus_client::metrics::counter::Counter;
@@ -388,7 +388,9 @@ fn parse_master(reply: Value) -> Option<Named> {
     let field = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v);
     let host = field("ip")?.clone();
     let port: u16 = field("port")?.parse().ok()?;
-    let epoch: i64 = field("config-epoch").and_then(|e| e.parse().ok()).unwrap_or(0);
+    let epoch: i64 = field("config-epoch")
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(0);
     Some(Named {
         server: Server::new(host, port),
         epoch,
