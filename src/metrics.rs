@@ -36,8 +36,8 @@ use delay::{DelayFamilies, DelayMetrics};
 pub mod delay;
 pub mod spans;
 pub mod targets;
+use crate::store::redis::failovers::FailoverReason;
 use crate::store::redis::fault::FaultKind;
-use crate::store::redis::follow::FailoverReason;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

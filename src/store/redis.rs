@@ -43,9 +43,12 @@
 //! - The whole decision, script reload and waiting for its batch included,
 //!   is bounded by [`RedisConfig::timeout`]; fred drops a command whose
 //!   timeout passed before it was written.
-//! - A connection whose replies stop coming for a few timeouts is declared
-//!   unresponsive and reconnected, so a hung server turns into fast
-//!   `Unavailable` answers rather than one timeout per request.
+//! - A connection whose oldest unanswered call is older than a few
+//!   timeouts is left for a new one, and behind Sentinel the connections
+//!   follow the master the sentinels name ([`follow`]), so a hung server
+//!   turns into fast `Unavailable` answers rather than one timeout per
+//!   request, and a failover is followed whether the old master died,
+//!   froze or woke up.
 //!
 //! Two more halves of availability live beside the store:
 //! [`fault`] tells a Redis that refuses this gateway (credentials, ACL,
@@ -61,7 +64,8 @@
 //! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 //!
 //! The files: this one holds [`RedisStore`] and what it answers; `clients`
-//! the pool and its link watchers; `commands` every command sent;
+//! the pool and its link watchers; [`follow`] the watchdog and the
+//! Sentinel follower that replace the pool's clients; `commands` every command sent;
 //! `script` the decision script's arguments and replies; `batch` and
 //! `cluster` the two ways a decision travels; `push` the way back of an
 //! outage's backlog; `sync` the exchange of `sync` mode's counts. This file imports them, and they import none of it;
@@ -75,6 +79,7 @@ pub mod breaker;
 mod clients;
 mod cluster;
 mod commands;
+pub mod failovers;
 pub mod fault;
 pub mod follow;
 pub mod heartbeat;
@@ -266,7 +271,7 @@ impl RedisStore {
     }
 
     /// The failovers followed, for metrics.
-    pub fn failovers(&self) -> &follow::Failovers {
+    pub fn failovers(&self) -> &failovers::Failovers {
         &self.clients.failovers
     }
 

@@ -38,8 +38,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::warn;
 
+use super::failovers::{FailoverReason, Failovers};
 use super::fault::{self, Health, LinkError, Op, Probe};
-use super::follow::{FailoverReason, Failovers};
 use super::topology;
 use crate::config::{RedisConfig, RedisTopology};
 use crate::store::contract::StoreError;
@@ -418,8 +418,10 @@ fn reconnect_policy(cfg: &RedisConfig) -> ReconnectPolicy {
     policy
 }
 
-/// Each client's connection: commands sent at most once, and a connection
-/// whose replies stop coming for a few call timeouts declared unresponsive.
+/// Each client's connection: commands sent at most once, and fred's own
+/// unresponsive check (a write with no read for a few call timeouts). That
+/// check cannot fire while writes keep coming, which is why `follow`'s
+/// watchdog measures the oldest unanswered call instead.
 fn connection_config(timeout: Duration, connect_timeout: Duration) -> ConnectionConfig {
     let unresponsive = (timeout * 4).max(Duration::from_secs(1));
     ConnectionConfig {
