@@ -125,7 +125,12 @@ def master_port(sentinels):
 
 
 def counted(port):
-    """The sum of the route's fixed-window counts (`<window>:<count>`)."""
+    """The sum of the route's fixed-window counts (`<window>:<count>`) on
+    `port`; None unless it answers as a master (frozen, dead, or a node
+    the sentinels are still turning into a replica)."""
+    role = cli(port, "ROLE", timeout=1.0)
+    if not role or not role.startswith("master"):
+        return None
     keys = cli(port, "KEYS", "tg:{*}?*")
     if keys is None:
         return None
@@ -320,7 +325,8 @@ def main():
         print("min  requests   5xx  admitted   counted  counted/admitted  rss_kb(gw1,gw2)  fds(gw1,gw2)  failovers", flush=True)
         start = time.monotonic()
         end = start + args.minutes * 60
-        next_fault = start + args.failover_every
+        # Faults fall between the per-minute lines, not on them.
+        next_fault = start + args.failover_every - 30
         next_hup = start + 60
         next_print = start + 60
         kills = 0
