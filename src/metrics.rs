@@ -39,6 +39,7 @@ pub mod delay;
 pub mod outcome;
 pub mod spans;
 pub mod targets;
+use crate::store::redis::failovers::FailoverReason;
 use crate::store::redis::fault::FaultKind;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
@@ -138,8 +139,10 @@ pub struct StoreMetrics {
     /// Requests answered from the deny cache, without a Redis call.
     pub deny_cache_hits: Counter,
     /// 1 while Redis refuses the gateway for that reason, per
-    /// [`FaultKind::index`] (auth, permission, tls).
-    pub faults: [Gauge<i64, AtomicI64>; 3],
+    /// [`FaultKind::index`] (auth, permission, tls, sentinel).
+    pub faults: [Gauge<i64, AtomicI64>; 4],
+    /// Failovers followed, per [`FailoverReason::index`].
+    pub failovers: [Counter; 3],
     /// Keys added to Redis after an outage with what the fallback admitted.
     pub backlog_pushed: Counter,
     /// Fallback admissions not recorded for Redis: the backlog was full.
@@ -165,6 +168,7 @@ impl Default for StoreMetrics {
             breaker_open: Gauge::default(),
             deny_cache_hits: Counter::default(),
             faults: Default::default(),
+            failovers: Default::default(),
             backlog_pushed: Counter::default(),
             backlog_dropped: Counter::default(),
             settled: Counter::default(),
@@ -267,10 +271,27 @@ impl StoreMetrics {
             deny_cache_hits,
             faults: FaultKind::ALL
                 .map(|kind| store_fault.get_or_create_owned(&FaultLabels { kind: kind.label() })),
+            failovers: register_failovers(registry),
             backlog_pushed,
             backlog_dropped,
         }
     }
+}
+
+/// `tollgate_store_failovers_total{reason}`, one counter per
+/// [`FailoverReason`].
+fn register_failovers(registry: &mut Registry) -> [Counter; 3] {
+    let family: Family<ReasonLabels, Counter> = Family::default();
+    registry.register(
+        "tollgate_store_failovers",
+        "Times the gateway left a Redis server for another, or for the same one anew: the sentinels announced a new master (switch), the server gave no reply within the bound (no_reply), or its connection closed (closed)",
+        family.clone(),
+    );
+    FailoverReason::ALL.map(|reason| {
+        family.get_or_create_owned(&ReasonLabels {
+            reason: reason.label(),
+        })
+    })
 }
 
 /// Every series of one limit of one route.

@@ -13,6 +13,9 @@
 
 mod support;
 
+#[path = "redis/failover.rs"]
+mod failover;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -157,6 +157,7 @@ impl Limiter {
             r.metrics = metrics.clone();
             r.breaker.export(metrics.breaker_open.clone());
             r.store.health().export(metrics.faults.clone());
+            r.store.failovers().export(metrics.failovers.clone());
             r.reach.backlog.export(metrics.backlog_dropped.clone());
         }
         self.settler.metrics = metrics.clone();

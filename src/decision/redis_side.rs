@@ -64,7 +64,7 @@ async fn announce_connection(
     connect_timeout: Duration,
     warming: Arc<AtomicBool>,
 ) {
-    let up = store.wait_connected(connect_timeout).await;
+    let up = store.wait_connected_or_refused(connect_timeout).await;
     warming.store(false, Ordering::Relaxed);
     if !up {
         match store.fault() {
@@ -128,10 +128,11 @@ impl RedisSide {
 
     /// Cold start: the first connection may be on its way. Waits for it at
     /// most the store's timeout, then `on_error` decides — never queues
-    /// behind the connect. Once warm, one load and nothing else.
+    /// behind the connect, and not at all while Redis refuses this gateway.
+    /// Once warm, one load and nothing else.
     pub(super) async fn cold_start(&self) {
         if self.warming() && !self.store.is_connected() {
-            self.store.wait_connected(self.reach.wait).await;
+            self.store.wait_connected_or_refused(self.reach.wait).await;
         }
     }
 

@@ -43,9 +43,12 @@
 //! - The whole decision, script reload and waiting for its batch included,
 //!   is bounded by [`RedisConfig::timeout`]; fred drops a command whose
 //!   timeout passed before it was written.
-//! - A connection whose replies stop coming for a few timeouts is declared
-//!   unresponsive and reconnected, so a hung server turns into fast
-//!   `Unavailable` answers rather than one timeout per request.
+//! - A connection whose oldest unanswered call is older than a few
+//!   timeouts is left for a new one, and behind Sentinel the connections
+//!   follow the master the sentinels name ([`follow`]), so a hung server
+//!   turns into fast `Unavailable` answers rather than one timeout per
+//!   request, and a failover is followed whether the old master died,
+//!   froze or woke up.
 //!
 //! Two more halves of availability live beside the store:
 //! [`fault`] tells a Redis that refuses this gateway (credentials, ACL,
@@ -61,7 +64,8 @@
 //! (server restarted or `SCRIPT FLUSH`) loads it again and retries once.
 //!
 //! The files: this one holds [`RedisStore`] and what it answers; `clients`
-//! the pool and its link watchers; `commands` every command sent;
+//! the pool and its link watchers; [`follow`] the watchdog and the
+//! Sentinel follower that replace the pool's clients; `commands` every command sent;
 //! `script` the decision script's arguments and replies; `batch` and
 //! `cluster` the two ways a decision travels; `push` the way back of an
 //! outage's backlog; `sync` the exchange of `sync` mode's counts. This file imports them, and they import none of it;
@@ -75,7 +79,9 @@ pub mod breaker;
 mod clients;
 mod cluster;
 mod commands;
+pub mod failovers;
 pub mod fault;
+pub mod follow;
 pub mod heartbeat;
 pub mod leases;
 mod push;
@@ -96,7 +102,7 @@ use fred::types::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, RedisTopology};
 use crate::limit::settle::Settlement;
 use crate::limit::{Answer, LimitRequest};
 use crate::store::contract::{Store, StoreError};
@@ -115,6 +121,8 @@ pub struct RedisStore {
     /// Collects concurrent decisions into one call; `None` for a Cluster,
     /// whose requests are decided one call each (see `batch`).
     batcher: Option<batch::Batcher>,
+    /// The watchdog and, behind Sentinel, the follower (`follow`).
+    followers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -130,6 +138,9 @@ impl Drop for RedisStore {
     fn drop(&mut self) {
         // The clients are private to this store, so nothing else can use the
         // connection tasks once the store is gone.
+        for task in &self.followers {
+            task.abort();
+        }
         self.clients.stop();
         // The batcher's own Drop stops its task.
     }
@@ -153,41 +164,84 @@ impl RedisStore {
         // A Cluster keeps one call per request; a batch would have
         // to share one slot.
         let batcher = (!clients.clustered).then(|| batch::Batcher::start(Arc::clone(&clients)));
+        let sentinel = match &cfg.topology {
+            RedisTopology::Sentinel { service_name, .. } => Some(service_name.clone()),
+            RedisTopology::Standalone | RedisTopology::Cluster { .. } => None,
+        };
+        let mut followers = vec![tokio::spawn(follow::watchdog(
+            Arc::clone(&clients),
+            sentinel.is_some(),
+        ))];
+        if let Some(service) = sentinel {
+            let template = topology::fred_config(cfg)?;
+            followers.push(tokio::spawn(follow::follow(
+                Arc::clone(&clients),
+                template,
+                service,
+            )));
+        }
         Ok(RedisStore {
             clients,
             came_up,
             batcher,
+            followers,
         })
     }
 
     /// Waits at most `timeout` for a connection to be up; whether one is.
     /// Woken by the link watchers, not by polling.
     pub async fn wait_connected(&self, timeout: Duration) -> bool {
+        self.wait_link(timeout, false).await
+    }
+
+    /// [`Self::wait_connected`] that ends at once, unless connected, while
+    /// Redis refuses this gateway ([`Self::fault`]): waiting cannot mend a
+    /// wrong password, a TLS mismatch or an unknown Sentinel service name.
+    pub async fn wait_connected_or_refused(&self, timeout: Duration) -> bool {
+        self.wait_link(timeout, true).await
+    }
+
+    async fn wait_link(&self, timeout: Duration, refused_ends: bool) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             // Created before the check, so a link coming up in between
             // still wakes it (`Notify::notify_waiters`).
             let came_up = self.came_up.notified();
+            let refused = self.clients.health.raised_now.notified();
             if self.is_connected() {
                 return true;
             }
-            if tokio::time::timeout_at(deadline, came_up).await.is_err() {
+            if refused_ends && self.fault().is_some() {
+                return false;
+            }
+            let woken = async {
+                tokio::select! {
+                    () = came_up => {}
+                    () = refused => {}
+                }
+            };
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
                 return self.is_connected();
             }
         }
     }
 
     /// Waits at most `timeout` for the store to have answered: a
-    /// connection up and the decision script loaded; whether it has.
+    /// connection up and the decision script loaded; whether it has. Ends
+    /// at once while Redis refuses this gateway.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if !self.wait_connected(left).await {
+            if !self.wait_connected_or_refused(left).await {
                 return false;
             }
             if self.clients.load_script(deadline).await.is_ok() {
                 return true;
+            }
+            // Refused (NOPERM): waiting cannot mend it.
+            if self.fault().is_some() {
+                return false;
             }
             // Connected but the load failed (the link dropped meanwhile, or
             // Redis refuses the script): try again shortly, until the
@@ -214,6 +268,11 @@ impl RedisStore {
     /// The refusals standing, for metrics.
     pub fn health(&self) -> &Health {
         &self.clients.health
+    }
+
+    /// The failovers followed, for metrics.
+    pub fn failovers(&self) -> &failovers::Failovers {
+        &self.clients.failovers
     }
 
     /// Whether the store talks to a Cluster (a call's keys must then share

@@ -66,6 +66,23 @@ impl Proc {
         std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`) to the process with
+    /// `kill -<signal>`.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("the process runs");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
+    }
+
     /// Kills the process (as a crash would) and waits for it to end.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -243,11 +260,14 @@ impl RedisCluster {
     }
 }
 
-/// A master, one replica, and one Sentinel watching them as `mymaster`.
+/// A master, one replica, and one Sentinel (or more) watching them as
+/// `mymaster`.
 pub struct SentinelSetup {
     pub master: Proc,
     pub replica: Proc,
     pub sentinel: Proc,
+    /// Sentinels beside the first one ([`SentinelSetup::start_with`]).
+    pub others: Vec<Proc>,
 }
 
 /// The service name the sentinel monitors.
@@ -256,6 +276,19 @@ pub const SERVICE: &str = "mymaster";
 impl SentinelSetup {
     /// Starts all three and waits until the sentinel knows the replica.
     pub async fn start() -> SentinelSetup {
+        Self::start_with(1, 400, 2000).await
+    }
+
+    /// Starts a master, a replica and `sentinels` sentinels (quorum: a
+    /// majority) with `down-after-milliseconds` `down_after` and
+    /// `failover-timeout` `failover_timeout`, and waits until every
+    /// sentinel knows the replica and the other sentinels.
+    pub async fn start_with(
+        sentinels: usize,
+        down_after: u64,
+        failover_timeout: u64,
+    ) -> SentinelSetup {
+        let quorum = sentinels / 2 + 1;
         let mport = free_port();
         let mut master = Proc::spawn(mport, None, &["--port".into(), mport.to_string()]);
         master.wait_ping().await;
@@ -284,39 +317,53 @@ impl SentinelSetup {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
 
-        let sport = free_port();
-        let dir = tempfile::tempdir().expect("temporary directory for the sentinel");
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {sport}\n\
-                 sentinel monitor {SERVICE} 127.0.0.1 {mport} 1\n\
-                 sentinel down-after-milliseconds {SERVICE} 400\n\
-                 sentinel failover-timeout {SERVICE} 2000\n\
-                 sentinel parallel-syncs {SERVICE} 1\n"
-            ),
-        )
-        .expect("write sentinel.conf");
-        let mut sentinel = Proc::spawn_in(sport, dir, Some(&conf), &["--sentinel".into()]);
-        sentinel.wait_ping().await;
-        let deadline = Instant::now() + READY_WITHIN;
-        loop {
-            let replicas = query(sport, &["SENTINEL", "REPLICAS", SERVICE]).await;
-            if format!("{replicas:?}").contains(&rport.to_string()) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sentinel never saw the replica: {replicas:?}\n{}",
-                sentinel.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut procs = Vec::with_capacity(sentinels);
+        for _ in 0..sentinels.max(1) {
+            let sport = free_port();
+            let dir = tempfile::tempdir().expect("temporary directory for the sentinel");
+            let conf = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {sport}\n\
+                     sentinel monitor {SERVICE} 127.0.0.1 {mport} {quorum}\n\
+                     sentinel down-after-milliseconds {SERVICE} {down_after}\n\
+                     sentinel failover-timeout {SERVICE} {failover_timeout}\n\
+                     sentinel parallel-syncs {SERVICE} 1\n"
+                ),
+            )
+            .expect("write sentinel.conf");
+            let mut sentinel = Proc::spawn_in(sport, dir, Some(&conf), &["--sentinel".into()]);
+            sentinel.wait_ping().await;
+            procs.push(sentinel);
         }
+        let deadline = Instant::now() + READY_WITHIN;
+        for sentinel in &procs {
+            loop {
+                let replicas = query(sentinel.port, &["SENTINEL", "REPLICAS", SERVICE]).await;
+                let peers = query(sentinel.port, &["SENTINEL", "SENTINELS", SERVICE]).await;
+                let known = match &peers {
+                    Ok(redis::Value::Array(p)) => p.len(),
+                    _ => 0,
+                };
+                if format!("{replicas:?}").contains(&rport.to_string()) && known + 1 >= procs.len()
+                {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "sentinel never saw the replica and its peers: {replicas:?} {peers:?}\n{}",
+                    sentinel.log()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let sentinel = procs.remove(0);
         SentinelSetup {
             master,
             replica,
             sentinel,
+            others: procs,
         }
     }
 
@@ -337,10 +384,26 @@ impl SentinelSetup {
         }
     }
 
+    /// Every sentinel as `127.0.0.1:port`, comma-separated: the inside of
+    /// a YAML flow list, `nodes: [{}]`.
+    pub fn node_list(&self) -> String {
+        std::iter::once(&self.sentinel)
+            .chain(&self.others)
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Kills the master and waits until the sentinel has promoted the
     /// replica (and the replica says it is a master).
     pub async fn fail_over(&mut self) {
         self.master.kill();
+        self.wait_promoted().await;
+    }
+
+    /// Waits until the sentinel names the replica as the master and the
+    /// replica says it is one.
+    pub async fn wait_promoted(&self) {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             let promoted = self.master_port().await == Some(self.replica.port);

@@ -2,32 +2,43 @@
 //! needs besides: the script's SHA-1 once it is learned, the call timeout,
 //! the clock the scripts read and the refusals standing ([`Health`]).
 //!
-//! [`Clients::start`] builds `pool_size` clients and starts their
+//! [`Clients::start`] builds `pool_size` links and starts their
 //! connection tasks without waiting for them (see the parent module on
-//! availability). Each client has a link watcher ([`watch_link`]) that
-//! follows fred's error and (re)connect events, so a link counts as down
-//! from its first error until it is up again; calls take the next
-//! connected client in turn. The commands sent through the pool are in
-//! `commands`.
+//! availability). Each link holds one client at a time ([`Conn`]) with a
+//! link watcher ([`watch_link`]) that follows fred's error and (re)connect
+//! events, so a link counts as down from its first error until it is up
+//! again; calls take the next connected link in turn. A link's client is
+//! replaced whole ([`Clients::replace`]) when its server stops answering or
+//! the sentinels name another master (`follow`): the old client's
+//! connection task is stopped, so nothing more is sent to the server it was
+//! connected to. Behind Sentinel the links start empty and are filled once
+//! the sentinels have named the master. The commands sent through the pool
+//! are in `commands`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::error::Error as FredError;
 use fred::interfaces::{ClientLike, EventInterface};
+use fred::types::config::Server;
 use fred::types::config::{
-    Config as FredConfig, ConnectionConfig, ReconnectPolicy, TcpConfig, UnresponsiveConfig,
+    Config as FredConfig, ConnectionConfig, ReconnectPolicy, ServerConfig, TcpConfig,
+    UnresponsiveConfig,
 };
 use fred::types::{Builder, ConnectHandle};
 use fred::util::redis_keyslot;
 use tokio::sync::Notify;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::warn;
 
+use super::failovers::{FailoverReason, Failovers};
 use super::fault::{self, Health, LinkError, Op, Probe};
 use super::topology;
 use crate::config::{RedisConfig, RedisTopology};
@@ -52,51 +63,84 @@ pub(super) struct Clients {
     pub(super) timeout: Duration,
     /// `clock: redis`: the scripts read `TIME` instead of taking `now`.
     server_clock: AtomicBool,
+    /// What a link's client is built from.
+    build: Build,
+    /// Behind Sentinel, where the links' clients connect: the master the
+    /// sentinels named last (`None` until they have).
+    pub(super) master: std::sync::Mutex<Option<Server>>,
+    /// Failovers followed, by reason.
+    pub(super) failovers: Arc<Failovers>,
+    /// Woken when a link saw a sign that the master moved (no reply, a
+    /// closed connection, `READONLY`): the sentinels are asked at once.
+    pub(super) ask_sentinels: Arc<Notify>,
+    /// When the clients started; [`Conn::stuck_since`] counts from it.
+    epoch: Instant,
 }
 
-/// One client of the pool and its link watcher.
+/// What every client of the pool is built from.
+struct Build {
+    /// fred's configuration: the servers of the configuration (behind
+    /// Sentinel, replaced by the master the sentinels named).
+    config: FredConfig,
+    policy: ReconnectPolicy,
+    connection: ConnectionConfig,
+    came_up: Arc<Notify>,
+    diagnosis: Arc<Option<Diagnosis>>,
+}
+
+/// One link of the pool: the client it calls through now.
 struct Link {
-    client: Client,
+    conn: ArcSwapOption<Conn>,
+}
+
+/// One client, its connection task and its link watcher.
+pub(super) struct Conn {
+    pub(super) client: Client,
+    /// The server it was built for, for log lines (`host:port`), or the
+    /// deployment's description.
+    pub(super) server: String,
     /// The connection task ([`first_connection`]).
     task: ConnectHandle,
     /// The [`watch_link`] task.
     watcher: JoinHandle<()>,
     /// No connection error since the last (re)connect.
     up: Arc<AtomicBool>,
+    /// Milliseconds after [`Clients::epoch`], plus one, at which the oldest
+    /// call still unanswered was sent: a call that timed out with no reply
+    /// on this client since. 0 while every call was answered.
+    pub(super) stuck_since: AtomicU64,
+    /// A reply said this server is a replica (`READONLY`).
+    pub(super) replica: AtomicBool,
 }
 
-impl Link {
-    /// Starts `client`'s connection task and its watcher, which wakes
-    /// `came_up` whenever the link comes up.
-    fn start(
-        client: Client,
-        came_up: &Arc<Notify>,
-        health: &Arc<Health>,
-        diagnosis: &Arc<Option<Diagnosis>>,
-    ) -> Link {
-        // Subscribe before connecting, so the first connect event is seen.
-        let up = Arc::new(AtomicBool::new(false));
-        let policy = client.client_reconnect_policy();
-        let watcher = watch_link(
-            &client,
-            Arc::clone(&up),
-            Arc::clone(came_up),
-            Arc::clone(health),
-            Arc::clone(diagnosis),
-        );
-        // Spawned, not awaited: the first connection is made in the
-        // background.
-        let task = tokio::spawn(first_connection(client.clone(), policy));
-        Link {
-            client,
-            task,
-            watcher,
-            up,
-        }
-    }
-
+impl Conn {
     fn is_connected(&self) -> bool {
         self.up.load(Ordering::Acquire) && self.client.is_connected()
+    }
+
+    /// Stops the connection task and the watcher: fred's router ends, its
+    /// socket is closed, and commands still queued fail.
+    fn stop(&self) {
+        self.task.abort();
+        self.watcher.abort();
+    }
+}
+
+/// A client beside the pool; dropping it stops its connection task.
+pub(super) struct SideClient {
+    pub(super) client: Client,
+    task: ConnectHandle,
+}
+
+impl Drop for SideClient {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -122,47 +166,197 @@ impl Clients {
         let policy = reconnect_policy(cfg);
         let health = Arc::new(Health::new(cfg.describe()));
         let diagnosis = Arc::new(diagnosis(&config, connect_timeout));
-        let mut links = Vec::with_capacity(cfg.pool_size.max(1));
-        for _ in 0..cfg.pool_size.max(1) {
-            let client = Builder::from_config(config.clone())
-                .set_policy(policy.clone())
-                .with_connection_config(|c| *c = connection_config(timeout, connect_timeout))
-                .build()
-                .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
-            links.push(Link::start(client, came_up, &health, &diagnosis));
-        }
-        Ok(Clients {
-            links,
+        let sentinel = matches!(cfg.topology, RedisTopology::Sentinel { .. });
+        let clients = Clients {
+            links: (0..cfg.pool_size.max(1))
+                .map(|_| Link {
+                    conn: ArcSwapOption::empty(),
+                })
+                .collect(),
             next: AtomicUsize::new(0),
             sha: OnceLock::new(),
             clustered: matches!(cfg.topology, RedisTopology::Cluster { .. }),
             health,
             timeout,
             server_clock: AtomicBool::new(false),
-        })
+            build: Build {
+                config,
+                policy,
+                connection: connection_config(timeout, connect_timeout),
+                came_up: Arc::clone(came_up),
+                diagnosis,
+            },
+            master: std::sync::Mutex::new(None),
+            failovers: Arc::new(Failovers::default()),
+            ask_sentinels: Arc::new(Notify::new()),
+            epoch: Instant::now(),
+        };
+        // Behind Sentinel the links wait for the sentinels to name the
+        // master (`follow`).
+        if !sentinel {
+            for link in &clients.links {
+                link.conn.store(Some(clients.new_conn(None)?));
+            }
+        }
+        Ok(clients)
+    }
+
+    /// A new client, connecting in the background: to `server` (the
+    /// master the sentinels named), or to the servers of the configuration.
+    fn new_conn(&self, server: Option<&Server>) -> Result<Arc<Conn>, StoreError> {
+        let b = &self.build;
+        let mut config = b.config.clone();
+        let described = match server {
+            Some(s) => {
+                config.server = ServerConfig::Centralized { server: s.clone() };
+                s.to_string()
+            }
+            None => self.health.redis().to_owned(),
+        };
+        let connection = b.connection.clone();
+        let client = Builder::from_config(config)
+            .set_policy(b.policy.clone())
+            .with_connection_config(|c| *c = connection)
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
+        // Subscribe before connecting, so the first connect event is seen.
+        let up = Arc::new(AtomicBool::new(false));
+        let closed = Arc::new(AtomicBool::new(false));
+        let watcher = watch_link(
+            &client,
+            Watched {
+                link_up: Arc::clone(&up),
+                closed,
+                came_up: Arc::clone(&b.came_up),
+                health: Arc::clone(&self.health),
+                diagnosis: Arc::clone(&b.diagnosis),
+                ask_sentinels: Arc::clone(&self.ask_sentinels),
+                failovers: Arc::clone(&self.failovers),
+                server: described.clone(),
+            },
+        );
+        // Spawned, not awaited: the first connection is made in the
+        // background.
+        let task = tokio::spawn(first_connection(client.clone(), Some(b.policy.clone())));
+        Ok(Arc::new(Conn {
+            client,
+            server: described,
+            task,
+            watcher,
+            up,
+            stuck_since: AtomicU64::new(0),
+            replica: AtomicBool::new(false),
+        }))
+    }
+
+    /// Replaces link `i`'s client by a new one connecting to `server` (or
+    /// to the configuration's servers); the old client is stopped at once.
+    pub(super) fn replace(&self, i: usize, server: Option<&Server>) {
+        let Some(link) = self.links.get(i) else {
+            return;
+        };
+        match self.new_conn(server) {
+            // Dropping the last handle of the old one stops it; a call
+            // holding it meanwhile fails (its router is gone).
+            Ok(conn) => {
+                if let Some(old) = link.conn.swap(Some(conn)) {
+                    old.stop();
+                }
+            }
+            Err(e) => warn!(error = %e, "could not build a new Redis client"),
+        }
+    }
+
+    /// A client beside the pool (one per sentinel), built like the
+    /// pool's from `config` and connecting in the background; its
+    /// connection task ends when it is dropped.
+    pub(super) fn side_client(&self, config: FredConfig) -> Option<SideClient> {
+        let connection = self.build.connection.clone();
+        let client = Builder::from_config(config)
+            .set_policy(self.build.policy.clone())
+            .with_connection_config(|c| *c = connection)
+            .build()
+            .ok()?;
+        let task = tokio::spawn(first_connection(
+            client.clone(),
+            Some(self.build.policy.clone()),
+        ));
+        Some(SideClient { client, task })
+    }
+
+    /// The links' clients now, by link index (`None`: not built yet).
+    pub(super) fn conns(&self) -> Vec<Option<Arc<Conn>>> {
+        self.links.iter().map(|l| l.conn.load_full()).collect()
     }
 
     /// Stops every client's connection task and link watcher.
     pub(super) fn stop(&self) {
         for link in &self.links {
-            link.task.abort();
-            link.watcher.abort();
+            if let Some(conn) = link.conn.swap(None) {
+                conn.stop();
+            }
         }
     }
 
     /// Whether a connection to Redis is up right now.
     pub(super) fn is_connected(&self) -> bool {
-        self.links.iter().any(Link::is_connected)
+        self.links
+            .iter()
+            .any(|l| l.conn.load().as_ref().is_some_and(|c| c.is_connected()))
     }
 
     /// The next connected client of the pool (the first one when none is).
-    pub(super) fn client(&self) -> &Client {
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] behind Sentinel before the sentinels
+    /// named a master.
+    pub(super) fn conn(&self) -> Result<Arc<Conn>, StoreError> {
         let n = self.links.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n)
-            .map(|i| &self.links[(start + i) % n])
-            .find(|l| l.is_connected())
-            .map_or(&self.links[start % n].client, |l| &l.client)
+        let mut first = None;
+        for i in 0..n {
+            let Some(conn) = self.links[(start + i) % n].conn.load_full() else {
+                continue;
+            };
+            if conn.is_connected() {
+                return Ok(conn);
+            }
+            first.get_or_insert(conn);
+        }
+        first.ok_or_else(|| StoreError::Unavailable("no Redis master known yet".into()))
+    }
+
+    /// Records what one call sent at `sent` through `conn` returned: a
+    /// reply (even an error reply) means the server answers; a timeout
+    /// leaves the call unanswered, and the oldest such call is what the
+    /// watchdog (`follow`) measures. `READONLY` says the server is a
+    /// replica.
+    pub(super) fn observe<T>(&self, conn: &Conn, sent: Instant, result: &Result<T, StoreError>) {
+        match result {
+            Ok(_) | Err(StoreError::Protocol(_) | StoreError::Refused(_)) => {
+                if conn.stuck_since.load(Ordering::Relaxed) != 0 {
+                    conn.stuck_since.store(0, Ordering::Relaxed);
+                }
+                self.failovers.answered();
+            }
+            Err(StoreError::Timeout) => {
+                let at = self.millis(sent) + 1;
+                let _ =
+                    conn.stuck_since
+                        .compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed);
+            }
+            Err(StoreError::Unavailable(words)) => {
+                if words.starts_with("READONLY") && !conn.replica.swap(true, Ordering::Relaxed) {
+                    warn!(redis = %conn.server, "redis node is a replica (READONLY): it takes no writes");
+                    self.ask_sentinels.notify_one();
+                }
+            }
+        }
+    }
+
+    /// Milliseconds from [`Self::epoch`] to `at`.
+    pub(super) fn millis(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Whether the scripts read Redis `TIME` (`clock: redis`).
@@ -224,8 +418,10 @@ fn reconnect_policy(cfg: &RedisConfig) -> ReconnectPolicy {
     policy
 }
 
-/// Each client's connection: commands sent at most once, and a connection
-/// whose replies stop coming for a few call timeouts declared unresponsive.
+/// Each client's connection: commands sent at most once, and fred's own
+/// unresponsive check (a write with no read for a few call timeouts). That
+/// check cannot fire while writes keep coming, which is why `follow`'s
+/// watchdog measures the oldest unanswered call instead.
 fn connection_config(timeout: Duration, connect_timeout: Duration) -> ConnectionConfig {
     let unresponsive = (timeout * 4).max(Duration::from_secs(1));
     ConnectionConfig {
@@ -264,6 +460,19 @@ fn diagnosis(config: &FredConfig, connect_timeout: Duration) -> Option<Diagnosis
         running: AtomicBool::new(false),
     })
 }
+/// What a link watcher keeps in step and tells.
+struct Watched {
+    link_up: Arc<AtomicBool>,
+    closed: Arc<AtomicBool>,
+    came_up: Arc<Notify>,
+    health: Arc<Health>,
+    diagnosis: Arc<Option<Diagnosis>>,
+    ask_sentinels: Arc<Notify>,
+    failovers: Arc<Failovers>,
+    /// The server, for log lines.
+    server: String,
+}
+
 /// Keeps `link_up` in step with fred's events: down on any connection error,
 /// up on every (re)connect (fred sends one on the first connection too).
 ///
@@ -274,16 +483,12 @@ fn diagnosis(config: &FredConfig, connect_timeout: Duration) -> Option<Diagnosis
 /// [`Clients::is_connected`] also requires.
 ///
 /// Each error is also sorted ([`fault::classify`]): a refusal
-/// (credentials, TLS) is raised in `health`, a failure that may be TLS on
-/// one side only starts a [`fault::probe`] (unless one is running), and a
-/// connection made clears what connecting had raised.
-fn watch_link(
-    client: &Client,
-    link_up: Arc<AtomicBool>,
-    came_up: Arc<Notify>,
-    health: Arc<Health>,
-    diagnosis: Arc<Option<Diagnosis>>,
-) -> JoinHandle<()> {
+/// (credentials, TLS) is raised in `health`, a failure that
+/// may be TLS on one side only starts a [`fault::probe`] (unless one is
+/// running), and a connection made clears what connecting had raised. A
+/// connection that was up and closes is logged once, with the server's
+/// address, and the sentinels are asked at once whether the master moved.
+fn watch_link(client: &Client, w: Watched) -> JoinHandle<()> {
     let mut errors = client.error_rx();
     let mut connects = client.reconnect_rx();
     tokio::spawn(async move {
@@ -292,7 +497,12 @@ fn watch_link(
                 biased;
                 e = errors.recv() => match e {
                     Ok((e, _)) => {
-                        sort_link_error(&e, &health, &diagnosis);
+                        if w.link_up.load(Ordering::Acquire) && !w.closed.swap(true, Ordering::AcqRel) {
+                            warn!(redis = %w.server, error = %e.details(), "redis connection closed; reconnecting");
+                            w.failovers.hint(FailoverReason::Closed);
+                            w.ask_sentinels.notify_one();
+                        }
+                        sort_link_error(&e, &w.health, &w.diagnosis);
                         false
                     }
                     Err(RecvError::Lagged(_)) => false,
@@ -305,10 +515,11 @@ fn watch_link(
                     Err(RecvError::Closed) => return,
                 },
             };
-            link_up.store(up, Ordering::Release);
+            w.link_up.store(up, Ordering::Release);
             if up {
-                health.clear(Op::Connect);
-                came_up.notify_waiters();
+                w.closed.store(false, Ordering::Release);
+                w.health.clear(Op::Connect);
+                w.came_up.notify_waiters();
             }
         }
     })

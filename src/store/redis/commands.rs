@@ -38,13 +38,16 @@ impl Clients {
         }
         let cmd = CustomCommand::new_static("SCRIPT", ClusterHash::Random, false);
         let args = vec![Value::from("LOAD"), Value::from(SCRIPT)];
-        let reply: Value = self
-            .client()
+        let conn = self.conn()?;
+        let sent = Instant::now();
+        let reply: Result<Value, StoreError> = conn
+            .client
             .with_options(&options(deadline)?)
             .custom(cmd, args)
             .await
-            .map_err(store_error)?;
-        let sha = match reply {
+            .map_err(store_error);
+        self.observe(&conn, sent, &reply);
+        let sha = match reply? {
             Value::String(s) if s.len() == 40 => s,
             other => {
                 return Err(StoreError::Protocol(format!(
@@ -126,17 +129,22 @@ impl Clients {
         let cmd = CustomCommand::new_static("EVALSHA", slot, false);
         let args = evalsha_args(sha, requests);
         let options = options(deadline)?;
-        match self.client().with_options(&options).custom(cmd, args).await {
+        let conn = self.conn()?;
+        let sent = Instant::now();
+        let reply = match conn.client.with_options(&options).custom(cmd, args).await {
             Ok(reply) => Ok(Some(reply)),
             Err(e) if e.details().starts_with("NOSCRIPT") => Ok(None),
             Err(e) => Err(store_error(e)),
-        }
+        };
+        self.observe(&conn, sent, &reply);
+        reply
     }
 
     /// `SCRIPT LOAD` on every primary of the cluster: `EVALSHA` goes to the
     /// keys' node, and a script is cached per node.
     async fn load_script_everywhere(&self, deadline: Instant) -> Result<Str, StoreError> {
-        let client = self.client();
+        let conn = self.conn()?;
+        let client = &conn.client;
         let mut slots: BTreeMap<String, u16> = BTreeMap::new();
         if let Some(state) = client.cached_cluster_state() {
             for range in state.slots() {
@@ -189,8 +197,10 @@ impl Clients {
         }
         let deadline = Instant::now() + timeout;
         let cmd = CustomCommand::new_static("PING", ClusterHash::Random, false);
+        let conn = self.conn()?;
+        let sent = Instant::now();
         let call = async {
-            self.client()
+            conn.client
                 .with_options(&options(deadline)?)
                 .custom::<Value, Value>(cmd, Vec::new())
                 .await
@@ -202,6 +212,7 @@ impl Clients {
             Ok(Err(e)) => Err(e),
             Err(_) => Err(StoreError::Timeout),
         };
+        self.observe(&conn, sent, &result);
         self.health.observe(Op::Ping, &result);
         result
     }
@@ -244,8 +255,10 @@ impl Clients {
         all.push(Value::Integer(keys.len() as i64));
         all.extend(keys.iter().map(|k| Value::from(*k)));
         all.extend(args);
+        let conn = self.conn()?;
+        let sent = Instant::now();
         let call = async {
-            self.client()
+            conn.client
                 .with_options(&options(deadline)?)
                 .custom::<Value, Value>(cmd, all)
                 .await
@@ -254,6 +267,7 @@ impl Clients {
         let result = tokio::time::timeout_at(deadline, call)
             .await
             .unwrap_or(Err(StoreError::Timeout));
+        self.observe(&conn, sent, &result);
         self.health.observe(Op::Eval, &result);
         result
     }
@@ -272,8 +286,10 @@ impl Clients {
         // fred routes custom commands only by `ClusterHash::Custom`.
         let slot = ClusterHash::Custom(redis_keyslot(key.as_bytes()));
         let cmd = CustomCommand::new_static("HGET", slot, false);
+        let conn = self.conn()?;
+        let sent = Instant::now();
         let call = async {
-            self.client()
+            conn.client
                 .with_options(&options(deadline)?)
                 .custom::<Value, Value>(cmd, vec![Value::from(key), Value::from(field)])
                 .await
@@ -282,6 +298,7 @@ impl Clients {
         let reply = tokio::time::timeout_at(deadline, call)
             .await
             .unwrap_or(Err(StoreError::Timeout));
+        self.observe(&conn, sent, &reply);
         self.health.observe(Op::Hget, &reply);
         match reply? {
             Value::Null => Ok(None),
@@ -337,6 +354,14 @@ fn store_error(e: FredError) -> StoreError {
         // that slot, not garbage.
         ErrorKind::Unknown if detail.starts_with("Too many failed write attempts") => {
             StoreError::Unavailable(detail)
+        }
+        // fred found no connection to write to (it closed), or the
+        // client was replaced and its router stopped with the command
+        // unanswered (`follow`).
+        ErrorKind::Unknown
+            if detail.starts_with("Failed to route command") || detail == "channel closed" =>
+        {
+            StoreError::Unavailable(format!("connection closed: {detail}"))
         }
         ErrorKind::Unknown
         | ErrorKind::InvalidCommand

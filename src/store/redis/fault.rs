@@ -19,6 +19,9 @@
 //!   plain-text `PING` answered in RESP, or a TLS handshake answered by a
 //!   certificate or an alert, names the mismatch. A connection refused is
 //!   an outage and is not probed.
+//! - **sentinel**: every sentinel that answered knows no master by the
+//!   configured service name (a typo in `service_name`, or sentinels
+//!   monitoring under another name);
 //! - anything else is an outage, handled by the breaker and `on_error`.
 //!
 //! [`Health`] keeps one fault per place a refusal can come from ([`Op`]):
@@ -57,11 +60,18 @@ pub enum FaultKind {
     Permission,
     /// The TLS handshake failed, or one side does not speak TLS.
     Tls,
+    /// No sentinel knows the configured service name.
+    Sentinel,
 }
 
 impl FaultKind {
     /// Every kind, in the order of [`Self::index`].
-    pub const ALL: [FaultKind; 3] = [FaultKind::Auth, FaultKind::Permission, FaultKind::Tls];
+    pub const ALL: [FaultKind; 4] = [
+        FaultKind::Auth,
+        FaultKind::Permission,
+        FaultKind::Tls,
+        FaultKind::Sentinel,
+    ];
 
     /// The `kind` label of `tollgate_store_fault`.
     pub fn label(self) -> &'static str {
@@ -69,6 +79,7 @@ impl FaultKind {
             FaultKind::Auth => "auth",
             FaultKind::Permission => "permission",
             FaultKind::Tls => "tls",
+            FaultKind::Sentinel => "sentinel",
         }
     }
 
@@ -78,6 +89,7 @@ impl FaultKind {
             FaultKind::Auth => 0,
             FaultKind::Permission => 1,
             FaultKind::Tls => 2,
+            FaultKind::Sentinel => 3,
         }
     }
 }
@@ -98,6 +110,7 @@ impl fmt::Display for Fault {
             FaultKind::Auth => "authentication failed",
             FaultKind::Permission => "permission denied",
             FaultKind::Tls => "TLS failed",
+            FaultKind::Sentinel => "sentinel",
         };
         write!(f, "{what}: {}", self.words)
     }
@@ -132,9 +145,11 @@ pub enum Op {
     Ping,
     /// The API-key plan lookup.
     Hget,
+    /// Asking the sentinels for the master.
+    Sentinel,
 }
 
-const OPS: usize = 5;
+const OPS: usize = 6;
 
 impl Op {
     fn index(self) -> usize {
@@ -144,6 +159,7 @@ impl Op {
             Op::Eval => 2,
             Op::Ping => 3,
             Op::Hget => 4,
+            Op::Sentinel => 5,
         }
     }
 
@@ -154,6 +170,7 @@ impl Op {
             Op::Eval => "EVAL (heartbeat, refunds, outage push)",
             Op::Ping => "PING (breaker probe)",
             Op::Hget => "HGET (API-key plans)",
+            Op::Sentinel => "asking the sentinels for the master",
         }
     }
 }
@@ -168,7 +185,10 @@ pub struct Health {
     /// takes no lock.
     raised: AtomicU8,
     /// `tollgate_store_fault`, per [`FaultKind::index`], once known.
-    gauges: OnceLock<[Gauge<i64, AtomicI64>; 3]>,
+    gauges: OnceLock<[Gauge<i64, AtomicI64>; 4]>,
+    /// Woken whenever a fault is raised: a start waiting for Redis ends
+    /// at once, as waiting cannot mend it.
+    pub(super) raised_now: tokio::sync::Notify,
 }
 
 impl Health {
@@ -181,6 +201,11 @@ impl Health {
         }
     }
 
+    /// Which Redis, for log lines (without its password).
+    pub fn redis(&self) -> &str {
+        &self.redis
+    }
+
     /// The first fault standing (connecting first), if any.
     pub fn fault(&self) -> Option<Fault> {
         if self.raised.load(Ordering::Acquire) == 0 {
@@ -191,7 +216,7 @@ impl Health {
     }
 
     /// Mirrors the faults in `gauges` (1 while one of that kind stands).
-    pub fn export(&self, gauges: [Gauge<i64, AtomicI64>; 3]) {
+    pub fn export(&self, gauges: [Gauge<i64, AtomicI64>; 4]) {
         let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         show(&gauges, &slots);
         let _ = self.gauges.set(gauges);
@@ -225,6 +250,7 @@ impl Health {
         if let Some(g) = self.gauges.get() {
             show(g, &slots);
         }
+        self.raised_now.notify_waiters();
     }
 
     /// `op` succeeded: its fault, if any, is over (logged once).
@@ -249,7 +275,7 @@ impl Health {
     }
 }
 
-fn show(gauges: &[Gauge<i64, AtomicI64>; 3], slots: &[Option<Fault>; OPS]) {
+fn show(gauges: &[Gauge<i64, AtomicI64>; 4], slots: &[Option<Fault>; OPS]) {
     for kind in FaultKind::ALL {
         let on = slots.iter().flatten().any(|f| f.kind == kind);
         gauges[kind.index()].set(i64::from(on));
@@ -446,7 +472,7 @@ mod tests {
     #[test]
     fn a_fault_is_logged_and_cleared_once() {
         let h = Health::default();
-        let gauges: [Gauge<i64, AtomicI64>; 3] = Default::default();
+        let gauges: [Gauge<i64, AtomicI64>; 4] = Default::default();
         h.export(gauges.clone());
         let noperm = "NOPERM this user has no permissions to run the 'evalsha' command";
         h.observe::<()>(Op::Script, &Err(StoreError::Refused(noperm.into())));
