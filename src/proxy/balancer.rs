@@ -146,23 +146,22 @@ impl EndpointState {
         self.ejected(&mut None)
     }
 
-    /// Ends a running ejection before its time; returns whether one was
-    /// running. Its length and end stay as the doubling's history, so an
-    /// address that fails again soon is out twice as long.
+    /// Ends a running ejection before its time, if one runs. Its length
+    /// and end stay as the doubling's history: failing again soon doubles.
     fn end_ejection(&self) -> bool {
-        let until = self.ejected_until.load(Ordering::Relaxed);
-        let t = now_ms();
-        if until == 0 || t >= until {
+        use Ordering::Relaxed;
+        let (until, t) = (self.ejected_until.load(Relaxed), now_ms());
+        let running = until != 0 && t < until;
+        if !running
+            || self
+                .ejected_until
+                .compare_exchange(until, 0, Relaxed, Relaxed)
+                != Ok(until)
+        {
             return false;
         }
-        let ended =
-            self.ejected_until
-                .compare_exchange(until, 0, Ordering::Relaxed, Ordering::Relaxed);
-        if ended.is_err() {
-            return false;
-        }
-        self.last_end_ms.store(t, Ordering::Relaxed);
-        self.failures.store(0, Ordering::Relaxed);
+        self.last_end_ms.store(t, Relaxed);
+        self.failures.store(0, Relaxed);
         true
     }
 }
