@@ -773,6 +773,105 @@ routes:
     )
 }
 
+/// Every secret-bearing field holds a secret ending `SECRETTAIL`, some
+/// with a `${` that is no reference and a mistake beside it: no line of
+/// `check`, of a start, or of a reload quotes any of them, and each error
+/// names its field and line.
+#[tokio::test]
+async fn no_line_of_check_a_start_or_a_reload_quotes_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{text}\n")).unwrap();
+        path.display().to_string()
+    };
+    let jwt = secret("jwt", "file-jwt-secret-of-more-than-32-bytes-SECRETTAIL");
+    let token = secret("token", "file-admin-token-SECRETTAIL");
+    let user = secret("user", "file-user-SECRETTAIL");
+    // Nothing listens there: the start logs what it makes of the Redis URL.
+    let redis = format!("127.0.0.1:{}", free_port());
+    let good = format!(
+        "listen: 127.0.0.1:0
+admin: {{ addr: 127.0.0.1:0, token_file: {token} }}
+store:
+  redis: {{ url: \"redis://usr-SECRETTAIL:pw-SECRETTAIL@{redis}\", timeout: 50ms, startup_wait: 0s }}
+  on_error: allow
+users: {{ jwt: {{ secret_file: {jwt} }} }}
+routes: [ {{ name: a, respond: {{}}, limits: [ {{ name: x, key: ip, limit: 5, window: 1m }} ] }} ]
+"
+    );
+    let bad = format!(
+        "listen: 127.0.0.1:0
+admin: {{ addr: 127.0.0.1:0, token: \"Tok${{9x!Lq-SECRETTAIL\" }}
+store:
+  redis:
+    url: \"redis://usr-SECRETTAIL:Pw${{9x!Lq-SECRETTAIL@{redis}\"
+    username_file: {user}
+    password: \"Tr0ub4dor${{9x!Lq-SECRETTAIL\"
+    timeout: nope
+  on_error: allow
+users: {{ jwt: {{ secret: \"J${{9x!Lq-SECRETTAIL-and-more-than-32-bytes\", claim: 5 }} }}
+routes: [ {{ name: a, respond: {{}}, limits: [ {{ name: x, key: ip, limit: 5, window: 1 minute }} ] }} ]
+"
+    );
+    let good_path = dir.path().join("good.yaml");
+    let bad_path = dir.path().join("bad.yaml");
+    std::fs::write(&good_path, &good).unwrap();
+    std::fs::write(&bad_path, &bad).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(args)
+            .env_remove("TOLLGATE_CONFIG")
+            .output()
+            .expect("run tollgate");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let named = [
+        "admin.token: ",
+        "store.redis.url: ",
+        "store.redis.password: ",
+        "store.redis.timeout: ",
+        "users.jwt.secret: ",
+        "routes[0].limits[0].window: ",
+    ];
+    let bad_arg = bad_path.to_str().unwrap();
+    let good_arg = good_path.to_str().unwrap();
+    for args in [&["check", bad_arg][..], &["--config", bad_arg]] {
+        let (code, text) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {text}");
+        for field in named {
+            assert!(
+                text.contains(field),
+                "{args:?} does not name {field}: {text}"
+            );
+        }
+        assert!(text.contains("(line 7, col"), "{text}");
+        assert!(!text.contains("SECRETTAIL"), "{args:?}: {text}");
+    }
+    let (code, text) = run(&["check", good_arg]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("SECRETTAIL"), "{text}");
+
+    // A start on the good file, then a reload refused for the bad one.
+    let mut bin = Binary::start(&good_path, &[], dir.path().join("stderr.log")).await;
+    std::fs::write(&good_path, &bad).unwrap();
+    bin.sighup();
+    bin.until_logged("configuration reload refused").await;
+    let log = bin.until_logged("routes[0].limits[0].window").await;
+    for field in named {
+        assert!(
+            log.contains(field),
+            "the reload does not name {field}: {log}"
+        );
+    }
+    assert!(!log.contains("SECRETTAIL"), "{log}");
+}
+
 #[tokio::test]
 async fn sighup_reloads_a_good_file_and_refuses_a_broken_one_without_failing_a_request() {
     let up = Upstream::start().await;

@@ -133,8 +133,9 @@ fn parse_in(src: &str, base: Option<&Path>, env: Env<'_>) -> Result<Config, Conf
     // A scalar that could not be expanded was read as empty text; what the
     // checks said of that text would only repeat the expansion error.
     errors.retain(|e| !expansion.iter().any(|(path, _)| *path == e.path));
-    for (path, e) in &expansion {
-        errors.push(error(path, e.to_string(), positions.value(path)));
+    for (path, message) in expansion {
+        let at = positions.value(&path);
+        errors.push(error(&path, message, at));
     }
     match config {
         Some(config) if errors.is_empty() => Ok(config),
