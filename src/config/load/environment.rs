@@ -145,7 +145,7 @@ mod tests {
         }
     }
 
-    fn run(src: &str) -> (Value, Vec<(String, ExpandError)>) {
+    fn run(src: &str) -> (Value, Vec<(String, String)>) {
         let mut value: Value = yaml_serde::from_str(src).expect("test YAML");
         let errors = expand_tree(&mut value, &env);
         (value, errors)
