@@ -777,6 +777,44 @@ routes:
 /// with a `${` that is no reference and a mistake beside it: no line of
 /// `check`, of a start, or of a reload quotes any of them, and each error
 /// names its field and line.
+/// `--listen localhost:0` is bound on every address the name resolves to,
+/// as nginx binds a name.
+#[tokio::test]
+async fn listen_on_a_name_binds_every_address_it_resolves_to() {
+    use std::net::ToSocketAddrs;
+    let mut want: Vec<std::net::IpAddr> = ("localhost", 0)
+        .to_socket_addrs()
+        .expect("localhost resolves")
+        .map(|a| a.ip())
+        .collect();
+    want.sort_unstable();
+    want.dedup();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:0\nroutes: [ { name: a, respond: { body: hi } } ]\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.arg("--config")
+        .arg(&path)
+        .args(["--listen", "localhost:0"]);
+    let mut started = support::binary::spawn_listening(cmd, want.len(), None);
+    let mut bound: Vec<std::net::IpAddr> = started.proxy.iter().map(|a| a.ip()).collect();
+    bound.sort_unstable();
+    assert_eq!(bound, want);
+    for addr in &started.proxy {
+        assert_eq!(
+            send(*addr, get("/", &[])).await.status,
+            StatusCode::OK,
+            "{addr}"
+        );
+    }
+    let _ = started.child.kill();
+    let _ = started.child.wait();
+}
+
 #[tokio::test]
 async fn no_line_of_check_a_start_or_a_reload_quotes_a_secret() {
     let dir = tempfile::tempdir().unwrap();

@@ -90,7 +90,31 @@ async fn the_command_line_shows_resets_and_overrides_a_caller() {
     );
     let o = tollgate(gw.admin, "wrong", &["overrides", "list"]).await;
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("401"), "{o:?}");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("401"), "{o:?}");
+    assert!(
+        stderr.contains("the token in TOLLGATE_ADMIN_TOKEN is not the gateway's admin token"),
+        "{stderr}"
+    );
+    // Without the variable, the hint says to set it.
+    let admin = gw.admin.to_string();
+    let o = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["callers", "show", "api_key=k1", "--admin", &admin])
+            .env_remove("TOLLGATE_ADMIN_TOKEN")
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .expect("joined");
+    assert_eq!(o.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(
+            "TOLLGATE_ADMIN_TOKEN, which is not set: export TOLLGATE_ADMIN_TOKEN=<admin token>"
+        ),
+        "{stderr}"
+    );
 }
 
 /// Every place a person sees API key `k1` — `/admin/top`, the support
