@@ -137,7 +137,7 @@ pub async fn put(gw: &Gateway, body: &Bytes, who: &Who) -> Response<Full<Bytes>>
         Ok(b) => b,
         Err(e) => return api::bad_field(&e),
     };
-    if let Err(e) = super::callers::known_key(gw, &mut parsed.caller) {
+    if let Err(e) = super::known::known_key(gw, &mut parsed.caller) {
         return api::bad_field(&e);
     }
     let now_ms = gw.clock().now_ms();
@@ -202,7 +202,7 @@ pub async fn remove(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Byte
         Ok(q) => q,
         Err(e) => return api::bad_field(&e),
     };
-    if let Err(e) = super::callers::known_key(gw, &mut q.caller) {
+    if let Err(e) = super::known::known_key(gw, &mut q.caller) {
         return api::bad_field(&e);
     }
     let (field, value) = match q.caller.subject() {
