@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tracing::info;
 
 use super::RouteDecision;
-use crate::config::Limit;
+use crate::config::{KeySource, Limit};
 use crate::identity::{self, Caller};
 use crate::limit::Verdict;
 use crate::metrics::RouteMetrics;
@@ -61,7 +61,15 @@ pub fn record(
         let denied = Denied {
             identity: &identity,
             shown: &shown,
-            api_key: caller.api_key,
+            // Kept only where the identity holds it.
+            api_key: caller.api_key.filter(|_| {
+                limit
+                    .key
+                    .parts
+                    .iter()
+                    .flatten()
+                    .any(|s| *s == KeySource::ApiKey)
+            }),
         };
         top.record(route_name, &limit.name, &denied, shadow);
         if shadow {
