@@ -29,6 +29,7 @@
 
 pub mod api;
 pub mod callers;
+pub mod known;
 pub mod overrides;
 pub mod probe;
 pub mod reply;

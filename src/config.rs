@@ -562,6 +562,10 @@ pub struct Eject {
     pub duration: Duration,
     /// At most this share of a pool is ejected at once (percent).
     pub max_percent: u32,
+    /// Whether `healthy_after` passing active checks end an ejection early
+    /// (Envoy's `successful_active_health_check_uneject_host`); false lets
+    /// every ejection run its time.
+    pub ended_by_checks: bool,
 }
 
 impl Default for Eject {
@@ -572,6 +576,7 @@ impl Default for Eject {
             after: 5,
             duration: Duration::from_secs(30),
             max_percent: 50,
+            ended_by_checks: true,
         }
     }
 }

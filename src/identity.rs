@@ -1,6 +1,7 @@
-//! Who is calling: client IP, API key, user, headers — and the identity
-//! part of a store key built from them ([`write_key`]; `store::keys`
-//! names the whole key).
+//! Who is calling: client IP, API key, user, headers — the identity part
+//! of a store key built from them ([`write_key`]; `store::keys` names the
+//! whole key), and how a person is shown an identity ([`write_shown`],
+//! with an API key as its one [`digest`]).
 //!
 //! The client IP is the TCP peer unless the peer is a trusted proxy; then the
 //! forwarding headers are walked from the right (docs/design.md#keys-and-identity). Identity values
@@ -280,6 +281,130 @@ fn push_value(out: &mut String, v: &[u8]) {
     }
 }
 
+/// Hex digits of SHA-256 in a [`digest`].
+const DIGEST_HEX: usize = 16;
+
+/// The one digest a person is shown in place of a value kept from them:
+/// `sha256:` and the first 16 hex digits of the SHA-256 of the value as
+/// the request sent it (`printf %s KEY | sha256sum | cut -c1-16`).
+///
+/// An API key is shown only so, wherever a person sees one: the support
+/// API's answers and the command line's tables, `/admin/top`, audit lines,
+/// the access log's `caller`. The support API takes it in place of the
+/// key. `/admin/top` shows every value so ([`write_shown`]). Store keys
+/// carry digests of their own (`store::keys`), which are not this one.
+pub fn digest(value: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let sum = Sha256::digest(value);
+    let mut out = String::with_capacity(7 + DIGEST_HEX);
+    out.push_str("sha256:");
+    for b in &sum[..DIGEST_HEX / 2] {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    out
+}
+
+/// Whether `text` is written as [`digest`] writes.
+pub fn is_digest(text: &str) -> bool {
+    text.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == DIGEST_HEX
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Appends `caller`'s identity for `spec` as a person is shown it: as
+/// [`write_key`] writes it (`source=value` parts joined with `,`, `-` for
+/// a part the caller lacks), with an API key as its [`digest`]
+/// (`key=sha256:…`). With `every`, every value is its digest
+/// (`ip=sha256:…`, `user=sha256:…`): for `/admin/top` and the log lines
+/// of shadow denials, which no token guards.
+pub fn write_shown(out: &mut String, spec: &KeySpec, caller: &Caller<'_>, every: bool) {
+    for (i, chain) in spec.parts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if !chain
+            .iter()
+            .any(|s| write_shown_source(out, s, caller, every))
+        {
+            out.push_str(ABSENT);
+        }
+    }
+}
+
+/// The parts of `spec` that `caller` lacks, each as its chain is written
+/// in the file (`api_key`, `api_key | user`): the shared "absent" bucket
+/// it is counted in.
+pub fn absent_parts(spec: &KeySpec, caller: &Caller<'_>) -> Vec<String> {
+    let mut scratch = String::new();
+    spec.parts
+        .iter()
+        .filter(|chain| !chain.iter().any(|s| write_source(&mut scratch, s, caller)))
+        .map(|chain| {
+            chain
+                .iter()
+                .map(source_name)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .collect()
+}
+
+/// An identity's store-key text (as [`write_key`] writes it) shown as
+/// `/admin/top` shows one: every value as its [`digest`], a value that is
+/// one already (an API key replayed from an access log) as it is.
+pub fn shown_text(text: &str) -> String {
+    let parts = text.split(',').map(|part| match part.split_once('=') {
+        Some((_, value)) if is_digest(value) => part.to_owned(),
+        Some((source, value)) => format!("{source}={}", digest(value.as_bytes())),
+        None => part.to_owned(),
+    });
+    parts.collect::<Vec<_>>().join(",")
+}
+
+/// `source` as the file spells it.
+fn source_name(source: &KeySource) -> String {
+    match source {
+        KeySource::Ip => "ip".into(),
+        KeySource::ApiKey => "api_key".into(),
+        KeySource::User => "user".into(),
+        KeySource::Header(h) => format!("header:{h}"),
+        KeySource::Route => ROUTE.into(),
+    }
+}
+
+fn write_shown_source(
+    out: &mut String,
+    source: &KeySource,
+    caller: &Caller<'_>,
+    every: bool,
+) -> bool {
+    let value = |out: &mut String, name: &str, v: &[u8]| {
+        out.push_str(name);
+        out.push('=');
+        out.push_str(&digest(v));
+        true
+    };
+    match source {
+        KeySource::ApiKey => caller.api_key.is_some_and(|k| value(out, "key", k)),
+        _ if !every => write_source(out, source, caller),
+        KeySource::Ip => {
+            let mut net = String::new();
+            push_net(&mut net, caller.ip);
+            value(out, "ip", net.as_bytes())
+        }
+        KeySource::User => caller.user.as_ref().is_some_and(|u| value(out, "user", u)),
+        KeySource::Header(name) => caller
+            .headers
+            .get(name)
+            .filter(|v| !v.is_empty())
+            .is_some_and(|v| value(out, &format!("h:{name}"), v.as_bytes())),
+        KeySource::Route => write_source(out, source, caller),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +473,72 @@ mod tests {
             ))],
         ]);
         assert_eq!(key(&s, &c), "ip=1.2.3.4/32,-");
+    }
+
+    #[test]
+    fn an_api_key_is_shown_by_one_digest() {
+        // printf %s k1 | sha256sum | cut -c1-16
+        assert_eq!(digest(b"k1"), "sha256:6ab9f1eb8f7d3388");
+        assert!(is_digest("sha256:6ab9f1eb8f7d3388"));
+        for not in [
+            "sha256:6AB9F1EB8F7D3388",
+            "sha256:6ab9",
+            "6ab9f1eb8f7d3388",
+            "k1",
+        ] {
+            assert!(!is_digest(not), "{not}");
+        }
+        let headers = HeaderMap::new();
+        let long = [b'k'; 100];
+        let c = Caller {
+            ip: group("192.0.2.3".parse().unwrap(), 64),
+            api_key: Some(b"k1"),
+            user: Some(Cow::Borrowed(b"alice")),
+            plan: None,
+            headers: &headers,
+        };
+        let s = spec(vec![vec![KeySource::Ip], vec![KeySource::ApiKey]]);
+        let shown = |c: &Caller<'_>, every: bool| {
+            let mut out = String::new();
+            write_shown(&mut out, &s, c, every);
+            out
+        };
+        assert_eq!(
+            shown(&c, false),
+            "ip=192.0.2.3/32,key=sha256:6ab9f1eb8f7d3388"
+        );
+        let every = "ip=sha256:1a66d478ad212d54,key=sha256:6ab9f1eb8f7d3388";
+        assert_eq!(shown(&c, true), every);
+        assert_eq!(
+            shown_text("ip=192.0.2.3/32,key=sha256:6ab9f1eb8f7d3388"),
+            every
+        );
+        // A key too long for a store key is still shown by its own digest.
+        let c = Caller {
+            api_key: Some(&long),
+            ..c
+        };
+        assert_eq!(
+            shown(&c, false),
+            format!("ip=192.0.2.3/32,key={}", digest(&long))
+        );
+        let c = Caller { api_key: None, ..c };
+        assert_eq!(shown(&c, false), "ip=192.0.2.3/32,-");
+        let chain = spec(vec![vec![
+            KeySource::ApiKey,
+            KeySource::Header(http::HeaderName::from_static("x-k")),
+        ]]);
+        assert_eq!(absent_parts(&chain, &c), ["api_key | header:x-k"]);
+        assert!(
+            absent_parts(
+                &s,
+                &Caller {
+                    api_key: Some(b"k1"),
+                    ..c
+                }
+            )
+            .is_empty()
+        );
     }
 
     #[test]

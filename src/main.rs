@@ -34,12 +34,14 @@ struct Cli {
         global = true
     )]
     config: PathBuf,
-    /// Listen on these addresses instead of the file's `listen` (repeatable).
-    #[arg(long, value_name = "ADDR")]
-    listen: Vec<std::net::SocketAddr>,
-    /// Serve the admin listener on this address instead of the file's `admin`.
-    #[arg(long, value_name = "ADDR")]
-    admin: Option<std::net::SocketAddr>,
+    /// Listen on these addresses instead of the file's `listen` (repeatable):
+    /// IP:PORT, or HOST:PORT with every address the name resolves to.
+    #[arg(long, value_name = "ADDR", value_parser = socket_addrs)]
+    listen: Vec<Addrs>,
+    /// Serve the admin listener on this address instead of the file's `admin`
+    /// (IP:PORT, or HOST:PORT and the first address the name resolves to).
+    #[arg(long, value_name = "ADDR", value_parser = socket_addrs)]
+    admin: Option<Addrs>,
     /// Log lines as human-readable text or as one JSON object per line.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     log_format: LogFormat,
@@ -265,8 +267,12 @@ fn main() -> ExitCode {
     }
 
     let overrides = Overrides {
-        listen: cli.listen.clone(),
-        admin: cli.admin,
+        listen: cli
+            .listen
+            .iter()
+            .flat_map(|a| a.0.iter().copied())
+            .collect(),
+        admin: cli.admin.as_ref().and_then(|a| a.0.first().copied()),
     };
     overrides.apply(&mut config);
     let runtime = match runtime() {
@@ -305,7 +311,39 @@ fn init_logging(format: LogFormat) -> (AccessWriter, tollgate::logs::Flush) {
 /// The configuration at `path`; when it does not load, every error is
 /// written to stderr and the exit status is [`BAD_CONFIG`].
 fn load(path: &Path) -> Result<Config, ExitCode> {
+    if !path.exists() {
+        complain(format_args!(
+            "no configuration file at {}; name one with --config FILE (or -c FILE) or the \
+             TOLLGATE_CONFIG environment variable",
+            path.display()
+        ));
+        return Err(ExitCode::from(BAD_CONFIG));
+    }
     tollgate::config::load::load_file(path).map_err(|errors| config_errors(path.display(), &errors))
+}
+
+/// The addresses of `--listen` and `--admin`.
+#[derive(Debug, Clone)]
+struct Addrs(Vec<std::net::SocketAddr>);
+
+/// `IP:PORT`, or `HOST:PORT` resolved now to every address the name has,
+/// as nginx's `listen` reads a name.
+fn socket_addrs(s: &str) -> Result<Addrs, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = s.parse() {
+        return Ok(Addrs(vec![addr]));
+    }
+    let write = "write IP:PORT or HOST:PORT, e.g. 127.0.0.1:8080, [::1]:8080 or localhost:8080";
+    let mut all: Vec<std::net::SocketAddr> = s
+        .to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not an address that resolves ({e}); {write}"))?
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    if all.is_empty() {
+        return Err(format!("{s:?} resolves to no address; {write}"));
+    }
+    Ok(Addrs(all))
 }
 
 /// Every error of the configuration at `path` written to stderr, under a
@@ -561,12 +599,26 @@ fn support_api(call: ApiCall<'_>) -> ExitCode {
             str::to_owned,
         );
         complain(format_args!("{status}: {detail}"));
+        if status == http::StatusCode::UNAUTHORIZED {
+            complain(format_args!("{}", token_hint(token.is_some())));
+        }
         return ExitCode::FAILURE;
     }
     if args.json {
         return print(&value.to_string(), ExitCode::SUCCESS);
     }
     print(&render(&value), ExitCode::SUCCESS)
+}
+
+/// What a 401 of the support API asks of the command line's user.
+fn token_hint(token_set: bool) -> &'static str {
+    if token_set {
+        "the token in TOLLGATE_ADMIN_TOKEN is not the gateway's admin token \
+         (admin.token or admin.token_file); export the right one"
+    } else {
+        "the command line sends the token in TOLLGATE_ADMIN_TOKEN, which is not set: \
+         export TOLLGATE_ADMIN_TOKEN=<admin token> (admin.token or admin.token_file)"
+    }
 }
 
 /// A future that completes on SIGTERM or SIGINT, with both caught from the

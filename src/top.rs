@@ -11,12 +11,15 @@
 //! never below the truth nor above it by more than its `error`. Memory is
 //! `CAPACITY` entries per limit, whatever the traffic.
 //!
-//! Identities are kept and shown only as the first 16 hex digits of the
-//! SHA-256 of the identity part of the store key (`ip=192.0.2.7/32`,
-//! `key=…`, `user=…`). That is pseudonymous, not anonymous — an IPv4
-//! address can be found by hashing all of them — so the view lives on the
-//! admin listener only. An operator checks a suspect with
-//! `printf 'ip=192.0.2.7/32' | sha256sum | cut -c1-16`.
+//! Identities are shown as [`identity::write_shown`] writes them with every
+//! value as its digest (`key=sha256:6ab9f1eb8f7d3388`, `ip=sha256:…`,
+//! parts of compound keys joined with `,`): an API key by the digest the
+//! support API takes in its place, other values pseudonymous, not
+//! anonymous — an IPv4 address can be found by hashing all of them — so the
+//! view lives on the admin listener only. An operator checks a suspect with
+//! `printf %s 192.0.2.7/32 | sha256sum | cut -c1-16`. The API key of an
+//! entry is kept beside it, never shown, so that the support API can
+//! look up and reset a caller named by the digest ([`TopOffenders::api_key`]).
 //!
 //! Summaries are keyed by route and limit name and survive a reload; each
 //! has its own lock, taken only when that limit denies.
@@ -26,27 +29,20 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
+
+use crate::identity;
 
 /// Entries kept per limit.
 pub const CAPACITY: usize = 32;
 
-/// 16 hex digits of SHA-256 of `identity`.
-pub fn hash_identity(identity: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(identity.as_bytes());
-    let mut out = String::with_capacity(16);
-    for b in &digest[..8] {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    out
-}
-
 #[derive(Debug, Clone, Serialize)]
 struct Entry {
-    /// What is shown: [`hash_identity`].
+    /// What is shown: the identity with every value as its digest.
     identity: String,
+    /// The API key of the identity, if it holds one: never shown, kept for
+    /// [`TopOffenders::api_key`].
+    #[serde(skip)]
+    api_key: Option<Box<[u8]>>,
     /// What entries are matched by: a per-process keyed hash of the raw
     /// identity, so a denial of an identity already tracked (the flood the
     /// view is for) costs no SHA-256. Never shown.
@@ -65,7 +61,7 @@ struct Summary {
 }
 
 impl Summary {
-    fn record(&mut self, tag: u64, identity: &str) {
+    fn record(&mut self, tag: u64, denied: &Denied<'_>) {
         self.denied += 1;
         if let Some(e) = self.entries.iter_mut().find(|e| e.tag == tag) {
             e.count += 1;
@@ -73,7 +69,8 @@ impl Summary {
         }
         if self.entries.len() < CAPACITY {
             self.entries.push(Entry {
-                identity: hash_identity(identity),
+                identity: (denied.shown)(),
+                api_key: denied.api_key.map(Box::from),
                 tag,
                 count: 1,
                 error: 0,
@@ -84,13 +81,26 @@ impl Summary {
         if let Some(min) = self.entries.iter_mut().min_by_key(|e| e.count) {
             let floor = min.count;
             *min = Entry {
-                identity: hash_identity(identity),
+                identity: (denied.shown)(),
+                api_key: denied.api_key.map(Box::from),
                 tag,
                 count: floor + 1,
                 error: floor,
             };
         }
     }
+}
+
+/// One denied identity, as [`TopOffenders::record`] is told it.
+pub struct Denied<'a> {
+    /// The identity part of the store key, as written (matched on, never
+    /// kept).
+    pub identity: &'a str,
+    /// How the identity is shown, made only when it enters the summary, so
+    /// a denial of an identity already tracked costs no SHA-256.
+    pub shown: &'a dyn Fn() -> String,
+    /// The API key the identity holds, if any.
+    pub api_key: Option<&'a [u8]>,
 }
 
 /// One limit's view, as `/admin/top` shows it.
@@ -120,10 +130,9 @@ pub struct TopOffenders {
 }
 
 impl TopOffenders {
-    /// Counts one denial of `identity` (the raw identity part of the key;
-    /// it is hashed here and never stored) by `limit` of `route`.
-    pub fn record(&self, route: &Arc<str>, limit: &Arc<str>, identity: &str, shadow: bool) {
-        let tag = self.tags.hash_one(identity);
+    /// Counts one denial of `denied` by `limit` of `route`.
+    pub fn record(&self, route: &Arc<str>, limit: &Arc<str>, denied: &Denied<'_>, shadow: bool) {
+        let tag = self.tags.hash_one(denied.identity);
         let key = (route.clone(), limit.clone());
         let summary = {
             let read = self.limits.read().unwrap_or_else(PoisonError::into_inner);
@@ -141,7 +150,21 @@ impl TopOffenders {
         };
         let mut s = summary.lock().unwrap_or_else(PoisonError::into_inner);
         s.shadow = shadow;
-        s.record(tag, identity);
+        s.record(tag, denied);
+    }
+
+    /// The API key whose [`identity::digest`] is `digest`, among the
+    /// identities some limit's summary holds now.
+    pub fn api_key(&self, digest: &str) -> Option<Box<[u8]>> {
+        let read = self.limits.read().unwrap_or_else(PoisonError::into_inner);
+        read.values().find_map(|s| {
+            let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+            s.entries
+                .iter()
+                .filter_map(|e| e.api_key.as_ref())
+                .find(|k| identity::digest(k) == digest)
+                .cloned()
+        })
     }
 
     /// Every limit's summary, heaviest identities first, at most `n` each.
@@ -172,21 +195,36 @@ impl TopOffenders {
 mod tests {
     use super::*;
 
+    fn denial<'a>(
+        identity: &'a str,
+        shown: &'a dyn Fn() -> String,
+        key: Option<&'a [u8]>,
+    ) -> Denied<'a> {
+        Denied {
+            identity,
+            shown,
+            api_key: key,
+        }
+    }
+
     #[test]
     fn heavy_hitter_survives_a_flood_of_one_off_identities() {
         let top = TopOffenders::default();
         let (r, l): (Arc<str>, Arc<str>) = ("r".into(), "l".into());
+        let heavy = || format!("key={}", identity::digest(b"heavy"));
         for i in 0..10_000u32 {
-            top.record(&r, &l, &format!("ip=10.0.{}.{}/32", i / 256, i % 256), true);
+            let ip = format!("ip=10.0.{}.{}/32", i / 256, i % 256);
+            let shown = || ip.clone();
+            top.record(&r, &l, &denial(&ip, &shown, None), true);
             if i % 10 == 0 {
-                top.record(&r, &l, "key=heavy", true);
+                top.record(&r, &l, &denial("key=heavy", &heavy, Some(b"heavy")), true);
             }
         }
         let snap = top.snapshot(3);
         assert_eq!(snap.len(), 1);
         assert_eq!(snap[0].denied, 11_000);
         let first = &snap[0].top[0];
-        assert_eq!(first.identity, hash_identity("key=heavy"));
+        assert_eq!(first.identity, heavy());
         // Never under-counted, over-counted by at most `error`.
         assert!(first.count >= 1000 && first.count - first.error <= 1000);
         assert_eq!(
@@ -197,11 +235,11 @@ mod tests {
                 .len(),
             CAPACITY
         );
-    }
-
-    #[test]
-    fn hash_is_sha256_prefix() {
-        // printf 'abc' | sha256sum
-        assert_eq!(hash_identity("abc"), "ba7816bf8f01cfea");
+        // The key is found by its digest, and by nothing else.
+        let digest = identity::digest(b"heavy");
+        assert_eq!(top.api_key(&digest).as_deref(), Some(&b"heavy"[..]));
+        assert_eq!(top.api_key(&identity::digest(b"light")), None);
+        let json = serde_json::to_string(&snap).unwrap();
+        assert!(!json.contains("\"heavy\""), "{json}");
     }
 }

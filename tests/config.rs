@@ -1357,6 +1357,28 @@ fn a_tab_in_the_indentation_is_named_with_its_line_and_column() {
 }
 
 #[test]
+fn an_unquoted_reference_in_a_flow_mapping_is_told_to_be_quoted() {
+    // Its braces end the mapping early, and the error says to quote it.
+    let hint = "; a ${NAME} inside { … } or [ … ] must be quoted, as its braces are YAML's own: write \"${NAME:-default}\"";
+    let src = "listen: 127.0.0.1:8080\nroutes:\n  - name: a\n    respond: {}\n    limits: [ { name: l, key: ip, limit: ${DEMO_LIMIT:-3}, window: 1m } ]\n";
+    assert_eq!(
+        error(src),
+        format!(
+            "invalid YAML: did not find expected ',' or '}}', while parsing a flow mapping at line 5 column 15{hint} (line 5, col 43)"
+        )
+    );
+    // Quoted, it is read.
+    let quoted = src.replace("${DEMO_LIMIT:-3}", "\"${TG_TEST_NEVER_SET:-3}\"");
+    assert_eq!(valid(&quoted).routes[0].limits[0].limit.get(), 3);
+    // Over several lines, from the mapping's first line.
+    let src = "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {},\n  limits: [ { name: l, key: ip, limit: ${X}, window: 1m } ] } ]\n";
+    assert!(error(src).contains(hint), "{}", error(src));
+    // A quoted reference is not what went wrong: no hint.
+    let src = "listen: 127.0.0.1:8080\nroutes: [ { name: a, respond: {}, upstream: \"http://${H}\" x } ]\n";
+    assert!(!error(src).contains(hint), "{}", error(src));
+}
+
+#[test]
 fn backlog_and_uri_size_map_onto_the_model_and_are_checked() {
     let c = valid(
         "listen: 127.0.0.1:1\nserver: { backlog: 100, max_uri_size: 2KiB }\nroutes: [ { name: a, respond: {} } ]\n",

@@ -490,11 +490,8 @@ routes:
     assert_eq!(limit["limit"], "per_caller");
     assert_eq!(limit["shadow"], true);
     assert_eq!(limit["denied"], 4);
-    // printf 'key=heavy-key-123' | sha256sum | cut -c1-16
-    assert_eq!(
-        limit["top"][0]["identity"],
-        tollgate::top::hash_identity("key=heavy-key-123")
-    );
+    // printf %s heavy-key-123 | sha256sum | cut -c1-16
+    assert_eq!(limit["top"][0]["identity"], "key=sha256:77867646b0bf96d7");
     assert_eq!(limit["top"][0]["count"], 4);
     assert_eq!(limit["top"].as_array().map(Vec::len), Some(1));
 }
@@ -773,6 +770,143 @@ routes:
 "#,
         up = up.url()
     )
+}
+
+/// Every secret-bearing field holds a secret ending `SECRETTAIL`, some
+/// with a `${` that is no reference and a mistake beside it: no line of
+/// `check`, of a start, or of a reload quotes any of them, and each error
+/// names its field and line.
+/// `--listen localhost:0` is bound on every address the name resolves to,
+/// as nginx binds a name.
+#[tokio::test]
+async fn listen_on_a_name_binds_every_address_it_resolves_to() {
+    use std::net::ToSocketAddrs;
+    let mut want: Vec<std::net::IpAddr> = ("localhost", 0)
+        .to_socket_addrs()
+        .expect("localhost resolves")
+        .map(|a| a.ip())
+        .collect();
+    want.sort_unstable();
+    want.dedup();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:0\nroutes: [ { name: a, respond: { body: hi } } ]\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.arg("--config")
+        .arg(&path)
+        .args(["--listen", "localhost:0"]);
+    let mut started = support::binary::spawn_listening(cmd, want.len(), None);
+    let mut bound: Vec<std::net::IpAddr> = started.proxy.iter().map(|a| a.ip()).collect();
+    bound.sort_unstable();
+    assert_eq!(bound, want);
+    for addr in &started.proxy {
+        assert_eq!(
+            send(*addr, get("/", &[])).await.status,
+            StatusCode::OK,
+            "{addr}"
+        );
+    }
+    let _ = started.child.kill();
+    let _ = started.child.wait();
+}
+
+#[tokio::test]
+async fn no_line_of_check_a_start_or_a_reload_quotes_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{text}\n")).unwrap();
+        path.display().to_string()
+    };
+    let jwt = secret("jwt", "file-jwt-secret-of-more-than-32-bytes-SECRETTAIL");
+    let token = secret("token", "file-admin-token-SECRETTAIL");
+    let user = secret("user", "file-user-SECRETTAIL");
+    // Nothing listens there: the start logs what it makes of the Redis URL.
+    let redis = format!("127.0.0.1:{}", free_port());
+    let good = format!(
+        "listen: 127.0.0.1:0
+admin: {{ addr: 127.0.0.1:0, token_file: {token} }}
+store:
+  redis: {{ url: \"redis://usr-SECRETTAIL:pw-SECRETTAIL@{redis}\", timeout: 50ms, startup_wait: 0s }}
+  on_error: allow
+users: {{ jwt: {{ secret_file: {jwt} }} }}
+routes: [ {{ name: a, respond: {{}}, limits: [ {{ name: x, key: ip, limit: 5, window: 1m }} ] }} ]
+"
+    );
+    let bad = format!(
+        "listen: 127.0.0.1:0
+admin: {{ addr: 127.0.0.1:0, token: \"Tok${{9x!Lq-SECRETTAIL\" }}
+store:
+  redis:
+    url: \"redis://usr-SECRETTAIL:Pw${{9x!Lq-SECRETTAIL@{redis}\"
+    username_file: {user}
+    password: \"Tr0ub4dor${{9x!Lq-SECRETTAIL\"
+    timeout: nope
+  on_error: allow
+users: {{ jwt: {{ secret: \"J${{9x!Lq-SECRETTAIL-and-more-than-32-bytes\", claim: 5 }} }}
+routes: [ {{ name: a, respond: {{}}, limits: [ {{ name: x, key: ip, limit: 5, window: 1 minute }} ] }} ]
+"
+    );
+    let good_path = dir.path().join("good.yaml");
+    let bad_path = dir.path().join("bad.yaml");
+    std::fs::write(&good_path, &good).unwrap();
+    std::fs::write(&bad_path, &bad).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(args)
+            .env_remove("TOLLGATE_CONFIG")
+            .output()
+            .expect("run tollgate");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let named = [
+        "admin.token: ",
+        "store.redis.url: ",
+        "store.redis.password: ",
+        "store.redis.timeout: ",
+        "users.jwt.secret: ",
+        "routes[0].limits[0].window: ",
+    ];
+    let bad_arg = bad_path.to_str().unwrap();
+    let good_arg = good_path.to_str().unwrap();
+    for args in [&["check", bad_arg][..], &["--config", bad_arg]] {
+        let (code, text) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {text}");
+        for field in named {
+            assert!(
+                text.contains(field),
+                "{args:?} does not name {field}: {text}"
+            );
+        }
+        assert!(text.contains("(line 7, col"), "{text}");
+        assert!(!text.contains("SECRETTAIL"), "{args:?}: {text}");
+    }
+    let (code, text) = run(&["check", good_arg]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("SECRETTAIL"), "{text}");
+
+    // A start on the good file, then a reload refused for the bad one.
+    let mut bin = Binary::start(&good_path, &[], dir.path().join("stderr.log")).await;
+    std::fs::write(&good_path, &bad).unwrap();
+    bin.sighup();
+    bin.until_logged("configuration reload refused").await;
+    let log = bin.until_logged("routes[0].limits[0].window").await;
+    for field in named {
+        assert!(
+            log.contains(field),
+            "the reload does not name {field}: {log}"
+        );
+    }
+    assert!(!log.contains("SECRETTAIL"), "{log}");
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! Upstream pools end to end: a real gateway in front of real targets on
 //! loopback ports — balancing by weight, round robin and hash; a killed
-//! target, a silent one, a failing fleet and the retry budget; a POST that
+//! target, a silent one, one back from a hang used again once its check
+//! passes, a failing fleet and the retry budget; a POST that
 //! must not be sent twice; a name that resolves to two addresses.
 
 #[path = "support/mod.rs"]
@@ -446,6 +447,83 @@ routes:
     );
     let by = spread_through(gw.addr, 10).await;
     assert_eq!(by.get("t1"), Some(&10), "{by:?}");
+}
+
+/// A pool of three whose `t2` hangs until it is ejected (checks that
+/// would take it out on their own are set aside with `unhealthy_after`),
+/// then answers again. Returns the gateway, the targets and `t2`'s checks
+/// seen when it started answering.
+async fn hang_then_answer(
+    ended_by_checks: bool,
+) -> (support::admin::AdminGateway, Vec<Target>, usize) {
+    let ts = targets(3).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+upstreams:
+  api:
+{}    balance: round_robin
+    health: {{ path: /healthz, interval: 200ms, timeout: 100ms, unhealthy_after: 100, healthy_after: 1 }}
+    eject: {{ after: 2, for: 1m, ended_by_checks: {ended_by_checks} }}
+routes:
+  - name: api
+    upstream: api
+    timeout: 300ms
+",
+        target_list(&ts, &[1, 1, 1])
+    );
+    let gw =
+        support::admin::AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await;
+    ts[2].set(Mode::Silent);
+    for _ in 0..9 {
+        send(gw.addr, get("/x", &[])).await;
+    }
+    let e = endpoint(&gw, ts[2].addr).await;
+    assert_eq!(e["ejected"].as_bool(), Some(true), "{e}");
+    ts[2].set(Mode::Answer);
+    let checks = ts[2].checks();
+    (gw, ts, checks)
+}
+
+#[tokio::test]
+async fn a_target_back_from_a_hang_is_used_again_once_its_check_passes() {
+    let (gw, ts, checks) = hang_then_answer(true).await;
+    // Ejected for a minute; its first passing check (one interval, 200 ms,
+    // at most two checks) ends the ejection.
+    let addr = ts[2].addr;
+    wait::until("t2 is back", Duration::from_secs(2), || {
+        let gw = &gw;
+        async move { endpoint(gw, addr).await["ejected"] == false }
+    })
+    .await;
+    let passes = ts[2].checks() - checks;
+    assert!(passes <= 2, "{passes} checks before it was used again");
+    let by = spread_through(gw.addr, 9).await;
+    assert_eq!(by.get("t2"), Some(&3), "{by:?}");
+    let text = gw.scrape().await;
+    let t2 = ts[2].url();
+    let series = |name: &str| format!("{name}{{pool=\"api\",target=\"{t2}\"}}");
+    use support::admin::value;
+    let ended = value(
+        &text,
+        &series("tollgate_upstream_target_ejections_ended_total"),
+    );
+    assert_eq!(ended, Some(1.0), "{text}");
+    let ejections = value(&text, &series("tollgate_upstream_target_ejections_total"));
+    assert_eq!(ejections, Some(1.0));
+}
+
+#[tokio::test]
+async fn with_ended_by_checks_false_an_ejection_runs_its_time() {
+    let (gw, ts, checks) = hang_then_answer(false).await;
+    wait::until("t2 passes three checks", Duration::from_secs(3), || async {
+        ts[2].checks() >= checks + 3
+    })
+    .await;
+    let e = endpoint(&gw, ts[2].addr).await;
+    assert_eq!(e["ejected"].as_bool(), Some(true), "{e}");
+    let by = spread_through(gw.addr, 6).await;
+    assert_eq!(by.get("t2"), None, "{by:?}");
 }
 
 async fn spread_through(addr: SocketAddr, n: usize) -> HashMap<String, usize> {

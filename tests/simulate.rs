@@ -573,7 +573,8 @@ fn against_names_who_is_newly_limited_and_who_no_longer_is() {
     assert_eq!(d.newly_limited.identities[0].kind, "ip");
     assert_eq!(
         d.newly_limited.identities[0].identity,
-        tollgate::top::hash_identity("ip=192.0.2.3/32")
+        // printf %s 192.0.2.3/32 | sha256sum | cut -c1-16
+        "ip=sha256:1a66d478ad212d54"
     );
     assert_eq!(d.no_longer_limited.count, 0);
     // And the other way round.

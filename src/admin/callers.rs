@@ -6,9 +6,10 @@
 //! (`ip`, `api_key`, `user`, `header.NAME`); the IP is taken as the
 //! resolved client, as if it came through a trusted proxy. Limits keyed by
 //! the IP are left out when no `ip` is given. API keys are never echoed:
-//! an identity that holds one is shown by its digest, as `/admin/top`
-//! shows identities, and counter keys as the store holds them (digests
-//! with Redis).
+//! one is shown by its digest ([`identity::digest`]), which is also taken
+//! in its place (`known_key`); counter keys are shown as the store holds
+//! them (digests with Redis). A row whose key the caller lacks a part of
+//! says it counts the bucket shared by every caller without it.
 
 use std::borrow::Cow;
 
@@ -18,19 +19,27 @@ use http_body_util::Full;
 use serde_json::{Value, json};
 use tracing::info;
 
+use super::known::known_key;
 use super::reply::{self as api, Who};
-use super::request::{CallerFields, CallerQuery, parse_query};
+use super::request::{BadField, CallerFields, CallerQuery, parse_query};
+use crate::config::Limit;
 use crate::identity::{self, Caller};
 use crate::pipeline::Gateway;
 use crate::pipeline::callers::{CallerLimit, Found};
 
-/// The caller's limits of `query`, and the headers it presents (which the
-/// [`Caller`] borrows).
-async fn lookup(gw: &Gateway, q: &CallerQuery, headers: &HeaderMap) -> Found {
-    let caller = caller(gw, &q.caller, headers);
+/// The limits of `query`'s caller, `caller`.
+async fn lookup(gw: &Gateway, q: &CallerQuery, caller: &Caller<'_>) -> Found {
     let (route, limit) = q.route_and_limit();
-    gw.caller_limits(&caller, q.caller.ip.is_some(), route, limit)
+    gw.caller_limits(caller, q.caller.ip.is_some(), route, limit)
         .await
+}
+
+/// The query of `GET` and `DELETE`, its caller's key known when given by
+/// its digest.
+fn query_of(gw: &Gateway, query: &[u8]) -> Result<CallerQuery, BadField> {
+    let mut q = parse_query(query)?;
+    known_key(gw, &mut q.caller)?;
+    Ok(q)
 }
 
 /// The caller `fields` describe, as the decision phase would see it.
@@ -52,23 +61,40 @@ fn headers_of(fields: &CallerFields) -> HeaderMap {
     fields.headers.iter().cloned().collect()
 }
 
-/// The identity text as shown: hashed when it holds an API key.
-fn shown(identity: &str, fields: &CallerFields) -> String {
-    if fields.api_key.is_some() && identity.contains("key=") {
-        format!("sha256:{}", crate::top::hash_identity(identity))
-    } else {
-        identity.to_owned()
-    }
+/// `caller`'s identity for `limit` as shown: an API key as its digest.
+fn shown(limit: &Limit, caller: &Caller<'_>) -> String {
+    let mut out = String::new();
+    identity::write_shown(&mut out, &limit.key, caller, false);
+    out
+}
+
+/// The store key of `l` as shown: the identity in it as [`shown`] writes
+/// it (with Redis, a key holds only digests and is shown as it is).
+fn shown_key(l: &CallerLimit, caller: &Caller<'_>) -> String {
+    l.request.key.replace(&l.identity, &shown(&l.limit, caller))
+}
+
+/// What a row counts, when the caller lacks a part of its key: the bucket
+/// shared by every caller without it.
+fn shared_bucket(limit: &Limit, caller: &Caller<'_>) -> Option<String> {
+    let absent = identity::absent_parts(&limit.key, caller);
+    (!absent.is_empty()).then(|| {
+        format!(
+            "the bucket every caller without {} shares",
+            absent.join(" and ")
+        )
+    })
 }
 
 /// `GET /admin/callers?…`
 pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
-    let q = match parse_query(query) {
+    let q = match query_of(gw, query) {
         Ok(q) => q,
         Err(e) => return api::bad_field(&e),
     };
     let headers = headers_of(&q.caller);
-    let found = lookup(gw, &q, &headers).await;
+    let caller = caller(gw, &q.caller, &headers);
+    let found = lookup(gw, &q, &caller).await;
     let (slots, rates): (Vec<&CallerLimit>, Vec<&CallerLimit>) = found
         .limits
         .iter()
@@ -88,8 +114,9 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
         concurrency.push(json!({
             "route": &*l.route,
             "limit": &*l.limit.name,
-            "key": shown(&l.request.key, &q.caller),
-            "identity": shown(&l.identity, &q.caller),
+            "key": shown_key(l, &caller),
+            "identity": shown(&l.limit, &caller),
+            "shared": shared_bucket(&l.limit, &caller),
             "slots": l.limit.concurrency.map(std::num::NonZeroU64::get),
             "in_use": held,
         }));
@@ -102,8 +129,9 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
             json!({
                 "route": &*l.route,
                 "limit": &*l.limit.name,
-                "key": shown(&l.request.key, &q.caller),
-                "identity": shown(&l.identity, &q.caller),
+                "key": shown_key(l, &caller),
+                "identity": shown(&l.limit, &caller),
+                "shared": shared_bucket(&l.limit, &caller),
                 "algorithm": l.limit.algorithm.name(),
                 "quota": quota,
                 "window_s": l.limit.window_ms.get() as f64 / 1000.0,
@@ -125,12 +153,13 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
 
 /// `DELETE /admin/callers?…`: resets every counter `show` would list.
 pub async fn reset(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes>> {
-    let q = match parse_query(query) {
+    let q = match query_of(gw, query) {
         Ok(q) => q,
         Err(e) => return api::bad_field(&e),
     };
     let headers = headers_of(&q.caller);
-    let mut found = lookup(gw, &q, &headers).await;
+    let caller = caller(gw, &q.caller, &headers);
+    let mut found = lookup(gw, &q, &caller).await;
     // Concurrency slots are held by requests in flight, which give them
     // back themselves; only counters are reset.
     found.limits.retain(|l| l.limit.concurrency.is_none());
@@ -148,7 +177,7 @@ pub async fn reset(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes
             json!({
                 "route": &*l.route,
                 "limit": &*l.limit.name,
-                "key": shown(&l.request.key, &q.caller),
+                "key": shown_key(l, &caller),
             })
         })
         .collect();

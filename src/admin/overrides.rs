@@ -23,7 +23,7 @@ use crate::pipeline::callers::LimitNames;
 /// An override as the API shows it; an API key by its digest.
 pub fn render(o: &Override, now_ms: u64) -> Value {
     let value = if o.subject.field == "api_key" {
-        format!("sha256:{}", crate::top::hash_identity(&o.subject.value))
+        crate::identity::digest(o.subject.value.as_bytes())
     } else {
         o.subject.value.clone()
     };
@@ -133,10 +133,13 @@ fn audit(who: &Who, action: &str, caller: &str, before: &Value, after: &Value) {
 
 /// `PUT /admin/overrides` with a JSON body.
 pub async fn put(gw: &Gateway, body: &Bytes, who: &Who) -> Response<Full<Bytes>> {
-    let parsed = match parse_override(body) {
+    let mut parsed = match parse_override(body) {
         Ok(b) => b,
         Err(e) => return api::bad_field(&e),
     };
+    if let Err(e) = super::known::known_key(gw, &mut parsed.caller) {
+        return api::bad_field(&e);
+    }
     let now_ms = gw.clock().now_ms();
     let o = match build(gw, &parsed, now_ms) {
         Ok(o) => o,
@@ -195,10 +198,13 @@ pub fn list(gw: &Gateway) -> Response<Full<Bytes>> {
 /// caller's override of that limit, or every override of the caller when
 /// no `limit` (nor `route`) is given.
 pub async fn remove(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes>> {
-    let q = match parse_query(query) {
+    let mut q = match parse_query(query) {
         Ok(q) => q,
         Err(e) => return api::bad_field(&e),
     };
+    if let Err(e) = super::known::known_key(gw, &mut q.caller) {
+        return api::bad_field(&e);
+    }
     let (field, value) = match q.caller.subject() {
         Ok(s) => s,
         Err(e) => return api::bad_field(&e),

@@ -105,7 +105,7 @@ impl CallerFields {
             out.push(format!("ip={ip}"));
         }
         if let Some(k) = &self.api_key {
-            out.push(format!("api_key=sha256:{}", crate::top::hash_identity(k)));
+            out.push(format!("api_key={}", crate::identity::digest(k.as_bytes())));
         }
         if let Some(u) = &self.user {
             out.push(format!("user={u}"));

@@ -121,6 +121,10 @@ pub fn callers(v: &Value) -> String {
                 } else {
                     change(&e["override"])
                 },
+                match &e["shared"] {
+                    Value::String(s) => format!("{} ({s})", cell(&e["identity"])),
+                    _ => cell(&e["identity"]),
+                },
             ]
         })
         .collect();
@@ -135,6 +139,7 @@ pub fn callers(v: &Value) -> String {
             "REMAINING",
             "RESET",
             "OVERRIDE",
+            "IDENTITY",
         ],
         &rows,
     );
@@ -233,14 +238,14 @@ mod tests {
     #[test]
     fn tables() {
         let v: Value = serde_json::from_str(
-            r#"{"limits":[{"route":"api","limit":"per_key","algorithm":"sliding_window","quota":3,"window_s":3600.0,"used":2,"remaining":1,"reset_s":3600,"override":{"quota":6,"exempt":false,"window_s":null,"plan":null}}],"exempt_routes":["x"],"no_plan_routes":[]}"#,
+            r#"{"limits":[{"route":"api","limit":"per_key","algorithm":"sliding_window","quota":3,"window_s":3600.0,"used":2,"remaining":1,"reset_s":3600,"override":{"quota":6,"exempt":false,"window_s":null,"plan":null},"identity":"-","shared":"the bucket every caller without api_key shares"}],"exempt_routes":["x"],"no_plan_routes":[]}"#,
         )
         .unwrap();
         let t = callers(&v);
         assert!(t.starts_with("ROUTE  LIMIT    ALGORITHM"), "{t}");
         assert!(
             t.contains(
-                "api    per_key  sliding_window  3      3600s   2     1          3600s  quota=6"
+                "api    per_key  sliding_window  3      3600s   2     1          3600s  quota=6   - (the bucket every caller without api_key shares)"
             ),
             "{t}"
         );

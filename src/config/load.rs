@@ -137,8 +137,9 @@ fn parse_in(src: &str, base: Option<&Path>, env: Env<'_>) -> Result<Config, Conf
     // A scalar that could not be expanded was read as empty text; what the
     // checks said of that text would only repeat the expansion error.
     errors.retain(|e| !expansion.iter().any(|(path, _)| *path == e.path));
-    for (path, e) in &expansion {
-        errors.push(error(path, e.to_string(), positions.value(path)));
+    for (path, message) in expansion {
+        let at = positions.value(&path);
+        errors.push(error(&path, message, at));
     }
     match config {
         Some(config) if errors.is_empty() => Ok(config),
@@ -194,7 +195,53 @@ fn syntax_error(e: &yaml_serde::Error, src: &str) -> ConfigErrors {
             )]);
         }
     }
+    if let Some(p) = pos
+        && reference_in_flow(src, p, &message)
+    {
+        message.push_str(
+            "; a ${NAME} inside { … } or [ … ] must be quoted, as its braces are YAML's own: \
+             write \"${NAME:-default}\"",
+        );
+    }
     ConfigErrors(vec![error("", format!("invalid YAML: {message}"), pos)])
+}
+
+/// Whether a syntax error at `pos` in a flow collection (`{ … }`, `[ … ]`)
+/// has an unquoted `${` on its lines, from the collection's start (which
+/// the parser's message names) to `pos`.
+fn reference_in_flow(src: &str, pos: Pos, message: &str) -> bool {
+    let Some((_, start)) = message
+        .split_once("flow mapping at line ")
+        .or_else(|| message.split_once("flow sequence at line "))
+    else {
+        return false;
+    };
+    let digits: String = start.chars().take_while(char::is_ascii_digit).collect();
+    let first = digits
+        .parse::<usize>()
+        .map_or(pos.line, |l| l.clamp(1, pos.line.max(1)));
+    let lines = src.lines().skip(first - 1).take(pos.line + 1 - first);
+    lines.into_iter().any(unquoted_reference)
+}
+
+/// Whether `line` has a `${` outside quotes (a flow scalar's quotes do not
+/// span lines in a file a person writes, so each line is read alone).
+fn unquoted_reference(line: &str) -> bool {
+    let mut quote: Option<char> = None;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (None, '"' | '\'') => quote = Some(c),
+            (Some('"'), '\\') => {
+                chars.next();
+            }
+            (Some(q), _) if c == q => quote = None,
+            (None, '$') if chars.peek() == Some(&'{') => return true,
+            (None, '#') => return false,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// The tab a syntax error at `pos` is about: the character at `pos`, or,

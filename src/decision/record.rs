@@ -7,11 +7,11 @@ use std::sync::Arc;
 use tracing::info;
 
 use super::Decision;
-use crate::config::Limit;
+use crate::config::{KeySource, Limit};
 use crate::identity::{self, Caller};
 use crate::limit::Verdict;
 use crate::metrics::RouteMetrics;
-use crate::top::{self, TopOffenders};
+use crate::top::{Denied, TopOffenders};
 
 /// Counts each limit's verdict, feeds the top-offenders view with every
 /// denial, and logs each would-be denial of a shadow limit.
@@ -53,13 +53,30 @@ pub fn record(
         };
         let mut identity = String::with_capacity(48);
         identity::write_key(&mut identity, &limit.key, caller);
-        let identity = identity.as_str();
-        top.record(route_name, &limit.name, identity, shadow);
+        let shown = || {
+            let mut out = String::with_capacity(48);
+            identity::write_shown(&mut out, &limit.key, caller, true);
+            out
+        };
+        let denied = Denied {
+            identity: &identity,
+            shown: &shown,
+            // Kept only where the identity holds it.
+            api_key: caller.api_key.filter(|_| {
+                limit
+                    .key
+                    .parts
+                    .iter()
+                    .flatten()
+                    .any(|s| *s == KeySource::ApiKey)
+            }),
+        };
+        top.record(route_name, &limit.name, &denied, shadow);
         if shadow {
             info!(
                 route = %route_name,
                 limit = %limit.name,
-                identity = %top::hash_identity(identity),
+                identity = %shown(),
                 "shadow limit would have denied this request"
             );
         }

@@ -1,8 +1,8 @@
 //! The series of upstream pools, by pool and target as written in the file
 //! (a name's addresses are summed under the name, so pods coming and going
-//! add no series): tries by outcome, connect errors, ejections, the
-//! response time of answering tries, and how many targets each pool can
-//! use now.
+//! add no series): tries by outcome, connect errors, ejections and those
+//! ended early by passing checks, the response time of answering tries,
+//! and how many targets each pool can use now.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -82,6 +82,7 @@ pub struct TargetFamilies {
     tries: Family<TryLabels, Counter>,
     connect_errors: Family<TargetLabels, Counter>,
     ejections: Family<TargetLabels, Counter>,
+    ejections_ended: Family<TargetLabels, Counter>,
     seconds: Family<TargetLabels, Histogram, fn() -> Histogram>,
     pools: Pools,
 }
@@ -152,6 +153,12 @@ impl TargetFamilies {
             "Passive ejections of each pool target's addresses",
             ejections.clone(),
         );
+        let ejections_ended = Family::<TargetLabels, Counter>::default();
+        registry.register(
+            "tollgate_upstream_target_ejections_ended",
+            "Ejections of each pool target's addresses ended early by passing active checks",
+            ejections_ended.clone(),
+        );
         let seconds: Family<TargetLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(try_histogram);
         registry.register(
@@ -165,6 +172,7 @@ impl TargetFamilies {
             tries,
             connect_errors,
             ejections,
+            ejections_ended,
             seconds,
             pools,
         }
@@ -186,6 +194,7 @@ impl TargetFamilies {
             }),
             connect_errors: self.connect_errors.get_or_create_owned(&labels),
             ejections: self.ejections.get_or_create_owned(&labels),
+            ejections_ended: self.ejections_ended.get_or_create_owned(&labels),
             seconds: self.seconds.get_or_create_owned(&labels),
         }
     }
@@ -206,6 +215,7 @@ pub struct TargetMetrics {
     tries: [Counter; 5],
     connect_errors: Counter,
     ejections: Counter,
+    ejections_ended: Counter,
     seconds: Histogram,
 }
 
@@ -225,5 +235,10 @@ impl TargetMetrics {
     /// Counts one ejection.
     pub fn ejected(&self) {
         self.ejections.inc();
+    }
+
+    /// Counts one ejection ended early by passing active checks.
+    pub fn ejection_ended(&self) {
+        self.ejections_ended.inc();
     }
 }

@@ -21,7 +21,6 @@ use crate::metrics::RouteMetrics;
 use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
 use crate::telemetry::ServerSpan;
-use crate::top;
 use ipnet::IpNet;
 
 /// What the phases learnt about one request: filled as they go, read by
@@ -225,14 +224,15 @@ pub struct Recording {
 }
 
 /// The digest that stands for a caller's API key, or else its user, in a
-/// replayable access log: [`top::hash_identity`] of `key=<key>` or
-/// `user=<user>` as the store key writes it, so it matches the
-/// `/admin/top` view. `None` for a caller known only by its IP.
+/// replayable access log: [`identity::digest`] of the key or the user, as
+/// the support API and `/admin/top` show them. `None` for a caller known
+/// only by its IP.
 pub fn caller_digest(caller: &Caller<'_>) -> Option<String> {
-    let mut text = String::with_capacity(48);
-    let found = identity::write_source(&mut text, &KeySource::ApiKey, caller)
-        || identity::write_source(&mut text, &KeySource::User, caller);
-    found.then(|| top::hash_identity(&text))
+    match (caller.api_key, &caller.user) {
+        (Some(key), _) => Some(identity::digest(key)),
+        (None, Some(user)) => Some(identity::digest(user)),
+        (None, None) => None,
+    }
 }
 
 /// The limits one caller met on one route, and what they decided.

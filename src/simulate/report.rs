@@ -2,8 +2,8 @@
 //! the JSON output writes. Field names here are the JSON's and are kept
 //! stable (`version` changes when one does).
 //!
-//! Identities are shown as 16 hex digits of the SHA-256 of their store-key
-//! text (`ip=192.0.2.7/32`), as `/admin/top` shows them, with their kind.
+//! Identities are shown as `/admin/top` shows them, every value as its
+//! digest (`ip=sha256:…`, `key=sha256:…`), with their kind.
 
 use serde::Serialize;
 
@@ -11,7 +11,6 @@ use super::replay::{BadLine, InputStats, Replayed};
 use super::tally::{IdentityTally, LimitTally, Quota, RequestCounts, RouteTally, Timeline};
 use super::time::minute_label;
 use crate::pipeline::exchange::Strongest;
-use crate::top::hash_identity;
 
 /// Version of the JSON shape.
 pub const VERSION: u32 = 1;
@@ -71,7 +70,7 @@ pub struct Input {
 /// One identity among the most limited.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Offender {
-    /// 16 hex digits of SHA-256 of the identity's store-key text.
+    /// The identity as `/admin/top` shows one: every value as its digest.
     pub identity: String,
     /// `ip`, `api_key`, `user`, `header:NAME`, `absent`; parts of a
     /// compound key joined with `+`.
@@ -225,7 +224,7 @@ fn share(c: RequestCounts) -> f64 {
 
 fn offender(id: &str, c: RequestCounts) -> Offender {
     Offender {
-        identity: hash_identity(id),
+        identity: crate::identity::shown_text(id),
         kind: kind(id),
         requests: c.requests,
         limited: c.limited,

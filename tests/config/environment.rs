@@ -310,3 +310,39 @@ fn check_never_prints_a_secret() {
         assert!(!all.contains("SECRET"), "{all}");
     }
 }
+
+#[test]
+fn without_a_configuration_file_the_error_names_both_ways_to_give_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("check")
+        .current_dir(dir.path())
+        .env_remove("TOLLGATE_CONFIG")
+        .output()
+        .expect("run tollgate");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no configuration file at gateway.yaml; name one with --config FILE (or -c FILE) or the TOLLGATE_CONFIG environment variable"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn listen_takes_an_address_or_a_name_that_resolves() {
+    // A name that cannot resolve (RFC 6761 reserves .invalid) is refused
+    // with what to write, before any file is read.
+    let out = tollgate(&["--listen", "nowhere.invalid:8080", "check"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\"nowhere.invalid:8080\" is not an address that resolves"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "write IP:PORT or HOST:PORT, e.g. 127.0.0.1:8080, [::1]:8080 or localhost:8080"
+        ),
+        "{stderr}"
+    );
+}

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use yaml_serde::Value;
 
-use super::leaf::{Field, Int, OneOrMany, Text, describe, tidy};
+use super::leaf::{Field, Flag, Int, OneOrMany, Text, describe, tidy};
 use super::shape::spellings;
 use crate::config::Balance;
 
@@ -23,7 +23,7 @@ pub struct UpstreamPool {
     pub hash_key: Field<OneOrMany<Text>>,
     /// `health: { path, interval, timeout, unhealthy_after, healthy_after }`
     pub health: Field<Health>,
-    /// `eject: { after, for, max_percent }`
+    /// `eject: { after, for, max_percent, ended_by_checks }`
     pub eject: Field<Eject>,
     /// `retries: 2`
     pub retries: Field<Int>,
@@ -105,4 +105,6 @@ pub struct Eject {
     pub duration: Field<Text>,
     /// `max_percent: 50`
     pub max_percent: Field<Int>,
+    /// `ended_by_checks: true` (passing active checks end an ejection)
+    pub ended_by_checks: Field<Flag>,
 }

@@ -16,7 +16,10 @@
 //!
 //! A reference that cannot be expanded is an error at the scalar's path,
 //! and the scalar is read as empty text so the rest of the file is checked;
-//! the loader keeps only the expansion error for that path.
+//! the loader keeps only the expansion error for that path. In a secret
+//! field ([`SECRET_FIELDS`]) a `${` may be part of the secret rather than
+//! a reference, so the error there quotes none of the text: it names the
+//! field (and, for a value that is one whole reference, its variable).
 
 use yaml_serde::Value;
 
@@ -32,15 +35,44 @@ pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Expands every scalar of `value` in place and returns the errors, each
-/// with the path of its scalar.
-pub(super) fn expand_tree(value: &mut Value, env: Env<'_>) -> Vec<(String, ExpandError)> {
+/// The fields whose values are secrets: passwords, a URL that may hold a
+/// user and a password, tokens. No message quotes their text.
+pub(super) const SECRET_FIELDS: [&str; 5] = [
+    "admin.token",
+    "store.redis.url",
+    "store.redis.username",
+    "store.redis.password",
+    "users.jwt.secret",
+];
+
+/// Expands every scalar of `value` in place and returns the errors' messages,
+/// each with the path of its scalar.
+pub(super) fn expand_tree(value: &mut Value, env: Env<'_>) -> Vec<(String, String)> {
     let mut errors = Vec::new();
     walk(value, String::new(), env, &mut errors);
     errors
 }
 
-fn walk(value: &mut Value, path: String, env: Env<'_>, errors: &mut Vec<(String, ExpandError)>) {
+/// What an expansion error at `path` says; in a secret field, nothing of
+/// `text`.
+fn message(path: &str, text: &str, e: &ExpandError) -> String {
+    if !SECRET_FIELDS.contains(&path) {
+        return e.to_string();
+    }
+    let whole_reference = text.starts_with("${") && text.find('}') == Some(text.len() - 1);
+    match e {
+        ExpandError::Unset(_) if whole_reference => e.to_string(),
+        ExpandError::Unset(_) => "references an environment variable that is not set (the \
+            value is secret and not shown); set it, or write $$ for each $ the value holds"
+            .to_owned(),
+        ExpandError::Malformed { reason, .. } => format!(
+            "holds a ${{ that {reason} (the value is secret and not shown); write $$ for each \
+             $ the value holds, or give the whole value as ${{NAME}} or in a file"
+        ),
+    }
+}
+
+fn walk(value: &mut Value, path: String, env: Env<'_>, errors: &mut Vec<(String, String)>) {
     match value {
         Value::String(text) if has_references(text) => {
             let referenced = text.contains("${");
@@ -54,7 +86,7 @@ fn walk(value: &mut Value, path: String, env: Env<'_>, errors: &mut Vec<(String,
                     };
                 }
                 Err(e) => {
-                    errors.push((path, e));
+                    errors.push((path.clone(), message(&path, text, &e)));
                     *value = Value::String(String::new());
                 }
             }
@@ -113,7 +145,7 @@ mod tests {
         }
     }
 
-    fn run(src: &str) -> (Value, Vec<(String, ExpandError)>) {
+    fn run(src: &str) -> (Value, Vec<(String, String)>) {
         let mut value: Value = yaml_serde::from_str(src).expect("test YAML");
         let errors = expand_tree(&mut value, &env);
         (value, errors)
@@ -136,8 +168,37 @@ mod tests {
         let (value, errors) = run("a:\n  b: [ok, \"${NOPE}\"]\n");
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].0, "a.b[1]");
-        assert_eq!(errors[0].1, ExpandError::Unset(vec!["NOPE".into()]));
+        assert_eq!(
+            errors[0].1,
+            ExpandError::Unset(vec!["NOPE".into()]).to_string()
+        );
         let want: Value = yaml_serde::from_str("a:\n  b: [ok, \"\"]\n").expect("YAML");
         assert_eq!(value, want);
+    }
+
+    #[test]
+    fn an_error_in_a_secret_field_quotes_none_of_it() {
+        let src = "store:\n  redis:\n    password: Tr0ub4dor${9x!Lq-SECRETTAIL\n    username: u${NOPE}SECRETTAIL\nadmin: { token: \"${NOPE}\" }\n";
+        let (_, errors) = run(src);
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        for (path, message) in &errors {
+            assert!(
+                !message.contains("SECRETTAIL") && !message.contains("9x"),
+                "{path}: {message}"
+            );
+        }
+        // A value that is one whole reference names its variable.
+        assert!(
+            errors
+                .iter()
+                .any(|(p, m)| p == "admin.token" && m.contains("${NOPE}")),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|(p, m)| p == "store.redis.username" && !m.contains("NOPE")),
+            "{errors:?}"
+        );
     }
 }

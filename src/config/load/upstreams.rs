@@ -199,11 +199,17 @@ impl Check<'_> {
             &child_key(path, "max_percent"),
             int(0, 100),
         );
+        let ended_by_checks = self.optional(
+            &eject.ended_by_checks,
+            &child_key(path, "ended_by_checks"),
+            |_: &mut Self, b: &file::Flag, _: &str| Ok(b.0),
+        );
         Ok(Eject {
             after: after?.map_or(defaults.after, |n| u32::try_from(n).unwrap_or(u32::MAX)),
             duration: duration?.unwrap_or(defaults.duration),
             max_percent: max_percent?
                 .map_or(defaults.max_percent, |n| u32::try_from(n).unwrap_or(100)),
+            ended_by_checks: ended_by_checks?.unwrap_or(defaults.ended_by_checks),
         })
     }
 }

@@ -145,6 +145,25 @@ impl EndpointState {
     pub fn is_ejected(&self) -> bool {
         self.ejected(&mut None)
     }
+
+    /// Ends a running ejection before its time, if one runs. Its length
+    /// and end stay as the doubling's history: failing again soon doubles.
+    fn end_ejection(&self) -> bool {
+        use Ordering::Relaxed;
+        let (until, t) = (self.ejected_until.load(Relaxed), now_ms());
+        let running = until != 0 && t < until;
+        if !running
+            || self
+                .ejected_until
+                .compare_exchange(until, 0, Relaxed, Relaxed)
+                != Ok(until)
+        {
+            return false;
+        }
+        self.last_end_ms.store(t, Relaxed);
+        self.failures.store(0, Relaxed);
+        true
+    }
 }
 
 /// One address of a target.
@@ -604,6 +623,8 @@ impl Balancer {
         s.last_end_ms.store(until, Ordering::Relaxed);
         s.ejected_until.store(until, Ordering::Relaxed);
         s.failures.store(0, Ordering::Relaxed);
+        // Passes that end the ejection are counted from here.
+        s.check_passes.store(0, Ordering::Relaxed);
         s.ejections.fetch_add(1, Ordering::Relaxed);
         if let Some(m) = self.metrics.get(e.target) {
             m.ejected();
@@ -619,13 +640,22 @@ impl Balancer {
     }
 
     /// The verdict of one active check of `e`; returns whether its health
-    /// changed.
+    /// changed. `healthy_after` passes also end a running ejection, unless
+    /// `eject.ended_by_checks` is false.
     pub fn checked(&self, e: &Endpoint, passed: bool) -> Option<bool> {
         let health = self.config.health.as_ref()?;
         let s = &e.state;
         if passed {
             s.check_fails.store(0, Ordering::Relaxed);
             let n = s.check_passes.fetch_add(1, Ordering::Relaxed) + 1;
+            let ends = n >= health.healthy_after && self.config.eject.ended_by_checks;
+            if ends && s.end_ejection() {
+                if let Some(m) = self.metrics.get(e.target) {
+                    m.ejection_ended();
+                }
+                let target = &self.config.targets[e.target].url;
+                tracing::info!(pool = %self.config.name, %target, addr = ?e.addr, "target passes its health checks; ejection ended");
+            }
             if !s.healthy() && n >= health.healthy_after {
                 s.healthy.store(true, Ordering::Relaxed);
                 return Some(true);

@@ -90,6 +90,7 @@ fn ejection_stops_at_max_percent_and_panic_uses_every_target() {
         after: 2,
         duration: Duration::from_secs(60),
         max_percent: 50,
+        ended_by_checks: true,
     };
     let b = pool(Balance::RoundRobin, &[1, 1, 1, 1], eject);
     let eps = b.endpoints();
@@ -115,6 +116,7 @@ fn a_repeated_ejection_doubles_up_to_ten_times() {
         after: 1,
         duration: Duration::from_millis(100),
         max_percent: 100,
+        ended_by_checks: true,
     };
     let b = pool(Balance::RoundRobin, &[1, 1], eject);
     let e = b.endpoints().list[0].clone();
@@ -134,6 +136,56 @@ fn a_repeated_ejection_doubles_up_to_ten_times() {
     e.state.last_ejection_ms.store(0, Ordering::Relaxed);
     assert!(b.failed(&e));
     assert_eq!(e.state.last_ejection_ms.load(Ordering::Relaxed), 100);
+}
+
+/// A pool of two with active checks (`healthy_after: 2`) and ejections
+/// of 60 s that passing checks end or not.
+fn checked_pool(ended_by_checks: bool) -> Balancer {
+    let eject = Eject {
+        after: 1,
+        duration: Duration::from_secs(60),
+        max_percent: 100,
+        ended_by_checks,
+    };
+    let mut config = (*pool(Balance::RoundRobin, &[1, 1], eject).config).clone();
+    config.health = Some(crate::config::HealthCheck {
+        path: http::uri::PathAndQuery::from_static("/healthz"),
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(1),
+        unhealthy_after: 2,
+        healthy_after: 2,
+    });
+    let one = Duration::from_secs(1);
+    Balancer::new(Arc::new(config), None, one, one, None)
+}
+
+#[test]
+fn passing_checks_end_an_ejection_and_keep_its_doubling() {
+    let b = checked_pool(true);
+    let e = b.endpoints().list[0].clone();
+    // Checks passed before the ejection do not count towards its end.
+    b.checked(&e, true);
+    b.checked(&e, true);
+    assert!(b.failed(&e));
+    b.checked(&e, true);
+    assert!(e.state.is_ejected(), "one pass of two");
+    b.checked(&e, true);
+    assert!(!e.state.is_ejected(), "two passes end it");
+    assert_eq!(e.state.failures.load(Ordering::Relaxed), 0);
+    // Failing again at once: the ejection lasts twice as long.
+    assert!(b.failed(&e));
+    assert_eq!(e.state.last_ejection_ms.load(Ordering::Relaxed), 120_000);
+}
+
+#[test]
+fn an_ejection_runs_its_time_when_checks_do_not_end_it() {
+    let b = checked_pool(false);
+    let e = b.endpoints().list[0].clone();
+    assert!(b.failed(&e));
+    for _ in 0..5 {
+        b.checked(&e, true);
+    }
+    assert!(e.state.is_ejected());
 }
 
 #[test]
