@@ -28,7 +28,8 @@ pub fn first(now: u64, w: u64, p: u64) -> u64 {
     now.checked_sub(w).map_or(0, |x| x / p.max(1))
 }
 
-/// Drops the buckets that no longer count at `now`.
+/// Drops the buckets that do not count at `now`: those wholly older than
+/// the window.
 pub fn prune(counts: &mut BucketCounts, now: u64, w: u64, p: u64) {
     let first = first(now, w, p);
     let gone = counts.partition_point(|&(b, _)| b < first);
