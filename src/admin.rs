@@ -18,6 +18,8 @@
 //! - `/metrics`: Prometheus/OpenMetrics text (see [`crate::metrics`]).
 //! - `/admin/top?n=10`: per limit, the identities (hashed) it denied most,
 //!   enforced or in shadow mode (see [`crate::top`]), as JSON.
+//! - `/` and `/console/`: the operators' console ([`console`]), a page
+//!   whose data (`/admin/console/…`) ask for the admin token.
 //! - `/admin/callers`, `/admin/overrides`: the support API ([`api`]), one
 //!   caller's limits read, reset and overridden, behind the admin token;
 //!   the only endpoints that take `PUT` and `DELETE`.
@@ -29,6 +31,7 @@
 
 pub mod api;
 pub mod callers;
+pub mod console;
 pub mod known;
 pub mod overrides;
 pub mod probe;
@@ -146,10 +149,11 @@ pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Ful
             "application/json",
             upstreams(gw).to_string(),
         ),
+        p if console::serves_page(p) => console::page(p),
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
-            "not found; try /metrics, /healthz, /readyz, /admin/top, /admin/upstreams, /admin/callers or /admin/overrides\n",
+            "not found; try /console/, /metrics, /healthz, /readyz, /admin/top, /admin/upstreams, /admin/callers or /admin/overrides\n",
         ),
     }
 }

@@ -79,6 +79,7 @@ pub mod breaker;
 mod clients;
 mod cluster;
 mod commands;
+pub mod console;
 pub mod failovers;
 pub mod fault;
 pub mod follow;
@@ -123,6 +124,9 @@ pub struct RedisStore {
     batcher: Option<batch::Batcher>,
     /// The watchdog and, behind Sentinel, the follower (`follow`).
     followers: Vec<tokio::task::JoinHandle<()>>,
+    /// This gateway's member of the live instances (`heartbeat`), which
+    /// also names what it publishes for the console (`console`).
+    instance: String,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -185,7 +189,13 @@ impl RedisStore {
             came_up,
             batcher,
             followers,
+            instance: heartbeat::instance_id(),
         })
+    }
+
+    /// This gateway's id among the live instances (`heartbeat`).
+    pub fn instance_id(&self) -> &str {
+        &self.instance
     }
 
     /// Waits at most `timeout` for a connection to be up; whether one is.
