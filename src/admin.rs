@@ -149,7 +149,7 @@ pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Ful
             "application/json",
             upstreams(gw).to_string(),
         ),
-        p if console::serves_page(p) => console::page(p),
+        p if console::serves_page(p) => console::page(gw, p, req.uri().query().unwrap_or("")),
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,

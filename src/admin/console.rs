@@ -6,9 +6,12 @@
 //!   open, and show nothing but a login prompt without the admin token. The
 //!   page keeps the token in `sessionStorage` (`tollgate.token`) and sends
 //!   it as a bearer header — no cookie, so no cross-site request can use it.
-//! - `/admin/console/now`, `/admin/console/denied`: the data, behind the
-//!   admin token like the support API ([`super::api`]), which the page
-//!   calls itself to look up, reset and override one caller.
+//! - `/admin/console/now`, `/admin/console/denied`,
+//!   `/admin/console/replays`: the data, behind the admin token like the
+//!   support API ([`super::api`]), which the page calls itself to look up,
+//!   reset and override one caller.
+//! - `/console/replays/NAME`: one of `simulate`'s reports ([`replays`]),
+//!   under a sandboxing policy of its own.
 //! - Every answer of the page's paths carries a strict
 //!   Content-Security-Policy: scripts and styles from this origin only, no
 //!   inline script, no framing; the page inserts every value as text.
@@ -18,6 +21,7 @@
 //! gateways'.
 
 pub mod fleet;
+pub mod replays;
 pub mod sample;
 
 use std::sync::Arc;
@@ -58,8 +62,11 @@ pub fn serves_data(path: &str) -> bool {
     path.starts_with("/admin/console/")
 }
 
-/// The page, its script and style, or the redirect to it.
-pub fn page(path: &str) -> Response<Full<Bytes>> {
+/// The page, its script and style, the redirect to it, or a report.
+pub fn page(gw: &Gateway, path: &str, query: &str) -> Response<Full<Bytes>> {
+    if path.starts_with(replays::PREFIX) {
+        return replays::open(gw, path, query, sample::now_ms());
+    }
     let (status, body, kind) = match path {
         "/" | "/console" => {
             let mut res = Response::new(Full::new(Bytes::new()));
@@ -71,7 +78,11 @@ pub fn page(path: &str) -> Response<Full<Bytes>> {
         "/console/" | "/console/index.html" => (StatusCode::OK, INDEX, "text/html; charset=utf-8"),
         "/console/console.js" => (StatusCode::OK, SCRIPT, "text/javascript; charset=utf-8"),
         "/console/console.css" => (StatusCode::OK, STYLE, "text/css; charset=utf-8"),
-        _ => (StatusCode::NOT_FOUND, "not found\n", "text/plain; charset=utf-8"),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "not found\n",
+            "text/plain; charset=utf-8",
+        ),
     };
     let mut res = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *res.status_mut() = status;
@@ -105,11 +116,12 @@ pub fn data(gw: &Gateway, path: &str, query: &str) -> Response<Full<Bytes>> {
     let body = match path {
         "/admin/console/now" => now(gw, since(query)),
         "/admin/console/denied" => denied(gw),
+        "/admin/console/replays" => replays::list(gw, sample::now_ms()),
         _ => {
             return super::reply::problem(
                 StatusCode::NOT_FOUND,
                 "Not Found",
-                "the console's data are /admin/console/now and /admin/console/denied",
+                "the console's data are /admin/console/now, /admin/console/denied and /admin/console/replays",
                 None,
             );
         }
@@ -142,7 +154,11 @@ fn now(gw: &Gateway, since: u64) -> serde_json::Value {
     let health = gw.limiter().health();
     let (sync, on_error, prefix) = gw.with_config(|c| {
         (
-            c.store.redis.as_ref().and_then(|r| r.sync).map(|d| d.as_millis()),
+            c.store
+                .redis
+                .as_ref()
+                .and_then(|r| r.sync)
+                .map(|d| d.as_millis()),
             format!("{:?}", c.store.on_error).to_lowercase(),
             c.store.prefix.clone(),
         )

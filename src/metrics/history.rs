@@ -137,7 +137,10 @@ impl History {
 
     /// Keeps the fleet's denials as merged from `gateways` gateways.
     pub fn set_fleet_denied(&self, denied: Vec<Denied>, gateways: u32) {
-        *self.fleet_denied.lock().unwrap_or_else(PoisonError::into_inner) = (denied, gateways);
+        *self
+            .fleet_denied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = (denied, gateways);
     }
 
     /// The fleet's denials as last merged, and how many gateways they
@@ -161,7 +164,8 @@ impl History {
 
     /// Seconds held (local, fleet): never over [`SECONDS`] each.
     pub fn len(&self) -> (usize, usize) {
-        let n = |r: &Mutex<VecDeque<Second>>| r.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let n =
+            |r: &Mutex<VecDeque<Second>>| r.lock().unwrap_or_else(PoisonError::into_inner).len();
         (n(&self.local), n(&self.fleet))
     }
 

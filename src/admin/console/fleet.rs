@@ -130,7 +130,12 @@ fn window(now: &LimitTop, before: Option<&LimitTop>, minutes: u32) -> Option<Den
     let was: HashMap<&str, u64> = before.map(|b| b.counts().collect()).unwrap_or_default();
     let mut top: Vec<(String, u64)> = now
         .counts()
-        .map(|(id, n)| (id.to_owned(), n.saturating_sub(was.get(id).copied().unwrap_or(0))))
+        .map(|(id, n)| {
+            (
+                id.to_owned(),
+                n.saturating_sub(was.get(id).copied().unwrap_or(0)),
+            )
+        })
         .filter(|(_, n)| *n > 0)
         .collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -185,7 +190,8 @@ pub fn merge(summaries: &[Summary]) -> (Second, Vec<Denied>) {
         }
     }
     for d in &mut denied {
-        d.top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        d.top
+            .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         d.top.truncate(SHOWN);
     }
     (second, denied)
@@ -227,12 +233,19 @@ mod tests {
 
     #[test]
     fn merges_counts_and_callers_across_gateways() {
-        let (second, denied) = merge(&[summary(3, "key=a"), summary(4, "key=a"), summary(2, "key=b")]);
+        let (second, denied) = merge(&[
+            summary(3, "key=a"),
+            summary(4, "key=a"),
+            summary(2, "key=b"),
+        ]);
         assert_eq!(second.gateways, 3);
         assert_eq!(second.routes[0].limited, 9);
         assert_eq!(second.routes[0].p99_ms, Some(4.0));
         assert_eq!(denied.len(), 1);
         assert_eq!(denied[0].denied, 9);
-        assert_eq!(denied[0].top, vec![("key=a".into(), 7), ("key=b".into(), 2)]);
+        assert_eq!(
+            denied[0].top,
+            vec![("key=a".into(), 7), ("key=b".into(), 2)]
+        );
     }
 }

@@ -70,7 +70,8 @@ fn second_of(
     last: &HashMap<String, Totals>,
     now: &HashMap<String, Totals>,
 ) -> Second {
-    let names: Vec<String> = gw.with_config(|c| c.routes.iter().map(|r| r.name.to_string()).collect());
+    let names: Vec<String> =
+        gw.with_config(|c| c.routes.iter().map(|r| r.name.to_string()).collect());
     let empty = Totals::default();
     let routes = names
         .into_iter()
@@ -155,7 +156,11 @@ pub fn read_totals(text: &str) -> HashMap<String, Totals> {
             let (Some(route), Some(le)) = (label(&labels, "route"), label(&labels, "le")) else {
                 continue;
             };
-            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::NAN) };
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap_or(f64::NAN)
+            };
             if !le.is_nan() {
                 out.entry(route).or_default().buckets.push((le, value));
             }
@@ -220,7 +225,12 @@ mod tests {
     #[test]
     fn percentiles_of_what_the_histogram_gained() {
         let before = [(0.001, 10), (0.002, 10), (0.004, 10), (f64::INFINITY, 10)];
-        let after = [(0.001, 10), (0.002, 108), (0.004, 110), (f64::INFINITY, 110)];
+        let after = [
+            (0.001, 10),
+            (0.002, 108),
+            (0.004, 110),
+            (f64::INFINITY, 110),
+        ];
         assert_eq!(percentiles(&before, &after), (Some(2.0), Some(4.0)));
         assert_eq!(percentiles(&after, &after), (None, None));
     }
