@@ -319,6 +319,21 @@ impl RedisStore {
         self.clients.eval(script, keys, args).await
     }
 
+    /// [`Self::eval`] for a call no decision depends on: its refusal
+    /// (a missing ACL permission) is returned, not recorded as a fault of
+    /// the gateway, so it never makes `/readyz` fail.
+    ///
+    /// # Errors
+    /// As [`Self::eval`].
+    pub async fn eval_aside(
+        &self,
+        script: &'static str,
+        keys: &[&str],
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        self.clients.eval_aside(script, keys, args).await
+    }
+
     /// `HGET key field`, bounded by the store's timeout like a decision.
     /// Used for the dynamic API-key → plan hash.
     ///

@@ -1,6 +1,9 @@
 //! What each gateway publishes for the operators' console, and the fleet's
 //! summaries read back: one script call per publication ([`exchange`]),
 //! made at most once a second by the console's sampler, never by a request.
+//! A refusal of it (an ACL without the console's key) is the console's
+//! problem alone: it is not recorded as the gateway's fault, so `/readyz`
+//! stays as the decisions make it.
 //!
 //! The summaries live in one hash beside the heartbeat's sorted set
 //! (`<prefix>{instances}console`, field = instance id); the script keeps
@@ -37,7 +40,7 @@ pub async fn exchange(
         Value::Integer(ttl),
     ];
     let reply = store
-        .eval(SCRIPT, &[instances.as_str(), hash.as_str()], args)
+        .eval_aside(SCRIPT, &[instances.as_str(), hash.as_str()], args)
         .await?;
     let Value::Array(items) = reply else {
         return Err(unexpected(&reply));
