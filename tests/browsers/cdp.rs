@@ -204,32 +204,4 @@ impl Page<'_> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-
-    /// A PNG of the page, as bytes.
-    pub async fn screenshot(&self) -> Vec<u8> {
-        let r = self
-            .call("Page.captureScreenshot", json!({ "format": "png" }))
-            .await;
-        let data = r["data"].as_str().unwrap_or("");
-        base64_decode(data)
-    }
-}
-
-/// Standard base64, as the protocol sends screenshots.
-fn base64_decode(text: &str) -> Vec<u8> {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for b in text.bytes() {
-        let Some(v) = ALPHABET.iter().position(|a| *a == b) else {
-            continue;
-        };
-        acc = (acc << 6) | v as u32;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    out
 }

@@ -89,8 +89,12 @@ async fn an_operator_finds_resets_and_overrides_a_limited_caller_across_the_flee
 
     // Without the token, nothing but the prompt; a wrong one is refused.
     page.navigate(&format!("http://{}/console/", b.admin)).await;
-    page.wait_for("the login prompt", "!document.getElementById('login').hidden", WITHIN)
-        .await;
+    page.wait_for(
+        "the login prompt",
+        "!document.getElementById('login').hidden",
+        WITHIN,
+    )
+    .await;
     page.eval("document.getElementById('token').value = 'wrong'; document.getElementById('login-form').requestSubmit(); true")
         .await;
     page.wait_for(
@@ -137,26 +141,35 @@ async fn an_operator_finds_resets_and_overrides_a_limited_caller_across_the_flee
         .await;
     assert_eq!(row, "7");
     assert!(
-        page.eval("document.getElementById('limited-note').textContent").await.as_str().unwrap_or("").contains("2 gateways")
+        page.eval("document.getElementById('limited-note').textContent")
+            .await
+            .as_str()
+            .unwrap_or("")
+            .contains("2 gateways")
     );
-    page.eval("document.querySelector('table[data-limit=\"api/per_key\"] a.look-up').click(); true")
-        .await;
+    page.eval(
+        "document.querySelector('table[data-limit=\"api/per_key\"] a.look-up').click(); true",
+    )
+    .await;
 
     // One caller: used up on every gateway; reset on b, admitted on a.
     let remaining = "(() => { const r = document.querySelector('#caller-limits tr[data-limit=\"api/per_key\"]'); return r ? r.querySelector('.remaining').textContent : null; })()";
-    assert_eq!(page.wait_for("the caller's limits", remaining, WITHIN).await, "0");
+    assert_eq!(
+        page.wait_for("the caller's limits", remaining, WITHIN)
+            .await,
+        "0"
+    );
     assert_eq!(hit(&a, "k1").await, 429);
     page.eval("document.querySelector('#caller-limits tr[data-limit=\"api/per_key\"] button.reset').click(); true")
         .await;
-    page.wait_for(
-        "the reset",
-        &format!("{remaining} === '3'"),
-        WITHIN,
-    )
-    .await;
+    page.wait_for("the reset", &format!("{remaining} === '3'"), WITHIN)
+        .await;
     // Gateway a forgets its cached denial when it sees the reset's
     // generation (it watches for it); denied tries count nothing.
-    until("k1 admitted on the other gateway", WITHIN, || async { hit(&a, "k1").await == 200 }).await;
+    until("k1 admitted on the other gateway", WITHIN, || async {
+        hit(&a, "k1").await == 200
+    })
+    .await;
 
     // An override with a ttl, set from the page through the support API.
     page.eval(
@@ -171,11 +184,21 @@ async fn an_operator_finds_resets_and_overrides_a_limited_caller_across_the_flee
             WITHIN,
         )
         .await;
-    let secs: u64 = expires.as_str().unwrap_or("").trim_end_matches(" s").parse().unwrap_or(0);
+    let secs: u64 = expires
+        .as_str()
+        .unwrap_or("")
+        .trim_end_matches(" s")
+        .parse()
+        .unwrap_or(0);
     assert!((590..=600).contains(&secs), "{expires}");
     let listed = admin_json(&a, "/admin/overrides").await;
     assert_eq!(listed["overrides"][0]["quota"], 50, "{listed}");
-    assert!(listed["overrides"][0]["expires_in_s"].as_u64().is_some_and(|s| s <= 600), "{listed}");
+    assert!(
+        listed["overrides"][0]["expires_in_s"]
+            .as_u64()
+            .is_some_and(|s| s <= 600),
+        "{listed}"
+    );
 
     // An identity written as markup: looked up, overridden, listed — text.
     page.eval(&format!(
@@ -202,7 +225,9 @@ async fn an_operator_finds_resets_and_overrides_a_limited_caller_across_the_flee
         )
         .await;
     assert_eq!(shown, format!("header.x-user={XSS}").as_str());
-    let images = page.eval("document.querySelectorAll('main img').length").await;
+    let images = page
+        .eval("document.querySelectorAll('main img').length")
+        .await;
     assert_eq!(images, 0);
     // Nothing ran: no dialog opened, nothing asked for `x`.
     assert!(browser.events("Page.javascriptDialogOpening").is_empty());
@@ -211,8 +236,16 @@ async fn an_operator_finds_resets_and_overrides_a_limited_caller_across_the_flee
         .iter()
         .filter_map(|e| e["params"]["request"]["url"].as_str().map(str::to_owned))
         .collect();
-    assert!(!asked.iter().any(|u| u.ends_with("/x") && !u.contains("/api/")), "{asked:?}");
-    assert!(asked.iter().any(|u| u.contains("/admin/overrides")), "{asked:?}");
+    assert!(
+        !asked
+            .iter()
+            .any(|u| u.ends_with("/x") && !u.contains("/api/")),
+        "{asked:?}"
+    );
+    assert!(
+        asked.iter().any(|u| u.contains("/admin/overrides")),
+        "{asked:?}"
+    );
 }
 
 async fn admin_json(gw: &AdminGateway, path: &str) -> Value {

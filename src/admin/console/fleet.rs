@@ -32,15 +32,9 @@ pub struct Summary {
 
 /// Publishes and remembers whether the last publication worked, so a
 /// broken one warns once rather than every second.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Publisher {
     failing: bool,
-}
-
-impl Default for Publisher {
-    fn default() -> Self {
-        Self { failing: false }
-    }
 }
 
 impl Publisher {
