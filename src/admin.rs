@@ -34,6 +34,7 @@ pub mod callers;
 pub mod console;
 pub mod known;
 pub mod overrides;
+pub mod pools;
 pub mod probe;
 pub mod reply;
 pub mod request;
@@ -147,7 +148,7 @@ pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Ful
         "/admin/upstreams" => reply(
             StatusCode::OK,
             "application/json",
-            upstreams(gw).to_string(),
+            pools::upstreams(gw).to_string(),
         ),
         p if console::serves_page(p) => console::page(gw, p, req.uri().query().unwrap_or("")),
         _ => reply(
@@ -156,42 +157,6 @@ pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Ful
             "not found; try /console/, /metrics, /healthz, /readyz, /admin/top, /admin/upstreams, /admin/callers or /admin/overrides\n",
         ),
     }
-}
-
-/// Every pool with each of its endpoints — every address a target stands
-/// for — and what they have been through.
-fn upstreams(gw: &Gateway) -> serde_json::Value {
-    let pools: Vec<serde_json::Value> = gw
-        .balancers()
-        .iter()
-        .map(|b| {
-            let eps = b.endpoints();
-            let targets: Vec<serde_json::Value> = eps
-                .list
-                .iter()
-                .map(|e| {
-                    serde_json::json!({
-                        "target": &*b.config.targets[e.target].url,
-                        "address": e.addr.map(|a| a.to_string()),
-                        "weight": e.weight,
-                        "healthy": e.state.healthy(),
-                        "ejected": e.state.is_ejected(),
-                        "ejections": e.state.ejections(),
-                        "in_flight": e.state.in_flight(),
-                    })
-                })
-                .collect();
-            serde_json::json!({
-                "name": b.name(),
-                "balance": crate::config::Balance::SPELLINGS
-                    .iter()
-                    .find(|(_, v)| *v == b.config.balance)
-                    .map(|(n, _)| *n),
-                "targets": targets,
-            })
-        })
-        .collect();
-    serde_json::json!({ "pools": pools })
 }
 
 fn readyz(gw: &Gateway, draining: bool) -> Response<Full<Bytes>> {

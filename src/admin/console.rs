@@ -21,13 +21,14 @@
 //! gateways'.
 
 pub mod fleet;
+pub mod policy;
 pub mod replays;
 pub mod sample;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue, LOCATION};
+use http::header::{CONTENT_TYPE, HeaderValue, LOCATION};
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde_json::json;
@@ -40,11 +41,6 @@ pub const PAGE: &str = "/console/";
 const INDEX: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
 const STYLE: &str = include_str!("console/console.css");
-
-/// The page's policy: everything from this origin, no inline script or
-/// style, no plugins, no framing, no forms posting elsewhere.
-pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-     connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// Starts the sampler (and, with Redis, the publisher) for `gw`; abort the
 /// handle to stop it.
@@ -88,27 +84,8 @@ pub fn page(gw: &Gateway, path: &str, query: &str) -> Response<Full<Bytes>> {
     *res.status_mut() = status;
     res.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(kind));
-    guard(&mut res, CSP);
+    policy::guard(&mut res, policy::CSP);
     res
-}
-
-/// Headers every console answer carries: its policy, no sniffing, no
-/// referrer, no caching.
-pub fn guard(res: &mut Response<Full<Bytes>>, csp: &'static str) {
-    let h = res.headers_mut();
-    h.insert(
-        HeaderName::from_static("content-security-policy"),
-        HeaderValue::from_static(csp),
-    );
-    h.insert(
-        HeaderName::from_static("x-content-type-options"),
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        HeaderName::from_static("referrer-policy"),
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
 }
 
 /// The answer to an authorised `GET` of a data path.
@@ -127,7 +104,7 @@ pub fn data(gw: &Gateway, path: &str, query: &str) -> Response<Full<Bytes>> {
         }
     };
     let mut res = super::reply::json(&body);
-    guard(&mut res, CSP);
+    policy::guard(&mut res, policy::CSP);
     res
 }
 
@@ -184,7 +161,7 @@ fn now(gw: &Gateway, since: u64) -> serde_json::Value {
             "live_instances": health.live_instances(),
             "prefix": prefix,
         },
-        "pools": super::upstreams(gw)["pools"],
+        "pools": super::pools::upstreams(gw)["pools"],
     })
 }
 

@@ -67,7 +67,7 @@ pub struct Second {
 
 /// The callers one limit denied most over the last `minutes`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Denied {
+pub struct DeniedCallers {
     /// Route name.
     pub route: String,
     /// Limit name.
@@ -88,7 +88,7 @@ pub struct History {
     fleet: Mutex<VecDeque<Second>>,
     tops: Mutex<VecDeque<(u64, Vec<LimitTop>)>>,
     /// The fleet's denials as last merged, and the gateways merged.
-    fleet_denied: Mutex<(Vec<Denied>, u32)>,
+    fleet_denied: Mutex<(Vec<DeniedCallers>, u32)>,
     /// Summaries published to Redis.
     pub published: Counter,
     /// Publications that failed (Redis down, refused, or a bad reply).
@@ -136,7 +136,7 @@ impl History {
     }
 
     /// Keeps the fleet's denials as merged from `gateways` gateways.
-    pub fn set_fleet_denied(&self, denied: Vec<Denied>, gateways: u32) {
+    pub fn set_fleet_denied(&self, denied: Vec<DeniedCallers>, gateways: u32) {
         *self
             .fleet_denied
             .lock()
@@ -145,7 +145,7 @@ impl History {
 
     /// The fleet's denials as last merged, and how many gateways they
     /// came from (0 before the first merge, or without Redis).
-    pub fn fleet_denied(&self) -> (Vec<Denied>, u32) {
+    pub fn fleet_denied(&self) -> (Vec<DeniedCallers>, u32) {
         self.fleet_denied
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -189,8 +189,16 @@ impl RedisStore {
             came_up,
             batcher,
             followers,
-            instance: heartbeat::instance_id(),
+            instance: Self::new_instance_id(),
         })
+    }
+
+    /// A random id for an instance: process id and a random number, so
+    /// two processes (or two gateways in one test process) never share one.
+    pub fn new_instance_id() -> String {
+        use std::hash::{BuildHasher, RandomState};
+        let random = RandomState::new().hash_one(std::time::SystemTime::now());
+        format!("{}-{random:016x}", std::process::id())
     }
 
     /// This gateway's id among the live instances (`heartbeat`).

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use crate::metrics::history::{Denied, Second};
+use crate::metrics::history::{DeniedCallers, Second};
 use crate::pipeline::Gateway;
 use crate::store::redis::console::exchange;
 use crate::top::LimitTop;
@@ -27,7 +27,7 @@ pub struct Summary {
     /// Its last second.
     pub second: Second,
     /// Its denials per limit and window.
-    pub denied: Vec<Denied>,
+    pub denied: Vec<DeniedCallers>,
 }
 
 /// Publishes and remembers whether the last publication worked, so a
@@ -41,7 +41,7 @@ impl Publisher {
     /// Publishes `second` and `denied`, then records the fleet's merged
     /// view; without Redis, or when publishing fails, the fleet's view is
     /// this gateway's alone.
-    pub async fn publish(&mut self, gw: &Gateway, second: Second, denied: Vec<Denied>) {
+    pub async fn publish(&mut self, gw: &Gateway, second: Second, denied: Vec<DeniedCallers>) {
         let history = &gw.metrics().history;
         let Some(store) = gw.limiter().admin().redis() else {
             history.push_fleet(second);
@@ -96,7 +96,7 @@ impl Publisher {
 /// offenders now and the snapshot taken at least that long ago (none: the
 /// gateway is younger, and everything since its start counts). Within
 /// [`TOPS_EVERY`](crate::metrics::history::TOPS_EVERY) of the window.
-pub fn denied_windows(gw: &Gateway, now: u64) -> Vec<Denied> {
+pub fn denied_windows(gw: &Gateway, now: u64) -> Vec<DeniedCallers> {
     let current = gw.top().snapshot(crate::top::CAPACITY);
     let history = &gw.metrics().history;
     let mut out = Vec::new();
@@ -116,7 +116,7 @@ pub fn denied_windows(gw: &Gateway, now: u64) -> Vec<Denied> {
     out
 }
 
-fn window(now: &LimitTop, before: Option<&LimitTop>, minutes: u32) -> Option<Denied> {
+fn window(now: &LimitTop, before: Option<&LimitTop>, minutes: u32) -> Option<DeniedCallers> {
     let denied = now.denied - before.map_or(0, |b| b.denied.min(now.denied));
     if denied == 0 {
         return None;
@@ -134,7 +134,7 @@ fn window(now: &LimitTop, before: Option<&LimitTop>, minutes: u32) -> Option<Den
         .collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     top.truncate(SHOWN);
-    Some(Denied {
+    Some(DeniedCallers {
         route: now.route.clone(),
         limit: now.limit.clone(),
         minutes,
@@ -145,7 +145,7 @@ fn window(now: &LimitTop, before: Option<&LimitTop>, minutes: u32) -> Option<Den
 
 /// The fleet's second and denials: counts summed per route, latency the
 /// slowest gateway's, identities' denials summed per limit and window.
-pub fn merge(summaries: &[Summary]) -> (Second, Vec<Denied>) {
+pub fn merge(summaries: &[Summary]) -> (Second, Vec<DeniedCallers>) {
     let mut second = Second {
         at: summaries.iter().map(|s| s.second.at).max().unwrap_or(0),
         gateways: u32::try_from(summaries.len()).unwrap_or(u32::MAX),
@@ -166,7 +166,7 @@ pub fn merge(summaries: &[Summary]) -> (Second, Vec<Denied>) {
             m.p99_ms = max(m.p99_ms, r.p99_ms);
         }
     }
-    let mut denied: Vec<Denied> = Vec::new();
+    let mut denied: Vec<DeniedCallers> = Vec::new();
     for d in summaries.iter().flat_map(|s| &s.denied) {
         let Some(m) = denied
             .iter_mut()
@@ -215,7 +215,7 @@ mod tests {
                     ..RouteSecond::default()
                 }],
             },
-            denied: vec![Denied {
+            denied: vec![DeniedCallers {
                 route: "r".into(),
                 limit: "l".into(),
                 minutes: 1,

@@ -131,7 +131,7 @@ pub fn open(gw: &Gateway, path: &str, query: &str, now: u64) -> Response<Full<By
     *res.status_mut() = status;
     res.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(kind));
-    super::guard(&mut res, CSP);
+    super::policy::guard(&mut res, CSP);
     res
 }
 

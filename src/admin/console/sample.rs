@@ -20,7 +20,7 @@ pub const INTERVAL: Duration = Duration::from_secs(1);
 /// shadow_limited, exempt, error) and the upstream latency histogram's
 /// cumulative buckets (upper bound in seconds, count).
 #[derive(Debug, Clone, Default)]
-pub struct Totals {
+pub struct RouteTotals {
     outcomes: [u64; 5],
     buckets: Vec<(f64, u64)>,
 }
@@ -67,12 +67,12 @@ fn millis(d: Duration) -> u64 {
 fn second_of(
     gw: &Gateway,
     at: u64,
-    last: &HashMap<String, Totals>,
-    now: &HashMap<String, Totals>,
+    last: &HashMap<String, RouteTotals>,
+    now: &HashMap<String, RouteTotals>,
 ) -> Second {
     let names: Vec<String> =
         gw.with_config(|c| c.routes.iter().map(|r| r.name.to_string()).collect());
-    let empty = Totals::default();
+    let empty = RouteTotals::default();
     let routes = names
         .into_iter()
         .map(|route| {
@@ -135,8 +135,8 @@ pub fn percentiles(before: &[(f64, u64)], after: &[(f64, u64)]) -> (Option<f64>,
 }
 
 /// Every route's totals in the text exposition `text`.
-pub fn read_totals(text: &str) -> HashMap<String, Totals> {
-    let mut out: HashMap<String, Totals> = HashMap::new();
+pub fn read_totals(text: &str) -> HashMap<String, RouteTotals> {
+    let mut out: HashMap<String, RouteTotals> = HashMap::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("tollgate_requests_total{") {
             let Some((labels, value)) = split_sample(rest) else {
