@@ -42,6 +42,9 @@ pub struct Config {
     /// (`admin.token` or `admin.token_file`, read at every load); without
     /// one they answer 403.
     pub admin_token: Option<Arc<str>>,
+    /// The folder of `simulate`'s HTML reports the console lists and
+    /// opens (`admin.replays`); none when absent.
+    pub admin_replays: Option<std::path::PathBuf>,
     /// Where limiter state lives and what to do when it is unreachable.
     pub store: StoreConfig,
     /// How the client IP is read.

@@ -36,6 +36,7 @@ use outcome::label;
 pub use outcome::{Access, Ending, Outcome};
 
 pub mod delay;
+pub mod history;
 pub mod outcome;
 pub mod spans;
 pub mod targets;
@@ -427,6 +428,8 @@ pub struct Metrics {
     pub targets: targets::TargetFamilies,
     /// The series of the span export (tracing).
     pub spans: spans::SpanMetrics,
+    /// What the operators' console remembers of these series.
+    pub history: history::History,
 }
 
 impl Default for Metrics {
@@ -500,7 +503,9 @@ impl Metrics {
         );
         let targets = targets::TargetFamilies::register(&mut registry);
         let spans = spans::SpanMetrics::register(&mut registry);
+        let history = history::History::register(&mut registry);
         Self {
+            history,
             registry,
             targets,
             spans,

@@ -104,7 +104,7 @@ impl RedisSide {
             tokio::spawn(heartbeat::run(
                 Arc::clone(&store),
                 heartbeat::key(&cfg.prefix),
-                heartbeat::instance_id(),
+                store.instance_id().to_owned(),
                 instances.clone(),
             )),
         ];

@@ -79,6 +79,7 @@ pub mod breaker;
 mod clients;
 mod cluster;
 mod commands;
+pub mod console;
 pub mod failovers;
 pub mod fault;
 pub mod follow;
@@ -123,6 +124,9 @@ pub struct RedisStore {
     batcher: Option<batch::Batcher>,
     /// The watchdog and, behind Sentinel, the follower (`follow`).
     followers: Vec<tokio::task::JoinHandle<()>>,
+    /// This gateway's member of the live instances (`heartbeat`), which
+    /// also names what it publishes for the console (`console`).
+    instance: String,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -185,7 +189,21 @@ impl RedisStore {
             came_up,
             batcher,
             followers,
+            instance: Self::new_instance_id(),
         })
+    }
+
+    /// A random id for an instance: process id and a random number, so
+    /// two processes (or two gateways in one test process) never share one.
+    pub fn new_instance_id() -> String {
+        use std::hash::{BuildHasher, RandomState};
+        let random = RandomState::new().hash_one(std::time::SystemTime::now());
+        format!("{}-{random:016x}", std::process::id())
+    }
+
+    /// This gateway's id among the live instances (`heartbeat`).
+    pub fn instance_id(&self) -> &str {
+        &self.instance
     }
 
     /// Waits at most `timeout` for a connection to be up; whether one is.
@@ -307,6 +325,21 @@ impl RedisStore {
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
         self.clients.eval(script, keys, args).await
+    }
+
+    /// [`Self::eval`] for a call no decision depends on: its refusal
+    /// (a missing ACL permission) is returned, not recorded as a fault of
+    /// the gateway, so it never makes `/readyz` fail.
+    ///
+    /// # Errors
+    /// As [`Self::eval`].
+    pub async fn eval_aside(
+        &self,
+        script: &'static str,
+        keys: &[&str],
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        self.clients.eval_aside(script, keys, args).await
     }
 
     /// `HGET key field`, bounded by the store's timeout like a decision.

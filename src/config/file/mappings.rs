@@ -230,6 +230,9 @@ pub struct AdminMap {
     pub token: Field<Text>,
     /// `token_file: /run/secrets/tollgate-admin` — the token, read from a file
     pub token_file: Field<Text>,
+    /// `replays: /var/lib/tollgate/replays` — the folder of `simulate`'s
+    /// HTML reports the console opens
+    pub replays: Field<Text>,
 }
 
 /// `listen[i].tls:`

@@ -233,8 +233,38 @@ impl Clients {
             .await
     }
 
+    /// [`Self::eval`] whose refusal is not recorded as the gateway's
+    /// fault ([`Self::eval_unjudged`]).
+    ///
+    /// # Errors
+    /// As [`Self::eval`].
+    pub(super) async fn eval_aside(
+        &self,
+        script: &'static str,
+        keys: &[&str],
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        self.eval_unjudged(Instant::now() + self.timeout, script, keys, args)
+            .await
+    }
+
     /// [`Self::eval`] that must finish by `deadline`.
     pub(super) async fn eval_by(
+        &self,
+        deadline: Instant,
+        script: &'static str,
+        keys: &[&str],
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        let result = self.eval_unjudged(deadline, script, keys, args).await;
+        self.health.observe(Op::Eval, &result);
+        result
+    }
+
+    /// [`Self::eval_by`] whose refusal says nothing of the gateway's
+    /// health: for calls no decision depends on (the console's summaries),
+    /// whose missing permission must not make `/readyz` fail.
+    pub(super) async fn eval_unjudged(
         &self,
         deadline: Instant,
         script: &'static str,
@@ -268,7 +298,6 @@ impl Clients {
             .await
             .unwrap_or(Err(StoreError::Timeout));
         self.observe(&conn, sent, &result);
-        self.health.observe(Op::Eval, &result);
         result
     }
 
