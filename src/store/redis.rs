@@ -84,6 +84,7 @@ pub mod fault;
 pub mod follow;
 pub mod heartbeat;
 pub mod leases;
+pub mod nodes;
 mod push;
 mod script;
 pub mod settle;
@@ -172,6 +173,12 @@ impl RedisStore {
             Arc::clone(&clients),
             sentinel.is_some(),
         ))];
+        if clients.clustered {
+            followers.push(tokio::spawn(follow::follow_cluster(
+                Arc::clone(&clients),
+                topology::fred_config(cfg)?,
+            )));
+        }
         if let Some(service) = sentinel {
             let template = topology::fred_config(cfg)?;
             followers.push(tokio::spawn(follow::follow(
@@ -273,6 +280,21 @@ impl RedisStore {
     /// The failovers followed, for metrics.
     pub fn failovers(&self) -> &failovers::Failovers {
         &self.clients.failovers
+    }
+
+    /// In a Cluster, each node's breaker opens after `failures`
+    /// consecutive failures or timeouts of calls for its slots (`nodes`).
+    pub fn break_per_node(&self, failures: u32) {
+        if let Some(nodes) = &self.clients.nodes {
+            nodes.set_failures(failures);
+        }
+    }
+
+    /// In a Cluster, mirrors each node's breaker in `gauges` (1 open).
+    pub fn export_node_breakers(&self, gauges: nodes::NodeGauges) {
+        if let Some(nodes) = &self.clients.nodes {
+            nodes.export(gauges);
+        }
     }
 
     /// Whether the store talks to a Cluster (a call's keys must then share
