@@ -37,7 +37,7 @@ routes:
 
 /// Calls of the scripts (`EVALSHA`, `EVAL`) `port` has run, from
 /// `INFO commandstats`.
-async fn script_calls(port: u16) -> u64 {
+pub(super) async fn script_calls(port: u16) -> u64 {
     let info = query_string(port, &["INFO", "commandstats"])
         .await
         .unwrap_or_default();

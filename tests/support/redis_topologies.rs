@@ -194,6 +194,10 @@ impl RedisCluster {
                     "nodes.conf".into(),
                     "--cluster-node-timeout".into(),
                     node_timeout_ms.to_string(),
+                    // The setting docs/redis.md recommends: a master marked
+                    // failed stops only its own slots, not every node's.
+                    "--cluster-require-full-coverage".into(),
+                    "no".into(),
                     // The default bus port (port + 10000) may be taken or
                     // beyond 65535; pick a free one as well.
                     "--cluster-port".into(),

@@ -281,9 +281,10 @@ impl Clients {
 
     /// Cluster: replaces every link's client by a new one seeded with
     /// `seeds` (the current masters, the promoted ones first), once all of
-    /// them are connected, within `connect_timeout`; the old clients are
-    /// stopped then. Until that moment the old clients keep serving, so the
-    /// slots that did not move are decided throughout. Whether the links
+    /// them are connected, within `connect_timeout`. Until that moment the
+    /// old clients keep serving, so the slots that did not move are decided
+    /// throughout; they are stopped one call timeout after it, when the
+    /// calls that took them before the swap are over. Whether the links
     /// moved.
     pub(super) async fn rebuild(&self, seeds: &[Server]) -> bool {
         let ServerConfig::Clustered { policy, .. } = &self.build.config.server else {
@@ -317,11 +318,21 @@ impl Clients {
                 }
             }
         }
-        for (link, conn) in self.links.iter().zip(fresh) {
-            if let Some(old) = link.conn.swap(Some(conn)) {
-                old.stop();
+        // Calls that took an old client just before the swap finish on it
+        // (each is bounded by the call timeout); then it is stopped.
+        let old: Vec<Arc<Conn>> = self
+            .links
+            .iter()
+            .zip(fresh)
+            .filter_map(|(link, conn)| link.conn.swap(Some(conn)))
+            .collect();
+        let grace = self.timeout;
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            for conn in old {
+                conn.stop();
             }
-        }
+        });
         true
     }
 
