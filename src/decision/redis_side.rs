@@ -175,8 +175,13 @@ impl RedisSide {
         }
     }
 
-    /// Redis decides again (or `sync` mode does): says so once.
+    /// Redis decides again (or `sync` mode does): says so once. In a
+    /// Cluster, not while a node's breaker is open: its slots are still
+    /// decided by `on_error`, and the state would flip with every request.
     pub(super) fn shared_again(&self) {
+        if self.reach.fallback_active() && self.store.a_node_is_down() {
+            return;
+        }
         if self.reach.answered() {
             self.metrics.fallback.set(0);
             info!("redis answers again; limits are shared again");

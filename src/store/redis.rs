@@ -297,6 +297,11 @@ impl RedisStore {
         }
     }
 
+    /// In a Cluster, whether the breaker of a node that owns slots is open.
+    pub fn a_node_is_down(&self) -> bool {
+        self.clients.nodes.as_ref().is_some_and(|n| n.any_open())
+    }
+
     /// Whether the store talks to a Cluster (a call's keys must then share
     /// a slot).
     pub fn is_clustered(&self) -> bool {

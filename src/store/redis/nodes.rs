@@ -201,6 +201,15 @@ impl Nodes {
         }
     }
 
+    /// Whether the breaker of a node that owns slots is open.
+    pub(super) fn any_open(&self) -> bool {
+        self.map
+            .load()
+            .runs
+            .iter()
+            .any(|r| r.node.open.load(Ordering::Relaxed))
+    }
+
     /// Whether the breaker of the node at `addr` is open.
     pub(super) fn is_open(&self, addr: &str) -> bool {
         self.node(addr).open.load(Ordering::Acquire)
