@@ -109,6 +109,16 @@ fn load(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_cluster_master_stops_only_its_slots_until_its_replica_is_promoted() {
+    fault_one_master("STOP").await;
+}
+
+/// Faults the master that owns `u0` with `signal` (`STOP`: woken with
+/// `CONT` two seconds after its replica's promotion; `KILL`: never back)
+/// under load, and holds the numbers of the module docs. A killed master
+/// does not meet them yet: fred answers one node's closed connection by
+/// reconnecting to every node, which fails while the dead master is in
+/// the slot map, so every slot waits for the promotion (docs/redis.md).
+async fn fault_one_master(signal: &str) {
     if std::env::var_os("FAILOVER_TRACE").is_some() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter("tollgate=info")
@@ -143,7 +153,8 @@ async fn a_frozen_cluster_master_stops_only_its_slots_until_its_replica_is_promo
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let before = script_calls(frozen).await;
-    cluster.node(frozen).signal("STOP");
+    cluster.node(frozen).signal(signal);
+    let killed = signal == "KILL";
     let frozen_at = Instant::now();
     wait::until("the replica promoted", Duration::from_secs(20), || async {
         query_string(replica, &["INFO", "replication"])
@@ -153,14 +164,24 @@ async fn a_frozen_cluster_master_stops_only_its_slots_until_its_replica_is_promo
     .await;
     let promoted = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    cluster.node(frozen).signal("CONT");
+    if !killed {
+        cluster.node(frozen).signal("CONT");
+    }
     // What was written to its socket before the move runs as it wakes.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let woke = script_calls(frozen).await;
+    let woke = if killed {
+        before
+    } else {
+        script_calls(frozen).await
+    };
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
     load.await.expect("load");
-    let after = script_calls(frozen).await;
+    let after = if killed {
+        before
+    } else {
+        script_calls(frozen).await
+    };
     let failovers: Vec<String> = gw
         .inner
         .metrics()
@@ -200,7 +221,7 @@ async fn a_frozen_cluster_master_stops_only_its_slots_until_its_replica_is_promo
         })
         .count();
     eprintln!(
-        "cluster: {} requests ({} users, {} on the frozen master); replica promoted {:?} after the freeze; last non-200 of the frozen slots {:?} after the promotion; non-200 of the other slots: {failed_elsewhere} ({decided_elsewhere_while_frozen} decided while frozen); old master ran {} queued scripts on waking and was sent {} after; {failovers:?}",
+        "cluster, {signal}: {} requests ({} users, {} on the frozen master); replica promoted {:?} after the freeze; last non-200 of the frozen slots {:?} after the promotion; non-200 of the other slots: {failed_elsewhere} ({decided_elsewhere_while_frozen} decided while frozen); old master ran {} queued scripts on waking and was sent {} after; {failovers:?}",
         sent.len(),
         USERS,
         on_frozen.iter().filter(|f| **f).count(),
@@ -223,3 +244,4 @@ async fn a_frozen_cluster_master_stops_only_its_slots_until_its_replica_is_promo
         "scripts sent to the old master after it woke"
     );
 }
+
