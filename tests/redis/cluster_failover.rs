@@ -115,7 +115,7 @@ async fn a_frozen_cluster_master_stops_only_its_slots_until_its_replica_is_promo
 /// Faults the master that owns `u0` with `signal` (`STOP`: woken with
 /// `CONT` two seconds after its replica's promotion; `KILL`: never back)
 /// under load, and holds the numbers of the module docs. A killed master
-/// does not meet them yet: fred answers one node's closed connection by
+/// meets only the first yet (its slots back within a second): fred answers one node's closed connection by
 /// reconnecting to every node, which fails while the dead master is in
 /// the slot map, so every slot waits for the promotion (docs/redis.md).
 async fn fault_one_master(signal: &str) {
@@ -230,8 +230,6 @@ async fn fault_one_master(signal: &str) {
         woke.saturating_sub(before),
         after.saturating_sub(woke),
     );
-    assert_eq!(failed_elsewhere, 0, "the other masters' slots failed");
-    assert!(decided_elsewhere_while_frozen > 0);
     if let Some(late) = last_failure_after_promotion {
         assert!(
             late <= Duration::from_secs(1),
@@ -243,5 +241,16 @@ async fn fault_one_master(signal: &str) {
         0,
         "scripts sent to the old master after it woke"
     );
+    if !killed {
+        assert_eq!(failed_elsewhere, 0, "the other masters' slots failed");
+        assert!(decided_elsewhere_while_frozen > 0);
+    }
 }
 
+/// A master killed (-9): its slots are decided on the promoted replica
+/// within a second of the promotion; the other slots' failures until then
+/// are reported, not held (see [`fault_one_master`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cluster_master_is_followed_to_its_promoted_replica() {
+    fault_one_master("KILL").await;
+}
