@@ -49,7 +49,7 @@ pub(super) async fn script_calls(port: u16) -> u64 {
 }
 
 /// The count the route's fixed-window key holds on `port` (`<window>:<count>`).
-async fn counted(port: u16) -> u64 {
+pub(super) async fn counted(port: u16) -> u64 {
     let keys = match query(port, &["KEYS", "tg:{*}?*"]).await {
         Ok(redis::Value::Array(keys)) => keys,
         _ => return 0,
