@@ -212,12 +212,6 @@ impl StoreMetrics {
             "1 while the breaker in front of Redis is open (Redis is not called), else 0",
             store_breaker_open.clone(),
         );
-        let node_breaker_open = NodeGauges::default();
-        registry.register(
-            "tollgate_store_node_breaker_open",
-            "Redis Cluster: 1 while the breaker of this node is open (calls for its slots are decided by on_error), else 0",
-            node_breaker_open.clone(),
-        );
         let store_fault = Family::<FaultLabels, Gauge<i64, AtomicI64>>::default();
         registry.register(
             "tollgate_store_fault",
@@ -278,7 +272,7 @@ impl StoreMetrics {
             errors: store_errors,
             fallback: store_fallback,
             breaker_open: store_breaker_open,
-            node_breaker_open,
+            node_breaker_open: register_node_breakers(registry),
             deny_cache_hits,
             faults: FaultKind::ALL
                 .map(|kind| store_fault.get_or_create_owned(&FaultLabels { kind: kind.label() })),
@@ -287,6 +281,17 @@ impl StoreMetrics {
             backlog_dropped,
         }
     }
+}
+
+/// `tollgate_store_node_breaker_open{node}`, one gauge per Cluster node.
+fn register_node_breakers(registry: &mut Registry) -> NodeGauges {
+    let gauges = NodeGauges::default();
+    registry.register(
+        "tollgate_store_node_breaker_open",
+        "Redis Cluster: 1 while the breaker of this node is open (calls for its slots are decided by on_error), else 0",
+        gauges.clone(),
+    );
+    gauges
 }
 
 /// `tollgate_store_failovers_total{reason}`, one counter per
