@@ -48,7 +48,9 @@
 //!   follow the master the sentinels name ([`follow`]), so a hung server
 //!   turns into fast `Unavailable` answers rather than one timeout per
 //!   request, and a failover is followed whether the old master died,
-//!   froze or woke up.
+//!   froze or woke up. In a Cluster each node has a breaker of its own
+//!   and the slot map is read from every node ([`nodes`]), so a silent
+//!   master stops only its slots, and its promoted replica is followed.
 //!
 //! Two more halves of availability live beside the store:
 //! [`fault`] tells a Redis that refuses this gateway (credentials, ACL,
@@ -65,7 +67,8 @@
 //!
 //! The files: this one holds [`RedisStore`] and what it answers; `clients`
 //! the pool and its link watchers; [`follow`] the watchdog and the
-//! Sentinel follower that replace the pool's clients; `commands` every command sent;
+//! Sentinel and Cluster followers that replace the pool's clients;
+//! [`nodes`] a Cluster's slot map and per-node breakers; `commands` every command sent;
 //! `script` the decision script's arguments and replies; `batch` and
 //! `cluster` the two ways a decision travels; `push` the way back of an
 //! outage's backlog; `sync` the exchange of `sync` mode's counts. This file imports them, and they import none of it;
