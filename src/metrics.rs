@@ -42,6 +42,7 @@ pub mod spans;
 pub mod targets;
 use crate::store::redis::failovers::FailoverReason;
 use crate::store::redis::fault::FaultKind;
+use crate::store::redis::nodes::NodeGauges;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -137,6 +138,8 @@ pub struct StoreMetrics {
     pub fallback: Gauge<i64, AtomicI64>,
     /// 1 while the breaker is open (Redis is not called), else 0.
     pub breaker_open: Gauge<i64, AtomicI64>,
+    /// In a Cluster, 1 per node while its breaker is open, else 0.
+    pub node_breaker_open: NodeGauges,
     /// Requests answered from the deny cache, without a Redis call.
     pub deny_cache_hits: Counter,
     /// 1 while Redis refuses the gateway for that reason, per
@@ -167,6 +170,7 @@ impl Default for StoreMetrics {
             errors: Counter::default(),
             fallback: Gauge::default(),
             breaker_open: Gauge::default(),
+            node_breaker_open: NodeGauges::default(),
             deny_cache_hits: Counter::default(),
             faults: Default::default(),
             failovers: Default::default(),
@@ -269,6 +273,7 @@ impl StoreMetrics {
             errors: store_errors,
             fallback: store_fallback,
             breaker_open: store_breaker_open,
+            node_breaker_open: register_node_breakers(registry),
             deny_cache_hits,
             faults: FaultKind::ALL
                 .map(|kind| store_fault.get_or_create_owned(&FaultLabels { kind: kind.label() })),
@@ -277,6 +282,17 @@ impl StoreMetrics {
             backlog_dropped,
         }
     }
+}
+
+/// `tollgate_store_node_breaker_open{node}`, one gauge per Cluster node.
+fn register_node_breakers(registry: &mut Registry) -> NodeGauges {
+    let gauges = NodeGauges::default();
+    registry.register(
+        "tollgate_store_node_breaker_open",
+        "Redis Cluster: 1 while the breaker of this node is open (calls for its slots are decided by on_error), else 0",
+        gauges.clone(),
+    );
+    gauges
 }
 
 /// `tollgate_store_failovers_total{reason}`, one counter per

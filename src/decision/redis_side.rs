@@ -86,10 +86,16 @@ impl RedisSide {
     /// breaker's probe, the heartbeat and the announcement of the first
     /// connection.
     pub(super) async fn start(cfg: &StoreConfig, r: &RedisConfig) -> Result<Self, StoreError> {
-        let breaker = Arc::new(Breaker::new(cfg.breaker));
         let instances = Instances::default();
         let warming = Arc::new(AtomicBool::new(true));
         let store = Arc::new(RedisStore::connect(r).await?);
+        // A Cluster breaks per node, in the store.
+        let breaker = Arc::new(if store.is_clustered() {
+            store.break_per_node(cfg.breaker.failures);
+            Breaker::per_node(cfg.breaker)
+        } else {
+            Breaker::new(cfg.breaker)
+        });
         store.use_server_clock(cfg.clock == ClockSource::Redis);
         // Serving starts at once; the first connection comes up meanwhile
         // (see `cold_start`).
@@ -169,8 +175,13 @@ impl RedisSide {
         }
     }
 
-    /// Redis decides again (or `sync` mode does): says so once.
+    /// Redis decides again (or `sync` mode does): says so once. In a
+    /// Cluster, not while a node's breaker is open: its slots are still
+    /// decided by `on_error`, and the state would flip with every request.
     pub(super) fn shared_again(&self) {
+        if self.reach.fallback_active() && self.store.a_node_is_down() {
+            return;
+        }
         if self.reach.answered() {
             self.metrics.fallback.set(0);
             info!("redis answers again; limits are shared again");

@@ -48,7 +48,9 @@
 //!   follow the master the sentinels name ([`follow`]), so a hung server
 //!   turns into fast `Unavailable` answers rather than one timeout per
 //!   request, and a failover is followed whether the old master died,
-//!   froze or woke up.
+//!   froze or woke up. In a Cluster each node has a breaker of its own
+//!   and the slot map is read from every node ([`nodes`]), so a silent
+//!   master stops only its slots, and its promoted replica is followed.
 //!
 //! Two more halves of availability live beside the store:
 //! [`fault`] tells a Redis that refuses this gateway (credentials, ACL,
@@ -65,7 +67,8 @@
 //!
 //! The files: this one holds [`RedisStore`] and what it answers; `clients`
 //! the pool and its link watchers; [`follow`] the watchdog and the
-//! Sentinel follower that replace the pool's clients; `commands` every command sent;
+//! Sentinel and Cluster followers that replace the pool's clients;
+//! [`nodes`] a Cluster's slot map and per-node breakers; `commands` every command sent;
 //! `script` the decision script's arguments and replies; `batch` and
 //! `cluster` the two ways a decision travels; `push` the way back of an
 //! outage's backlog; `sync` the exchange of `sync` mode's counts. This file imports them, and they import none of it;
@@ -85,6 +88,7 @@ pub mod fault;
 pub mod follow;
 pub mod heartbeat;
 pub mod leases;
+pub mod nodes;
 mod push;
 mod script;
 pub mod settle;
@@ -176,6 +180,12 @@ impl RedisStore {
             Arc::clone(&clients),
             sentinel.is_some(),
         ))];
+        if clients.clustered {
+            followers.push(tokio::spawn(follow::follow_cluster(
+                Arc::clone(&clients),
+                topology::fred_config(cfg)?,
+            )));
+        }
         if let Some(service) = sentinel {
             let template = topology::fred_config(cfg)?;
             followers.push(tokio::spawn(follow::follow(
@@ -291,6 +301,26 @@ impl RedisStore {
     /// The failovers followed, for metrics.
     pub fn failovers(&self) -> &failovers::Failovers {
         &self.clients.failovers
+    }
+
+    /// In a Cluster, each node's breaker opens after `failures`
+    /// consecutive failures or timeouts of calls for its slots (`nodes`).
+    pub fn break_per_node(&self, failures: u32) {
+        if let Some(nodes) = &self.clients.nodes {
+            nodes.set_failures(failures);
+        }
+    }
+
+    /// In a Cluster, mirrors each node's breaker in `gauges` (1 open).
+    pub fn export_node_breakers(&self, gauges: nodes::NodeGauges) {
+        if let Some(nodes) = &self.clients.nodes {
+            nodes.export(gauges);
+        }
+    }
+
+    /// In a Cluster, whether the breaker of a node that owns slots is open.
+    pub fn a_node_is_down(&self) -> bool {
+        self.clients.nodes.as_ref().is_some_and(|n| n.any_open())
     }
 
     /// Whether the store talks to a Cluster (a call's keys must then share
