@@ -83,6 +83,7 @@ fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
                 concurrency: None,
                 share: None,
                 settle: l.settle.clone(),
+                reserve_from: l.reserve_from.clone(),
             };
             let stored = Limit {
                 name: Arc::from(format!("{}.{}", l.name, pl.name)),

@@ -54,6 +54,7 @@ pub fn caller<'a>(gw: &Gateway, fields: &'a CallerFields, headers: &'a HeaderMap
         user: fields.user.as_deref().map(|u| Cow::Borrowed(u.as_bytes())),
         plan: None,
         headers,
+        body: None,
     }
 }
 

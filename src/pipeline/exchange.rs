@@ -186,6 +186,7 @@ impl Strongest {
             user,
             plan: None,
             headers: &empty,
+            body: None,
         };
         let mut text = String::with_capacity(48);
         identity::write_source(&mut text, &source, &caller);
