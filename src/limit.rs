@@ -17,6 +17,7 @@ pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod state;
+pub mod usage;
 
 use smallvec::SmallVec;
 

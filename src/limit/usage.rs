@@ -1,0 +1,729 @@
+//! Costs read out of a body: the tokens an AI API reports it used, found in
+//! a JSON response or in the Server-Sent Events of a streamed one as the
+//! bytes pass, and the reservation and keys found in a request's JSON body.
+//!
+//! A [`UsageSpec`] says what to read: a sum of terms, each a set of
+//! alternative dotted paths ([`JsonPath`]). A [`UsageReader`] sees every
+//! chunk of one response ([`UsageReader::feed`]) and answers the cost at
+//! the end ([`UsageReader::finish`]), or why the reservation stands
+//! ([`Kept`]). It never holds the body:
+//!
+//! - a JSON body (`application/json`, `…+json`) goes through a streaming
+//!   scanner (`scan`) that keeps a few hundred bytes of state whatever the
+//!   body's size, and records only numbers at wanted paths;
+//! - an event stream (`text/event-stream`) is split into events (`sse`);
+//!   each event's data is held up to [`EVENT_BUFFER`] bytes, and only an
+//!   event that holds the quoted last segment of a wanted path (a
+//!   `memchr::memmem` search, so the chunks between two usage reports cost
+//!   a copy and a search) is scanned; an event past the buffer is scanned
+//!   as it streams, without the search. Every event is a JSON document of
+//!   its own; one that is not JSON (`[DONE]`, a keep-alive) is skipped.
+//!
+//! In a stream, each term takes the last value seen at any of its paths
+//! ([`Stream::Last`], for cumulative reports) or the sum of all of them
+//! ([`Stream::Sum`], for per-event deltas); the cost is the sum of the
+//! terms. A body with `Content-Encoding: gzip` (or `x-gzip`) or `deflate`
+//! (zlib, as RFC 9110 §8.4.1.2 defines it) is read decoded, up to
+//! [`MAX_DECODED`] bytes; any other encoding keeps the reservation.
+//!
+//! Numbers count when they are non-negative integers up to 2^63 − 1,
+//! written without fraction or exponent (`12`, not `12.0` or `1.2e1`). At a
+//! wanted path, anything else — a string, `true`, a negative, fractional or
+//! exponent number, one past 2^63 − 1, an object or array where the number
+//! is due — makes the answer [`Kept::BadNumber`], as do two values for one
+//! term in one document (a duplicate key, or two of its alternative paths
+//! at once). `null` is no value (OpenAI's chunks carry `"usage": null`).
+//! A JSON body that is not one JSON value (truncated, `NaN`, trailing
+//! bytes, deeper than 128 containers) is [`Kept::NotJson`].
+
+mod request;
+mod scan;
+mod sse;
+
+use std::fmt;
+use std::io::Write;
+use std::sync::Arc;
+
+use flate2::write::{GzDecoder, ZlibDecoder};
+use memchr::memmem::Finder;
+
+pub use request::{json_str, json_u64};
+use scan::Scanner;
+
+/// The most terms a spec sums.
+pub const MAX_TERMS: usize = 8;
+/// The most paths a spec names, all terms together.
+pub const MAX_PATHS: usize = 64;
+/// The most segments of one path.
+pub const MAX_SEGMENTS: usize = 16;
+/// The longest segment, in bytes.
+pub const MAX_SEGMENT: usize = 64;
+/// An SSE event's data held for the search before it is scanned as it
+/// streams instead.
+pub const EVENT_BUFFER: usize = 16 * 1024;
+/// Decoded bytes of a compressed body read at most; past them the
+/// reservation is kept ([`Kept::TooLarge`]), which bounds the work a small
+/// compressed body can cause.
+pub const MAX_DECODED: u64 = 64 * 1024 * 1024;
+
+/// A dotted path into a JSON document: object keys from the top
+/// (`usage.total_tokens`). Segments are letters, digits, `_` and `-`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JsonPath {
+    segments: Vec<Box<str>>,
+}
+
+impl JsonPath {
+    /// Reads `usage.total_tokens`.
+    ///
+    /// # Errors
+    /// The reason, for the loader's message.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("an empty path; write a dotted path such as usage.total_tokens".into());
+        }
+        let mut segments = Vec::new();
+        for seg in text.split('.') {
+            if seg.is_empty() {
+                return Err(format!(
+                    "`{text}` has an empty segment; write a dotted path such as usage.total_tokens"
+                ));
+            }
+            if let Some(c) = seg
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+            {
+                return Err(format!(
+                    "`{text}`: a path segment holds letters, digits, `_` and `-`, not `{c}`"
+                ));
+            }
+            if seg.len() > MAX_SEGMENT {
+                return Err(format!(
+                    "`{text}`: a segment is at most {MAX_SEGMENT} bytes"
+                ));
+            }
+            segments.push(seg.into());
+        }
+        if segments.len() > MAX_SEGMENTS {
+            return Err(format!(
+                "`{text}`: a path has at most {MAX_SEGMENTS} segments"
+            ));
+        }
+        Ok(Self { segments })
+    }
+
+    /// The keys from the top.
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().map(|s| &**s)
+    }
+}
+
+impl fmt::Display for JsonPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.segments.iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            f.write_str(s)?;
+        }
+        Ok(())
+    }
+}
+
+/// How a term reads a stream that reports it more than once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Stream {
+    /// The last value seen (`stream: last`): cumulative reports.
+    #[default]
+    Last,
+    /// The sum of every value seen (`stream: sum`): per-event deltas.
+    Sum,
+}
+
+/// What a response's usage is read from; see the module docs.
+#[derive(Debug, Clone)]
+pub struct UsageSpec {
+    terms: Vec<Vec<JsonPath>>,
+    stream: Stream,
+    paths: Paths,
+    /// The quoted last segments of the paths, each once: an SSE event with
+    /// none of them holds no wanted key.
+    needles: Vec<Finder<'static>>,
+}
+
+impl PartialEq for UsageSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.terms == other.terms && self.stream == other.stream
+    }
+}
+
+impl Eq for UsageSpec {}
+
+impl UsageSpec {
+    /// Reads `usage.input_tokens + usage.output_tokens`: terms separated by
+    /// `+`, each a path or alternative paths separated by `|`
+    /// (`usage.input_tokens | message.usage.input_tokens`).
+    ///
+    /// # Errors
+    /// The reason, for the loader's message.
+    pub fn parse(text: &str, stream: Stream) -> Result<Self, String> {
+        let mut terms = Vec::new();
+        for term in text.split('+') {
+            let mut alternatives = Vec::new();
+            for alt in term.split('|') {
+                let path = JsonPath::parse(alt)?;
+                if !alternatives.contains(&path) {
+                    alternatives.push(path);
+                }
+            }
+            terms.push(alternatives);
+        }
+        Self::new(terms, stream)
+    }
+
+    fn new(terms: Vec<Vec<JsonPath>>, stream: Stream) -> Result<Self, String> {
+        if terms.len() > MAX_TERMS {
+            return Err(format!("at most {MAX_TERMS} terms are summed"));
+        }
+        let paths = Paths::new(&terms);
+        if paths.list.len() > MAX_PATHS {
+            return Err(format!("at most {MAX_PATHS} paths are read"));
+        }
+        let mut needles: Vec<Vec<u8>> = Vec::new();
+        for p in &paths.list {
+            if let Some(last) = p.segments.last() {
+                let quoted = [b"\"", &last[..], b"\""].concat();
+                if !needles.contains(&quoted) {
+                    needles.push(quoted);
+                }
+            }
+        }
+        let needles = needles
+            .iter()
+            .map(|n| Finder::new(n).into_owned())
+            .collect();
+        Ok(Self {
+            terms,
+            stream,
+            paths,
+            needles,
+        })
+    }
+
+    fn of(terms: &[&[&str]]) -> Self {
+        let terms = terms
+            .iter()
+            .map(|alts| {
+                alts.iter()
+                    .filter_map(|p| JsonPath::parse(p).ok())
+                    .collect()
+            })
+            .collect();
+        match Self::new(terms, Stream::Last) {
+            Ok(spec) => spec,
+            Err(_) => unreachable!("the presets are within the bounds"),
+        }
+    }
+
+    /// `from_body: openai`: `usage.total_tokens` of a chat completion, in
+    /// its JSON body or in the last chunk of its stream (sent when the
+    /// client asks `stream_options: {include_usage: true}`; the chunks
+    /// before carry `"usage": null`); and `response.usage.total_tokens` of
+    /// the Responses API's `response.completed` event.
+    pub fn openai() -> Self {
+        Self::of(&[&["usage.total_tokens", "response.usage.total_tokens"]])
+    }
+
+    /// `from_body: anthropic`: input plus output tokens of the Messages
+    /// API, from the top-level `usage` of a JSON body or of a stream's
+    /// `message_delta` events (cumulative), or the `message.usage` of its
+    /// `message_start` event; the last seen of each.
+    pub fn anthropic() -> Self {
+        Self::of(&[
+            &["usage.input_tokens", "message.usage.input_tokens"],
+            &["usage.output_tokens", "message.usage.output_tokens"],
+        ])
+    }
+
+    /// How each term reads a stream.
+    pub fn stream(&self) -> Stream {
+        self.stream
+    }
+
+    /// The terms, each its alternative paths.
+    pub fn terms(&self) -> &[Vec<JsonPath>] {
+        &self.terms
+    }
+
+    /// Whether an SSE event's data can hold a wanted key.
+    fn wanted(&self, event: &[u8]) -> bool {
+        self.needles.iter().any(|n| n.find(event).is_some())
+    }
+}
+
+impl fmt::Display for UsageSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, term) in self.terms.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" + ")?;
+            }
+            for (j, path) in term.iter().enumerate() {
+                if j > 0 {
+                    f.write_str(" | ")?;
+                }
+                write!(f, "{path}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every path of a spec, each with its term, as the scanner walks them:
+/// one bit per path in a `u64` mask.
+#[derive(Debug, Clone)]
+struct Paths {
+    list: Vec<PathEntry>,
+}
+
+#[derive(Debug, Clone)]
+struct PathEntry {
+    segments: Vec<Box<[u8]>>,
+    term: usize,
+}
+
+impl Paths {
+    fn new(terms: &[Vec<JsonPath>]) -> Self {
+        let list = terms
+            .iter()
+            .enumerate()
+            .flat_map(|(term, alts)| {
+                alts.iter().map(move |p| PathEntry {
+                    segments: p.segments.iter().map(|s| s.as_bytes().into()).collect(),
+                    term,
+                })
+            })
+            .collect();
+        Self { list }
+    }
+
+    /// Every path.
+    fn all(&self) -> u64 {
+        match self.list.len() {
+            64.. => u64::MAX,
+            n => (1u64 << n) - 1,
+        }
+    }
+
+    fn bits(mask: u64) -> impl Iterator<Item = usize> {
+        let mut m = mask;
+        std::iter::from_fn(move || {
+            if m == 0 {
+                return None;
+            }
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            Some(i)
+        })
+    }
+
+    /// The paths of `mask` whose segment `index` is `key`.
+    fn step(&self, mask: u64, index: usize, key: &[u8]) -> u64 {
+        let mut out = 0;
+        for i in Self::bits(mask) {
+            if self.list[i]
+                .segments
+                .get(index)
+                .is_some_and(|s| **s == *key)
+            {
+                out |= 1 << i;
+            }
+        }
+        out
+    }
+
+    /// The paths of `mask` that have `depth` segments: they end at the
+    /// value at that depth.
+    fn ending(&self, mask: u64, depth: usize) -> u64 {
+        let mut out = 0;
+        for i in Self::bits(mask) {
+            if self.list[i].segments.len() == depth {
+                out |= 1 << i;
+            }
+        }
+        out
+    }
+
+    /// The terms of the paths of `mask`.
+    fn terms_of(&self, mask: u64) -> impl Iterator<Item = usize> + '_ {
+        Self::bits(mask).map(|i| self.list[i].term)
+    }
+}
+
+/// How a response's body is framed, by its `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// One JSON document (`application/json`, `…/…+json`).
+    Json,
+    /// Server-Sent Events (`text/event-stream`), a JSON document per event.
+    Sse,
+}
+
+impl Framing {
+    /// The framing of a `Content-Type` value (parameters and case
+    /// ignored), or `None` for a body the reader cannot read.
+    pub fn of(content_type: &str) -> Option<Self> {
+        let essence = content_type.split(';').next().unwrap_or("").trim();
+        let (kind, sub) = essence.split_once('/')?;
+        let (kind, sub) = (kind.trim(), sub.trim());
+        if kind.eq_ignore_ascii_case("text") && sub.eq_ignore_ascii_case("event-stream") {
+            Some(Self::Sse)
+        } else if kind.eq_ignore_ascii_case("application") && sub.eq_ignore_ascii_case("json")
+            || sub.len() > 5
+                && sub.as_bytes()[sub.len() - 5..].eq_ignore_ascii_case(b"+json")
+                && !kind.is_empty()
+        {
+            Some(Self::Json)
+        } else {
+            None
+        }
+    }
+}
+
+/// Why a reservation stands instead of being settled from the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kept {
+    /// The body ended without a value for every term.
+    NoUsage,
+    /// A JSON body that is not one JSON value; or an event stream whose
+    /// only events with a wanted key were not JSON.
+    NotJson,
+    /// A compressed body decoded past [`MAX_DECODED`] bytes.
+    TooLarge,
+    /// A value at a wanted path that is not a count (see the module docs),
+    /// two in one document, or a sum past 2^63 − 1.
+    BadNumber,
+    /// A `Content-Encoding` the reader does not decode, or a body that did
+    /// not decode.
+    Encoded,
+}
+
+impl Kept {
+    /// The `reason` label of `tollgate_settle_kept_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NoUsage => "no_usage",
+            Self::NotJson => "not_json",
+            Self::TooLarge => "too_large",
+            Self::BadNumber => "bad_number",
+            Self::Encoded => "encoded",
+        }
+    }
+
+    /// Every reason, for a metric's series made up front.
+    pub const ALL: [Self; 5] = [
+        Self::NoUsage,
+        Self::NotJson,
+        Self::TooLarge,
+        Self::BadNumber,
+        Self::Encoded,
+    ];
+}
+
+/// What the body said so far, past the documents that ended.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    /// Per term, the value kept (last or sum), when one was seen.
+    terms: [Option<u64>; MAX_TERMS],
+    bad_number: bool,
+    /// An SSE event with a wanted key that was not JSON.
+    bad_event: bool,
+}
+
+impl Tally {
+    fn commit(&mut self, hits: &scan::Hits, stream: Stream) {
+        for (kept, hit) in self.terms.iter_mut().zip(hits.terms.iter()) {
+            if hit.bad || hit.count > 1 {
+                self.bad_number = true;
+            } else if hit.count == 1 {
+                *kept = match (stream, *kept) {
+                    (Stream::Sum, Some(sum)) => {
+                        match sum.checked_add(hit.value).filter(|s| *s <= i64::MAX as u64) {
+                            Some(s) => Some(s),
+                            None => {
+                                self.bad_number = true;
+                                Some(sum)
+                            }
+                        }
+                    }
+                    (Stream::Sum | Stream::Last, _) => Some(hit.value),
+                };
+            }
+        }
+    }
+
+    /// The cost, when every term has a value.
+    fn cost(&self, n_terms: usize) -> Result<u64, Kept> {
+        if self.bad_number {
+            return Err(Kept::BadNumber);
+        }
+        let mut sum: u64 = 0;
+        for t in &self.terms[..n_terms] {
+            let v = t.ok_or(if self.bad_event {
+                Kept::NotJson
+            } else {
+                Kept::NoUsage
+            })?;
+            sum = sum
+                .checked_add(v)
+                .filter(|s| *s <= i64::MAX as u64)
+                .ok_or(Kept::BadNumber)?;
+        }
+        Ok(sum)
+    }
+}
+
+/// The reader behind the decoder: framing, scanner and tally.
+#[derive(Debug)]
+struct Inner {
+    spec: Arc<UsageSpec>,
+    framing: Framing,
+    scanner: Scanner,
+    sse: sse::Splitter,
+    /// The current SSE event's data while it fits [`EVENT_BUFFER`].
+    event: Vec<u8>,
+    /// The current event outgrew the buffer and is scanned as it streams.
+    streaming: bool,
+    has_data: bool,
+    tally: Tally,
+    /// Decoded bytes still allowed, for a compressed body.
+    decoded_left: Option<u64>,
+    too_large: bool,
+}
+
+impl Inner {
+    fn read(&mut self, data: &[u8]) {
+        match self.framing {
+            Framing::Json => {
+                let spec = Arc::clone(&self.spec);
+                self.scanner.feed(data, &spec.paths);
+            }
+            Framing::Sse => {
+                let mut sse = std::mem::take(&mut self.sse);
+                sse.feed(data, self);
+                self.sse = sse;
+            }
+        }
+    }
+
+    fn so_far(&self) -> Option<u64> {
+        let n = self.spec.terms.len();
+        match self.framing {
+            Framing::Sse => self.tally.cost(n).ok(),
+            Framing::Json if self.scanner.complete() => {
+                let mut t = self.tally;
+                t.commit(self.scanner.hits(), self.spec.stream);
+                t.cost(n).ok()
+            }
+            Framing::Json => None,
+        }
+    }
+
+    fn finish(mut self) -> Result<u64, Kept> {
+        if self.too_large {
+            return Err(Kept::TooLarge);
+        }
+        let n = self.spec.terms.len();
+        match self.framing {
+            Framing::Sse => self.tally.cost(n),
+            Framing::Json => {
+                let spec = Arc::clone(&self.spec);
+                let whole = self.scanner.end(&spec.paths);
+                self.tally.commit(self.scanner.hits(), spec.stream);
+                if self.tally.bad_number {
+                    Err(Kept::BadNumber)
+                } else if !whole {
+                    Err(Kept::NotJson)
+                } else {
+                    self.tally.cost(n)
+                }
+            }
+        }
+    }
+
+    /// Ends the current event's scan: its values count when it was JSON.
+    fn end_event(&mut self) {
+        let spec = Arc::clone(&self.spec);
+        if self.scanner.end(&spec.paths) {
+            self.tally.commit(self.scanner.hits(), spec.stream);
+        } else if self.scanner.hits().any() {
+            self.tally.bad_event = true;
+        }
+    }
+}
+
+impl sse::Events for Inner {
+    fn data(&mut self, bytes: &[u8]) {
+        self.has_data = true;
+        if self.streaming {
+            self.scanner.feed(bytes, &self.spec.paths);
+        } else if self.event.len() + bytes.len() <= EVENT_BUFFER {
+            self.event.extend_from_slice(bytes);
+        } else {
+            self.streaming = true;
+            let spec = Arc::clone(&self.spec);
+            self.scanner.reset(&spec.paths);
+            self.scanner.feed(&self.event, &spec.paths);
+            self.scanner.feed(bytes, &spec.paths);
+            self.event.clear();
+        }
+    }
+
+    fn dispatch(&mut self) {
+        if !self.has_data {
+            return;
+        }
+        if self.streaming {
+            self.end_event();
+        } else if self.spec.wanted(&self.event) {
+            let spec = Arc::clone(&self.spec);
+            self.scanner.reset(&spec.paths);
+            self.scanner.feed(&self.event, &spec.paths);
+            self.end_event();
+        }
+        self.event.clear();
+        self.streaming = false;
+        self.has_data = false;
+    }
+}
+
+impl Write for Inner {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(left) = &mut self.decoded_left {
+            match left.checked_sub(buf.len() as u64) {
+                Some(l) => *left = l,
+                None => {
+                    self.too_large = true;
+                    return Err(std::io::Error::other("decoded body past the cap"));
+                }
+            }
+        }
+        self.read(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+enum Decoder {
+    Plain(Inner),
+    Gzip(Box<GzDecoder<Inner>>),
+    Zlib(Box<ZlibDecoder<Inner>>),
+}
+
+/// Reads one response body's usage as its chunks pass; see the module
+/// docs.
+#[derive(Debug)]
+pub struct UsageReader {
+    decoder: Decoder,
+    /// Why the answer is already known to be "kept".
+    failed: Option<Kept>,
+}
+
+impl UsageReader {
+    /// A reader of a body framed as `framing`, with the response's
+    /// `Content-Encoding` (`None` or `identity` when it has none).
+    pub fn new(spec: Arc<UsageSpec>, framing: Framing, encoding: Option<&[u8]>) -> Self {
+        let scanner = Scanner::new(&spec.paths);
+        let mut inner = Inner {
+            spec,
+            framing,
+            scanner,
+            sse: sse::Splitter::default(),
+            event: Vec::new(),
+            streaming: false,
+            has_data: false,
+            tally: Tally::default(),
+            decoded_left: None,
+            too_large: false,
+        };
+        let encoding = encoding.map(<[u8]>::trim_ascii).unwrap_or_default();
+        let is = |name: &str| encoding.eq_ignore_ascii_case(name.as_bytes());
+        let mut failed = None;
+        let decoder = if encoding.is_empty() || is("identity") {
+            Decoder::Plain(inner)
+        } else if is("gzip") || is("x-gzip") {
+            inner.decoded_left = Some(MAX_DECODED);
+            Decoder::Gzip(Box::new(GzDecoder::new(inner)))
+        } else if is("deflate") {
+            inner.decoded_left = Some(MAX_DECODED);
+            Decoder::Zlib(Box::new(ZlibDecoder::new(inner)))
+        } else {
+            failed = Some(Kept::Encoded);
+            Decoder::Plain(inner)
+        };
+        Self { decoder, failed }
+    }
+
+    /// Reads the next chunk of the body.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        let res = match &mut self.decoder {
+            Decoder::Plain(inner) => {
+                inner.read(chunk);
+                Ok(())
+            }
+            Decoder::Gzip(d) => d.write_all(chunk),
+            Decoder::Zlib(d) => d.write_all(chunk),
+        };
+        if res.is_err() {
+            self.failed = Some(if self.inner().too_large {
+                Kept::TooLarge
+            } else {
+                Kept::Encoded
+            });
+        }
+    }
+
+    fn inner(&self) -> &Inner {
+        match &self.decoder {
+            Decoder::Plain(inner) => inner,
+            Decoder::Gzip(d) => d.get_ref(),
+            Decoder::Zlib(d) => d.get_ref(),
+        }
+    }
+
+    /// The cost the upstream had reported by now: the documents (SSE
+    /// events, or the JSON body once complete) read so far gave every term
+    /// a value and nothing bad. For a client gone mid-stream.
+    pub fn so_far(&self) -> Option<u64> {
+        if self.failed.is_some() {
+            return None;
+        }
+        self.inner().so_far()
+    }
+
+    /// The cost at the body's end, or why the reservation stands.
+    ///
+    /// # Errors
+    /// [`Kept`]: the reason.
+    pub fn finish(self) -> Result<u64, Kept> {
+        if let Some(kept) = self.failed {
+            return Err(kept);
+        }
+        let inner = match self.decoder {
+            Decoder::Plain(inner) => inner,
+            Decoder::Gzip(d) => d.finish().map_err(|_| Kept::Encoded)?,
+            Decoder::Zlib(d) => d.finish().map_err(|_| Kept::Encoded)?,
+        };
+        inner.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;
