@@ -263,7 +263,7 @@ impl StoreMetrics {
         let settle_kept: Family<ReasonLabels, Counter> = Family::default();
         registry.register(
             "tollgate_settle_kept",
-            "Reserved costs left standing: the header or trailer was missing or not a count (value), the store could not settle (store), or a response body's usage was missing or unreadable (no_usage, bad_usage, too_large, encoding, content_type, upstream_error, aborted)",
+            "Reserved costs left standing: the header or trailer was missing or not a count (value), the store could not settle (store), or a response body's usage was missing or unreadable (no_usage, not_json, bad_number, too_large, encoded, content_type, upstream_error, aborted)",
             settle_kept.clone(),
         );
         Self {

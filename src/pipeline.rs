@@ -39,6 +39,7 @@ use decide::{Holdings, Purpose, limit_requests, plan};
 use overrides::Applied;
 
 pub mod act;
+pub mod body;
 pub mod browsers;
 pub mod callers;
 pub mod decide;
@@ -199,7 +200,16 @@ impl Gateway {
         if let Some(res) = browsers::preflight(rt, &req, ex)? {
             return Ok(res);
         }
-        let (mut req, route, admission) = self.until_act(req, rt, ex, Purpose::Serve).await?;
+        let (req, route) = self.routed(req, rt, ex)?;
+        let req = if route.body_reads.is_empty() {
+            req
+        } else {
+            // Boxed: most routes read no body, and this future would
+            // otherwise grow every request's by its size.
+            Box::pin(body::read(&route, req)).await
+        };
+        let admission = decide::decide(self, rt, &route, &req, ex, Purpose::Serve).await?;
+        let mut req = req;
         let settling = settle::prepare(admission.reservations, &mut req);
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
         match settling {
@@ -219,12 +229,23 @@ impl Gateway {
         ex: &mut Exchange,
         purpose: Purpose<'_>,
     ) -> Result<(Request<B>, Arc<CompiledRoute>, Holdings), GatewayError> {
+        let (req, route) = self.routed(req, rt, ex)?;
+        let admission = decide::decide(self, rt, &route, &req, ex, purpose).await?;
+        Ok((req, route, admission))
+    }
+
+    /// The request checked and canonical, with its route.
+    fn routed<B>(
+        &self,
+        req: Request<B>,
+        rt: &Snapshot,
+        ex: &mut Exchange,
+    ) -> Result<(Request<B>, Arc<CompiledRoute>), GatewayError> {
         crate::guard::check(&req, &rt.config.server)?;
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);
         browsers::routed(&req, ex);
-        let admission = decide::decide(self, rt, &route, &req, ex, purpose).await?;
-        Ok((req, route, admission))
+        Ok((req, route))
     }
 }
 

@@ -131,12 +131,15 @@ impl Reading {
         if !status.is_success() {
             return Self::Kept("upstream_error");
         }
-        let Some(framing) = Framing::of(headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes))
-        else {
+        let content_type = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let Some(framing) = Framing::of(content_type) else {
             return Self::Kept("content_type");
         };
         let encoding = headers.get(CONTENT_ENCODING).map(HeaderValue::as_bytes);
-        Self::Reader(UsageReader::new(&usage.spec, framing, encoding))
+        Self::Reader(UsageReader::new(Arc::clone(&usage.spec), framing, encoding))
     }
 
     /// The usage read once the body ended (`complete`), or when it ended

@@ -12,7 +12,7 @@ use crate::config::file::{self, Field};
 use crate::config::position::child_key;
 use crate::limit::Algorithm;
 use crate::limit::settle::{BodyUsage, Bytes, Source};
-use crate::limit::usage::{JsonPath, UsageSpec};
+use crate::limit::usage::{JsonPath, Stream, UsageSpec};
 
 /// A settled limit's source and the field that asked for it (for errors).
 pub(super) type Settled = Option<(Source, &'static str)>;
@@ -168,9 +168,7 @@ fn parse_header_name(s: &str) -> Result<HeaderName, String> {
 /// key's `json:FIELD` and `reserve: { json: FIELD }` name it.
 pub(super) fn parse_body_field(s: &str) -> Result<BodyField, String> {
     let name = s.trim();
-    let path = JsonPath::parse(name).map_err(|e| {
-        format!("{s:?} is not a JSON field: {e}; write a name or a dotted path, e.g. model or metadata.user_id")
-    })?;
+    let path = JsonPath::parse(name).map_err(|e| format!("{s:?} is not a JSON field: {e}"))?;
     Ok(BodyField {
         name: name.into(),
         path,
@@ -201,15 +199,24 @@ fn from_body(c: &mut Check<'_>, body: &file::FromBody, path: &str) -> Checked<Bo
                 &map.stream,
                 &child_key(path, "stream"),
                 text(|s| match s.trim() {
-                    "last" | "sum" => Ok(s.trim().to_owned()),
+                    "last" => Ok(Stream::Last),
+                    "sum" => Ok(Stream::Sum),
                     other => Err(format!("{other:?} is not a stream rule; write last or sum")),
                 }),
             );
-            let (json, stream) = (json?, stream?.unwrap_or_else(|| "last".to_owned()));
-            let spec = UsageSpec::parse(&json, stream == "sum")
-                .map_err(|e| c.value_error(&child_key(path, "json"), format!("{json:?} {e}")))?;
+            let (json, stream) = (json?, stream?.unwrap_or_default());
+            let spec = UsageSpec::parse(&json, stream).map_err(|e| {
+                c.value_error(
+                    &child_key(path, "json"),
+                    format!("{json:?} is not a sum of JSON paths: {e}"),
+                )
+            })?;
+            let rule = match stream {
+                Stream::Last => "last",
+                Stream::Sum => "sum",
+            };
             Ok(BodyUsage {
-                written: format!("{json} ({stream})").into(),
+                written: format!("{json} (stream: {rule})").into(),
                 spec: spec.into(),
             })
         }

@@ -384,13 +384,20 @@ impl Check<'_> {
     /// The bounds of limit `l` over window `w` that the stores' arithmetic
     /// needs.
     fn bounds(&mut self, l: u64, w: NonZeroU64, alg: Algorithm, path: &str) -> Checked<()> {
-        // The Redis script computes in doubles: keep 3·max(L, B)·w below 2^53.
+        // The Redis script computes in doubles: keep 3·max(L, B)·w below
+        // 2^53 where it multiplies units by the window, else 3·L.
         let units = l.max(alg.capacity(l));
-        if u128::from(units) * u128::from(w.get()) * 3 >= 1u128 << 53 {
-            let field = if units == l { "limit" } else { "burst" };
+        let field = if units == l { "limit" } else { "burst" };
+        if alg.weighs_by_window() && u128::from(units) * u128::from(w.get()) * 3 >= 1u128 << 53 {
             return Err(self.value_error(
                 &child_key(path, field),
-                "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
+                "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit, or algorithm: fixed_window, which has no such bound",
+            ));
+        }
+        if u128::from(units) * 3 >= 1u128 << 53 {
+            return Err(self.value_error(
+                &child_key(path, field),
+                "is too large (a limit must stay below 3·10^15)",
             ));
         }
         if alg.one_entry_per_unit() && l > MAX_LOG_LIMIT {
