@@ -678,8 +678,10 @@ impl UsageReader {
                 inner.read(chunk);
                 Ok(())
             }
-            Decoder::Gzip(d) => d.write_all(chunk),
-            Decoder::Zlib(d) => d.write_all(chunk),
+            // Flushed, so what was decoded is read now, not with the next
+            // chunk (`so_far` of a client gone mid-stream).
+            Decoder::Gzip(d) => d.write_all(chunk).and_then(|()| d.flush()),
+            Decoder::Zlib(d) => d.write_all(chunk).and_then(|()| d.flush()),
         };
         if res.is_err() {
             self.failed = Some(if self.inner().too_large {
