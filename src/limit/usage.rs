@@ -619,7 +619,7 @@ impl Write for Inner {
 
 #[derive(Debug)]
 enum Decoder {
-    Plain(Inner),
+    Plain(Box<Inner>),
     Gzip(Box<GzDecoder<Inner>>),
     Zlib(Box<ZlibDecoder<Inner>>),
 }
@@ -654,7 +654,7 @@ impl UsageReader {
         let is = |name: &str| encoding.eq_ignore_ascii_case(name.as_bytes());
         let mut failed = None;
         let decoder = if encoding.is_empty() || is("identity") {
-            Decoder::Plain(inner)
+            Decoder::Plain(Box::new(inner))
         } else if is("gzip") || is("x-gzip") {
             inner.decoded_left = Some(MAX_DECODED);
             Decoder::Gzip(Box::new(GzDecoder::new(inner)))
@@ -663,7 +663,7 @@ impl UsageReader {
             Decoder::Zlib(Box::new(ZlibDecoder::new(inner)))
         } else {
             failed = Some(Kept::Encoded);
-            Decoder::Plain(inner)
+            Decoder::Plain(Box::new(inner))
         };
         Self { decoder, failed }
     }
@@ -719,7 +719,7 @@ impl UsageReader {
             return Err(kept);
         }
         let inner = match self.decoder {
-            Decoder::Plain(inner) => inner,
+            Decoder::Plain(inner) => *inner,
             Decoder::Gzip(d) => d.finish().map_err(|_| Kept::Encoded)?,
             Decoder::Zlib(d) => d.finish().map_err(|_| Kept::Encoded)?,
         };
