@@ -619,7 +619,7 @@ impl Write for Inner {
 
 #[derive(Debug)]
 enum Decoder {
-    Plain(Inner),
+    Plain(Box<Inner>),
     Gzip(Box<GzDecoder<Inner>>),
     Zlib(Box<ZlibDecoder<Inner>>),
 }
@@ -654,7 +654,7 @@ impl UsageReader {
         let is = |name: &str| encoding.eq_ignore_ascii_case(name.as_bytes());
         let mut failed = None;
         let decoder = if encoding.is_empty() || is("identity") {
-            Decoder::Plain(inner)
+            Decoder::Plain(Box::new(inner))
         } else if is("gzip") || is("x-gzip") {
             inner.decoded_left = Some(MAX_DECODED);
             Decoder::Gzip(Box::new(GzDecoder::new(inner)))
@@ -663,7 +663,7 @@ impl UsageReader {
             Decoder::Zlib(Box::new(ZlibDecoder::new(inner)))
         } else {
             failed = Some(Kept::Encoded);
-            Decoder::Plain(inner)
+            Decoder::Plain(Box::new(inner))
         };
         Self { decoder, failed }
     }
@@ -678,8 +678,10 @@ impl UsageReader {
                 inner.read(chunk);
                 Ok(())
             }
-            Decoder::Gzip(d) => d.write_all(chunk),
-            Decoder::Zlib(d) => d.write_all(chunk),
+            // Flushed, so what was decoded is read now, not with the next
+            // chunk (`so_far` of a client gone mid-stream).
+            Decoder::Gzip(d) => d.write_all(chunk).and_then(|()| d.flush()),
+            Decoder::Zlib(d) => d.write_all(chunk).and_then(|()| d.flush()),
         };
         if res.is_err() {
             self.failed = Some(if self.inner().too_large {
@@ -717,7 +719,7 @@ impl UsageReader {
             return Err(kept);
         }
         let inner = match self.decoder {
-            Decoder::Plain(inner) => inner,
+            Decoder::Plain(inner) => *inner,
             Decoder::Gzip(d) => d.finish().map_err(|_| Kept::Encoded)?,
             Decoder::Zlib(d) => d.finish().map_err(|_| Kept::Encoded)?,
         };

@@ -22,6 +22,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::counted::BodyBytes;
+use super::peek::Replay;
 use crate::problem::GatewayError;
 
 /// How the client's request body failed.
@@ -80,6 +81,9 @@ pub enum ClientBody {
     Incoming(Incoming),
     /// All of it, in memory.
     Whole(Full<Bytes>),
+    /// Read ahead for the decision ([`super::peek`]): what was read, then
+    /// the rest.
+    Replayed(Box<Replay>),
 }
 
 impl From<Incoming> for ClientBody {
@@ -101,7 +105,7 @@ impl From<Bytes> for ClientBody {
 }
 
 impl ClientBody {
-    fn poll_frame(
+    pub(super) fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
@@ -110,20 +114,23 @@ impl ClientBody {
                 .poll_frame(cx)
                 .map_err(|e| ClientBodyError::from_incoming(&e)),
             Self::Whole(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+            Self::Replayed(b) => b.poll_frame(cx),
         }
     }
 
-    fn is_end_stream(&self) -> bool {
+    pub(super) fn is_end_stream(&self) -> bool {
         match self {
             Self::Incoming(b) => b.is_end_stream(),
             Self::Whole(b) => b.is_end_stream(),
+            Self::Replayed(b) => b.is_end_stream(),
         }
     }
 
-    fn size_hint(&self) -> SizeHint {
+    pub(super) fn size_hint(&self) -> SizeHint {
         match self {
             Self::Incoming(b) => b.size_hint(),
             Self::Whole(b) => b.size_hint(),
+            Self::Replayed(b) => b.size_hint(),
         }
     }
 }
