@@ -206,7 +206,7 @@ impl Gateway {
         } else {
             // Boxed: most routes read no body, and this future would
             // otherwise grow every request's by its size.
-            Box::pin(body::read(&route, req)).await
+            Box::pin(body::read(self, &route, req)).await
         };
         let admission = decide::decide(self, rt, &route, &req, ex, Purpose::Serve).await?;
         let mut req = req;

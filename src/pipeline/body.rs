@@ -9,18 +9,41 @@
 //! source, reservations take their `default`. A route whose limits read
 //! no field never comes here.
 
-use http::Request;
-use http_body_util::BodyExt;
+use std::time::Duration;
 
+use http::Request;
+
+use super::gateway::Gateway;
+use crate::config::Action;
 use crate::identity::BodyFields;
 use crate::limit::usage::{json_str, json_u64};
-use crate::proxy::ClientBody;
+use crate::proxy::{ClientBody, peek};
 use crate::routing::{BodyReads, CompiledRoute};
 
+/// The most bytes of one request body read for its fields; a larger body
+/// is forwarded unread (its fields absent).
+pub const BODY_CAP: usize = 1024 * 1024;
+
+/// The most request-body bytes held for reading at once, gateway-wide:
+/// 64 bodies at the cap. Past it, a body is forwarded unread.
+pub const BODY_BUDGET: usize = 64 * BODY_CAP;
+
+/// How long a client that stalls mid-body is waited for when the route
+/// answers locally (an upstream route waits its response timeout).
+const LOCAL_WAIT: Duration = Duration::from_secs(30);
+
 /// `req` with its body's fields for `route`'s limits as an extension,
-/// its body unchanged.
-pub(super) async fn read(route: &CompiledRoute, req: Request<ClientBody>) -> Request<ClientBody> {
-    let (mut req, body) = peek(req).await;
+/// its body forwarded unchanged.
+pub(super) async fn read(
+    gw: &Gateway,
+    route: &CompiledRoute,
+    req: Request<ClientBody>,
+) -> Request<ClientBody> {
+    let wait = match &route.route.action {
+        Action::Upstream(up) => up.timeout,
+        Action::Respond(_) => LOCAL_WAIT,
+    };
+    let (mut req, body) = peek(req, BODY_CAP, &gw.body_budget, wait).await;
     let fields = body
         .map(|b| fields_of(&route.body_reads, &b))
         .unwrap_or_default();
@@ -44,21 +67,5 @@ pub fn fields_of(reads: &BodyReads, body: &[u8]) -> BodyFields {
             .iter()
             .filter_map(|f| Some((f.name.clone(), json_u64(body, &f.path)?)))
             .collect(),
-    }
-}
-
-/// The body's bytes when they can be read, with the request to forward.
-async fn peek(req: Request<ClientBody>) -> (Request<ClientBody>, Option<bytes::Bytes>) {
-    let (parts, body) = req.into_parts();
-    match body {
-        ClientBody::Whole(full) => {
-            let bytes = match full.collect().await {
-                Ok(c) => c.to_bytes(),
-                Err(never) => match never {},
-            };
-            let req = Request::from_parts(parts, ClientBody::from(bytes.clone()));
-            (req, Some(bytes))
-        }
-        incoming @ ClientBody::Incoming(_) => (Request::from_parts(parts, incoming), None),
     }
 }

@@ -17,7 +17,7 @@ use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
 use crate::proxy::upstreams::resolve::{Resolve, SystemResolver};
-use crate::proxy::{self, Balancer, Forwarder};
+use crate::proxy::{self, Balancer, Forwarder, PeekBudget};
 use crate::routing::Router;
 use crate::store::StoreError;
 use crate::telemetry::Tracer;
@@ -145,6 +145,9 @@ pub struct Gateway {
     pub(super) access_log: Option<AccessWriter>,
     /// Requests waiting for `on_limit: delay` limits.
     pub(super) waiting: Waiting,
+    /// Request-body bytes read for limits, held at once
+    /// ([`super::body::BODY_BUDGET`]).
+    pub(super) body_budget: PeekBudget,
     /// Decides which requests are traced and exports their spans; `None`
     /// when tracing is off (`tracing:` applies at start).
     pub(super) tracer: Option<Arc<Tracer>>,
@@ -201,6 +204,7 @@ impl Gateway {
             top: TopOffenders::default(),
             access_log: None,
             waiting: Waiting::default(),
+            body_budget: PeekBudget::new(super::body::BODY_BUDGET),
             tracer,
             overrides,
             _watcher: watcher,
