@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use http::{Request, Response};
 
+use crate::decision::settle::{self as settle_costs, Reported};
 use crate::grpc;
 use crate::headers;
 use crate::identity::{self, Caller};
@@ -120,12 +121,23 @@ impl Gateway {
         let rt = self.snapshot.load();
         let mut ex = Exchange::new(req.method().clone(), peer);
         let mut identities = exchange::Identities::default();
+        let reported = req.extensions().get::<Reported>().cloned();
         // The slots of the admission go back at once: a replay has no
-        // responses to hold them.
+        // responses to hold them. Costs read from a response body settle
+        // at once with the amounts the log recorded.
         let ended = self
             .until_act(req, &rt, &mut ex, Purpose::Rehearse(&mut identities))
-            .await
-            .map(drop);
+            .await;
+        let ended = match (ended, reported) {
+            (Ok((_, _, holdings)), Some(reported)) => {
+                if let Some(r) = holdings.reservations {
+                    let due = r.replayed(&reported);
+                    settle_costs::settle(self.limiter.settler(), self.clock.now_ms(), due).await;
+                }
+                Ok(())
+            }
+            (ended, _) => ended.map(drop),
+        };
         Rehearsal {
             exchange: ex,
             identities,

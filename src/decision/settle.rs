@@ -84,6 +84,8 @@ struct Reserved {
     /// The limit's `tollgate_settled_units`, when the route's limits are
     /// counted per limit.
     units: Option<Counter>,
+    /// The limit's name, for the access log.
+    name: Arc<str>,
 }
 
 /// A settlement due, with the series that counts its amount once it is
@@ -92,6 +94,51 @@ struct Reserved {
 pub struct Due {
     settlement: Settlement,
     units: Option<Counter>,
+    name: Arc<str>,
+    /// Read from the response body (`from_body`).
+    from_body: bool,
+}
+
+/// The amounts a recorded request's response body reported, by limit
+/// name: the access log's `settled` field ([`written`]), which `tollgate
+/// simulate` settles a replayed request's reservations with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reported(pub Vec<(Arc<str>, u64)>);
+
+impl Reported {
+    /// Reads `tpm:123,other:45`, or `-` (nothing read).
+    ///
+    /// # Errors
+    /// A part that is not `name:count`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "-" {
+            return Ok(Self::default());
+        }
+        text.split(',')
+            .map(|part| {
+                part.split_once(':')
+                    .and_then(|(name, n)| Some((name.into(), n.parse().ok()?)))
+                    .ok_or_else(|| format!("settled part {part:?} is not name:count"))
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+}
+
+/// The amounts of `due` read from response bodies, as the access log's
+/// `settled` field writes them: `tpm:123`, comma-separated; empty when
+/// there are none.
+pub fn written(due: &[Due]) -> String {
+    let mut out = String::new();
+    for d in due.iter().filter(|d| d.from_body) {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(&d.name);
+        out.push(':');
+        out.push_str(itoa::Buffer::new().format(d.settlement.actual));
+    }
+    out
 }
 
 /// What a response body's end tells the reservations waiting for it.
@@ -142,6 +189,7 @@ pub fn pending(
                 request: r.clone(),
                 source,
                 units: per_limit.and_then(|m| m.limits[i].settled_units.clone()),
+                name: l.name.clone(),
             })
         })
         .collect();
@@ -269,6 +317,20 @@ impl Reservations {
         out
     }
 
+    /// The settlements of a replayed request: each `from_body`
+    /// reservation with the amount the log reported for its limit; the
+    /// others stand, as they did when nothing was read.
+    pub fn replayed(&self, reported: &Reported) -> Vec<Due> {
+        self.items
+            .iter()
+            .filter(|r| matches!(r.source, Source::Body(_)))
+            .filter_map(|r| {
+                let (_, n) = reported.0.iter().find(|(name, _)| *name == r.name)?;
+                Some(self.due(r, *n))
+            })
+            .collect()
+    }
+
     fn due(&self, r: &Reserved, actual: u64) -> Due {
         Due {
             settlement: Settlement {
@@ -277,6 +339,8 @@ impl Reservations {
                 actual,
             },
             units: r.units.clone(),
+            name: r.name.clone(),
+            from_body: matches!(r.source, Source::Body(_)),
         }
     }
 }

@@ -18,7 +18,7 @@
 //! client body) settles its byte quotas with the bytes counted; a
 //! reservation waiting for a header, a trailer or a body stands.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
@@ -31,6 +31,7 @@ use crate::decision::limiter::Limiter;
 use crate::decision::settle::{self, Ended, Reservations};
 use crate::limit::settle::BodyUsage;
 use crate::limit::usage::{Framing, UsageReader};
+use crate::logs::HeldLine;
 use crate::problem::GatewayError;
 use crate::proxy::{Body, BodyBytes, ClientBody, Watch};
 
@@ -94,8 +95,14 @@ pub(super) async fn finish(
             let reading = Reading::of(&u, res.status(), res.headers());
             (u.written, reading)
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let late = (!readers.is_empty()).then(|| {
+        let late = LateLine::default();
+        res.extensions_mut().insert(late.clone());
+        late
+    });
     let watch = SettleWatch {
+        late,
         pending: Some(pending),
         limiter: Arc::clone(&gw.limiter),
         clock: Arc::clone(&gw.clock),
@@ -113,6 +120,66 @@ pub(super) async fn finish(
         }
     }
     Ok(res)
+}
+
+/// The access-log line of a request whose cost its response body settles:
+/// written once the body has ended, with the amounts read (`settled`), by
+/// whichever comes second — the line rendered when the response head goes
+/// out ([`super::observe`]), or the body's end.
+#[derive(Debug, Clone, Default)]
+pub struct LateLine(Arc<Mutex<Late>>);
+
+#[derive(Debug, Default)]
+enum Late {
+    /// Neither has come.
+    #[default]
+    Waiting,
+    /// The line, waiting for the body's end.
+    Line(HeldLine),
+    /// The body's `settled` field, waiting for the line.
+    Settled(String),
+    /// Written.
+    Done,
+}
+
+impl LateLine {
+    /// The request's line, rendered up to its last field.
+    pub fn line(&self, mut line: HeldLine) {
+        let mut late = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *late = match std::mem::take(&mut *late) {
+            Late::Settled(text) => {
+                end_line(line, &text);
+                Late::Done
+            }
+            Late::Waiting => Late::Line(line),
+            done @ (Late::Line(_) | Late::Done) => {
+                // Twice: write what came now rather than lose it.
+                line.str("settled", "-");
+                line.write();
+                done
+            }
+        };
+    }
+
+    /// The body ended with `text` settled.
+    fn settled(&self, text: String) {
+        let mut late = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *late = match std::mem::take(&mut *late) {
+            Late::Line(line) => {
+                end_line(line, &text);
+                Late::Done
+            }
+            Late::Waiting => Late::Settled(text),
+            other => other,
+        };
+    }
+}
+
+/// Ends `line` with `settled` (`-` when nothing was read from the body:
+/// the reservations stand).
+fn end_line(mut line: HeldLine, settled: &str) {
+    line.str("settled", if settled.is_empty() { "-" } else { settled });
+    line.write();
 }
 
 /// One `from_body` source's reading of a response body.
@@ -157,6 +224,9 @@ impl Reading {
 /// Counts a response body, reads the usage it reports, and settles the
 /// reservations left when it ends.
 struct SettleWatch {
+    /// The access-log line written at the body's end, for a `from_body`
+    /// cost.
+    late: Option<LateLine>,
     pending: Option<Reservations>,
     limiter: Arc<Limiter>,
     clock: Arc<dyn Clock>,
@@ -196,6 +266,9 @@ impl Watch for SettleWatch {
             usage: &usage,
         };
         let due = pending.at_end(self.limiter.settler(), &ended);
+        if let Some(late) = self.late.take() {
+            late.settled(settle::written(&due));
+        }
         if due.is_empty() {
             return;
         }
