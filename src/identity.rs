@@ -509,6 +509,7 @@ mod tests {
             user: Some(Cow::Borrowed(b"alice")),
             plan: None,
             headers: &headers,
+            body: None,
         };
         let s = spec(vec![vec![
             KeySource::ApiKey,
@@ -548,6 +549,7 @@ mod tests {
             user: Some(Cow::Borrowed(b"alice")),
             plan: None,
             headers: &headers,
+            body: None,
         };
         let s = spec(vec![vec![KeySource::Ip], vec![KeySource::ApiKey]]);
         let shown = |c: &Caller<'_>, every: bool| {
@@ -604,6 +606,7 @@ mod tests {
             user: None,
             plan: None,
             headers: &headers,
+            body: None,
         };
         let k = key(&spec(vec![vec![KeySource::ApiKey]]), &c);
         assert!(k.starts_with("key=#") && k.len() == 4 + 1 + 32, "{k}");

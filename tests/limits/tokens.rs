@@ -8,7 +8,6 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
