@@ -143,7 +143,7 @@ pub fn written(due: &[Due]) -> String {
 
 /// What a response body's end tells the reservations waiting for it.
 #[derive(Debug, Default)]
-pub struct Ended<'a> {
+pub struct BodyEnd<'a> {
     /// The trailers, when the body ended with them.
     pub trailers: Option<&'a HeaderMap>,
     /// Request body bytes forwarded.
@@ -257,7 +257,7 @@ impl Reservations {
     /// ended: a trailer's amount (none when the body ended without
     /// trailers), the bytes counted, the usage the body reported. A
     /// reservation whose amount is missing or garbage stands (counted).
-    pub fn at_end(self, settler: &Settler, ended: &Ended<'_>) -> Vec<Due> {
+    pub fn at_end(self, settler: &Settler, ended: &BodyEnd<'_>) -> Vec<Due> {
         let mut out = Vec::with_capacity(self.items.len());
         for r in &self.items {
             let actual = match &r.source {

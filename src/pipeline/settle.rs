@@ -28,7 +28,7 @@ use http_body_util::Either;
 use super::gateway::Gateway;
 use crate::clock::Clock;
 use crate::decision::limiter::Limiter;
-use crate::decision::settle::{self, Ended, Reservations};
+use crate::decision::settle::{self, BodyEnd, Reservations};
 use crate::limit::settle::BodyUsage;
 use crate::limit::usage::{Framing, UsageReader};
 use crate::logs::HeldLine;
@@ -259,7 +259,7 @@ impl Watch for SettleWatch {
             .into_iter()
             .map(|(written, reading)| (written, reading.result(complete)))
             .collect();
-        let ended = Ended {
+        let ended = BodyEnd {
             trailers: self.trailers.as_ref(),
             request_bytes: self.request_bytes.as_ref().map_or(0, BodyBytes::get),
             response_bytes: self.response_bytes,
