@@ -1,7 +1,7 @@
 //! The usage reader on arbitrary bodies: a JSON body or an event stream,
 //! plain or gzip-compressed, read by each preset and by a summing spec,
-//! fed in one chunk, in chunks of sizes the input picks, and byte by
-//! byte. It never panics, all three feedings give the same answer and the
+//! fed in one chunk, in chunks of sizes the input picks, and (plain
+//! bodies) byte by byte. It never panics, all three feedings give the same answer and the
 //! same `so_far`, and a cost is at most 2^63 − 1. The request-side field
 //! readers run on the same bytes.
 #![no_main]
@@ -67,7 +67,11 @@ fuzz_target!(|data: &[u8]| {
     let whole = run(&spec, framing, gzip, body, &[usize::MAX]);
     let sizes = [usize::from(*s1), usize::from(*s2), usize::from(*s3)];
     assert_eq!(whole, run(&spec, framing, gzip, body, &sizes));
-    assert_eq!(whole, run(&spec, framing, gzip, body, &[1]));
+    // Byte by byte, where the decoder's per-chunk flush would make a
+    // compressed body the slow case of the target.
+    if !gzip {
+        assert_eq!(whole, run(&spec, framing, gzip, body, &[1]));
+    }
     if let Ok(cost) = whole.1 {
         assert!(cost <= i64::MAX as u64);
     }
