@@ -426,7 +426,7 @@ fn unknown_key_source() {
     );
     assert_eq!(
         error(&src),
-        r#"routes[0].limits[0].key: unknown key source "cookie"; expected ip, api_key, user, header:NAME or route (line 5, col 31)"#
+        r#"routes[0].limits[0].key: unknown key source "cookie"; expected ip, api_key, user, header:NAME, json:FIELD or route (line 5, col 31)"#
     );
 }
 
@@ -1587,6 +1587,16 @@ fn enum_fields() -> Vec<EnumField> {
             },
         },
         EnumField {
+            schema_path: "routes[].limits[].cost.from_body",
+            error_path: "routes[0].limits[0].cost.from_body",
+            spellings: tollgate::limit::settle::BodyUsage::PRESETS.to_vec(),
+            file: |v| {
+                format!(
+                    "listen: 127.0.0.1:0\nroutes:\n  - name: a\n    respond: {{}}\n    limits: [ {{ name: l, key: ip, limit: 10, window: 1m, cost: {{ reserve: 1, from_body: {v} }} }} ]\n"
+                )
+            },
+        },
+        EnumField {
             schema_path: "routes[].limits[].algorithm",
             error_path: "routes[0].limits[0].algorithm",
             spellings: names(&Algorithm::SPELLINGS),
@@ -2327,7 +2337,7 @@ routes:
         [
             "upstreams.empty.targets: is empty; a pool needs at least one target (line 4, col 14)",
             "upstreams.heavy.targets[0].weight: must be at least 1; leave the target out to send it nothing (line 7, col 46)",
-            r#"upstreams.hashed.hash_key: unknown key source "cookie:sid"; expected ip, api_key, user, header:NAME or route (line 11, col 15)"#,
+            r#"upstreams.hashed.hash_key: unknown key source "cookie:sid"; expected ip, api_key, user, header:NAME, json:FIELD or route (line 11, col 15)"#,
             r#"routes[0].upstream: "apii" is neither a URL nor a pool under upstreams (the pools are empty, hashed, heavy); write e.g. http://127.0.0.1:9000 or a pool's name (line 14, col 15)"#,
         ]
     );

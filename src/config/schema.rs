@@ -194,7 +194,8 @@ impl JsonSchema for FromBody {
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {
         // `openai`, `anthropic` or `{ json, stream }`.
         let fields = generator.subschema_for::<FromBodyMap>();
-        json_schema!({ "anyOf": [{ "enum": ["openai", "anthropic"] }, fields] })
+        let presets = crate::limit::settle::BodyUsage::PRESETS;
+        json_schema!({ "anyOf": [{ "type": "string", "enum": presets }, fields] })
     }
 }
 

@@ -69,6 +69,11 @@ pub struct BodyUsage {
     pub spec: Arc<UsageSpec>,
 }
 
+impl BodyUsage {
+    /// The presets `from_body` takes by name.
+    pub const PRESETS: [&'static str; 2] = ["openai", "anthropic"];
+}
+
 impl PartialEq for BodyUsage {
     /// One spelling is one reader: the spec is parsed from it.
     fn eq(&self, other: &Self) -> bool {

@@ -179,7 +179,7 @@ pub(super) fn parse_body_field(s: &str) -> Result<BodyField, String> {
 fn from_body(c: &mut Check<'_>, body: &file::FromBody, path: &str) -> Checked<BodyUsage> {
     match body {
         file::FromBody::Preset(name) => leaf(|t: &file::Text| {
-            let spec = match t.0.trim() {
+            let spec = match t.0.as_str() {
                 "openai" => UsageSpec::openai(),
                 "anthropic" => UsageSpec::anthropic(),
                 other => {
@@ -189,7 +189,7 @@ fn from_body(c: &mut Check<'_>, body: &file::FromBody, path: &str) -> Checked<Bo
                 }
             };
             Ok(BodyUsage {
-                written: t.0.trim().into(),
+                written: t.0.as_str().into(),
                 spec: spec.into(),
             })
         })(c, name, path),
