@@ -39,7 +39,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
-        req = json.loads(self.rfile.read(length) or b"{}")
+        try:
+            req = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            return self.whole(400, {"error": {"message": "the body is not JSON"}})
         model = req.get("model", "m")
         if model == "error":
             return self.whole(500, {"error": {"message": "overloaded"}})
