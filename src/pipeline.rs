@@ -2,8 +2,9 @@
 //! exit.
 //!
 //! [`Gateway::handle`] runs the phases — guard and route ([`route`]),
-//! caller, plan and decision ([`decide`]), respond, forward or upgrade
-//! ([`act`]) — each returning `Result<_, GatewayError>`: the route goes to
+//! the request body's fields when the route's limits read them
+//! ([`body`]), caller, plan and decision ([`decide`]), respond, forward or
+//! upgrade ([`act`]) — each returning `Result<_, GatewayError>`: the route goes to
 //! the decision, the decision's [`Holdings`](decide::Holdings) (slots,
 //! reservations) to `act` and the settlement. Every refusal, whichever
 //! phase made it, becomes its response in one place
@@ -213,15 +214,15 @@ impl Gateway {
             return Ok(res);
         }
         let (req, route) = self.routed(req, rt, ex)?;
-        let req = if route.body_reads.is_empty() {
+        // The body's fields before the decision, on a route whose limits
+        // read them. Boxed: most routes read no body, and this future
+        // would otherwise grow every request's by its size.
+        let mut req = if route.body_reads.is_empty() {
             req
         } else {
-            // Boxed: most routes read no body, and this future would
-            // otherwise grow every request's by its size.
             Box::pin(body::read(self, &route, req)).await
         };
         let admission = decide::decide(self, rt, &route, &req, ex, Purpose::Serve).await?;
-        let mut req = req;
         let settling = settle::prepare(admission.reservations, &mut req);
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
         match settling {

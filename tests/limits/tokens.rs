@@ -220,6 +220,12 @@ async fn anthropic_streams_settle_and_an_abort_settles_what_was_reported() {
     };
     let whole = send(gw.addr, post("/v1/messages", "k", &body("m", false))).await;
     assert_eq!(whole.status, StatusCode::OK);
+    // Both policies are named.
+    let policy = whole.header("ratelimit-policy").expect("RateLimit-Policy");
+    assert!(
+        policy.contains("\"rpm\"") && policy.contains("\"tpm\""),
+        "{policy}"
+    );
     let streamed = send(gw.addr, post("/v1/messages", "k", &body("m", true))).await;
     assert_eq!(streamed.status, StatusCode::OK);
     assert!(streamed.text().contains("message_stop"));
