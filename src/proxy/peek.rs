@@ -26,15 +26,13 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, Request};
-use http_body::{Frame, SizeHint};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use http::Request;
+use tokio::sync::Semaphore;
 
-use super::body::{ClientBody, ClientBodyError};
+use super::body::{ClientBody, Replay};
 
 /// Request body bytes read ahead and held at once, gateway-wide; clones
 /// share the bytes.
@@ -50,65 +48,6 @@ impl PeekBudget {
     /// Bytes not held now.
     pub fn available(&self) -> usize {
         self.0.available_permits()
-    }
-}
-
-/// The client's body after [`peek`]: the bytes read, then the rest.
-#[derive(Debug)]
-pub struct Replay {
-    head: VecDeque<Bytes>,
-    /// The trailers, when the body ended with them while it was read.
-    trailers: Option<HeaderMap>,
-    /// The failure the body ended with while it was read.
-    error: Option<ClientBodyError>,
-    /// The rest of the client's body; `None` when it was read to its end.
-    rest: Option<ClientBody>,
-    /// The budget the head holds, given back once it is handed on.
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl Replay {
-    pub(super) fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
-        if let Some(data) = self.head.pop_front() {
-            if self.head.is_empty() {
-                self.permit = None;
-            }
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        if let Some(e) = self.error.take() {
-            return Poll::Ready(Some(Err(e)));
-        }
-        if let Some(t) = self.trailers.take() {
-            return Poll::Ready(Some(Ok(Frame::trailers(t))));
-        }
-        match &mut self.rest {
-            Some(rest) => rest.poll_frame(cx),
-            None => Poll::Ready(None),
-        }
-    }
-
-    pub(super) fn is_end_stream(&self) -> bool {
-        self.head.is_empty()
-            && self.error.is_none()
-            && self.trailers.is_none()
-            && self.rest.as_ref().is_none_or(ClientBody::is_end_stream)
-    }
-
-    pub(super) fn size_hint(&self) -> SizeHint {
-        let held: u64 = self.head.iter().map(|b| b.len() as u64).sum();
-        let rest = self
-            .rest
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), ClientBody::size_hint);
-        let mut hint = SizeHint::new();
-        hint.set_lower(rest.lower().saturating_add(held));
-        if let Some(upper) = rest.upper() {
-            hint.set_upper(upper.saturating_add(held));
-        }
-        hint
     }
 }
 

@@ -14,7 +14,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::JsonPath;
+use super::spec::JsonPath;
 
 /// The non-negative integer (up to 2^63 − 1, no fraction) at `path` of
 /// `body`; `None` when it is absent, of another type, or the body is not

@@ -18,7 +18,7 @@
 //! - deeper than [`MAX_DEPTH`] containers: not JSON;
 //! - values inside arrays are never at a wanted path (paths are keys only).
 
-use super::{MAX_SEGMENT, MAX_TERMS, Paths};
+use super::spec::{MAX_SEGMENT, MAX_TERMS, Paths};
 
 /// Containers open at once past which a document counts as not JSON
 /// (serde_json's own recursion limit).
