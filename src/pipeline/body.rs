@@ -1,8 +1,9 @@
 //! Where the pipeline reads a request's JSON body for its limits: on a
 //! route whose limits read body fields (a `json:FIELD` key, a `reserve:
 //! { json: FIELD }`), between routing and the decision, the body is peeked
-//! ([`crate::proxy::peek`]: up to its cap, under the gateway-wide budget,
-//! forwarded byte for byte after), and the fields the route reads are
+//! ([`crate::proxy::peek`]: up to [`BODY_CAP`], under the gateway-wide
+//! [`super::gateway::BODY_BUDGET`], forwarded byte for byte after), and
+//! the fields the route reads are
 //! taken out once, into the [`BodyFields`] the decision phase finds on the
 //! request. A body that is not read (too large, the budget spent, not
 //! JSON) leaves every field absent: keys fall back as for any missing
@@ -23,10 +24,6 @@ use crate::routing::{BodyReads, CompiledRoute};
 /// The most bytes of one request body read for its fields; a larger body
 /// is forwarded unread (its fields absent).
 pub const BODY_CAP: usize = 1024 * 1024;
-
-/// The most request-body bytes held for reading at once, gateway-wide:
-/// 64 bodies at the cap. Past it, a body is forwarded unread.
-pub const BODY_BUDGET: usize = 64 * BODY_CAP;
 
 /// How long a client that stalls mid-body is waited for when the route
 /// answers locally (an upstream route waits its response timeout).

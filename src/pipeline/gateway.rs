@@ -145,8 +145,7 @@ pub struct Gateway {
     pub(super) access_log: Option<AccessWriter>,
     /// Requests waiting for `on_limit: delay` limits.
     pub(super) waiting: Waiting,
-    /// Request-body bytes read for limits, held at once
-    /// ([`super::body::BODY_BUDGET`]).
+    /// Request-body bytes read for limits, held at once ([`BODY_BUDGET`]).
     pub(super) body_budget: PeekBudget,
     /// Decides which requests are traced and exports their spans; `None`
     /// when tracing is off (`tracing:` applies at start).
@@ -156,6 +155,11 @@ pub struct Gateway {
     /// Keeps `overrides` in step with Redis; stops with the gateway.
     _watcher: Option<Watcher>,
 }
+
+/// The most request-body bytes held for reading at once, gateway-wide
+/// (`pipeline::body`): 64 bodies of a MiB, the most one body is read.
+/// Past it, a body is forwarded unread.
+pub const BODY_BUDGET: usize = 64 * 1024 * 1024;
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -204,7 +208,7 @@ impl Gateway {
             top: TopOffenders::default(),
             access_log: None,
             waiting: Waiting::default(),
-            body_budget: PeekBudget::new(super::body::BODY_BUDGET),
+            body_budget: PeekBudget::new(BODY_BUDGET),
             tracer,
             overrides,
             _watcher: watcher,
