@@ -61,6 +61,12 @@ struct DecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    route: String,
+    limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
@@ -157,6 +163,9 @@ pub struct StoreMetrics {
     pub settle_kept_value: Counter,
     /// Reservations left standing: the store could not settle them.
     pub settle_kept_store: Counter,
+    /// Reservations left standing, by the other reasons (a response body's
+    /// usage: [`Self::kept`]).
+    settle_kept: Family<ReasonLabels, Counter>,
 }
 
 impl Default for StoreMetrics {
@@ -179,6 +188,7 @@ impl Default for StoreMetrics {
             settled: Counter::default(),
             settle_kept_value: Counter::default(),
             settle_kept_store: Counter::default(),
+            settle_kept: Family::default(),
         }
     }
 }
@@ -258,13 +268,14 @@ impl StoreMetrics {
         let settle_kept: Family<ReasonLabels, Counter> = Family::default();
         registry.register(
             "tollgate_settle_kept",
-            "Reserved costs left standing: the header or trailer was missing or not a count (value), or the store could not settle (store)",
+            "Reserved costs left standing: the header or trailer was missing or not a count (value), the store could not settle (store), or a response body's usage was missing or unreadable (no_usage, not_json, bad_number, too_large, encoded, content_type, upstream_error, aborted)",
             settle_kept.clone(),
         );
         Self {
             settled,
             settle_kept_value: settle_kept.get_or_create_owned(&ReasonLabels { reason: "value" }),
             settle_kept_store: settle_kept.get_or_create_owned(&ReasonLabels { reason: "store" }),
+            settle_kept,
             redis_duration: store_duration.get_or_create_owned(&StoreLabels { store: "redis" }),
             memory_duration: store_duration.get_or_create_owned(&StoreLabels { store: "memory" }),
             sync_duration: store_duration.get_or_create_owned(&StoreLabels { store: "sync" }),
@@ -295,6 +306,16 @@ fn register_node_breakers(registry: &mut Registry) -> NodeGauges {
     gauges
 }
 
+impl StoreMetrics {
+    /// Counts one reservation left standing for `reason`; a lookup in the
+    /// family, as these are rare next to settlements.
+    pub fn kept(&self, reason: &'static str) {
+        self.settle_kept
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+}
+
 /// `tollgate_store_failovers_total{reason}`, one counter per
 /// [`FailoverReason`].
 fn register_failovers(registry: &mut Registry) -> [Counter; 3] {
@@ -318,6 +339,8 @@ pub struct LimitMetrics {
     limited: Counter,
     shadow_limited: Counter,
     error: Counter,
+    /// For a settled limit, the units its settlements charged.
+    pub settled_units: Option<Counter>,
 }
 
 impl LimitMetrics {
@@ -434,6 +457,7 @@ pub struct Metrics {
     /// Requests no route takes (404); no route label exists for them.
     pub unmatched: Counter,
     decisions: Family<DecisionLabels, Counter>,
+    settled_units: Family<LimitLabels, Counter>,
     upstream_responses: Family<UpstreamLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     upstream_duration: HistogramFamily<RouteLabels>,
@@ -485,6 +509,12 @@ impl Metrics {
             decisions.clone(),
         );
         let store = StoreMetrics::register(&mut registry);
+        let settled_units = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "tollgate_settled_units",
+            "Units settled limits charged by route and limit: the amounts the responses reported (tokens, for a cost read from the body), summed as settled",
+            settled_units.clone(),
+        );
         let upstream_responses = Family::<UpstreamLabels, Counter>::default();
         registry.register(
             "tollgate_upstream_responses",
@@ -529,6 +559,7 @@ impl Metrics {
             requests,
             unmatched,
             decisions,
+            settled_units,
             upstream_responses,
             upstream_errors,
             upstream_duration,
@@ -552,6 +583,12 @@ impl Metrics {
             limited: dec(Verdict::Limited),
             shadow_limited: dec(Verdict::ShadowLimited),
             error: dec(Verdict::Undecided),
+            settled_units: l.settle.is_some().then(|| {
+                self.settled_units.get_or_create_owned(&LimitLabels {
+                    route: route.to_owned(),
+                    limit: l.name.to_string(),
+                })
+            }),
         }
     }
 

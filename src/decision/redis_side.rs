@@ -27,7 +27,7 @@ use crate::store::{Breaker, RedisStore, Store, StoreError};
 pub(super) struct RedisSide {
     pub(super) store: Arc<RedisStore>,
     /// Denials Redis answered, replayed locally until their Retry-After.
-    pub(super) deny_cache: Option<DenyCache>,
+    pub(super) deny_cache: Option<Arc<DenyCache>>,
     pub(super) breaker: Arc<Breaker>,
     /// The live gateway instances sharing Redis, as the heartbeat counts
     /// them.
@@ -115,7 +115,7 @@ impl RedisSide {
             )),
         ];
         Ok(Self {
-            deny_cache: (cfg.deny_cache > 0).then(|| DenyCache::new(cfg.deny_cache)),
+            deny_cache: (cfg.deny_cache > 0).then(|| Arc::new(DenyCache::new(cfg.deny_cache))),
             reach: Arc::new(Reachability::new(r.timeout, cfg.breaker.probe_interval)),
             synced: SyncMode::default(),
             metrics: StoreMetrics::default(),

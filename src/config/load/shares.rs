@@ -130,6 +130,7 @@ fn key_text(limit: &Limit) -> String {
                 KeySource::User => "user".to_owned(),
                 KeySource::Header(h) => format!("header:{h}"),
                 KeySource::Route => "route".to_owned(),
+                KeySource::Json(f) => format!("json:{}", f.name),
             })
             .collect::<Vec<_>>()
             .join(" | ")
