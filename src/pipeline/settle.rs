@@ -122,63 +122,86 @@ pub(super) async fn finish(
     Ok(res)
 }
 
-/// The access-log line of a request whose cost its response body settles:
-/// written once the body has ended, with the amounts read (`settled`), by
-/// whichever comes second — the line rendered when the response head goes
-/// out ([`super::observe`]), or the body's end.
-#[derive(Debug, Clone, Default)]
+/// The access-log line and the span's end of a request whose cost its
+/// response body settles: each written once the body has ended, with the
+/// amounts read (`settled`), by whichever comes second — the line rendered
+/// (and the span ended) when the response head goes out
+/// ([`super::observe`], [`super::traces`]), or the body's end.
+#[derive(Clone, Default)]
 pub struct LateLine(Arc<Mutex<Late>>);
 
-#[derive(Debug, Default)]
-enum Late {
-    /// Neither has come.
-    #[default]
-    Waiting,
+/// A traced request's span, ended with the `settled` text.
+pub type LateSpan = Box<dyn FnOnce(&str) + Send>;
+
+#[derive(Default)]
+struct Late {
     /// The line, waiting for the body's end.
-    Line(HeldLine),
-    /// The body's `settled` field, waiting for the line.
-    Settled(String),
-    /// Written.
-    Done,
+    line: Option<HeldLine>,
+    /// The span, waiting for the body's end.
+    span: Option<LateSpan>,
+    /// The body's `settled` field, once the body has ended.
+    settled: Option<String>,
+}
+
+impl std::fmt::Debug for LateLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LateLine")
+    }
 }
 
 impl LateLine {
+    fn late(&self) -> std::sync::MutexGuard<'_, Late> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The request's line, rendered up to its last field.
     pub fn line(&self, mut line: HeldLine) {
-        let mut late = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *late = match std::mem::take(&mut *late) {
-            Late::Settled(text) => {
-                end_line(line, &text);
-                Late::Done
-            }
-            Late::Waiting => Late::Line(line),
-            done @ (Late::Line(_) | Late::Done) => {
-                // Twice: write what came now rather than lose it.
-                line.str("settled", "-");
-                line.write();
-                done
-            }
-        };
+        let mut late = self.late();
+        if let Some(text) = &late.settled {
+            end_line(line, text);
+        } else if late.line.is_some() {
+            // Twice: write what came now rather than lose it.
+            line.str("settled", "-");
+            line.write();
+        } else {
+            late.line = Some(line);
+        }
+    }
+
+    /// The request's span, to end with the `settled` text.
+    pub fn span(&self, span: LateSpan) {
+        let mut late = self.late();
+        match &late.settled {
+            Some(text) => span(settled_or_dash(text)),
+            None => late.span = Some(span),
+        }
     }
 
     /// The body ended with `text` settled.
     fn settled(&self, text: String) {
-        let mut late = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *late = match std::mem::take(&mut *late) {
-            Late::Line(line) => {
-                end_line(line, &text);
-                Late::Done
-            }
-            Late::Waiting => Late::Settled(text),
-            other => other,
-        };
+        let mut late = self.late();
+        if late.settled.is_some() {
+            return;
+        }
+        if let Some(line) = late.line.take() {
+            end_line(line, &text);
+        }
+        if let Some(span) = late.span.take() {
+            span(settled_or_dash(&text));
+        }
+        late.settled = Some(text);
     }
+}
+
+/// `settled`'s text: `-` when nothing was read from the body.
+fn settled_or_dash(settled: &str) -> &str {
+    if settled.is_empty() { "-" } else { settled }
 }
 
 /// Ends `line` with `settled` (`-` when nothing was read from the body:
 /// the reservations stand).
 fn end_line(mut line: HeldLine, settled: &str) {
-    line.str("settled", if settled.is_empty() { "-" } else { settled });
+    line.str("settled", settled_or_dash(settled));
     line.write();
 }
 
