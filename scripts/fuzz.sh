@@ -31,7 +31,7 @@ ci_runs() {
         expand) echo 500000 ;;
         forwarded) echo 1200000 ;;
         admin_request) echo 800000 ;;
-        usage) echo 20000 ;;
+        usage) echo 80000 ;;
         *) echo 3000000 ;;
     esac
 }
