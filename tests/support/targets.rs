@@ -53,7 +53,12 @@ impl Target {
 
     /// A target on `addr`.
     pub async fn start_on(name: &str, addr: SocketAddr) -> Target {
-        let listener = TcpListener::bind(addr).await.expect("bind target");
+        Self::try_start_on(name, addr).await.expect("bind target")
+    }
+
+    /// A target on `addr`, or why it cannot listen there.
+    pub async fn try_start_on(name: &str, addr: SocketAddr) -> std::io::Result<Target> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr().unwrap();
         let mode = Arc::new(AtomicU16::new(ANSWER));
         let requests = Arc::new(AtomicUsize::new(0));
@@ -106,14 +111,14 @@ impl Target {
                 });
             }
         });
-        Target {
+        Ok(Target {
             addr,
             name: name.to_owned(),
             mode,
             requests,
             checks,
             kill,
-        }
+        })
     }
 
     pub fn url(&self) -> String {
