@@ -316,18 +316,7 @@ impl Resolve for Names {
 
 #[tokio::test]
 async fn a_name_resolving_to_two_addresses_spreads_over_both() {
-    // One port on two addresses: a port free on 127.0.0.1 may be taken on
-    // 127.0.0.2, so a pair is tried until both listen.
-    let mut pair = None;
-    for _ in 0..20 {
-        let a = Target::start("a").await;
-        let on_b = SocketAddr::new([127, 0, 0, 2].into(), a.addr.port());
-        if let Ok(b) = Target::try_start_on("b", on_b).await {
-            pair = Some((a, b));
-            break;
-        }
-    }
-    let (a, b) = pair.expect("a port free on both 127.0.0.1 and 127.0.0.2");
+    let (a, b) = Target::pair_on_one_port("a", "b").await;
     let names = Names::new("api.test", vec![a.addr.ip(), b.addr.ip()]);
     let yaml = format!(
         "listen: 127.0.0.1:0
@@ -612,18 +601,7 @@ routes:
 async fn a_connect_failure_resolves_the_name_again() {
     // The name's only address goes away and another takes its place, as a
     // pod replaced behind a headless Service.
-    // One port on two addresses: a port free on 127.0.0.1 may be taken on
-    // 127.0.0.2, so a pair is tried until both listen.
-    let mut pair = None;
-    for _ in 0..20 {
-        let a = Target::start("a").await;
-        let on_b = SocketAddr::new([127, 0, 0, 2].into(), a.addr.port());
-        if let Ok(b) = Target::try_start_on("b", on_b).await {
-            pair = Some((a, b));
-            break;
-        }
-    }
-    let (a, b) = pair.expect("a port free on both 127.0.0.1 and 127.0.0.2");
+    let (a, b) = Target::pair_on_one_port("a", "b").await;
     let names = Names::new("api.test", vec![a.addr.ip()]);
     let yaml = format!(
         "listen: 127.0.0.1:0

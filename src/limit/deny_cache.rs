@@ -21,6 +21,7 @@
 //! shards so no global lock is taken.
 
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use hashlink::LruCache;
@@ -47,6 +48,9 @@ pub struct DenyCache {
     /// back to it: an entry denied before then may deny what Redis would
     /// now admit, so it is dropped when next looked up.
     refunds: Mutex<LruCache<u64, u64>>,
+    /// Whether `refunds` was ever written: until a settlement refunds, a
+    /// cached denial is served without taking its lock.
+    any_refund: AtomicBool,
     /// How many keys `refunds` holds before it starts over (clearing every
     /// entry with it, so none outlives the refund that should drop it).
     refunds_capacity: usize,
@@ -69,6 +73,7 @@ impl DenyCache {
                 .collect(),
             hasher: RandomState::new(),
             refunds: Mutex::new(LruCache::new_unbounded()),
+            any_refund: AtomicBool::new(false),
             refunds_capacity: capacity.max(SHARDS),
         }
     }
@@ -95,11 +100,15 @@ impl DenyCache {
             refunds = self.refunds.lock().unwrap_or_else(PoisonError::into_inner);
         }
         refunds.insert(hash, now_ms);
+        self.any_refund.store(true, Ordering::Release);
     }
 
     /// Whether a settlement gave units back to one of `requests`' keys at
     /// or after `at_ms`.
     fn refunded_since(&self, at_ms: u64, requests: &[LimitRequest]) -> bool {
+        if !self.any_refund.load(Ordering::Acquire) {
+            return false;
+        }
         let mut refunds = self.refunds.lock().unwrap_or_else(PoisonError::into_inner);
         if refunds.is_empty() {
             return false;

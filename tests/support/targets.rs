@@ -56,6 +56,20 @@ impl Target {
         Self::try_start_on(name, addr).await.expect("bind target")
     }
 
+    /// Two targets on one port, `a` on 127.0.0.1 and `b` on 127.0.0.2 (as
+    /// two addresses of one name): a port free on the first may be taken
+    /// on the second, so pairs are tried until both listen.
+    pub async fn pair_on_one_port(a: &str, b: &str) -> (Target, Target) {
+        for _ in 0..20 {
+            let first = Target::start(a).await;
+            let on_b = SocketAddr::new([127, 0, 0, 2].into(), first.addr.port());
+            if let Ok(second) = Target::try_start_on(b, on_b).await {
+                return (first, second);
+            }
+        }
+        panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+    }
+
     /// A target on `addr`, or why it cannot listen there.
     pub async fn try_start_on(name: &str, addr: SocketAddr) -> std::io::Result<Target> {
         let listener = TcpListener::bind(addr).await?;
