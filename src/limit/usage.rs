@@ -11,13 +11,14 @@
 //! - a JSON body (`application/json`, `…+json`) goes through a streaming
 //!   scanner (`scan`) that keeps a few hundred bytes of state whatever the
 //!   body's size, and records only numbers at wanted paths;
-//! - an event stream (`text/event-stream`) is split into events (`sse`);
-//!   each event's data is held up to [`EVENT_BUFFER`] bytes, and only an
-//!   event that holds the quoted last segment of a wanted path (a
-//!   `memchr::memmem` search, so the chunks between two usage reports cost
-//!   a copy and a search) is scanned; an event past the buffer is scanned
-//!   as it streams, without the search. Every event is a JSON document of
-//!   its own; one that is not JSON (`[DONE]`, a keep-alive) is skipped.
+//! - an event stream (`text/event-stream`) is searched chunk by chunk for
+//!   the quoted last segment of a wanted path (one `memchr::memmem` search
+//!   per chunk); the events without it are passed over unread, and only
+//!   the raw bytes of the event a chunk ends in the middle of are kept, up
+//!   to [`EVENT_BUFFER`]. An event with the segment is split into its data
+//!   (`sse`) and scanned, as is one that outgrows the buffer (as it
+//!   streams, without the search). Every event is a JSON document of its
+//!   own; one that is not JSON (`[DONE]`, a keep-alive) is skipped.
 //!
 //! In a stream, each term takes the last value seen at any of its paths
 //! ([`Stream::Last`], for cumulative reports) or the sum of all of them
@@ -50,8 +51,9 @@ pub use request::{json_str, json_u64};
 use scan::Scanner;
 pub use spec::{JsonPath, MAX_PATHS, MAX_SEGMENT, MAX_SEGMENTS, MAX_TERMS, Stream, UsageSpec};
 
-/// An SSE event's data held for the search before it is scanned as it
-/// streams instead.
+/// The raw bytes of an open SSE event held for the search (and of a read
+/// event's data, before the scan) before it is scanned as it streams
+/// instead.
 pub const EVENT_BUFFER: usize = 16 * 1024;
 /// Decoded bytes of a compressed body read at most; past them the
 /// reservation is kept ([`Kept::TooLarge`]), which bounds the work a small
@@ -187,7 +189,7 @@ struct Inner {
     spec: Arc<UsageSpec>,
     framing: Framing,
     scanner: Scanner,
-    sse: sse::Splitter,
+    sse: sse::Skim,
     /// The current SSE event's data while it fits [`EVENT_BUFFER`].
     event: Vec<u8>,
     /// The current event outgrew the buffer and is scanned as it streams.
@@ -207,8 +209,9 @@ impl Inner {
                 self.scanner.feed(data, &spec.paths);
             }
             Framing::Sse => {
+                let spec = Arc::clone(&self.spec);
                 let mut sse = std::mem::take(&mut self.sse);
-                sse.feed(data, self);
+                sse.feed(data, self, &*spec);
                 self.sse = sse;
             }
         }
@@ -340,7 +343,7 @@ impl UsageReader {
             spec,
             framing,
             scanner,
-            sse: sse::Splitter::default(),
+            sse: sse::Skim::default(),
             event: Vec::new(),
             streaming: false,
             has_data: false,

@@ -7,6 +7,8 @@ use std::fmt;
 
 use memchr::memmem::Finder;
 
+use super::sse::Needle;
+
 /// The most terms a spec sums.
 pub const MAX_TERMS: usize = 8;
 /// The most paths a spec names, all terms together.
@@ -96,8 +98,10 @@ pub struct UsageSpec {
     pub(super) terms: Vec<Vec<JsonPath>>,
     pub(super) stream: Stream,
     pub(super) paths: Paths,
-    /// The quoted last segments of the paths, each once: an SSE event with
-    /// none of them holds no wanted key.
+    /// The quoted last segments of the paths, each once, or the end they
+    /// all share when it is long enough (`put_tokens"` for Anthropic's
+    /// two), one search instead of several: an SSE event with none of them
+    /// holds no wanted key.
     needles: Vec<Finder<'static>>,
 }
 
@@ -148,7 +152,8 @@ impl UsageSpec {
                 }
             }
         }
-        let needles = needles
+        let needles = shared_suffix(&needles)
+            .map_or(needles, |suffix| vec![suffix])
             .iter()
             .map(|n| Finder::new(n).into_owned())
             .collect();
@@ -208,6 +213,45 @@ impl UsageSpec {
     /// Whether an SSE event's data can hold a wanted key.
     pub(super) fn wanted(&self, event: &[u8]) -> bool {
         self.needles.iter().any(|n| n.find(event).is_some())
+    }
+}
+
+/// The end every needle shares, when there are several and it is at least
+/// [`SHARED_SUFFIX`] bytes long.
+fn shared_suffix(needles: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let (first, rest) = needles.split_first()?;
+    if rest.is_empty() {
+        return None;
+    }
+    let len = rest.iter().fold(first.len(), |len, n| {
+        first
+            .iter()
+            .rev()
+            .zip(n.iter().rev())
+            .take(len)
+            .take_while(|(a, b)| a == b)
+            .count()
+    });
+    (len >= SHARED_SUFFIX).then(|| first[first.len() - len..].to_vec())
+}
+
+/// The shortest shared end searched instead of the needles themselves.
+const SHARED_SUFFIX: usize = 6;
+
+impl Needle for UsageSpec {
+    fn find(&self, hay: &[u8]) -> Option<usize> {
+        match &self.needles[..] {
+            [one] => one.find(hay),
+            many => many.iter().filter_map(|n| n.find(hay)).min(),
+        }
+    }
+
+    fn reach(&self) -> usize {
+        self.needles
+            .iter()
+            .map(|n| n.needle().len())
+            .max()
+            .unwrap_or(0)
     }
 }
 

@@ -10,6 +10,17 @@
 //! The splitter holds no line: it only remembers where in a line it is, so
 //! a line split across chunks at any byte reads as the whole line would,
 //! and the data bytes go straight to the [`Events`] sink.
+//!
+//! [`Skim`] puts the splitter behind a search: most events of a stream
+//! hold no wanted key, and a chunk without one is passed over whole, with
+//! one search for the key and one look back for the last blank line; only
+//! the event the chunk ends in the middle of is kept, raw, until a later
+//! chunk ends it. The splitter reads an event only when the key is in its
+//! raw bytes (a superset of its data: a key is never split across lines,
+//! as a JSON string holds no line end), or when it outgrows
+//! [`super::EVENT_BUFFER`]. After a blank line the splitter's state is
+//! known without reading what came before (see [`blank`]), so passing
+//! over events changes no answer.
 
 /// Where the data of the stream's events goes.
 pub trait Events {
@@ -56,6 +67,16 @@ impl Default for Splitter {
 }
 
 impl Splitter {
+    /// The state right after a blank line whose last byte was a CR when
+    /// `after_cr`.
+    fn after_blank(after_cr: bool) -> Self {
+        Self {
+            line: Line::Name(0),
+            after_cr,
+            bom: 3,
+        }
+    }
+
     /// Reads the next bytes of the stream.
     pub fn feed<E: Events>(&mut self, mut data: &[u8], sink: &mut E) {
         while self.bom < 3 {
@@ -135,5 +156,157 @@ impl Splitter {
                 &data[end + 1..]
             }
         }
+    }
+}
+
+fn is_eol(b: u8) -> bool {
+    b == b'\n' || b == b'\r'
+}
+
+/// Whether the line ends `a` then `b` end a blank line: any two line-end
+/// bytes in a row do, except a CR and the LF that belongs to it. (The first
+/// ends a line, or is the LF of a CRLF that did; the second ends an empty
+/// line.) Right after them the splitter is at the start of a line with the
+/// event dispatched, whatever came before.
+fn blank(a: u8, b: u8) -> bool {
+    is_eol(a) && is_eol(b) && !(a == b'\r' && b == b'\n')
+}
+
+/// The index past the last blank line of `data`; `prev` is the byte
+/// before `data`.
+fn last_blank(prev: u8, data: &[u8]) -> Option<usize> {
+    let mut end = data.len();
+    while let Some(i) = memchr::memrchr2(b'\n', b'\r', &data[..end]) {
+        let before = if i == 0 { prev } else { data[i - 1] };
+        if blank(before, data[i]) {
+            return Some(i + 1);
+        }
+        end = i;
+    }
+    None
+}
+
+/// The index past the first blank line of `data`; `prev` is the byte
+/// before `data`.
+fn first_blank(prev: u8, data: &[u8]) -> Option<usize> {
+    let mut start = 0;
+    while let Some(off) = memchr::memchr2(b'\n', b'\r', &data[start..]) {
+        let i = start + off;
+        let before = if i == 0 { prev } else { data[i - 1] };
+        if blank(before, data[i]) {
+            return Some(i + 1);
+        }
+        start = i + 1;
+    }
+    None
+}
+
+/// What the skim looks for: the wanted keys as they appear in raw bytes.
+pub trait Needle {
+    /// Where the first key starts in `hay`.
+    fn find(&self, hay: &[u8]) -> Option<usize>;
+    /// The longest key, in bytes (a key across two chunks is found in
+    /// this many bytes either side of the join, less one).
+    fn reach(&self) -> usize;
+}
+
+/// The most bytes of a key across a join looked at either side of it.
+const MAX_REACH: usize = 128;
+
+/// The splitter behind a search; see the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct Skim {
+    splitter: Splitter,
+    /// In the middle of an event the splitter reads (one with a key, or
+    /// past the buffer), until its blank line.
+    reading: bool,
+    /// Not reading: the raw bytes since the last blank line, without a
+    /// key; the splitter's state is the one after that blank line.
+    tail: Vec<u8>,
+    /// The last byte seen (0 before the first).
+    prev: u8,
+}
+
+impl Skim {
+    /// Reads the next bytes of the stream: the events with a key in them
+    /// go to `sink`.
+    pub fn feed<E: Events>(&mut self, mut data: &[u8], sink: &mut E, needle: &impl Needle) {
+        while let Some(&last) = data.last() {
+            if self.reading {
+                let Some(end) = first_blank(self.prev, data) else {
+                    self.splitter.feed(data, sink);
+                    self.prev = last;
+                    return;
+                };
+                self.splitter.feed(&data[..end], sink);
+                self.reading = false;
+                self.prev = data[end - 1];
+                data = &data[end..];
+                continue;
+            }
+            if self.across(data, needle) {
+                self.read_tail(sink);
+                continue;
+            }
+            if let Some(at) = needle.find(data) {
+                // The key's event starts at the last blank line before it,
+                // or in the tail.
+                match last_blank(self.prev, &data[..at]) {
+                    Some(start) => {
+                        self.pass(data[start - 1]);
+                        self.prev = data[start - 1];
+                        data = &data[start..];
+                        self.reading = true;
+                    }
+                    None => self.read_tail(sink),
+                }
+                continue;
+            }
+            let open = match last_blank(self.prev, data) {
+                Some(start) => {
+                    self.pass(data[start - 1]);
+                    &data[start..]
+                }
+                None => data,
+            };
+            if self.tail.len() + open.len() > super::EVENT_BUFFER {
+                self.read_tail(sink);
+                self.splitter.feed(open, sink);
+            } else {
+                self.tail.extend_from_slice(open);
+            }
+            self.prev = last;
+            return;
+        }
+    }
+
+    /// Passes over the tail and what follows it up to a blank line whose
+    /// last byte is `end`.
+    fn pass(&mut self, end: u8) {
+        self.tail.clear();
+        self.splitter = Splitter::after_blank(end == b'\r');
+    }
+
+    /// The splitter reads the tail and what follows, up to a blank line.
+    fn read_tail<E: Events>(&mut self, sink: &mut E) {
+        self.splitter.feed(&self.tail, sink);
+        self.tail.clear();
+        self.reading = true;
+    }
+
+    /// Whether a key starts in the tail and ends in `data`.
+    fn across(&self, data: &[u8], needle: &impl Needle) -> bool {
+        let reach = needle.reach().clamp(1, MAX_REACH) - 1;
+        if self.tail.is_empty() || reach == 0 {
+            return false;
+        }
+        let before = &self.tail[self.tail.len().saturating_sub(reach)..];
+        let after = &data[..data.len().min(reach)];
+        let mut join = [0u8; 2 * MAX_REACH];
+        join[..before.len()].copy_from_slice(before);
+        join[before.len()..before.len() + after.len()].copy_from_slice(after);
+        needle
+            .find(&join[..before.len() + after.len()])
+            .is_some_and(|at| at < before.len())
     }
 }

@@ -483,7 +483,86 @@ fn every_single_split_reads_alike() {
     }
 }
 
+/// The events dispatched whose data holds `"k"`.
+#[derive(Default)]
+struct Seen {
+    data: Vec<u8>,
+    events: Vec<Vec<u8>>,
+}
+
+impl sse::Events for Seen {
+    fn data(&mut self, bytes: &[u8]) {
+        self.data.extend_from_slice(bytes);
+    }
+
+    fn dispatch(&mut self) {
+        let data = std::mem::take(&mut self.data);
+        if memchr::memmem::find(&data, b"\"k\"").is_some() {
+            self.events.push(data);
+        }
+    }
+}
+
+struct KeyK;
+
+impl sse::Needle for KeyK {
+    fn find(&self, hay: &[u8]) -> Option<usize> {
+        memchr::memmem::find(hay, b"\"k\"")
+    }
+
+    fn reach(&self) -> usize {
+        3
+    }
+}
+
+/// The events with `"k"` the splitter reads from the whole `body`, and
+/// those the skim passes on when fed `body` cut at `cuts`.
+fn split_and_skim(body: &[u8], cuts: &[usize]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut all = Seen::default();
+    sse::Splitter::default().feed(body, &mut all);
+    let mut skimmed = Seen::default();
+    let mut skim = sse::Skim::default();
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+    cuts.sort_unstable();
+    let mut at = 0;
+    for c in cuts {
+        skim.feed(&body[at..c], &mut skimmed, &KeyK);
+        at = c;
+    }
+    skim.feed(&body[at..], &mut skimmed, &KeyK);
+    (all.events, skimmed.events)
+}
+
+#[test]
+fn the_skim_passes_on_every_event_with_the_key() {
+    let big = "x".repeat(EVENT_BUFFER + 10);
+    let bodies = [
+        format!("data: a\n\ndata: {{\"k\":1}}\r\n\r\ndata: b\r\rdata: \"k\"\n\n"),
+        format!("\u{feff}data: \"k\"\n\n: {big}\n\ndata: \"k\" {big}\n\ndata: \"k\"\r\n\r"),
+        format!(
+            "data: {big}\ndata: \"k\"\n\ndata: \"k\"\r\n\r\ndata: {big}\r\ndata: x\"k\"\r\n\r\n"
+        ),
+        format!("event: e\r\n\r\n\r\ndata:\"k\"\n\r\n\rdata: \"k\"\n\ndata: \"k\"\r"),
+    ];
+    for body in &bodies {
+        let body = body.as_bytes();
+        let (want, got) = split_and_skim(body, &[]);
+        assert!(!want.is_empty());
+        assert_eq!(got, want);
+        for step in [1, 2, 3, 7, 100, 4096] {
+            let cuts: Vec<usize> = (0..body.len()).step_by(step).collect();
+            assert_eq!(split_and_skim(body, &cuts).1, want, "every {step} bytes");
+        }
+    }
+}
+
 proptest! {
+    #[test]
+    fn the_skim_reads_as_the_splitter_does(body in prop::collection::vec(prop::sample::select(b"data: \r\n\r\n:\"kkx\xEF\xBB\xBF".to_vec()), 0..400), cuts in prop::collection::vec(any::<usize>(), 0..20)) {
+        let (want, got) = split_and_skim(&body, &cuts);
+        prop_assert_eq!(got, want);
+    }
+
     #[test]
     fn openai_streams_read_alike_in_any_chunks(n in 0usize..20, total in 9u64..1_000_000, cuts in prop::collection::vec(any::<usize>(), 0..40)) {
         let body = openai_stream(n, Some(total));
