@@ -1597,6 +1597,16 @@ fn enum_fields() -> Vec<EnumField> {
             },
         },
         EnumField {
+            schema_path: "routes[].limits[].cost.from_body.stream",
+            error_path: "routes[0].limits[0].cost.from_body.stream",
+            spellings: names(&tollgate::limit::usage::Stream::SPELLINGS),
+            file: |v| {
+                format!(
+                    "listen: 127.0.0.1:0\nroutes:\n  - name: a\n    respond: {{}}\n    limits: [ {{ name: l, key: ip, limit: 10, window: 1m, cost: {{ reserve: 1, from_body: {{ json: usage.total_tokens, stream: {v} }} }} }} ]\n"
+                )
+            },
+        },
+        EnumField {
             schema_path: "routes[].limits[].algorithm",
             error_path: "routes[0].limits[0].algorithm",
             spellings: names(&Algorithm::SPELLINGS),
@@ -2223,7 +2233,7 @@ routes:
         ),
         (
             4,
-            "routes[0].limits[4].cost.from_body.stream: \"max\" is not a stream rule",
+            "routes[0].limits[4].cost.from_body.stream: unknown value \"max\"; expected one of last, sum (line 11, col 107)",
         ),
         (
             5,

@@ -20,6 +20,7 @@ use super::shape::spellings;
 use crate::config::{ClockSource, HeaderMode, KeepFrom, OnError, OnLimit};
 use crate::jwt::JwtAlgorithm;
 use crate::limit::Algorithm;
+use crate::limit::usage::Stream;
 use crate::target::EscapedSlashes;
 
 /// The whole file.
@@ -745,5 +746,6 @@ pub struct FromBodyMap {
     pub json: Field<Text>,
     /// `stream: last | sum` — in an event stream, each path's last value, or
     /// the sum over the events
+    #[schemars(extend("enum" = spellings(&Stream::SPELLINGS)))]
     pub stream: Field<Text>,
 }

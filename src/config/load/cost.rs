@@ -198,11 +198,7 @@ fn from_body(c: &mut Check<'_>, body: &file::FromBody, path: &str) -> Checked<Bo
             let stream = c.optional(
                 &map.stream,
                 &child_key(path, "stream"),
-                text(|s| match s.trim() {
-                    "last" => Ok(Stream::Last),
-                    "sum" => Ok(Stream::Sum),
-                    other => Err(format!("{other:?} is not a stream rule; write last or sum")),
-                }),
+                choice(&Stream::SPELLINGS),
             );
             let (json, stream) = (json?, stream?.unwrap_or_default());
             let spec = UsageSpec::parse(&json, stream).map_err(|e| {
@@ -211,10 +207,7 @@ fn from_body(c: &mut Check<'_>, body: &file::FromBody, path: &str) -> Checked<Bo
                     format!("{json:?} is not a sum of JSON paths: {e}"),
                 )
             })?;
-            let rule = match stream {
-                Stream::Last => "last",
-                Stream::Sum => "sum",
-            };
+            let rule = stream.spelling();
             Ok(BodyUsage {
                 written: format!("{json} (stream: {rule})").into(),
                 spec: spec.into(),

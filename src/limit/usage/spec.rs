@@ -92,6 +92,19 @@ pub enum Stream {
     Sum,
 }
 
+impl Stream {
+    /// Every spelling `stream:` accepts, with its value.
+    pub const SPELLINGS: [(&'static str, Self); 2] = [("last", Self::Last), ("sum", Self::Sum)];
+
+    /// How the file spells it.
+    pub fn spelling(self) -> &'static str {
+        match self {
+            Self::Last => "last",
+            Self::Sum => "sum",
+        }
+    }
+}
+
 /// What a response's usage is read from; see the module docs.
 #[derive(Debug, Clone)]
 pub struct UsageSpec {
