@@ -183,12 +183,37 @@ impl Scanner {
                     i = self.string(data, i, key);
                     continue;
                 }
+                State::Number(n) if self.num_mask == 0 => {
+                    let run = self.digits(n, &data[i..]);
+                    if run > 0 {
+                        i += run;
+                        continue;
+                    }
+                }
                 _ => {}
             }
             if self.step(data[i], paths) {
                 i += 1;
             }
         }
+    }
+
+    /// Steps over the digits `data` starts with, in a number at no wanted
+    /// path (its value is not needed): their count, the state past them.
+    /// 0 in the states where a digit does not simply continue the
+    /// number (after `-` or a leading `0`), which `step` reads.
+    fn digits(&mut self, n: Num, data: &[u8]) -> usize {
+        let next = match n {
+            Num::Int => Num::Int,
+            Num::FracStart | Num::Frac => Num::Frac,
+            Num::ExpStart | Num::ExpSign | Num::Exp => Num::Exp,
+            Num::Minus | Num::Zero => return 0,
+        };
+        let run = data.iter().take_while(|b| b.is_ascii_digit()).count();
+        if run > 0 {
+            self.state = State::Number(next);
+        }
+        run
     }
 
     /// Steps over string bytes from `i` to the next quote or backslash;
