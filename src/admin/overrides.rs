@@ -16,7 +16,7 @@ use tracing::info;
 
 use super::reply::{self as api, Who};
 use super::request::{BadField, OverrideBody, bad, parse_override, parse_query};
-use crate::decision::overrides::{Override, Subject};
+use crate::decision::overrides::Override;
 use crate::pipeline::Gateway;
 use crate::pipeline::callers::LimitNames;
 
@@ -27,8 +27,13 @@ pub fn render(o: &Override, now_ms: u64) -> Value {
     } else {
         o.subject.value.clone()
     };
+    let mut caller = serde_json::Map::new();
+    caller.insert(o.subject.field.clone(), value.into());
+    for (field, v) in &o.subject.json {
+        caller.insert(format!("json.{field}"), v.clone().into());
+    }
     json!({
-        "caller": { o.subject.field.clone(): value },
+        "caller": caller,
         "route": o.route,
         "limit": o.limit,
         "share": o.share,
@@ -88,7 +93,7 @@ fn resolve(names: &LimitNames, limit: &str) -> Result<Named, BadField> {
 }
 
 fn build(gw: &Gateway, b: &OverrideBody, now_ms: u64) -> Result<Override, BadField> {
-    let (field, value) = b.caller.subject()?;
+    let subject = b.caller.subject()?;
     let names = gw.limit_names();
     let (route, limit, share) = match &b.limit {
         Some(l) => match resolve(&names, l)? {
@@ -104,7 +109,7 @@ fn build(gw: &Gateway, b: &OverrideBody, now_ms: u64) -> Result<Override, BadFie
     }
     let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     Ok(Override {
-        subject: Subject { field, value },
+        subject,
         route,
         limit,
         share,
@@ -196,7 +201,8 @@ pub fn list(gw: &Gateway) -> Response<Full<Bytes>> {
 
 /// `DELETE /admin/overrides?api_key=k1&limit=per_key`: removes the
 /// caller's override of that limit, or every override of the caller when
-/// no `limit` (nor `route`) is given.
+/// no `limit` (nor `route`) is given. `json.FIELD` values given narrow the
+/// choice to the overrides naming them; those not given match any.
 pub async fn remove(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes>> {
     let mut q = match parse_query(query) {
         Ok(q) => q,
@@ -205,7 +211,7 @@ pub async fn remove(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Byte
     if let Err(e) = super::known::known_key(gw, &mut q.caller) {
         return api::bad_field(&e);
     }
-    let (field, value) = match q.caller.subject() {
+    let subject = match q.caller.subject() {
         Ok(s) => s,
         Err(e) => return api::bad_field(&e),
     };
@@ -215,7 +221,8 @@ pub async fn remove(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Byte
         .overrides()
         .all()
         .iter()
-        .filter(|o| o.subject.field == field && o.subject.value == value)
+        .filter(|o| o.subject.field == subject.field && o.subject.value == subject.value)
+        .filter(|o| subject.json.iter().all(|j| o.subject.json.contains(j)))
         .filter(|o| limit.is_none_or(|l| o.limit.as_deref() == Some(l)))
         .filter(|o| route.is_none_or(|r| o.route.as_deref() == Some(r)))
         .cloned()

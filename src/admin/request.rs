@@ -10,6 +10,7 @@ use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
 use crate::config::load::parse_duration;
+use crate::decision::overrides::Subject;
 
 /// The largest body `PUT /admin/overrides` reads.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -136,9 +137,9 @@ impl CallerFields {
         out.join("&")
     }
 
-    /// The one field an override is for; an error unless exactly one is
-    /// given.
-    pub fn subject(&self) -> Result<(String, String), BadField> {
+    /// The caller an override is for: one identity field (an error unless
+    /// exactly one is given) and the `json.FIELD` values beside it.
+    pub fn subject(&self) -> Result<Subject, BadField> {
         let mut all: Vec<(String, String)> = Vec::new();
         if let Some(v) = &self.api_key {
             all.push(("api_key".into(), v.clone()));
@@ -153,14 +154,19 @@ impl CallerFields {
             let v = v.to_str().unwrap_or_default().to_owned();
             all.push((format!("header.{h}"), v));
         }
-        match all.len() {
-            1 => Ok(all.remove(0)),
-            0 => Err(bad("caller", NAME_A_CALLER)),
-            _ => Err(bad(
-                all[1].0.clone(),
-                "an override is for one caller field; give only one of api_key, user, ip, header.NAME",
-            )),
-        }
+        let (field, value) = match all.len() {
+            1 => all.remove(0),
+            0 => return Err(bad("caller", NAME_A_CALLER)),
+            _ => {
+                return Err(bad(
+                    all[1].0.clone(),
+                    "an override is for one caller field; give only one of api_key, user, ip, header.NAME (and json.FIELD beside it)",
+                ));
+            }
+        };
+        let mut json = self.json.clone();
+        json.sort();
+        Ok(Subject { field, value, json })
     }
 }
 
@@ -206,7 +212,7 @@ pub fn parse_query(query: &[u8]) -> Result<CallerQuery, BadField> {
             other => {
                 return Err(bad(
                     other,
-                    "unknown parameter; use ip, api_key, user, header.NAME, route or limit",
+                    "unknown parameter; use ip, api_key, user, header.NAME, json.FIELD, route or limit",
                 ));
             }
         };
@@ -301,7 +307,7 @@ fn read_field(out: &mut OverrideBody, name: &str, v: &Value) -> Result<(), BadFi
             if !out.caller.take(name, value.as_ref().map_or("", |s| s))? {
                 return Err(bad(
                     name,
-                    "unknown field; use api_key, user, ip, header.NAME, limit, quota, window, plan, exempt or ttl",
+                    "unknown field; use api_key, user, ip, header.NAME, json.FIELD, limit, quota, window, plan, exempt or ttl",
                 ));
             }
             value?;
@@ -375,7 +381,23 @@ mod tests {
         assert_eq!(o.quota, Some(6));
         assert_eq!(o.window, Some(Duration::from_secs(60)));
         assert_eq!(o.ttl, Some(Duration::from_secs(86_400)));
-        assert_eq!(o.caller.subject().unwrap(), ("api_key".into(), "k1".into()));
+        let s = o.caller.subject().unwrap();
+        assert_eq!((s.field.as_str(), s.value.as_str()), ("api_key", "k1"));
+        assert!(s.json.is_empty());
+        let o = parse_override(
+            br#"{"json.tier":"b","api_key":"k1","json.model":"m","limit":"l","quota":6}"#,
+        )
+        .unwrap();
+        let s = o.caller.subject().unwrap();
+        assert_eq!(
+            s.json,
+            [("model".into(), "m".into()), ("tier".into(), "b".into())]
+        );
+        let field = |b: &[u8]| parse_override(b).unwrap_err().field;
+        assert_eq!(
+            field(br#"{"json.model":"m","limit":"l","quota":6}"#),
+            "caller"
+        );
         let field = |b: &[u8]| parse_override(b).unwrap_err().field;
         assert_eq!(field(br#"{"api_key":"k1","limit":"l","quota":0}"#), "quota");
         assert_eq!(

@@ -1,6 +1,8 @@
 //! Per-caller overrides set through the admin API: other numbers for one
 //! limit, another plan, or an exemption, for one caller named by one of
-//! its identity values (`api_key`, `user`, `ip` or `header.NAME`).
+//! its identity values (`api_key`, `user`, `ip` or `header.NAME`), and
+//! optionally by string fields of its request bodies beside it
+//! (`json.model`, as `json:FIELD` keys read them).
 //!
 //! The overrides live in the store. With Redis they sit in one hash
 //! (`<prefix>{admin}overrides`) beside a generation counter every write
@@ -36,18 +38,33 @@ use crate::store::StoreError;
 /// How often a gateway reads the generation counter in Redis.
 pub const POLL: Duration = Duration::from_millis(50);
 
-/// Which caller an override is for: one identity value.
+/// Which caller an override is for: one identity value, and the request
+/// body fields it must send as well.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Subject {
     /// `api_key`, `user`, `ip` or `header.NAME` (the name lowercased).
     pub field: String,
     /// The value the caller presents.
     pub value: String,
+    /// `json.FIELD` values, sorted by field: string fields of the request
+    /// body, as a route's `json:FIELD` keys read them (so they match on
+    /// routes whose limits read those fields). Empty for most overrides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json: Vec<(String, String)>,
 }
 
 impl Subject {
-    /// Whether `caller` presents this value.
+    /// Whether `caller` presents this value (and sends these body
+    /// fields).
     pub fn matches(&self, caller: &Caller<'_>) -> bool {
+        self.matches_field(caller)
+            && self
+                .json
+                .iter()
+                .all(|(field, value)| sends(caller, field, value))
+    }
+
+    fn matches_field(&self, caller: &Caller<'_>) -> bool {
         let value = self.value.as_bytes();
         match self.field.as_str() {
             "api_key" => caller.api_key == Some(value),
@@ -64,6 +81,15 @@ impl Subject {
             }),
         }
     }
+}
+
+/// Whether `caller`'s request body holds `value` at `field`.
+fn sends(caller: &Caller<'_>, field: &str, value: &str) -> bool {
+    caller.body.is_some_and(|b| {
+        b.text
+            .iter()
+            .any(|(f, v)| **f == *field && **v == *value.as_bytes())
+    })
 }
 
 /// One override, as the store keeps it (JSON).
@@ -130,15 +156,14 @@ impl Override {
     }
 }
 
-/// The store key of the override of `subject` for `route/limit`.
+/// The store key of the override of `subject` for `route/limit`
+/// (`api_key=k1&json.model=m\nroute/limit`).
 pub fn id(subject: &Subject, route: Option<&str>, limit: Option<&str>) -> String {
-    format!(
-        "{}={}\n{}/{}",
-        subject.field,
-        subject.value,
-        route.unwrap_or(""),
-        limit.unwrap_or("")
-    )
+    let mut caller = format!("{}={}", subject.field, subject.value);
+    for (field, value) in &subject.json {
+        caller.push_str(&format!("&json.{field}={value}"));
+    }
+    format!("{caller}\n{}/{}", route.unwrap_or(""), limit.unwrap_or(""))
 }
 
 /// The overrides in force on this gateway.
@@ -173,14 +198,19 @@ impl CallerOverrides {
         self.table.load().is_empty()
     }
 
-    /// The overrides in force at `now_ms` for `caller`.
+    /// The overrides in force at `now_ms` for `caller`, those naming more
+    /// body fields first: of two for one limit (`api_key=k1` and
+    /// `api_key=k1&json.model=m`), the narrower one is found first.
     pub fn of(&self, caller: &Caller<'_>, now_ms: u64) -> Vec<Override> {
-        self.table
+        let mut found: Vec<Override> = self
+            .table
             .load()
             .iter()
             .filter(|o| o.live(now_ms) && o.subject.matches(caller))
             .cloned()
-            .collect()
+            .collect();
+        found.sort_by_key(|o| std::cmp::Reverse(o.subject.json.len()));
+        found
     }
 
     /// Sets `o` (replacing the one with its id); the one it replaced.
@@ -309,6 +339,7 @@ mod tests {
         Subject {
             field: field.into(),
             value: value.into(),
+            json: Vec::new(),
         }
     }
 
@@ -333,6 +364,25 @@ mod tests {
         assert!(subject("header.x-tenant", "acme").matches(&caller));
         assert!(!subject("header.x-tenant", "acm").matches(&caller));
         assert!(!subject("colour", "acme").matches(&caller));
+        // Body fields narrow it: all of them must be sent.
+        let mut with_model = subject("api_key", "k1");
+        with_model.json = vec![("model".into(), "m1".into())];
+        assert!(!with_model.matches(&caller));
+        let body = crate::identity::BodyFields {
+            text: vec![("model".into(), b"m1".to_vec().into_boxed_slice())],
+            counts: Vec::new(),
+        };
+        let sending = Caller {
+            body: Some(&body),
+            ..caller
+        };
+        assert!(with_model.matches(&sending));
+        assert!(subject("api_key", "k1").matches(&sending));
+        with_model.json[0].1 = "m2".into();
+        assert!(!with_model.matches(&sending));
+        with_model.json[0].1 = "m1".into();
+        with_model.json.push(("tier".into(), "x".into()));
+        assert!(!with_model.matches(&sending));
     }
 
     #[test]
@@ -350,6 +400,9 @@ mod tests {
             set_ms: 0,
         };
         assert_eq!(o.id(), "api_key=k1\napi/per_key");
+        let mut narrowed = o.clone();
+        narrowed.subject.json = vec![("model".into(), "m1".into())];
+        assert_eq!(narrowed.id(), "api_key=k1&json.model=m1\napi/per_key");
         assert!(o.live(999) && !o.live(1_000));
         assert!(o.about("api", "per_key", None) && !o.about("other", "per_key", None));
         let shared = Override {

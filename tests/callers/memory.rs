@@ -204,3 +204,98 @@ routes:
     .await;
     assert_eq!(entry(&v, "chat", "per_model")["used"], 1, "{v}");
 }
+
+/// A request of `k1` to the chat route with a body naming `model`: its
+/// status.
+async fn chat(gw: &super::AdminGateway, model: &str) -> u16 {
+    let req = http::Request::post("/v1/chat")
+        .header("host", "gateway.test")
+        .header("x-api-key", "k1")
+        .body(http_body_util::Full::new(bytes::Bytes::from(format!(
+            "{{\"model\":\"{model}\"}}"
+        ))))
+        .unwrap();
+    super::send(gw.addr, req).await.status.as_u16()
+}
+
+#[tokio::test]
+async fn an_override_narrowed_by_a_json_field_holds_for_that_value_only() {
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+admin: {}
+routes:
+  - name: chat
+    match: {{ path_prefix: /v1 }}
+    respond: {{ status: 200, body: ok }}
+    limits: [ {{ name: per_model, key: [ api_key, \"json:model\" ], limit: 2, window: 1h }} ]
+",
+        with_token()
+    );
+    let gw = start(&yaml).await;
+    let body = r#"{"api_key":"k1","json.model":"big","limit":"per_model","quota":4}"#;
+    let (status, v) = call(&gw, Method::PUT, "/admin/overrides", Some(body)).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["override"]["caller"]["json.model"], "big", "{v}");
+    for _ in 0..4 {
+        assert_eq!(chat(&gw, "big").await, 200);
+    }
+    assert_eq!(chat(&gw, "big").await, 429);
+    for _ in 0..2 {
+        assert_eq!(chat(&gw, "small").await, 200);
+    }
+    assert_eq!(chat(&gw, "small").await, 429);
+
+    // The lookup names the override for that value only.
+    let (_, v) = call(
+        &gw,
+        Method::GET,
+        "/admin/callers?api_key=k1&json.model=big",
+        None,
+    )
+    .await;
+    assert_eq!(entry(&v, "chat", "per_model")["quota"], 4, "{v}");
+    let (_, v) = call(
+        &gw,
+        Method::GET,
+        "/admin/callers?api_key=k1&json.model=small",
+        None,
+    )
+    .await;
+    let e = entry(&v, "chat", "per_model");
+    assert_eq!(
+        (&e["quota"], &e["override"]),
+        (&2.into(), &serde_json::Value::Null),
+        "{v}"
+    );
+
+    // The key alone is another override, beside the narrowed one, which
+    // `big` still meets first.
+    let body = r#"{"api_key":"k1","limit":"per_model","quota":6}"#;
+    let (status, v) = call(&gw, Method::PUT, "/admin/overrides", Some(body)).await;
+    assert_eq!(
+        (status, &v["replaced"]),
+        (200, &serde_json::Value::Null),
+        "{v}"
+    );
+    assert_eq!(chat(&gw, "big").await, 429);
+    for _ in 0..4 {
+        assert_eq!(chat(&gw, "small").await, 200);
+    }
+    assert_eq!(chat(&gw, "small").await, 429);
+
+    // Removing by the field removes the narrowed one only: the key's own
+    // numbers hold for `big` now (4 used of 6).
+    let (status, v) = call(
+        &gw,
+        Method::DELETE,
+        "/admin/overrides?api_key=k1&json.model=big",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["removed"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["removed"][0]["caller"]["json.model"], "big", "{v}");
+    assert_eq!(chat(&gw, "big").await, 200);
+    let (_, v) = call(&gw, Method::GET, "/admin/overrides", None).await;
+    assert_eq!(v["overrides"].as_array().map(Vec::len), Some(1), "{v}");
+}
