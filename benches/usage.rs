@@ -6,7 +6,9 @@
 //!   events of one word each, `"usage": null`, the usage in the last
 //!   chunk, then `[DONE]`), fed one event per chunk as a model server
 //!   writes them and in 16 KiB chunks as they arrive under load; an
-//!   Anthropic stream the same way; beside them, each event parsed by
+//!   Anthropic stream the same way; beside them, the 16 KiB chunks read
+//!   with every event split and searched (`unskimmed`, no chunk-wide
+//!   search passing over events without the key) and each event parsed by
 //!   `serde_json` (the alternative design: a buffered event per parse).
 //! - `json/*`: non-streamed bodies of about 4 MB fed in 16 KiB chunks: an
 //!   embeddings list (numbers) and a chat completion whose text is long
@@ -115,6 +117,15 @@ fn sse(c: &mut Criterion) {
         let chunks: Vec<&[u8]> = whole.chunks(16 * 1024).collect();
         g.bench_function(format!("{name}/16k_chunks"), |b| {
             b.iter(|| black_box(read(&spec, Framing::Sse, &chunks)));
+        });
+        g.bench_function(format!("{name}/16k_chunks_unskimmed"), |b| {
+            b.iter(|| {
+                let mut r = UsageReader::new(Arc::clone(&spec), Framing::Sse, None).unskimmed();
+                for c in &chunks {
+                    r.feed(c);
+                }
+                black_box(r.finish().unwrap_or(0))
+            });
         });
         g.bench_function(format!("{name}/serde_json_per_event"), |b| {
             b.iter(|| {

@@ -199,6 +199,9 @@ struct Inner {
     /// Decoded bytes still allowed, for a compressed body.
     decoded_left: Option<u64>,
     too_large: bool,
+    /// Every SSE event is split and searched, none passed over: the
+    /// skim's reference ([`UsageReader::unskimmed`]).
+    unskimmed: bool,
 }
 
 impl Inner {
@@ -211,7 +214,11 @@ impl Inner {
             Framing::Sse => {
                 let spec = Arc::clone(&self.spec);
                 let mut sse = std::mem::take(&mut self.sse);
-                sse.feed(data, self, &*spec);
+                if self.unskimmed {
+                    sse.feed_unskimmed(data, self);
+                } else {
+                    sse.feed(data, self, &*spec);
+                }
                 self.sse = sse;
             }
         }
@@ -350,6 +357,7 @@ impl UsageReader {
             tally: Tally::default(),
             decoded_left: None,
             too_large: false,
+            unskimmed: false,
         };
         let encoding = encoding.map(<[u8]>::trim_ascii).unwrap_or_default();
         let is = |name: &str| encoding.eq_ignore_ascii_case(name.as_bytes());
@@ -367,6 +375,20 @@ impl UsageReader {
             Decoder::Plain(Box::new(inner))
         };
         Self { decoder, failed }
+    }
+
+    /// The same reader with every SSE event split and searched for the
+    /// wanted keys, none passed over by the chunk-wide search: what the
+    /// skim must agree with, for tests and the fuzz target.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn unskimmed(mut self) -> Self {
+        match &mut self.decoder {
+            Decoder::Plain(inner) => inner.unskimmed = true,
+            Decoder::Gzip(d) => d.get_mut().unskimmed = true,
+            Decoder::Zlib(d) => d.get_mut().unskimmed = true,
+        }
+        self
     }
 
     /// Reads the next chunk of the body.

@@ -280,6 +280,12 @@ impl Skim {
         }
     }
 
+    /// Reads the next bytes of the stream without the search: every event
+    /// goes to `sink`, as the skim's reference (tests, the fuzz target).
+    pub fn feed_unskimmed<E: Events>(&mut self, data: &[u8], sink: &mut E) {
+        self.splitter.feed(data, sink);
+    }
+
     /// Passes over the tail and what follows it up to a blank line whose
     /// last byte is `end`.
     fn pass(&mut self, end: u8) {

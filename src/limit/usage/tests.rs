@@ -466,6 +466,9 @@ fn any_split_reads_alike(spec: UsageSpec, framing: Framing, body: &[u8], cuts: &
     let spec = Arc::new(spec);
     let whole = chunked(&spec, framing, body, &[]);
     assert_eq!(chunked(&spec, framing, body, cuts), whole);
+    let mut r = UsageReader::new(Arc::clone(&spec), framing, None).unskimmed();
+    r.feed(body);
+    assert_eq!((r.so_far(), r.finish()), whole, "unskimmed");
 }
 
 #[test]
