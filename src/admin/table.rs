@@ -178,10 +178,16 @@ pub fn overrides(v: &Value) -> String {
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|o| {
-            let caller = o["caller"]
-                .as_object()
-                .and_then(|m| m.iter().next())
-                .map_or("-".into(), |(k, v)| format!("{k}={}", cell(v)));
+            // The caller field, and the `json.FIELD` values beside it.
+            let caller =
+                o["caller"]
+                    .as_object()
+                    .filter(|m| !m.is_empty())
+                    .map_or("-".into(), |m| {
+                        let parts: Vec<String> =
+                            m.iter().map(|(k, v)| format!("{k}={}", cell(v))).collect();
+                        parts.join("&")
+                    });
             let mut state = Vec::new();
             if o["orphaned"] == true {
                 state.push("orphaned");
@@ -250,5 +256,14 @@ mod tests {
             "{t}"
         );
         assert!(t.ends_with("exempt on: x"), "{t}");
+        let v: Value = serde_json::from_str(
+            r#"{"overrides":[{"caller":{"api_key":"sha256:6ab9f1eb8f7d3388","json.model":"m1"},"route":"chat","limit":"tpm","share":false,"quota":5,"window_s":null,"plan":null,"exempt":false,"expires_in_s":null}]}"#,
+        )
+        .unwrap();
+        let t = overrides(&v);
+        assert!(
+            t.contains("api_key=sha256:6ab9f1eb8f7d3388&json.model=m1  chat"),
+            "{t}"
+        );
     }
 }
