@@ -50,11 +50,8 @@ use flate2::write::{GzDecoder, ZlibDecoder};
 pub use request::{json_str, json_u64};
 use scan::Scanner;
 pub use spec::{JsonPath, MAX_PATHS, MAX_SEGMENT, MAX_SEGMENTS, MAX_TERMS, Stream, UsageSpec};
+pub use sse::EVENT_BUFFER;
 
-/// The raw bytes of an open SSE event held for the search (and of a read
-/// event's data, before the scan) before it is scanned as it streams
-/// instead.
-pub const EVENT_BUFFER: usize = 16 * 1024;
 /// Decoded bytes of a compressed body read at most; past them the
 /// reservation is kept ([`Kept::TooLarge`]), which bounds the work a small
 /// compressed body can cause.

@@ -19,8 +19,7 @@ use super::pools::UpstreamPool;
 use super::shape::spellings;
 use crate::config::{ClockSource, HeaderMode, KeepFrom, OnError, OnLimit};
 use crate::jwt::JwtAlgorithm;
-use crate::limit::Algorithm;
-use crate::limit::usage::Stream;
+use crate::limit::{Algorithm, usage::Stream};
 use crate::target::EscapedSlashes;
 
 /// The whole file.

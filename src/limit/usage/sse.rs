@@ -18,7 +18,7 @@
 //! chunk ends it. The splitter reads an event only when the key is in its
 //! raw bytes (a superset of its data: a key is never split across lines,
 //! as a JSON string holds no line end), or when it outgrows
-//! [`super::EVENT_BUFFER`]. After a blank line the splitter's state is
+//! [`EVENT_BUFFER`]. After a blank line the splitter's state is
 //! known without reading what came before (see [`blank`]), so passing
 //! over events changes no answer.
 
@@ -30,6 +30,11 @@ pub trait Events {
     /// A blank line: the current event is complete.
     fn dispatch(&mut self);
 }
+
+/// The raw bytes of an open SSE event held for the search (and of a read
+/// event's data, before the scan) before it is scanned as it streams
+/// instead.
+pub const EVENT_BUFFER: usize = 16 * 1024;
 
 const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
 const DATA: &[u8] = b"data";
@@ -269,7 +274,7 @@ impl Skim {
                 }
                 None => data,
             };
-            if self.tail.len() + open.len() > super::EVENT_BUFFER {
+            if self.tail.len() + open.len() > EVENT_BUFFER {
                 self.read_tail(sink);
                 self.splitter.feed(open, sink);
             } else {

@@ -540,12 +540,12 @@ fn split_and_skim(body: &[u8], cuts: &[usize]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 fn the_skim_passes_on_every_event_with_the_key() {
     let big = "x".repeat(EVENT_BUFFER + 10);
     let bodies = [
-        format!("data: a\n\ndata: {{\"k\":1}}\r\n\r\ndata: b\r\rdata: \"k\"\n\n"),
+        "data: a\n\ndata: {\"k\":1}\r\n\r\ndata: b\r\rdata: \"k\"\n\n".to_owned(),
         format!("\u{feff}data: \"k\"\n\n: {big}\n\ndata: \"k\" {big}\n\ndata: \"k\"\r\n\r"),
         format!(
             "data: {big}\ndata: \"k\"\n\ndata: \"k\"\r\n\r\ndata: {big}\r\ndata: x\"k\"\r\n\r\n"
         ),
-        format!("event: e\r\n\r\n\r\ndata:\"k\"\n\r\n\rdata: \"k\"\n\ndata: \"k\"\r"),
+        "event: e\r\n\r\n\r\ndata:\"k\"\n\r\n\rdata: \"k\"\n\ndata: \"k\"\r".to_owned(),
     ];
     for body in &bodies {
         let body = body.as_bytes();
