@@ -37,63 +37,70 @@ pub mod request;
 pub mod table;
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tracing::{debug, info, warn};
+use tracing::info;
 
+use crate::listener;
 use crate::pipeline::Gateway;
 use crate::top::CAPACITY;
 
-/// Accepts admin connections until `stop` turns true.
+/// Accepts admin connections until `stop` turns true, with the accept loop
+/// and connection caps of the proxy's listeners ([`listener`]), serving
+/// [`AdminService`].
 pub async fn serve_admin(
     gateway: Arc<Gateway>,
     listener: TcpListener,
     draining: Arc<AtomicBool>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "admin listening");
     }
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = stop.changed() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let gw = gateway.clone();
-        let draining = draining.clone();
-        let service = service_fn(move |req: Request<Incoming>| {
-            let (gw, draining) = (gw.clone(), draining.clone());
-            async move {
-                if api::serves(req.uri().path()) {
-                    return Ok::<_, Infallible>(api::answer(&gw, req).await);
-                }
-                Ok(answer(&gw, &req, draining.load(Ordering::Relaxed)))
+    let shared = gateway.with_config(|c| Arc::new(listener::Shared::new(&c.server, &c.timeouts)));
+    // The admin listener is not drained: it stops after the proxy's drain,
+    // and its connections end with the process.
+    let graceful = Arc::new(GracefulShutdown::new());
+    let service = AdminService { gateway, draining };
+    listener::accept_loop(listener, service, Arc::new(|| None), shared, graceful, stop).await;
+}
+
+/// The admin listener's answers as a tower service: the support API's
+/// paths ([`api`]) and the rest ([`answer`]).
+#[derive(Clone)]
+pub struct AdminService {
+    gateway: Arc<Gateway>,
+    draining: Arc<AtomicBool>,
+}
+
+impl tower::Service<Request<Incoming>> for AdminService {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        let (gw, draining) = (self.gateway.clone(), self.draining.clone());
+        Box::pin(async move {
+            if api::serves(req.uri().path()) {
+                return Ok(api::answer(&gw, req).await);
             }
-        });
-        tokio::spawn(async move {
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                debug!(%peer, error = %e, "admin connection ended with an error");
-            }
-        });
+            Ok(answer(&gw, &req, draining.load(Ordering::Relaxed)))
+        })
     }
 }
 

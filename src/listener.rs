@@ -35,20 +35,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use std::future::Future;
-
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tower::{Service, ServiceExt};
 use tracing::{debug, warn};
 
 use crate::config::{ServerSettings, Timeouts};
+use crate::identity::Peer;
 use crate::proxy::Secure;
 use crate::proxy::io::{Observed, Observer};
 
@@ -141,35 +141,36 @@ impl Shared {
     }
 }
 
-/// What the accept loop serves requests with: the per-request pipeline,
-/// or anything else that answers a request (the loop knows nothing of
-/// routes and limits).
-pub trait Handler: Send + Sync + 'static {
-    /// The TLS settings of the `index`-th listener now (read at every
-    /// handshake, so a reload that renews certificates applies to new
-    /// connections); `None` serves it in plain text.
-    fn tls(&self, index: usize) -> Option<Arc<tokio_rustls::rustls::ServerConfig>>;
+/// The TLS settings of a listener now (read at every handshake, so a
+/// reload that renews certificates applies to new connections); `None`
+/// serves it in plain text.
+pub type TlsNow = Arc<dyn Fn() -> Option<Arc<tokio_rustls::rustls::ServerConfig>> + Send + Sync>;
 
-    /// Answers one request from `peer`.
-    fn handle(
-        &self,
-        req: Request<Incoming>,
-        peer: SocketAddr,
-    ) -> impl Future<Output = Response<crate::proxy::Body>> + Send;
-}
-
-/// Accepts on `listener` (the `index`-th of the configuration's `listen`)
-/// until `stop` changes, serving each connection on its own task under a
-/// watcher of `graceful`, which the caller drains once every accept loop
-/// has ended.
-pub async fn accept_loop<H: Handler>(
-    index: usize,
+/// Accepts on `listener` until `stop` changes, serving each connection on
+/// its own task under a watcher of `graceful`, which the caller drains
+/// once every accept loop has ended. Each request goes to a clone of
+/// `service` (any tower service that never fails: the proxy's
+/// [`Gateway`](crate::pipeline::Gateway), the admin listener's) with the
+/// connection's [`Peer`] in its extensions, and [`Secure`] when it came
+/// over TLS. The loop knows nothing of routes and limits.
+pub async fn accept_loop<S, B>(
     listener: TcpListener,
-    handler: Arc<H>,
+    service: S,
+    tls: TlsNow,
     shared: Arc<Shared>,
     graceful: Arc<GracefulShutdown>,
     mut stop: watch::Receiver<bool>,
-) {
+) where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     loop {
         let permit = tokio::select! {
             _ = stop.changed() => break,
@@ -191,14 +192,14 @@ pub async fn accept_loop<H: Handler>(
             },
         };
         let _ = stream.set_nodelay(true);
-        let tls = handler.tls(index);
-        let handler = handler.clone();
+        let tls = tls();
+        let service = service.clone();
         let shared = shared.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let conn = Conn {
                 peer,
-                handler,
+                service,
                 watcher,
                 permit,
             };
@@ -218,15 +219,26 @@ pub async fn accept_loop<H: Handler>(
 }
 
 /// One accepted connection and what it holds while it is served.
-struct Conn<H> {
+struct Conn<S> {
     peer: SocketAddr,
-    handler: Arc<H>,
+    service: S,
     watcher: Watcher,
     /// Released when the connection ends.
     permit: OwnedSemaphorePermit,
 }
 
-impl<H: Handler> Conn<H> {
+impl<S, B> Conn<S>
+where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     /// Serves the connection until it ends, goes idle, or the drain ends it.
     async fn serve<I>(self, io: I, secure: bool, shared: &Shared)
     where
@@ -234,7 +246,7 @@ impl<H: Handler> Conn<H> {
     {
         let Self {
             peer,
-            handler,
+            service,
             watcher,
             permit,
         } = self;
@@ -244,21 +256,22 @@ impl<H: Handler> Conn<H> {
             observer: activity.clone(),
         };
         let in_flight = activity.clone();
-        let service = service_fn(move |mut req: Request<Incoming>| {
-            let handler = handler.clone();
+        let service = tower::service_fn(move |mut req: Request<Incoming>| {
+            let service = service.clone();
             let guard = InFlight::begin(in_flight.clone());
+            if secure {
+                req.extensions_mut().insert(Secure);
+            }
+            req.extensions_mut().insert(Peer(peer));
             async move {
-                if secure {
-                    req.extensions_mut().insert(Secure);
-                }
-                let res = handler.handle(req, peer).await;
+                let res = service.oneshot(req).await;
                 drop(guard);
-                Ok::<_, Infallible>(res)
+                res
             }
         });
         let conn = shared
             .builder
-            .serve_connection_with_upgrades(TokioIo::new(io), service)
+            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
             .into_owned();
         let conn = watcher.watch(conn);
         tokio::select! {

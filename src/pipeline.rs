@@ -23,19 +23,23 @@
 //! above the phase files, which each take a `&Gateway`; the rest of
 //! `impl Gateway` (building, reload, what it holds) is in [`gateway`].
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use http::{Request, Response};
 
 use crate::grpc;
 use crate::headers;
-use crate::identity::{self, Caller};
+use crate::identity::{self, Caller, Peer};
 use crate::problem::GatewayError;
 use crate::proxy::{Body, ClientBody, Deadline};
 use crate::routing::CompiledRoute;
 use callers::{CallerLimit, Found};
-use decide::{Holdings, Purpose, limit_requests, plan};
+use decide::{Deciding, Holdings, Purpose, limit_requests, plan};
 use overrides::Applied;
 
 pub mod act;
@@ -151,7 +155,7 @@ impl Gateway {
                 continue;
             }
             let chosen = overrides::plan(&found_overrides);
-            let Ok(view) = plan(self, &rt, r, caller, now_ms, chosen).await else {
+            let Ok(view) = plan(&self.deciding(&rt), r, caller, now_ms, chosen).await else {
                 found.no_plan_routes.push(r.route.name.clone());
                 continue;
             };
@@ -186,6 +190,20 @@ impl Gateway {
             }
         }
         found
+    }
+
+    /// What the decision phase reads of this gateway, with `rt`'s
+    /// configuration and plans.
+    fn deciding<'a>(&'a self, rt: &'a Snapshot) -> Deciding<'a> {
+        Deciding {
+            config: &rt.config,
+            plans: &rt.plans,
+            limiter: &self.limiter,
+            overrides: &self.overrides,
+            waiting: &self.waiting,
+            top: &self.top,
+            clock: &*self.clock,
+        }
     }
 
     /// The phases in order; the first refusal ends the request.
@@ -223,8 +241,31 @@ impl Gateway {
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);
         browsers::routed(&req, ex);
-        let admission = decide::decide(self, rt, &route, &req, ex, purpose).await?;
+        let admission = decide::decide(&self.deciding(rt), &route, &req, ex, purpose).await?;
         Ok((req, route, admission))
+    }
+}
+
+/// The gateway as a [`tower::Service`]: each request is [`Gateway::handle`]d
+/// from the peer its [`Peer`] extension names (the listener puts it there;
+/// a request without one comes from `0.0.0.0:0`). Always ready, never
+/// failing: every refusal is a response.
+impl<B: Into<ClientBody> + Send + 'static> tower::Service<Request<B>> for Gateway {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let gw = self.clone();
+        let peer = req
+            .extensions()
+            .get::<Peer>()
+            .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.0);
+        Box::pin(async move { Ok(gw.handle(req, peer).await) })
     }
 }
 

@@ -133,8 +133,25 @@ impl Snapshot {
     }
 }
 
-/// The gateway: configuration, limiter and upstream client.
-pub struct Gateway {
+/// The gateway: configuration, limiter and upstream client, behind one
+/// `Arc`, so a clone is a handle to the same gateway. It is a
+/// [`tower::Service`] (see the pipeline's root module): hyper serves it
+/// through hyper-util's `TowerToHyperService`, and so can any tower stack.
+/// Its fields are [`Core`]'s, reached through `Deref`.
+#[derive(Clone)]
+pub struct Gateway(Arc<Core>);
+
+impl std::ops::Deref for Gateway {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.0
+    }
+}
+
+/// What a [`Gateway`] holds: the configuration now served, the limiter,
+/// the upstream client, the metrics.
+pub struct Core {
     pub(super) snapshot: ArcSwap<Snapshot>,
     pub(super) limiter: Arc<Limiter>,
     pub(super) forwarder: Forwarder,
@@ -155,6 +172,12 @@ pub struct Gateway {
 }
 
 impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")
             .field("limiter", &self.limiter)
@@ -190,7 +213,7 @@ impl Gateway {
         let limiter = Arc::new(limiter);
         let overrides = Arc::new(CallerOverrides::new(&config.store.prefix));
         let watcher = overrides::watch(Arc::clone(&overrides), Arc::clone(&limiter));
-        Ok(Self {
+        Ok(Self(Arc::new(Core {
             snapshot: ArcSwap::from_pointee(Snapshot::new(
                 config, &metrics, &forwarder, None, resolver,
             )),
@@ -204,13 +227,16 @@ impl Gateway {
             tracer,
             overrides,
             _watcher: watcher,
-        })
+        })))
     }
 
-    /// Writes an access-log line per request to `log`.
+    /// Writes an access-log line per request to `log`. Called on a gateway
+    /// just built, before it is cloned; a clone keeps the log it has.
     #[must_use]
     pub fn with_access_log(mut self, log: Option<AccessWriter>) -> Self {
-        self.access_log = log;
+        if let Some(core) = Arc::get_mut(&mut self.0) {
+            core.access_log = log;
+        }
         self
     }
 
