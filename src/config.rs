@@ -62,6 +62,10 @@ pub struct Config {
     pub upstreams: Vec<Arc<UpstreamPool>>,
     /// Routes, in match order (the first match wins).
     pub routes: Vec<Route>,
+    /// `limits:` at the top level: what an application's
+    /// [`RateLimitLayer`](crate::layer::RateLimitLayer) applies to every
+    /// request; empty in a gateway's file (the loader refuses them there).
+    pub limits: Vec<Limit>,
     /// Caps on connections, header and body sizes.
     pub server: ServerSettings,
     /// What the access log writes beyond its usual fields.

@@ -373,9 +373,15 @@ pub(super) fn limit_requests(
         .iter()
         .zip(suffixes)
         .map(|(l, suffix)| LimitRequest {
-            key: keys::counter_key(&cfg.store.prefix, digest, suffix, &mut scratch, |out| {
-                identity::write_key(out, &l.key, caller);
-            }),
+            // A share's identity is always a digest: its key must not
+            // depend on `readable_keys` (see `keys::is_share`).
+            key: keys::counter_key(
+                &cfg.store.prefix,
+                digest || l.share.is_some(),
+                suffix,
+                &mut scratch,
+                |out| identity::write_key(out, &l.key, caller),
+            ),
             limit: l.limit.get(),
             window_ms: l.window_ms.get(),
             cost: settle::reserve(l, route.route.cost, content_length),

@@ -74,6 +74,16 @@ pub fn share_suffix(share: &str, algorithm: Algorithm) -> String {
     }
 }
 
+/// Whether `suffix` is a share's ([`share_suffix`],
+/// [`share_concurrency_suffix`]): `@` is in no route's name. A share's
+/// key is `<prefix>{<identity digest>}:@<share>[:<algorithm>]` whatever
+/// the rest of the file says (`readable_keys`, the other limits' digest
+/// length), so the gateway and an application's layer that name one share
+/// count on one key.
+pub fn is_share(suffix: &str) -> bool {
+    suffix.starts_with(":@")
+}
+
 /// `:@<share>:concurrency`: the slots of a shared concurrency limit.
 pub fn share_concurrency_suffix(share: &str) -> String {
     format!(":@{share}:concurrency")

@@ -52,6 +52,9 @@ pub struct Root {
     pub upstreams: Field<BTreeMap<String, Field<UpstreamPool>>>,
     /// `routes:`
     pub routes: Field<Vec<Field<Route>>>,
+    /// `limits:` at the top level: an application's `RateLimitLayer`
+    /// applies them to every request (the gateway's are under a route)
+    pub limits: Field<Vec<Field<Limit>>>,
     /// `server: { max_connections, backlog, max_header_size, max_uri_size, max_body_size }`
     pub server: Field<Server>,
     /// `access_log: { replay }`
