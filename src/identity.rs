@@ -16,6 +16,7 @@ pub use forwarded::canonical;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
 
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
@@ -41,6 +42,13 @@ pub const ROUTE: &str = "route";
 /// there, or names where to find it (see `docs/embedding.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer(pub std::net::SocketAddr);
+
+/// The caller an application names itself, as a request extension (an
+/// application's `RateLimitLayer` puts it there from its key closure):
+/// it stands for the authenticated user, so limits keyed `user` count by
+/// it, ahead of any user header or JWT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppKey(pub Arc<str>);
 
 /// The identity sources of one request, extracted once.
 #[derive(Debug, Clone)]

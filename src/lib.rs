@@ -22,6 +22,7 @@ pub mod guard;
 pub mod headers;
 pub mod identity;
 pub mod jwt;
+pub mod layer;
 pub mod limit;
 pub mod listener;
 pub mod logs;
@@ -43,5 +44,6 @@ pub mod top;
 pub mod upgrade;
 
 pub use config::Config;
+pub use layer::RateLimitLayer;
 pub use pipeline::Gateway;
 pub use server::run;

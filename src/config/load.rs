@@ -375,16 +375,7 @@ impl Check<'_> {
                 .flatten()
                 .unwrap_or_default(),
         };
-        let routes = match self.reader {
-            Reader::Gateway => self.required(&root.routes, "", "routes", |check, routes, path| {
-                check.routes(routes, path, default_timeout, &pools)
-            }),
-            Reader::Layer => self
-                .optional(&root.routes, "routes", |check, routes, path| {
-                    check.routes(routes, path, default_timeout, &pools)
-                })
-                .map(Option::unwrap_or_default),
-        };
+        let routes = self.routes_of(root, default_timeout, &pools);
         let limits = self.top_limits(root);
         self.plan_references(root, &api_keys, &store, &routes);
         let facts = header_facts(&headers, &request_id, &api_keys, &users);
@@ -426,6 +417,24 @@ impl Check<'_> {
             response_headers: defaults.response_headers,
             exempt: exempt?,
         })
+    }
+
+    /// `routes`: required of the gateway's file, optional in a layer's.
+    fn routes_of(
+        &mut self,
+        root: &file::Root,
+        default_timeout: std::time::Duration,
+        pools: &routes::Pools,
+    ) -> Checked<Vec<Route>> {
+        let read = |check: &mut Self, routes: &Vec<file::Field<file::Route>>, path: &str| {
+            check.routes(routes, path, default_timeout, pools)
+        };
+        match self.reader {
+            Reader::Gateway => self.required(&root.routes, "", "routes", read),
+            Reader::Layer => self
+                .optional(&root.routes, "routes", read)
+                .map(Option::unwrap_or_default),
+        }
     }
 
     /// `listen`: required of the gateway's file, optional in a layer's.

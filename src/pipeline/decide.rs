@@ -17,6 +17,7 @@
 //! request goes on is returned: the [`Holdings`], the concurrency slots
 //! `act` hands to the response and the reservations the response settles.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +41,7 @@ use crate::decision::stages;
 use crate::decision::sync::syncable;
 use crate::decision::{Decision, Unanswered};
 use crate::headers;
-use crate::identity::{self, Caller, IdentityConfig};
+use crate::identity::{self, AppKey, Caller, IdentityConfig};
 use crate::limit::{Effect, Enforcement, LimitKind, LimitRequest, Mode};
 use crate::metrics::RouteMetrics;
 use crate::metrics::delay::DelayMetrics;
@@ -139,7 +140,10 @@ pub async fn decide<B>(
         users: &cfg.users,
         plans_from: &cfg.plans_from,
     };
-    let caller = identity::caller(idc, ex.peer.ip(), req.headers());
+    let mut caller = identity::caller(idc, ex.peer.ip(), req.headers());
+    if let Some(AppKey(key)) = req.extensions().get() {
+        caller.user = Some(Cow::Borrowed(key.as_bytes()));
+    }
     ex.identified(&caller);
     if let Purpose::Rehearse(ids) = &mut purpose {
         ids.saw(&caller);
