@@ -677,6 +677,50 @@ pub struct KeySpec {
     pub parts: Vec<Vec<KeySource>>,
 }
 
+/// As the file writes it: `api_key | ip`, `[ip, header:x-user]`.
+impl std::fmt::Display for KeySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let chain = |c: &Vec<KeySource>| {
+            c.iter()
+                .map(|s| match s {
+                    KeySource::Ip => "ip".to_owned(),
+                    KeySource::ApiKey => "api_key".to_owned(),
+                    KeySource::User => "user".to_owned(),
+                    KeySource::Header(h) => format!("header:{h}"),
+                    KeySource::Route => "route".to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
+        match &self.parts[..] {
+            [one] => f.write_str(&chain(one)),
+            parts => write!(
+                f,
+                "[{}]",
+                parts.iter().map(chain).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
+impl Limit {
+    /// What processes counting on one share must agree on, as text: key,
+    /// kind, quota, window and algorithm (the share's fingerprint is its
+    /// digest, `store::keys::share_fingerprint`).
+    pub fn definition(&self) -> String {
+        let kind = self
+            .concurrency
+            .map_or_else(|| "rate".to_owned(), |n| format!("concurrency {n}"));
+        format!(
+            "key {}; {kind}; limit {}; window {}ms; algorithm {}",
+            self.key,
+            self.limit,
+            self.window_ms,
+            self.algorithm.described()
+        )
+    }
+}
+
 /// One source of an identity value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySource {

@@ -42,6 +42,7 @@ use crate::config::load::{self, ConfigErrors};
 use crate::config::{Action, Config, Limit, Respond, Route, StoreConfig};
 use crate::decision::limiter::Limiter;
 use crate::decision::overrides::{self, CallerOverrides, Watcher};
+use crate::decision::shares;
 use crate::grpc;
 use crate::headers;
 use crate::identity::{AppKey, Peer};
@@ -198,6 +199,17 @@ impl Builder {
         let overrides = Arc::new(CallerOverrides::new(&config.store.prefix));
         let watcher = overrides::watch(Arc::clone(&overrides), Arc::clone(&limiter));
         let plans = PlanResolver::new(&config.api_keys, &config.plans, &config.store.prefix);
+        if let Some(redis) = &config.store.redis {
+            // The app's limits are counted beside the gateway's: a share
+            // the two define apart is told, as between gateways.
+            tokio::spawn(shares::check(
+                Arc::clone(&limiter),
+                config.store.prefix.clone(),
+                shares::shared(std::iter::empty(), &route.route.limits),
+                redis.startup_wait,
+                None,
+            ));
+        }
         Ok(RateLimitLayer {
             core: Arc::new(Core {
                 config,

@@ -147,6 +147,9 @@ pub struct StoreMetrics {
     pub backlog_pushed: Counter,
     /// Fallback admissions not recorded for Redis: the backlog was full.
     pub backlog_dropped: Counter,
+    /// Shares another process counts on with another definition, found
+    /// when the share's fingerprint was checked (start, reload).
+    pub share_mismatches: Counter,
     /// Reservations settled by the response.
     pub settled: Counter,
     /// Reservations left standing: the value was missing or not a count.
@@ -171,6 +174,7 @@ impl Default for StoreMetrics {
             failovers: Default::default(),
             backlog_pushed: Counter::default(),
             backlog_dropped: Counter::default(),
+            share_mismatches: Counter::default(),
             settled: Counter::default(),
             settle_kept_value: Counter::default(),
             settle_kept_store: Counter::default(),
@@ -244,6 +248,12 @@ impl StoreMetrics {
             "Requests denied from the local deny cache, without a Redis call",
             deny_cache_hits.clone(),
         );
+        let share_mismatches = Counter::default();
+        registry.register(
+            "tollgate_share_mismatches",
+            "Shares another process counts on with another definition (key, limit, window, algorithm or kind), found when their fingerprints were checked",
+            share_mismatches.clone(),
+        );
         let settled = Counter::default();
         registry.register(
             "tollgate_settled",
@@ -257,6 +267,7 @@ impl StoreMetrics {
             settle_kept.clone(),
         );
         Self {
+            share_mismatches,
             settled,
             settle_kept_value: settle_kept.get_or_create_owned(&ReasonLabels { reason: "value" }),
             settle_kept_store: settle_kept.get_or_create_owned(&ReasonLabels { reason: "store" }),

@@ -127,6 +127,7 @@ pub async fn start(config: Config, mut serve: Serve) -> Result<Started, StartErr
     if let Some(resolver) = serve.resolver.take() {
         gateway = gateway.with_resolver(resolver);
     }
+    gateway.check_shares();
     let gateway = Arc::new(gateway);
     Ok(Started { gateway, serve })
 }

@@ -278,3 +278,64 @@ fn a_layers_config_errors_carry_line_and_column() {
         .expect("at limits");
     assert_eq!(e.line, Some(3), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_defined_apart_is_told_not_counted_twice_in_silence() {
+    let redis = RedisServer::start().await;
+    let store = format!("store:\n  redis: {{ url: \"{}\" }}\n", redis.url());
+    // The app counts the share by 6 a minute, and checks first.
+    let layer = RateLimitLayer::from_yaml(&format!(
+        "{store}limits: [ {{ name: per_ip, share: per_ip, key: ip, limit: 6, window: 1m }} ]\n"
+    ))
+    .expect("the layer's file")
+    .build()
+    .await
+    .expect("the layer");
+    let mut conn = redis.connection().await;
+    let key = "tg:{@per_ip}definition";
+    let written: String = support::wait::value("the app's fingerprint", SECONDS, || {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("GET")
+                .arg(key)
+                .query_async::<String>(&mut conn)
+                .await
+        }
+    })
+    .await;
+    assert_eq!(written.len(), 12);
+    // A gateway that agrees is quiet; one with 5 a minute is told.
+    let agreeing = Gateway::start(&format!(
+        "listen: 127.0.0.1:0\n{store}routes:\n  - name: api\n    match: {{ path_prefix: / }}\n    respond: {{ status: 200 }}\n    limits: [ {{ name: x, share: per_ip, key: ip, limit: 6, window: 1m }} ]\n"
+    ))
+    .await;
+    let apart = Gateway::start(&format!(
+        "listen: 127.0.0.1:0\n{store}routes:\n  - name: api\n    match: {{ path_prefix: / }}\n    respond: {{ status: 200 }}\n    limits: [ {SHARED} ]\n"
+    ))
+    .await;
+    support::wait::until("the mismatch counted", SECONDS, || async {
+        apart
+            .inner
+            .metrics()
+            .render()
+            .contains("tollgate_share_mismatches_total 1")
+    })
+    .await;
+    // The agreeing one has checked by now too (it started first).
+    let checked: String = redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    assert_eq!(checked, written, "the first fingerprint stands");
+    assert!(
+        agreeing
+            .inner
+            .metrics()
+            .render()
+            .contains("tollgate_share_mismatches_total 0")
+    );
+    drop(layer);
+}
+
+const SECONDS: std::time::Duration = std::time::Duration::from_secs(5);

@@ -13,6 +13,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::decision::limiter::Limiter;
 use crate::decision::overrides::{self, CallerOverrides, Watcher};
+use crate::decision::shares;
 use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
@@ -240,6 +241,33 @@ impl Gateway {
         self
     }
 
+    /// Checks, in a task of its own, that every process counting on the
+    /// shares now served agrees on them ([`shares`]); started with the
+    /// gateway and at each reload. Outside a Tokio runtime it checks
+    /// nothing.
+    pub fn check_shares(&self) {
+        let rt = self.snapshot.load();
+        let limits = shares::shared(
+            rt.config.routes.iter().map(|r| &r.limits[..]),
+            &rt.config.limits,
+        );
+        let Some(wait) = rt.config.store.redis.as_ref().map(|r| r.startup_wait) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !limits.is_empty() {
+            runtime.spawn(shares::check(
+                Arc::clone(&self.limiter),
+                rt.config.store.prefix.clone(),
+                limits,
+                wait,
+                Some(self.metrics.store.share_mismatches.clone()),
+            ));
+        }
+    }
+
     /// Runs `f` on the configuration currently served.
     pub fn with_config<R>(&self, f: impl FnOnce(&Config) -> R) -> R {
         f(&self.snapshot.load().config)
@@ -302,6 +330,7 @@ impl Gateway {
             Some(&previous),
             resolver,
         )));
+        self.check_shares();
     }
 
     /// Resolves the names of pools' targets with `resolver` (the system's

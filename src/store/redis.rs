@@ -87,6 +87,7 @@ pub mod leases;
 mod push;
 mod script;
 pub mod settle;
+pub mod shares;
 pub mod sync;
 pub mod topology;
 
