@@ -53,7 +53,9 @@ pub struct Root {
     /// `routes:`
     pub routes: Field<Vec<Field<Route>>>,
     /// `limits:` at the top level: an application's `RateLimitLayer`
-    /// applies them to every request (the gateway's are under a route)
+    /// applies them to every request (the gateway's are under a route).
+    /// Left out of the JSON Schema, which describes the gateway's file.
+    #[schemars(skip)]
     pub limits: Field<Vec<Field<Limit>>>,
     /// `server: { max_connections, backlog, max_header_size, max_uri_size, max_body_size }`
     pub server: Field<Server>,
