@@ -248,12 +248,6 @@ impl StoreMetrics {
             "Requests denied from the local deny cache, without a Redis call",
             deny_cache_hits.clone(),
         );
-        let share_mismatches = Counter::default();
-        registry.register(
-            "tollgate_share_mismatches",
-            "Shares another process counts on with another definition (key, limit, window, algorithm or kind), found when their fingerprints were checked",
-            share_mismatches.clone(),
-        );
         let settled = Counter::default();
         registry.register(
             "tollgate_settled",
@@ -267,7 +261,7 @@ impl StoreMetrics {
             settle_kept.clone(),
         );
         Self {
-            share_mismatches,
+            share_mismatches: register_share_mismatches(registry),
             settled,
             settle_kept_value: settle_kept.get_or_create_owned(&ReasonLabels { reason: "value" }),
             settle_kept_store: settle_kept.get_or_create_owned(&ReasonLabels { reason: "store" }),
@@ -287,6 +281,17 @@ impl StoreMetrics {
             backlog_dropped,
         }
     }
+}
+
+/// `tollgate_share_mismatches_total`.
+fn register_share_mismatches(registry: &mut Registry) -> Counter {
+    let share_mismatches = Counter::default();
+    registry.register(
+        "tollgate_share_mismatches",
+        "Shares another process counts on with another definition (key, limit, window, algorithm or kind), found when their fingerprints were checked",
+        share_mismatches.clone(),
+    );
+    share_mismatches
 }
 
 /// `tollgate_store_failovers_total{reason}`, one counter per
