@@ -181,6 +181,7 @@ fn identity_key(c: &mut Criterion) {
         user: None,
         plan: None,
         headers: &headers,
+        body: None,
     };
     let spec = KeySpec {
         parts: vec![vec![KeySource::ApiKey, KeySource::User, KeySource::Ip]],
@@ -242,6 +243,7 @@ fn headers(c: &mut Criterion) {
         cost: None,
         shadow: false,
         settle: None,
+        reserve_from: None,
         algorithm: Default::default(),
         plan: false,
         sync: None,

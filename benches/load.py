@@ -30,10 +30,13 @@ dropped.
 
 Each figure is the median over the rounds; ratios are to nginx `proxy_pass`
 measured in the same run. One worker/thread per proxy
-(`TOKIO_WORKER_THREADS=1` for tollgate, `worker_processes 1` for nginx).
+(`TOKIO_WORKER_THREADS=1` for tollgate, `worker_processes 1` for nginx,
+`nbthread 1` for HAProxy).
 
 Contenders: direct upstream; nginx proxy_pass (keep-alive upstream); nginx
-limit_req (limit high enough that all pass); tollgate without limits;
+limit_req (limit high enough that all pass); HAProxy (`nbthread 1`, keep-alive
+upstream connections reused, the same forwarded headers, its HTTP log line
+per request written to a file through its stdout); tollgate without limits;
 tollgate memory store; tollgate Redis store with 10,000 distinct keys all
 admitted, exact (every decision in Redis) and in `sync` mode (decided in
 process, counts exchanged with Redis every 100 ms); tollgate deny path (one
@@ -66,7 +69,7 @@ Usage: python3 benches/load.py [--rounds 3] [--duration 5] [--only NAME,...]
        [--no-access-log] [--binary PATH] [--no-build]
 (`--only "redis memory" --rounds 0` measures only the memory figure;
 `--only grpc` only the gRPC rows)
-Needs wrk, nginx, redis-server and h2load (Debian's nghttp2-client); installs
+Needs wrk, nginx, haproxy, redis-server and h2load (Debian's nghttp2-client); installs
 them with apt-get when missing.
 Traffic goes only to 127.0.0.1.
 """
@@ -88,7 +91,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def ensure_tools():
-    missing = [p for p, b in (("wrk", "wrk"), ("nginx", "nginx"), ("redis-server", "redis-server"),
+    missing = [p for p, b in (("wrk", "wrk"), ("nginx", "nginx"), ("haproxy", "haproxy"),
+                              ("redis-server", "redis-server"),
                               ("nghttp2-client", "h2load"))
                if shutil.which(b) is None and not os.path.exists("/usr/sbin/" + b)]
     if missing:
@@ -171,6 +175,53 @@ http {{
     def stop(self):
         self.proc.terminate()
         self.proc.wait()
+
+
+class Haproxy:
+    """An HAProxy instance with one thread in front of up_port, sending the
+    upstream what tollgate and the nginx proxies send it; with access_log,
+    one HTTP log line per request, written through its stdout to a file."""
+
+    def __init__(self, tmp, name, up_port, port, access_log=False):
+        self.dir = os.path.join(tmp, re.sub(r"\W+", "_", name))
+        os.makedirs(self.dir, exist_ok=True)
+        conf = os.path.join(self.dir, "haproxy.cfg")
+        log_global = "  log stdout format raw local0\n" if access_log else ""
+        log_defaults = "  log global\n  option httplog\n" if access_log else ""
+        with open(conf, "w") as f:
+            f.write(f"""global
+  nbthread 1
+  maxconn 4096
+{log_global}
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+{log_defaults}
+frontend fe
+  bind 127.0.0.1:{port}
+  option forwardfor
+  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  http-request del-header Forwarded
+  default_backend up
+
+backend up
+  server up 127.0.0.1:{up_port}
+""")
+        self.log = open(os.path.join(self.dir, "access.log"), "ab")
+        self.proc = subprocess.Popen([shutil.which("haproxy") or "/usr/sbin/haproxy", "-db", "-f", conf],
+                                     stdout=self.log, stderr=subprocess.DEVNULL)
+
+    def pids(self):
+        return [self.proc.pid] + children(self.proc.pid)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+        self.log.close()
 
 
 class Process:
@@ -494,6 +545,12 @@ def main():
 
         add_nginx("nginx proxy_pass")
         add_nginx("nginx limit_req", limit_req=True)
+
+        port = free_port()
+        h = Haproxy(tmp, "haproxy", up_port, port, access_log=logs)
+        started.append(h)
+        wait_port(port)
+        contenders.append(("haproxy", [port], h.pids, False, None))
 
         def add_tollgate(name, limits, use_redis, script, sync=None, instances=1):
             ports, procs = [], []

@@ -22,7 +22,8 @@ usage() { echo "usage: $0 SECONDS|--ci [TARGET...]" >&2; exit 2; }
 mode=$1; shift
 # Fresh inputs per target in --ci, sized to about 20 s each on a 2-core
 # machine (the loader, the expansion and the address walk are the slow
-# ones). FUZZ_CI_RUNS sets one number for all.
+# ones; the usage reader reads each input three ways, some compressed).
+# FUZZ_CI_RUNS sets one number for all.
 ci_runs() {
     if [ -n "${FUZZ_CI_RUNS:-}" ]; then echo "$FUZZ_CI_RUNS"; return; fi
     case "$1" in
@@ -30,6 +31,7 @@ ci_runs() {
         expand) echo 500000 ;;
         forwarded) echo 1200000 ;;
         admin_request) echo 800000 ;;
+        usage) echo 80000 ;;
         *) echo 3000000 ;;
     esac
 }

@@ -8,8 +8,8 @@ failover-timeout 3000), and two tollgate gateways sharing them with
 over the two gateways on keep-alive connections, for --minutes. Meanwhile:
 
 - every --failover-every seconds the current master is faulted, alternating
-  `kill -9` (the process is started again on its port afterwards, and the
-  sentinels make it a replica) and `kill -STOP` for 15 s (then `-CONT`);
+  `kill -9` (the process is started again on its port afterwards, empty, as
+  a replica of the new master) and `kill -STOP` for 15 s (then `-CONT`);
 - every minute both gateways are sent SIGHUP (a configuration reload).
 
 Prints one line a minute: requests, 5xx, requests admitted (200) and the
@@ -80,13 +80,14 @@ class Redis:
         self.proc = None
         self.start()
 
-    def start(self):
+    def start(self, extra=()):
         cmd = ["redis-server"]
         if self.args and self.args[0].endswith(".conf"):
             cmd.append(self.args[0])
             rest = self.args[1:]
         else:
             rest = self.args
+        rest = [*rest, *extra]
         cmd += [
             "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", self.dir,
@@ -259,7 +260,15 @@ def fault(sentinels, servers, n, freeze):
         victim.signal(signal.SIGKILL)
         victim.proc.wait()
         wait_until("a new master", lambda: master_port(sentinels) not in (None, port))
-        victim.start()
+        # Back as a replica of the new master, with nothing of its own: a
+        # dump.rdb left by an earlier full sync would otherwise bring it up
+        # as a master holding counts minutes old, which a second failover
+        # could then promote over the new master's.
+        dump = os.path.join(victim.dir, "dump.rdb")
+        if os.path.exists(dump):
+            os.remove(dump)
+        new = master_port(sentinels)
+        victim.start(["--replicaof", "127.0.0.1", str(new)] if new else [])
     else:
         victim.signal(signal.SIGSTOP)
         time.sleep(freeze)

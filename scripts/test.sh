@@ -54,4 +54,13 @@ if ! python3 -c 'import grpc' >/dev/null 2>&1; then
         }
 fi
 
+# The official openai package for the token-limit tests
+# (tests/limits/tokens.rs); without it they print a SKIPPED line.
+if ! python3 -c 'import openai' >/dev/null 2>&1; then
+    echo "installing openai for the token-limit tests" >&2
+    python3 -m pip install --quiet openai >/dev/null 2>&1 \
+        || python3 -m pip install --quiet --break-system-packages openai >/dev/null 2>&1 \
+        || echo "could not install openai: the token-limit tests that drive it are skipped" >&2
+fi
+
 exec cargo test --all-targets "$@"

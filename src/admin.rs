@@ -18,6 +18,8 @@
 //! - `/metrics`: Prometheus/OpenMetrics text (see [`crate::metrics`]).
 //! - `/admin/top?n=10`: per limit, the identities (hashed) it denied most,
 //!   enforced or in shadow mode (see [`crate::top`]), as JSON.
+//! - `/` and `/console/`: the operators' console ([`console`]), a page
+//!   whose data (`/admin/console/…`) ask for the admin token.
 //! - `/admin/callers`, `/admin/overrides`: the support API ([`api`]), one
 //!   caller's limits read, reset and overridden, behind the admin token;
 //!   the only endpoints that take `PUT` and `DELETE`.
@@ -29,8 +31,10 @@
 
 pub mod api;
 pub mod callers;
+pub mod console;
 pub mod known;
 pub mod overrides;
+pub mod pools;
 pub mod probe;
 pub mod reply;
 pub mod request;
@@ -151,50 +155,15 @@ pub fn answer<B>(gw: &Gateway, req: &Request<B>, draining: bool) -> Response<Ful
         "/admin/upstreams" => reply(
             StatusCode::OK,
             "application/json",
-            upstreams(gw).to_string(),
+            pools::upstreams(gw).to_string(),
         ),
+        p if console::serves_page(p) => console::page(gw, p, req.uri().query().unwrap_or("")),
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
-            "not found; try /metrics, /healthz, /readyz, /admin/top, /admin/upstreams, /admin/callers or /admin/overrides\n",
+            "not found; try /console/, /metrics, /healthz, /readyz, /admin/top, /admin/upstreams, /admin/callers or /admin/overrides\n",
         ),
     }
-}
-
-/// Every pool with each of its endpoints — every address a target stands
-/// for — and what they have been through.
-fn upstreams(gw: &Gateway) -> serde_json::Value {
-    let pools: Vec<serde_json::Value> = gw
-        .balancers()
-        .iter()
-        .map(|b| {
-            let eps = b.endpoints();
-            let targets: Vec<serde_json::Value> = eps
-                .list
-                .iter()
-                .map(|e| {
-                    serde_json::json!({
-                        "target": &*b.config.targets[e.target].url,
-                        "address": e.addr.map(|a| a.to_string()),
-                        "weight": e.weight,
-                        "healthy": e.state.healthy(),
-                        "ejected": e.state.is_ejected(),
-                        "ejections": e.state.ejections(),
-                        "in_flight": e.state.in_flight(),
-                    })
-                })
-                .collect();
-            serde_json::json!({
-                "name": b.name(),
-                "balance": crate::config::Balance::SPELLINGS
-                    .iter()
-                    .find(|(_, v)| *v == b.config.balance)
-                    .map(|(n, _)| *n),
-                "targets": targets,
-            })
-        })
-        .collect();
-    serde_json::json!({ "pools": pools })
 }
 
 fn readyz(gw: &Gateway, draining: bool) -> Response<Full<Bytes>> {

@@ -42,6 +42,9 @@ pub struct Config {
     /// (`admin.token` or `admin.token_file`, read at every load); without
     /// one they answer 403.
     pub admin_token: Option<Arc<str>>,
+    /// The folder of `simulate`'s HTML reports the console lists and
+    /// opens (`admin.replays`); none when absent.
+    pub admin_replays: Option<std::path::PathBuf>,
     /// Where limiter state lives and what to do when it is unreachable.
     pub store: StoreConfig,
     /// How the client IP is read.
@@ -625,6 +628,10 @@ pub struct Limit {
     /// (`cost: { reserve, from_header | from_trailer }`, `bytes:`); `None`
     /// for a cost known at decision time ([`crate::limit::settle`]).
     pub settle: Option<crate::limit::settle::Source>,
+    /// `reserve: { json: FIELD, default: N }`: the reservation is the
+    /// request body's FIELD (a non-negative integer, at least 1), else
+    /// [`Self::cost`], which holds N.
+    pub reserve_from: Option<BodyField>,
     /// The limit only counts and logs what it would deny (see [`crate::decision::shadow`]).
     pub shadow: bool,
     /// How the limit counts (`algorithm:`, default `sliding_window`).
@@ -688,6 +695,7 @@ impl std::fmt::Display for KeySpec {
                     KeySource::User => "user".to_owned(),
                     KeySource::Header(h) => format!("header:{h}"),
                     KeySource::Route => "route".to_owned(),
+                    KeySource::Json(j) => format!("json:{}", j.name),
                 })
                 .collect::<Vec<_>>()
                 .join(" | ")
@@ -737,4 +745,28 @@ pub enum KeySource {
     /// chain or a compound key, where it would either hide the sources
     /// after it or add nothing.
     Route,
+    /// `json:FIELD`: a string field of the request's JSON body (`json:model`),
+    /// read when the body is (docs/limits.md#ai-apis); absent when the body
+    /// is not JSON, too large to read, or the field is not a string.
+    Json(BodyField),
 }
+
+/// A field of the request's JSON body that a limit reads: a key's
+/// `json:model`, a reservation's `reserve: { json: max_tokens }`.
+#[derive(Debug, Clone)]
+pub struct BodyField {
+    /// The path as written (`model`, `metadata.user_id`); a key shows the
+    /// value as `json.<name>=…`.
+    pub name: Arc<str>,
+    /// The path, parsed.
+    pub path: crate::limit::usage::JsonPath,
+}
+
+impl PartialEq for BodyField {
+    /// One name is one path: the path is parsed from it.
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for BodyField {}

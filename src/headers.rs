@@ -208,6 +208,7 @@ mod tests {
             cost: None,
             shadow: false,
             settle: None,
+            reserve_from: None,
             algorithm: Default::default(),
             plan: false,
             sync: None,

@@ -66,6 +66,39 @@ pub struct Caller<'a> {
     pub plan: Option<Cow<'a, [u8]>>,
     /// The request headers, for `header:NAME` sources.
     pub headers: &'a HeaderMap,
+    /// The fields of the request's JSON body its limits read, for
+    /// `json:FIELD` sources; `None` when the body is not read.
+    pub body: Option<&'a BodyFields>,
+}
+
+/// The fields of a request's JSON body that its limits read, taken out
+/// once: by the pipeline from the body it peeked, by `simulate` from an
+/// access-log line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BodyFields {
+    /// `json:FIELD` key sources: each field's name and its string value
+    /// (absent: the field is missing or not a string).
+    pub text: Vec<(Arc<str>, Box<[u8]>)>,
+    /// `reserve: { json: FIELD }`: each field's name and its count.
+    pub counts: Vec<(Arc<str>, u64)>,
+}
+
+impl BodyFields {
+    /// The string value of field `name`.
+    pub fn text(&self, name: &str) -> Option<&[u8]> {
+        self.text
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, v)| &v[..])
+    }
+
+    /// The count in field `name`.
+    pub fn count(&self, name: &str) -> Option<u64> {
+        self.counts
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, v)| *v)
+    }
 }
 
 /// Everything identity extraction needs from the configuration.
@@ -142,6 +175,7 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         user,
         plan,
         headers,
+        body: None,
     }
 }
 
@@ -277,6 +311,17 @@ pub fn write_source(out: &mut String, source: &KeySource, caller: &Caller<'_>) -
             out.push_str(ROUTE);
             true
         }
+        KeySource::Json(field) => caller
+            .body
+            .and_then(|b| b.text(&field.name))
+            .filter(|v| !v.is_empty())
+            .is_some_and(|v| {
+                out.push_str("json.");
+                out.push_str(&field.name);
+                out.push('=');
+                push_value(out, v);
+                true
+            }),
     }
 }
 
@@ -388,6 +433,7 @@ fn source_name(source: &KeySource) -> String {
         KeySource::User => "user".into(),
         KeySource::Header(h) => format!("header:{h}"),
         KeySource::Route => ROUTE.into(),
+        KeySource::Json(f) => format!("json:{}", f.name),
     }
 }
 
@@ -418,6 +464,11 @@ fn write_shown_source(
             .filter(|v| !v.is_empty())
             .is_some_and(|v| value(out, &format!("h:{name}"), v.as_bytes())),
         KeySource::Route => write_source(out, source, caller),
+        KeySource::Json(field) => caller
+            .body
+            .and_then(|b| b.text(&field.name))
+            .filter(|v| !v.is_empty())
+            .is_some_and(|v| value(out, &format!("json.{}", field.name), v)),
     }
 }
 
@@ -473,6 +524,7 @@ mod tests {
             user: Some(Cow::Borrowed(b"alice")),
             plan: None,
             headers: &headers,
+            body: None,
         };
         let s = spec(vec![vec![
             KeySource::ApiKey,
@@ -512,6 +564,7 @@ mod tests {
             user: Some(Cow::Borrowed(b"alice")),
             plan: None,
             headers: &headers,
+            body: None,
         };
         let s = spec(vec![vec![KeySource::Ip], vec![KeySource::ApiKey]]);
         let shown = |c: &Caller<'_>, every: bool| {
@@ -568,6 +621,7 @@ mod tests {
             user: None,
             plan: None,
             headers: &headers,
+            body: None,
         };
         let k = key(&spec(vec![vec![KeySource::ApiKey]]), &c);
         assert!(k.starts_with("key=#") && k.len() == 4 + 1 + 32, "{k}");

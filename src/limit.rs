@@ -17,6 +17,7 @@ pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod state;
+pub mod usage;
 
 use smallvec::SmallVec;
 
@@ -188,6 +189,25 @@ impl Algorithm {
             | Self::SlidingLog
             | Self::CalendarMonth
             | Self::SlidingBuckets { .. } => limit,
+        }
+    }
+
+    /// Whether the stores' arithmetic multiplies units by the window's
+    /// milliseconds, so that exactness in the Redis script's doubles needs
+    /// `3·L·w < 2^53`: a sliding window weighs the previous window's count
+    /// by the time left of it, GCRA turns units into time, a log and
+    /// buckets are bounded with them. A fixed window and a calendar month
+    /// only add counts (and compare them with `L`; their ends are instants,
+    /// exact on their own), so they need `3·L < 2^53` whatever the window:
+    /// a quota of 10^10 a month is exact.
+    #[inline]
+    pub fn weighs_by_window(self) -> bool {
+        match self {
+            Self::FixedWindow | Self::CalendarMonth => false,
+            Self::SlidingWindow
+            | Self::SlidingLog
+            | Self::Gcra { .. }
+            | Self::SlidingBuckets { .. } => true,
         }
     }
 

@@ -333,6 +333,17 @@ impl AccessLine<'_> {
         self
     }
 
+    /// The line so far, to be ended later ([`HeldLine`]): for a request
+    /// whose last fields are known only when its response body ends.
+    pub fn hold(mut self) -> HeldLine {
+        HeldLine {
+            writer: self.log.writer.clone(),
+            json: self.log.json,
+            target: self.target.to_owned(),
+            buf: std::mem::take(&mut self.buf),
+        }
+    }
+
     /// Ends the line and queues it; dropped (and counted) when the queue is
     /// full.
     pub fn write(mut self) {
@@ -345,6 +356,44 @@ impl AccessLine<'_> {
         self.log.writer.push(&self.buf);
         let buf = std::mem::take(&mut self.buf);
         LINE.with_borrow_mut(|line| *line = buf);
+    }
+}
+
+/// An access-log line held until the last of its fields are known: text
+/// fields added, then [`HeldLine::write`].
+#[derive(Debug)]
+pub struct HeldLine {
+    writer: Queue,
+    json: bool,
+    target: String,
+    buf: Vec<u8>,
+}
+
+impl HeldLine {
+    /// A text field.
+    pub fn str(&mut self, key: &str, value: &str) {
+        if self.json {
+            self.buf.extend_from_slice(b",\"");
+            self.buf.extend_from_slice(key.as_bytes());
+            self.buf.extend_from_slice(b"\":");
+            json_str(&mut self.buf, value);
+        } else {
+            self.buf.push(b' ');
+            self.buf.extend_from_slice(key.as_bytes());
+            self.buf.push(b'=');
+            self.buf.extend_from_slice(value.as_bytes());
+        }
+    }
+
+    /// Ends the line and queues it, as [`AccessLine::write`].
+    pub fn write(mut self) {
+        if self.json {
+            self.buf.extend_from_slice(b"},\"target\":");
+            json_str(&mut self.buf, &self.target);
+            self.buf.push(b'}');
+        }
+        self.buf.push(b'\n');
+        self.writer.push(&self.buf);
     }
 }
 

@@ -36,11 +36,13 @@ use outcome::label;
 pub use outcome::{Access, Ending, Outcome};
 
 pub mod delay;
+pub mod history;
 pub mod outcome;
 pub mod spans;
 pub mod targets;
 use crate::store::redis::failovers::FailoverReason;
 use crate::store::redis::fault::FaultKind;
+use crate::store::redis::nodes::NodeGauges;
 
 /// Media type of the text exposition `prometheus-client` writes (OpenMetrics 1.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -56,6 +58,12 @@ struct DecisionLabels {
     route: String,
     limit: String,
     outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    route: String,
+    limit: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -136,6 +144,8 @@ pub struct StoreMetrics {
     pub fallback: Gauge<i64, AtomicI64>,
     /// 1 while the breaker is open (Redis is not called), else 0.
     pub breaker_open: Gauge<i64, AtomicI64>,
+    /// In a Cluster, 1 per node while its breaker is open, else 0.
+    pub node_breaker_open: NodeGauges,
     /// Requests answered from the deny cache, without a Redis call.
     pub deny_cache_hits: Counter,
     /// 1 while Redis refuses the gateway for that reason, per
@@ -156,6 +166,9 @@ pub struct StoreMetrics {
     pub settle_kept_value: Counter,
     /// Reservations left standing: the store could not settle them.
     pub settle_kept_store: Counter,
+    /// Reservations left standing, by the other reasons (a response body's
+    /// usage: [`Self::kept`]).
+    settle_kept: Family<ReasonLabels, Counter>,
 }
 
 impl Default for StoreMetrics {
@@ -169,6 +182,7 @@ impl Default for StoreMetrics {
             errors: Counter::default(),
             fallback: Gauge::default(),
             breaker_open: Gauge::default(),
+            node_breaker_open: NodeGauges::default(),
             deny_cache_hits: Counter::default(),
             faults: Default::default(),
             failovers: Default::default(),
@@ -178,6 +192,7 @@ impl Default for StoreMetrics {
             settled: Counter::default(),
             settle_kept_value: Counter::default(),
             settle_kept_store: Counter::default(),
+            settle_kept: Family::default(),
         }
     }
 }
@@ -257,7 +272,7 @@ impl StoreMetrics {
         let settle_kept: Family<ReasonLabels, Counter> = Family::default();
         registry.register(
             "tollgate_settle_kept",
-            "Reserved costs left standing: the header or trailer was missing or not a count (value), or the store could not settle (store)",
+            "Reserved costs left standing: the header or trailer was missing or not a count (value), the store could not settle (store), or a response body's usage was missing or unreadable (no_usage, not_json, bad_number, too_large, encoded, content_type, upstream_error, aborted)",
             settle_kept.clone(),
         );
         Self {
@@ -265,6 +280,7 @@ impl StoreMetrics {
             settled,
             settle_kept_value: settle_kept.get_or_create_owned(&ReasonLabels { reason: "value" }),
             settle_kept_store: settle_kept.get_or_create_owned(&ReasonLabels { reason: "store" }),
+            settle_kept,
             redis_duration: store_duration.get_or_create_owned(&StoreLabels { store: "redis" }),
             memory_duration: store_duration.get_or_create_owned(&StoreLabels { store: "memory" }),
             sync_duration: store_duration.get_or_create_owned(&StoreLabels { store: "sync" }),
@@ -273,6 +289,7 @@ impl StoreMetrics {
             errors: store_errors,
             fallback: store_fallback,
             breaker_open: store_breaker_open,
+            node_breaker_open: register_node_breakers(registry),
             deny_cache_hits,
             faults: FaultKind::ALL
                 .map(|kind| store_fault.get_or_create_owned(&FaultLabels { kind: kind.label() })),
@@ -292,6 +309,27 @@ fn register_share_mismatches(registry: &mut Registry) -> Counter {
         share_mismatches.clone(),
     );
     share_mismatches
+}
+
+/// `tollgate_store_node_breaker_open{node}`, one gauge per Cluster node.
+fn register_node_breakers(registry: &mut Registry) -> NodeGauges {
+    let gauges = NodeGauges::default();
+    registry.register(
+        "tollgate_store_node_breaker_open",
+        "Redis Cluster: 1 while the breaker of this node is open (calls for its slots are decided by on_error), else 0",
+        gauges.clone(),
+    );
+    gauges
+}
+
+impl StoreMetrics {
+    /// Counts one reservation left standing for `reason`; a lookup in the
+    /// family, as these are rare next to settlements.
+    pub fn kept(&self, reason: &'static str) {
+        self.settle_kept
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
 }
 
 /// `tollgate_store_failovers_total{reason}`, one counter per
@@ -317,6 +355,8 @@ pub struct LimitMetrics {
     limited: Counter,
     shadow_limited: Counter,
     error: Counter,
+    /// For a settled limit, the units its settlements charged.
+    pub settled_units: Option<Counter>,
 }
 
 impl LimitMetrics {
@@ -433,6 +473,7 @@ pub struct Metrics {
     /// Requests no route takes (404); no route label exists for them.
     pub unmatched: Counter,
     decisions: Family<DecisionLabels, Counter>,
+    settled_units: Family<LimitLabels, Counter>,
     upstream_responses: Family<UpstreamLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     upstream_duration: HistogramFamily<RouteLabels>,
@@ -443,6 +484,8 @@ pub struct Metrics {
     pub targets: targets::TargetFamilies,
     /// The series of the span export (tracing).
     pub spans: spans::SpanMetrics,
+    /// What the operators' console remembers of these series.
+    pub history: history::History,
 }
 
 impl Default for Metrics {
@@ -482,6 +525,12 @@ impl Metrics {
             decisions.clone(),
         );
         let store = StoreMetrics::register(&mut registry);
+        let settled_units = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "tollgate_settled_units",
+            "Units settled limits charged by route and limit: the amounts the responses reported (tokens, for a cost read from the body), summed as settled",
+            settled_units.clone(),
+        );
         let upstream_responses = Family::<UpstreamLabels, Counter>::default();
         registry.register(
             "tollgate_upstream_responses",
@@ -516,7 +565,9 @@ impl Metrics {
         );
         let targets = targets::TargetFamilies::register(&mut registry);
         let spans = spans::SpanMetrics::register(&mut registry);
+        let history = history::History::register(&mut registry);
         Self {
+            history,
             registry,
             targets,
             spans,
@@ -524,6 +575,7 @@ impl Metrics {
             requests,
             unmatched,
             decisions,
+            settled_units,
             upstream_responses,
             upstream_errors,
             upstream_duration,
@@ -547,6 +599,12 @@ impl Metrics {
             limited: dec(Verdict::Limited),
             shadow_limited: dec(Verdict::ShadowLimited),
             error: dec(Verdict::Undecided),
+            settled_units: l.settle.is_some().then(|| {
+                self.settled_units.get_or_create_owned(&LimitLabels {
+                    route: route.to_owned(),
+                    limit: l.name.to_string(),
+                })
+            }),
         }
     }
 

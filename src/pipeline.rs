@@ -2,8 +2,9 @@
 //! exit.
 //!
 //! [`Gateway::handle`] runs the phases — guard and route ([`route`]),
-//! caller, plan and decision ([`decide`]), respond, forward or upgrade
-//! ([`act`]) — each returning `Result<_, GatewayError>`: the route goes to
+//! the request body's fields when the route's limits read them
+//! ([`body`]), caller, plan and decision ([`decide`]), respond, forward or
+//! upgrade ([`act`]) — each returning `Result<_, GatewayError>`: the route goes to
 //! the decision, the decision's [`Holdings`](decide::Holdings) (slots,
 //! reservations) to `act` and the settlement. Every refusal, whichever
 //! phase made it, becomes its response in one place
@@ -32,6 +33,7 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 
+use crate::decision::settle::{self as settle_costs, Reported};
 use crate::grpc;
 use crate::headers;
 use crate::identity::{self, Caller, Peer};
@@ -43,6 +45,7 @@ use decide::{Deciding, Holdings, Purpose, limit_requests, plan};
 use overrides::Applied;
 
 pub mod act;
+pub mod body;
 pub mod browsers;
 pub mod callers;
 pub mod decide;
@@ -123,12 +126,23 @@ impl Gateway {
         let rt = self.snapshot.load();
         let mut ex = Exchange::new(req.method().clone(), peer);
         let mut identities = exchange::Identities::default();
+        let reported = req.extensions().get::<Reported>().cloned();
         // The slots of the admission go back at once: a replay has no
-        // responses to hold them.
+        // responses to hold them. Costs read from a response body settle
+        // at once with the amounts the log recorded.
         let ended = self
             .until_act(req, &rt, &mut ex, Purpose::Rehearse(&mut identities))
-            .await
-            .map(drop);
+            .await;
+        let ended = match (ended, reported) {
+            (Ok((_, _, holdings)), Some(reported)) => {
+                if let Some(r) = holdings.reservations {
+                    let due = r.replayed(&reported);
+                    settle_costs::settle(self.limiter.settler(), self.clock.now_ms(), due).await;
+                }
+                Ok(())
+            }
+            (ended, _) => ended.map(drop),
+        };
         Rehearsal {
             exchange: ex,
             identities,
@@ -217,7 +231,17 @@ impl Gateway {
         if let Some(res) = browsers::preflight(rt, &req, ex)? {
             return Ok(res);
         }
-        let (mut req, route, admission) = self.until_act(req, rt, ex, Purpose::Serve).await?;
+        let (req, route) = self.routed(req, rt, ex)?;
+        // The body's fields before the decision, on a route whose limits
+        // read them. Boxed: most routes read no body, and this future
+        // would otherwise grow every request's by its size.
+        let mut req = if route.body_reads.is_empty() {
+            req
+        } else {
+            Box::pin(body::read(self, &route, req)).await
+        };
+        let admission =
+            decide::decide(&self.deciding(rt), &route, &req, ex, Purpose::Serve).await?;
         let settling = settle::prepare(admission.reservations, &mut req);
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
         match settling {
@@ -237,12 +261,23 @@ impl Gateway {
         ex: &mut Exchange,
         purpose: Purpose<'_>,
     ) -> Result<(Request<B>, Arc<CompiledRoute>, Holdings), GatewayError> {
+        let (req, route) = self.routed(req, rt, ex)?;
+        let admission = decide::decide(&self.deciding(rt), &route, &req, ex, purpose).await?;
+        Ok((req, route, admission))
+    }
+
+    /// The request checked and canonical, with its route.
+    fn routed<B>(
+        &self,
+        req: Request<B>,
+        rt: &Snapshot,
+        ex: &mut Exchange,
+    ) -> Result<(Request<B>, Arc<CompiledRoute>), GatewayError> {
         crate::guard::check(&req, &rt.config.server)?;
         let (req, route) = route::route(req, rt)?;
         ex.entered(&route, rt);
         browsers::routed(&req, ex);
-        let admission = decide::decide(&self.deciding(rt), &route, &req, ex, purpose).await?;
-        Ok((req, route, admission))
+        Ok((req, route))
     }
 }
 

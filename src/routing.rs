@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use http::{HeaderValue, Method};
 
-use crate::config::{Config, Limit, PathMatch, Plan, Route};
+use crate::config::{BodyField, Config, KeySource, Limit, PathMatch, Plan, Route};
 use crate::headers;
 use crate::store::keys;
 
@@ -30,6 +30,48 @@ pub struct CompiledRoute {
     /// limits with each plan limit expanded into the plan's limits. Empty
     /// when no limit takes its numbers from a plan.
     pub plan_views: HashMap<Arc<str>, Arc<LimitView>>,
+    /// The request-body fields its limits read (`json:FIELD` keys,
+    /// `reserve: { json: FIELD }`); empty on a route whose limits read no
+    /// body, which is then never read.
+    pub body_reads: BodyReads,
+}
+
+/// The fields of a request's JSON body that a route's limits read, each
+/// once.
+#[derive(Debug, Default)]
+pub struct BodyReads {
+    /// String fields, for `json:FIELD` key sources.
+    pub text: Vec<BodyField>,
+    /// Counts, for `reserve: { json: FIELD }`.
+    pub counts: Vec<BodyField>,
+}
+
+impl BodyReads {
+    /// What `limits` read.
+    fn of<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> Self {
+        let mut reads = Self::default();
+        for l in limits {
+            let keys = l.key.parts.iter().flatten();
+            for source in keys {
+                if let KeySource::Json(f) = source
+                    && !reads.text.contains(f)
+                {
+                    reads.text.push(f.clone());
+                }
+            }
+            if let Some(f) = &l.reserve_from
+                && !reads.counts.contains(f)
+            {
+                reads.counts.push(f.clone());
+            }
+        }
+        reads
+    }
+
+    /// Whether the route reads no field of the body.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty() && self.counts.is_empty()
+    }
 }
 
 /// The limits of a route as one caller sees them, ready to decide.
@@ -83,6 +125,7 @@ fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
                 concurrency: None,
                 share: None,
                 settle: l.settle.clone(),
+                reserve_from: l.reserve_from.clone(),
             };
             let stored = Limit {
                 name: Arc::from(format!("{}.{}", l.name, pl.name)),
@@ -126,8 +169,13 @@ impl Router {
                     HashMap::new()
                 },
                 route: r.clone(),
+                body_reads: BodyReads::default(),
             })
             .collect();
+        for c in &mut routes {
+            let views = c.plan_views.values().flat_map(|v| v.limits.iter());
+            c.body_reads = BodyReads::of(c.route.limits.iter().chain(views));
+        }
         if config.store.digest_keys() {
             digest_suffixes(&mut routes);
         }

@@ -78,6 +78,10 @@ impl Started {
         }
         let draining = Arc::new(AtomicBool::new(false));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let console = serve
+            .admin
+            .is_some()
+            .then(|| admin::console::start(gateway.clone()));
         let admin_task = serve.admin.map(|l| {
             tokio::spawn(admin::serve_admin(
                 gateway.clone(),
@@ -95,6 +99,9 @@ impl Started {
         let _ = stop_tx.send(true);
         if let Some(task) = admin_task {
             let _ = task.await;
+        }
+        if let Some(task) = console {
+            task.abort();
         }
     }
 }

@@ -148,6 +148,10 @@ pub struct Ended<'a> {
     pub upstream_status: Option<u16>,
     /// The request's id.
     pub request_id: Option<&'a str>,
+    /// The costs its response body settled (`tpm:1234`, `-` when none was
+    /// read), for a cost read from the body; the span then ends with the
+    /// body.
+    pub settled: Option<&'a str>,
 }
 
 impl Tracer {
@@ -287,6 +291,9 @@ impl ServerSpan {
         }
         if let Some(id) = ended.request_id {
             attributes.push(KeyValue::new("tollgate.request_id", id.to_owned()));
+        }
+        if let Some(settled) = ended.settled {
+            attributes.push(KeyValue::new("tollgate.settled", settled.to_owned()));
         }
         // OpenTelemetry's HTTP conventions: `{method} {route}`, and a
         // server span is an error only for a 5xx.

@@ -118,6 +118,13 @@ pub struct LimitTop {
     top: Vec<Entry>,
 }
 
+impl LimitTop {
+    /// Each entry's identity as shown and its count, heaviest first.
+    pub fn counts(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.top.iter().map(|e| (e.identity.as_str(), e.count))
+    }
+}
+
 /// A route and limit name.
 type LimitId = (Arc<str>, Arc<str>);
 

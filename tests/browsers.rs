@@ -1,13 +1,21 @@
 //! Browsers and support: CORS preflights answered before identity and
 //! limits, the CORS policy on every response, request ids, and header
 //! rules — through real gateways and upstreams on free loopback ports, and
-//! a real headless Chromium (`browsers/chromium.rs`).
+//! a real headless Chromium (`browsers/chromium.rs`); and the operators'
+//! console driven in Chromium over the DevTools protocol
+//! (`browsers/console.rs`, with the driver in `browsers/cdp.rs`).
 
 #[path = "support/mod.rs"]
 mod support;
 
 #[path = "browsers/chromium.rs"]
 mod chromium;
+
+#[path = "browsers/cdp.rs"]
+mod cdp;
+
+#[path = "browsers/console.rs"]
+mod console;
 
 use std::net::IpAddr;
 use std::sync::Arc;

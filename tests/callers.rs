@@ -6,7 +6,8 @@
 //! counts, resets or overrides, the other reads, forgets from its deny
 //! cache and applies. `memory` runs one gateway on the in-process store.
 //! `access` holds the token rules and the 400s that name the field, `cli`
-//! the command line that calls the API.
+//! the command line that calls the API, `console` the operators' page and
+//! its data.
 
 mod support;
 
@@ -14,6 +15,8 @@ mod support;
 mod access;
 #[path = "callers/cli.rs"]
 mod cli;
+#[path = "callers/console.rs"]
+mod console;
 #[path = "callers/memory.rs"]
 mod memory;
 #[path = "callers/redis.rs"]

@@ -426,7 +426,7 @@ fn unknown_key_source() {
     );
     assert_eq!(
         error(&src),
-        r#"routes[0].limits[0].key: unknown key source "cookie"; expected ip, api_key, user, header:NAME or route (line 5, col 31)"#
+        r#"routes[0].limits[0].key: unknown key source "cookie"; expected ip, api_key, user, header:NAME, json:FIELD or route (line 5, col 31)"#
     );
 }
 
@@ -518,7 +518,7 @@ fn algorithms_and_burst() {
             "routes[0].limits[1].burst: only a gcra limit takes a burst; this one is sliding_window (line 7, col 58)",
             "routes[0].limits[2].burst: must be at least 1, found 0 (line 8, col 75)",
             "routes[0].limits[3].limit: is too large for sliding_log, which keeps one entry per unit (at most 100000); use sliding_window or gcra (line 9, col 36)",
-            "routes[0].limits[4].burst: is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit (line 10, col 76)",
+            "routes[0].limits[4].burst: is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit, or algorithm: fixed_window, which has no such bound (line 10, col 76)",
             "routes[0].limits[5].burst: only a gcra limit takes a burst; this one is fixed_window (line 11, col 83)",
         ]
     );
@@ -1587,6 +1587,16 @@ fn enum_fields() -> Vec<EnumField> {
             },
         },
         EnumField {
+            schema_path: "routes[].limits[].cost.from_body",
+            error_path: "routes[0].limits[0].cost.from_body",
+            spellings: tollgate::limit::settle::BodyUsage::PRESETS.to_vec(),
+            file: |v| {
+                format!(
+                    "listen: 127.0.0.1:0\nroutes:\n  - name: a\n    respond: {{}}\n    limits: [ {{ name: l, key: ip, limit: 10, window: 1m, cost: {{ reserve: 1, from_body: {v} }} }} ]\n"
+                )
+            },
+        },
+        EnumField {
             schema_path: "routes[].limits[].algorithm",
             error_path: "routes[0].limits[0].algorithm",
             spellings: names(&Algorithm::SPELLINGS),
@@ -2145,6 +2155,99 @@ routes:
 }
 
 #[test]
+fn token_limits_read_the_bodies() {
+    use tollgate::config::KeySource;
+    use tollgate::limit::settle::Source;
+    let c = valid(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: chat
+    match: { path_prefix: /v1/ }
+    upstream: http://127.0.0.1:8000
+    limits:
+      - { name: rpm, key: api_key, limit: 60, window: 1m }
+      - { name: tpm, key: [ api_key, "json:model" ], limit: 100000, window: 1m, algorithm: fixed_window,
+          cost: { reserve: { json: max_tokens, default: 1000 }, from_body: openai } }
+      - { name: month, key: "json:user | api_key", limit: 10000000000, window: month,
+          cost: { reserve: 500, from_body: anthropic } }
+      - { name: sum, key: api_key, limit: 10000000000, window: 30d, algorithm: fixed_window,
+          cost: { reserve: 1, from_body: { json: "usage.input_tokens + usage.output_tokens", stream: sum } } }
+"#,
+    );
+    let limits = &c.routes[0].limits;
+    let tpm = &limits[1];
+    assert_eq!(tpm.key.parts.len(), 2);
+    assert!(matches!(&tpm.key.parts[1][..], [KeySource::Json(f)] if &*f.name == "model"));
+    assert_eq!(tpm.cost, Some(1000));
+    assert_eq!(
+        tpm.reserve_from.as_ref().map(|f| &*f.name),
+        Some("max_tokens")
+    );
+    assert!(matches!(&tpm.settle, Some(Source::Body(u)) if &*u.written == "openai"));
+    assert!(matches!(&limits[2].key.parts[0][0], KeySource::Json(f) if &*f.name == "user"));
+    assert_eq!(limits[2].limit.get(), 10_000_000_000);
+    assert_eq!(limits[2].cost, Some(500));
+    assert!(matches!(&limits[3].settle, Some(Source::Body(u)) if u.written.contains("sum")));
+
+    let errs = errors(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: api
+    respond: {}
+    limits:
+      - { name: a, key: "json:", limit: 5, window: 1m }
+      - { name: b, key: ip, limit: 5, window: 1m, cost: { reserve: { json: max_tokens }, from_body: openai } }
+      - { name: c, key: ip, limit: 5, window: 1m, cost: { reserve: 1, from_body: gemini } }
+      - { name: d, key: ip, limit: 5, window: 1m, cost: { reserve: 1, from_body: { json: "usage..x" } } }
+      - { name: e, key: ip, limit: 5, window: 1m, cost: { reserve: 1, from_body: { json: usage.t, stream: max } } }
+      - { name: f, key: ip, limit: 5, window: 1m, cost: { reserve: 1, from_header: x, from_body: openai } }
+      - { name: g, key: ip, limit: 10000000000, window: 1h, cost: { reserve: 1, from_body: openai } }
+      - { name: h, key: ip, limit: 5, window: 1m, cost: { reserve: { json: "a b", default: 1 }, from_body: openai } }
+"#,
+    );
+    for (i, want) in [
+        (0, "routes[0].limits[0].key: \"\" is not a JSON field"),
+        (
+            1,
+            "routes[0].limits[1].cost.reserve: missing required field \"default\"",
+        ),
+        (
+            2,
+            "routes[0].limits[2].cost.from_body: unknown preset \"gemini\"",
+        ),
+        (
+            3,
+            "routes[0].limits[3].cost.from_body.json: \"usage..x\" is not a sum of JSON paths",
+        ),
+        (
+            4,
+            "routes[0].limits[4].cost.from_body.stream: \"max\" is not a stream rule",
+        ),
+        (
+            5,
+            "routes[0].limits[5].cost.from_body: a cost is settled from one place",
+        ),
+        (6, "routes[0].limits[6].limit: is too large for this window"),
+        (
+            7,
+            "routes[0].limits[7].cost.reserve.json: \"a b\" is not a JSON field",
+        ),
+    ] {
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with(want) && e.contains("(line ")),
+            "limit {i}: no error starting {want:?} in {errs:#?}"
+        );
+    }
+    let schema = tollgate::config::schema::json();
+    for field in ["from_body", "\"stream\"", "anthropic"] {
+        assert!(schema.contains(field), "schema lacks {field}");
+    }
+}
+
+#[test]
 fn startup_wait() {
     let redis = |extra: &str| {
         format!(
@@ -2234,7 +2337,7 @@ routes:
         [
             "upstreams.empty.targets: is empty; a pool needs at least one target (line 4, col 14)",
             "upstreams.heavy.targets[0].weight: must be at least 1; leave the target out to send it nothing (line 7, col 46)",
-            r#"upstreams.hashed.hash_key: unknown key source "cookie:sid"; expected ip, api_key, user, header:NAME or route (line 11, col 15)"#,
+            r#"upstreams.hashed.hash_key: unknown key source "cookie:sid"; expected ip, api_key, user, header:NAME, json:FIELD or route (line 11, col 15)"#,
             r#"routes[0].upstream: "apii" is neither a URL nor a pool under upstreams (the pools are empty, hashed, heavy); write e.g. http://127.0.0.1:9000 or a pool's name (line 14, col 15)"#,
         ]
     );

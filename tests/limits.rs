@@ -13,6 +13,8 @@ mod delay;
 mod held;
 #[path = "limits/settled.rs"]
 mod settled;
+#[path = "limits/tokens.rs"]
+mod tokens;
 #[path = "limits/written.rs"]
 mod written;
 

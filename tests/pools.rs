@@ -316,8 +316,7 @@ impl Resolve for Names {
 
 #[tokio::test]
 async fn a_name_resolving_to_two_addresses_spreads_over_both() {
-    let a = Target::start("a").await;
-    let b = Target::start_on("b", SocketAddr::new([127, 0, 0, 2].into(), a.addr.port())).await;
+    let (a, b) = Target::pair_on_one_port("a", "b").await;
     let names = Names::new("api.test", vec![a.addr.ip(), b.addr.ip()]);
     let yaml = format!(
         "listen: 127.0.0.1:0
@@ -602,8 +601,7 @@ routes:
 async fn a_connect_failure_resolves_the_name_again() {
     // The name's only address goes away and another takes its place, as a
     // pod replaced behind a headless Service.
-    let a = Target::start("a").await;
-    let b = Target::start_on("b", SocketAddr::new([127, 0, 0, 2].into(), a.addr.port())).await;
+    let (a, b) = Target::pair_on_one_port("a", "b").await;
     let names = Names::new("api.test", vec![a.addr.ip()]);
     let yaml = format!(
         "listen: 127.0.0.1:0

@@ -16,6 +16,9 @@ mod support;
 #[path = "redis/failover.rs"]
 mod failover;
 
+#[path = "redis/cluster_failover.rs"]
+mod cluster_failover;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -786,3 +786,71 @@ fn the_input_format_is_detected_or_chosen() {
     );
     assert_eq!(r.input.bad_examples.len(), 5, "the first few are shown");
 }
+
+#[tokio::test]
+async fn token_costs_and_json_keys_replay_from_the_gateways_own_log() {
+    let upstream = support::gateway::Upstream::start().await;
+    let config = format!(
+        r#"
+listen: 127.0.0.1:0
+access_log: {{ replay: true }}
+api_keys: {{ header: x-api-key }}
+routes:
+  - name: chat
+    match: {{ path_prefix: /usage }}
+    upstream: {}
+    limits:
+      - {{ name: tpm, key: [ api_key, "json:model" ], limit: 300, window: 1h, algorithm: fixed_window,
+          cost: {{ reserve: {{ json: max_tokens, default: 100 }}, from_body: openai }} }}
+"#,
+        upstream.url()
+    );
+    let captured = Captured::default();
+    let (writer, flushed) = tollgate::logs::queue(captured.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("tollgate::access=info")
+        .finish();
+    let mut live = Vec::new();
+    {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let clock = ManualClock::new(START_MS);
+        let gw = Gateway::start_logging(
+            &config,
+            Arc::new(clock.clone()),
+            Some(AccessWriter::new(writer, true)),
+        )
+        .await;
+        for i in 0..40u64 {
+            clock.set(START_MS + i * 1000);
+            let model = ["small", "large"][(i % 2) as usize];
+            let body = format!(
+                "{{\"model\":\"{model}\",\"max_tokens\":{}}}",
+                40 + i % 3 * 20
+            );
+            let req = Request::post(format!("/usage?used={}", 5 + i * 7 % 31))
+                .header("host", "gateway.test")
+                .header("x-api-key", "k1")
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            let reply = send_from("127.0.0.1".parse().unwrap(), gw.addr, req).await;
+            live.push(reply.status.as_u16());
+        }
+        gw.stop().await;
+    }
+    drop(flushed);
+    let log = captured.text();
+    assert_eq!(
+        log.lines().count(),
+        40,
+        "one line per request, written at the body's end"
+    );
+    assert!(log.contains("\"settled\":\"tpm:5\""), "{log}");
+    assert!(log.contains("\"json\":\"model=sha256:"), "{log}");
+    assert!(!log.contains("large"), "json keys are digests in the log");
+    assert!(live.contains(&429) && live.contains(&200), "{live:?}");
+
+    let (_, sim) = replay(&config, "access.json", &log).await;
+    let sim: Vec<u16> = sim.iter().map(|s| s.status).collect();
+    assert_eq!(live, sim);
+}

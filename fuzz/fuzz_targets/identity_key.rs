@@ -47,6 +47,7 @@ fuzz_target!(|data: &[u8]| {
         user: user.map(std::borrow::Cow::Borrowed),
         plan: None,
         headers: &headers,
+        body: None,
     };
     let mut key = String::new();
     identity::write_key(&mut key, &spec, &caller);

@@ -1,6 +1,6 @@
 //! The support API on the admin listener: `/admin/callers` (one caller's
 //! limits, read and reset) and `/admin/overrides` (per-caller numbers,
-//! plans and exemptions). Every endpoint asks for
+//! plans and exemptions), and the console's data (`/admin/console/…`). Every endpoint asks for
 //! `Authorization: Bearer <admin token>`: a lookup by API key must not be
 //! an open oracle on a listener that may face a network. Without a token
 //! configured they answer 403 saying how to set one; a missing or wrong
@@ -27,7 +27,7 @@ use crate::pipeline::Gateway;
 
 /// Whether `path` is served here.
 pub fn serves(path: &str) -> bool {
-    matches!(path, "/admin/callers" | "/admin/overrides")
+    matches!(path, "/admin/callers" | "/admin/overrides") || super::console::serves_data(path)
 }
 
 /// The answer to one request for [`serves`]'s paths.
@@ -43,6 +43,13 @@ where
     let query = req.uri().query().unwrap_or("").as_bytes().to_vec();
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
+    if super::console::serves_data(&path) {
+        if method != Method::GET {
+            return not_allowed("GET");
+        }
+        let query = String::from_utf8_lossy(&query).into_owned();
+        return super::console::data(gw, &path, &query);
+    }
     match (path.as_str(), &method) {
         ("/admin/callers", &Method::GET) => callers::show(gw, &query).await,
         ("/admin/callers", &Method::DELETE) => callers::reset(gw, &query, &who).await,

@@ -3,7 +3,8 @@
 //! counting, and reset.
 //!
 //! The caller is given by the identity values it would present
-//! (`ip`, `api_key`, `user`, `header.NAME`); the IP is taken as the
+//! (`ip`, `api_key`, `user`, `header.NAME`, `json.FIELD` for a string
+//! field of its request bodies, as `json:FIELD` keys read it); the IP is taken as the
 //! resolved client, as if it came through a trusted proxy. Limits keyed by
 //! the IP are left out when no `ip` is given. API keys are never echoed:
 //! one is shown by its digest ([`identity::digest`]), which is also taken
@@ -23,7 +24,7 @@ use super::known::known_key;
 use super::reply::{self as api, Who};
 use super::request::{BadField, CallerFields, CallerQuery, parse_query};
 use crate::config::Limit;
-use crate::identity::{self, Caller};
+use crate::identity::{self, BodyFields, Caller};
 use crate::pipeline::Gateway;
 use crate::pipeline::callers::{CallerLimit, Found};
 
@@ -43,7 +44,12 @@ fn query_of(gw: &Gateway, query: &[u8]) -> Result<CallerQuery, BadField> {
 }
 
 /// The caller `fields` describe, as the decision phase would see it.
-pub fn caller<'a>(gw: &Gateway, fields: &'a CallerFields, headers: &'a HeaderMap) -> Caller<'a> {
+pub fn caller<'a>(
+    gw: &Gateway,
+    fields: &'a CallerFields,
+    headers: &'a HeaderMap,
+    body: &'a BodyFields,
+) -> Caller<'a> {
     let prefix = gw.with_config(|c| c.client_ip.ipv6_prefix);
     let ip = fields
         .ip
@@ -54,6 +60,20 @@ pub fn caller<'a>(gw: &Gateway, fields: &'a CallerFields, headers: &'a HeaderMap
         user: fields.user.as_deref().map(|u| Cow::Borrowed(u.as_bytes())),
         plan: None,
         headers,
+        body: Some(body),
+    }
+}
+
+/// The request-body fields `fields` name (`json.FIELD=value`), as the
+/// decision phase reads them for `json:FIELD` keys.
+fn body_of(fields: &CallerFields) -> BodyFields {
+    BodyFields {
+        text: fields
+            .json
+            .iter()
+            .map(|(f, v)| (f.as_str().into(), v.as_bytes().into()))
+            .collect(),
+        counts: Vec::new(),
     }
 }
 
@@ -93,7 +113,8 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
         Err(e) => return api::bad_field(&e),
     };
     let headers = headers_of(&q.caller);
-    let caller = caller(gw, &q.caller, &headers);
+    let body = body_of(&q.caller);
+    let caller = caller(gw, &q.caller, &headers, &body);
     let found = lookup(gw, &q, &caller).await;
     let (slots, rates): (Vec<&CallerLimit>, Vec<&CallerLimit>) = found
         .limits
@@ -158,7 +179,8 @@ pub async fn reset(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes
         Err(e) => return api::bad_field(&e),
     };
     let headers = headers_of(&q.caller);
-    let caller = caller(gw, &q.caller, &headers);
+    let body = body_of(&q.caller);
+    let caller = caller(gw, &q.caller, &headers, &body);
     let mut found = lookup(gw, &q, &caller).await;
     // Concurrency slots are held by requests in flight, which give them
     // back themselves; only counters are reset.

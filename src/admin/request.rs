@@ -44,6 +44,9 @@ pub struct CallerFields {
     pub user: Option<String>,
     /// `header.NAME` values.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// `json.FIELD` values: a string field of the request body, for
+    /// `json:FIELD` keys.
+    pub json: Vec<(String, String)>,
 }
 
 impl CallerFields {
@@ -53,6 +56,7 @@ impl CallerFields {
             && self.api_key.is_none()
             && self.user.is_none()
             && self.headers.is_empty()
+            && self.json.is_empty()
     }
 
     /// Takes `name=value` when `name` is a caller field; `Ok(false)` when it
@@ -80,6 +84,19 @@ impl CallerFields {
                 if self.user.replace(value.to_owned()).is_some() {
                     return Err(twice());
                 }
+            }
+            _ if name.starts_with("json.") => {
+                let field = &name["json.".len()..];
+                if field.is_empty() {
+                    return Err(bad(
+                        name,
+                        "names no field; write json.FIELD, e.g. json.model",
+                    ));
+                }
+                if self.json.iter().any(|(f, _)| f == field) {
+                    return Err(twice());
+                }
+                self.json.push((field.to_owned(), value.to_owned()));
             }
             _ => {
                 let Some(header) = name.strip_prefix("header.") else {
@@ -113,6 +130,9 @@ impl CallerFields {
         for (h, v) in &self.headers {
             out.push(format!("header.{h}={}", v.to_str().unwrap_or("?")));
         }
+        for (f, v) in &self.json {
+            out.push(format!("json.{f}={v}"));
+        }
         out.join("&")
     }
 
@@ -144,7 +164,8 @@ impl CallerFields {
     }
 }
 
-const NAME_A_CALLER: &str = "name a caller: ip, api_key, user or header.NAME";
+const NAME_A_CALLER: &str =
+    "name a caller: ip, api_key, user or header.NAME (json.FIELD only beside one of them)";
 
 /// The query of `/admin/callers` (and `DELETE /admin/overrides`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

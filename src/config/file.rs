@@ -44,10 +44,10 @@ mod unknown;
 
 pub use leaf::{Field, Flag, Int, OneOrMany, Text};
 pub use mappings::{
-    AccessLog, Admin, AdminMap, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Exempt,
-    HeaderRules, Jwt, Limit, Listen, ListenMap, Match, PlanLimit, Reconnect, Redis, RedisTls,
-    RequestId, Respond, Root, Route, Sentinel, Server, ServerPath, Store, Timeouts, Tls, Tracing,
-    Users,
+    AccessLog, Admin, AdminMap, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Exempt, FromBody,
+    FromBodyMap, HeaderRules, Jwt, Limit, Listen, ListenMap, Match, PlanLimit, Reconnect, Redis,
+    RedisTls, RequestId, Reserve, ReserveMap, Respond, Root, Route, Sentinel, Server, ServerPath,
+    Store, Timeouts, Tls, Tracing, Users,
 };
 pub use pools::{Eject, Health, Target, TargetMap, UpstreamPool};
 pub use unknown::{UnknownField, from_value};

@@ -397,7 +397,8 @@ impl Check<'_> {
         Ok(Config {
             listen: listen?,
             admin: admin.as_ref().map(|a| a.0),
-            admin_token: admin.and_then(|a| a.1),
+            admin_token: admin.as_ref().and_then(|a| a.1.clone()),
+            admin_replays: admin.and_then(|a| a.2),
             store: store?.unwrap_or_default(),
             client_ip: client_ip?.unwrap_or_default(),
             headers: headers?.unwrap_or_default(),

@@ -20,8 +20,8 @@ use std::borrow::Cow;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
 use super::file::{
-    Admin, AdminMap, Cost, CostMap, Field, Flag, Int, Listen, ListenMap, OneOrMany, Root, Target,
-    TargetMap, Text,
+    Admin, AdminMap, Cost, CostMap, Field, Flag, FromBody, FromBodyMap, Int, Listen, ListenMap,
+    OneOrMany, Reserve, ReserveMap, Root, Target, TargetMap, Text,
 };
 
 impl<T: JsonSchema> JsonSchema for Field<T> {
@@ -162,6 +162,40 @@ impl JsonSchema for Cost {
         let fixed = generator.subschema_for::<Int>();
         let settled = generator.subschema_for::<CostMap>();
         json_schema!({ "anyOf": [fixed, settled] })
+    }
+}
+
+impl JsonSchema for Reserve {
+    fn schema_name() -> Cow<'static, str> {
+        "Reserve".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        // `500` or `{ json: max_tokens, default: 1000 }`.
+        let fixed = generator.subschema_for::<Int>();
+        let json = generator.subschema_for::<ReserveMap>();
+        json_schema!({ "anyOf": [fixed, json] })
+    }
+}
+
+impl JsonSchema for FromBody {
+    fn schema_name() -> Cow<'static, str> {
+        "FromBody".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        // `openai`, `anthropic` or `{ json, stream }`.
+        let fields = generator.subschema_for::<FromBodyMap>();
+        let presets = crate::limit::settle::BodyUsage::PRESETS;
+        json_schema!({ "anyOf": [{ "type": "string", "enum": presets }, fields] })
     }
 }
 

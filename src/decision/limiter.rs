@@ -158,6 +158,8 @@ impl Limiter {
             r.breaker.export(metrics.breaker_open.clone());
             r.store.health().export(metrics.faults.clone());
             r.store.failovers().export(metrics.failovers.clone());
+            r.store
+                .export_node_breakers(metrics.node_breaker_open.clone());
             r.reach.backlog.export(metrics.backlog_dropped.clone());
         }
         self.settler.metrics = metrics.clone();

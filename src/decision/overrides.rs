@@ -322,6 +322,7 @@ mod tests {
             user: None,
             plan: None,
             headers: &headers,
+            body: None,
         };
         assert!(subject("api_key", "k1").matches(&caller));
         assert!(!subject("api_key", "k2").matches(&caller));

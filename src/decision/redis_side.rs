@@ -27,7 +27,7 @@ use crate::store::{Breaker, RedisStore, Store, StoreError};
 pub(super) struct RedisSide {
     pub(super) store: Arc<RedisStore>,
     /// Denials Redis answered, replayed locally until their Retry-After.
-    pub(super) deny_cache: Option<DenyCache>,
+    pub(super) deny_cache: Option<Arc<DenyCache>>,
     pub(super) breaker: Arc<Breaker>,
     /// The live gateway instances sharing Redis, as the heartbeat counts
     /// them.
@@ -86,10 +86,16 @@ impl RedisSide {
     /// breaker's probe, the heartbeat and the announcement of the first
     /// connection.
     pub(super) async fn start(cfg: &StoreConfig, r: &RedisConfig) -> Result<Self, StoreError> {
-        let breaker = Arc::new(Breaker::new(cfg.breaker));
         let instances = Instances::default();
         let warming = Arc::new(AtomicBool::new(true));
         let store = Arc::new(RedisStore::connect(r).await?);
+        // A Cluster breaks per node, in the store.
+        let breaker = Arc::new(if store.is_clustered() {
+            store.break_per_node(cfg.breaker.failures);
+            Breaker::per_node(cfg.breaker)
+        } else {
+            Breaker::new(cfg.breaker)
+        });
         store.use_server_clock(cfg.clock == ClockSource::Redis);
         // Serving starts at once; the first connection comes up meanwhile
         // (see `cold_start`).
@@ -104,12 +110,12 @@ impl RedisSide {
             tokio::spawn(heartbeat::run(
                 Arc::clone(&store),
                 heartbeat::key(&cfg.prefix),
-                heartbeat::instance_id(),
+                store.instance_id().to_owned(),
                 instances.clone(),
             )),
         ];
         Ok(Self {
-            deny_cache: (cfg.deny_cache > 0).then(|| DenyCache::new(cfg.deny_cache)),
+            deny_cache: (cfg.deny_cache > 0).then(|| Arc::new(DenyCache::new(cfg.deny_cache))),
             reach: Arc::new(Reachability::new(r.timeout, cfg.breaker.probe_interval)),
             synced: SyncMode::default(),
             metrics: StoreMetrics::default(),
@@ -169,8 +175,13 @@ impl RedisSide {
         }
     }
 
-    /// Redis decides again (or `sync` mode does): says so once.
+    /// Redis decides again (or `sync` mode does): says so once. In a
+    /// Cluster, not while a node's breaker is open: its slots are still
+    /// decided by `on_error`, and the state would flip with every request.
     pub(super) fn shared_again(&self) {
+        if self.reach.fallback_active() && self.store.a_node_is_down() {
+            return;
+        }
         if self.reach.answered() {
             self.metrics.fallback.set(0);
             info!("redis answers again; limits are shared again");

@@ -26,6 +26,7 @@
 
 pub mod store;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -33,17 +34,33 @@ use tracing::{debug, warn};
 
 use super::Decision;
 use crate::config::Limit;
-use crate::limit::settle::{Settlement, Source};
+use crate::identity::BodyFields;
+use crate::limit::settle::{BodyUsage, Settlement, Source};
 use crate::limit::{Enforcement, LimitRequest, Verdict};
+use crate::metrics::RouteMetrics;
+use prometheus_client::metrics::counter::Counter;
 use store::Settler;
 
 /// The cost limit `l` reserves for a request whose body announces
-/// `content_length` bytes: `route_cost` or the limit's own cost, or for a
-/// byte quota counting request bytes the announced length (at least 1).
-pub fn reserve(l: &Limit, route_cost: u64, content_length: Option<u64>) -> u64 {
-    match &l.settle {
-        Some(Source::Bytes(b)) if b.request() => content_length.unwrap_or(1).max(1),
-        Some(Source::Bytes(_)) => 1,
+/// `content_length` bytes and holds `body`'s fields: `route_cost` or the
+/// limit's own cost; for `reserve: { json: FIELD, default }` the body's
+/// FIELD (at least 1, so an exhausted quota still denies), else the
+/// default; for a byte quota counting request bytes the announced length
+/// (at least 1).
+pub fn reserve(
+    l: &Limit,
+    route_cost: u64,
+    content_length: Option<u64>,
+    body: Option<&BodyFields>,
+) -> u64 {
+    match (&l.settle, &l.reserve_from) {
+        (Some(Source::Bytes(b)), _) if b.request() => content_length.unwrap_or(1).max(1),
+        (Some(Source::Bytes(_)), _) => 1,
+        (_, Some(field)) => body
+            .and_then(|b| b.count(&field.name))
+            .map(|n| n.max(1))
+            .or(l.cost)
+            .unwrap_or(route_cost),
         _ => l.cost.unwrap_or(route_cost),
     }
 }
@@ -54,7 +71,88 @@ pub struct Reservations {
     /// The instant of the decision.
     reserved_at_ms: u64,
     /// Each settled limit as decided, with where its amount comes from.
-    items: Vec<(LimitRequest, Source)>,
+    items: Vec<Reserved>,
+}
+
+/// One settled limit's reservation.
+#[derive(Debug, Clone)]
+struct Reserved {
+    /// The limit's request as decided.
+    request: LimitRequest,
+    /// Where its amount comes from.
+    source: Source,
+    /// The limit's `tollgate_settled_units`, when the route's limits are
+    /// counted per limit.
+    units: Option<Counter>,
+    /// The limit's name, for the access log.
+    name: Arc<str>,
+}
+
+/// A settlement due, with the series that counts its amount once it is
+/// settled.
+#[derive(Debug, Clone)]
+pub struct Due {
+    settlement: Settlement,
+    units: Option<Counter>,
+    name: Arc<str>,
+    /// Read from the response body (`from_body`).
+    from_body: bool,
+}
+
+/// The amounts a recorded request's response body reported, by limit
+/// name: the access log's `settled` field ([`written`]), which `tollgate
+/// simulate` settles a replayed request's reservations with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reported(pub Vec<(Arc<str>, u64)>);
+
+impl Reported {
+    /// Reads `tpm:123,other:45`, or `-` (nothing read).
+    ///
+    /// # Errors
+    /// A part that is not `name:count`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "-" {
+            return Ok(Self::default());
+        }
+        text.split(',')
+            .map(|part| {
+                part.split_once(':')
+                    .and_then(|(name, n)| Some((name.into(), n.parse().ok()?)))
+                    .ok_or_else(|| format!("settled part {part:?} is not name:count"))
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+}
+
+/// The amounts of `due` read from response bodies, as the access log's
+/// `settled` field writes them: `tpm:123`, comma-separated; empty when
+/// there are none.
+pub fn written(due: &[Due]) -> String {
+    let mut out = String::new();
+    for d in due.iter().filter(|d| d.from_body) {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(&d.name);
+        out.push(':');
+        out.push_str(itoa::Buffer::new().format(d.settlement.actual));
+    }
+    out
+}
+
+/// What a response body's end tells the reservations waiting for it.
+#[derive(Debug, Default)]
+pub struct BodyEnd<'a> {
+    /// The trailers, when the body ended with them.
+    pub trailers: Option<&'a HeaderMap>,
+    /// Request body bytes forwarded.
+    pub request_bytes: u64,
+    /// Response body bytes passed to the client.
+    pub response_bytes: u64,
+    /// Per `from_body` reader (by [`BodyUsage::written`]): the usage the
+    /// body reported, or why the reservation stands.
+    pub usage: &'a [(Arc<str>, Result<u64, &'static str>)],
 }
 
 /// What the settled limits of a request reserved, when some consumed;
@@ -64,6 +162,7 @@ pub fn pending(
     requests: &[LimitRequest],
     decision: &Decision,
     now_ms: u64,
+    metrics: Option<&RouteMetrics>,
 ) -> Option<Reservations> {
     if limits.iter().all(|l| l.settle.is_none()) {
         return None;
@@ -75,15 +174,23 @@ pub fn pending(
         return None;
     }
     let shadow_denied = decision.shadow_denied();
+    // Per-limit series exist for the route's own limits, not a plan's.
+    let per_limit = metrics.filter(|m| m.limits.len() == limits.len());
     let items: Vec<_> = limits
         .iter()
         .zip(requests)
         .zip(&d.verdicts)
-        .filter_map(|((l, r), v)| {
+        .enumerate()
+        .filter_map(|(i, ((l, r), v))| {
             let source = l.settle.clone()?;
             let shadow = r.mode.enforcement == Enforcement::Shadow;
             let consumed = *v == Some(Verdict::Allowed) && !(shadow && shadow_denied);
-            consumed.then(|| (r.clone(), source))
+            consumed.then(|| Reserved {
+                request: r.clone(),
+                source,
+                units: per_limit.and_then(|m| m.limits[i].settled_units.clone()),
+                name: l.name.clone(),
+            })
         })
         .collect();
     (!items.is_empty()).then_some(Reservations {
@@ -97,15 +204,28 @@ impl Reservations {
     pub fn counts_request(&self) -> bool {
         self.items
             .iter()
-            .any(|(_, s)| matches!(s, Source::Bytes(b) if b.request()))
+            .any(|r| matches!(&r.source, Source::Bytes(b) if b.request()))
     }
 
-    /// Whether a reservation waits for the response body (a trailer or
-    /// bytes).
+    /// Whether a reservation waits for the response body (a trailer, bytes
+    /// or the usage it reports).
     pub fn waits_for_body(&self) -> bool {
         self.items
             .iter()
-            .any(|(_, s)| !matches!(s, Source::Header(_)))
+            .any(|r| !matches!(r.source, Source::Header(_)))
+    }
+
+    /// The `from_body` sources of the reservations, each once.
+    pub fn body_sources(&self) -> Vec<BodyUsage> {
+        let mut out: Vec<BodyUsage> = Vec::new();
+        for r in &self.items {
+            if let Source::Body(u) = &r.source
+                && !out.contains(u)
+            {
+                out.push(u.clone());
+            }
+        }
+        out
     }
 
     /// Takes the `from_header` reservations out and settles them from the
@@ -114,85 +234,151 @@ impl Reservations {
         if !self
             .items
             .iter()
-            .any(|(_, s)| matches!(s, Source::Header(_)))
+            .any(|r| matches!(r.source, Source::Header(_)))
         {
             return;
         }
-        let mut settlements = Vec::new();
+        let mut due = Vec::new();
         let mut rest = Vec::new();
-        for (request, source) in std::mem::take(&mut self.items) {
-            match &source {
+        for r in std::mem::take(&mut self.items) {
+            match &r.source {
                 Source::Header(name) => match amount(headers, name) {
-                    Some(actual) => settlements.push(self.settlement(request, actual)),
+                    Some(actual) => due.push(self.due(&r, actual)),
                     None => kept(settler, name, headers.get(name)),
                 },
-                _ => rest.push((request, source)),
+                _ => rest.push(r),
             }
         }
         self.items = rest;
-        settle(settler, now_ms, &settlements).await;
+        settle(settler, now_ms, due).await;
     }
 
     /// The settlements of the reservations left once the response body
-    /// ended: a trailer's amount from `trailers` (none when the body ended
-    /// without them), and the bytes counted. A reservation whose trailer
-    /// is missing or garbage stands (counted).
-    pub fn at_end(
-        self,
-        settler: &Settler,
-        trailers: Option<&HeaderMap>,
-        request_bytes: u64,
-        response_bytes: u64,
-    ) -> Vec<Settlement> {
+    /// ended: a trailer's amount (none when the body ended without
+    /// trailers), the bytes counted, the usage the body reported. A
+    /// reservation whose amount is missing or garbage stands (counted).
+    pub fn at_end(self, settler: &Settler, ended: &BodyEnd<'_>) -> Vec<Due> {
         let mut out = Vec::with_capacity(self.items.len());
-        for (request, source) in &self.items {
-            let actual =
-                match source {
-                    Source::Header(name) | Source::Trailer(name) => {
-                        let found = trailers.and_then(|t| amount(t, name));
-                        if found.is_none() {
-                            kept(settler, name, trailers.and_then(|t| t.get(name)));
-                        }
-                        found
+        for r in &self.items {
+            let actual = match &r.source {
+                Source::Header(name) | Source::Trailer(name) => {
+                    let found = ended.trailers.and_then(|t| amount(t, name));
+                    if found.is_none() {
+                        kept(settler, name, ended.trailers.and_then(|t| t.get(name)));
                     }
-                    Source::Bytes(b) => Some(
-                        if b.request() { request_bytes } else { 0 }
-                            .saturating_add(if b.response() { response_bytes } else { 0 }),
+                    found
+                }
+                Source::Bytes(b) => Some(
+                    if b.request() { ended.request_bytes } else { 0 }.saturating_add(
+                        if b.response() {
+                            ended.response_bytes
+                        } else {
+                            0
+                        },
                     ),
-                };
+                ),
+                Source::Body(u) => {
+                    let read = ended.usage.iter().find(|(w, _)| *w == u.written);
+                    match read.map(|(_, r)| *r) {
+                        Some(Ok(n)) => Some(n),
+                        Some(Err(reason)) => {
+                            settler.kept(reason);
+                            None
+                        }
+                        None => {
+                            settler.kept("no_usage");
+                            None
+                        }
+                    }
+                }
+            };
             if let Some(actual) = actual {
-                out.push(self.settlement(request.clone(), actual));
+                out.push(self.due(r, actual));
             }
         }
         out
     }
 
-    fn settlement(&self, request: LimitRequest, actual: u64) -> Settlement {
-        Settlement {
-            request,
-            reserved_at_ms: self.reserved_at_ms,
-            actual,
+    /// Keeps every reservation: the request failed before a response
+    /// could report its amounts (`reason`), except byte quotas, which
+    /// settle the request bytes forwarded.
+    pub fn failed(self, settler: &Settler, reason: &'static str, request_bytes: u64) -> Vec<Due> {
+        let mut out = Vec::new();
+        for r in &self.items {
+            match &r.source {
+                Source::Bytes(b) => {
+                    let n = if b.request() { request_bytes } else { 0 };
+                    out.push(self.due(r, n));
+                }
+                Source::Body(_) => settler.kept(reason),
+                Source::Header(name) | Source::Trailer(name) => kept(settler, name, None),
+            }
+        }
+        out
+    }
+
+    /// The settlements of a replayed request: each `from_body`
+    /// reservation with the amount the log reported for its limit; the
+    /// others stand, as they did when nothing was read.
+    pub fn replayed(&self, reported: &Reported) -> Vec<Due> {
+        self.items
+            .iter()
+            .filter(|r| matches!(r.source, Source::Body(_)))
+            .filter_map(|r| {
+                let (_, n) = reported.0.iter().find(|(name, _)| *name == r.name)?;
+                Some(self.due(r, *n))
+            })
+            .collect()
+    }
+
+    fn due(&self, r: &Reserved, actual: u64) -> Due {
+        Due {
+            settlement: Settlement {
+                request: r.request.clone(),
+                reserved_at_ms: self.reserved_at_ms,
+                actual,
+            },
+            units: r.units.clone(),
+            name: r.name.clone(),
+            from_body: matches!(r.source, Source::Body(_)),
         }
     }
 }
 
-/// Settles `settlements` at `now_ms`; a failure leaves the reservations
-/// standing, counted by the limiter and warned at most once a minute.
-pub async fn settle(settler: &Settler, now_ms: u64, settlements: &[Settlement]) {
-    if settlements.is_empty() {
+/// Settles `due` at `now_ms` and counts each amount in its limit's
+/// series; a failure leaves the reservations standing, counted by the
+/// limiter and warned at most once a minute.
+pub async fn settle(settler: &Settler, now_ms: u64, due: Vec<Due>) {
+    if due.is_empty() {
         return;
     }
-    if let Err(e) = settler.settle(now_ms, settlements).await {
-        static LAST_WARNED_MS: AtomicU64 = AtomicU64::new(0);
-        let last = LAST_WARNED_MS.load(Ordering::Relaxed);
-        if (last == 0 || now_ms.saturating_sub(last) >= 60_000)
-            && LAST_WARNED_MS
-                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            warn!(error = %e, "could not settle reserved costs; those reservations stand (tollgate_settle_kept counts them)");
-        } else {
-            debug!(error = %e, "could not settle reserved costs; the reservations stand");
+    let settlements: Vec<Settlement> = due.iter().map(|d| d.settlement.clone()).collect();
+    if settle_now(settler, now_ms, &settlements).await {
+        for d in &due {
+            if let Some(c) = &d.units {
+                c.inc_by(d.settlement.actual);
+            }
+        }
+    }
+}
+
+/// Settles `settlements`; false (warned, counted) when the store could not.
+async fn settle_now(settler: &Settler, now_ms: u64, settlements: &[Settlement]) -> bool {
+    match settler.settle(now_ms, settlements).await {
+        Ok(()) => true,
+        Err(e) => {
+            static LAST_WARNED_MS: AtomicU64 = AtomicU64::new(0);
+            let last = LAST_WARNED_MS.load(Ordering::Relaxed);
+            if (last == 0 || now_ms.saturating_sub(last) >= 60_000)
+                && LAST_WARNED_MS
+                    .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                warn!(error = %e, "could not settle reserved costs; those reservations stand (tollgate_settle_kept counts them)");
+            } else {
+                debug!(error = %e, "could not settle reserved costs; the reservations stand");
+            }
+            false
         }
     }
 }

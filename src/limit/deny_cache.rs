@@ -21,6 +21,7 @@
 //! shards so no global lock is taken.
 
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use hashlink::LruCache;
@@ -43,6 +44,16 @@ struct Entry {
 pub struct DenyCache {
     shards: Box<[Mutex<LruCache<u64, Entry>>]>,
     hasher: RandomState,
+    /// Per counter key (by hash), the last instant a settlement gave units
+    /// back to it: an entry denied before then may deny what Redis would
+    /// now admit, so it is dropped when next looked up.
+    refunds: Mutex<LruCache<u64, u64>>,
+    /// Whether `refunds` was ever written: until a settlement refunds, a
+    /// cached denial is served without taking its lock.
+    any_refund: AtomicBool,
+    /// How many keys `refunds` holds before it starts over (clearing every
+    /// entry with it, so none outlives the refund that should drop it).
+    refunds_capacity: usize,
 }
 
 impl std::fmt::Debug for DenyCache {
@@ -61,7 +72,52 @@ impl DenyCache {
                 .map(|_| Mutex::new(LruCache::new(per_shard)))
                 .collect(),
             hasher: RandomState::new(),
+            refunds: Mutex::new(LruCache::new_unbounded()),
+            any_refund: AtomicBool::new(false),
+            refunds_capacity: capacity.max(SHARDS),
         }
+    }
+
+    fn key_hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Notes that a settlement gave units back to counter `key` at
+    /// `now_ms`: a denial of a request counting on `key` answered before
+    /// then is not replayed. Refunds are the usual settlement of a cost
+    /// read from the response (a reservation is an upper bound), so this
+    /// is one lock and one insert; the entries it stales are dropped when
+    /// looked up.
+    pub fn refunded(&self, now_ms: u64, key: &str) {
+        let hash = self.key_hash(key);
+        let mut refunds = self.refunds.lock().unwrap_or_else(PoisonError::into_inner);
+        if refunds.len() >= self.refunds_capacity && !refunds.contains_key(&hash) {
+            // Full: forgetting a refund could let a stale denial stand, so
+            // every denial goes with the record.
+            refunds.clear();
+            drop(refunds);
+            self.clear();
+            refunds = self.refunds.lock().unwrap_or_else(PoisonError::into_inner);
+        }
+        refunds.insert(hash, now_ms);
+        self.any_refund.store(true, Ordering::Release);
+    }
+
+    /// Whether a settlement gave units back to one of `requests`' keys at
+    /// or after `at_ms`.
+    fn refunded_since(&self, at_ms: u64, requests: &[LimitRequest]) -> bool {
+        if !self.any_refund.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut refunds = self.refunds.lock().unwrap_or_else(PoisonError::into_inner);
+        if refunds.is_empty() {
+            return false;
+        }
+        requests.iter().any(|r| {
+            refunds
+                .get(&self.key_hash(&r.key))
+                .is_some_and(|&t| t >= at_ms)
+        })
     }
 
     fn hash(&self, requests: &[LimitRequest]) -> u64 {
@@ -85,7 +141,10 @@ impl DenyCache {
         if entry.requests != requests {
             return None;
         }
-        if now_ms < entry.at_ms || now_ms >= entry.until_ms {
+        if now_ms < entry.at_ms
+            || now_ms >= entry.until_ms
+            || self.refunded_since(entry.at_ms, &entry.requests)
+        {
             shard.remove(&hash);
             return None;
         }
@@ -131,7 +190,7 @@ impl DenyCache {
     /// changes a caller's numbers: the denials held were answered on the
     /// counts and numbers being replaced.
     pub fn clear(&self) {
-        for s in &self.shards {
+        for s in self.shards.iter() {
             s.lock().unwrap_or_else(PoisonError::into_inner).clear();
         }
     }

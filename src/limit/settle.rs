@@ -1,7 +1,8 @@
 //! Costs known only after the request (docs/limits.md#costs-settled-by-the-response): a limit reserves a cost
 //! when the request is decided and *settles* the difference once the real
-//! amount is known — from a response header, a response trailer, or the
-//! bytes of the request or response body.
+//! amount is known — from a response header, a response trailer, the
+//! bytes of the request or response body, or the usage a response body
+//! reports.
 //!
 //! The reservation is the cost of the ordinary decision, so "admit only if
 //! every limit admits" is unchanged. A [`Settlement`] then adds
@@ -36,8 +37,11 @@
 //! exactly in (`3·L·w < 2^53`). So the counters hold exactly the sum of the
 //! settled amounts as long as no window reaches its limit.
 
+use std::sync::Arc;
+
 use http::HeaderName;
 
+use super::usage::UsageSpec;
 use super::{Algorithm, LimitRequest, fixed_window, gcra, sliding_window};
 
 /// Where a limit learns its final cost.
@@ -51,7 +55,33 @@ pub enum Source {
     Trailer(HeaderName),
     /// Body bytes (`bytes: request | response | both`).
     Bytes(Bytes),
+    /// The usage a JSON or event-stream response body reports
+    /// (`cost: { reserve, from_body }`), read as the body passes.
+    Body(BodyUsage),
 }
+
+/// `from_body`: what the response body's usage is, as written.
+#[derive(Debug, Clone)]
+pub struct BodyUsage {
+    /// As written: `openai`, `anthropic`, or the `json:` sum with its `stream:`.
+    pub written: Arc<str>,
+    /// The fields read and how a stream's events add up.
+    pub spec: Arc<UsageSpec>,
+}
+
+impl BodyUsage {
+    /// The presets `from_body` takes by name.
+    pub const PRESETS: [&'static str; 2] = ["openai", "anthropic"];
+}
+
+impl PartialEq for BodyUsage {
+    /// One spelling is one reader: the spec is parsed from it.
+    fn eq(&self, other: &Self) -> bool {
+        self.written == other.written
+    }
+}
+
+impl Eq for BodyUsage {}
 
 /// Which body bytes a byte quota counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

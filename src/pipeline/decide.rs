@@ -41,7 +41,7 @@ use crate::decision::stages;
 use crate::decision::sync::syncable;
 use crate::decision::{Decision, Unanswered};
 use crate::headers;
-use crate::identity::{self, AppKey, Caller, IdentityConfig};
+use crate::identity::{self, AppKey, BodyFields, Caller, IdentityConfig};
 use crate::limit::{Effect, Enforcement, LimitKind, LimitRequest, Mode};
 use crate::metrics::RouteMetrics;
 use crate::metrics::delay::DelayMetrics;
@@ -144,6 +144,10 @@ pub async fn decide<B>(
     if let Some(AppKey(key)) = req.extensions().get() {
         caller.user = Some(Cow::Borrowed(key.as_bytes()));
     }
+    // The body's fields, when the route's limits read them: the pipeline
+    // peeked the body before this phase ([`super::body`]), a replay took
+    // them from its log line.
+    caller.body = req.extensions().get::<BodyFields>();
     ex.identified(&caller);
     if let Purpose::Rehearse(ids) = &mut purpose {
         ids.saw(&caller);
@@ -200,7 +204,7 @@ pub async fn decide<B>(
         return Err(GatewayError::StoreUnavailable);
     }
     let refused = refusal(route, limits, &requests, &decision);
-    let reservations = settle::pending(limits, &requests, &decision, now_ms);
+    let reservations = settle::pending(limits, &requests, &decision, now_ms, ex.metrics.as_deref());
     ex.checked = Some(CheckedLimits {
         route: route.clone(),
         view,
@@ -388,7 +392,7 @@ pub(super) fn limit_requests(
             ),
             limit: l.limit.get(),
             window_ms: l.window_ms.get(),
-            cost: settle::reserve(l, route.route.cost, content_length),
+            cost: settle::reserve(l, route.route.cost, content_length, caller.body),
             algorithm: l.algorithm,
             mode: mode(l, route),
         })

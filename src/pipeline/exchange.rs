@@ -15,7 +15,7 @@ use http::{HeaderValue, Method, Request};
 use super::gateway::Snapshot;
 use crate::config::{KeySource, Limit};
 use crate::decision::Decision;
-use crate::identity::{self, Caller};
+use crate::identity::{self, BodyFields, Caller};
 use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
 use crate::problem::GatewayError;
@@ -94,6 +94,7 @@ impl Exchange {
             path: req.uri().path().to_owned(),
             client: None,
             caller: None,
+            json: None,
         });
     }
 
@@ -104,6 +105,7 @@ impl Exchange {
         if let Some(r) = &mut self.recording {
             r.client = Some(caller.ip.addr());
             r.caller = caller_digest(caller);
+            r.json = caller.body.and_then(json_written);
         }
     }
 
@@ -187,6 +189,7 @@ impl Strongest {
             user,
             plan: None,
             headers: &empty,
+            body: None,
         };
         let mut text = String::with_capacity(48);
         identity::write_source(&mut text, &source, &caller);
@@ -222,6 +225,51 @@ pub struct Recording {
     pub client: Option<IpAddr>,
     /// [`caller_digest`]: the API key's or user's, never the key itself.
     pub caller: Option<String>,
+    /// The request body's fields the limits read ([`json_written`]).
+    pub json: Option<String>,
+}
+
+/// The body's fields as a replayable access log records them: `name=value`,
+/// comma-separated, a string (a `json:` key) as its [`identity::digest`]
+/// like other identities, a count (a `reserve` read from the body) as it
+/// is. `None` when there are none.
+pub fn json_written(body: &BodyFields) -> Option<String> {
+    let mut out = String::new();
+    let texts = body.text.iter().map(|(n, v)| (n, identity::digest(v)));
+    let counts = body.counts.iter().map(|(n, v)| (n, v.to_string()));
+    for (name, value) in texts.chain(counts) {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push('=');
+        out.push_str(&value);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The body's fields a replayable access log recorded ([`json_written`]):
+/// digests as key values, numbers as counts.
+///
+/// # Errors
+/// A part that is neither.
+pub fn json_read(text: &str) -> Result<BodyFields, String> {
+    let mut body = BodyFields::default();
+    for part in text.split(',') {
+        let (name, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("json part {part:?} is not name=value"))?;
+        if identity::is_digest(value) {
+            body.text
+                .push((name.into(), value.as_bytes().to_vec().into_boxed_slice()));
+        } else {
+            let n = value
+                .parse()
+                .map_err(|_| format!("json part {part:?} is neither a digest nor a count"))?;
+            body.counts.push((name.into(), n));
+        }
+    }
+    Ok(body)
 }
 
 /// The digest that stands for a caller's API key, or else its user, in a

@@ -18,7 +18,7 @@ use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
 use crate::proxy::upstreams::resolve::{Resolve, SystemResolver};
-use crate::proxy::{self, Balancer, Forwarder};
+use crate::proxy::{self, Balancer, Forwarder, PeekBudget};
 use crate::routing::Router;
 use crate::store::StoreError;
 use crate::telemetry::Tracer;
@@ -163,6 +163,8 @@ pub struct Core {
     pub(super) access_log: Option<AccessWriter>,
     /// Requests waiting for `on_limit: delay` limits.
     pub(super) waiting: Waiting,
+    /// Request-body bytes read for limits, held at once ([`BODY_BUDGET`]).
+    pub(super) body_budget: PeekBudget,
     /// Decides which requests are traced and exports their spans; `None`
     /// when tracing is off (`tracing:` applies at start).
     pub(super) tracer: Option<Arc<Tracer>>,
@@ -171,6 +173,11 @@ pub struct Core {
     /// Keeps `overrides` in step with Redis; stops with the gateway.
     _watcher: Option<Watcher>,
 }
+
+/// The most request-body bytes held for reading at once, gateway-wide
+/// (`pipeline::body`): 64 bodies of a MiB, the most one body is read.
+/// Past it, a body is forwarded unread.
+pub const BODY_BUDGET: usize = 64 * 1024 * 1024;
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -225,6 +232,7 @@ impl Gateway {
             top: TopOffenders::default(),
             access_log: None,
             waiting: Waiting::default(),
+            body_budget: PeekBudget::new(BODY_BUDGET),
             tracer,
             overrides,
             _watcher: watcher,

@@ -16,10 +16,17 @@
 //! the events as text or JSON (`--log-format`); `RUST_LOG` filters them
 //! like any other target (`tollgate::access=off` silences them).
 //!
+//! A request with a cost read from its response body (`from_body`) has
+//! its line written when that body ends, not with the head, and with one
+//! more field: `settled`, the amounts read (`tpm:1234`, comma-separated;
+//! `-` when none was, and the reservations stand).
+//!
 //! With `access_log.replay: true` a line also carries what `tollgate
 //! simulate` replays it from ([`Recording`](super::exchange::Recording)):
 //! `ts` (ms), `peer` and `client` (IPs), `host`, `path` (without the
-//! query) and `caller` (a digest of the API key or user).
+//! query), `caller` (a digest of the API key or user) and `json` (the
+//! request body's fields its limits read: `model=<digest>` for a key,
+//! `max_tokens=1000` for a reservation).
 
 use std::time::Instant;
 
@@ -27,6 +34,7 @@ use http::Response;
 use tracing::{debug, warn};
 
 use super::exchange::Exchange;
+use super::settle::LateLine;
 use crate::decision::{Decision, Unanswered};
 use crate::logs::AccessWriter;
 use crate::metrics::{Access, ClientErrorKind, Ending, Metrics, Outcome, UpstreamErrorKind};
@@ -207,9 +215,18 @@ pub fn record(
                 .opt_ip("client", r.client)
                 .opt_str("host", r.host.as_deref())
                 .str("path", &r.path)
-                .opt_str("caller", r.caller.as_deref());
+                .opt_str("caller", r.caller.as_deref())
+                .opt_str("json", r.json.as_deref());
         }
-        line.write();
+        // A cost read from the response body: the line waits for its end.
+        match answer
+            .as_ref()
+            .ok()
+            .and_then(|r| r.extensions().get::<LateLine>())
+        {
+            Some(late) => late.line(line.hold()),
+            None => line.write(),
+        }
     }
     // Inlined: with tracing off, a check and no call.
     if let Some(span) = ex.span.take() {

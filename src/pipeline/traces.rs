@@ -14,6 +14,7 @@ use http::{HeaderMap, Response};
 
 use super::exchange::Exchange;
 use super::gateway::{Gateway, Snapshot};
+use super::settle::LateLine;
 use crate::config::Action;
 use crate::cors;
 use crate::identity;
@@ -37,7 +38,8 @@ fn begin(tracer: &Arc<Tracer>, rt: &Snapshot, headers: &mut HeaderMap, ex: &mut 
     ex.span = tracer.begin(headers, trusted);
 }
 
-/// Ends a traced request's span when its response head is ready, where
+/// Ends a traced request's span when its response head is ready (for a
+/// cost read from the response body, when that body ends), where
 /// [`observe`](super::observe) writes the access log (which calls it,
 /// with the outcome as the log names it): the status as the log records
 /// it, the limits that refused, and the upstream's status (a response to
@@ -77,14 +79,45 @@ pub fn end(
             }
         }
     }
+    let request_id = ex.request_id.as_ref().and_then(|v| v.to_str().ok());
+    let route = ex.route.as_ref().map(|r| &*r.route.name);
+    // A cost read from the response body: the span ends with the body,
+    // carrying what it settled.
+    if let Some(late) = answer
+        .as_ref()
+        .ok()
+        .and_then(|r| r.extensions().get::<LateLine>())
+    {
+        let method = ex.method.as_str().to_owned();
+        let route = route.map(str::to_owned);
+        let refused_by: Vec<String> = refused_by.into_iter().map(str::to_owned).collect();
+        let shadow: Vec<String> = shadow_refused_by.into_iter().map(str::to_owned).collect();
+        let request_id = request_id.map(str::to_owned);
+        let status = status.as_u16();
+        late.span(Box::new(move |settled| {
+            span.end(&Ended {
+                method: &method,
+                route: route.as_deref(),
+                status,
+                outcome,
+                refused_by: refused_by.iter().map(String::as_str).collect(),
+                shadow_refused_by: shadow.iter().map(String::as_str).collect(),
+                upstream_status,
+                request_id: request_id.as_deref(),
+                settled: Some(settled),
+            });
+        }));
+        return;
+    }
     span.end(&Ended {
         method: ex.method.as_str(),
-        route: ex.route.as_ref().map(|r| &*r.route.name),
+        route,
         status: status.as_u16(),
         outcome,
         refused_by,
         shadow_refused_by,
         upstream_status,
-        request_id: ex.request_id.as_ref().and_then(|v| v.to_str().ok()),
+        request_id,
+        settled: None,
     });
 }

@@ -1,9 +1,10 @@
 //! A response body with something watching it: the limits that live as
 //! long as the response does — a concurrency slot released when
-//! the body ends, a cost settled by a trailer or by the bytes sent.
+//! the body ends, a cost settled by a trailer, by the bytes sent or by
+//! the usage the body reports.
 //!
 //! [`Watched`] passes every frame through untouched and tells its
-//! [`Watch`]es what went by: the length of each data frame, the trailers,
+//! [`Watch`]es what went by: each data frame, the trailers,
 //! and, exactly once, the end — complete (the upstream's body ended), or
 //! not (it failed, or the client went away and hyper dropped the body).
 //! Dropping the body is an end too, so a slot or a settlement is never
@@ -23,8 +24,9 @@ use super::upstreams::balancer::InFlight;
 
 /// Told what a [`Watched`] body passes on.
 pub trait Watch: Send + Sync + 'static {
-    /// A data frame of `len` bytes went to the client.
-    fn data(&mut self, _len: usize) {}
+    /// A data frame went to the client: `data` as it passed, never held
+    /// (a watch that reads it keeps only what it works out).
+    fn data(&mut self, _data: &Bytes) {}
     /// The body's trailers went to the client.
     fn trailers(&mut self, _trailers: &HeaderMap) {}
     /// The body ended; called once. `complete` is false when it failed or
@@ -109,7 +111,7 @@ impl Body for Watched {
             Some(Ok(frame)) => {
                 for watch in &mut this.watches {
                     if let Some(d) = frame.data_ref() {
-                        watch.data(d.len());
+                        watch.data(d);
                     } else if let Some(t) = frame.trailers_ref() {
                         watch.trailers(t);
                     }

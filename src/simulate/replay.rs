@@ -119,6 +119,7 @@ pub fn offline(config: &mut Config, format: InputFormat) {
                 user: None,
                 plan: None,
                 headers: &empty,
+                body: None,
             };
             Some((caller_digest(&caller)?, plan.clone()))
         })
@@ -131,6 +132,7 @@ pub fn offline(config: &mut Config, format: InputFormat) {
             user: None,
             plan: None,
             headers: &empty,
+            body: None,
         };
         caller_digest(&caller)
     };

@@ -136,6 +136,13 @@ pub fn instances(prefix: &str) -> String {
     format!("{prefix}{{instances}}")
 }
 
+/// The hash of what each live gateway last published for the console:
+/// `<prefix>{instances}console`, in [`instances`]'s slot so that one
+/// script reads both.
+pub fn console(prefix: &str) -> String {
+    format!("{prefix}{{instances}}console")
+}
+
 /// Characters of the identity digest.
 pub const IDENTITY_CHARS: usize = 12;
 /// Characters of a limit digest when no two limits collide.

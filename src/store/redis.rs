@@ -48,7 +48,9 @@
 //!   follow the master the sentinels name ([`follow`]), so a hung server
 //!   turns into fast `Unavailable` answers rather than one timeout per
 //!   request, and a failover is followed whether the old master died,
-//!   froze or woke up.
+//!   froze or woke up. In a Cluster each node has a breaker of its own
+//!   and the slot map is read from every node ([`nodes`]), so a silent
+//!   master stops only its slots, and its promoted replica is followed.
 //!
 //! Two more halves of availability live beside the store:
 //! [`fault`] tells a Redis that refuses this gateway (credentials, ACL,
@@ -65,7 +67,8 @@
 //!
 //! The files: this one holds [`RedisStore`] and what it answers; `clients`
 //! the pool and its link watchers; [`follow`] the watchdog and the
-//! Sentinel follower that replace the pool's clients; `commands` every command sent;
+//! Sentinel and Cluster followers that replace the pool's clients;
+//! [`nodes`] a Cluster's slot map and per-node breakers; `commands` every command sent;
 //! `script` the decision script's arguments and replies; `batch` and
 //! `cluster` the two ways a decision travels; `push` the way back of an
 //! outage's backlog; `sync` the exchange of `sync` mode's counts. This file imports them, and they import none of it;
@@ -79,11 +82,13 @@ pub mod breaker;
 mod clients;
 mod cluster;
 mod commands;
+pub mod console;
 pub mod failovers;
 pub mod fault;
 pub mod follow;
 pub mod heartbeat;
 pub mod leases;
+pub mod nodes;
 mod push;
 mod script;
 pub mod settle;
@@ -124,6 +129,9 @@ pub struct RedisStore {
     batcher: Option<batch::Batcher>,
     /// The watchdog and, behind Sentinel, the follower (`follow`).
     followers: Vec<tokio::task::JoinHandle<()>>,
+    /// This gateway's member of the live instances (`heartbeat`), which
+    /// also names what it publishes for the console (`console`).
+    instance: String,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -173,6 +181,12 @@ impl RedisStore {
             Arc::clone(&clients),
             sentinel.is_some(),
         ))];
+        if clients.clustered {
+            followers.push(tokio::spawn(follow::follow_cluster(
+                Arc::clone(&clients),
+                topology::fred_config(cfg)?,
+            )));
+        }
         if let Some(service) = sentinel {
             let template = topology::fred_config(cfg)?;
             followers.push(tokio::spawn(follow::follow(
@@ -186,7 +200,21 @@ impl RedisStore {
             came_up,
             batcher,
             followers,
+            instance: Self::new_instance_id(),
         })
+    }
+
+    /// A random id for an instance: process id and a random number, so
+    /// two processes (or two gateways in one test process) never share one.
+    pub fn new_instance_id() -> String {
+        use std::hash::{BuildHasher, RandomState};
+        let random = RandomState::new().hash_one(std::time::SystemTime::now());
+        format!("{}-{random:016x}", std::process::id())
+    }
+
+    /// This gateway's id among the live instances (`heartbeat`).
+    pub fn instance_id(&self) -> &str {
+        &self.instance
     }
 
     /// Waits at most `timeout` for a connection to be up; whether one is.
@@ -276,6 +304,26 @@ impl RedisStore {
         &self.clients.failovers
     }
 
+    /// In a Cluster, each node's breaker opens after `failures`
+    /// consecutive failures or timeouts of calls for its slots (`nodes`).
+    pub fn break_per_node(&self, failures: u32) {
+        if let Some(nodes) = &self.clients.nodes {
+            nodes.set_failures(failures);
+        }
+    }
+
+    /// In a Cluster, mirrors each node's breaker in `gauges` (1 open).
+    pub fn export_node_breakers(&self, gauges: nodes::NodeGauges) {
+        if let Some(nodes) = &self.clients.nodes {
+            nodes.export(gauges);
+        }
+    }
+
+    /// In a Cluster, whether the breaker of a node that owns slots is open.
+    pub fn a_node_is_down(&self) -> bool {
+        self.clients.nodes.as_ref().is_some_and(|n| n.any_open())
+    }
+
     /// Whether the store talks to a Cluster (a call's keys must then share
     /// a slot).
     pub fn is_clustered(&self) -> bool {
@@ -308,6 +356,21 @@ impl RedisStore {
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
         self.clients.eval(script, keys, args).await
+    }
+
+    /// [`Self::eval`] for a call no decision depends on: its refusal
+    /// (a missing ACL permission) is returned, not recorded as a fault of
+    /// the gateway, so it never makes `/readyz` fail.
+    ///
+    /// # Errors
+    /// As [`Self::eval`].
+    pub async fn eval_aside(
+        &self,
+        script: &'static str,
+        keys: &[&str],
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        self.clients.eval_aside(script, keys, args).await
     }
 
     /// `HGET key field`, bounded by the store's timeout like a decision.

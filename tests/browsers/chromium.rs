@@ -92,7 +92,7 @@ async fn page_server(
 }
 
 /// The browser binary: Debian's `chromium`, which `scripts/test.sh` installs.
-fn chromium() -> String {
+pub fn chromium() -> String {
     for name in ["chromium", "chromium-browser", "google-chrome"] {
         let found = std::process::Command::new("sh")
             .args(["-c", &format!("command -v {name}")])

@@ -156,3 +156,51 @@ routes:
     let (_, v) = call(&gw, Method::GET, "/admin/overrides", None).await;
     assert_eq!(v["overrides"][0]["orphaned"], false, "{v}");
 }
+
+#[tokio::test]
+async fn a_caller_keyed_by_a_json_field_of_its_bodies_is_named_by_it() {
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+admin: {}
+routes:
+  - name: chat
+    match: {{ path_prefix: /v1 }}
+    respond: {{ status: 200, body: ok }}
+    limits: [ {{ name: per_model, key: [ api_key, \"json:model\" ], limit: 5, window: 1h }} ]
+",
+        with_token()
+    );
+    let gw = start(&yaml).await;
+    for model in ["gpt-x", "gpt-x", "other"] {
+        let req = http::Request::post("/v1/chat")
+            .header("host", "gateway.test")
+            .header("x-api-key", "k1")
+            .body(http_body_util::Full::new(bytes::Bytes::from(format!(
+                "{{\"model\":\"{model}\"}}"
+            ))))
+            .unwrap();
+        assert_eq!(super::send(gw.addr, req).await.status, 200);
+    }
+    let (status, v) = call(
+        &gw,
+        Method::GET,
+        "/admin/callers?api_key=k1&json.model=gpt-x",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let e = entry(&v, "chat", "per_model");
+    assert_eq!(e["used"], 2, "{v}");
+    assert!(
+        e["identity"].as_str().unwrap().contains("json.model=gpt-x"),
+        "{v}"
+    );
+    let (_, v) = call(
+        &gw,
+        Method::GET,
+        "/admin/callers?api_key=k1&json.model=other",
+        None,
+    )
+    .await;
+    assert_eq!(entry(&v, "chat", "per_model")["used"], 1, "{v}");
+}

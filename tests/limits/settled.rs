@@ -52,7 +52,7 @@ impl Rng {
 }
 
 /// The sum of every fixed-window counter "<window>:<count>" in Redis.
-async fn redis_total(redis: &RedisServer) -> u64 {
+pub(super) async fn redis_total(redis: &RedisServer) -> u64 {
     let mut conn = redis.connection().await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
@@ -86,7 +86,7 @@ async fn redis_total(redis: &RedisServer) -> u64 {
 
 /// Waits until `total()` is `want` (settlements made at a body's end run
 /// in a task of the gateway's own); then its value.
-async fn settles_to<F, Fut>(want: u64, mut total: F) -> u64
+pub(super) async fn settles_to<F, Fut>(want: u64, mut total: F) -> u64
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = u64>,

@@ -356,3 +356,31 @@ async fn a_collector_that_never_answers_holds_no_request() {
     );
     held.abort();
 }
+
+/// A cost read from the response body: the span ends with the body and
+/// carries what it settled, as the access-log line does.
+#[tokio::test]
+async fn a_cost_read_from_the_body_is_on_the_span() {
+    let (otlp, mut spans) = collector().await;
+    let up = Upstream::start().await;
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+tracing: {{ otlp_endpoint: "http://{otlp}", sample_ratio: 1 }}
+routes:
+  - name: chat
+    match: {{ path_prefix: /usage }}
+    upstream: {up}
+    limits:
+      - {{ name: tpm, key: ip, limit: 1000, window: 1h, algorithm: fixed_window,
+           cost: {{ reserve: 100, from_body: openai }} }}
+"#,
+        up = up.url()
+    );
+    let gw = AdminGateway::start(&yaml, std::sync::Arc::new(tollgate::clock::SystemClock)).await;
+    let r = send(gw.addr, get("/usage?used=42", &[])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let s = next(&mut spans).await;
+    assert_eq!(s.text("tollgate.route"), Some("chat"));
+    assert_eq!(s.text("tollgate.settled"), Some("tpm:42"));
+}

@@ -6,8 +6,8 @@
 //! cannot mend ends the start-up wait at once.
 //!
 //! One master, one replica and three sentinels (`down-after-milliseconds
-//! 1000`, `failover-timeout 3000`) on free loopback ports; one gateway at
-//! 200 requests a second. The freeze lasts a fixed time because "a
+//! 1000`, `failover-timeout 3000`) on free loopback ports; one gateway (or
+//! two) at 200 requests a second. The freeze lasts a fixed time because "a
 //! freeze of that length" is what is tested; every wait for a state is a
 //! poll against a deadline.
 
@@ -16,15 +16,12 @@ use super::*;
 use support::redis_topologies::SERVICE;
 
 /// The route `/t`: one fixed-window limit far above what the test sends, so
-/// every request Redis (or `local`) decides is admitted and counted. The
-/// call timeout is 100 ms: on a shared 2-core test machine a 25 ms one
-/// times out now and then with nothing frozen, which would blur what the
-/// freeze costs.
-fn sentinel_yaml(nodes: &str, on_error: &str) -> String {
+/// every request Redis (or `local`) decides is admitted and counted.
+fn sentinel_yaml(nodes: &str, on_error: &str, timeout: &str) -> String {
     format!(
         "listen: 127.0.0.1:0
 store:
-  redis: {{ sentinel: {{ service_name: {SERVICE}, nodes: [{nodes}] }}, timeout: 100ms }}
+  redis: {{ sentinel: {{ service_name: {SERVICE}, nodes: [{nodes}] }}, timeout: {timeout} }}
   on_error: {on_error}
 routes:
   - name: t
@@ -37,7 +34,7 @@ routes:
 
 /// Calls of the scripts (`EVALSHA`, `EVAL`) `port` has run, from
 /// `INFO commandstats`.
-async fn script_calls(port: u16) -> u64 {
+pub(super) async fn script_calls(port: u16) -> u64 {
     let info = query_string(port, &["INFO", "commandstats"])
         .await
         .unwrap_or_default();
@@ -52,7 +49,7 @@ async fn script_calls(port: u16) -> u64 {
 }
 
 /// The count the route's fixed-window key holds on `port` (`<window>:<count>`).
-async fn counted(port: u16) -> u64 {
+pub(super) async fn counted(port: u16) -> u64 {
     let keys = match query(port, &["KEYS", "tg:{*}?*"]).await {
         Ok(redis::Value::Array(keys)) => keys,
         _ => return 0,
@@ -105,18 +102,22 @@ async fn switched_to(setup: &SentinelSetup, port: u16) -> Instant {
 /// One request's send time and status.
 type Sent = Arc<Mutex<Vec<(Instant, StatusCode)>>>;
 
-/// Sends `/t` to `addr` at 200 requests a second until `stop` is set, each
-/// request in its own task, recording when it was sent and its status.
+/// Sends `/t` at 200 requests a second until `stop` is set, to each of
+/// `addrs` in turn, each request in its own task, recording when it was
+/// sent and its status.
 fn load(
-    addr: std::net::SocketAddr,
+    addrs: Vec<std::net::SocketAddr>,
     stop: Arc<AtomicBool>,
     sent: Sent,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(5));
         let mut tasks = Vec::new();
+        let mut n = 0;
         while !stop.load(Ordering::Relaxed) {
             tick.tick().await;
+            let addr = addrs[n % addrs.len()];
+            n += 1;
             let sent = Arc::clone(&sent);
             tasks.push(tokio::spawn(async move {
                 let at = Instant::now();
@@ -137,6 +138,11 @@ struct Freeze {
     /// From that switch to the last request answered otherwise than 200,
     /// if any came after it.
     last_failure_after_switch: Option<Duration>,
+    /// From that switch to the first request answered 200 sent after it.
+    first_ok_after_switch: Option<Duration>,
+    /// Requests answered otherwise than 200 sent more than a second after
+    /// the switch.
+    late_failures: usize,
     /// Requests answered otherwise than 200 sent more than 250 ms before
     /// the freeze.
     failures_before: usize,
@@ -154,20 +160,47 @@ struct Freeze {
     failovers: Vec<String>,
 }
 
+/// The gateways of a run: how many, and their call timeout. The tests
+/// use 100 ms: on a shared 2-core test machine a 25 ms one times out now
+/// and then with nothing frozen, which would blur what the freeze costs;
+/// the long run also measures the default (25 ms) with two gateways.
+#[derive(Clone, Copy)]
+struct Fleet {
+    gateways: usize,
+    timeout: &'static str,
+}
+
+const ONE: Fleet = Fleet {
+    gateways: 1,
+    timeout: "100ms",
+};
+
 /// Freezes the Sentinel master for `freeze` under 200 requests a second
 /// through one gateway deciding by `on_error`, wakes it, keeps the load
 /// for three more seconds, and measures. `signal` is `STOP` (a freeze,
 /// `CONT` after `freeze`) or `KILL` (a crash, never woken).
 async fn freeze_under_load(on_error: &str, signal: &str, freeze: Duration) -> Freeze {
+    freeze_fleet(ONE, on_error, signal, freeze).await
+}
+
+/// [`freeze_under_load`] through `fleet`'s gateways, the requests spread
+/// over them in turn.
+async fn freeze_fleet(fleet: Fleet, on_error: &str, signal: &str, freeze: Duration) -> Freeze {
     let setup = SentinelSetup::start_with(3, 1000, 3000).await;
-    let gw = Gateway::start(&sentinel_yaml(&setup.node_list(), on_error)).await;
-    until_ok(gw.addr, Duration::from_secs(10)).await;
+    let yaml = sentinel_yaml(&setup.node_list(), on_error, fleet.timeout);
+    let mut gws = Vec::new();
+    for _ in 0..fleet.gateways {
+        let gw = Gateway::start(&yaml).await;
+        until_ok(gw.addr, Duration::from_secs(10)).await;
+        gws.push(gw);
+    }
     let old = setup.master.port;
     let new = setup.replica.port;
 
     let stop = Arc::new(AtomicBool::new(false));
     let sent: Sent = Arc::default();
-    let load = load(gw.addr, Arc::clone(&stop), Arc::clone(&sent));
+    let addrs = gws.iter().map(|g| g.addr).collect();
+    let load = load(addrs, Arc::clone(&stop), Arc::clone(&sent));
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let before = script_calls(old).await;
@@ -195,18 +228,25 @@ async fn freeze_under_load(on_error: &str, signal: &str, freeze: Duration) -> Fr
     } else {
         script_calls(old).await
     };
-    let failovers: Vec<String> = gw
-        .inner
-        .metrics()
-        .render()
-        .lines()
-        .filter(|l| l.starts_with("tollgate_store_failovers_total{"))
-        .map(str::to_owned)
+    let failovers: Vec<String> = gws
+        .iter()
+        .flat_map(|gw| {
+            gw.inner
+                .metrics()
+                .render()
+                .lines()
+                .filter(|l| l.starts_with("tollgate_store_failovers_total{"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
         .collect();
 
     // What `local` admitted reaches the new master with the next decision
-    // that finds Redis usable; one more request makes sure there is one.
-    until_ok(gw.addr, Duration::from_secs(5)).await;
+    // that finds Redis usable; one more request to each gateway makes sure
+    // there is one.
+    for gw in &gws {
+        until_ok(gw.addr, Duration::from_secs(5)).await;
+    }
     let sent = sent.lock().expect("lock").clone();
     if std::env::var_os("FAILOVER_TRACE").is_some() {
         let mut buckets = std::collections::BTreeMap::<u128, usize>::new();
@@ -222,7 +262,8 @@ async fn freeze_under_load(on_error: &str, signal: &str, freeze: Duration) -> Fr
             switched.duration_since(frozen)
         );
     }
-    let admitted = sent.iter().filter(|(_, s)| *s == StatusCode::OK).count() as u64 + 1;
+    let admitted =
+        sent.iter().filter(|(_, s)| *s == StatusCode::OK).count() as u64 + gws.len() as u64;
     let counted = counted(new).await;
     Freeze {
         switch_after: switched.duration_since(frozen),
@@ -231,6 +272,15 @@ async fn freeze_under_load(on_error: &str, signal: &str, freeze: Duration) -> Fr
             .filter(|(at, s)| *s != StatusCode::OK && *at > switched)
             .map(|(at, _)| at.duration_since(switched))
             .max(),
+        first_ok_after_switch: sent
+            .iter()
+            .filter(|(at, s)| *s == StatusCode::OK && *at > switched)
+            .map(|(at, _)| at.duration_since(switched))
+            .min(),
+        late_failures: sent
+            .iter()
+            .filter(|(at, s)| *s != StatusCode::OK && *at > switched + Duration::from_secs(1))
+            .count(),
         // A request sent just before the freeze may be waiting on the
         // master when it freezes.
         failures_before: sent
@@ -248,10 +298,12 @@ async fn freeze_under_load(on_error: &str, signal: &str, freeze: Duration) -> Fr
 
 fn report(on_error: &str, f: &Freeze) {
     eprintln!(
-        "{on_error}: {} requests; sentinels switched {:?} after the freeze; last non-200 {:?} after the switch; admitted {}, counted on the new master {} ({:.1} %); old master ran {} queued scripts on waking and was sent {} after; {:?}",
+        "{on_error}: {} requests; sentinels switched {:?} after the freeze; first 200 {:?} and last non-200 {:?} after the switch ({} non-200 later than 1 s); admitted {}, counted on the new master {} ({:.1} %); old master ran {} queued scripts on waking and was sent {} after; {:?}",
         f.requests,
         f.switch_after,
+        f.first_ok_after_switch,
         f.last_failure_after_switch,
+        f.late_failures,
         f.admitted,
         f.counted,
         100.0 * f.counted as f64 / f.admitted.max(1) as f64,
@@ -329,7 +381,19 @@ async fn a_killed_sentinel_master_is_followed_under_both_policies() {
     }
 }
 
-/// The 15-second freezes of the issue's numbers, for both policies.
+/// Nothing went to the old master after it woke, and under `local` the
+/// new master counted what was admitted.
+fn nothing_sent_after_and_nothing_lost(on_error: &str, f: &Freeze) {
+    assert_eq!(
+        f.sent_after, 0,
+        "{on_error}: sent to the old master after it woke"
+    );
+    if on_error == "local" {
+        counted_what_was_admitted(on_error, f);
+    }
+}
+
+/// The 15-second freezes, for both policies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: run by scripts/failover.sh"]
 async fn fifteen_second_freezes_under_both_policies() {
@@ -337,13 +401,39 @@ async fn fifteen_second_freezes_under_both_policies() {
         let f = freeze_under_load(on_error, "STOP", Duration::from_secs(15)).await;
         report(on_error, &f);
         followed_within_a_second(on_error, &f);
-        assert_eq!(
-            f.sent_after, 0,
-            "{on_error}: sent to the old master after it woke"
+        nothing_sent_after_and_nothing_lost(on_error, &f);
+    }
+}
+
+/// The 15-second freeze at the default call timeout (25 ms) with two
+/// gateways, for both policies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by scripts/failover.sh"]
+async fn fifteen_second_freezes_at_the_default_timeout_with_two_gateways() {
+    if std::env::var_os("FAILOVER_TRACE").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("tollgate=info")
+            .try_init();
+    }
+    let fleet = Fleet {
+        gateways: 2,
+        timeout: "25ms",
+    };
+    for on_error in ["deny", "local"] {
+        let f = freeze_fleet(fleet, on_error, "STOP", Duration::from_secs(15)).await;
+        report(&format!("{on_error}, 25 ms, two gateways"), &f);
+        // At 25 ms a busy shared machine times out a call now and then
+        // with nothing frozen (three in a row open the breaker for a probe
+        // interval), so what is held here is that decisions are back on
+        // the new master within a second; the late non-200s are reported.
+        let back = f
+            .first_ok_after_switch
+            .expect("a request decided after the switch");
+        assert!(
+            back <= Duration::from_secs(1),
+            "{on_error}: first 200 {back:?} after the switch"
         );
-        if on_error == "local" {
-            counted_what_was_admitted(on_error, &f);
-        }
+        nothing_sent_after_and_nothing_lost(on_error, &f);
     }
 }
 

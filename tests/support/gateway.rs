@@ -128,6 +128,18 @@ impl Upstream {
                                     }
                                     r
                                 }
+                                // An OpenAI-style JSON answer reporting
+                                // `?used=N` tokens.
+                                "/usage" => {
+                                    let n = query_num(req.uri(), "used");
+                                    let body = format!("{{\"usage\":{{\"total_tokens\":{n}}}}}");
+                                    let mut r = Response::new(full(body));
+                                    r.headers_mut().insert(
+                                        "content-type",
+                                        "application/json".parse().unwrap(),
+                                    );
+                                    r
+                                }
                                 "/cors" => {
                                     let mut r = Response::new(full("upstream ok"));
                                     let h = r.headers_mut();

@@ -1,4 +1,5 @@
-//! Real Redis deployments for tests: a 3-master Cluster, a master with a
+//! Real Redis deployments for tests: a Cluster (3 masters, with replicas
+//! or without), a master with a
 //! replica watched by a Sentinel, and a TLS-only server with a CA made by
 //! rcgen. Every process runs on a free loopback port in its own temporary
 //! directory and is killed on drop. Readiness is polled (a `PING` answered,
@@ -160,15 +161,24 @@ pub async fn query_string(port: u16, args: &[&str]) -> Option<String> {
     }
 }
 
-/// A Redis Cluster of masters without replicas, made with
-/// `redis-cli --cluster create`.
+/// A Redis Cluster made with `redis-cli --cluster create`: masters, and
+/// replicas of them when asked for.
 pub struct RedisCluster {
     pub nodes: Vec<Proc>,
 }
 
 impl RedisCluster {
-    /// Starts `n` (at least 3) cluster nodes and joins them.
+    /// Starts `n` (at least 3) cluster nodes and joins them as masters.
     pub async fn start(n: usize) -> RedisCluster {
+        Self::start_with(n, 0, 2000).await
+    }
+
+    /// Starts `masters` (at least 3) masters with `replicas` replicas each,
+    /// `cluster-node-timeout` `node_timeout_ms`, and waits until every node
+    /// says `cluster_state:ok` and every replica's link to its master is up
+    /// (so a failover can promote it).
+    pub async fn start_with(masters: usize, replicas: usize, node_timeout_ms: u64) -> RedisCluster {
+        let n = masters * (1 + replicas);
         let mut nodes = Vec::with_capacity(n);
         for _ in 0..n {
             let port = free_port();
@@ -183,7 +193,11 @@ impl RedisCluster {
                     "--cluster-config-file".into(),
                     "nodes.conf".into(),
                     "--cluster-node-timeout".into(),
-                    "2000".into(),
+                    node_timeout_ms.to_string(),
+                    // The setting docs/redis.md recommends: a master marked
+                    // failed stops only its own slots, not every node's.
+                    "--cluster-require-full-coverage".into(),
+                    "no".into(),
                     // The default bus port (port + 10000) may be taken or
                     // beyond 65535; pick a free one as well.
                     "--cluster-port".into(),
@@ -201,7 +215,7 @@ impl RedisCluster {
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .expect("run redis-cli --cluster create");
@@ -217,14 +231,43 @@ impl RedisCluster {
                 let info = query_string(node.port, &["CLUSTER", "INFO"])
                     .await
                     .unwrap_or_default();
-                if info.contains("cluster_state:ok") {
+                let role = query_string(node.port, &["INFO", "replication"])
+                    .await
+                    .unwrap_or_default();
+                let synced = role.contains("role:master") || role.contains("master_link_status:up");
+                if info.contains("cluster_state:ok") && synced {
                     break;
                 }
-                assert!(Instant::now() < deadline, "cluster never ok:\n{info}");
+                assert!(
+                    Instant::now() < deadline,
+                    "cluster never ok:\n{info}\n{role}"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
         RedisCluster { nodes }
+    }
+
+    /// The node with `port`.
+    pub fn node(&self, port: u16) -> &Proc {
+        self.nodes
+            .iter()
+            .find(|p| p.port == port)
+            .expect("a node of this cluster")
+    }
+
+    /// The port of the replica of the master at `master`, as that replica
+    /// says (`INFO replication`'s `master_port`).
+    pub async fn replica_of(&self, master: u16) -> Option<u16> {
+        for node in &self.nodes {
+            let role = query_string(node.port, &["INFO", "replication"])
+                .await
+                .unwrap_or_default();
+            if role.contains("role:slave") && role.contains(&format!("master_port:{master}\r\n")) {
+                return Some(node.port);
+            }
+        }
+        None
     }
 
     /// `(host, port)` of every node.

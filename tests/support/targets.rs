@@ -53,7 +53,26 @@ impl Target {
 
     /// A target on `addr`.
     pub async fn start_on(name: &str, addr: SocketAddr) -> Target {
-        let listener = TcpListener::bind(addr).await.expect("bind target");
+        Self::try_start_on(name, addr).await.expect("bind target")
+    }
+
+    /// Two targets on one port, `a` on 127.0.0.1 and `b` on 127.0.0.2 (as
+    /// two addresses of one name): a port free on the first may be taken
+    /// on the second, so pairs are tried until both listen.
+    pub async fn pair_on_one_port(a: &str, b: &str) -> (Target, Target) {
+        for _ in 0..20 {
+            let first = Target::start(a).await;
+            let on_b = SocketAddr::new([127, 0, 0, 2].into(), first.addr.port());
+            if let Ok(second) = Target::try_start_on(b, on_b).await {
+                return (first, second);
+            }
+        }
+        panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+    }
+
+    /// A target on `addr`, or why it cannot listen there.
+    pub async fn try_start_on(name: &str, addr: SocketAddr) -> std::io::Result<Target> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr().unwrap();
         let mode = Arc::new(AtomicU16::new(ANSWER));
         let requests = Arc::new(AtomicUsize::new(0));
@@ -106,14 +125,14 @@ impl Target {
                 });
             }
         });
-        Target {
+        Ok(Target {
             addr,
             name: name.to_owned(),
             mode,
             requests,
             checks,
             kill,
-        }
+        })
     }
 
     pub fn url(&self) -> String {

@@ -235,6 +235,9 @@ pub struct AdminMap {
     pub token: Field<Text>,
     /// `token_file: /run/secrets/tollgate-admin` — the token, read from a file
     pub token_file: Field<Text>,
+    /// `replays: /var/lib/tollgate/replays` — the folder of `simulate`'s
+    /// HTML reports the console opens
+    pub replays: Field<Text>,
 }
 
 /// `listen[i].tls:`
@@ -638,7 +641,7 @@ pub struct Limit {
     pub share: Field<Text>,
 }
 
-/// A limit's `cost`: a number, or `{ reserve, from_header | from_trailer }`
+/// A limit's `cost`: a number, or `{ reserve, from_header | from_trailer | from_body }`
 /// for a cost the response settles (docs/limits.md#costs-settled-by-the-response).
 ///
 /// Read from an owned value, so the mapping form checks its own unknown
@@ -666,14 +669,86 @@ impl<'de> Deserialize<'de> for Cost {
     }
 }
 
-/// `cost: { reserve, from_header | from_trailer }`
+/// `cost: { reserve, from_header | from_trailer | from_body }`
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, expecting = "a mapping")]
 pub struct CostMap {
-    /// `reserve: 100` — taken when the request is decided
-    pub reserve: Field<Int>,
+    /// `reserve: 100` or `reserve: { json: max_tokens, default: 1000 }` —
+    /// taken when the request is decided
+    pub reserve: Field<Reserve>,
     /// `from_header: x-tokens-used` — the response header with the final cost
     pub from_header: Field<Text>,
     /// `from_trailer: x-tokens-used` — the response trailer with the final cost
     pub from_trailer: Field<Text>,
+    /// `from_body: openai | anthropic | { json: "usage.a + usage.b", stream: last | sum }`
+    /// — the usage the response body reports
+    pub from_body: Field<FromBody>,
+}
+
+/// A settled cost's `reserve`: a number, or a field of the request's JSON
+/// body with a default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserve {
+    /// `reserve: 500`
+    Fixed(Int),
+    /// `reserve: { json: max_tokens, default: 1000 }`
+    Json(ReserveMap),
+}
+
+impl<'de> Deserialize<'de> for Reserve {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            map @ Value::Mapping(_) => ReserveMap::deserialize(map)
+                .map(Self::Json)
+                .map_err(|e| de::Error::custom(tidy(&e.to_string()))),
+            other => Int::deserialize(other).map(Self::Fixed).map_err(|e| {
+                de::Error::custom(format_args!("{e}, or a mapping {{ json, default }}"))
+            }),
+        }
+    }
+}
+
+/// `reserve: { json: max_tokens, default: 1000 }`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields, expecting = "a mapping")]
+pub struct ReserveMap {
+    /// `json: max_tokens` — the request body's field holding the reservation
+    pub json: Field<Text>,
+    /// `default: 1000` — when the field is absent or the body is not read
+    pub default: Field<Int>,
+}
+
+/// A settled cost's `from_body`: a preset's name, or the usage's fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromBody {
+    /// `from_body: openai` or `from_body: anthropic`
+    Preset(Text),
+    /// `from_body: { json: "usage.input_tokens + usage.output_tokens", stream: last }`
+    Fields(FromBodyMap),
+}
+
+impl<'de> Deserialize<'de> for FromBody {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            map @ Value::Mapping(_) => FromBodyMap::deserialize(map)
+                .map(Self::Fields)
+                .map_err(|e| de::Error::custom(tidy(&e.to_string()))),
+            other => Text::deserialize(other).map(Self::Preset).map_err(|e| {
+                de::Error::custom(format_args!(
+                    "{e} (openai or anthropic), or a mapping {{ json, stream }}"
+                ))
+            }),
+        }
+    }
+}
+
+/// `from_body: { json: "usage.total_tokens", stream: last | sum }`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields, expecting = "a mapping")]
+pub struct FromBodyMap {
+    /// `json: "usage.input_tokens + usage.output_tokens"` — a path, or a sum of paths
+    pub json: Field<Text>,
+    /// `stream: last | sum` — in an event stream, each path's last value, or
+    /// the sum over the events
+    pub stream: Field<Text>,
 }

@@ -48,7 +48,11 @@ impl Check<'_> {
     fn limit(&mut self, limit: &file::Limit, path: &str) -> Checked<Limit> {
         let name = self.required(&limit.name, path, "name", text(parse_limit_name));
         let key = self.required(&limit.key, path, "key", Self::key);
-        let (cost, settle) = self.cost(limit, path);
+        let super::cost::CheckedCost {
+            cost,
+            reserve_from,
+            settle,
+        } = self.cost(limit, path);
         let shadow = self.optional(
             &limit.shadow,
             &child_key(path, "shadow"),
@@ -80,6 +84,7 @@ impl Check<'_> {
                 delay: None,
                 concurrency: Some(n),
                 settle: None,
+                reserve_from: None,
                 share: share?,
             });
         }
@@ -100,6 +105,7 @@ impl Check<'_> {
                 delay: None,
                 concurrency: None,
                 settle: None,
+                reserve_from: None,
                 share: None,
             });
         }
@@ -125,6 +131,7 @@ impl Check<'_> {
             delay: delay?,
             concurrency: None,
             settle: settle?,
+            reserve_from: reserve_from?,
             share: share?,
         })
     }
@@ -377,13 +384,20 @@ impl Check<'_> {
     /// The bounds of limit `l` over window `w` that the stores' arithmetic
     /// needs.
     fn bounds(&mut self, l: u64, w: NonZeroU64, alg: Algorithm, path: &str) -> Checked<()> {
-        // The Redis script computes in doubles: keep 3·max(L, B)·w below 2^53.
+        // The Redis script computes in doubles: keep 3·max(L, B)·w below
+        // 2^53 where it multiplies units by the window, else 3·L.
         let units = l.max(alg.capacity(l));
-        if u128::from(units) * u128::from(w.get()) * 3 >= 1u128 << 53 {
-            let field = if units == l { "limit" } else { "burst" };
+        let field = if units == l { "limit" } else { "burst" };
+        if alg.weighs_by_window() && u128::from(units) * u128::from(w.get()) * 3 >= 1u128 << 53 {
             return Err(self.value_error(
                 &child_key(path, field),
-                "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit",
+                "is too large for this window (limit × window in ms must stay below 3·10^15); use a shorter window or a smaller limit, or algorithm: fixed_window, which has no such bound",
+            ));
+        }
+        if u128::from(units) * 3 >= 1u128 << 53 {
+            return Err(self.value_error(
+                &child_key(path, field),
+                "is too large (a limit must stay below 3·10^15)",
             ));
         }
         if alg.one_entry_per_unit() && l > MAX_LOG_LIMIT {
@@ -528,16 +542,17 @@ fn parse_key_chain(s: &str) -> Result<Vec<KeySource>, String> {
                 "{s:?} puts route in a fallback chain; route counts every caller together, so the sources after it would never be read and those before it would count callers apart: write key: route alone"
             )),
             "route" => Ok(KeySource::Route),
-            other => match other.strip_prefix("header:") {
-                Some(name) => HeaderName::from_bytes(name.trim().as_bytes())
+            other => match (other.strip_prefix("header:"), other.strip_prefix("json:")) {
+                (Some(name), _) => HeaderName::from_bytes(name.trim().as_bytes())
                     .map(KeySource::Header)
                     .map_err(|_| {
                         format!(
                             "{name:?} is not a valid header name; use letters, digits and '-', e.g. header:x-client-id"
                         )
                     }),
-                None => Err(format!(
-                    "unknown key source {other:?}; expected ip, api_key, user, header:NAME or route"
+                (None, Some(field)) => super::cost::parse_body_field(field).map(KeySource::Json),
+                (None, None) => Err(format!(
+                    "unknown key source {other:?}; expected ip, api_key, user, header:NAME, json:FIELD or route"
                 )),
             },
         })

@@ -4,6 +4,7 @@
 //! [`ServerSettings`], [`PathRules`] and [`Timeouts`].
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,9 @@ use crate::config::file::{self, Field, Text};
 use crate::config::position::child_key;
 use crate::config::{AccessLog, Listen, ServerSettings, Timeouts};
 use crate::target::{EscapedSlashes, PathRules};
+
+/// What `admin` holds: the address, the token, the folder of reports.
+type AdminParts = (SocketAddr, Option<Arc<str>>, Option<PathBuf>);
 
 impl Check<'_> {
     /// One `listen` entry: an address, or `{ addr, tls: { cert, key } }`.
@@ -36,22 +40,29 @@ impl Check<'_> {
         })
     }
 
-    /// `admin`: an address, or `{ addr, token | token_file }`; the
-    /// address and the token, if any.
-    pub(super) fn admin(
-        &mut self,
-        item: &file::Admin,
-        path: &str,
-    ) -> Checked<Option<(SocketAddr, Option<Arc<str>>)>> {
+    /// `admin`: an address, or `{ addr, token | token_file, replays }`;
+    /// the address, the token and the console's folder of reports, if any.
+    pub(super) fn admin(&mut self, item: &file::Admin, path: &str) -> Checked<Option<AdminParts>> {
         let map = match item {
             file::Admin::Addr(t) => {
-                return text(parse_socket_addr)(self, t, path).map(|a| Some((a, None)));
+                return text(parse_socket_addr)(self, t, path).map(|a| Some((a, None, None)));
             }
             file::Admin::Map(map) => map,
         };
         let addr = self.required(&map.addr, path, "addr", text(parse_socket_addr));
         let token = self.secret(&map.token, &map.token_file, path, "token");
-        Ok(Some((addr?, token?.map(Arc::from))))
+        let replays = self.optional(&map.replays, &child_key(path, "replays"), |check, t, path| {
+            let dir = check.file(&t.0);
+            if dir.is_dir() {
+                Ok(dir)
+            } else {
+                Err(check.value_error(
+                    path,
+                    format!("{:?} is not a folder; name the folder simulate writes its HTML reports to", t.0),
+                ))
+            }
+        });
+        Ok(Some((addr?, token?.map(Arc::from), replays?)))
     }
 
     pub(super) fn server(&mut self, server: &file::Server, path: &str) -> Checked<ServerSettings> {

@@ -11,7 +11,9 @@ use http::uri::{Authority, PathAndQuery};
 use super::check::{Check, Checked, Reported, choice, int, parse_timeout, positive, text};
 use crate::config::file::{self, Field};
 use crate::config::position::child_key;
-use crate::config::{Balance, Eject, HealthCheck, PoolTarget, TargetScheme, UpstreamPool};
+use crate::config::{
+    Balance, Eject, HealthCheck, KeySource, PoolTarget, TargetScheme, UpstreamPool,
+};
 
 /// A weight above this is a typo more likely than a share.
 const MAX_WEIGHT: i64 = 10_000;
@@ -50,6 +52,12 @@ impl Check<'_> {
                 return Err(check.value_error(
                     path,
                     "route is the same for every request, so every request would go to one target; hash on a caller's key, e.g. api_key | ip",
+                ));
+            }
+            if key.parts.iter().flatten().any(|s| matches!(s, KeySource::Json(_))) {
+                return Err(check.value_error(
+                    path,
+                    "json: reads the request body, which a pool does not read before it picks a target; hash on a caller's key, e.g. api_key | ip",
                 ));
             }
             Ok(key)

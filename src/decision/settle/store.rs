@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::decision::redis_side::RedisSide;
+use crate::limit::deny_cache::DenyCache;
 use crate::limit::settle::Settlement;
 use crate::metrics::StoreMetrics;
 use crate::store::{Breaker, MemoryStore, RedisStore, Store, StoreError};
@@ -14,6 +15,9 @@ use crate::store::{Breaker, MemoryStore, RedisStore, Store, StoreError};
 pub struct Settler {
     memory: Arc<MemoryStore>,
     redis: Option<(Arc<RedisStore>, Arc<Breaker>)>,
+    /// Redis's deny cache, told of every refund so that it never replays
+    /// a denial the refund undid.
+    deny_cache: Option<Arc<DenyCache>>,
     pub(in crate::decision) metrics: StoreMetrics,
 }
 
@@ -26,6 +30,7 @@ impl Settler {
         Self {
             memory,
             redis: redis.map(|r| (Arc::clone(&r.store), Arc::clone(&r.breaker))),
+            deny_cache: redis.and_then(|r| r.deny_cache.clone()),
             metrics,
         }
     }
@@ -47,9 +52,20 @@ impl Settler {
             Some(_) => Err(StoreError::Unavailable("breaker open".into())),
         };
         match &settled {
-            Ok(()) => self.metrics.settled.inc_by(n),
-            Err(_) => self.metrics.settle_kept_store.inc_by(n),
-        };
+            Ok(()) => {
+                self.metrics.settled.inc_by(n);
+                for s in settlements {
+                    if let Some(c) = &self.deny_cache
+                        && s.delta() < 0
+                    {
+                        c.refunded(now_ms, &s.request.key);
+                    }
+                }
+            }
+            Err(_) => {
+                self.metrics.settle_kept_store.inc_by(n);
+            }
+        }
         settled
     }
 
@@ -57,5 +73,12 @@ impl Settler {
     /// missing or not a count.
     pub fn kept_value(&self, n: u64) {
         self.metrics.settle_kept_value.inc_by(n);
+    }
+
+    /// Counts a reservation left standing for `reason` (a response body's
+    /// usage missing or unreadable, the upstream's error, the client gone
+    /// before any usage).
+    pub fn kept(&self, reason: &'static str) {
+        self.metrics.kept(reason);
     }
 }

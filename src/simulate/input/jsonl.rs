@@ -38,6 +38,7 @@ pub fn parse(b: &[u8]) -> Result<Parts<'_>, String> {
         host: j.host,
         path: j.path,
         headers,
+        extensions: http::Extensions::new(),
     })
 }
 

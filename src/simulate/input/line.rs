@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 
 use http::header::HOST;
-use http::{HeaderMap, HeaderValue, Method, Request, Uri};
+use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Uri};
 
 /// One recorded request, ready for the pipeline.
 #[derive(Debug)]
@@ -64,6 +64,10 @@ pub(super) struct Parts<'a> {
     pub path: Cow<'a, str>,
     /// The other headers.
     pub headers: HeaderMap,
+    /// What the decision reads beside the head: the body's fields, the
+    /// amounts its response reported (a tollgate log's `json` and
+    /// `settled`).
+    pub extensions: Extensions,
 }
 
 impl Parts<'_> {
@@ -80,6 +84,7 @@ impl Parts<'_> {
             host: named,
             path,
             mut headers,
+            extensions,
         } = self;
         let method = match method.as_deref() {
             Some(m) => Method::from_bytes(m.as_bytes()).map_err(|_| format!("method {m:?}"))?,
@@ -99,7 +104,9 @@ impl Parts<'_> {
                 }
             }
         }
-        Ok(Line::new(ts_ms, peer, method, uri, headers))
+        let mut line = Line::new(ts_ms, peer, method, uri, headers);
+        *line.req.extensions_mut() = extensions;
+        Ok(line)
     }
 }
 

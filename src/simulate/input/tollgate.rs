@@ -1,8 +1,10 @@
 //! tollgate's own JSON access log, written with `access_log.replay: true`:
 //! `tracing-subscriber`'s JSON shape, the event's fields under `fields` (or
 //! flattened at the top level). Other events in the file are skipped. The
-//! client IP becomes `X-Forwarded-For` when it differs from the peer, and
-//! the caller digest stands in for the API key or user header.
+//! client IP becomes `X-Forwarded-For` when it differs from the peer, the
+//! caller digest stands in for the API key or user header, the request
+//! body's fields (`json`) are what the limits read of it, and the amounts
+//! its response body reported (`settled`) settle the replayed reservations.
 
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
@@ -11,7 +13,9 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use super::line::{Parts, ip};
+use crate::decision::settle::Reported;
 use crate::identity::render_ip;
+use crate::pipeline::exchange::json_read;
 use crate::proxy::X_FORWARDED_FOR;
 
 /// Reads one line: `None` for another event than a request. The caller
@@ -39,6 +43,13 @@ pub fn parse<'a>(
     };
     let peer_ip = ip(f.peer.as_deref().ok_or("no peer")?.as_bytes())?;
     let headers = headers(&f, peer_ip, api_key_header, user_header)?;
+    let mut extensions = http::Extensions::new();
+    if let Some(json) = f.json.as_deref() {
+        extensions.insert(json_read(json)?);
+    }
+    if let Some(settled) = f.settled.as_deref() {
+        extensions.insert(Reported::parse(settled)?);
+    }
     let path = f.path.ok_or("no path")?;
     Ok(Some(Parts {
         ts_ms,
@@ -47,6 +58,7 @@ pub fn parse<'a>(
         host: f.host,
         path,
         headers,
+        extensions,
     }))
 }
 
@@ -108,4 +120,8 @@ struct AccessFields<'a> {
     identity: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     caller: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    json: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    settled: Option<Cow<'a, str>>,
 }

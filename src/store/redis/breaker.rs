@@ -26,6 +26,10 @@
 //!
 //! Each state change is logged once, and the state is readable through
 //! [`Breaker::state`] for metrics.
+//!
+//! In a Cluster each node has a breaker of its own, in the store
+//! (`nodes`), so one node's faults stop only its slots; the store-wide
+//! breaker is then built with [`Breaker::per_node`] and never opens.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -54,6 +58,8 @@ pub struct Breaker {
     config: BreakerConfig,
     consecutive: AtomicU32,
     open: AtomicBool,
+    /// A Cluster's: the store breaks per node, this one never opens.
+    per_node: bool,
     /// `tollgate_store_breaker_open`, once the gateway's metrics are known.
     gauge: OnceLock<Gauge<i64, AtomicI64>>,
 }
@@ -65,7 +71,18 @@ impl Breaker {
             config,
             consecutive: AtomicU32::new(0),
             open: AtomicBool::new(false),
+            per_node: false,
             gauge: OnceLock::new(),
+        }
+    }
+
+    /// The breaker of a Cluster store, whose nodes break one by one in the
+    /// store (`RedisStore::break_per_node`): it records nothing and never
+    /// opens.
+    pub fn per_node(config: BreakerConfig) -> Self {
+        Self {
+            per_node: true,
+            ..Self::new(config)
         }
     }
 
@@ -97,6 +114,9 @@ impl Breaker {
 
     /// Records the outcome of one Redis call.
     pub fn record(&self, result: Result<(), &StoreError>) {
+        if self.per_node {
+            return;
+        }
         match result {
             Ok(()) => self.consecutive.store(0, Ordering::Relaxed),
             // Answered at once, by a server that is there: waiting would

@@ -40,6 +40,7 @@ use tracing::warn;
 
 use super::failovers::{FailoverReason, Failovers};
 use super::fault::{self, Health, LinkError, Op, Probe};
+use super::nodes::Nodes;
 use super::topology;
 use crate::config::{RedisConfig, RedisTopology};
 use crate::store::contract::StoreError;
@@ -57,6 +58,8 @@ pub(super) struct Clients {
     pub(super) sha: OnceLock<Str>,
     /// A Redis Cluster: one request's keys may sit in several slots.
     pub(super) clustered: bool,
+    /// In a Cluster, the slot map and each node's breaker.
+    pub(super) nodes: Option<Nodes>,
     /// Refusals standing: wrong credentials, ACL, TLS.
     pub(super) health: Arc<Health>,
     /// What one call (a decision, a command, a push) may take at most.
@@ -167,6 +170,7 @@ impl Clients {
         let health = Arc::new(Health::new(cfg.describe()));
         let diagnosis = Arc::new(diagnosis(&config, connect_timeout));
         let sentinel = matches!(cfg.topology, RedisTopology::Sentinel { .. });
+        let clustered = matches!(cfg.topology, RedisTopology::Cluster { .. });
         let clients = Clients {
             links: (0..cfg.pool_size.max(1))
                 .map(|_| Link {
@@ -175,14 +179,15 @@ impl Clients {
                 .collect(),
             next: AtomicUsize::new(0),
             sha: OnceLock::new(),
-            clustered: matches!(cfg.topology, RedisTopology::Cluster { .. }),
+            clustered,
+            nodes: clustered.then(Nodes::default),
             health,
             timeout,
             server_clock: AtomicBool::new(false),
             build: Build {
                 config,
                 policy,
-                connection: connection_config(timeout, connect_timeout),
+                connection: connection_config(timeout, connect_timeout, clustered),
                 came_up: Arc::clone(came_up),
                 diagnosis,
             },
@@ -202,14 +207,20 @@ impl Clients {
     }
 
     /// A new client, connecting in the background: to `server` (the
-    /// master the sentinels named), or to the servers of the configuration.
-    fn new_conn(&self, server: Option<&Server>) -> Result<Arc<Conn>, StoreError> {
+    /// master the sentinels named, or a Cluster's current masters), or to
+    /// the servers of the configuration.
+    fn new_conn(&self, server: Option<ServerConfig>) -> Result<Arc<Conn>, StoreError> {
         let b = &self.build;
         let mut config = b.config.clone();
         let described = match server {
-            Some(s) => {
-                config.server = ServerConfig::Centralized { server: s.clone() };
-                s.to_string()
+            Some(ServerConfig::Centralized { server }) => {
+                let described = server.to_string();
+                config.server = ServerConfig::Centralized { server };
+                described
+            }
+            Some(other) => {
+                config.server = other;
+                self.health.redis().to_owned()
             }
             None => self.health.redis().to_owned(),
         };
@@ -255,6 +266,7 @@ impl Clients {
         let Some(link) = self.links.get(i) else {
             return;
         };
+        let server = server.map(|s| ServerConfig::Centralized { server: s.clone() });
         match self.new_conn(server) {
             // Dropping the last handle of the old one stops it; a call
             // holding it meanwhile fails (its router is gone).
@@ -265,6 +277,63 @@ impl Clients {
             }
             Err(e) => warn!(error = %e, "could not build a new Redis client"),
         }
+    }
+
+    /// Cluster: replaces every link's client by a new one seeded with
+    /// `seeds` (the current masters, the promoted ones first), once all of
+    /// them are connected, within `connect_timeout`. Until that moment the
+    /// old clients keep serving, so the slots that did not move are decided
+    /// throughout; they are stopped one call timeout after it, when the
+    /// calls that took them before the swap are over. Whether the links
+    /// moved.
+    pub(super) async fn rebuild(&self, seeds: &[Server]) -> bool {
+        let ServerConfig::Clustered { policy, .. } = &self.build.config.server else {
+            return false;
+        };
+        let within = self.build.connection.connection_timeout;
+        let mut fresh = Vec::with_capacity(self.links.len());
+        for _ in &self.links {
+            let server = ServerConfig::Clustered {
+                hosts: seeds.to_vec(),
+                policy: policy.clone(),
+            };
+            match self.new_conn(Some(server)) {
+                Ok(conn) => fresh.push(conn),
+                Err(e) => {
+                    warn!(error = %e, "could not build a new Redis client");
+                    return false;
+                }
+            }
+        }
+        let deadline = Instant::now() + within;
+        for conn in &fresh {
+            loop {
+                let came_up = self.build.came_up.notified();
+                if conn.is_connected() {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, came_up).await.is_err() {
+                    // Dropping `fresh` stops the new clients.
+                    return false;
+                }
+            }
+        }
+        // Calls that took an old client just before the swap finish on it
+        // (each is bounded by the call timeout); then it is stopped.
+        let old: Vec<Arc<Conn>> = self
+            .links
+            .iter()
+            .zip(fresh)
+            .filter_map(|(link, conn)| link.conn.swap(Some(conn)))
+            .collect();
+        let grace = self.timeout;
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            for conn in old {
+                conn.stop();
+            }
+        });
+        true
     }
 
     /// A client beside the pool (one per sentinel), built like the
@@ -326,12 +395,22 @@ impl Clients {
         first.ok_or_else(|| StoreError::Unavailable("no Redis master known yet".into()))
     }
 
-    /// Records what one call sent at `sent` through `conn` returned: a
-    /// reply (even an error reply) means the server answers; a timeout
-    /// leaves the call unanswered, and the oldest such call is what the
-    /// watchdog (`follow`) measures. `READONLY` says the server is a
-    /// replica.
-    pub(super) fn observe<T>(&self, conn: &Conn, sent: Instant, result: &Result<T, StoreError>) {
+    /// Records what one call sent at `sent` through `conn` for `slot`
+    /// returned: a reply (even an error reply) means the server answers; a
+    /// timeout leaves the call unanswered, and the oldest such call is what
+    /// the watchdog (`follow`) measures. `READONLY` says the server is a
+    /// replica. In a Cluster the outcome also goes to the breaker of the
+    /// node that owns `slot`.
+    pub(super) fn observe<T>(
+        &self,
+        conn: &Conn,
+        sent: Instant,
+        slot: Option<u16>,
+        result: &Result<T, StoreError>,
+    ) {
+        if let (Some(nodes), Some(slot)) = (&self.nodes, slot) {
+            nodes.record(slot, result);
+        }
         match result {
             Ok(_) | Err(StoreError::Protocol(_) | StoreError::Refused(_)) => {
                 if conn.stuck_since.load(Ordering::Relaxed) != 0 {
@@ -351,6 +430,31 @@ impl Clients {
                     self.ask_sentinels.notify_one();
                 }
             }
+        }
+    }
+
+    /// [`Self::observe`], and the outcome of `op` told to the health record.
+    pub(super) fn told<T>(
+        &self,
+        conn: &Conn,
+        sent: Instant,
+        op: Op,
+        slot: Option<u16>,
+        result: &Result<T, StoreError>,
+    ) {
+        self.observe(conn, sent, slot, result);
+        self.health.observe(op, result);
+    }
+
+    /// In a Cluster, whether a call for `slot` may be sent (the breaker of
+    /// the node that owns it is closed).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] naming the node.
+    pub(super) fn check_node(&self, slot: Option<u16>) -> Result<(), StoreError> {
+        match (&self.nodes, slot) {
+            (Some(nodes), Some(slot)) => nodes.check(slot),
+            _ => Ok(()),
         }
     }
 
@@ -421,15 +525,22 @@ fn reconnect_policy(cfg: &RedisConfig) -> ReconnectPolicy {
 /// Each client's connection: commands sent at most once, and fred's own
 /// unresponsive check (a write with no read for a few call timeouts). That
 /// check cannot fire while writes keep coming, which is why `follow`'s
-/// watchdog measures the oldest unanswered call instead.
-fn connection_config(timeout: Duration, connect_timeout: Duration) -> ConnectionConfig {
+/// watchdog measures the oldest unanswered call instead. A Cluster client
+/// goes without it: fred answers one node's silence by reconnecting to
+/// every node, which would stop the slots that answer; the nodes' breakers
+/// and `follow::follow_cluster` handle a silent node instead.
+fn connection_config(
+    timeout: Duration,
+    connect_timeout: Duration,
+    clustered: bool,
+) -> ConnectionConfig {
     let unresponsive = (timeout * 4).max(Duration::from_secs(1));
     ConnectionConfig {
         connection_timeout: connect_timeout,
         internal_command_timeout: connect_timeout,
         max_command_attempts: 1,
         unresponsive: UnresponsiveConfig {
-            max_timeout: Some(unresponsive),
+            max_timeout: (!clustered).then_some(unresponsive),
             interval: unresponsive / 4,
         },
         tcp: TcpConfig {

@@ -46,7 +46,7 @@ impl Clients {
             .custom(cmd, args)
             .await
             .map_err(store_error);
-        self.observe(&conn, sent, &reply);
+        self.observe(&conn, sent, None, &reply);
         let sha = match reply? {
             Value::String(s) if s.len() == 40 => s,
             other => {
@@ -126,6 +126,12 @@ impl Clients {
         // fred applies only `ClusterHash::Custom` to custom commands
         // (an `Offset` is ignored and the SHA-1 would be hashed), so the
         // caller computes the slot.
+        let node_slot = if let ClusterHash::Custom(s) = &slot {
+            Some(*s)
+        } else {
+            None
+        };
+        self.check_node(node_slot)?;
         let cmd = CustomCommand::new_static("EVALSHA", slot, false);
         let args = evalsha_args(sha, requests);
         let options = options(deadline)?;
@@ -136,7 +142,7 @@ impl Clients {
             Err(e) if e.details().starts_with("NOSCRIPT") => Ok(None),
             Err(e) => Err(store_error(e)),
         };
-        self.observe(&conn, sent, &reply);
+        self.observe(&conn, sent, node_slot, &reply);
         reply
     }
 
@@ -212,8 +218,7 @@ impl Clients {
             Ok(Err(e)) => Err(e),
             Err(_) => Err(StoreError::Timeout),
         };
-        self.observe(&conn, sent, &result);
-        self.health.observe(Op::Ping, &result);
+        self.told(&conn, sent, Op::Ping, None, &result);
         result
     }
 
@@ -233,8 +238,38 @@ impl Clients {
             .await
     }
 
+    /// [`Self::eval`] whose refusal is not recorded as the gateway's
+    /// fault ([`Self::eval_unjudged`]).
+    ///
+    /// # Errors
+    /// As [`Self::eval`].
+    pub(super) async fn eval_aside(
+        &self,
+        script: &'static str,
+        keys: &[&str],
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        self.eval_unjudged(Instant::now() + self.timeout, script, keys, args)
+            .await
+    }
+
     /// [`Self::eval`] that must finish by `deadline`.
     pub(super) async fn eval_by(
+        &self,
+        deadline: Instant,
+        script: &'static str,
+        keys: &[&str],
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        let result = self.eval_unjudged(deadline, script, keys, args).await;
+        self.health.observe(Op::Eval, &result);
+        result
+    }
+
+    /// [`Self::eval_by`] whose refusal says nothing of the gateway's
+    /// health: for calls no decision depends on (the console's summaries),
+    /// whose missing permission must not make `/readyz` fail.
+    pub(super) async fn eval_unjudged(
         &self,
         deadline: Instant,
         script: &'static str,
@@ -246,9 +281,9 @@ impl Clients {
         }
         // EVAL script numkeys key... arg...; routed to the first key's slot
         // (fred honours only `ClusterHash::Custom` on custom commands).
-        let slot = keys.first().map_or(ClusterHash::Random, |k| {
-            ClusterHash::Custom(redis_keyslot(k.as_bytes()))
-        });
+        let node_slot = keys.first().map(|k| redis_keyslot(k.as_bytes()));
+        self.check_node(node_slot)?;
+        let slot = node_slot.map_or(ClusterHash::Random, ClusterHash::Custom);
         let cmd = CustomCommand::new_static("EVAL", slot, false);
         let mut all = Vec::with_capacity(2 + keys.len() + args.len());
         all.push(Value::from(script));
@@ -267,8 +302,7 @@ impl Clients {
         let result = tokio::time::timeout_at(deadline, call)
             .await
             .unwrap_or(Err(StoreError::Timeout));
-        self.observe(&conn, sent, &result);
-        self.health.observe(Op::Eval, &result);
+        self.observe(&conn, sent, node_slot, &result);
         result
     }
 
@@ -284,7 +318,9 @@ impl Clients {
         }
         let deadline = Instant::now() + self.timeout;
         // fred routes custom commands only by `ClusterHash::Custom`.
-        let slot = ClusterHash::Custom(redis_keyslot(key.as_bytes()));
+        let node_slot = redis_keyslot(key.as_bytes());
+        self.check_node(Some(node_slot))?;
+        let slot = ClusterHash::Custom(node_slot);
         let cmd = CustomCommand::new_static("HGET", slot, false);
         let conn = self.conn()?;
         let sent = Instant::now();
@@ -298,8 +334,7 @@ impl Clients {
         let reply = tokio::time::timeout_at(deadline, call)
             .await
             .unwrap_or(Err(StoreError::Timeout));
-        self.observe(&conn, sent, &reply);
-        self.health.observe(Op::Hget, &reply);
+        self.told(&conn, sent, Op::Hget, Some(node_slot), &reply);
         match reply? {
             Value::Null => Ok(None),
             Value::String(s) => Ok(Some(s.to_string())),

@@ -32,10 +32,27 @@
 //!   When every sentinel that answers knows no master by the service name,
 //!   the fault is raised ([`FaultKind::Sentinel`]).
 //!
+//! - [`follow_cluster`] (Cluster): every node is asked for `CLUSTER NODES`
+//!   four times a second, over a connection of its own, each ask bounded
+//!   by the call timeout (at least 200 ms). An answer closes that node's
+//!   breaker (`nodes`). For every slot the master claim with the highest
+//!   config epoch wins; when the winners differ from the slot map in force
+//!   (a replica promoted after its master stopped answering, a manual
+//!   `CLUSTER FAILOVER`), a new client is built, seeded with the new
+//!   owners first — so the slot map it reads names them and it never waits
+//!   on the frozen node — and once it is connected it takes every link's
+//!   place and the old clients are stopped: nothing more is sent to the
+//!   old owner. The old clients serve the slots that did not move until
+//!   that moment. **Bound:** a promotion is seen within one poll (250 ms)
+//!   plus one ask (the silent node's ask runs out at its bound), and the new
+//!   client connects in a few round trips: decisions for the moved slots
+//!   reach the new master about half a second after the promotion.
+//!
 //! Each move is logged once (`redis master moved from A to B`, `no reply
 //! from A within X`) and counted in
 //! [`Failovers`](super::failovers::Failovers) with its reason.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
@@ -53,6 +70,7 @@ use tracing::{info, warn};
 use super::clients::{Clients, SideClient};
 use super::failovers::FailoverReason;
 use super::fault::{Fault, FaultKind, Op};
+use super::nodes::{Nodes, View, parse_nodes};
 
 /// How often the sentinels are asked for the master when nothing else
 /// asks sooner.
@@ -221,6 +239,136 @@ fn move_to(clients: &Clients, master: Server) {
             }
         }
     }
+}
+
+/// Runs forever (Cluster): asks every node it knows for `CLUSTER NODES`
+/// every [`POLL`], closes the breaker of each node that answers, and moves
+/// every link when the slot owners the answers name differ from the map in
+/// force (module docs).
+pub(super) async fn follow_cluster(clients: Arc<Clients>, template: FredConfig) {
+    let Some(nodes) = clients.nodes.as_ref() else {
+        return;
+    };
+    let mut asked: BTreeMap<String, SideClient> = BTreeMap::new();
+    for server in template.server.hosts() {
+        ask_also(&clients, &template, &mut asked, &server.to_string());
+    }
+    loop {
+        let started = Instant::now();
+        let bound = clients.timeout.max(Duration::from_millis(200));
+        let answers = join_all(asked.iter().map(|(addr, side)| async move {
+            (addr.clone(), ask_nodes(&side.client, bound).await)
+        }))
+        .await;
+        let (mut seen, mut claims) = (Vec::new(), Vec::new());
+        for (addr, text) in answers {
+            let Some(text) = text else { continue };
+            nodes.answered(&addr);
+            let (addrs, claimed) = parse_nodes(&text);
+            seen.extend(addrs);
+            claims.extend(claimed);
+        }
+        for addr in seen {
+            ask_also(&clients, &template, &mut asked, &addr);
+        }
+        if !claims.is_empty() {
+            settle(&clients, nodes, &View::merge(&claims)).await;
+        }
+        tokio::time::sleep_until(started + POLL).await;
+    }
+}
+
+/// Starts asking the node at `addr` (`host:port`) too, over a client of
+/// its own built from `template`.
+fn ask_also(
+    clients: &Clients,
+    template: &FredConfig,
+    asked: &mut BTreeMap<String, SideClient>,
+    addr: &str,
+) {
+    if asked.contains_key(addr) {
+        return;
+    }
+    let Some(server) = server_at(addr) else {
+        return;
+    };
+    let mut config = template.clone();
+    config.server = ServerConfig::Centralized { server };
+    config.database = None;
+    if let Some(side) = clients.side_client(config) {
+        asked.insert(addr.to_owned(), side);
+    }
+}
+
+/// `host:port` as fred's [`Server`].
+fn server_at(addr: &str) -> Option<Server> {
+    let (host, port) = addr.rsplit_once(':')?;
+    Some(Server::new(host, port.parse::<u16>().ok()?))
+}
+
+/// Puts `view` in force: at once when no map is (the pool's clients read
+/// the same one), through new clients when slots moved (module docs).
+async fn settle(clients: &Clients, nodes: &Nodes, view: &View) {
+    let map = nodes.map();
+    if map.runs.is_empty() {
+        nodes.install(view);
+        return;
+    }
+    let moves = view.moves(&map);
+    if moves.is_empty() {
+        return;
+    }
+    // The nodes that gained slots first: the slot map the new client
+    // reads from its first seed then names them.
+    let mut seeds: Vec<&str> = moves.iter().map(|(_, _, _, to)| to.as_str()).collect();
+    seeds.extend(view.runs.iter().map(|(_, _, addr)| addr.as_str()));
+    let mut servers: Vec<Server> = Vec::new();
+    for server in seeds.into_iter().filter_map(server_at) {
+        if !servers.contains(&server) {
+            servers.push(server);
+        }
+    }
+    if !clients.rebuild(&servers).await {
+        warn!(to = ?servers, "redis cluster slots moved, but the new masters did not all connect; trying again");
+        return;
+    }
+    nodes.install(view);
+    let mut left: Vec<&str> = Vec::new();
+    for (start, end, from, to) in &moves {
+        let reason = if nodes.is_open(from) {
+            FailoverReason::NoReply
+        } else {
+            FailoverReason::Switch
+        };
+        warn!(%from, %to, slots = %format!("{start}-{end}"), reason = reason.label(), "redis cluster slots {start}-{end} moved from {from} to {to}; nothing more is sent to {from}");
+        if !left.contains(&from.as_str()) {
+            left.push(from);
+            clients.failovers.add(reason);
+        }
+    }
+}
+
+/// `CLUSTER NODES` on one node, bounded by `bound`; its text, or `None`
+/// when it does not answer.
+async fn ask_nodes(node: &Client, bound: Duration) -> Option<String> {
+    if !node.is_connected() {
+        let connected = tokio::time::timeout(bound, node.wait_for_connect()).await;
+        if !matches!(connected, Ok(Ok(()))) {
+            return None;
+        }
+    }
+    let cmd = CustomCommand::new_static("CLUSTER", ClusterHash::Random, false);
+    let options = Options {
+        fail_fast: true,
+        max_attempts: Some(1),
+        timeout: Some(bound),
+        ..Options::default()
+    };
+    let reply = node
+        .with_options(&options)
+        .custom::<Value, Value>(cmd, vec![Value::from("NODES")])
+        .await;
+    reply.ok()?.as_string()
 }
 
 /// One client per configured sentinel, connecting in the background with

@@ -14,7 +14,6 @@
 //! and an instance that died is forgotten after `TTL` without anyone
 //! cleaning up. The key expires with its last member.
 
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -57,8 +56,7 @@ impl Instances {
 /// A random id for this instance: process id and a random number, so two
 /// processes (or two gateways in one test process) never share one.
 pub fn instance_id() -> String {
-    let random = RandomState::new().hash_one(std::time::SystemTime::now());
-    format!("{}-{random:016x}", std::process::id())
+    RedisStore::new_instance_id()
 }
 
 /// The sorted set's key: `<prefix>{instances}` (its own hash tag).
