@@ -41,11 +41,9 @@ pub mod request;
 pub mod table;
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
@@ -76,34 +74,41 @@ pub async fn serve_admin(
     // The admin listener is not drained: it stops after the proxy's drain,
     // and its connections end with the process.
     let graceful = Arc::new(GracefulShutdown::new());
-    let service = AdminService { gateway, draining };
+    let service = Arc::new(AdminService { gateway, draining });
     listener::accept_loop(listener, service, Arc::new(|| None), shared, graceful, stop).await;
 }
 
-/// The admin listener's answers as a tower service: the support API's
-/// paths ([`api`]) and the rest ([`answer`]).
-#[derive(Clone)]
+/// The admin listener's answers, one tower service per connection: the
+/// support API's paths ([`api`]) and the rest ([`answer`]).
 pub struct AdminService {
     gateway: Arc<Gateway>,
     draining: Arc<AtomicBool>,
 }
 
-impl tower::Service<Request<Incoming>> for AdminService {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+impl listener::Serve for AdminService {
+    type Body = Full<Bytes>;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        let (gw, draining) = (self.gateway.clone(), self.draining.clone());
-        Box::pin(async move {
-            if api::serves(req.uri().path()) {
-                return Ok(api::answer(&gw, req).await);
+    fn connection(
+        &self,
+        _: SocketAddr,
+        _: bool,
+    ) -> impl tower::Service<
+        Request<Incoming>,
+        Response = Response<Full<Bytes>>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static {
+        let (gateway, draining) = (self.gateway.clone(), self.draining.clone());
+        tower::service_fn(move |req: Request<Incoming>| {
+            let (gw, draining) = (gateway.clone(), draining.clone());
+            async move {
+                if api::serves(req.uri().path()) {
+                    return Ok(api::answer(&gw, req).await);
+                }
+                Ok(answer(&gw, &req, draining.load(Ordering::Relaxed)))
             }
-            Ok(answer(&gw, &req, draining.load(Ordering::Relaxed)))
         })
     }
 }

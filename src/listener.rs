@@ -40,16 +40,14 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tower::{Service, ServiceExt};
+use tower::Service;
 use tracing::{debug, warn};
 
 use crate::config::{ServerSettings, Timeouts};
-use crate::identity::Peer;
-use crate::proxy::Secure;
+use crate::pipeline::Gateway;
 use crate::proxy::io::{Observed, Observer};
 
 /// How far hyper's own bound on a request head (the HTTP/1.1 read buffer,
@@ -146,31 +144,64 @@ impl Shared {
 /// serves it in plain text.
 pub type TlsNow = Arc<dyn Fn() -> Option<Arc<tokio_rustls::rustls::ServerConfig>> + Send + Sync>;
 
+/// What a listener serves: one tower service per connection, built when
+/// the connection is accepted from its peer's address and whether it came
+/// over TLS (the proxy's [`Gateway::connection`], the admin listener's
+/// service). The service never fails and is always ready: the loop calls
+/// it without `poll_ready`, on a clone per request (a handle's worth, no
+/// allocation).
+pub trait Serve: Send + Sync + 'static {
+    /// The body of its answers.
+    type Body: http_body::Body<Data: Send, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static;
+
+    /// The service of the connection from `peer`, `secure` when over TLS.
+    fn connection(
+        &self,
+        peer: SocketAddr,
+        secure: bool,
+    ) -> impl Service<
+        Request<Incoming>,
+        Response = Response<Self::Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static;
+}
+
+impl Serve for Gateway {
+    type Body = crate::proxy::Body;
+
+    fn connection(
+        &self,
+        peer: SocketAddr,
+        secure: bool,
+    ) -> impl Service<
+        Request<Incoming>,
+        Response = Response<Self::Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static {
+        Gateway::connection(self, peer, secure)
+    }
+}
+
 /// Accepts on `listener` until `stop` changes, serving each connection on
 /// its own task under a watcher of `graceful`, which the caller drains
-/// once every accept loop has ended. Each request goes to a clone of
-/// `service` (any tower service that never fails: the proxy's
-/// [`Gateway`](crate::pipeline::Gateway), the admin listener's) with the
-/// connection's [`Peer`] in its extensions, and [`Secure`] when it came
-/// over TLS. The loop knows nothing of routes and limits.
-pub async fn accept_loop<S, B>(
+/// once every accept loop has ended, with the service `serve` makes for
+/// it. The loop knows nothing of routes and limits.
+pub async fn accept_loop<S: Serve>(
     listener: TcpListener,
-    service: S,
+    serve: Arc<S>,
     tls: TlsNow,
     shared: Arc<Shared>,
     graceful: Arc<GracefulShutdown>,
     mut stop: watch::Receiver<bool>,
-) where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+) {
     loop {
         let permit = tokio::select! {
             _ = stop.changed() => break,
@@ -193,22 +224,24 @@ pub async fn accept_loop<S, B>(
         };
         let _ = stream.set_nodelay(true);
         let tls = tls();
-        let service = service.clone();
+        let serve = serve.clone();
         let shared = shared.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let conn = Conn {
                 peer,
-                service,
                 watcher,
                 permit,
             };
             match tls {
-                None => conn.serve(stream, false, &shared).await,
+                None => conn.serve(stream, serve.connection(peer, false), &shared).await,
                 Some(tls) => {
                     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                     match tokio::time::timeout(shared.handshake, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => conn.serve(stream, true, &shared).await,
+                        Ok(Ok(stream)) => {
+                            conn.serve(stream, serve.connection(peer, true), &shared)
+                                .await;
+                        }
                         Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => debug!(%peer, "TLS handshake timed out"),
                     }
@@ -219,34 +252,30 @@ pub async fn accept_loop<S, B>(
 }
 
 /// One accepted connection and what it holds while it is served.
-struct Conn<S> {
+struct Conn {
     peer: SocketAddr,
-    service: S,
     watcher: Watcher,
     /// Released when the connection ends.
     permit: OwnedSemaphorePermit,
 }
 
-impl<S, B> Conn<S>
-where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    /// Serves the connection until it ends, goes idle, or the drain ends it.
-    async fn serve<I>(self, io: I, secure: bool, shared: &Shared)
+impl Conn {
+    /// Serves the connection with `service` until it ends, goes idle, or
+    /// the drain ends it.
+    async fn serve<I, S, B>(self, io: I, service: S, shared: &Shared)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        B: http_body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let Self {
             peer,
-            service,
             watcher,
             permit,
         } = self;
@@ -256,22 +285,22 @@ where
             observer: activity.clone(),
         };
         let in_flight = activity.clone();
-        let service = tower::service_fn(move |mut req: Request<Incoming>| {
-            let service = service.clone();
+        // hyper calls by `&self`, tower by `&mut self`: a clone per
+        // request. The service is always ready (see `Serve`). It is called
+        // inside the block, so its future is made where it is kept, not
+        // moved there.
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let guard = InFlight::begin(in_flight.clone());
-            if secure {
-                req.extensions_mut().insert(Secure);
-            }
-            req.extensions_mut().insert(Peer(peer));
+            let mut service = service.clone();
             async move {
-                let res = service.oneshot(req).await;
+                let res = service.call(req).await;
                 drop(guard);
                 res
             }
         });
         let conn = shared
             .builder
-            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
+            .serve_connection_with_upgrades(TokioIo::new(io), service)
             .into_owned();
         let conn = watcher.watch(conn);
         tokio::select! {

@@ -31,6 +31,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures_util::FutureExt;
 use http::{Request, Response};
 
 use crate::decision::settle::{self as settle_costs, Reported};
@@ -38,7 +39,7 @@ use crate::grpc;
 use crate::headers;
 use crate::identity::{self, Caller, Peer};
 use crate::problem::GatewayError;
-use crate::proxy::{Body, ClientBody, Deadline};
+use crate::proxy::{Body, ClientBody, Deadline, Secure};
 use crate::routing::CompiledRoute;
 use callers::{CallerLimit, Found};
 use decide::{Deciding, Holdings, Purpose, limit_requests, plan};
@@ -58,7 +59,7 @@ pub mod observe;
 pub mod overrides;
 pub mod refusal;
 pub mod route;
-mod settle;
+pub mod settle;
 pub mod traces;
 
 pub use exchange::{Exchange, Rehearsal};
@@ -71,18 +72,23 @@ impl Gateway {
     ///
     /// The body may be a connection's [`Incoming`](hyper::body::Incoming)
     /// or bytes already in memory, so the pipeline can be called without a
-    /// socket.
-    pub async fn handle<B: Into<ClientBody>>(
+    /// socket. The future holds a handle on the gateway, not a borrow, so
+    /// a server keeps it as it is, without a block around it.
+    pub fn handle<B: Into<ClientBody>>(
         &self,
         req: Request<B>,
         peer: SocketAddr,
-    ) -> Response<Body> {
-        let mut req = req.map(Into::into);
+    ) -> impl Future<Output = Response<Body>> + Send + use<B> {
+        self.clone().answer(req.map(Into::into), peer)
+    }
+
+    /// [`handle`](Self::handle) on a gateway handle of its own.
+    async fn answer(self, mut req: Request<ClientBody>, peer: SocketAddr) -> Response<Body> {
         let started = observe::started(self.access_log.as_ref());
         let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
         browsers::arrive(&rt, &mut req, &mut ex);
-        traces::arrive(self, &rt, req.headers_mut(), &mut ex);
+        traces::arrive(&self, &rt, req.headers_mut(), &mut ex);
         ex.grpc = grpc::Kind::of(req.method(), req.headers());
         if ex.grpc.is_some() {
             deadline(&mut req);
@@ -282,9 +288,10 @@ impl Gateway {
 }
 
 /// The gateway as a [`tower::Service`]: each request is [`Gateway::handle`]d
-/// from the peer its [`Peer`] extension names (the listener puts it there;
-/// a request without one comes from `0.0.0.0:0`). Always ready, never
-/// failing: every refusal is a response.
+/// from the peer its [`Peer`] extension names (a request without one comes
+/// from `0.0.0.0:0`), for a tower stack of an application's; the
+/// listener serves [`Gateway::connection`]. Always ready, never failing:
+/// every refusal is a response.
 impl<B: Into<ClientBody> + Send + 'static> tower::Service<Request<B>> for Gateway {
     type Response = Response<Body>;
     type Error = Infallible;
@@ -295,12 +302,43 @@ impl<B: Into<ClientBody> + Send + 'static> tower::Service<Request<B>> for Gatewa
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let gw = self.clone();
         let peer = req
             .extensions()
             .get::<Peer>()
             .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.0);
-        Box::pin(async move { Ok(gw.handle(req, peer).await) })
+        Box::pin(self.handle(req, peer).map(Ok))
+    }
+}
+
+impl Gateway {
+    /// The gateway as the service of one connection from `peer`, `secure`
+    /// when it came over TLS: each request is [`handle`](Self::handle)d
+    /// from `peer`. Built once per connection by what serves the gateway
+    /// (the listener's accept loop), so nothing per connection is put in a
+    /// request's extensions but [`Secure`], and the answer's future is
+    /// `handle`'s own, not boxed. Always ready, never failing.
+    pub fn connection<B>(
+        &self,
+        peer: SocketAddr,
+        secure: bool,
+    ) -> impl tower::Service<
+        Request<B>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+    where
+        B: Into<ClientBody> + Send + 'static,
+    {
+        let gateway = self.clone();
+        tower::service_fn(move |mut req: Request<B>| {
+            if secure {
+                req.extensions_mut().insert(Secure);
+            }
+            gateway.handle(req, peer).map(Ok)
+        })
     }
 }
 

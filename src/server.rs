@@ -190,7 +190,7 @@ async fn serve(
         });
         tasks.push(tokio::spawn(listener::accept_loop(
             l,
-            Gateway::clone(&gateway),
+            gateway.clone(),
             tls,
             shared.clone(),
             graceful.clone(),
