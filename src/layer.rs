@@ -48,8 +48,9 @@ use crate::headers;
 use crate::identity::{AppKey, Peer};
 use crate::pipeline::decide::{self, Deciding, Purpose};
 use crate::pipeline::delay::Waiting;
-use crate::pipeline::{Exchange, refusal};
+use crate::pipeline::{Exchange, refusal, settle};
 use crate::plans::PlanResolver;
+use crate::proxy::{Watch, Watched};
 use crate::routing::{CompiledRoute, Router};
 use crate::store::StoreError;
 use crate::top::TopOffenders;
@@ -60,8 +61,10 @@ pub type PeerFrom = Arc<dyn Fn(&Extensions) -> Option<SocketAddr> + Send + Sync>
 /// The caller an application names for a request, if it names one.
 pub type KeyFrom = Arc<dyn Fn(&http::request::Parts) -> Option<Arc<str>> + Send + Sync>;
 
-/// The body of the layer's answers: the inner service's, or a refusal's.
-pub type LayerBody<B> = Either<B, Full<Bytes>>;
+/// The body of the layer's answers: the inner service's — as it is, or
+/// watched when its end releases concurrency slots or settles costs — or
+/// a refusal's.
+pub type LayerBody<B> = Either<Either<B, Watched<Pin<Box<B>>>>, Full<Bytes>>;
 
 /// Why a layer could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -158,8 +161,8 @@ impl Builder {
     /// gateway's does) and makes the layer.
     ///
     /// # Errors
-    /// The store cannot be set up, or a limit settles its cost from the
-    /// response ([`LayerError::Unsupported`]).
+    /// The store cannot be set up, or a limit reads the request body
+    /// ([`LayerError::Unsupported`]).
     pub async fn build(self) -> Result<RateLimitLayer, LayerError> {
         let Self {
             mut config,
@@ -168,12 +171,6 @@ impl Builder {
             key,
             clock,
         } = self;
-        if let Some(l) = config.limits.iter().find(|l| l.settle.is_some()) {
-            return Err(LayerError::Unsupported(format!(
-                "limits[{}] settles its cost from the response; a layer's limits do not settle yet",
-                l.name
-            )));
-        }
         config.routes = vec![Route {
             name,
             matcher: crate::config::RouteMatch::default(),
@@ -191,6 +188,12 @@ impl Builder {
         }];
         let router = Router::new(&config);
         let route = router.routes()[0].clone();
+        if !route.body_reads.is_empty() {
+            return Err(LayerError::Unsupported(
+                "a limit reads the request body (a json: key or reserve); a layer's limits do not read bodies yet"
+                    .into(),
+            ));
+        }
         let limiter = Arc::new(
             Limiter::new(&config.store)
                 .await?
@@ -334,11 +337,13 @@ impl<S> std::fmt::Debug for RateLimit<S> {
     }
 }
 
-impl<S, B, R: Send + 'static> tower::Service<Request<B>> for RateLimit<S>
+impl<S, B, R> tower::Service<Request<B>> for RateLimit<S>
 where
     S: tower::Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
     S::Future: Send,
+    S::Error: Send,
     B: Send + 'static,
+    R: http_body::Body<Data = Bytes> + Send + 'static,
 {
     type Response = Response<LayerBody<R>>;
     type Error = S::Error;
@@ -365,6 +370,7 @@ async fn limited<S, B, R>(
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
     S: tower::Service<Request<B>, Response = Response<R>>,
+    R: http_body::Body<Data = Bytes> + Send + 'static,
 {
     // The limits read the head only; the body waits beside it, so it
     // need not be `Sync` to cross the decision's awaits.
@@ -384,13 +390,28 @@ where
         Purpose::Serve,
     )
     .await;
-    let req = Request::from_parts(head.into_parts().0, body);
+    let mut req = Request::from_parts(head.into_parts().0, body);
     let mut res = match decided {
         Ok(holdings) => {
-            let res = inner.call(req).await?;
-            // The slots are held until the inner service has answered.
-            drop(holdings);
-            res.map(Either::Left)
+            let settling = settle::prepare(holdings.reservations, &mut req);
+            let answer = inner.call(req).await;
+            let (res, settles) =
+                settle::settle_head(&core.limiter, &core.clock, settling, answer).await?;
+            // The slots and what is left to settle go with the body, as
+            // the gateway's do: given back, settled, when it ends.
+            let slots = holdings.slots.map(|s| Box::new(s) as Box<dyn Watch>);
+            let watches: Vec<Box<dyn Watch>> = settles.into_iter().chain(slots).collect();
+            if watches.is_empty() {
+                res.map(|b| Either::Left(Either::Left(b)))
+            } else {
+                res.map(|b| {
+                    let mut watched = Watched::new(Box::pin(b));
+                    for w in watches {
+                        watched.add_watch(w);
+                    }
+                    Either::Left(Either::Right(watched))
+                })
+            }
         }
         Err(refusal) => refusal::response(&refusal, None, ex.grpc).map(|body| match body {
             Either::Right(full) => Either::Right(full),

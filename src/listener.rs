@@ -234,7 +234,10 @@ pub async fn accept_loop<S: Serve>(
                 permit,
             };
             match tls {
-                None => conn.serve(stream, serve.connection(peer, false), &shared).await,
+                None => {
+                    conn.serve(stream, serve.connection(peer, false), &shared)
+                        .await
+                }
                 Some(tls) => {
                     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                     match tokio::time::timeout(shared.handshake, acceptor.accept(stream)).await {

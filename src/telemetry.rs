@@ -42,12 +42,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use opentelemetry::propagation::Extractor;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{Array, Context, InstrumentationScope, KeyValue, StringValue, Value};
-use opentelemetry::propagation::Extractor;
 #[cfg(feature = "gateway")]
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 #[cfg(feature = "gateway")]

@@ -339,3 +339,167 @@ async fn a_share_defined_apart_is_told_not_counted_twice_in_silence() {
 }
 
 const SECONDS: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The remaining count `RateLimit` gives for `name`.
+fn remaining(res: &http::Response<impl Sized>, name: &str) -> u64 {
+    let got = res.headers()["ratelimit"].to_str().unwrap();
+    let at = got
+        .find(&format!(r#""{name}";r="#))
+        .expect("the limit's item")
+        + name.len()
+        + 5;
+    got[at..]
+        .split(';')
+        .next()
+        .and_then(|r| r.parse().ok())
+        .expect("a count")
+}
+
+/// A layer of `limits` on the in-process store at `T0`.
+async fn layer_of(limits: &str) -> RateLimitLayer {
+    RateLimitLayer::from_yaml(&format!("limits:\n{limits}"))
+        .expect("the layer's file")
+        .clock(Arc::new(ManualClock::new(T0)))
+        .build()
+        .await
+        .expect("the layer")
+}
+
+fn from_peer() -> Request<Full<Bytes>> {
+    let mut req = Request::get("/").body(Full::new(Bytes::new())).unwrap();
+    req.extensions_mut()
+        .insert(Peer(SocketAddr::from(([10, 0, 0, 9], 40_000))));
+    req
+}
+
+#[tokio::test]
+async fn a_cost_from_a_header_is_settled_when_the_inner_service_answers() {
+    let layer = layer_of(
+        "  - { name: tokens, key: ip, limit: 100, window: 1m, algorithm: fixed_window,\n      cost: { reserve: 50, from_header: x-used } }\n",
+    )
+    .await;
+    let inner = tower::service_fn(|_req: Request<Full<Bytes>>| async {
+        let mut res = http::Response::new(Full::new(Bytes::from_static(b"ok")));
+        res.headers_mut().insert("x-used", "10".parse().unwrap());
+        Ok::<_, std::convert::Infallible>(res)
+    });
+    let service = tower::Layer::layer(&layer, inner);
+    // Each request reserves 50 and settles 10: without the settlement the
+    // third would find 100 used and be refused.
+    for (i, left) in [50, 40, 30].into_iter().enumerate() {
+        let res = service.clone().oneshot(from_peer()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "request {i}");
+        assert_eq!(remaining(&res, "tokens"), left, "request {i}");
+    }
+}
+
+/// A body of `data`, then `trailers`, frame by frame.
+fn with_trailers(
+    trailers: http::HeaderMap,
+) -> http_body_util::StreamBody<
+    futures_util::stream::Iter<
+        std::vec::IntoIter<Result<http_body::Frame<Bytes>, std::convert::Infallible>>,
+    >,
+> {
+    http_body_util::StreamBody::new(futures_util::stream::iter(vec![
+        Ok(http_body::Frame::data(Bytes::from_static(b"ok"))),
+        Ok(http_body::Frame::trailers(trailers)),
+    ]))
+}
+
+#[tokio::test]
+async fn a_cost_from_a_trailer_is_settled_when_the_body_ends() {
+    let layer = layer_of(
+        "  - { name: tokens, key: ip, limit: 100, window: 1m, algorithm: fixed_window,\n      cost: { reserve: 60, from_trailer: x-used } }\n",
+    )
+    .await;
+    let inner = tower::service_fn(|_req: Request<Full<Bytes>>| async {
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-used", "5".parse().unwrap());
+        Ok::<_, std::convert::Infallible>(http::Response::new(with_trailers(trailers)))
+    });
+    let service = tower::Layer::layer(&layer, inner);
+    let first = service.clone().oneshot(from_peer()).await.unwrap();
+    assert_eq!(remaining(&first, "tokens"), 40);
+    // Until the body ends the reservation stands: a second 60 does not fit.
+    let held = service.clone().oneshot(from_peer()).await.unwrap();
+    assert_eq!(held.status(), StatusCode::TOO_MANY_REQUESTS);
+    let collected = first.into_body().collect().await.unwrap();
+    assert_eq!(collected.trailers().unwrap()["x-used"], "5");
+    // The settlement runs in a task of its own once the body has ended.
+    support::wait::until(
+        "the trailer's amount settled",
+        std::time::Duration::from_secs(5),
+        || {
+            let service = service.clone();
+            async move {
+                let res = service.oneshot(from_peer()).await.unwrap();
+                res.status() == StatusCode::OK
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_concurrency_slot_is_held_until_the_response_body_ends() {
+    let layer = layer_of("  - { name: at_once, key: ip, concurrency: 1 }\n").await;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let rx = Arc::new(tokio::sync::Mutex::new(Some(rx)));
+    let inner = tower::service_fn(move |_req: Request<Full<Bytes>>| {
+        let rx = rx.clone();
+        async move {
+            // The first answer streams from the channel; the others are
+            // whole.
+            let body = match rx.lock().await.take() {
+                Some(rx) => http_body_util::Either::Left(http_body_util::StreamBody::new(
+                    futures_util::stream::unfold(rx, |mut rx| async move {
+                        let chunk = rx.recv().await?;
+                        Some((
+                            Ok::<_, std::convert::Infallible>(http_body::Frame::data(chunk)),
+                            rx,
+                        ))
+                    }),
+                )),
+                None => http_body_util::Either::Right(Full::new(Bytes::from_static(b"ok"))),
+            };
+            Ok::<_, std::convert::Infallible>(http::Response::new(body))
+        }
+    });
+    let service = tower::Layer::layer(&layer, inner);
+    let streaming = service.clone().oneshot(from_peer()).await.unwrap();
+    assert_eq!(streaming.status(), StatusCode::OK);
+    // The head has gone out, the body has not ended: the slot is held.
+    let refused = service.clone().oneshot(from_peer()).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let mut body = Box::pin(streaming.into_body());
+    tx.send(Bytes::from_static(b"last")).await.unwrap();
+    drop(tx);
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "last");
+    assert!(body.frame().await.is_none(), "the body has ended");
+    support::wait::until(
+        "the slot given back",
+        std::time::Duration::from_secs(5),
+        || {
+            let service = service.clone();
+            async move {
+                let res = service.oneshot(from_peer()).await.unwrap();
+                res.status() == StatusCode::OK
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_limit_that_reads_the_body_is_refused_at_build() {
+    let err = RateLimitLayer::from_yaml(
+        "limits: [ { name: by_model, key: \"json:model\", limit: 5, window: 1m } ]\n",
+    )
+    .expect("the layer's file")
+    .build()
+    .await
+    .expect_err("a json: key");
+    assert!(err.to_string().contains("reads the request body"), "{err}");
+}
