@@ -85,7 +85,7 @@ pub struct AdminService {
     draining: Arc<AtomicBool>,
 }
 
-impl listener::Serve for AdminService {
+impl listener::Served for AdminService {
     type Body = Full<Bytes>;
 
     fn connection(

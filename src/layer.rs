@@ -161,8 +161,8 @@ impl Builder {
     /// gateway's does) and makes the layer.
     ///
     /// # Errors
-    /// The store cannot be set up, or a limit reads the request body
-    /// ([`LayerError::Unsupported`]).
+    /// The store cannot be set up, or a limit reads the request body or
+    /// counts its bytes ([`LayerError::Unsupported`]).
     pub async fn build(self) -> Result<RateLimitLayer, LayerError> {
         let Self {
             mut config,
@@ -188,6 +188,13 @@ impl Builder {
         }];
         let router = Router::new(&config);
         let route = router.routes()[0].clone();
+        let counts_request = |l: &Limit| matches!(&l.settle, Some(crate::limit::settle::Source::Bytes(b)) if b.request());
+        if let Some(l) = route.route.limits.iter().find(|l| counts_request(l)) {
+            return Err(LayerError::Unsupported(format!(
+                "limits[{}] counts request bytes; a layer does not forward the request body to count it",
+                l.name
+            )));
+        }
         if !route.body_reads.is_empty() {
             return Err(LayerError::Unsupported(
                 "a limit reads the request body (a json: key or reserve); a layer's limits do not read bodies yet"

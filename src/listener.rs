@@ -150,7 +150,7 @@ pub type TlsNow = Arc<dyn Fn() -> Option<Arc<tokio_rustls::rustls::ServerConfig>
 /// service). The service never fails and is always ready: the loop calls
 /// it without `poll_ready`, on a clone per request (a handle's worth, no
 /// allocation).
-pub trait Serve: Send + Sync + 'static {
+pub trait Served: Send + Sync + 'static {
     /// The body of its answers.
     type Body: http_body::Body<Data: Send, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
         + Send
@@ -171,7 +171,7 @@ pub trait Serve: Send + Sync + 'static {
     + 'static;
 }
 
-impl Serve for Gateway {
+impl Served for Gateway {
     type Body = crate::proxy::Body;
 
     fn connection(
@@ -194,7 +194,7 @@ impl Serve for Gateway {
 /// its own task under a watcher of `graceful`, which the caller drains
 /// once every accept loop has ended, with the service `serve` makes for
 /// it. The loop knows nothing of routes and limits.
-pub async fn accept_loop<S: Serve>(
+pub async fn accept_loop<S: Served>(
     listener: TcpListener,
     serve: Arc<S>,
     tls: TlsNow,
@@ -289,7 +289,7 @@ impl Conn {
         };
         let in_flight = activity.clone();
         // hyper calls by `&self`, tower by `&mut self`: a clone per
-        // request. The service is always ready (see `Serve`). It is called
+        // request. The service is always ready (see `Served`). It is called
         // inside the block, so its future is made where it is kept, not
         // moved there.
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
