@@ -393,14 +393,13 @@ async fn a_cost_from_a_header_is_settled_when_the_inner_service_answers() {
     }
 }
 
-/// A body of `data`, then `trailers`, frame by frame.
+/// The frames of a body, one by one.
+type Frames = std::vec::IntoIter<Result<http_body::Frame<Bytes>, std::convert::Infallible>>;
+
+/// A body of `ok`, then `trailers`, frame by frame.
 fn with_trailers(
     trailers: http::HeaderMap,
-) -> http_body_util::StreamBody<
-    futures_util::stream::Iter<
-        std::vec::IntoIter<Result<http_body::Frame<Bytes>, std::convert::Infallible>>,
-    >,
-> {
+) -> http_body_util::StreamBody<futures_util::stream::Iter<Frames>> {
     http_body_util::StreamBody::new(futures_util::stream::iter(vec![
         Ok(http_body::Frame::data(Bytes::from_static(b"ok"))),
         Ok(http_body::Frame::trailers(trailers)),
