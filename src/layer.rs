@@ -402,8 +402,21 @@ where
         Ok(holdings) => {
             let settling = settle::prepare(holdings.reservations, &mut req);
             let answer = inner.call(req).await;
-            let (res, settles) =
-                settle::settle_head(&core.limiter, &core.clock, settling, answer).await?;
+            let (res, settles) = match settling {
+                None => (answer?, None),
+                // Boxed: most requests settle nothing, and this future
+                // would otherwise grow every request's (copied into the
+                // box `call` returns) by its size.
+                settling => {
+                    Box::pin(settle::settle_head(
+                        &core.limiter,
+                        &core.clock,
+                        settling,
+                        answer,
+                    ))
+                    .await?
+                }
+            };
             // The slots and what is left to settle go with the body, as
             // the gateway's do: given back, settled, when it ends.
             let slots = holdings.slots.map(|s| Box::new(s) as Box<dyn Watch>);
