@@ -41,6 +41,7 @@ pub mod request;
 pub mod table;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -49,55 +50,66 @@ use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tracing::{debug, info, warn};
+use tracing::info;
 
+use crate::listener;
 use crate::pipeline::Gateway;
 use crate::top::CAPACITY;
 
-/// Accepts admin connections until `stop` turns true.
+/// Accepts admin connections until `stop` turns true, with the accept loop
+/// and connection caps of the proxy's listeners ([`listener`]), serving
+/// [`AdminService`].
 pub async fn serve_admin(
     gateway: Arc<Gateway>,
     listener: TcpListener,
     draining: Arc<AtomicBool>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "admin listening");
     }
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = stop.changed() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let gw = gateway.clone();
-        let draining = draining.clone();
-        let service = service_fn(move |req: Request<Incoming>| {
-            let (gw, draining) = (gw.clone(), draining.clone());
+    let shared = gateway.with_config(|c| Arc::new(listener::Shared::new(&c.server, &c.timeouts)));
+    // The admin listener is not drained: it stops after the proxy's drain,
+    // and its connections end with the process.
+    let graceful = Arc::new(GracefulShutdown::new());
+    let service = Arc::new(AdminService { gateway, draining });
+    listener::accept_loop(listener, service, Arc::new(|| None), shared, graceful, stop).await;
+}
+
+/// The admin listener's answers, one tower service per connection: the
+/// support API's paths ([`api`]) and the rest ([`answer`]).
+pub struct AdminService {
+    gateway: Arc<Gateway>,
+    draining: Arc<AtomicBool>,
+}
+
+impl listener::Served for AdminService {
+    type Body = Full<Bytes>;
+
+    fn connection(
+        &self,
+        _: SocketAddr,
+        _: bool,
+    ) -> impl tower::Service<
+        Request<Incoming>,
+        Response = Response<Full<Bytes>>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static {
+        let (gateway, draining) = (self.gateway.clone(), self.draining.clone());
+        tower::service_fn(move |req: Request<Incoming>| {
+            let (gw, draining) = (gateway.clone(), draining.clone());
             async move {
                 if api::serves(req.uri().path()) {
-                    return Ok::<_, Infallible>(api::answer(&gw, req).await);
+                    return Ok(api::answer(&gw, req).await);
                 }
                 Ok(answer(&gw, &req, draining.load(Ordering::Relaxed)))
             }
-        });
-        tokio::spawn(async move {
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                debug!(%peer, error = %e, "admin connection ended with an error");
-            }
-        });
+        })
     }
 }
 

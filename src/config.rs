@@ -13,11 +13,13 @@ pub mod load;
 mod position;
 mod request_id;
 pub mod schema;
+mod server;
 mod store;
 
 pub use cors::{Cors, CorsOrigins};
 pub use header_rules::HeaderRules;
 pub use request_id::{KeepFrom, RequestIdConfig};
+pub use server::{Http1, ServerSettings};
 pub use store::{
     BreakerConfig, ClockSource, OnError, RedisConfig, RedisTls, RedisTopology, StoreConfig,
     without_credentials,
@@ -65,6 +67,10 @@ pub struct Config {
     pub upstreams: Vec<Arc<UpstreamPool>>,
     /// Routes, in match order (the first match wins).
     pub routes: Vec<Route>,
+    /// `limits:` at the top level: what an application's
+    /// [`RateLimitLayer`](crate::layer::RateLimitLayer) applies to every
+    /// request; empty in a gateway's file (the loader refuses them there).
+    pub limits: Vec<Limit>,
     /// Caps on connections, header and body sizes.
     pub server: ServerSettings,
     /// What the access log writes beyond its usual fields.
@@ -139,52 +145,6 @@ pub struct Listen {
 impl From<SocketAddr> for Listen {
     fn from(addr: SocketAddr) -> Self {
         Self { addr, tls: None }
-    }
-}
-
-/// Caps that bound what one client can make the gateway hold.
-#[derive(Debug, Clone, Copy)]
-pub struct ServerSettings {
-    /// Connections served at once; further ones wait in the kernel's
-    /// accept backlog.
-    pub max_connections: usize,
-    /// Length of each listener's accept queue, passed to `listen(2)`. The
-    /// kernel caps it at `net.core.somaxconn` (Linux) or `kern.ipc.somaxconn`.
-    pub backlog: u32,
-    /// Largest request header block in bytes, counted as HTTP/1.1 text
-    /// (request line and `name: value` lines); larger gets a 431 (see
-    /// [`guard`](crate::guard) for the heads hyper refuses by itself).
-    pub max_header_size: usize,
-    /// Longest path and query of a request target in bytes; longer gets 414.
-    pub max_uri_size: usize,
-    /// Largest request body in bytes; larger gets 413. `None`: no cap.
-    pub max_body_size: Option<u64>,
-    /// How request paths are made canonical before routing.
-    pub path: crate::target::PathRules,
-}
-
-impl Default for ServerSettings {
-    fn default() -> Self {
-        Self {
-            max_connections: 10_000,
-            // std and tokio bind with 128, which a burst of new clients (a
-            // fleet reconnecting, or clients queued at `max_connections`)
-            // overflows: the kernel then drops SYNs and clients retry after
-            // a second or more. nginx asks for 511; 4096 is Linux's default
-            // `somaxconn` since 5.4, so on a default kernel the system
-            // setting, not tollgate, is the bound.
-            backlog: 4096,
-            // Room for a 64 KB credential plus ordinary headers; Envoy's
-            // default is 60 KiB, hyper's own read buffer about 400 KiB.
-            max_header_size: 128 * 1024,
-            // Twice the request line nginx (8 KiB buffers) and Apache
-            // (`LimitRequestLine 8190`) accept, the request line AWS load
-            // balancers take (16 KiB), and well under hyper's own 64 KiB
-            // stop, so that an overlong target gets tollgate's 414.
-            max_uri_size: 16 * 1024,
-            max_body_size: None,
-            path: crate::target::PathRules::default(),
-        }
     }
 }
 
@@ -678,6 +638,51 @@ impl OnLimit {
 pub struct KeySpec {
     /// Parts of the compound key, in order.
     pub parts: Vec<Vec<KeySource>>,
+}
+
+/// As the file writes it: `api_key | ip`, `[ip, header:x-user]`.
+impl std::fmt::Display for KeySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let chain = |c: &Vec<KeySource>| {
+            c.iter()
+                .map(|s| match s {
+                    KeySource::Ip => "ip".to_owned(),
+                    KeySource::ApiKey => "api_key".to_owned(),
+                    KeySource::User => "user".to_owned(),
+                    KeySource::Header(h) => format!("header:{h}"),
+                    KeySource::Route => "route".to_owned(),
+                    KeySource::Json(j) => format!("json:{}", j.name),
+                })
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
+        match &self.parts[..] {
+            [one] => f.write_str(&chain(one)),
+            parts => write!(
+                f,
+                "[{}]",
+                parts.iter().map(chain).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
+impl Limit {
+    /// What processes counting on one share must agree on, as text: key,
+    /// kind, quota, window and algorithm (the share's fingerprint is its
+    /// digest, `store::keys::share_fingerprint`).
+    pub fn definition(&self) -> String {
+        let kind = self
+            .concurrency
+            .map_or_else(|| "rate".to_owned(), |n| format!("concurrency {n}"));
+        format!(
+            "key {}; {kind}; limit {}; window {}ms; algorithm {}",
+            self.key,
+            self.limit,
+            self.window_ms,
+            self.algorithm.described()
+        )
+    }
 }
 
 /// One source of an identity value.

@@ -23,6 +23,7 @@ mod reach;
 pub mod record;
 mod redis_side;
 pub mod settle;
+pub mod shares;
 pub mod slots;
 pub mod stages;
 pub mod sync;

@@ -35,6 +35,21 @@ pub const ABSENT: &str = "-";
 /// The identity of `key: route`: every caller is this one.
 pub const ROUTE: &str = "route";
 
+/// The address a request's connection came from, as a request extension:
+/// the gateway's listener puts it on every request, and the key sources
+/// that read the connection (the client IP) take it from there. An
+/// application serving with axum or tonic puts its own connection info
+/// there, or names where to find it (see `docs/embedding.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub std::net::SocketAddr);
+
+/// The caller an application names itself, as a request extension (an
+/// application's `RateLimitLayer` puts it there from its key closure):
+/// it stands for the authenticated user, so limits keyed `user` count by
+/// it, ahead of any user header or JWT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppKey(pub Arc<str>);
+
 /// The identity sources of one request, extracted once.
 #[derive(Debug, Clone)]
 pub struct Caller<'a> {

@@ -12,6 +12,7 @@
 //! made of. See `docs/request-lifecycle.md` for the phase chart.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "gateway")]
 pub mod admin;
 pub mod clock;
 pub mod config;
@@ -22,7 +23,9 @@ pub mod guard;
 pub mod headers;
 pub mod identity;
 pub mod jwt;
+pub mod layer;
 pub mod limit;
+#[cfg(feature = "gateway")]
 pub mod listener;
 pub mod logs;
 pub mod metrics;
@@ -30,10 +33,13 @@ pub mod pipeline;
 pub mod plans;
 pub mod problem;
 pub mod proxy;
+#[cfg(feature = "gateway")]
 pub mod reload;
 pub mod request_id;
 pub mod routing;
+#[cfg(feature = "gateway")]
 pub mod server;
+#[cfg(feature = "gateway")]
 pub mod simulate;
 pub mod store;
 pub mod target;
@@ -43,5 +49,7 @@ pub mod top;
 pub mod upgrade;
 
 pub use config::Config;
+pub use layer::RateLimitLayer;
 pub use pipeline::Gateway;
+#[cfg(feature = "gateway")]
 pub use server::run;

@@ -35,21 +35,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use std::future::Future;
-
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tower::Service;
 use tracing::{debug, warn};
 
 use crate::config::{ServerSettings, Timeouts};
-use crate::proxy::Secure;
+use crate::pipeline::Gateway;
 use crate::proxy::io::{Observed, Observer};
 
 /// How far hyper's own bound on a request head (the HTTP/1.1 read buffer,
@@ -141,31 +139,65 @@ impl Shared {
     }
 }
 
-/// What the accept loop serves requests with: the per-request pipeline,
-/// or anything else that answers a request (the loop knows nothing of
-/// routes and limits).
-pub trait Handler: Send + Sync + 'static {
-    /// The TLS settings of the `index`-th listener now (read at every
-    /// handshake, so a reload that renews certificates applies to new
-    /// connections); `None` serves it in plain text.
-    fn tls(&self, index: usize) -> Option<Arc<tokio_rustls::rustls::ServerConfig>>;
+/// The TLS settings of a listener now (read at every handshake, so a
+/// reload that renews certificates applies to new connections); `None`
+/// serves it in plain text.
+pub type TlsNow = Arc<dyn Fn() -> Option<Arc<tokio_rustls::rustls::ServerConfig>> + Send + Sync>;
 
-    /// Answers one request from `peer`.
-    fn handle(
+/// What a listener serves: one tower service per connection, built when
+/// the connection is accepted from its peer's address and whether it came
+/// over TLS (the proxy's [`Gateway::connection`], the admin listener's
+/// service). The service never fails and is always ready: the loop calls
+/// it without `poll_ready`, on a clone per request (a handle's worth, no
+/// allocation).
+pub trait Served: Send + Sync + 'static {
+    /// The body of its answers.
+    type Body: http_body::Body<Data: Send, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static;
+
+    /// The service of the connection from `peer`, `secure` when over TLS.
+    fn connection(
         &self,
-        req: Request<Incoming>,
         peer: SocketAddr,
-    ) -> impl Future<Output = Response<crate::proxy::Body>> + Send;
+        secure: bool,
+    ) -> impl Service<
+        Request<Incoming>,
+        Response = Response<Self::Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static;
 }
 
-/// Accepts on `listener` (the `index`-th of the configuration's `listen`)
-/// until `stop` changes, serving each connection on its own task under a
-/// watcher of `graceful`, which the caller drains once every accept loop
-/// has ended.
-pub async fn accept_loop<H: Handler>(
-    index: usize,
+impl Served for Gateway {
+    type Body = crate::proxy::Body;
+
+    fn connection(
+        &self,
+        peer: SocketAddr,
+        secure: bool,
+    ) -> impl Service<
+        Request<Incoming>,
+        Response = Response<Self::Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static {
+        Gateway::connection(self, peer, secure)
+    }
+}
+
+/// Accepts on `listener` until `stop` changes, serving each connection on
+/// its own task under a watcher of `graceful`, which the caller drains
+/// once every accept loop has ended, with the service `serve` makes for
+/// it. The loop knows nothing of routes and limits.
+pub async fn accept_loop<S: Served>(
     listener: TcpListener,
-    handler: Arc<H>,
+    serve: Arc<S>,
+    tls: TlsNow,
     shared: Arc<Shared>,
     graceful: Arc<GracefulShutdown>,
     mut stop: watch::Receiver<bool>,
@@ -191,23 +223,28 @@ pub async fn accept_loop<H: Handler>(
             },
         };
         let _ = stream.set_nodelay(true);
-        let tls = handler.tls(index);
-        let handler = handler.clone();
+        let tls = tls();
+        let serve = serve.clone();
         let shared = shared.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let conn = Conn {
                 peer,
-                handler,
                 watcher,
                 permit,
             };
             match tls {
-                None => conn.serve(stream, false, &shared).await,
+                None => {
+                    conn.serve(stream, serve.connection(peer, false), &shared)
+                        .await
+                }
                 Some(tls) => {
                     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                     match tokio::time::timeout(shared.handshake, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => conn.serve(stream, true, &shared).await,
+                        Ok(Ok(stream)) => {
+                            conn.serve(stream, serve.connection(peer, true), &shared)
+                                .await;
+                        }
                         Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => debug!(%peer, "TLS handshake timed out"),
                     }
@@ -218,23 +255,30 @@ pub async fn accept_loop<H: Handler>(
 }
 
 /// One accepted connection and what it holds while it is served.
-struct Conn<H> {
+struct Conn {
     peer: SocketAddr,
-    handler: Arc<H>,
     watcher: Watcher,
     /// Released when the connection ends.
     permit: OwnedSemaphorePermit,
 }
 
-impl<H: Handler> Conn<H> {
-    /// Serves the connection until it ends, goes idle, or the drain ends it.
-    async fn serve<I>(self, io: I, secure: bool, shared: &Shared)
+impl Conn {
+    /// Serves the connection with `service` until it ends, goes idle, or
+    /// the drain ends it.
+    async fn serve<I, S, B>(self, io: I, service: S, shared: &Shared)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        B: http_body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let Self {
             peer,
-            handler,
             watcher,
             permit,
         } = self;
@@ -244,16 +288,17 @@ impl<H: Handler> Conn<H> {
             observer: activity.clone(),
         };
         let in_flight = activity.clone();
-        let service = service_fn(move |mut req: Request<Incoming>| {
-            let handler = handler.clone();
+        // hyper calls by `&self`, tower by `&mut self`: a clone per
+        // request. The service is always ready (see `Served`). It is called
+        // inside the block, so its future is made where it is kept, not
+        // moved there.
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let guard = InFlight::begin(in_flight.clone());
+            let mut service = service.clone();
             async move {
-                if secure {
-                    req.extensions_mut().insert(Secure);
-                }
-                let res = handler.handle(req, peer).await;
+                let res = service.call(req).await;
                 drop(guard);
-                Ok::<_, Infallible>(res)
+                res
             }
         });
         let conn = shared

@@ -182,6 +182,7 @@ impl std::io::Write for Queue {
     }
 }
 
+#[cfg(feature = "gateway")]
 impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Queue {
     type Writer = Queue;
 

@@ -157,6 +157,9 @@ pub struct StoreMetrics {
     pub backlog_pushed: Counter,
     /// Fallback admissions not recorded for Redis: the backlog was full.
     pub backlog_dropped: Counter,
+    /// Shares another process counts on with another definition, found
+    /// when the share's fingerprint was checked (start, reload).
+    pub share_mismatches: Counter,
     /// Reservations settled by the response.
     pub settled: Counter,
     /// Reservations left standing: the value was missing or not a count.
@@ -185,6 +188,7 @@ impl Default for StoreMetrics {
             failovers: Default::default(),
             backlog_pushed: Counter::default(),
             backlog_dropped: Counter::default(),
+            share_mismatches: Counter::default(),
             settled: Counter::default(),
             settle_kept_value: Counter::default(),
             settle_kept_store: Counter::default(),
@@ -272,6 +276,7 @@ impl StoreMetrics {
             settle_kept.clone(),
         );
         Self {
+            share_mismatches: register_share_mismatches(registry),
             settled,
             settle_kept_value: settle_kept.get_or_create_owned(&ReasonLabels { reason: "value" }),
             settle_kept_store: settle_kept.get_or_create_owned(&ReasonLabels { reason: "store" }),
@@ -293,6 +298,17 @@ impl StoreMetrics {
             backlog_dropped,
         }
     }
+}
+
+/// `tollgate_share_mismatches_total`.
+fn register_share_mismatches(registry: &mut Registry) -> Counter {
+    let share_mismatches = Counter::default();
+    registry.register(
+        "tollgate_share_mismatches",
+        "Shares another process counts on with another definition (key, limit, window, algorithm or kind), found when their fingerprints were checked",
+        share_mismatches.clone(),
+    );
+    share_mismatches
 }
 
 /// `tollgate_store_node_breaker_open{node}`, one gauge per Cluster node.
@@ -693,58 +709,4 @@ impl Collector for LogLinesDropped {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A request that ended so, whatever its limits decided.
-    fn ended(ending: Ending) -> Outcome {
-        Outcome {
-            ending,
-            access: Access::None,
-        }
-    }
-
-    #[test]
-    fn routes_get_series_before_any_request() {
-        let config = crate::config::load::parse_str(
-            "listen: 127.0.0.1:0\nroutes:\n  - name: r\n    respond: {}\n    limits: [ { name: l, key: ip, limit: 1, window: 1s } ]\n",
-        )
-        .expect("valid");
-        let m = Metrics::new();
-        let routes = m.routes(&config);
-        routes["r"].count(ended(Ending::Limited));
-        routes["r"].limits[0].count(Verdict::ShadowLimited);
-        routes["r"].upstream_response(http::StatusCode::BAD_GATEWAY, Duration::from_millis(3));
-        routes["r"].count(ended(Ending::ClientError));
-        routes["r"].client_error(ClientErrorKind::Aborted);
-        m.reloaded(false);
-        let text = m.render();
-        for line in [
-            "tollgate_requests_total{route=\"r\",outcome=\"limited\"} 1",
-            "tollgate_requests_total{route=\"r\",outcome=\"allowed\"} 0",
-            "tollgate_decisions_total{route=\"r\",limit=\"l\",outcome=\"shadow_limited\"} 1",
-            "tollgate_upstream_responses_total{route=\"r\",class=\"5xx\"} 1",
-            "tollgate_requests_total{route=\"r\",outcome=\"client_error\"} 1",
-            "tollgate_client_errors_total{route=\"r\",kind=\"aborted\"} 1",
-            "tollgate_client_errors_total{route=\"r\",kind=\"bad_body\"} 0",
-            "tollgate_config_reloads_total{result=\"failure\"} 1",
-            "tollgate_store_fallback 0",
-            "tollgate_store_breaker_open 0",
-            "tollgate_store_fault{kind=\"auth\"} 0",
-            "tollgate_store_fault{kind=\"tls\"} 0",
-            "tollgate_log_lines_dropped_total 0",
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "{line} missing from\n{text}"
-            );
-        }
-        // A second resolution (a reload) shares the series.
-        let again = m.routes(&config);
-        again["r"].count(ended(Ending::Limited));
-        assert!(
-            m.render()
-                .contains("tollgate_requests_total{route=\"r\",outcome=\"limited\"} 2")
-        );
-    }
-}
+mod tests;

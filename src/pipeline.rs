@@ -24,20 +24,25 @@
 //! above the phase files, which each take a `&Gateway`; the rest of
 //! `impl Gateway` (building, reload, what it holds) is in [`gateway`].
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use futures_util::FutureExt;
 use http::{Request, Response};
 
 use crate::decision::settle::{self as settle_costs, Reported};
 use crate::grpc;
 use crate::headers;
-use crate::identity::{self, Caller};
+use crate::identity::{self, Caller, Peer};
 use crate::problem::GatewayError;
-use crate::proxy::{Body, ClientBody, Deadline};
+use crate::proxy::{Body, ClientBody, Deadline, Secure};
 use crate::routing::CompiledRoute;
 use callers::{CallerLimit, Found};
-use decide::{Holdings, Purpose, limit_requests, plan};
+use decide::{Deciding, Holdings, Purpose, limit_requests, plan};
 use overrides::Applied;
 
 pub mod act;
@@ -54,7 +59,7 @@ pub mod observe;
 pub mod overrides;
 pub mod refusal;
 pub mod route;
-mod settle;
+pub mod settle;
 pub mod traces;
 
 pub use exchange::{Exchange, Rehearsal};
@@ -67,18 +72,23 @@ impl Gateway {
     ///
     /// The body may be a connection's [`Incoming`](hyper::body::Incoming)
     /// or bytes already in memory, so the pipeline can be called without a
-    /// socket.
-    pub async fn handle<B: Into<ClientBody>>(
+    /// socket. The future holds a handle on the gateway, not a borrow, so
+    /// a server keeps it as it is, without a block around it.
+    pub fn handle<B: Into<ClientBody>>(
         &self,
         req: Request<B>,
         peer: SocketAddr,
-    ) -> Response<Body> {
-        let mut req = req.map(Into::into);
+    ) -> impl Future<Output = Response<Body>> + Send + use<B> {
+        self.clone().answer(req.map(Into::into), peer)
+    }
+
+    /// [`handle`](Self::handle) on a gateway handle of its own.
+    async fn answer(self, mut req: Request<ClientBody>, peer: SocketAddr) -> Response<Body> {
         let started = observe::started(self.access_log.as_ref());
         let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
         browsers::arrive(&rt, &mut req, &mut ex);
-        traces::arrive(self, &rt, req.headers_mut(), &mut ex);
+        traces::arrive(&self, &rt, req.headers_mut(), &mut ex);
         ex.grpc = grpc::Kind::of(req.method(), req.headers());
         if ex.grpc.is_some() {
             deadline(&mut req);
@@ -165,7 +175,7 @@ impl Gateway {
                 continue;
             }
             let chosen = overrides::plan(&found_overrides);
-            let Ok(view) = plan(self, &rt, r, caller, now_ms, chosen).await else {
+            let Ok(view) = plan(&self.deciding(&rt), r, caller, now_ms, chosen).await else {
                 found.no_plan_routes.push(r.route.name.clone());
                 continue;
             };
@@ -202,6 +212,20 @@ impl Gateway {
         found
     }
 
+    /// What the decision phase reads of this gateway, with `rt`'s
+    /// configuration and plans.
+    fn deciding<'a>(&'a self, rt: &'a Snapshot) -> Deciding<'a> {
+        Deciding {
+            config: &rt.config,
+            plans: &rt.plans,
+            limiter: &self.limiter,
+            overrides: &self.overrides,
+            waiting: &self.waiting,
+            top: &self.top,
+            clock: &*self.clock,
+        }
+    }
+
     /// The phases in order; the first refusal ends the request.
     async fn phases(
         &self,
@@ -222,7 +246,8 @@ impl Gateway {
         } else {
             Box::pin(body::read(self, &route, req)).await
         };
-        let admission = decide::decide(self, rt, &route, &req, ex, Purpose::Serve).await?;
+        let admission =
+            decide::decide(&self.deciding(rt), &route, &req, ex, Purpose::Serve).await?;
         let settling = settle::prepare(admission.reservations, &mut req);
         let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
         match settling {
@@ -243,7 +268,7 @@ impl Gateway {
         purpose: Purpose<'_>,
     ) -> Result<(Request<B>, Arc<CompiledRoute>, Holdings), GatewayError> {
         let (req, route) = self.routed(req, rt, ex)?;
-        let admission = decide::decide(self, rt, &route, &req, ex, purpose).await?;
+        let admission = decide::decide(&self.deciding(rt), &route, &req, ex, purpose).await?;
         Ok((req, route, admission))
     }
 
@@ -259,6 +284,61 @@ impl Gateway {
         ex.entered(&route, rt);
         browsers::routed(&req, ex);
         Ok((req, route))
+    }
+}
+
+/// The gateway as a [`tower::Service`]: each request is [`Gateway::handle`]d
+/// from the peer its [`Peer`] extension names (a request without one comes
+/// from `0.0.0.0:0`), for a tower stack of an application's; the
+/// listener serves [`Gateway::connection`]. Always ready, never failing:
+/// every refusal is a response.
+impl<B: Into<ClientBody> + Send + 'static> tower::Service<Request<B>> for Gateway {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let peer = req
+            .extensions()
+            .get::<Peer>()
+            .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.0);
+        Box::pin(self.handle(req, peer).map(Ok))
+    }
+}
+
+impl Gateway {
+    /// The gateway as the service of one connection from `peer`, `secure`
+    /// when it came over TLS: each request is [`handle`](Self::handle)d
+    /// from `peer`. Built once per connection by what serves the gateway
+    /// (the listener's accept loop), so nothing per connection is put in a
+    /// request's extensions but [`Secure`], and the answer's future is
+    /// `handle`'s own, not boxed. Always ready, never failing.
+    pub fn connection<B>(
+        &self,
+        peer: SocketAddr,
+        secure: bool,
+    ) -> impl tower::Service<
+        Request<B>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+    where
+        B: Into<ClientBody> + Send + 'static,
+    {
+        let gateway = self.clone();
+        tower::service_fn(move |mut req: Request<B>| {
+            if secure {
+                req.extensions_mut().insert(Secure);
+            }
+            gateway.handle(req, peer).map(Ok)
+        })
     }
 }
 

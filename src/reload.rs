@@ -15,7 +15,7 @@
 //! every counter from zero), `tracing` (the span exporter and its thread),
 //! `timeouts.header_read`, `timeouts.idle`,
 //! `timeouts.drain`, `server.max_connections`, `server.backlog` and
-//! `server.max_header_size` (the listener's settings) and
+//! `server.max_header_size` and `server.http1` (the listener's settings) and
 //! `timeouts.upstream_connect` and `timeouts.upstream_idle` (the upstream
 //! client). Everything else — routes, limits, shadow flags, identity
 //! sources, header mode, per-route timeouts, `server.max_uri_size`,
@@ -209,6 +209,10 @@ fn keep_fixed(old: &Config, new: &mut Config) {
     if new.server.max_header_size != old.server.max_header_size {
         restart("server.max_header_size");
         new.server.max_header_size = old.server.max_header_size;
+    }
+    if new.server.http1 != old.server.http1 {
+        restart("server.http1");
+        new.server.http1 = old.server.http1;
     }
 }
 

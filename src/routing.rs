@@ -224,19 +224,23 @@ fn digest_suffixes(routes: &mut [CompiledRoute]) {
                 .iter()
                 .chain(r.plan_views.values().flat_map(|v| v.key_suffixes.iter()))
         })
+        .filter(|s| !keys::is_share(s))
         .cloned()
         .collect();
     let digest = keys::limit_digests(names.iter().map(String::as_str));
-    for r in routes {
-        for s in &mut r.key_suffixes {
+    // A share's suffix stays as it is: its key depends on the share alone,
+    // never on the rest of the file.
+    let digest = |s: &mut String| {
+        if !keys::is_share(s) {
             *s = digest(s);
         }
+    };
+    for r in routes {
+        r.key_suffixes.iter_mut().for_each(digest);
         for v in r.plan_views.values_mut() {
             // Built just above: this is the only reference.
             if let Some(v) = Arc::get_mut(v) {
-                for s in &mut v.key_suffixes {
-                    *s = digest(s);
-                }
+                v.key_suffixes.iter_mut().for_each(digest);
             }
         }
     }

@@ -4,16 +4,15 @@
 //! [`run`] builds the gateway, accepts on the given listeners (HTTP/1.1 and h2c on the same
 //! port, or TLS with ALPN), serves each connection with hyper-util under the
 //! caps of [`listener`](crate::listener), and on shutdown stops accepting
-//! and lets in-flight requests finish. The per-request work is
-//! [`Gateway::handle`](crate::pipeline::Gateway::handle).
+//! and lets in-flight requests finish. The per-request work is the
+//! [`Gateway`] as a tower service
+//! ([`Gateway::handle`](crate::pipeline::Gateway::handle)); the admin
+//! listener is served by the same accept loop.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
@@ -21,10 +20,9 @@ use tracing::{info, warn};
 use crate::admin;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::listener::{self, Handler};
+use crate::listener;
 use crate::logs::AccessWriter;
 use crate::pipeline::{Gateway, StartError};
-use crate::proxy::Body;
 use crate::reload::Reload;
 
 /// What [`run`] serves with besides the configuration.
@@ -136,6 +134,7 @@ pub async fn start(config: Config, mut serve: Serve) -> Result<Started, StartErr
     if let Some(resolver) = serve.resolver.take() {
         gateway = gateway.with_resolver(resolver);
     }
+    gateway.check_shares();
     let gateway = Arc::new(gateway);
     Ok(Started { gateway, serve })
 }
@@ -154,21 +153,6 @@ pub async fn run(
 ) -> Result<(), StartError> {
     start(config, serve).await?.until(shutdown).await;
     Ok(())
-}
-
-/// The pipeline is what the accept loop serves requests with.
-impl Handler for Gateway {
-    fn tls(&self, index: usize) -> Option<Arc<tokio_rustls::rustls::ServerConfig>> {
-        self.with_config(|c| c.listen.get(index).and_then(|l| l.tls.clone()))
-    }
-
-    fn handle(
-        &self,
-        req: Request<Incoming>,
-        peer: SocketAddr,
-    ) -> impl Future<Output = Response<Body>> + Send {
-        Gateway::handle(self, req, peer)
-    }
 }
 
 /// Serves an existing gateway on `listeners` until `shutdown` completes.
@@ -200,10 +184,14 @@ async fn serve(
     warm_up(&gateway).await;
     let mut tasks = Vec::new();
     for (index, l) in listeners.into_iter().enumerate() {
+        let tls_of = gateway.clone();
+        let tls: listener::TlsNow = Arc::new(move || {
+            tls_of.with_config(|c| c.listen.get(index).and_then(|l| l.tls.clone()))
+        });
         tasks.push(tokio::spawn(listener::accept_loop(
-            index,
             l,
             gateway.clone(),
+            tls,
             shared.clone(),
             graceful.clone(),
             stop_rx.clone(),

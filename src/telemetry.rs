@@ -42,20 +42,25 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use opentelemetry::propagation::Extractor;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{Array, Context, InstrumentationScope, KeyValue, StringValue, Value};
-use opentelemetry_http::HeaderExtractor;
+#[cfg(feature = "gateway")]
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+#[cfg(feature = "gateway")]
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
+#[cfg(feature = "gateway")]
+use opentelemetry_sdk::trace::SpanExporter as _;
 use opentelemetry_sdk::trace::{
     IdGenerator, RandomIdGenerator, Sampler, SamplingDecision, ShouldSample, SpanData, SpanEvents,
-    SpanExporter as _, SpanLinks,
+    SpanLinks,
 };
 use tokio::sync::mpsc;
+#[cfg(feature = "gateway")]
 use tracing::{info, warn};
 
 use crate::config::TracingConfig;
@@ -66,19 +71,23 @@ use crate::metrics::spans::SpanMetrics;
 pub const QUEUE: usize = 2048;
 
 /// Spans posted in one export at most (OpenTelemetry's default batch).
+#[cfg(feature = "gateway")]
 const BATCH: usize = 512;
 
 /// How long a batch waits for more spans after its first, unless it fills
 /// first: a busy gateway posts full batches, a quiet one at most one
 /// batch a second. Posting each span alone would cost an HTTP request per
 /// traced request. (OpenTelemetry's batch processor waits up to 5 s.)
+#[cfg(feature = "gateway")]
 const LINGER: Duration = Duration::from_secs(1);
 
 /// How long one export may take, retries included, before its spans are
 /// given up (OpenTelemetry's default OTLP timeout).
+#[cfg(feature = "gateway")]
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long connecting to the collector may take.
+#[cfg(feature = "gateway")]
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The W3C Trace Context header.
@@ -160,6 +169,7 @@ impl Tracer {
     ///
     /// # Errors
     /// The exporter, its TLS settings or its thread cannot be set up.
+    #[cfg(feature = "gateway")]
     pub fn start(config: &TracingConfig, metrics: SpanMetrics) -> Result<Self, TelemetryError> {
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
@@ -190,6 +200,18 @@ impl Tracer {
         })
     }
 
+    /// Without the `gateway` feature nothing exports spans: tracing is
+    /// refused at start.
+    ///
+    /// # Errors
+    /// Always ([`TelemetryError::Exporter`]).
+    #[cfg(not(feature = "gateway"))]
+    pub fn start(_: &TracingConfig, _: SpanMetrics) -> Result<Self, TelemetryError> {
+        Err(TelemetryError::Exporter(
+            "this build exports no spans (the `gateway` feature is off)".into(),
+        ))
+    }
+
     /// A request arrives from a peer that `trusted` says is a trusted
     /// proxy: decides whether it is traced, and puts the `traceparent` the
     /// upstream is to receive in `headers`. Returns the request's span when
@@ -201,7 +223,7 @@ impl Tracer {
     ) -> Option<Box<ServerSpan>> {
         let sent = headers.contains_key(TRACEPARENT).then(|| {
             let cx = TraceContextPropagator::new()
-                .extract_with_context(&Context::new(), &HeaderExtractor(headers));
+                .extract_with_context(&Context::new(), &Carrier(headers));
             cx.span().span_context().clone()
         });
         let (trace_id, parent_id, state, sampled) = match sent.filter(SpanContext::is_valid) {
@@ -357,6 +379,7 @@ fn names(names: &[&str]) -> Value {
 /// `service.name` is `tollgate` unless `OTEL_SERVICE_NAME` names another
 /// (the SDK reads it, and `OTEL_RESOURCE_ATTRIBUTES`, when it builds the
 /// resource).
+#[cfg(feature = "gateway")]
 fn resource() -> Resource {
     let builder = Resource::builder();
     if std::env::var_os("OTEL_SERVICE_NAME").is_some() {
@@ -366,8 +389,22 @@ fn resource() -> Resource {
     }
 }
 
+/// A request's headers, read for its trace context.
+struct Carrier<'a>(&'a HeaderMap);
+
+impl Extractor for Carrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
+}
+
 /// The collector's HTTP client: `hyper-util`'s, over the gateway's rustls
 /// settings (the Mozilla roots), for `http://` and `https://` alike.
+#[cfg(feature = "gateway")]
 fn http_client() -> Result<opentelemetry_http::hyper::HyperClient<Connector>, TelemetryError> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.set_connect_timeout(Some(CONNECT_TIMEOUT));
@@ -386,12 +423,14 @@ fn http_client() -> Result<opentelemetry_http::hyper::HyperClient<Connector>, Te
     ))
 }
 
+#[cfg(feature = "gateway")]
 type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
 
 /// The export thread's loop: a batch ([`BATCH`] spans, or what came
 /// within [`LINGER`] of its first), posted, counted; until every
 /// [`Tracer`] is gone and the queue is empty. A failing collector is
 /// logged when it starts failing and when it recovers, not at every batch.
+#[cfg(feature = "gateway")]
 async fn export(
     mut spans: mpsc::Receiver<SpanData>,
     exporter: opentelemetry_otlp::SpanExporter,

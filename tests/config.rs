@@ -276,7 +276,7 @@ fn unknown_top_level_field() {
     let src = "listen: 127.0.0.1:0\nlisen: 127.0.0.1:0\nroutes: [{ name: a, respond: {} }]\n";
     assert_eq!(
         error(src),
-        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, plans_from, users, timeouts, upstreams, routes, server, access_log, tracing, request_id, cors, request_headers, response_headers, exempt (line 2, col 1)"#
+        r#"unknown field "lisen"; expected one of listen, admin, store, client_ip, headers, plans, api_keys, plans_from, users, timeouts, upstreams, routes, limits, server, access_log, tracing, request_id, cors, request_headers, response_headers, exempt (line 2, col 1)"#
     );
 }
 

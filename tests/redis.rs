@@ -63,11 +63,15 @@ routes:
 /// `tg:{instances}`, with nothing after the brace).
 async fn limit_keys(server: &RedisServer) -> Vec<String> {
     let mut conn = server.connection().await;
-    redis::cmd("KEYS")
+    let keys: Vec<String> = redis::cmd("KEYS")
         .arg("tg:{*}?*")
         .query_async(&mut conn)
         .await
-        .unwrap_or_default()
+        .unwrap_or_default();
+    // A share's fingerprint (`tg:{@share}definition`) is no counter.
+    keys.into_iter()
+        .filter(|k| !k.starts_with("tg:{@"))
+        .collect()
 }
 
 /// One response: when it was sent, its status, how long it took.

@@ -39,6 +39,7 @@
 mod leaf;
 mod mappings;
 mod pools;
+mod server;
 mod shape;
 mod unknown;
 
@@ -46,10 +47,11 @@ pub use leaf::{Field, Flag, Int, OneOrMany, Text};
 pub use mappings::{
     AccessLog, Admin, AdminMap, ApiKeys, Breaker, ClientIp, Cors, Cost, CostMap, Exempt, FromBody,
     FromBodyMap, HeaderRules, Jwt, Limit, Listen, ListenMap, Match, PlanLimit, Reconnect, Redis,
-    RedisTls, RequestId, Reserve, ReserveMap, Respond, Root, Route, Sentinel, Server, ServerPath,
-    Store, Timeouts, Tls, Tracing, Users,
+    RedisTls, RequestId, Reserve, ReserveMap, Respond, Root, Route, Sentinel, Store, Timeouts, Tls,
+    Tracing, Users,
 };
 pub use pools::{Eject, Health, Target, TargetMap, UpstreamPool};
+pub use server::{Server, ServerPath};
 pub use unknown::{UnknownField, from_value};
 
 #[cfg(test)]

@@ -74,10 +74,11 @@ use std::sync::Arc;
 use super::file::{self, Field};
 use super::position::{Pos, Positions, child_key};
 use super::{
-    ApiKeyConfig, Config, HeaderMode, PlansFrom, RequestIdConfig, Route, StoreConfig, Timeouts,
-    UnknownKey,
+    ApiKeyConfig, Config, HeaderMode, Limit, Listen, PlansFrom, RequestIdConfig, Route,
+    StoreConfig, Timeouts, UnknownKey,
 };
 pub use advice::{advice, worst_wait_ms};
+pub use check::Reader;
 use check::{Check, Checked, choice, error, text};
 pub use environment::{Env, process_env};
 pub use errors::{ConfigError, ConfigErrors};
@@ -88,7 +89,28 @@ pub use errors::{ConfigError, ConfigErrors};
 /// # Errors
 /// Every problem found, each with its field path and position.
 pub fn parse_str(src: &str) -> Result<Config, ConfigErrors> {
-    parse_in(src, None, &process_env)
+    parse_in(src, None, &process_env, Reader::Gateway)
+}
+
+/// Parses and validates the YAML of an application's `RateLimitLayer`: a
+/// `store:`, the caller sections its keys need and a top-level `limits:`
+/// list, checked as the gateway's file is, with `${VAR}` references read
+/// from the process environment.
+///
+/// # Errors
+/// Every problem found, each with its field path and position.
+pub fn parse_layer_str(src: &str) -> Result<Config, ConfigErrors> {
+    parse_in(src, None, &process_env, Reader::Layer)
+}
+
+/// Reads and validates the file of an application's `RateLimitLayer`
+/// ([`parse_layer_str`]); relative paths are taken from its directory.
+///
+/// # Errors
+/// The file cannot be read, or [`parse_layer_str`] finds problems.
+pub fn load_layer_file(path: &Path) -> Result<Config, ConfigErrors> {
+    let src = read_file(path)?;
+    parse_in(&src, path.parent(), &process_env, Reader::Layer)
 }
 
 /// [`parse_str`] with `${VAR}` references read from `env` instead of the
@@ -97,13 +119,18 @@ pub fn parse_str(src: &str) -> Result<Config, ConfigErrors> {
 /// # Errors
 /// Every problem found, each with its field path and position.
 pub fn parse_str_with_env(src: &str, env: Env<'_>) -> Result<Config, ConfigErrors> {
-    parse_in(src, None, env)
+    parse_in(src, None, env, Reader::Gateway)
 }
 
 /// [`parse_str_with_env`] with relative file paths (TLS certificates and
 /// keys, CA files, secret files) taken from `base` instead of the working
 /// directory.
-fn parse_in(src: &str, base: Option<&Path>, env: Env<'_>) -> Result<Config, ConfigErrors> {
+fn parse_in(
+    src: &str,
+    base: Option<&Path>,
+    env: Env<'_>,
+    reader: Reader,
+) -> Result<Config, ConfigErrors> {
     // Some editors save a byte order mark; the YAML loader would misread it.
     let src = src.strip_prefix('\u{feff}').unwrap_or(src);
     let mut value: yaml_serde::Value =
@@ -121,6 +148,7 @@ fn parse_in(src: &str, base: Option<&Path>, env: Env<'_>) -> Result<Config, Conf
         errors: Vec::new(),
         base,
         store: check::StoreFacts::default(),
+        reader,
     };
     let (root, unknown) = file::from_value(value);
     for field in unknown {
@@ -154,22 +182,27 @@ fn parse_in(src: &str, base: Option<&Path>, env: Env<'_>) -> Result<Config, Conf
     }
 }
 
-/// Reads and validates a configuration file.
-///
-/// # Errors
-/// The file cannot be read, or [`parse_str`] finds problems.
-pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
-    let src = std::fs::read_to_string(path).map_err(|e| {
+/// The text of the file at `path`, or the error that says why not.
+fn read_file(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| {
         ConfigErrors(vec![ConfigError {
             path: String::new(),
             message: format!("cannot read {}: {e}", path.display()),
             line: None,
             column: None,
         }])
-    })?;
+    })
+}
+
+/// Reads and validates a configuration file.
+///
+/// # Errors
+/// The file cannot be read, or [`parse_str`] finds problems.
+pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
+    let src = read_file(path)?;
     // Relative certificate and key paths are relative to the file that
     // names them, as nginx and Envoy read theirs.
-    parse_in(&src, path.parent(), &process_env)
+    parse_in(&src, path.parent(), &process_env, Reader::Gateway)
 }
 
 /// A YAML syntax (or loader) error: one error at `yaml_serde`'s location,
@@ -294,13 +327,7 @@ fn header_facts(
 impl Check<'_> {
     /// The whole file: every section, then the rules that span sections.
     fn config(&mut self, root: &file::Root, env: Env<'_>) -> Checked<Config> {
-        let listen = self.required(&root.listen, "", "listen", |check, items, path| {
-            let addrs = check.each(items, path, Self::listen)?;
-            if addrs.is_empty() {
-                return Err(check.value_error(path, "needs at least one address"));
-            }
-            Ok(addrs)
-        });
+        let listen = self.listens(root);
         let admin = self.optional(&root.admin, "admin", Self::admin);
         let store = self.optional(&root.store, "store", Self::store);
         // Limits (in plans and routes) resolve their `sync` against it.
@@ -348,9 +375,8 @@ impl Check<'_> {
                 .flatten()
                 .unwrap_or_default(),
         };
-        let routes = self.required(&root.routes, "", "routes", |check, routes, path| {
-            check.routes(routes, path, default_timeout, &pools)
-        });
+        let routes = self.routes_of(root, default_timeout, &pools);
+        let limits = self.top_limits(root);
         self.plan_references(root, &api_keys, &store, &routes);
         let facts = header_facts(&headers, &request_id, &api_keys, &users);
         let defaults = self.top_policies(root, &facts);
@@ -383,6 +409,7 @@ impl Check<'_> {
             timeouts: timeouts?.unwrap_or_default(),
             upstreams: upstreams?.unwrap_or_default(),
             routes: routes?,
+            limits: limits?,
             server: server?.unwrap_or_default(),
             access_log: access_log?.unwrap_or_default(),
             request_id: request_id?.unwrap_or_default(),
@@ -391,6 +418,56 @@ impl Check<'_> {
             response_headers: defaults.response_headers,
             exempt: exempt?,
         })
+    }
+
+    /// `routes`: required of the gateway's file, optional in a layer's.
+    fn routes_of(
+        &mut self,
+        root: &file::Root,
+        default_timeout: std::time::Duration,
+        pools: &routes::Pools,
+    ) -> Checked<Vec<Route>> {
+        let read = |check: &mut Self, routes: &Vec<file::Field<file::Route>>, path: &str| {
+            check.routes(routes, path, default_timeout, pools)
+        };
+        match self.reader {
+            Reader::Gateway => self.required(&root.routes, "", "routes", read),
+            Reader::Layer => self
+                .optional(&root.routes, "routes", read)
+                .map(Option::unwrap_or_default),
+        }
+    }
+
+    /// `listen`: required of the gateway's file, optional in a layer's.
+    fn listens(&mut self, root: &file::Root) -> Checked<Vec<Listen>> {
+        let read = |check: &mut Self, items: &file::OneOrMany<file::Listen>, path: &str| {
+            let addrs = check.each(items, path, Self::listen)?;
+            if addrs.is_empty() {
+                return Err(check.value_error(path, "needs at least one address"));
+            }
+            Ok(addrs)
+        };
+        match self.reader {
+            Reader::Gateway => self.required(&root.listen, "", "listen", read),
+            Reader::Layer => self
+                .optional(&root.listen, "listen", read)
+                .map(Option::unwrap_or_default),
+        }
+    }
+
+    /// `limits` at the top level: required of a layer's file, refused in
+    /// the gateway's (whose limits belong to a route).
+    fn top_limits(&mut self, root: &file::Root) -> Checked<Vec<Limit>> {
+        match self.reader {
+            Reader::Layer => self.required(&root.limits, "", "limits", |check, l, path| {
+                check.limits(l, path)
+            }),
+            Reader::Gateway if root.limits.is_absent() => Ok(Vec::new()),
+            Reader::Gateway => Err(self.value_error(
+                "limits",
+                "top-level limits are an application's (RateLimitLayer); the gateway's limits go under a route: routes[N].limits",
+            )),
+        }
     }
 
     /// `plans_from` against what it reads: a claim needs `users.jwt` (whose

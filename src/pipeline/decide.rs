@@ -17,6 +17,7 @@
 //! request goes on is returned: the [`Holdings`], the concurrency slots
 //! `act` hands to the response and the reservations the response settles.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,11 +26,14 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::delay;
+use super::delay::Waiting;
 use super::exchange::{CheckedLimits, Exchange, Identities};
 use super::exempt;
-use super::gateway::{Gateway, Snapshot};
 use super::overrides::{self, Applied};
+use crate::clock::Clock;
 use crate::config::{Config, Limit, PlansFrom};
+use crate::decision::limiter::Limiter;
+use crate::decision::overrides::CallerOverrides;
 use crate::decision::record;
 use crate::decision::settle::{self, Reservations};
 use crate::decision::slots::Slots;
@@ -37,14 +41,15 @@ use crate::decision::stages;
 use crate::decision::sync::syncable;
 use crate::decision::{Decision, Unanswered};
 use crate::headers;
-use crate::identity::{self, BodyFields, Caller, IdentityConfig};
+use crate::identity::{self, AppKey, BodyFields, Caller, IdentityConfig};
 use crate::limit::{Effect, Enforcement, LimitKind, LimitRequest, Mode};
 use crate::metrics::RouteMetrics;
 use crate::metrics::delay::DelayMetrics;
-use crate::plans::PlanChoice;
+use crate::plans::{PlanChoice, PlanResolver};
 use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
 use crate::store::keys;
+use crate::top::TopOffenders;
 
 /// What a request holds while it goes on, handed on by the decision
 /// phase: its concurrency slots and its reserved costs.
@@ -55,6 +60,47 @@ pub struct Holdings {
     pub slots: Option<Slots>,
     /// Reserved costs the response settles.
     pub reservations: Option<Reservations>,
+}
+
+/// What the decision phase reads besides the request and its route: the
+/// configuration served, the plans, the limiter and what sits beside it.
+/// The gateway lends its own ([`Gateway::deciding`](super::Gateway)); an
+/// application's [`RateLimitLayer`](crate::layer) holds its own.
+#[derive(Clone, Copy)]
+pub struct Deciding<'a> {
+    /// The configuration served: callers' sections, the store's prefix.
+    pub config: &'a Config,
+    /// API key → plan.
+    pub plans: &'a PlanResolver,
+    /// Decides the limits.
+    pub limiter: &'a Limiter,
+    /// Per-caller overrides from the admin API.
+    pub overrides: &'a CallerOverrides,
+    /// The lines of `on_limit: delay`.
+    pub waiting: &'a Waiting,
+    /// Top offenders, counted per limit.
+    pub top: &'a TopOffenders,
+    /// The clock decisions are made on.
+    pub clock: &'a dyn Clock,
+}
+
+/// What deciding a request's limits came to: the decision, the slots it
+/// holds, and its instant (a delayed request's is when it was last asked).
+struct Decided {
+    decision: Decision,
+    slots: Option<Slots>,
+    now_ms: u64,
+}
+
+impl Decided {
+    /// The last decision of a wait that ends refused: it holds no slot.
+    fn refused((decision, now_ms): (Decision, u64)) -> Self {
+        Self {
+            decision,
+            slots: None,
+            now_ms,
+        }
+    }
 }
 
 /// Whom a decision is for.
@@ -77,8 +123,7 @@ pub enum Purpose<'a> {
 /// store cannot decide and the route fails closed, and
 /// [`GatewayError::Limited`] when an enforced limit denies.
 pub async fn decide<B>(
-    gw: &Gateway,
-    rt: &Snapshot,
+    d: &Deciding<'_>,
     route: &Arc<CompiledRoute>,
     req: &Request<B>,
     ex: &mut Exchange,
@@ -87,8 +132,8 @@ pub async fn decide<B>(
     if route.route.limits.is_empty() {
         return Ok(Holdings::default());
     }
-    let cfg = &rt.config;
-    let now_ms = gw.clock.now_ms();
+    let cfg = d.config;
+    let now_ms = d.clock.now_ms();
     let idc = IdentityConfig {
         client_ip: &cfg.client_ip,
         api_keys: &cfg.api_keys,
@@ -96,6 +141,9 @@ pub async fn decide<B>(
         plans_from: &cfg.plans_from,
     };
     let mut caller = identity::caller(idc, ex.peer.ip(), req.headers());
+    if let Some(AppKey(key)) = req.extensions().get() {
+        caller.user = Some(Cow::Borrowed(key.as_bytes()));
+    }
     // The body's fields, when the route's limits read them: the pipeline
     // peeked the body before this phase ([`super::body`]), a replay took
     // them from its log line.
@@ -109,12 +157,12 @@ pub async fn decide<B>(
         ex.exempt = true;
         return Ok(Holdings::default());
     }
-    let found = if gw.overrides.is_empty() {
+    let found = if d.overrides.is_empty() {
         Vec::new()
     } else {
-        gw.overrides.of(&caller, now_ms)
+        d.overrides.of(&caller, now_ms)
     };
-    let view = plan(gw, rt, route, &caller, now_ms, overrides::plan(&found)).await?;
+    let view = plan(d, route, &caller, now_ms, overrides::plan(&found)).await?;
     let view = match overrides::apply(cfg, route, view, &found) {
         Applied::Limits(v) => v,
         Applied::Exempt => {
@@ -135,8 +183,11 @@ pub async fn decide<B>(
     let metrics = ex.metrics.as_deref();
     // Timed for the request's span only: an untraced request reads no clock.
     let timer = ex.span.is_some().then(std::time::Instant::now);
-    let (decision, slots, now_ms) =
-        decide_limits(gw, route, limits, &requests, now_ms, &purpose, metrics).await;
+    let Decided {
+        decision,
+        slots,
+        now_ms,
+    } = decide_limits(d, route, limits, &requests, now_ms, &purpose, metrics).await;
     if let (Some(span), Some(t)) = (ex.span.as_mut(), timer) {
         span.store_time = Some(t.elapsed());
     }
@@ -146,7 +197,7 @@ pub async fn decide<B>(
         limits,
         &caller,
         ex.metrics.as_deref(),
-        &gw.top,
+        d.top,
     );
     if matches!(decision, Decision::Undecided(Unanswered::Unavailable)) {
         debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
@@ -194,25 +245,28 @@ fn refusal(
 /// and `purpose` is [`Purpose::Serve`], waits for them to admit it ([`wait`]). Returns the decision, the slots
 /// it holds and its instant.
 async fn decide_limits(
-    gw: &Gateway,
+    d: &Deciding<'_>,
     route: &CompiledRoute,
     limits: &[Limit],
     requests: &[LimitRequest],
     now_ms: u64,
     purpose: &Purpose<'_>,
     route_metrics: Option<&RouteMetrics>,
-) -> (Decision, Option<Slots>, u64) {
-    let (decision, slots) =
-        stages::decide(&gw.limiter, now_ms, requests, route.route.on_error).await;
+) -> Decided {
+    let (decision, slots) = stages::decide(d.limiter, now_ms, requests, route.route.on_error).await;
     match delay::budget(&decision, limits) {
         Some(budget) if matches!(purpose, Purpose::Serve) => {
             let metrics = route_metrics.map(|m| m.delay.clone());
             // Boxed, as the waits are rare: their timers and decisions
             // would otherwise sit in every request's future.
             let last = (decision, now_ms);
-            Box::pin(wait(gw, route, limits, requests, budget, last, metrics)).await
+            Box::pin(wait(d, route, limits, requests, budget, last, metrics)).await
         }
-        _ => (decision, slots, now_ms),
+        _ => Decided {
+            decision,
+            slots,
+            now_ms,
+        },
     }
 }
 
@@ -220,49 +274,53 @@ async fn decide_limits(
 /// when its limits should admit it ([`delay`]), until they do or its
 /// `max_delay` has passed. Returns the last decision and its instant.
 async fn wait(
-    gw: &Gateway,
+    d: &Deciding<'_>,
     route: &CompiledRoute,
     limits: &[Limit],
     requests: &[LimitRequest],
     (mut max, retry): (Duration, u64),
     mut last: (Decision, u64),
     metrics: Option<DelayMetrics>,
-) -> (Decision, Option<Slots>, u64) {
+) -> Decided {
     let line = requests
         .iter()
         .map(|r| r.key.as_str())
         .collect::<Vec<_>>()
         .join("\n");
-    let Some(mut place) = gw.waiting.enter(
+    let Some(mut place) = d.waiting.enter(
         &route.route.name,
         route.route.max_queue,
         line.into(),
         metrics,
     ) else {
-        return (last.0, None, last.1);
+        return Decided::refused(last);
     };
     let arrived = place.arrived();
     let earliest = delay::earliest_ms(&last.0, requests, last.1, (retry, place.ahead()));
     if Duration::from_millis(earliest) > max {
         // Its place in line puts it past `max_delay`: refused now, not
         // after the wait.
-        return (last.0, None, last.1);
+        return Decided::refused(last);
     }
     if !place.reach_head(arrived + max).await {
-        return (last.0, None, last.1);
+        return Decided::refused(last);
     }
     let mut ready = arrived + Duration::from_millis(retry);
     while ready <= arrived + max {
         tokio::time::sleep_until(ready).await;
-        let now_ms = gw.clock.now_ms();
+        let now_ms = d.clock.now_ms();
         let (decision, slots) =
-            stages::decide(&gw.limiter, now_ms, requests, route.route.on_error).await;
+            stages::decide(d.limiter, now_ms, requests, route.route.on_error).await;
         if decision.allowed() {
             place.admitted();
-            return (decision, slots, now_ms);
+            return Decided {
+                decision,
+                slots,
+                now_ms,
+            };
         }
         let Some((m, retry)) = delay::budget(&decision, limits) else {
-            return (decision, None, now_ms);
+            return Decided::refused((decision, now_ms));
         };
         max = max.min(m);
         // At least a millisecond: a store that says "now" again is asked
@@ -270,13 +328,12 @@ async fn wait(
         ready = Instant::now() + Duration::from_millis(retry.max(1));
         last = (decision, now_ms);
     }
-    (last.0, None, last.1)
+    Decided::refused(last)
 }
 
 /// The route's limits for the caller's plan, when they come from plans.
 pub(super) async fn plan(
-    gw: &Gateway,
-    rt: &Snapshot,
+    d: &Deciding<'_>,
     route: &CompiledRoute,
     caller: &Caller<'_>,
     now_ms: u64,
@@ -288,13 +345,13 @@ pub(super) async fn plan(
     // An override's plan comes before the Redis hash and the file's keys.
     // Boxed: a Redis call's future is kilobytes, and this one would
     // otherwise sit in every request's future.
-    let choice = match (chosen, &rt.config.plans_from) {
+    let choice = match (chosen, &d.config.plans_from) {
         (Some(p), _) if route.plan_views.contains_key(&p) => PlanChoice::Plan(p),
         (_, PlansFrom::ApiKey) => {
-            Box::pin(rt.plans.plan_of(caller.api_key, &gw.limiter, now_ms)).await
+            Box::pin(d.plans.plan_of(caller.api_key, d.limiter, now_ms)).await
         }
         (_, PlansFrom::Claim(_) | PlansFrom::Header(_)) => {
-            rt.plans.plan_named(caller.plan.as_deref())
+            d.plans.plan_named(caller.plan.as_deref())
         }
     };
     let view = match choice {
@@ -324,9 +381,15 @@ pub(super) fn limit_requests(
         .iter()
         .zip(suffixes)
         .map(|(l, suffix)| LimitRequest {
-            key: keys::counter_key(&cfg.store.prefix, digest, suffix, &mut scratch, |out| {
-                identity::write_key(out, &l.key, caller);
-            }),
+            // A share's identity is always a digest: its key must not
+            // depend on `readable_keys` (see `keys::is_share`).
+            key: keys::counter_key(
+                &cfg.store.prefix,
+                digest || l.share.is_some(),
+                suffix,
+                &mut scratch,
+                |out| identity::write_key(out, &l.key, caller),
+            ),
             limit: l.limit.get(),
             window_ms: l.window_ms.get(),
             cost: settle::reserve(l, route.route.cost, content_length, caller.body),

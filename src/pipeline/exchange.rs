@@ -58,7 +58,8 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    pub(super) fn new(method: Method, peer: SocketAddr) -> Self {
+    /// The record of one request from `peer`, before any phase.
+    pub fn new(method: Method, peer: SocketAddr) -> Self {
         Self {
             method,
             peer,

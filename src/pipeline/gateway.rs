@@ -13,6 +13,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Action, Config};
 use crate::decision::limiter::Limiter;
 use crate::decision::overrides::{self, CallerOverrides, Watcher};
+use crate::decision::shares;
 use crate::logs::AccessWriter;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::plans::PlanResolver;
@@ -133,8 +134,25 @@ impl Snapshot {
     }
 }
 
-/// The gateway: configuration, limiter and upstream client.
-pub struct Gateway {
+/// The gateway: configuration, limiter and upstream client, behind one
+/// `Arc`, so a clone is a handle to the same gateway. It is a
+/// [`tower::Service`] (see the pipeline's root module): hyper serves it
+/// through hyper-util's `TowerToHyperService`, and so can any tower stack.
+/// Its fields are [`Core`]'s, reached through `Deref`.
+#[derive(Clone)]
+pub struct Gateway(Arc<Core>);
+
+impl std::ops::Deref for Gateway {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.0
+    }
+}
+
+/// What a [`Gateway`] holds: the configuration now served, the limiter,
+/// the upstream client, the metrics.
+pub struct Core {
     pub(super) snapshot: ArcSwap<Snapshot>,
     pub(super) limiter: Arc<Limiter>,
     pub(super) forwarder: Forwarder,
@@ -162,6 +180,12 @@ pub struct Gateway {
 pub const BODY_BUDGET: usize = 64 * 1024 * 1024;
 
 impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")
             .field("limiter", &self.limiter)
@@ -197,7 +221,7 @@ impl Gateway {
         let limiter = Arc::new(limiter);
         let overrides = Arc::new(CallerOverrides::new(&config.store.prefix));
         let watcher = overrides::watch(Arc::clone(&overrides), Arc::clone(&limiter));
-        Ok(Self {
+        Ok(Self(Arc::new(Core {
             snapshot: ArcSwap::from_pointee(Snapshot::new(
                 config, &metrics, &forwarder, None, resolver,
             )),
@@ -212,14 +236,44 @@ impl Gateway {
             tracer,
             overrides,
             _watcher: watcher,
-        })
+        })))
     }
 
-    /// Writes an access-log line per request to `log`.
+    /// Writes an access-log line per request to `log`. Called on a gateway
+    /// just built, before it is cloned; a clone keeps the log it has.
     #[must_use]
     pub fn with_access_log(mut self, log: Option<AccessWriter>) -> Self {
-        self.access_log = log;
+        if let Some(core) = Arc::get_mut(&mut self.0) {
+            core.access_log = log;
+        }
         self
+    }
+
+    /// Checks, in a task of its own, that every process counting on the
+    /// shares now served agrees on them ([`shares`]); started with the
+    /// gateway and at each reload. Outside a Tokio runtime it checks
+    /// nothing.
+    pub fn check_shares(&self) {
+        let rt = self.snapshot.load();
+        let limits = shares::shared(
+            rt.config.routes.iter().map(|r| &r.limits[..]),
+            &rt.config.limits,
+        );
+        let Some(wait) = rt.config.store.redis.as_ref().map(|r| r.startup_wait) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !limits.is_empty() {
+            runtime.spawn(shares::check(
+                Arc::clone(&self.limiter),
+                rt.config.store.prefix.clone(),
+                limits,
+                wait,
+                Some(self.metrics.store.share_mismatches.clone()),
+            ));
+        }
     }
 
     /// Runs `f` on the configuration currently served.
@@ -284,6 +338,7 @@ impl Gateway {
             Some(&previous),
             resolver,
         )));
+        self.check_shares();
     }
 
     /// Resolves the names of pools' targets with `resolver` (the system's

@@ -33,20 +33,18 @@ use crate::limit::settle::BodyUsage;
 use crate::limit::usage::{Framing, UsageReader};
 use crate::logs::HeldLine;
 use crate::problem::GatewayError;
-use crate::proxy::{Body, BodyBytes, ClientBody, Watch};
+use crate::proxy::{Body, BodyBytes, Watch};
 
 /// A request's reservations and the count of its forwarded body bytes.
-pub(super) struct Settling {
+pub struct Settling {
     pending: Reservations,
     request_bytes: Option<BodyBytes>,
 }
 
 /// Takes the decision's reservations; counts the request's body bytes
-/// when a byte quota needs them.
-pub(super) fn prepare(
-    reservations: Option<Reservations>,
-    req: &mut Request<ClientBody>,
-) -> Option<Settling> {
+/// when a byte quota needs them (the forwarder counts them; a request
+/// handed to an application's service counts none).
+pub fn prepare<B>(reservations: Option<Reservations>, req: &mut Request<B>) -> Option<Settling> {
     let pending = reservations?;
     let request_bytes = pending.counts_request().then(|| {
         let count = BodyBytes::default();
@@ -59,34 +57,57 @@ pub(super) fn prepare(
     })
 }
 
-/// Settles what `answer` settles at once and watches its body for the
-/// rest; returns the answer.
+/// [`settle_head`] for the gateway: the watch goes on the upstream's body,
+/// or ends at once on a body the gateway made itself.
 pub(super) async fn finish(
     gw: &Gateway,
     settling: Option<Settling>,
     answer: Result<Response<Body>, GatewayError>,
 ) -> Result<Response<Body>, GatewayError> {
+    let (mut res, watch) = settle_head(&gw.limiter, &gw.clock, settling, answer).await?;
+    if let Some(mut watch) = watch {
+        match res.body_mut() {
+            Either::Left(watched) => watched.add_watch(watch),
+            // A body the gateway made itself carries nothing of the upstream's.
+            Either::Right(_) => watch.end(true),
+        }
+    }
+    Ok(res)
+}
+
+/// Settles what `answer` settles at once (a failure, a `from_header`
+/// amount); returns the answer and, when the rest waits for its body, the
+/// [`Watch`] to set on that body, which settles it at the end.
+///
+/// # Errors
+/// `answer`'s own, once a failure's byte quotas are settled.
+pub async fn settle_head<B, E>(
+    limiter: &Arc<Limiter>,
+    clock: &Arc<dyn Clock>,
+    settling: Option<Settling>,
+    answer: Result<Response<B>, E>,
+) -> Result<(Response<B>, Option<Box<dyn Watch>>), E> {
     let Some(Settling {
         mut pending,
         request_bytes,
     }) = settling
     else {
-        return answer;
+        return answer.map(|res| (res, None));
     };
     let sent = || request_bytes.as_ref().map_or(0, BodyBytes::get);
     let mut res = match answer {
         Ok(res) => res,
         Err(e) => {
-            let due = pending.failed(gw.limiter.settler(), "upstream_error", sent());
-            settle::settle(gw.limiter.settler(), gw.clock.now_ms(), due).await;
+            let due = pending.failed(limiter.settler(), "upstream_error", sent());
+            settle::settle(limiter.settler(), clock.now_ms(), due).await;
             return Err(e);
         }
     };
     pending
-        .header(gw.limiter.settler(), gw.clock.now_ms(), res.headers())
+        .header(limiter.settler(), clock.now_ms(), res.headers())
         .await;
     if !pending.waits_for_body() {
-        return Ok(res);
+        return Ok((res, None));
     }
     let readers = pending
         .body_sources()
@@ -104,22 +125,14 @@ pub(super) async fn finish(
     let watch = SettleWatch {
         late,
         pending: Some(pending),
-        limiter: Arc::clone(&gw.limiter),
-        clock: Arc::clone(&gw.clock),
+        limiter: Arc::clone(limiter),
+        clock: Arc::clone(clock),
         request_bytes,
         response_bytes: 0,
         trailers: None,
         readers,
     };
-    match res.body_mut() {
-        Either::Left(watched) => watched.add_watch(Box::new(watch)),
-        // A body the gateway made itself carries nothing of the upstream's.
-        Either::Right(_) => {
-            let mut watch = watch;
-            watch.end(true);
-        }
-    }
-    Ok(res)
+    Ok((res, Some(Box::new(watch))))
 }
 
 /// The access-log line and the span's end of a request whose cost its

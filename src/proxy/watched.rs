@@ -34,9 +34,11 @@ pub trait Watch: Send + Sync + 'static {
     fn end(&mut self, complete: bool);
 }
 
-/// An upstream's response body, with the [`Watch`]es told about it.
-pub struct Watched {
-    inner: Incoming,
+/// A response body, with the [`Watch`]es told about it: an upstream's
+/// (`Incoming`), or in an application's [`layer`](crate::layer) its inner
+/// service's, boxed.
+pub struct Watched<B = Incoming> {
+    inner: B,
     /// Empty (no allocation) for most responses.
     watches: Vec<Box<dyn Watch>>,
     /// A pool target's count of requests in flight, held until the body
@@ -45,7 +47,7 @@ pub struct Watched {
     in_flight: Option<InFlight>,
 }
 
-impl std::fmt::Debug for Watched {
+impl<B: std::fmt::Debug> std::fmt::Debug for Watched<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watched")
             .field("inner", &self.inner)
@@ -54,9 +56,9 @@ impl std::fmt::Debug for Watched {
     }
 }
 
-impl Watched {
+impl<B> Watched<B> {
     /// `inner` with nothing watching it.
-    pub fn new(inner: Incoming) -> Self {
+    pub fn new(inner: B) -> Self {
         Self {
             inner,
             watches: Vec::new(),
@@ -83,20 +85,20 @@ impl Watched {
     }
 }
 
-impl Drop for Watched {
+impl<B> Drop for Watched<B> {
     fn drop(&mut self) {
         self.end(false);
     }
 }
 
-impl Body for Watched {
+impl<B: Body<Data = Bytes> + Unpin> Body for Watched<B> {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = B::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.get_mut();
         let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
         if this.watches.is_empty() {

@@ -74,6 +74,33 @@ pub fn share_suffix(share: &str, algorithm: Algorithm) -> String {
     }
 }
 
+/// Whether `suffix` is a share's ([`share_suffix`],
+/// [`share_concurrency_suffix`]): `@` is in no route's name. A share's
+/// key is `<prefix>{<identity digest>}:@<share>[:<algorithm>]` whatever
+/// the rest of the file says (`readable_keys`, the other limits' digest
+/// length), so the gateway and an application's layer that name one share
+/// count on one key.
+pub fn is_share(suffix: &str) -> bool {
+    suffix.starts_with(":@")
+}
+
+/// Where a share's fingerprint lies in Redis: `<prefix>{@<share>}definition`,
+/// beside its counters' names, written by the first process that counts on
+/// it ([`share_fingerprint`]).
+pub fn share_definition(prefix: &str, share: &str) -> String {
+    format!("{prefix}{{@{share}}}definition")
+}
+
+/// The fingerprint of a share's definition
+/// ([`Limit::definition`](crate::config::Limit::definition)): 12
+/// characters of its digest. Processes whose fingerprints differ count one
+/// share by different numbers.
+pub fn share_fingerprint(definition: &str) -> String {
+    let mut out = String::with_capacity(IDENTITY_CHARS);
+    push_digest(&mut out, definition.as_bytes(), IDENTITY_CHARS);
+    out
+}
+
 /// `:@<share>:concurrency`: the slots of a shared concurrency limit.
 pub fn share_concurrency_suffix(share: &str) -> String {
     format!(":@{share}:concurrency")

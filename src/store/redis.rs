@@ -92,6 +92,7 @@ pub mod nodes;
 mod push;
 mod script;
 pub mod settle;
+pub mod shares;
 pub mod sync;
 pub mod topology;
 

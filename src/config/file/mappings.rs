@@ -16,11 +16,11 @@ use yaml_serde::Value;
 
 use super::leaf::{Field, Flag, Int, OneOrMany, Text, describe, tidy};
 use super::pools::UpstreamPool;
+use super::server::Server;
 use super::shape::spellings;
 use crate::config::{ClockSource, HeaderMode, KeepFrom, OnError, OnLimit};
 use crate::jwt::JwtAlgorithm;
 use crate::limit::{Algorithm, usage::Stream};
-use crate::target::EscapedSlashes;
 
 /// The whole file.
 #[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -52,6 +52,11 @@ pub struct Root {
     pub upstreams: Field<BTreeMap<String, Field<UpstreamPool>>>,
     /// `routes:`
     pub routes: Field<Vec<Field<Route>>>,
+    /// `limits:` at the top level: an application's `RateLimitLayer`
+    /// applies them to every request (the gateway's are under a route).
+    /// Left out of the JSON Schema, which describes the gateway's file.
+    #[schemars(skip)]
+    pub limits: Field<Vec<Field<Limit>>>,
     /// `server: { max_connections, backlog, max_header_size, max_uri_size, max_body_size }`
     pub server: Field<Server>,
     /// `access_log: { replay }`
@@ -243,42 +248,6 @@ pub struct Tls {
     pub cert: Field<Text>,
     /// `key: /path/to/key.pem`
     pub key: Field<Text>,
-}
-
-/// `server:` — caps on what one client may hold or send.
-#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(default, expecting = "a mapping")]
-#[schemars(deny_unknown_fields)]
-pub struct Server {
-    /// `max_connections: 10000`
-    pub max_connections: Field<Int>,
-    /// `backlog: 4096` (accept queue of each listener; capped by the kernel)
-    pub backlog: Field<Int>,
-    /// `max_header_size: 128KiB`
-    #[schemars(transform = super::shape::size)]
-    pub max_header_size: Field<Text>,
-    /// `max_uri_size: 16KiB` (path and query of the request target)
-    #[schemars(transform = super::shape::size)]
-    pub max_uri_size: Field<Text>,
-    /// `max_body_size: 10MiB`
-    #[schemars(transform = super::shape::size)]
-    pub max_body_size: Field<Text>,
-    /// `path: { normalize, merge_slashes, escaped_slashes }`
-    pub path: Field<ServerPath>,
-}
-
-/// `server.path:` — how request paths are made canonical.
-#[derive(Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(default, expecting = "a mapping")]
-#[schemars(deny_unknown_fields)]
-pub struct ServerPath {
-    /// `normalize: true` (false: route on and forward the raw path)
-    pub normalize: Field<Flag>,
-    /// `merge_slashes: true`
-    pub merge_slashes: Field<Flag>,
-    /// `escaped_slashes: reject | keep | decode`
-    #[schemars(extend("enum" = spellings(&EscapedSlashes::SPELLINGS)))]
-    pub escaped_slashes: Field<Text>,
 }
 
 /// `store:`

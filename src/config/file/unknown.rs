@@ -10,9 +10,10 @@ use yaml_serde::Value;
 use super::leaf::tidy;
 use super::mappings::{
     ApiKeys, Breaker, ClientIp, Exempt, Jwt, Limit, Match, PlanLimit, Reconnect, Redis, RedisTls,
-    Respond, Root, Route, Sentinel, Server, ServerPath, Store, Timeouts, Tracing, Users,
+    Respond, Root, Route, Sentinel, Store, Timeouts, Tracing, Users,
 };
 use super::pools::{Eject, Health, UpstreamPool};
+use super::server::{Server, ServerPath};
 use crate::config::position::{child_index, child_key};
 
 /// A key the structs do not know.

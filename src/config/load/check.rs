@@ -37,6 +37,19 @@ pub(super) struct Check<'p> {
     /// What limits need to know of the store, once `store` is checked:
     /// whether Redis is configured, and `store.redis.sync`.
     pub(super) store: StoreFacts,
+    /// Whom the file is for: the gateway (`listen` and `routes` required,
+    /// no top-level `limits`) or an application's layer (top-level
+    /// `limits` required, `listen` and `routes` not).
+    pub(super) reader: Reader,
+}
+
+/// Whom a file is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// The gateway: `tollgate run`, `check`, `simulate`.
+    Gateway,
+    /// An application's `RateLimitLayer`.
+    Layer,
 }
 
 /// The store settings a limit's `sync` is checked against.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::check::{Check, Checked, int, names, parse_timeout, spelled, text};
 use crate::config::file::{self, Field, Text};
 use crate::config::position::child_key;
-use crate::config::{AccessLog, Listen, ServerSettings, Timeouts};
+use crate::config::{AccessLog, Http1, Listen, ServerSettings, Timeouts};
 use crate::target::{EscapedSlashes, PathRules};
 
 /// What `admin` holds: the address, the token, the folder of reports.
@@ -110,6 +110,14 @@ impl Check<'_> {
             text(parse_size),
         );
         let rules = self.optional(&server.path, &child_key(path, "path"), Self::path_rules);
+        let http1 = self.optional(
+            &server.http1,
+            &child_key(path, "http1"),
+            text(|s| {
+                let table = &Http1::SPELLINGS;
+                spelled(s, table).ok_or_else(|| format!("{s:?} is not one of {}", names(table)))
+            }),
+        );
         Ok(ServerSettings {
             max_connections: max_connections?
                 .and_then(|n| usize::try_from(n).ok())
@@ -125,6 +133,7 @@ impl Check<'_> {
                 .unwrap_or(defaults.max_uri_size),
             max_body_size: max_body_size?.or(defaults.max_body_size),
             path: rules?.unwrap_or(defaults.path),
+            http1: http1?.unwrap_or(defaults.http1),
         })
     }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use super::check::{Check, Checked};
 use crate::config::position::{child_index, child_key};
-use crate::config::{KeySource, Limit, Route};
+use crate::config::{Limit, Route};
 
 /// Where a share's first limit is, and that limit.
 struct Model<'a> {
@@ -122,24 +122,5 @@ fn disagreement(limit: &Limit, model: &Limit) -> Option<(&'static str, String, S
 
 /// A key as the file writes it: `api_key | ip`, `[ip, header:x-user]`.
 fn key_text(limit: &Limit) -> String {
-    let chain = |c: &Vec<KeySource>| {
-        c.iter()
-            .map(|s| match s {
-                KeySource::Ip => "ip".to_owned(),
-                KeySource::ApiKey => "api_key".to_owned(),
-                KeySource::User => "user".to_owned(),
-                KeySource::Header(h) => format!("header:{h}"),
-                KeySource::Route => "route".to_owned(),
-                KeySource::Json(f) => format!("json:{}", f.name),
-            })
-            .collect::<Vec<_>>()
-            .join(" | ")
-    };
-    match &limit.key.parts[..] {
-        [one] => chain(one),
-        parts => format!(
-            "[{}]",
-            parts.iter().map(chain).collect::<Vec<_>>().join(", ")
-        ),
-    }
+    limit.key.to_string()
 }

@@ -1,0 +1,454 @@
+//! tollgate's limits inside an application: [`RateLimitLayer`], a
+//! [`tower::Layer`] that wraps any service of `http::Request`s (an axum
+//! router, a tonic server, a hyper-util service) with the limits a route's
+//! `limits:` are written in, on the same stores, with the same answers.
+//!
+//! The layer runs the gateway's own phases, not a copy: the caller is
+//! worked out, overrides and plans applied and the limits decided by
+//! [`decide::decide`], a refusal answered by [`refusal::response`]
+//! (429 problem+json with `Retry-After`, or `RESOURCE_EXHAUSTED` with
+//! pushback for a gRPC call), and the rate-limit headers put on every
+//! answer by [`headers::apply`]. Its limits are those of one route, named
+//! by [`Builder::name`] (`app` unless named), that takes every request.
+//!
+//! A limit with a `share:` counts on the key the gateway's limits of that
+//! share count on (see [`keys::is_share`](crate::store::keys::is_share)):
+//! with one Redis, a caller's quota is one quota whether its calls came
+//! through the gateway or straight to the application. The layer's
+//! limiter joins the instances `on_error: local` divides by (it takes
+//! traffic, so it takes a share of the limit), and follows the support
+//! API's overrides from Redis as every gateway does.
+//!
+//! The client IP needs the connection's address: the layer reads it from
+//! the request's extensions, a [`Peer`] by default, or where
+//! [`Builder::peer_from`] says (axum's `ConnectInfo<SocketAddr>`, tonic's
+//! `TcpConnectInfo`). An application names its own caller with
+//! [`Builder::key_from`]: the closure's answer stands for the user, so
+//! limits keyed `user` count by it.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Extensions, Request, Response};
+use http_body_util::{Either, Full};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::load::{self, ConfigErrors};
+use crate::config::{Action, Config, Limit, Respond, Route, StoreConfig};
+use crate::decision::limiter::Limiter;
+use crate::decision::overrides::{self, CallerOverrides, Watcher};
+use crate::decision::shares;
+use crate::grpc;
+use crate::headers;
+use crate::identity::{AppKey, Peer};
+use crate::pipeline::decide::{self, Deciding, Purpose};
+use crate::pipeline::delay::Waiting;
+use crate::pipeline::{Exchange, refusal, settle};
+use crate::plans::PlanResolver;
+use crate::proxy::{Watch, Watched};
+use crate::routing::{CompiledRoute, Router};
+use crate::store::StoreError;
+use crate::top::TopOffenders;
+
+/// Where a request's connection address is found in its extensions.
+pub type PeerFrom = Arc<dyn Fn(&Extensions) -> Option<SocketAddr> + Send + Sync>;
+
+/// The caller an application names for a request, if it names one.
+pub type KeyFrom = Arc<dyn Fn(&http::request::Parts) -> Option<Arc<str>> + Send + Sync>;
+
+/// The body of the layer's answers: the inner service's — as it is, or
+/// watched when its end releases concurrency slots or settles costs — or
+/// a refusal's.
+pub type LayerBody<B> = Either<Either<B, Watched<Pin<Box<B>>>>, Full<Bytes>>;
+
+/// Why a layer could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum LayerError {
+    /// The YAML is not a layer's configuration; every error carries its
+    /// field's path, line and column.
+    #[error("{0}")]
+    Config(#[from] ConfigErrors),
+    /// The store cannot be set up.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A limit asks for what the layer does not do.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// A layer's settings before its store is set up: from YAML
+/// ([`RateLimitLayer::from_yaml`], [`RateLimitLayer::from_file`]) or typed
+/// ([`RateLimitLayer::builder`]).
+pub struct Builder {
+    config: Config,
+    name: Arc<str>,
+    peer: PeerFrom,
+    key: Option<KeyFrom>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("limits", &self.config.limits.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Builder {
+    fn new(config: Config) -> Self {
+        Self {
+            config,
+            name: Arc::from("app"),
+            peer: Arc::new(|ext: &Extensions| ext.get::<Peer>().map(|p| p.0)),
+            key: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Adds a limit (typed: a limit as the loader makes it).
+    #[must_use]
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.config.limits.push(limit);
+        self
+    }
+
+    /// The name the layer's limits go by, as a route's name: in the
+    /// support API, the keys of limits without a share, the logs
+    /// (`app` unless named).
+    #[must_use]
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Arc::from(name);
+        self
+    }
+
+    /// Reads the connection's address with `f` (a [`Peer`] extension
+    /// otherwise); a request without one comes from `0.0.0.0`.
+    #[must_use]
+    pub fn peer_from(
+        mut self,
+        f: impl Fn(&Extensions) -> Option<SocketAddr> + Send + Sync + 'static,
+    ) -> Self {
+        self.peer = Arc::new(f);
+        self
+    }
+
+    /// Names the caller of each request with `f`: its answer counts as
+    /// the user (`key: user`).
+    #[must_use]
+    pub fn key_from(
+        mut self,
+        f: impl Fn(&http::request::Parts) -> Option<Arc<str>> + Send + Sync + 'static,
+    ) -> Self {
+        self.key = Some(Arc::new(f));
+        self
+    }
+
+    /// Decides on `clock` (the system's otherwise).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets up the store (Redis connects in the background, as the
+    /// gateway's does) and makes the layer.
+    ///
+    /// # Errors
+    /// The store cannot be set up, or a limit reads the request body or
+    /// counts its bytes ([`LayerError::Unsupported`]).
+    pub async fn build(self) -> Result<RateLimitLayer, LayerError> {
+        let Self {
+            mut config,
+            name,
+            peer,
+            key,
+            clock,
+        } = self;
+        config.routes = vec![Route {
+            name,
+            matcher: crate::config::RouteMatch::default(),
+            action: Action::Respond(Respond::default()),
+            cost: 1,
+            limits: std::mem::take(&mut config.limits),
+            on_error: None,
+            shadow: false,
+            // A route's default `max_queue`.
+            max_queue: 100,
+            cors: None,
+            request_headers: None,
+            response_headers: None,
+            exempt: config.exempt.clone(),
+        }];
+        let router = Router::new(&config);
+        let route = router.routes()[0].clone();
+        let counts_request = |l: &Limit| matches!(&l.settle, Some(crate::limit::settle::Source::Bytes(b)) if b.request());
+        if let Some(l) = route.route.limits.iter().find(|l| counts_request(l)) {
+            return Err(LayerError::Unsupported(format!(
+                "limits[{}] counts request bytes; a layer does not forward the request body to count it",
+                l.name
+            )));
+        }
+        if !route.body_reads.is_empty() {
+            return Err(LayerError::Unsupported(
+                "a limit reads the request body (a json: key or reserve); a layer's limits do not read bodies yet"
+                    .into(),
+            ));
+        }
+        let limiter = Arc::new(
+            Limiter::new(&config.store)
+                .await?
+                .with_clock(Arc::clone(&clock)),
+        );
+        let overrides = Arc::new(CallerOverrides::new(&config.store.prefix));
+        let watcher = overrides::watch(Arc::clone(&overrides), Arc::clone(&limiter));
+        let plans = PlanResolver::new(&config.api_keys, &config.plans, &config.store.prefix);
+        if let Some(redis) = &config.store.redis {
+            // The app's limits are counted beside the gateway's: a share
+            // the two define apart is told, as between gateways.
+            tokio::spawn(shares::check(
+                Arc::clone(&limiter),
+                config.store.prefix.clone(),
+                shares::shared(std::iter::empty(), &route.route.limits),
+                redis.startup_wait,
+                None,
+            ));
+        }
+        Ok(RateLimitLayer {
+            core: Arc::new(Core {
+                config,
+                route,
+                plans,
+                limiter,
+                overrides,
+                _watcher: watcher,
+                waiting: Waiting::default(),
+                top: TopOffenders::default(),
+                clock,
+                peer,
+                key,
+            }),
+        })
+    }
+}
+
+/// What every service of one layer shares.
+struct Core {
+    config: Config,
+    /// The layer's limits, compiled as a route's.
+    route: Arc<CompiledRoute>,
+    plans: PlanResolver,
+    limiter: Arc<Limiter>,
+    overrides: Arc<CallerOverrides>,
+    /// Keeps `overrides` in step with Redis; stops with the layer.
+    _watcher: Option<Watcher>,
+    waiting: Waiting,
+    top: TopOffenders,
+    clock: Arc<dyn Clock>,
+    peer: PeerFrom,
+    key: Option<KeyFrom>,
+}
+
+impl Core {
+    fn deciding(&self) -> Deciding<'_> {
+        Deciding {
+            config: &self.config,
+            plans: &self.plans,
+            limiter: &self.limiter,
+            overrides: &self.overrides,
+            waiting: &self.waiting,
+            top: &self.top,
+            clock: &*self.clock,
+        }
+    }
+}
+
+/// tollgate's limits as a [`tower::Layer`]; see the [module](self).
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("route", &self.core.route.route.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitLayer {
+    /// A layer from YAML in the gateway's spelling: a `store:`, the
+    /// caller sections its keys need (`client_ip:`, `api_keys:`, `users:`,
+    /// `plans:`, `exempt:`) and a top-level `limits:` list.
+    ///
+    /// # Errors
+    /// Every problem of the text, each with its path, line and column.
+    pub fn from_yaml(yaml: &str) -> Result<Builder, LayerError> {
+        Ok(Builder::new(load::parse_layer_str(yaml)?))
+    }
+
+    /// [`from_yaml`](Self::from_yaml) of the file at `path`.
+    ///
+    /// # Errors
+    /// The file cannot be read, or its text has problems.
+    pub fn from_file(path: &Path) -> Result<Builder, LayerError> {
+        Ok(Builder::new(load::load_layer_file(path)?))
+    }
+
+    /// A typed builder on `store`, without limits yet
+    /// ([`Builder::limit`]); callers' sections keep their defaults.
+    pub fn builder(store: StoreConfig) -> Builder {
+        let mut config = match load::parse_layer_str("limits: []") {
+            Ok(c) => c,
+            // The text above is a valid configuration.
+            Err(e) => unreachable!("the empty layer configuration: {e}"),
+        };
+        config.store = store;
+        Builder::new(config)
+    }
+
+    /// The limiter, for readiness checks.
+    pub fn limiter(&self) -> &Limiter {
+        &self.core.limiter
+    }
+}
+
+impl<S> tower::Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            core: Arc::clone(&self.core),
+        }
+    }
+}
+
+/// A service behind [`RateLimitLayer`]: the limits first, then `S`.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    core: Arc<Core>,
+}
+
+impl<S> std::fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit").finish_non_exhaustive()
+    }
+}
+
+impl<S, B, R> tower::Service<Request<B>> for RateLimit<S>
+where
+    S: tower::Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    B: Send + 'static,
+    R: http_body::Body<Data = Bytes> + Send + 'static,
+{
+    type Response = Response<LayerBody<R>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        // The clone that was driven to readiness serves this request.
+        let ready = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, ready);
+        Box::pin(limited(Arc::clone(&self.core), inner, req))
+    }
+}
+
+/// Decides `req`'s limits with the gateway's phase and answers its
+/// refusal, or calls `inner`; the rate-limit headers go on either answer.
+async fn limited<S, B, R>(
+    core: Arc<Core>,
+    mut inner: S,
+    req: Request<B>,
+) -> Result<Response<LayerBody<R>>, S::Error>
+where
+    S: tower::Service<Request<B>, Response = Response<R>>,
+    R: http_body::Body<Data = Bytes> + Send + 'static,
+{
+    // The limits read the head only; the body waits beside it, so it
+    // need not be `Sync` to cross the decision's awaits.
+    let (mut parts, body) = req.into_parts();
+    if let Some(k) = core.key.as_ref().and_then(|key| key(&parts)) {
+        parts.extensions.insert(AppKey(k));
+    }
+    let peer = (core.peer)(&parts.extensions).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+    let head = Request::from_parts(parts, ());
+    let mut ex = Exchange::new(head.method().clone(), peer);
+    ex.grpc = grpc::Kind::of(head.method(), head.headers());
+    let decided = decide::decide(
+        &core.deciding(),
+        &core.route,
+        &head,
+        &mut ex,
+        Purpose::Serve,
+    )
+    .await;
+    let mut req = Request::from_parts(head.into_parts().0, body);
+    let mut res = match decided {
+        Ok(holdings) => {
+            let settling = settle::prepare(holdings.reservations, &mut req);
+            let answer = inner.call(req).await;
+            let (res, settles) = match settling {
+                None => (answer?, None),
+                // Boxed: most requests settle nothing, and this future
+                // would otherwise grow every request's (copied into the
+                // box `call` returns) by its size.
+                settling => {
+                    Box::pin(settle::settle_head(
+                        &core.limiter,
+                        &core.clock,
+                        settling,
+                        answer,
+                    ))
+                    .await?
+                }
+            };
+            // The slots and what is left to settle go with the body, as
+            // the gateway's do: given back, settled, when it ends.
+            let slots = holdings.slots.map(|s| Box::new(s) as Box<dyn Watch>);
+            let watches: Vec<Box<dyn Watch>> = settles.into_iter().chain(slots).collect();
+            if watches.is_empty() {
+                res.map(|b| Either::Left(Either::Left(b)))
+            } else {
+                res.map(|b| {
+                    let mut watched = Watched::new(Box::pin(b));
+                    for w in watches {
+                        watched.add_watch(w);
+                    }
+                    Either::Left(Either::Right(watched))
+                })
+            }
+        }
+        Err(refusal) => refusal::response(&refusal, None, ex.grpc).map(|body| match body {
+            Either::Right(full) => Either::Right(full),
+            // A refusal's body is made here, never an upstream's.
+            Either::Left(_) => Either::Right(Full::default()),
+        }),
+    };
+    if let Some(checked) = &ex.checked {
+        headers::apply(
+            core.config.headers,
+            res.headers_mut(),
+            checked.policy_header(),
+            checked.limits(),
+            checked.decision.allowed(),
+            checked.decision.outcomes(),
+            checked.now_ms,
+        );
+    }
+    Ok(res)
+}
