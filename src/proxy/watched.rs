@@ -18,8 +18,8 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 
+use super::received::Received;
 use super::upstreams::balancer::InFlight;
 
 /// Told what a [`Watched`] body passes on.
@@ -36,7 +36,7 @@ pub trait Watch: Send + Sync + 'static {
 
 /// An upstream's response body, with the [`Watch`]es told about it.
 pub struct Watched {
-    inner: Incoming,
+    inner: Received,
     /// Empty (no allocation) for most responses.
     watches: Vec<Box<dyn Watch>>,
     /// A pool target's count of requests in flight, held until the body
@@ -56,7 +56,7 @@ impl std::fmt::Debug for Watched {
 
 impl Watched {
     /// `inner` with nothing watching it.
-    pub fn new(inner: Incoming) -> Self {
+    pub fn new(inner: Received) -> Self {
         Self {
             inner,
             watches: Vec::new(),
@@ -91,12 +91,12 @@ impl Drop for Watched {
 
 impl Body for Watched {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
         if this.watches.is_empty() {
