@@ -41,13 +41,13 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tokio_rustls::rustls::ClientConfig;
 
+use crate::config::{Http1, TargetScheme, Timeouts, Upstream, UpstreamPool};
+use crate::problem::GatewayError;
 use bytes::Bytes;
 use http::header::{CONNECTION, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION, TE};
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
-use crate::config::{Http1, TargetScheme, Timeouts, Upstream, UpstreamPool};
-use crate::problem::GatewayError;
 
 mod body;
 mod client;
@@ -67,10 +67,10 @@ use client::{UpstreamClient, build_client};
 pub use counted::BodyBytes;
 pub use keepalive::{ConnSettings, KeepAlive};
 pub use peek::{PeekBudget, peek};
+pub use received::Received;
 pub use upstreams::balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
 pub use upstreams::tries::Answered;
 use upstreams::{health, resolve, tries};
-pub use received::Received;
 pub use watched::{Watch, Watched};
 
 /// Body of every response the gateway sends: streamed from an upstream

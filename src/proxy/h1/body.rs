@@ -23,17 +23,25 @@ pub struct NativeBody {
     decoder: Decoder,
     keep_alive: bool,
     idle: Arc<IdleConns>,
+    /// A failure held back for one poll (see [`NativeBody::fail`]).
+    failed: Option<NativeError>,
 }
 
 impl NativeBody {
     /// The body framed as `framing` on `conn`; a body without bytes gives
     /// the connection back at once.
-    pub fn new(conn: Box<Conn>, framing: Delimited, keep_alive: bool, idle: &Arc<IdleConns>) -> Self {
+    pub fn new(
+        conn: Box<Conn>,
+        framing: Delimited,
+        keep_alive: bool,
+        idle: &Arc<IdleConns>,
+    ) -> Self {
         let mut body = Self {
             conn: Some(conn),
             decoder: Decoder::new(framing),
             keep_alive,
             idle: Arc::clone(idle),
+            failed: None,
         };
         if body.decoder.is_done() {
             body.release();
@@ -55,6 +63,25 @@ impl NativeBody {
     }
 }
 
+impl NativeBody {
+    /// The body failed: the connection is closed, and the failure is
+    /// returned on the next poll, not this one. The one poll between lets
+    /// the server write what it holds of the response (its head, the bytes
+    /// that came) before the failure aborts it, so a client sees a body cut
+    /// short rather than no response — as with hyper's client, whose
+    /// failure reaches the body one channel hop later.
+    fn fail(
+        &mut self,
+        e: NativeError,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, NativeError>>> {
+        self.conn = None;
+        self.failed = Some(e);
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
 impl Body for NativeBody {
     type Data = Bytes;
     type Error = NativeError;
@@ -64,6 +91,9 @@ impl Body for NativeBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, NativeError>>> {
         let this = self.get_mut();
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
         loop {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
@@ -72,10 +102,7 @@ impl Body for NativeBody {
                 Ok(Decoded::More) => match ready!(conn.poll_fill(cx)) {
                     Ok(0) => this.decoder.eof(),
                     Ok(_) => continue,
-                    Err(e) => {
-                        this.conn = None;
-                        return Poll::Ready(Some(Err(e.into())));
-                    }
+                    Err(e) => return this.fail(e.into(), cx),
                 },
                 other => other,
             };
@@ -87,10 +114,7 @@ impl Body for NativeBody {
                     return Poll::Ready(None);
                 }
                 Ok(Decoded::More) => continue,
-                Err(e) => {
-                    this.conn = None;
-                    return Poll::Ready(Some(Err(e.into())));
-                }
+                Err(e) => return this.fail(e.into(), cx),
             };
             if this.decoder.is_done() {
                 this.release();
@@ -100,7 +124,7 @@ impl Body for NativeBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.conn.is_none() || self.decoder.is_done()
+        self.failed.is_none() && (self.conn.is_none() || self.decoder.is_done())
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -168,8 +168,8 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
     for f in &raw.fields {
-        let name = HeaderName::from_bytes(&bytes[f.name.0..f.name.1])
-            .map_err(|_| HeadError::Field)?;
+        let name =
+            HeaderName::from_bytes(&bytes[f.name.0..f.name.1]).map_err(|_| HeadError::Field)?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(f.value.0..f.value.1))
             .map_err(|_| HeadError::Field)?;
         if name == CONNECTION {

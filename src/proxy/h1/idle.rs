@@ -117,10 +117,7 @@ async fn send_fresh(
     bytes: Vec<u8>,
     method: &http::Method,
 ) -> Result<Response<NativeBody>, SendError> {
-    let io = dial
-        .tcp()
-        .await
-        .map_err(|e| SendError::Failed(e.into()))?;
+    let io = dial.tcp().await.map_err(|e| SendError::Failed(e.into()))?;
     match resend(Conn::new(io), bytes, method, idle).await {
         Ok(res) => Ok(res),
         Err(Miss::Failed { error, .. } | Miss::Unsent(_, error)) => {
