@@ -1,9 +1,9 @@
 //! Forwarding to upstreams: request rewriting, hop-by-hop removal and the
 //! pooled HTTP client.
 //!
-//! Bodies are never buffered: the client's `Incoming` body is handed to the
-//! upstream request and the upstream's `Incoming` body is handed back to the
-//! client, so both directions stream with hyper's back-pressure. The request
+//! Bodies are never buffered: the client's body is handed to the upstream
+//! request and the upstream's ([`Received`]) is handed back to the client,
+//! so both directions stream with back-pressure. The request
 //! body is wrapped in [`UpstreamBody`], so a body past `server.max_body_size`
 //! that was not announced by `Content-Length` is cut off while it streams
 //! and answered 413, and a client body that fails on the way (malformed
@@ -11,7 +11,8 @@
 //! client's fault, not the upstream's.
 //!
 //! How an upstream is spoken to follows its URL's scheme ([`Protocol`]):
-//! `http://` over HTTP/1.1 on the route's own [`KeepAlive`] connections, `h2c://` over
+//! `http://` over HTTP/1.1 on the route's own [`KeepAlive`] connections
+//! (hyper's client, or tollgate's own under `server.http1: native`), `h2c://` over
 //! cleartext HTTP/2 with prior knowledge (hyper-util's client, one
 //! multiplexed connection per upstream), `https://` through hyper-rustls:
 //! SNI and certificate checks against the upstream's host name, the webpki

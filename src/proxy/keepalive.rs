@@ -29,6 +29,11 @@
 //! timeouts so the race is rare, or as soon as the upstream closes them; at
 //! most [`MAX_IDLE`] are kept. https upstreams and routes that pass
 //! upgrades through keep the general client (TLS, ALPN, HTTP/2, upgrades).
+//!
+//! Under `server.http1: native` the same connections are tollgate's own
+//! ([`super::h1`]), kept by the same rules: the exchange runs on the
+//! sending task, and a connection goes back when its response body ends
+//! rather than when its head arrives.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
