@@ -17,8 +17,9 @@ the same at `sample_ratio: 0.01`.
 One client connection sends requests one after another (as `wrk -t1
 -c1`); after a warm-up, `callgrind_control --zero`, N requests (default
 2000), `callgrind_control --dump`: the whole process's instructions
-divided by N. Needs valgrind, and redis-server for `redis`. See
-docs/performance.md."""
+divided by N. Needs valgrind, and redis-server for `redis`. With
+HTTP1=native in the environment the gateway runs `server: { http1: native }`.
+See docs/performance.md."""
 import os, socket, subprocess, sys, time, threading, glob, re, tempfile
 BIN, MODE = os.path.abspath(sys.argv[1]), sys.argv[2]
 N = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
@@ -85,8 +86,9 @@ if MODE in ("traced", "sampled"):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     ratio = 1 if MODE == "traced" else 0.01
     tracing = "tracing: { otlp_endpoint: \"http://127.0.0.1:%d\", sample_ratio: %s }" % (cp, ratio)
+server = "server: { http1: native }\n" if os.environ.get("HTTP1") == "native" else ""
 cfg = f"""listen: 127.0.0.1:{gw}
-{store}
+{server}{store}
 {pools}{tracing}
 routes:
   - name: api

@@ -1,9 +1,9 @@
 //! Forwarding to upstreams: request rewriting, hop-by-hop removal and the
 //! pooled HTTP client.
 //!
-//! Bodies are never buffered: the client's `Incoming` body is handed to the
-//! upstream request and the upstream's `Incoming` body is handed back to the
-//! client, so both directions stream with hyper's back-pressure. The request
+//! Bodies are never buffered: the client's body is handed to the upstream
+//! request and the upstream's ([`Received`]) is handed back to the client,
+//! so both directions stream with back-pressure. The request
 //! body is wrapped in [`UpstreamBody`], so a body past `server.max_body_size`
 //! that was not announced by `Content-Length` is cut off while it streams
 //! and answered 413, and a client body that fails on the way (malformed
@@ -11,7 +11,8 @@
 //! client's fault, not the upstream's.
 //!
 //! How an upstream is spoken to follows its URL's scheme ([`Protocol`]):
-//! `http://` over HTTP/1.1 on the route's own [`KeepAlive`] connections, `h2c://` over
+//! `http://` over HTTP/1.1 on the route's own [`KeepAlive`] connections
+//! (hyper's client, or tollgate's own under `server.http1: native`), `h2c://` over
 //! cleartext HTTP/2 with prior knowledge (hyper-util's client, one
 //! multiplexed connection per upstream), `https://` through hyper-rustls:
 //! SNI and certificate checks against the upstream's host name, the webpki
@@ -41,22 +42,23 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tokio_rustls::rustls::ClientConfig;
 
+use crate::config::{Http1, TargetScheme, Timeouts, Upstream, UpstreamPool};
+use crate::problem::GatewayError;
 use bytes::Bytes;
 use http::header::{CONNECTION, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION, TE};
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
-
-use crate::config::{TargetScheme, Timeouts, Upstream, UpstreamPool};
-use crate::problem::GatewayError;
 
 mod body;
 mod client;
 mod counted;
+pub mod dial;
+pub mod h1;
 pub mod io;
 mod keepalive;
 mod peek;
+mod received;
 pub mod rules;
 pub mod upstreams;
 mod watched;
@@ -64,8 +66,9 @@ pub use body::{ClientBody, ClientBodyError, Replay, UpstreamBody};
 use body::{error_chain, failed};
 use client::{UpstreamClient, build_client};
 pub use counted::BodyBytes;
-pub use keepalive::KeepAlive;
+pub use keepalive::{ConnSettings, KeepAlive};
 pub use peek::{PeekBudget, peek};
+pub use received::Received;
 pub use upstreams::balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
 pub use upstreams::tries::Answered;
 use upstreams::{health, resolve, tries};
@@ -407,14 +410,17 @@ pub struct Forwarder {
     custom: Arc<ArcSwap<Vec<CustomClient>>>,
     connect_timeout: Duration,
     idle_timeout: Duration,
+    /// Whose client speaks to pools' plain `http://` targets.
+    http1: Http1,
 }
 
 impl Forwarder {
-    /// A client with the connect and idle timeouts of `timeouts`.
+    /// A client with the connect and idle timeouts of `timeouts`, speaking
+    /// to pools' plain `http://` targets with `http1`'s client.
     ///
     /// # Errors
     /// The TLS settings for https upstreams cannot be built.
-    pub fn new(timeouts: &Timeouts) -> Result<Self, crate::tls::TlsError> {
+    pub fn new(timeouts: &Timeouts, http1: Http1) -> Result<Self, crate::tls::TlsError> {
         let tls = crate::tls::client_config(None)?;
         Ok(Self {
             client: build_client(
@@ -432,6 +438,7 @@ impl Forwarder {
             custom: Arc::default(),
             connect_timeout: timeouts.upstream_connect,
             idle_timeout: timeouts.upstream_idle,
+            http1,
         })
     }
 
@@ -490,7 +497,7 @@ impl Forwarder {
         upstream: &Upstream,
         conns: Option<&KeepAlive>,
         max_body: Option<u64>,
-    ) -> Result<Response<Incoming>, GatewayError> {
+    ) -> Result<Response<Received>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
         let (timeout, deadline) = match req.extensions().get::<Deadline>() {
             None => (upstream.timeout, None),
@@ -524,10 +531,10 @@ impl Forwarder {
                 }
                 match tokio::time::timeout(timeout, conns.send(req)).await {
                     Err(_) => Err(expired()),
-                    Ok(Err(keepalive::SendError::Connect(e, _))) => {
+                    Ok(Err(dial::SendError::Connect(e, _))) => {
                         Err(GatewayError::UpstreamConnect(e))
                     }
-                    Ok(Err(keepalive::SendError::Failed(e))) => Err(failed(&e, None)),
+                    Ok(Err(dial::SendError::Failed(e))) => Err(failed(&*e, None)),
                     Ok(Ok(res)) => Ok(res),
                 }
             }
@@ -544,7 +551,7 @@ impl Forwarder {
                         Err(GatewayError::UpstreamConnect(error_chain(&e)))
                     }
                     Ok(Err(e)) => Err(failed(&e, fault.as_deref())),
-                    Ok(Ok(res)) => Ok(res),
+                    Ok(Ok(res)) => Ok(res.map(Received::hyper)),
                 }
             }
         };
@@ -576,7 +583,7 @@ impl Forwarder {
         key: Option<u64>,
         max_body: Option<u64>,
         sent: Instant,
-    ) -> Result<(Response<Incoming>, Answered), GatewayError> {
+    ) -> Result<(Response<Received>, Answered), GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
         let req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
         let client = self.pool_client(&balancer.config);
@@ -627,8 +634,11 @@ impl Forwarder {
         let b = Arc::new(Balancer::new(
             pool,
             previous,
-            self.connect_timeout,
-            self.idle_timeout,
+            ConnSettings {
+                connect_timeout: self.connect_timeout,
+                idle_timeout: self.idle_timeout,
+                http1: self.http1,
+            },
             Some(&metrics.targets),
         ));
         let health: std::sync::Weak<dyn crate::metrics::targets::PoolHealth> =
@@ -655,16 +665,20 @@ fn poll_out_of_line<F: Future>(
 }
 
 /// The kept-alive connections for `upstream` when it takes that HTTP/1.1
-/// path: a plain `http://` upstream whose route does not pass upgrades.
-pub fn keep_alive(upstream: &Upstream, timeouts: &Timeouts) -> Option<KeepAlive> {
+/// path: a plain `http://` upstream whose route does not pass upgrades,
+/// spoken to by `http1`'s client.
+pub fn keep_alive(upstream: &Upstream, timeouts: &Timeouts, http1: Http1) -> Option<KeepAlive> {
     if upstream.upgrade || Protocol::of(&upstream.uri) != Protocol::Http1 {
         return None;
     }
     let authority = upstream.uri.authority()?.clone();
     Some(KeepAlive::new(
         authority,
-        timeouts.upstream_connect,
-        timeouts.upstream_idle,
+        ConnSettings {
+            connect_timeout: timeouts.upstream_connect,
+            idle_timeout: timeouts.upstream_idle,
+            http1,
+        },
     ))
 }
 

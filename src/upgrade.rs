@@ -19,7 +19,6 @@
 
 use http::header::{CONNECTION, UPGRADE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tracing::debug;
@@ -84,7 +83,7 @@ impl Pending {
     /// When the upstream switched protocols, joins the two connections on a
     /// task of their own and restores the upgrade headers on the `101`
     /// going to the client. Any other answer is passed on as it is.
-    pub fn finish(self, res: &mut Response<Incoming>) {
+    pub fn finish<B>(self, res: &mut Response<B>) {
         if res.status() != StatusCode::SWITCHING_PROTOCOLS {
             return;
         }

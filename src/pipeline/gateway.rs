@@ -110,7 +110,7 @@ impl Snapshot {
                 if up.pool.is_some() {
                     return None;
                 }
-                let conns = proxy::keep_alive(up, &config.timeouts)?;
+                let conns = proxy::keep_alive(up, &config.timeouts, config.server.http1)?;
                 let key = conns.authority().as_str().to_ascii_lowercase();
                 if let Some((_, p)) = shared.iter().find(|(k, _)| *k == key) {
                     return Some(p.clone());
@@ -212,7 +212,7 @@ impl Gateway {
             .await?
             .with_metrics(metrics.store.clone())
             .with_clock(Arc::clone(&clock));
-        let forwarder = Forwarder::new(&config.timeouts)?;
+        let forwarder = Forwarder::new(&config.timeouts, config.server.http1)?;
         let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
         let tracer = match &config.tracing {
             Some(t) => Some(Arc::new(Tracer::start(t, metrics.spans.clone())?)),

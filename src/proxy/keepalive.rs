@@ -29,6 +29,11 @@
 //! timeouts so the race is rare, or as soon as the upstream closes them; at
 //! most [`MAX_IDLE`] are kept. https upstreams and routes that pass
 //! upgrades through keep the general client (TLS, ALPN, HTTP/2, upgrades).
+//!
+//! Under `server.http1: native` the same connections are tollgate's own
+//! ([`super::h1`]), kept by the same rules: the exchange runs on the
+//! sending task, and a connection goes back when its response body ends
+//! rather than when its head arrives.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,29 +42,19 @@ use std::time::{Duration, Instant};
 
 use http::uri::Authority;
 use http::{Request, Response};
-use http_body::Body as _;
-use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tracing::debug;
 
 use super::body::UpstreamBody;
+use super::dial::{Dial, SendError, copy_head, replayable};
+use super::h1::{self, IdleConns};
 use super::io::{Observed, Observer};
+use super::received::Received;
+use crate::config::Http1;
 
 /// Idle connections kept per upstream.
 pub const MAX_IDLE: usize = 256;
-
-/// Why a request could not be exchanged.
-#[derive(Debug)]
-pub enum SendError {
-    /// No connection could be made, or a new one failed before a byte of
-    /// the request was written: nothing reached the upstream, and the
-    /// request comes back to be sent elsewhere.
-    Connect(String, Box<Request<UpstreamBody>>),
-    /// The exchange failed after the request was handed to a connection.
-    Failed(hyper::Error),
-}
 
 /// What follows a request a connection gave back ([`KeepAlive::missed`]).
 enum Missed {
@@ -84,60 +79,68 @@ struct Idle {
     since: Instant,
 }
 
+/// How connections to an upstream are made and kept.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnSettings {
+    /// How long a connect may take.
+    pub connect_timeout: Duration,
+    /// How long an idle connection may be kept.
+    pub idle_timeout: Duration,
+    /// Whose HTTP/1.1 client speaks on them.
+    pub http1: Http1,
+}
+
 /// The connections to one upstream.
 pub struct KeepAlive {
-    authority: Authority,
-    /// The address connections go to; `None` resolves the authority's host
-    /// on each connect.
-    addr: Option<SocketAddr>,
-    connect_timeout: Duration,
+    dial: Dial,
     idle_timeout: Duration,
+    /// hyper's connections (`server.http1: hyper`).
     idle: Mutex<Vec<Idle>>,
+    /// tollgate's own (`server.http1: native`).
+    native: Option<Arc<IdleConns>>,
 }
 
 impl std::fmt::Debug for KeepAlive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeepAlive")
-            .field("authority", &self.authority)
+            .field("authority", &self.dial.authority)
             .finish_non_exhaustive()
     }
 }
 
 impl KeepAlive {
-    /// No connections yet to the upstream at `authority` (`host:port`) whose
-    /// connections are not reused after `idle_timeout` without a request.
-    pub fn new(authority: Authority, connect_timeout: Duration, idle_timeout: Duration) -> Self {
+    /// No connections yet to the upstream at `authority` (`host:port`),
+    /// made and kept as `settings` say.
+    pub fn new(authority: Authority, settings: ConnSettings) -> Self {
         Self {
-            authority,
-            addr: None,
-            connect_timeout,
-            idle_timeout,
+            dial: Dial {
+                authority,
+                addr: None,
+                timeout: settings.connect_timeout,
+            },
+            idle_timeout: settings.idle_timeout,
             idle: Mutex::new(Vec::new()),
+            native: (settings.http1 == Http1::Native)
+                .then(|| Arc::new(IdleConns::new(settings.idle_timeout))),
         }
     }
 
     /// The connections to one resolved address of `authority` (a pool's target).
-    pub fn to_addr(
-        authority: Authority,
-        addr: SocketAddr,
-        connect_timeout: Duration,
-        idle_timeout: Duration,
-    ) -> Self {
-        Self {
-            addr: Some(addr),
-            ..Self::new(authority, connect_timeout, idle_timeout)
-        }
+    pub fn to_addr(authority: Authority, addr: SocketAddr, settings: ConnSettings) -> Self {
+        let mut conns = Self::new(authority, settings);
+        conns.dial.addr = Some(addr);
+        conns
     }
 
     /// The upstream's `host:port`.
     pub fn authority(&self) -> &Authority {
-        &self.authority
+        &self.dial.authority
     }
 
     /// Sends `req` (origin-form URI, `Host` set) on a pooled connection or
     /// a new one, and waits for the response head. See the module docs for
     /// when a request is sent again.
-    pub async fn send(&self, req: Request<UpstreamBody>) -> Result<Response<Incoming>, SendError> {
+    pub async fn send(&self, req: Request<UpstreamBody>) -> Result<Response<Received>, SendError> {
         self.send_with(req, None).await
     }
 
@@ -147,9 +150,27 @@ impl KeepAlive {
     /// of a copy made for every request.
     pub async fn send_with(
         &self,
+        req: Request<UpstreamBody>,
+        spare: Option<&Request<UpstreamBody>>,
+    ) -> Result<Response<Received>, SendError> {
+        match &self.native {
+            // The native client sends a request again from its bytes, and
+            // needs no spare.
+            Some(idle) => h1::send(&self.dial, idle, req)
+                .await
+                .map(|res| res.map(Received::native)),
+            None => self
+                .send_hyper(req, spare)
+                .await
+                .map(|res| res.map(Received::hyper)),
+        }
+    }
+
+    async fn send_hyper(
+        &self,
         mut req: Request<UpstreamBody>,
         spare: Option<&Request<UpstreamBody>>,
-    ) -> Result<Response<Incoming>, SendError> {
+    ) -> Result<Response<hyper::body::Incoming>, SendError> {
         loop {
             let (conn, reused) = match self.take() {
                 Some(c) => (c, true),
@@ -202,7 +223,7 @@ impl KeepAlive {
             Some(back) => {
                 let e = e.into_error();
                 Missed::Failed(SendError::Connect(
-                    format!("{}: {e}", self.authority),
+                    format!("{}: {e}", self.dial.authority),
                     Box::new(back),
                 ))
             }
@@ -214,13 +235,13 @@ impl KeepAlive {
                     // `is_user`: the failure was the request's own.
                     Some(head) if unanswered && !e.is_user() => {
                         debug!(
-                            upstream = %self.authority,
+                            upstream = %self.dial.authority,
                             error = %e,
                             "a reused connection failed before answering; sending the request again on a new one"
                         );
                         Missed::Fresh(head)
                     }
-                    _ => Missed::Failed(SendError::Failed(e)),
+                    _ => Missed::Failed(SendError::Failed(Box::new(e))),
                 }
             }
         }
@@ -230,7 +251,7 @@ impl KeepAlive {
     async fn send_fresh(
         &self,
         req: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, SendError> {
+    ) -> Result<Response<hyper::body::Incoming>, SendError> {
         let Conn { mut sender, read } = match self.connect().await {
             Ok(c) => c,
             Err(e) => return Err(SendError::Connect(e, Box::new(req))),
@@ -240,7 +261,7 @@ impl KeepAlive {
                 self.put(Conn { sender, read });
                 Ok(res)
             }
-            Err(e) => Err(SendError::Failed(e)),
+            Err(e) => Err(SendError::Failed(Box::new(e))),
         }
     }
 
@@ -286,31 +307,7 @@ impl KeepAlive {
     }
 
     async fn connect(&self) -> Result<Conn, String> {
-        let host = self.authority.host();
-        // `[::1]` in a URI is `::1` to the resolver.
-        let host = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        let port = self.authority.port_u16().unwrap_or(80);
-        let connecting = async {
-            match self.addr {
-                Some(addr) => TcpStream::connect(addr).await,
-                None => TcpStream::connect((host, port)).await,
-            }
-        };
-        let stream = match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(format!("{}: {e}", self.describe())),
-            Err(_) => {
-                return Err(format!(
-                    "{}: connect timed out after {:?}",
-                    self.describe(),
-                    self.connect_timeout
-                ));
-            }
-        };
-        let _ = stream.set_nodelay(true);
+        let stream = self.dial.tcp().await?;
         let read = Arc::new(AtomicU64::new(0));
         let stream = Observed {
             inner: stream,
@@ -319,7 +316,7 @@ impl KeepAlive {
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| format!("{}: {e}", self.describe()))?;
+            .map_err(|e| format!("{}: {e}", self.dial.describe()))?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 debug!(error = %e, "upstream connection ended with an error");
@@ -327,34 +324,6 @@ impl KeepAlive {
         });
         Ok(Conn { sender, read })
     }
-
-    /// The authority, and the address when it is pinned to one.
-    fn describe(&self) -> String {
-        match self.addr {
-            Some(addr) if addr.to_string() != self.authority.as_str() => {
-                format!("{} ({addr})", self.authority)
-            }
-            _ => self.authority.to_string(),
-        }
-    }
-}
-
-/// Whether `req` may be sent a second time: an idempotent method (GET,
-/// HEAD, OPTIONS, TRACE, PUT, DELETE; RFC 9110 §9.2.2) and no body, so
-/// there is nothing that was consumed by the first attempt.
-pub fn replayable(req: &Request<UpstreamBody>) -> bool {
-    req.method().is_idempotent() && req.body().is_end_stream()
-}
-
-/// The head of `req` with an empty body, to send again. Extensions are not
-/// copied: the HTTP/1.1 client reads none.
-pub fn copy_head(req: &Request<UpstreamBody>) -> Request<UpstreamBody> {
-    let mut head = Request::new(UpstreamBody::empty());
-    *head.method_mut() = req.method().clone();
-    *head.uri_mut() = req.uri().clone();
-    *head.version_mut() = req.version();
-    *head.headers_mut() = req.headers().clone();
-    head
 }
 
 /// Counts the bytes a pooled connection has read.

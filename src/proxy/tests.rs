@@ -66,7 +66,7 @@ fn h2c_upstreams_are_http_on_the_wire_and_addressed_by_their_name() {
         pool: None,
     };
     assert_eq!(Protocol::of(&up.uri), Protocol::H2c);
-    assert!(keep_alive(&up, &Timeouts::default()).is_none());
+    assert!(keep_alive(&up, &Timeouts::default(), crate::config::Http1::Hyper).is_none());
     let user = HeaderName::from_static("x-user");
     let hop = Hop {
         peer: "1.2.3.4".parse().unwrap(),

@@ -18,8 +18,8 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 
+use super::received::Received;
 use super::upstreams::balancer::InFlight;
 
 /// Told what a [`Watched`] body passes on.
@@ -35,9 +35,9 @@ pub trait Watch: Send + Sync + 'static {
 }
 
 /// A response body, with the [`Watch`]es told about it: an upstream's
-/// (`Incoming`), or in an application's [`layer`](crate::layer) its inner
+/// (`Received`: hyper's `Incoming` or the native client's body), or in an application's [`layer`](crate::layer) its inner
 /// service's, boxed.
-pub struct Watched<B = Incoming> {
+pub struct Watched<B = Received> {
     inner: B,
     /// Empty (no allocation) for most responses.
     watches: Vec<Box<dyn Watch>>,

@@ -440,9 +440,13 @@ pub fn free_port() -> u16 {
 /// connected gateway — as the binary's "redis not reachable at startup"
 /// warning does.
 pub async fn start_connected(
-    config: tollgate::config::Config,
+    mut config: tollgate::config::Config,
     serve: tollgate::server::Serve,
 ) -> tollgate::server::Started {
+    // `TOLLGATE_TEST_HTTP1=native` runs the suite on tollgate's own HTTP/1.1.
+    if std::env::var("TOLLGATE_TEST_HTTP1").as_deref() == Ok("native") {
+        config.server.http1 = tollgate::config::Http1::Native;
+    }
     let started = tollgate::server::start(config, serve)
         .await
         .expect("gateway starts");

@@ -43,7 +43,7 @@ use tokio::sync::Notify;
 use super::budget::RetryBudget;
 use crate::config::{Balance, PoolTarget, TargetScheme, UpstreamPool};
 use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryEnd};
-use crate::proxy::keepalive::KeepAlive;
+use crate::proxy::keepalive::{ConnSettings, KeepAlive};
 
 /// Ring points per unit of weight for `balance: hash`.
 const POINTS_PER_WEIGHT: usize = 160;
@@ -245,8 +245,7 @@ pub struct Balancer {
     budget: RetryBudget,
     /// Wakes the resolver task (a connect failure asks for a fresh look).
     pub(super) resolve_now: Notify,
-    connect_timeout: Duration,
-    idle_timeout: Duration,
+    conn_settings: ConnSettings,
     /// Each target's series, by target index (empty without metrics).
     metrics: Vec<TargetMetrics>,
 }
@@ -269,8 +268,7 @@ impl Balancer {
     pub fn new(
         config: Arc<UpstreamPool>,
         previous: Option<&Self>,
-        connect_timeout: Duration,
-        idle_timeout: Duration,
+        conn_settings: ConnSettings,
         metrics: Option<&TargetFamilies>,
     ) -> Self {
         let metrics = metrics.map_or_else(Vec::new, |m| {
@@ -295,8 +293,7 @@ impl Balancer {
             // 10 s, with a floor of 10 retries a second.
             budget: RetryBudget::new(Duration::from_secs(10), 10, 0.2),
             resolve_now: Notify::new(),
-            connect_timeout,
-            idle_timeout,
+            conn_settings,
             metrics,
             config,
         };
@@ -404,8 +401,7 @@ impl Balancer {
             (TargetScheme::Http, Some(addr)) => Some(KeepAlive::to_addr(
                 t.authority.clone(),
                 addr,
-                self.connect_timeout,
-                self.idle_timeout,
+                self.conn_settings,
             )),
             _ => None,
         }

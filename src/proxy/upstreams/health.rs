@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use super::balancer::{Balancer, Endpoint};
 use crate::proxy::body::UpstreamBody;
 use crate::proxy::client::UpstreamClient;
-use crate::proxy::keepalive::SendError;
+use crate::proxy::dial::SendError;
 
 /// Checks `balancer`'s endpoints while it lives; `https` is the client for
 /// `https://` targets.

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use http::header::HOST;
 use http::uri::{Parts, PathAndQuery, Scheme};
 use http::{HeaderValue, Request, Response, Uri};
-use hyper::body::Incoming;
 use tracing::debug;
 
 use super::balancer::{Balancer, Endpoint, InFlight, Tried, mark_tried};
@@ -34,7 +33,8 @@ use crate::metrics::targets::TryEnd;
 use crate::problem::GatewayError;
 use crate::proxy::body::{UpstreamBody, error_chain, failed};
 use crate::proxy::client::UpstreamClient;
-use crate::proxy::keepalive::{SendError, copy_head, replayable};
+use crate::proxy::dial::{SendError, copy_head, replayable};
+use crate::proxy::received::Received;
 
 /// Which try answered, for the access log and the metrics; holds the
 /// answering target's in-flight count until the response body ends.
@@ -54,7 +54,7 @@ pub struct Answered {
 }
 
 /// How one try ended: a response head arrived, or it missed.
-type Try = Result<Response<Incoming>, Miss>;
+type Try = Result<Response<Received>, Miss>;
 
 /// How a try missed.
 enum Miss {
@@ -88,7 +88,7 @@ pub async fn send(
     key: Option<u64>,
     timeout: Duration,
     sent: Instant,
-) -> Result<(Response<Incoming>, Answered), GatewayError> {
+) -> Result<(Response<Received>, Answered), GatewayError> {
     let picked = match https {
         None => b.pick(key, &Tried::new()),
         Some(_) => None,
@@ -150,7 +150,7 @@ async fn send_all(
     key: Option<u64>,
     timeout: Duration,
     sent: Instant,
-) -> Result<(Response<Incoming>, Answered), GatewayError> {
+) -> Result<(Response<Received>, Answered), GatewayError> {
     let cfg = &b.config;
     let mut start = sent;
     let deadline = sent + timeout;
@@ -223,7 +223,7 @@ impl Tries<'_> {
         mut again: Option<Request<UpstreamBody>>,
         https: Option<&UpstreamClient>,
         sent: Instant,
-    ) -> Result<(Response<Incoming>, Answered), GatewayError> {
+    ) -> Result<(Response<Received>, Answered), GatewayError> {
         let cfg = &self.b.config;
         loop {
             let req = self.after(miss, &e, again)?;
@@ -344,13 +344,13 @@ impl Tries<'_> {
 /// what the caller is told. One clock read for both.
 fn answer(
     b: &Balancer,
-    res: Response<Incoming>,
+    res: Response<Received>,
     e: &Endpoint,
     in_flight: InFlight,
     tries: u32,
     started: Instant,
     sent: Instant,
-) -> (Response<Incoming>, Answered) {
+) -> (Response<Received>, Answered) {
     let now = Instant::now();
     record_answer(b, e, res.status(), now.saturating_duration_since(started));
     let answered = Answered {
@@ -376,7 +376,7 @@ fn no_client(target: &PoolTarget) -> Miss {
 fn missed(err: SendError) -> Miss {
     match err {
         SendError::Connect(message, back) => Miss::Unsent(message, Some(back)),
-        SendError::Failed(err) => Miss::Failed(failed(&err, None)),
+        SendError::Failed(err) => Miss::Failed(failed(&*err, None)),
     }
 }
 
@@ -464,7 +464,7 @@ async fn one_try(
                 Err(_) => Err(Miss::Failed(GatewayError::UpstreamTimeout(bound))),
                 Ok(Err(err)) if err.is_connect() => Err(Miss::Unsent(error_chain(&err), None)),
                 Ok(Err(err)) => Err(Miss::Failed(failed(&err, fault.as_deref()))),
-                Ok(Ok(res)) => Ok(res),
+                Ok(Ok(res)) => Ok(res.map(Received::hyper)),
             }
         }
         (None, None) => Err(no_client(target)),

@@ -28,13 +28,7 @@ fn pool(balance: Balance, weights: &[u32], eject: Eject) -> Balancer {
         per_try_timeout: None,
         tls: None,
     };
-    Balancer::new(
-        Arc::new(config),
-        None,
-        Duration::from_secs(1),
-        Duration::from_secs(1),
-        None,
-    )
+    Balancer::new(Arc::new(config), None, settings(), None)
 }
 
 fn counts(b: &Balancer, n: usize, key: impl Fn(usize) -> Option<u64>) -> Vec<usize> {
@@ -155,8 +149,7 @@ fn checked_pool(ended_by_checks: bool) -> Balancer {
         unhealthy_after: 2,
         healthy_after: 2,
     });
-    let one = Duration::from_secs(1);
-    Balancer::new(Arc::new(config), None, one, one, None)
+    Balancer::new(Arc::new(config), None, settings(), None)
 }
 
 #[test]
@@ -208,4 +201,12 @@ fn a_try_goes_to_a_target_not_tried_yet() {
     }
     seen.sort_unstable();
     assert_eq!(seen, [0, 1, 2]);
+}
+
+fn settings() -> crate::proxy::ConnSettings {
+    crate::proxy::ConnSettings {
+        connect_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(1),
+        http1: crate::config::Http1::Hyper,
+    }
 }

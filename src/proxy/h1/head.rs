@@ -1,0 +1,288 @@
+//! An upstream's response head, parsed in place with `httparse` and held
+//! to what hyper's HTTP/1.1 client accepts: at most [`MAX_HEADERS`] fields
+//! in at most [`MAX_HEAD`] bytes, no obs-fold, a three-digit status, and
+//! one framing (RFC 9112 §6.3). Informational (1xx) heads are skipped.
+//!
+//! Stricter than hyper, on purpose: a head with both `Transfer-Encoding`
+//! and `Content-Length` is refused (RFC 9112 §6.3 calls it a likely
+//! smuggling attempt; hyper reads it as chunked and keeps the length
+//! beside it), and so is a `101` or a `2xx` to `CONNECT`, which would hand
+//! the connection over on a path that passes no upgrades.
+
+use std::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
+
+/// Header fields a response head may carry (hyper's default).
+pub const MAX_HEADERS: usize = 100;
+/// Bytes a response head may take, 1xx heads before it included (hyper's
+/// default read buffer bound).
+pub const MAX_HEAD: usize = 8192 + 4096 * 100;
+
+/// How a response's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delimited {
+    /// `Content-Length` bytes (none for HEAD, 204 and 304).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Until the upstream closes the connection.
+    Close,
+}
+
+/// A parsed response head: the response without its body, how the body
+/// is framed, and whether the connection may carry another request.
+#[derive(Debug)]
+pub struct Head {
+    /// Status, version, headers and (for a reason phrase of its own) the
+    /// phrase as an extension.
+    pub response: Response<()>,
+    /// How the body is delimited.
+    pub framing: Delimited,
+    /// HTTP/1.1 without `Connection: close`, or HTTP/1.0 with
+    /// `Connection: keep-alive`.
+    pub keep_alive: bool,
+}
+
+/// Why a response head was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    /// `httparse` refused it.
+    #[error("malformed response head: {0}")]
+    Syntax(httparse::Error),
+    /// Longer than [`MAX_HEAD`] bytes.
+    #[error("response head larger than {MAX_HEAD} bytes")]
+    TooLarge,
+    /// A header field `http` refuses.
+    #[error("invalid response header field")]
+    Field,
+    /// `Transfer-Encoding` in an HTTP/1.0 response.
+    #[error("Transfer-Encoding in an HTTP/1.0 response")]
+    Http10Chunked,
+    /// Both `Transfer-Encoding` and `Content-Length`.
+    #[error("response with both Transfer-Encoding and Content-Length")]
+    LengthAndChunked,
+    /// `Content-Length` that is not one decimal number.
+    #[error("invalid Content-Length in a response")]
+    Length,
+    /// `101`, or `2xx` to `CONNECT`: a switch of protocols this path does not
+    /// pass.
+    #[error("upstream switched protocols on a connection that passes no upgrades")]
+    Upgrade,
+}
+
+impl From<httparse::Error> for HeadError {
+    fn from(e: httparse::Error) -> Self {
+        match e {
+            httparse::Error::TooManyHeaders => Self::TooLarge,
+            e => Self::Syntax(e),
+        }
+    }
+}
+
+/// Where one field lies in the head's bytes.
+struct Span {
+    name: (usize, usize),
+    value: (usize, usize),
+}
+
+/// What `httparse` saw, as offsets into the buffer.
+struct Raw {
+    len: usize,
+    code: u16,
+    version: u8,
+    reason: (usize, usize),
+    fields: smallvec::SmallVec<[Span; 24]>,
+}
+
+/// Parses the head at the start of `buf`, the response to a `method`
+/// request, and takes its bytes (and those of any 1xx heads before it) out
+/// of `buf`. `None`: the head is not complete yet.
+///
+/// # Errors
+/// The head is malformed, too large, or frames its body in a way refused
+/// (see the module docs).
+pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, HeadError> {
+    loop {
+        let Some(raw) = tokenize(buf)? else {
+            return if buf.len() >= MAX_HEAD {
+                Err(HeadError::TooLarge)
+            } else {
+                Ok(None)
+            };
+        };
+        let bytes = buf.split_to(raw.len).freeze();
+        if (100..200).contains(&raw.code) && raw.code != 101 {
+            // Informational: skipped, as hyper's client does.
+            continue;
+        }
+        return build(&bytes, &raw, method).map(Some);
+    }
+}
+
+fn tokenize(buf: &[u8]) -> Result<Option<Raw>, HeadError> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut res, buf, &mut slots)?
+    {
+        httparse::Status::Complete(len) => len,
+        httparse::Status::Partial => return Ok(None),
+    };
+    let base = buf.as_ptr() as usize;
+    let at = |s: &[u8]| {
+        let from = s.as_ptr() as usize - base;
+        (from, from + s.len())
+    };
+    let reason = res.reason.unwrap_or_default();
+    Ok(Some(Raw {
+        len,
+        code: res.code.unwrap_or_default(),
+        version: res.version.unwrap_or_default(),
+        reason: if reason.is_empty() {
+            (0, 0)
+        } else {
+            at(reason.as_bytes())
+        },
+        fields: res
+            .headers
+            .iter()
+            .map(|h| Span {
+                name: at(h.name.as_bytes()),
+                value: at(h.value),
+            })
+            .collect(),
+    }))
+}
+
+fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
+    let status = StatusCode::from_u16(raw.code).map_err(|_| HeadError::Field)?;
+    let version = if raw.version == 1 {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
+    let mut headers = HeaderMap::with_capacity(raw.fields.len());
+    let mut keep_alive = version == Version::HTTP_11;
+    let mut saw_close = false;
+    for f in &raw.fields {
+        let name =
+            HeaderName::from_bytes(&bytes[f.name.0..f.name.1]).map_err(|_| HeadError::Field)?;
+        let value = HeaderValue::from_maybe_shared(bytes.slice(f.value.0..f.value.1))
+            .map_err(|_| HeadError::Field)?;
+        if name == CONNECTION {
+            // Once any line asks to close, a later `keep-alive` does not
+            // undo it.
+            if saw_close || has_token(&value, "close") {
+                saw_close = true;
+                keep_alive = false;
+            } else if !keep_alive {
+                keep_alive = has_token(&value, "keep-alive");
+            }
+        }
+        headers.append(name, value);
+    }
+    let framing = framing(status, version, &headers, method)?;
+    let mut response = Response::new(());
+    *response.status_mut() = status;
+    *response.version_mut() = version;
+    *response.headers_mut() = headers;
+    let reason = &bytes[raw.reason.0..raw.reason.1];
+    if status.canonical_reason().map(str::as_bytes) != Some(reason)
+        && let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(reason)
+    {
+        response.extensions_mut().insert(phrase);
+    }
+    Ok(Head {
+        response,
+        framing,
+        keep_alive: keep_alive && framing != Delimited::Close,
+    })
+}
+
+/// The body's framing (RFC 9112 §6.3), in hyper's client's order.
+fn framing(
+    status: StatusCode,
+    version: Version,
+    headers: &HeaderMap,
+    method: &Method,
+) -> Result<Delimited, HeadError> {
+    match status.as_u16() {
+        101 => return Err(HeadError::Upgrade),
+        204 | 304 => return Ok(Delimited::Length(0)),
+        _ => {}
+    }
+    if method == Method::HEAD {
+        return Ok(Delimited::Length(0));
+    }
+    if method == Method::CONNECT && status.is_success() {
+        return Err(HeadError::Upgrade);
+    }
+    if headers.contains_key(TRANSFER_ENCODING) {
+        if version == Version::HTTP_10 {
+            return Err(HeadError::Http10Chunked);
+        }
+        if headers.contains_key(CONTENT_LENGTH) {
+            return Err(HeadError::LengthAndChunked);
+        }
+        return Ok(if is_chunked(headers) {
+            Delimited::Chunked
+        } else {
+            Delimited::Close
+        });
+    }
+    if !headers.contains_key(CONTENT_LENGTH) {
+        return Ok(Delimited::Close);
+    }
+    content_length(headers).map_or(Err(HeadError::Length), |n| Ok(Delimited::Length(n)))
+}
+
+/// The one length every `Content-Length` line and list member gives
+/// (RFC 9110 §8.6: a list of one repeated value is that value); `None` when
+/// one is not a decimal number or two differ.
+pub fn content_length(headers: &HeaderMap) -> Option<u64> {
+    let mut length = None;
+    for line in headers.get_all(CONTENT_LENGTH) {
+        for v in line.as_bytes().split(|&b| b == b',') {
+            let n = digits(v.trim_ascii())?;
+            if *length.get_or_insert(n) != n {
+                return None;
+            }
+        }
+    }
+    length
+}
+
+fn digits(s: &[u8]) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    s.iter().try_fold(0u64, |n, &b| {
+        if b.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+/// Whether the last transfer coding of the last `Transfer-Encoding` line is
+/// `chunked` (a line with other than visible ASCII is not).
+fn is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|line| line.to_str().ok())
+        .and_then(|line| line.rsplit(',').next())
+        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+}
+
+/// Whether a comma-separated line names `token` (ASCII case aside).
+fn has_token(value: &HeaderValue, token: &str) -> bool {
+    value
+        .to_str()
+        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}

@@ -1,0 +1,52 @@
+//! The idle native connections to one upstream.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::conn::Conn;
+
+/// Idle connections kept per upstream.
+const MAX_IDLE: usize = 256;
+
+/// The idle connections to one upstream, most recently used last.
+#[derive(Debug)]
+pub struct IdleConns {
+    idle: Mutex<Vec<(Box<Conn>, Instant)>>,
+    idle_timeout: Duration,
+}
+
+impl IdleConns {
+    /// No connections yet; an idle one is not reused after `idle_timeout`.
+    pub fn new(idle_timeout: Duration) -> Self {
+        Self {
+            idle: Mutex::new(Vec::new()),
+            idle_timeout,
+        }
+    }
+
+    /// The most recently used connection that is still open and not
+    /// expired; drops the others it passes.
+    pub fn take(&self) -> Option<Box<Conn>> {
+        let mut now = None;
+        loop {
+            let (conn, since) = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop()?;
+            let now = *now.get_or_insert_with(Instant::now);
+            if now.saturating_duration_since(since) <= self.idle_timeout && conn.idle_and_open() {
+                return Some(conn);
+            }
+        }
+    }
+
+    /// Keeps `conn` for the next request, when there is room.
+    pub fn put(&self, mut conn: Box<Conn>) {
+        conn.trim();
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < MAX_IDLE {
+            idle.push((conn, Instant::now()));
+        }
+    }
+}

@@ -1,0 +1,312 @@
+use bytes::{Bytes, BytesMut};
+use http::{Method, StatusCode, Version};
+
+use super::decode::{DecodeError, Decoded, Decoder};
+use super::head::{Delimited, Head, HeadError, MAX_HEAD, parse};
+
+fn head(text: &str) -> Result<Option<Head>, HeadError> {
+    parse(&mut BytesMut::from(text), &Method::GET)
+}
+
+fn refused(text: &str) -> HeadError {
+    match head(text) {
+        Err(e) => e,
+        Ok(h) => panic!("{text:?} was accepted: {h:?}"),
+    }
+}
+
+#[test]
+fn a_plain_head_is_parsed_in_place_and_leaves_the_body() {
+    let mut buf =
+        BytesMut::from("HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\nX-A: 2\r\n\r\nhello");
+    let h = parse(&mut buf, &Method::GET).unwrap().unwrap();
+    assert_eq!(h.response.status(), StatusCode::OK);
+    assert_eq!(h.response.version(), Version::HTTP_11);
+    assert_eq!(h.framing, Delimited::Length(5));
+    assert!(h.keep_alive);
+    let xa: Vec<_> = h.response.headers().get_all("x-a").iter().collect();
+    assert_eq!(xa, ["1", "2"]);
+    assert_eq!(&buf[..], b"hello");
+}
+
+#[test]
+fn a_partial_head_waits_and_takes_nothing() {
+    let text = "HTTP/1.1 200 OK\r\ncontent-len";
+    let mut buf = BytesMut::from(text);
+    assert!(parse(&mut buf, &Method::GET).unwrap().is_none());
+    assert_eq!(&buf[..], text.as_bytes());
+}
+
+#[test]
+fn informational_heads_are_skipped() {
+    let mut buf = BytesMut::from(
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nhi",
+    );
+    let h = parse(&mut buf, &Method::POST).unwrap().unwrap();
+    assert_eq!(h.response.status(), StatusCode::CREATED);
+    assert!(h.response.headers().get("link").is_none());
+    assert_eq!(&buf[..], b"hi");
+}
+
+#[test]
+fn framing_follows_the_method_the_status_and_the_fields() {
+    let with =
+        |method: Method, text: &str| parse(&mut BytesMut::from(text), &method).unwrap().unwrap();
+    let h = with(Method::HEAD, "HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n");
+    assert_eq!(h.framing, Delimited::Length(0));
+    let h = with(
+        Method::GET,
+        "HTTP/1.1 304 Not Modified\r\ncontent-length: 9\r\n\r\n",
+    );
+    assert_eq!(h.framing, Delimited::Length(0));
+    let h = with(
+        Method::GET,
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+    );
+    assert_eq!(h.framing, Delimited::Chunked);
+    let h = with(
+        Method::GET,
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
+    );
+    assert_eq!((h.framing, h.keep_alive), (Delimited::Close, false));
+    let h = with(Method::GET, "HTTP/1.1 200 OK\r\n\r\n");
+    assert_eq!((h.framing, h.keep_alive), (Delimited::Close, false));
+    let h = with(
+        Method::GET,
+        "HTTP/1.1 200 OK\r\ncontent-length: 7, 7\r\ncontent-length: 7\r\n\r\n",
+    );
+    assert_eq!(h.framing, Delimited::Length(7));
+}
+
+#[test]
+fn keep_alive_follows_the_version_and_connection() {
+    let k = |text: &str| head(text).unwrap().unwrap().keep_alive;
+    assert!(!k(
+        "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+    ));
+    assert!(!k(
+        "HTTP/1.1 200 OK\r\nconnection: Close\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"
+    ));
+    assert!(!k("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n"));
+    assert!(k(
+        "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"
+    ));
+}
+
+#[test]
+fn a_reason_phrase_of_its_own_is_kept() {
+    let h = head("HTTP/1.1 200 Fine Thanks\r\ncontent-length: 0\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    let phrase = h.response.extensions().get::<hyper::ext::ReasonPhrase>();
+    assert_eq!(phrase.map(|p| p.as_bytes()), Some(&b"Fine Thanks"[..]));
+    let h = head("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    assert!(
+        h.response
+            .extensions()
+            .get::<hyper::ext::ReasonPhrase>()
+            .is_none()
+    );
+}
+
+#[test]
+fn heads_hyper_refuses_are_refused() {
+    for text in [
+        // obs-fold, a space before the colon, NUL and bare CR in a value
+        "HTTP/1.1 200 OK\r\nx-a: 1\r\n 2\r\ncontent-length: 0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nx-a : 1\r\ncontent-length: 0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nx-a: 1\x002\r\ncontent-length: 0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nx-a: 1\r2\r\ncontent-length: 0\r\n\r\n",
+        // status codes of other than three digits, versions other than 1.x
+        "HTTP/1.1 2000 OK\r\n\r\n",
+        "HTTP/1.1 20 OK\r\n\r\n",
+        "HTTP/2.0 200 OK\r\n\r\n",
+        "ICY 200 OK\r\n\r\n",
+    ] {
+        assert!(matches!(refused(text), HeadError::Syntax(_)), "{text:?}");
+    }
+    for text in [
+        "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n",
+        "HTTP/1.1 200 OK\r\ncontent-length: 5, 6\r\n\r\n",
+        "HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n",
+        "HTTP/1.1 200 OK\r\ncontent-length: 0x5\r\n\r\n",
+        "HTTP/1.1 200 OK\r\ncontent-length: \r\n\r\n",
+        "HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999\r\n\r\n",
+    ] {
+        assert_eq!(refused(text), HeadError::Length, "{text:?}");
+    }
+    assert_eq!(
+        refused("HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"),
+        HeadError::Http10Chunked
+    );
+}
+
+#[test]
+fn heads_refused_where_hyper_is_more_lenient() {
+    assert_eq!(
+        refused("HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n"),
+        HeadError::LengthAndChunked
+    );
+    assert_eq!(
+        refused("HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n"),
+        HeadError::Upgrade
+    );
+    let connect = parse(
+        &mut BytesMut::from("HTTP/1.1 200 OK\r\n\r\n"),
+        &Method::CONNECT,
+    );
+    assert_eq!(connect.unwrap_err(), HeadError::Upgrade);
+}
+
+#[test]
+fn heads_past_the_bounds_are_too_large() {
+    let many: String = (0..101).map(|i| format!("x-{i}: v\r\n")).collect();
+    assert_eq!(
+        refused(&format!("HTTP/1.1 200 OK\r\n{many}\r\n")),
+        HeadError::TooLarge
+    );
+    let long = format!("HTTP/1.1 200 OK\r\nx-a: {}", "a".repeat(MAX_HEAD));
+    assert_eq!(refused(&long), HeadError::TooLarge);
+    // Just under the bound, still waiting.
+    let under = format!("HTTP/1.1 200 OK\r\nx-a: {}", "a".repeat(MAX_HEAD - 30));
+    assert!(head(&under).unwrap().is_none());
+}
+
+/// Everything `decoder` gives for `input`, fed in pieces of `step` bytes,
+/// then the connection's end.
+fn decode_all(framing: Delimited, input: &[u8], step: usize) -> Result<Vec<Decoded>, DecodeError> {
+    let mut d = Decoder::new(framing);
+    let mut buf = BytesMut::new();
+    let mut out: Vec<Decoded> = Vec::new();
+    let mut data = Vec::new();
+    let flush = |data: &mut Vec<u8>, out: &mut Vec<Decoded>| {
+        if !data.is_empty() {
+            out.push(Decoded::Data(Bytes::from(std::mem::take(data))));
+        }
+    };
+    let mut fed = 0;
+    loop {
+        match d.decode(&mut buf)? {
+            Decoded::Data(b) => data.extend_from_slice(&b),
+            Decoded::More if fed < input.len() => {
+                let to = (fed + step).min(input.len());
+                buf.extend_from_slice(&input[fed..to]);
+                fed = to;
+            }
+            Decoded::More => {
+                let end = d.eof()?;
+                flush(&mut data, &mut out);
+                out.push(end);
+                return Ok(out);
+            }
+            other => {
+                flush(&mut data, &mut out);
+                out.push(other);
+                return Ok(out);
+            }
+        }
+    }
+}
+
+#[test]
+fn chunks_with_extensions_and_trailers_decode_alike_in_any_pieces() {
+    let input = b"5;name=value\r\nhello\r\n6 \t\r\n world\r\nA\r\n0123456789\r\n0\r\ngrpc-status: 0\r\nx-b: 1\r\n\r\n";
+    let whole = decode_all(Delimited::Chunked, input, input.len()).unwrap();
+    assert_eq!(whole.len(), 2, "{whole:?}");
+    assert_eq!(
+        whole[0],
+        Decoded::Data(Bytes::from_static(b"hello world0123456789"))
+    );
+    let Decoded::Trailers(t) = &whole[1] else {
+        panic!("trailers: {whole:?}");
+    };
+    assert_eq!(t.get("grpc-status").unwrap(), "0");
+    assert_eq!(t.get("x-b").unwrap(), "1");
+    for step in [1, 2, 7] {
+        assert_eq!(
+            decode_all(Delimited::Chunked, input, step).unwrap(),
+            whole,
+            "{step}"
+        );
+    }
+    let plain = decode_all(Delimited::Chunked, b"2\r\nhi\r\n0\r\n\r\n", 1).unwrap();
+    assert_eq!(
+        plain,
+        [Decoded::Data(Bytes::from_static(b"hi")), Decoded::End]
+    );
+}
+
+#[test]
+fn bad_chunk_framing_is_refused() {
+    for input in [
+        &b"-1\r\nx\r\n0\r\n\r\n"[..],
+        b" 5\r\nhello\r\n0\r\n\r\n",
+        b"5 5\r\nhello\r\n0\r\n\r\n",
+        b"0x5\r\nhello\r\n0\r\n\r\n",
+        b"5\nhello\r\n0\r\n\r\n",
+        b"5\r\nhello0\r\n\r\n",
+        b"5\r\nhello\n0\r\n\r\n",
+        b"5;a\nb\r\nhello\r\n0\r\n\r\n",
+        b"0\r\n\r\r",
+        b"0\r\nx: 1\r\r\n",
+    ] {
+        let got = decode_all(Delimited::Chunked, input, input.len());
+        assert!(
+            matches!(got, Err(DecodeError::Chunk(_) | DecodeError::Trailers(_))),
+            "{:?}: {got:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+    let huge = b"10000000000000000\r\n";
+    assert_eq!(
+        decode_all(Delimited::Chunked, huge, 3),
+        Err(DecodeError::Overflow)
+    );
+    let ext = format!("1;{}\r\nx\r\n0\r\n\r\n", "e".repeat(16 * 1024));
+    assert_eq!(
+        decode_all(Delimited::Chunked, ext.as_bytes(), 4096),
+        Err(DecodeError::Extensions)
+    );
+    let trailer = format!("0\r\nx-a: {}\r\n\r\n", "t".repeat(16 * 1024));
+    assert!(matches!(
+        decode_all(Delimited::Chunked, trailer.as_bytes(), 4096),
+        Err(DecodeError::Trailers(_))
+    ));
+    let bad_field = b"0\r\nx a: 1\r\n\r\n";
+    assert!(matches!(
+        decode_all(Delimited::Chunked, bad_field, 64),
+        Err(DecodeError::Trailers(_))
+    ));
+}
+
+#[test]
+fn a_body_cut_short_is_incomplete_and_a_close_delimited_one_ends_at_the_close() {
+    assert_eq!(
+        decode_all(Delimited::Length(10), b"0123", 2),
+        Err(DecodeError::Incomplete)
+    );
+    assert_eq!(
+        decode_all(Delimited::Chunked, b"5\r\nhel", 2),
+        Err(DecodeError::Incomplete)
+    );
+    let close = decode_all(Delimited::Close, b"all of it", 4).unwrap();
+    assert_eq!(
+        close,
+        [
+            Decoded::Data(Bytes::from_static(b"all of it")),
+            Decoded::End
+        ]
+    );
+    // A length body stops at its length; what follows is not its.
+    let mut d = Decoder::new(Delimited::Length(3));
+    let mut buf = BytesMut::from("abcdef");
+    assert_eq!(
+        d.decode(&mut buf),
+        Ok(Decoded::Data(Bytes::from_static(b"abc")))
+    );
+    assert!(d.is_done());
+    assert_eq!(d.decode(&mut buf), Ok(Decoded::End));
+    assert_eq!(&buf[..], b"def");
+}
