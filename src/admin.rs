@@ -51,7 +51,6 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::info;
@@ -88,7 +87,12 @@ pub struct AdminService {
     draining: Arc<AtomicBool>,
 }
 
-impl tower::Service<Request<Incoming>> for AdminService {
+impl<B> tower::Service<Request<B>> for AdminService
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     type Response = Response<Full<Bytes>>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
@@ -97,7 +101,7 @@ impl tower::Service<Request<Incoming>> for AdminService {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, req: Request<B>) -> Self::Future {
         let (gw, draining) = (self.gateway.clone(), self.draining.clone());
         Box::pin(async move {
             if api::serves(req.uri().path()) {

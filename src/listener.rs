@@ -47,7 +47,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::{Service, ServiceExt};
 use tracing::{debug, warn};
 
-use crate::config::{ServerSettings, Timeouts};
+use crate::config::{Http1, ServerSettings, Timeouts};
+use crate::http1::{self, RequestBody};
 use crate::identity::Peer;
 use crate::proxy::Secure;
 use crate::proxy::io::{Observed, Observer};
@@ -100,6 +101,8 @@ pub struct Shared {
     permits: Arc<Semaphore>,
     idle: Duration,
     handshake: Duration,
+    /// The native HTTP/1.1 server's settings, when `server.http1` selects it.
+    native: Option<http1::Settings>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -137,6 +140,10 @@ impl Shared {
             )),
             idle: timeouts.idle,
             handshake: timeouts.header_read,
+            native: (settings.http1 == Http1::Native).then_some(http1::Settings {
+                header_read: timeouts.header_read,
+                max_head: head_limit,
+            }),
         }
     }
 }
@@ -162,11 +169,13 @@ pub async fn accept_loop<S, B>(
     mut stop: watch::Receiver<bool>,
 ) where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>
         + Clone
         + Send
         + Sync
         + 'static,
-    S::Future: Send + 'static,
+    <S as Service<Request<Incoming>>>::Future: Send + 'static,
+    <S as Service<Request<RequestBody>>>::Future: Send + 'static,
     B: http_body::Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -196,19 +205,25 @@ pub async fn accept_loop<S, B>(
         let service = service.clone();
         let shared = shared.clone();
         let watcher = graceful.watcher();
+        let stop = stop.clone();
         tokio::spawn(async move {
             let conn = Conn {
                 peer,
                 service,
                 watcher,
+                stop,
                 permit,
             };
             match tls {
-                None => conn.serve(stream, false, &shared).await,
+                None => conn.serve(stream, false, false, &shared).await,
                 Some(tls) => {
                     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                     match tokio::time::timeout(shared.handshake, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => conn.serve(stream, true, &shared).await,
+                        Ok(Ok(stream)) => {
+                            // ALPN's choice: h2 is hyper's to serve.
+                            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                            conn.serve(stream, true, h2, &shared).await;
+                        }
                         Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => debug!(%peer, "TLS handshake timed out"),
                     }
@@ -223,6 +238,9 @@ struct Conn<S> {
     peer: SocketAddr,
     service: S,
     watcher: Watcher,
+    /// Turns true when the gateway drains (the native server's signal;
+    /// hyper's connections hear it through `watcher`).
+    stop: watch::Receiver<bool>,
     /// Released when the connection ends.
     permit: OwnedSemaphorePermit,
 }
@@ -230,17 +248,62 @@ struct Conn<S> {
 impl<S, B> Conn<S>
 where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>
         + Clone
         + Send
         + Sync
         + 'static,
-    S::Future: Send + 'static,
+    <S as Service<Request<Incoming>>>::Future: Send + 'static,
+    <S as Service<Request<RequestBody>>>::Future: Send + 'static,
     B: http_body::Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     /// Serves the connection until it ends, goes idle, or the drain ends it.
-    async fn serve<I>(self, io: I, secure: bool, shared: &Shared)
+    async fn serve<I>(self, io: I, secure: bool, h2: bool, shared: &Shared)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(Activity::new());
+        let io = Observed {
+            inner: io,
+            observer: activity.clone(),
+        };
+        let Some(settings) = shared.native.filter(|_| !h2) else {
+            return self.serve_hyper(io, secure, shared, activity).await;
+        };
+        let (peer, service, stop) = (self.peer, self.service.clone(), self.stop.clone());
+        let in_flight = activity.clone();
+        let native = tower::service_fn(move |mut req: Request<RequestBody>| {
+            let service = service.clone();
+            let guard = InFlight::begin(in_flight.clone());
+            if secure {
+                req.extensions_mut().insert(Secure);
+            }
+            req.extensions_mut().insert(Peer(peer));
+            async move {
+                let res = service.oneshot(req).await;
+                drop(guard);
+                res
+            }
+        });
+        let ended = tokio::select! {
+            ended = http1::serve(io, native, settings, stop) => ended,
+            () = activity.idle(shared.idle) => {
+                debug!(%peer, "closing idle connection");
+                return;
+            }
+        };
+        match ended {
+            Ok(http1::Ended::HandOff(io)) => self.serve_hyper(io, secure, shared, activity).await,
+            Ok(http1::Ended::Closed) => {}
+            Err(e) => debug!(%peer, error = %e, "connection ended with an error"),
+        }
+    }
+
+    /// Serves the connection with hyper (HTTP/2, upgrades, and HTTP/1.1
+    /// under `server.http1: hyper`).
+    async fn serve_hyper<I>(self, io: I, secure: bool, shared: &Shared, activity: Arc<Activity>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -249,12 +312,8 @@ where
             service,
             watcher,
             permit,
+            ..
         } = self;
-        let activity = Arc::new(Activity::new());
-        let io = Observed {
-            inner: io,
-            observer: activity.clone(),
-        };
         let in_flight = activity.clone();
         let service = tower::service_fn(move |mut req: Request<Incoming>| {
             let service = service.clone();

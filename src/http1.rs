@@ -1,0 +1,85 @@
+//! tollgate's own HTTP/1.1 server connection (`server.http1: native`):
+//! one read buffer and one write buffer per connection, heads parsed in
+//! place with `httparse`, answers written straight into the write buffer,
+//! one timer per connection for its heads, and no buffer held while the
+//! connection waits for its next request.
+//!
+//! It reads what hyper's server reads and refuses what it refuses, with
+//! the same statuses ([`head`], [`chunked`]); the differential fuzz target
+//! `http1_diff` holds the two against each other. What it does not serve it
+//! hands back, with the bytes it has read, for hyper to serve as before
+//! ([`Ended::HandOff`]): a connection that opens with HTTP/2's preface
+//! (h2c with prior knowledge), and a request that asks for an `Upgrade`
+//! (WebSocket) or is a `CONNECT`, so that upgrades keep hyper's machinery.
+//!
+//! Differences from hyper's server, each chosen:
+//! - a response's trailers are not sent (hyper sends them only to a client
+//!   that announced `TE: trailers` and for fields the response declared);
+//! - a response's own `Transfer-Encoding` is dropped and the framing chosen
+//!   here, from `Content-Length` or the body's length;
+//! - an answer that ends a connection says `connection: close`.
+
+mod body;
+pub mod chunked;
+mod conn;
+pub mod head;
+mod rewind;
+pub mod write;
+
+use std::convert::Infallible;
+use std::io;
+use std::time::Duration;
+
+use bytes::Buf;
+use http::{Request, Response};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+pub use body::{BodyError, RequestBody, decode_all};
+pub use rewind::Rewind;
+
+/// How much the read buffer grows by when it needs room.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// What a connection is held to.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Time for a whole head, from when the connection waits for it
+    /// (`timeouts.header_read`).
+    pub header_read: Duration,
+    /// The largest head read; larger is answered 431 (hyper's read buffer
+    /// bound: `server.max_header_size` plus the listener's slack).
+    pub max_head: usize,
+}
+
+/// How serving a connection ended.
+#[derive(Debug)]
+pub enum Ended<I> {
+    /// The connection is closed, or is to be dropped.
+    Closed,
+    /// Not this server's to serve: the connection, its bytes read so far
+    /// to be read again, for hyper.
+    HandOff(Rewind<I>),
+}
+
+/// Serves HTTP/1.1 on `io`, each request to `service`, until the client
+/// closes, a head takes longer than `settings.header_read`, an answer ends
+/// the connection, `stop` turns true while no request is in flight, or the
+/// connection is handed off.
+///
+/// # Errors
+/// Writing to the connection failed.
+pub async fn serve<I, S, B>(
+    io: I,
+    service: S,
+    settings: Settings,
+    stop: watch::Receiver<bool>,
+) -> io::Result<Ended<I>>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    S: tower::Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
+    B: http_body::Body,
+    B::Data: Buf,
+{
+    conn::serve(io, service, settings, stop).await
+}
