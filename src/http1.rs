@@ -83,3 +83,6 @@ where
 {
     conn::serve(io, service, settings, stop).await
 }
+
+#[cfg(test)]
+mod tests;
