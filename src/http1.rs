@@ -8,7 +8,7 @@
 //! the same statuses ([`head`], [`chunked`]); the differential fuzz target
 //! `http1_diff` holds the two against each other. What it does not serve it
 //! hands back, with the bytes it has read, for hyper to serve as before
-//! ([`Ended::HandOff`]): a connection that opens with HTTP/2's preface
+//! ([`Served::HandOff`]): a connection that opens with HTTP/2's preface
 //! (h2c with prior knowledge), and a request that asks for an `Upgrade`
 //! (WebSocket) or is a `CONNECT`, so that upgrades keep hyper's machinery.
 //!
@@ -28,7 +28,6 @@ pub mod write;
 
 use std::convert::Infallible;
 use std::io;
-use std::time::Duration;
 
 use bytes::Buf;
 use http::{Request, Response};
@@ -36,31 +35,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 pub use body::{BodyError, RequestBody, decode_all};
+pub use conn::{Served, Settings};
 pub use rewind::Rewind;
-
-/// How much the read buffer grows by when it needs room.
-const READ_CHUNK: usize = 8 * 1024;
-
-/// What a connection is held to.
-#[derive(Debug, Clone, Copy)]
-pub struct Settings {
-    /// Time for a whole head, from when the connection waits for it
-    /// (`timeouts.header_read`).
-    pub header_read: Duration,
-    /// The largest head read; larger is answered 431 (hyper's read buffer
-    /// bound: `server.max_header_size` plus the listener's slack).
-    pub max_head: usize,
-}
-
-/// How serving a connection ended.
-#[derive(Debug)]
-pub enum Ended<I> {
-    /// The connection is closed, or is to be dropped.
-    Closed,
-    /// Not this server's to serve: the connection, its bytes read so far
-    /// to be read again, for hyper.
-    HandOff(Rewind<I>),
-}
 
 /// Serves HTTP/1.1 on `io`, each request to `service`, until the client
 /// closes, a head takes longer than `settings.header_read`, an answer ends
@@ -74,7 +50,7 @@ pub async fn serve<I, S, B>(
     service: S,
     settings: Settings,
     stop: watch::Receiver<bool>,
-) -> io::Result<Ended<I>>
+) -> io::Result<Served<I>>
 where
     I: AsyncRead + AsyncWrite + Unpin,
     S: tower::Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,

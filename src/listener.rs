@@ -295,8 +295,8 @@ where
             }
         };
         match ended {
-            Ok(http1::Ended::HandOff(io)) => self.serve_hyper(io, secure, shared, activity).await,
-            Ok(http1::Ended::Closed) => {}
+            Ok(http1::Served::HandOff(io)) => self.serve_hyper(io, secure, shared, activity).await,
+            Ok(http1::Served::Closed) => {}
             Err(e) => debug!(%peer, error = %e, "connection ended with an error"),
         }
     }

@@ -31,7 +31,7 @@ use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Empty};
 use libfuzzer_sys::fuzz_target;
 use tollgate::http1::decode_all;
-use tollgate::http1::head::{Parsed, parse};
+use tollgate::http1::head::{HeadRead, parse};
 
 /// What one side read of the input's first request.
 #[derive(Debug)]
@@ -66,9 +66,9 @@ fuzz_target!(|data: &[u8]| {
 fn native(data: &[u8]) -> Reading {
     let mut buf = BytesMut::from(data);
     let head = match parse(&mut buf) {
-        Parsed::Head(h) => h,
-        Parsed::Partial | Parsed::Preface => return Reading::NoRequest,
-        Parsed::Refused(r) => return Reading::Refused(r.status().as_u16()),
+        HeadRead::Head(h) => h,
+        HeadRead::Partial | HeadRead::Preface => return Reading::NoRequest,
+        HeadRead::Refused(r) => return Reading::Refused(r.status().as_u16()),
     };
     let mut req = Request::new(());
     *req.method_mut() = head.method;

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::chunked::{Chunked, Step};
-use super::head::Framing;
+use super::head::BodyFraming;
 
 /// How a request body failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -29,6 +29,9 @@ pub enum BodyError {
 }
 
 type Item = Result<Frame<Bytes>, BodyError>;
+
+/// How much the read buffer grows by when it needs room.
+pub(super) const READ_CHUNK: usize = 8 * 1024;
 
 /// A request body read from a native HTTP/1.1 connection.
 #[derive(Debug)]
@@ -52,7 +55,7 @@ impl RequestBody {
 
     /// The service's end of a body framed by `framing`.
     pub(super) fn channel(
-        framing: Framing,
+        framing: BodyFraming,
         expect_continue: bool,
     ) -> (Self, mpsc::Sender<Item>, Option<oneshot::Receiver<()>>) {
         let (tx, rx) = mpsc::channel(1);
@@ -63,8 +66,8 @@ impl RequestBody {
             (None, None)
         };
         let remaining = match framing {
-            Framing::Length(n) => Some(n),
-            Framing::Chunked => None,
+            BodyFraming::Length(n) => Some(n),
+            BodyFraming::Chunked => None,
         };
         let body = Self {
             rx: Some(rx),
@@ -131,7 +134,7 @@ pub enum PumpEnd {
 pub(super) async fn pump<R: AsyncRead + Unpin>(
     rd: &mut R,
     buf: &mut BytesMut,
-    framing: Framing,
+    framing: BodyFraming,
     tx: mpsc::Sender<Item>,
     go: Option<&Notify>,
 ) -> PumpEnd {
@@ -146,7 +149,7 @@ pub(super) async fn pump<R: AsyncRead + Unpin>(
             Ok(Step::End) => return PumpEnd::Done,
             Ok(Step::More) => {
                 if buf.capacity() - buf.len() < 1024 {
-                    buf.reserve(super::READ_CHUNK);
+                    buf.reserve(READ_CHUNK);
                 }
                 match rd.read_buf(buf).await {
                     Ok(0) => Err(BodyError::Aborted("connection closed".to_owned())),
@@ -178,10 +181,10 @@ enum Decoder {
 }
 
 impl Decoder {
-    fn new(framing: Framing) -> Self {
+    fn new(framing: BodyFraming) -> Self {
         match framing {
-            Framing::Length(n) => Self::Length(n),
-            Framing::Chunked => Self::Chunked(Chunked::default()),
+            BodyFraming::Length(n) => Self::Length(n),
+            BodyFraming::Chunked => Self::Chunked(Chunked::default()),
         }
     }
 
@@ -213,7 +216,7 @@ impl Decoder {
 /// # Errors
 /// The framing is broken or the bytes end before the body.
 pub fn decode_all(
-    framing: Framing,
+    framing: BodyFraming,
     buf: &mut BytesMut,
 ) -> Result<(Vec<u8>, Option<http::HeaderMap>), &'static str> {
     let mut decoder = Decoder::new(framing);

@@ -94,7 +94,9 @@ impl Chunked {
                 if buf.is_empty() {
                     return Ok(Step::More);
                 }
-                let n = usize::try_from(self.size).unwrap_or(usize::MAX).min(buf.len());
+                let n = usize::try_from(self.size)
+                    .unwrap_or(usize::MAX)
+                    .min(buf.len());
                 self.size -= n as u64;
                 if self.size == 0 {
                     self.state = State::BodyCr;
@@ -171,7 +173,7 @@ impl Chunked {
                 if b != b'\n' {
                     return Err("invalid trailer end LF");
                 }
-                if self.trailer_lines >= crate::http1::head::MAX_HEADERS {
+                if self.trailer_lines >= super::head::MAX_HEADERS {
                     return Err("chunk trailers count overflow");
                 }
                 self.trailer_lines += 1;
@@ -229,7 +231,8 @@ fn trailers(buf: &[u8], count: usize) -> Result<HeaderMap, &'static str> {
             for f in fields {
                 let name = HeaderName::from_bytes(f.name.as_bytes())
                     .map_err(|_| "invalid trailer name")?;
-                let value = HeaderValue::from_bytes(f.value).map_err(|_| "invalid trailer value")?;
+                let value =
+                    HeaderValue::from_bytes(f.value).map_err(|_| "invalid trailer value")?;
                 map.append(name, value);
             }
             Ok(map)

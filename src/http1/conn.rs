@@ -7,6 +7,7 @@ use std::future::poll_fn;
 use std::io;
 use std::pin::{Pin, pin};
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Request, Response};
@@ -16,17 +17,37 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::{Instant, Sleep};
 use tower::{Service, ServiceExt};
 
-use super::body::{PumpEnd, RequestBody, pump};
-use super::head::{self, Framing, Head, Parsed, Refusal};
+use super::body::{PumpEnd, READ_CHUNK, RequestBody, pump};
+use super::head::{self, BodyFraming, Head, HeadRead, Refusal};
 use super::rewind::Rewind;
-use super::write::{self, Encoder, Exchange};
-use super::{Ended, READ_CHUNK, Settings};
+use super::write::{self, Encoder, ResponseTo};
 
 /// Data frames at least this large are written from their own buffer
 /// instead of being copied into the write buffer.
 const COPY_LIMIT: usize = 16 * 1024;
 /// The write buffer is sent once it holds this much.
 const FLUSH_AT: usize = 64 * 1024;
+
+/// What a connection is held to.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Time for a whole head, from when the connection waits for it
+    /// (`timeouts.header_read`).
+    pub header_read: Duration,
+    /// The largest head read; larger is answered 431 (hyper's read buffer
+    /// bound: `server.max_header_size` plus the listener's slack).
+    pub max_head: usize,
+}
+
+/// How serving a connection ended.
+#[derive(Debug)]
+pub enum Served<I> {
+    /// The connection is closed, or is to be dropped.
+    Closed,
+    /// Not this server's to serve: the connection, its bytes read so far
+    /// to be read again, for hyper.
+    HandOff(Rewind<I>),
+}
 
 /// What reading a head came to.
 enum Read {
@@ -45,13 +66,13 @@ struct Conn<I> {
     wbuf: Vec<u8>,
 }
 
-/// Serves `io` until it closes; see [`super::serve`].
+/// Serves `io` until it closes; see the module root's `serve`.
 pub(super) async fn serve<I, S, B>(
     io: I,
     mut service: S,
     settings: Settings,
     mut stop: watch::Receiver<bool>,
-) -> io::Result<Ended<I>>
+) -> io::Result<Served<I>>
 where
     I: AsyncRead + AsyncWrite + Unpin,
     S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
@@ -72,13 +93,15 @@ where
         if !first {
             timer.as_mut().reset(Instant::now() + settings.header_read);
         }
-        let read = conn.read_head(timer.as_mut(), &mut stop, settings.max_head).await;
+        let read = conn
+            .read_head(timer.as_mut(), &mut stop, settings.max_head)
+            .await;
         let head = match read {
             Read::Head(h) => h,
             Read::Preface if first => return Ok(conn.hand_off(Bytes::new())),
             Read::Preface => return conn.refuse(Refusal::BadRequest("HTTP/2 preface")).await,
             Read::Refused(r) => return conn.refuse(r).await,
-            Read::Closed => return Ok(Ended::Closed),
+            Read::Closed => return Ok(Served::Closed),
         };
         first = false;
         if head.wants_upgrade {
@@ -87,7 +110,7 @@ where
         let keep = conn.exchange(&mut service, head, &stop).await?;
         if !keep {
             let _ = conn.wr.shutdown().await;
-            return Ok(Ended::Closed);
+            return Ok(Served::Closed);
         }
         if conn.rbuf.is_empty() {
             // Nothing pipelined: an idle connection holds no buffers.
@@ -108,13 +131,13 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
         loop {
             if !self.rbuf.is_empty() {
                 match head::parse(&mut self.rbuf) {
-                    Parsed::Head(h) => return Read::Head(h),
-                    Parsed::Preface => return Read::Preface,
-                    Parsed::Refused(r) => return Read::Refused(r),
-                    Parsed::Partial if self.rbuf.len() >= max_head => {
+                    HeadRead::Head(h) => return Read::Head(h),
+                    HeadRead::Preface => return Read::Preface,
+                    HeadRead::Refused(r) => return Read::Refused(r),
+                    HeadRead::Partial if self.rbuf.len() >= max_head => {
                         return Read::Refused(Refusal::TooLarge);
                     }
-                    Parsed::Partial => {}
+                    HeadRead::Partial => {}
                 }
             }
             let stopping = *stop.borrow();
@@ -142,7 +165,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
     }
 
     /// The connection, with `head` and the unread bytes to be read again.
-    fn hand_off(self, head: Bytes) -> Ended<I> {
+    fn hand_off(self, head: Bytes) -> Served<I> {
         let io = self.rd.unsplit(self.wr);
         let prefix = if head.is_empty() {
             self.rbuf.freeze()
@@ -152,16 +175,16 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
             all.extend_from_slice(&self.rbuf);
             all.freeze()
         };
-        Ended::HandOff(Rewind::new(io, prefix))
+        Served::HandOff(Rewind::new(io, prefix))
     }
 
     /// Answers a head that cannot be read as hyper does, and closes.
-    async fn refuse(mut self, why: Refusal) -> io::Result<Ended<I>> {
+    async fn refuse(mut self, why: Refusal) -> io::Result<Served<I>> {
         write::refusal(&mut self.wbuf, why.status());
         self.wr.write_all(&self.wbuf).await?;
         self.wr.flush().await?;
         let _ = self.wr.shutdown().await;
-        Ok(Ended::Closed)
+        Ok(Served::Closed)
     }
 
     /// One request and its answer; whether the connection goes on.
@@ -186,7 +209,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
             expect_continue,
             ..
         } = *head;
-        let has_body = framing != Framing::Length(0);
+        let has_body = framing != BodyFraming::Length(0);
         let (body, tx, mut gate) = if has_body {
             let (b, tx, gate) = RequestBody::channel(framing, expect_continue);
             (b, Some(tx), gate)
@@ -202,12 +225,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
         let mut answer = pin!(ready.call(req));
         let go = Notify::new();
         let gated = gate.is_some().then_some(&go);
-        let Self {
-            rd,
-            wr,
-            rbuf,
-            wbuf,
-        } = self;
+        let Self { rd, wr, rbuf, wbuf } = self;
         let mut reading = pin!(async move {
             match tx {
                 Some(tx) => pump(rd, rbuf, framing, tx, gated).await,
@@ -232,7 +250,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
         let Ok(res) = res;
         let (parts, body) = res.into_parts();
         let hint = (!body.is_end_stream()).then(|| body.size_hint());
-        let ex = Exchange {
+        let ex = ResponseTo {
             method: &method,
             version,
             keep_alive: keep_alive && !*stop.borrow(),
@@ -261,7 +279,12 @@ async fn wanted(gate: &mut Option<oneshot::Receiver<()>>) -> bool {
 
 /// Writes the body after a head already in `wbuf`; whether it was sent
 /// whole with its framing (else the connection closes).
-async fn send_body<W, B>(wr: &mut W, wbuf: &mut Vec<u8>, body: B, encoder: Encoder) -> io::Result<bool>
+async fn send_body<W, B>(
+    wr: &mut W,
+    wbuf: &mut Vec<u8>,
+    body: B,
+    encoder: Encoder,
+) -> io::Result<bool>
 where
     W: AsyncWrite + Unpin,
     B: Body,

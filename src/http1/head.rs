@@ -24,7 +24,7 @@ pub const MAX_TARGET: usize = (u16::MAX - 1) as usize;
 
 /// How a request's body is framed (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub enum BodyFraming {
     /// This many bytes (no `Transfer-Encoding`; 0 without `Content-Length`).
     Length(u64),
     /// `Transfer-Encoding: chunked`.
@@ -41,7 +41,7 @@ pub struct Head {
     pub uri: Uri,
     pub version: Version,
     pub headers: HeaderMap,
-    pub framing: Framing,
+    pub framing: BodyFraming,
     /// The connection may carry another request after this one.
     pub keep_alive: bool,
     /// `Expect: 100-continue`.
@@ -75,7 +75,7 @@ impl Refusal {
 
 /// What the start of the read buffer holds.
 #[derive(Debug)]
-pub enum Parsed {
+pub enum HeadRead {
     /// A whole head, taken off the buffer.
     Head(Box<Head>),
     /// Not yet a whole head.
@@ -86,28 +86,30 @@ pub enum Parsed {
 }
 
 /// Reads one request head off the front of `buf`, leaving what follows.
-pub fn parse(buf: &mut BytesMut) -> Parsed {
+pub fn parse(buf: &mut BytesMut) -> HeadRead {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut fields);
     let len = match req.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Ok(httparse::Status::Partial) => return HeadRead::Partial,
         Err(httparse::Error::Token) if req.method.is_none() => {
-            return Parsed::Refused(Refusal::BadRequest("invalid method"));
+            return HeadRead::Refused(Refusal::BadRequest("invalid method"));
         }
-        Err(httparse::Error::Token) => return Parsed::Refused(Refusal::BadRequest("invalid target")),
-        Err(httparse::Error::Version) if is_preface(buf) => return Parsed::Preface,
-        Err(httparse::Error::TooManyHeaders) => return Parsed::Refused(Refusal::TooLarge),
-        Err(_) => return Parsed::Refused(Refusal::BadRequest("invalid head")),
+        Err(httparse::Error::Token) => {
+            return HeadRead::Refused(Refusal::BadRequest("invalid target"));
+        }
+        Err(httparse::Error::Version) if is_preface(buf) => return HeadRead::Preface,
+        Err(httparse::Error::TooManyHeaders) => return HeadRead::Refused(Refusal::TooLarge),
+        Err(_) => return HeadRead::Refused(Refusal::BadRequest("invalid head")),
     };
     let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
-        return Parsed::Refused(Refusal::BadRequest("incomplete request line"));
+        return HeadRead::Refused(Refusal::BadRequest("incomplete request line"));
     };
     if target.len() > MAX_TARGET {
-        return Parsed::Refused(Refusal::UriTooLong);
+        return HeadRead::Refused(Refusal::UriTooLong);
     }
     let Ok(method) = Method::from_bytes(method.as_bytes()) else {
-        return Parsed::Refused(Refusal::BadRequest("invalid method"));
+        return HeadRead::Refused(Refusal::BadRequest("invalid method"));
     };
     // Where each part lies in the buffer, so that the frozen head can be
     // sliced instead of copied.
@@ -122,11 +124,11 @@ pub fn parse(buf: &mut BytesMut) -> Parsed {
     let head = buf.split_to(len).freeze();
     let slice = |(from, n): (usize, usize)| head.slice(from..from + n);
     let Ok(uri) = Uri::from_maybe_shared(slice(target_at)) else {
-        return Parsed::Refused(Refusal::BadRequest("invalid target"));
+        return HeadRead::Refused(Refusal::BadRequest("invalid target"));
     };
     match fields_of(&head, &spans[..count], minor == 1, method, uri, slice) {
-        Ok(h) => Parsed::Head(Box::new(h)),
-        Err(r) => Parsed::Refused(r),
+        Ok(h) => HeadRead::Head(Box::new(h)),
+        Err(r) => HeadRead::Refused(r),
     }
 }
 
@@ -148,7 +150,7 @@ fn fields_of(
 ) -> Result<Head, Refusal> {
     let mut keep_alive = http11;
     let mut saw_close = false;
-    let mut framing = Framing::Length(0);
+    let mut framing = BodyFraming::Length(0);
     let mut length = None;
     let (mut is_cl, mut is_te, mut te_chunked) = (false, false, false);
     let mut expect_continue = false;
@@ -172,7 +174,7 @@ fn fields_of(
                 }
                 te_chunked = is_chunked(&value);
                 if te_chunked {
-                    framing = Framing::Chunked;
+                    framing = BodyFraming::Chunked;
                 }
             }
             CONTENT_LENGTH => {
@@ -189,7 +191,7 @@ fn fields_of(
                     }
                     continue;
                 }
-                framing = Framing::Length(n);
+                framing = BodyFraming::Length(n);
                 length = Some(n);
             }
             CONNECTION => {
@@ -207,7 +209,9 @@ fn fields_of(
         headers.append(name, value);
     }
     if is_te && !te_chunked {
-        return Err(Refusal::BadRequest("transfer-encoding not ending in chunked"));
+        return Err(Refusal::BadRequest(
+            "transfer-encoding not ending in chunked",
+        ));
     }
     if is_te && is_cl {
         keep_alive = false;

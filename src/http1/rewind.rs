@@ -77,7 +77,9 @@ mod tests {
     #[tokio::test]
     async fn the_prefix_is_read_before_the_connection() {
         let (mut client, server) = tokio::io::duplex(64);
-        tokio::io::AsyncWriteExt::write_all(&mut client, b" world").await.expect("write");
+        tokio::io::AsyncWriteExt::write_all(&mut client, b" world")
+            .await
+            .expect("write");
         drop(client);
         let mut io = Rewind::new(server, Bytes::from_static(b"hello"));
         let mut all = String::new();

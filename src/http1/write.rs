@@ -26,7 +26,7 @@ pub enum Encoder {
 
 /// What the head of a response needs to know of its request.
 #[derive(Debug, Clone, Copy)]
-pub struct Exchange<'a> {
+pub struct ResponseTo<'a> {
     pub method: &'a Method,
     pub version: Version,
     /// The connection may serve another request after this one.
@@ -52,22 +52,15 @@ fn can_have_length(method: &Method, status: StatusCode) -> bool {
 /// whether the connection may go on after it.
 ///
 /// `body` is the body's size hint, `None` for a body already at its end.
-pub fn head(dst: &mut Vec<u8>, parts: &Parts, body: Option<SizeHint>, ex: Exchange<'_>) -> (Encoder, bool) {
+pub fn head(
+    dst: &mut Vec<u8>,
+    parts: &Parts,
+    body: Option<SizeHint>,
+    ex: ResponseTo<'_>,
+) -> (Encoder, bool) {
     let status = parts.status;
     let mut keep_alive = ex.keep_alive;
-    if ex.version == Version::HTTP_10 {
-        dst.extend_from_slice(b"HTTP/1.0 ");
-    } else if status == StatusCode::OK {
-        dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-    } else {
-        dst.extend_from_slice(b"HTTP/1.1 ");
-    }
-    if ex.version == Version::HTTP_10 || status != StatusCode::OK {
-        dst.extend_from_slice(status.as_str().as_bytes());
-        dst.push(b' ');
-        dst.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
-        dst.extend_from_slice(b"\r\n");
-    }
+    status_line(dst, ex.version, status);
     let known = body.map(|h| h.exact());
     let mut encoder = None;
     let mut said_keep_alive = false;
@@ -108,31 +101,7 @@ pub fn head(dst: &mut Vec<u8>, parts: &Parts, body: Option<SizeHint>, ex: Exchan
         dst.extend_from_slice(value.as_bytes());
         dst.extend_from_slice(b"\r\n");
     }
-    let encoder = match encoder {
-        Some(e) => e,
-        None => match known {
-            None | Some(Some(0)) => {
-                if can_have_length(ex.method, status) && ex.method != Method::HEAD {
-                    dst.extend_from_slice(b"content-length: 0\r\n");
-                }
-                Encoder::Length(0)
-            }
-            Some(Some(n)) if can_have_length(ex.method, status) => {
-                dst.extend_from_slice(b"content-length: ");
-                dst.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-                dst.extend_from_slice(b"\r\n");
-                Encoder::Length(n)
-            }
-            Some(Some(_)) => Encoder::Length(0),
-            Some(None) if ex.version == Version::HTTP_10 || !can_have_body(ex.method, status) => {
-                Encoder::Close
-            }
-            Some(None) => {
-                dst.extend_from_slice(b"transfer-encoding: chunked\r\n");
-                Encoder::Chunked
-            }
-        },
-    };
+    let encoder = encoder.unwrap_or_else(|| framing(dst, known, ex, status));
     let encoder = if can_have_body(ex.method, status) {
         encoder
     } else {
@@ -157,6 +126,56 @@ pub fn head(dst: &mut Vec<u8>, parts: &Parts, body: Option<SizeHint>, ex: Exchan
     }
     dst.extend_from_slice(b"\r\n");
     (encoder, keep_alive)
+}
+
+/// The status line: HTTP/1.0 to an HTTP/1.0 client, else HTTP/1.1.
+fn status_line(dst: &mut Vec<u8>, version: Version, status: StatusCode) {
+    if version != Version::HTTP_10 && status == StatusCode::OK {
+        dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        return;
+    }
+    dst.extend_from_slice(if version == Version::HTTP_10 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
+    dst.extend_from_slice(status.as_str().as_bytes());
+    dst.push(b' ');
+    dst.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+    dst.extend_from_slice(b"\r\n");
+}
+
+/// The framing of a body whose head says no length, written into the
+/// head: `known` is the body's exact length if it has one (`None`: no
+/// body).
+fn framing(
+    dst: &mut Vec<u8>,
+    known: Option<Option<u64>>,
+    ex: ResponseTo<'_>,
+    status: StatusCode,
+) -> Encoder {
+    match known {
+        None | Some(Some(0)) => {
+            if can_have_length(ex.method, status) && ex.method != Method::HEAD {
+                dst.extend_from_slice(b"content-length: 0\r\n");
+            }
+            Encoder::Length(0)
+        }
+        Some(Some(n)) if can_have_length(ex.method, status) => {
+            dst.extend_from_slice(b"content-length: ");
+            dst.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            dst.extend_from_slice(b"\r\n");
+            Encoder::Length(n)
+        }
+        Some(Some(_)) => Encoder::Length(0),
+        Some(None) if ex.version == Version::HTTP_10 || !can_have_body(ex.method, status) => {
+            Encoder::Close
+        }
+        Some(None) => {
+            dst.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            Encoder::Chunked
+        }
+    }
 }
 
 /// The head of a refusal hyper would send for a head it cannot read.

@@ -124,7 +124,9 @@ impl ClientBody {
                 .poll_frame(cx)
                 .map_err(|e| ClientBodyError::from_incoming(&e)),
             Self::Native(b) => Pin::new(b).poll_frame(cx).map_err(|e| match e {
-                crate::http1::BodyError::Malformed(why) => ClientBodyError::Malformed(why.to_owned()),
+                crate::http1::BodyError::Malformed(why) => {
+                    ClientBodyError::Malformed(why.to_owned())
+                }
                 crate::http1::BodyError::Aborted(why) => ClientBodyError::Aborted(why),
             }),
             Self::Whole(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
