@@ -25,6 +25,8 @@ use super::write::{self, Encoder, ResponseTo};
 /// Data frames at least this large are written from their own buffer
 /// instead of being copied into the write buffer.
 const COPY_LIMIT: usize = 16 * 1024;
+/// The stack buffer the first bytes of a head are read into.
+const FIRST_READ: usize = 2048;
 /// The write buffer is sent once it holds this much.
 const FLUSH_AT: usize = 64 * 1024;
 
@@ -64,6 +66,8 @@ struct Conn<I> {
     wr: WriteHalf<I>,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
+    /// Where a head's fields lie, while it is parsed.
+    spans: Vec<(head::Span, head::Span)>,
 }
 
 /// Serves `io` until it closes; see the module root's `serve`.
@@ -85,6 +89,7 @@ where
         wr,
         rbuf: BytesMut::new(),
         wbuf: Vec::new(),
+        spans: Vec::new(),
     };
     // One timer for the connection's life, moved for each head.
     let mut timer = pin!(tokio::time::sleep(settings.header_read));
@@ -113,9 +118,11 @@ where
             return Ok(Served::Closed);
         }
         if conn.rbuf.is_empty() {
-            // Nothing pipelined: an idle connection holds no buffers.
+            // Nothing pipelined: an idle connection holds no buffers; the
+            // next head is read on the stack first (see `read_head`).
             conn.rbuf = BytesMut::new();
             conn.wbuf = Vec::new();
+            conn.spans = Vec::new();
         }
     }
 }
@@ -130,7 +137,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
     ) -> Read {
         loop {
             if !self.rbuf.is_empty() {
-                match head::parse(&mut self.rbuf) {
+                match head::parse_with(&mut self.rbuf, &mut self.spans) {
                     HeadRead::Head(h) => return Read::Head(h),
                     HeadRead::Preface => return Read::Preface,
                     HeadRead::Refused(r) => return Read::Refused(r),
@@ -143,6 +150,24 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
             let stopping = *stop.borrow();
             if stopping && self.rbuf.is_empty() {
                 return Read::Closed;
+            }
+            if self.rbuf.capacity() == 0 {
+                // A connection between requests holds no buffer: the next
+                // head is read on the stack and kept in one of its size.
+                let mut first = [0u8; FIRST_READ];
+                tokio::select! {
+                    read = self.rd.read(&mut first) => match read {
+                        Ok(0) | Err(_) => return Read::Closed,
+                        Ok(n) => self.rbuf = BytesMut::from(&first[..n]),
+                    },
+                    () = timer.as_mut() => return Read::Closed,
+                    changed = stop.changed(), if !stopping => {
+                        if changed.is_err() {
+                            return Read::Closed;
+                        }
+                    }
+                }
+                continue;
             }
             if self.rbuf.capacity() - self.rbuf.len() < 1024 {
                 let room = max_head.saturating_sub(self.rbuf.len()).max(1024);
@@ -225,7 +250,9 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
         let mut answer = pin!(ready.call(req));
         let go = Notify::new();
         let gated = gate.is_some().then_some(&go);
-        let Self { rd, wr, rbuf, wbuf } = self;
+        let Self {
+            rd, wr, rbuf, wbuf, ..
+        } = self;
         let mut reading = pin!(async move {
             match tx {
                 Some(tx) => pump(rd, rbuf, framing, tx, gated).await,
@@ -255,6 +282,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
             version,
             keep_alive: keep_alive && !*stop.borrow(),
         };
+        wbuf.reserve(256 + 48 * parts.headers.len());
         let (encoder, keep) = write::head(wbuf, &parts, hint, ex);
         drop(parts);
         let mut writing = pin!(send_body(wr, wbuf, body, encoder));

@@ -87,9 +87,18 @@ pub enum HeadRead {
 
 /// Reads one request head off the front of `buf`, leaving what follows.
 pub fn parse(buf: &mut BytesMut) -> HeadRead {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut fields);
-    let len = match req.parse(buf) {
+    parse_with(buf, &mut Vec::new())
+}
+
+/// [`parse`], with `spans` as room for where the fields lie (a
+/// connection keeps one, so that no head costs an allocation for it).
+pub fn parse_with(buf: &mut BytesMut, spans: &mut Vec<(Span, Span)>) -> HeadRead {
+    // Left uninitialised: httparse writes the fields it finds, and zeroing
+    // a hundred of them would cost more than the parse.
+    let mut fields =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(buf, &mut fields) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return HeadRead::Partial,
         Err(httparse::Error::Token) if req.method.is_none() => {
@@ -116,17 +125,18 @@ pub fn parse(buf: &mut BytesMut) -> HeadRead {
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
     let target_at = at(target.as_bytes());
-    let mut spans = [((0, 0), (0, 0)); MAX_HEADERS];
-    let count = req.headers.len();
-    for (span, h) in spans.iter_mut().zip(req.headers.iter()) {
-        *span = (at(h.name.as_bytes()), at(h.value));
-    }
+    spans.clear();
+    spans.extend(
+        req.headers
+            .iter()
+            .map(|h| (at(h.name.as_bytes()), at(h.value))),
+    );
     let head = buf.split_to(len).freeze();
     let slice = |(from, n): (usize, usize)| head.slice(from..from + n);
     let Ok(uri) = Uri::from_maybe_shared(slice(target_at)) else {
         return HeadRead::Refused(Refusal::BadRequest("invalid target"));
     };
-    match fields_of(&head, &spans[..count], minor == 1, method, uri, slice) {
+    match fields_of(&head, spans, minor == 1, method, uri, slice) {
         Ok(h) => HeadRead::Head(Box::new(h)),
         Err(r) => HeadRead::Refused(r),
     }
@@ -137,7 +147,8 @@ fn is_preface(buf: &[u8]) -> bool {
     buf.starts_with(b"PRI * HTTP/2.0\r\n")
 }
 
-type Span = (usize, usize);
+/// Where a part of a head lies in the buffer: offset and length.
+pub type Span = (usize, usize);
 
 /// The header fields of a head, and what its framing headers say.
 fn fields_of(
