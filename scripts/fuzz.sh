@@ -32,6 +32,7 @@ ci_runs() {
         forwarded) echo 1200000 ;;
         admin_request) echo 800000 ;;
         usage) echo 80000 ;;
+        http1_diff) echo 400000 ;;
         *) echo 3000000 ;;
     esac
 }
