@@ -33,6 +33,7 @@ ci_runs() {
         admin_request) echo 800000 ;;
         usage) echo 80000 ;;
         h1_response) echo 200000 ;;
+        http1_diff) echo 400000 ;;
         *) echo 3000000 ;;
     esac
 }

@@ -63,4 +63,8 @@ if ! python3 -c 'import openai' >/dev/null 2>&1; then
         || echo "could not install openai: the token-limit tests that drive it are skipped" >&2
 fi
 
-exec cargo test --all-targets "$@"
+cargo test --all-targets "$@"
+
+# The edge's contract a second time with the native HTTP/1.1 server
+# (server.http1: native) serving every test gateway.
+TOLLGATE_TEST_HTTP1=native cargo test --test edge --test target --test gateway --test tls "$@"

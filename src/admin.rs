@@ -49,13 +49,13 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::info;
 
 use crate::listener;
 use crate::pipeline::Gateway;
+use crate::proxy::ClientBody;
 use crate::top::CAPACITY;
 
 /// Accepts admin connections until `stop` turns true, with the accept loop
@@ -88,20 +88,26 @@ pub struct AdminService {
 impl listener::Served for AdminService {
     type Body = Full<Bytes>;
 
-    fn connection(
+    fn connection<B>(
         &self,
         _: SocketAddr,
         _: bool,
     ) -> impl tower::Service<
-        Request<Incoming>,
+        Request<B>,
         Response = Response<Full<Bytes>>,
         Error = Infallible,
         Future: Send + 'static,
     > + Clone
     + Send
-    + 'static {
+    + 'static
+    where
+        B: Into<ClientBody>
+            + http_body::Body<Data = Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+            + Send
+            + 'static,
+    {
         let (gateway, draining) = (self.gateway.clone(), self.draining.clone());
-        tower::service_fn(move |req: Request<Incoming>| {
+        tower::service_fn(move |req: Request<B>| {
             let (gw, draining) = (gateway.clone(), draining.clone());
             async move {
                 if api::serves(req.uri().path()) {

@@ -21,6 +21,7 @@ pub mod decision;
 pub mod grpc;
 pub mod guard;
 pub mod headers;
+pub mod http1;
 pub mod identity;
 pub mod jwt;
 pub mod layer;

@@ -46,8 +46,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::Service;
 use tracing::{debug, warn};
 
-use crate::config::{ServerSettings, Timeouts};
+use crate::config::{Http1, ServerSettings, Timeouts};
+use crate::http1::{self, RequestBody};
 use crate::pipeline::Gateway;
+use crate::proxy::ClientBody;
 use crate::proxy::io::{Observed, Observer};
 
 /// How far hyper's own bound on a request head (the HTTP/1.1 read buffer,
@@ -98,6 +100,8 @@ pub struct Shared {
     permits: Arc<Semaphore>,
     idle: Duration,
     handshake: Duration,
+    /// The native HTTP/1.1 server's settings, when `server.http1` selects it.
+    native: Option<http1::Settings>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -135,6 +139,10 @@ impl Shared {
             )),
             idle: timeouts.idle,
             handshake: timeouts.header_read,
+            native: (settings.http1 == Http1::Native).then_some(http1::Settings {
+                header_read: timeouts.header_read,
+                max_head: head_limit,
+            }),
         }
     }
 }
@@ -156,36 +164,53 @@ pub trait Served: Send + Sync + 'static {
         + Send
         + 'static;
 
-    /// The service of the connection from `peer`, `secure` when over TLS.
-    fn connection(
+    /// The service of the connection from `peer`, `secure` when over TLS,
+    /// for requests whose bodies are `B`: hyper's (`Incoming`) or the
+    /// native HTTP/1.1 server's ([`RequestBody`]).
+    fn connection<B>(
         &self,
         peer: SocketAddr,
         secure: bool,
     ) -> impl Service<
-        Request<Incoming>,
+        Request<B>,
         Response = Response<Self::Body>,
         Error = Infallible,
         Future: Send + 'static,
     > + Clone
     + Send
-    + 'static;
+    + 'static
+    where
+        B: Into<ClientBody>
+            + http_body::Body<
+                Data = bytes::Bytes,
+                Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+            > + Send
+            + 'static;
 }
 
 impl Served for Gateway {
     type Body = crate::proxy::Body;
 
-    fn connection(
+    fn connection<B>(
         &self,
         peer: SocketAddr,
         secure: bool,
     ) -> impl Service<
-        Request<Incoming>,
+        Request<B>,
         Response = Response<Self::Body>,
         Error = Infallible,
         Future: Send + 'static,
     > + Clone
     + Send
-    + 'static {
+    + 'static
+    where
+        B: Into<ClientBody>
+            + http_body::Body<
+                Data = bytes::Bytes,
+                Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+            > + Send
+            + 'static,
+    {
         Gateway::connection(self, peer, secure)
     }
 }
@@ -227,23 +252,23 @@ pub async fn accept_loop<S: Served>(
         let serve = serve.clone();
         let shared = shared.clone();
         let watcher = graceful.watcher();
+        let stop = stop.clone();
         tokio::spawn(async move {
             let conn = Conn {
                 peer,
                 watcher,
+                stop,
                 permit,
             };
             match tls {
-                None => {
-                    conn.serve(stream, serve.connection(peer, false), &shared)
-                        .await
-                }
+                None => conn.serve(stream, &*serve, false, false, &shared).await,
                 Some(tls) => {
                     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                     match tokio::time::timeout(shared.handshake, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
-                            conn.serve(stream, serve.connection(peer, true), &shared)
-                                .await;
+                            // ALPN's choice: h2 is hyper's to serve.
+                            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                            conn.serve(stream, &*serve, true, h2, &shared).await;
                         }
                         Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => debug!(%peer, "TLS handshake timed out"),
@@ -258,14 +283,65 @@ pub async fn accept_loop<S: Served>(
 struct Conn {
     peer: SocketAddr,
     watcher: Watcher,
+    /// Turns true when the gateway drains (the native server's signal;
+    /// hyper's connections hear it through `watcher`).
+    stop: watch::Receiver<bool>,
     /// Released when the connection ends.
     permit: OwnedSemaphorePermit,
 }
 
 impl Conn {
-    /// Serves the connection with `service` until it ends, goes idle, or
-    /// the drain ends it.
-    async fn serve<I, S, B>(self, io: I, service: S, shared: &Shared)
+    /// Serves the connection with the service `serve` makes for it until it
+    /// ends, goes idle, or the drain ends it: over the native HTTP/1.1
+    /// server when `server.http1` selects it and ALPN did not choose `h2`
+    /// (`h2`), handing to hyper what that server hands back.
+    async fn serve<I, S>(self, io: I, serve: &S, secure: bool, h2: bool, shared: &Shared)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Served,
+    {
+        let activity = Arc::new(Activity::new());
+        let io = Observed {
+            inner: io,
+            observer: activity.clone(),
+        };
+        let Some(settings) = shared.native.filter(|_| !h2) else {
+            let service = serve.connection::<Incoming>(self.peer, secure);
+            return self.serve_hyper(io, service, shared, activity).await;
+        };
+        let (peer, stop) = (self.peer, self.stop.clone());
+        let service = serve.connection::<RequestBody>(peer, secure);
+        let in_flight = activity.clone();
+        // As in `serve_hyper`: a clone per request, called inside the block.
+        let native = tower::service_fn(move |req: Request<RequestBody>| {
+            let guard = InFlight::begin(in_flight.clone());
+            let mut service = service.clone();
+            async move {
+                let res = service.call(req).await;
+                drop(guard);
+                res
+            }
+        });
+        let ended = tokio::select! {
+            ended = http1::serve(io, native, settings, stop) => ended,
+            () = activity.idle(shared.idle) => {
+                debug!(%peer, "closing idle connection");
+                return;
+            }
+        };
+        match ended {
+            Ok(http1::Served::HandOff(io)) => {
+                let service = serve.connection::<Incoming>(peer, secure);
+                self.serve_hyper(io, service, shared, activity).await;
+            }
+            Ok(http1::Served::Closed) => {}
+            Err(e) => debug!(%peer, error = %e, "connection ended with an error"),
+        }
+    }
+
+    /// Serves the connection with hyper (HTTP/2, upgrades, and HTTP/1.1
+    /// under `server.http1: hyper`).
+    async fn serve_hyper<I, S, B>(self, io: I, service: S, shared: &Shared, activity: Arc<Activity>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
@@ -281,12 +357,8 @@ impl Conn {
             peer,
             watcher,
             permit,
+            ..
         } = self;
-        let activity = Arc::new(Activity::new());
-        let io = Observed {
-            inner: io,
-            observer: activity.clone(),
-        };
         let in_flight = activity.clone();
         // hyper calls by `&self`, tower by `&mut self`: a clone per
         // request. The service is always ready (see `Served`). It is called

@@ -81,6 +81,8 @@ impl ClientBodyError {
 pub enum ClientBody {
     /// Streamed from the client's connection.
     Incoming(Incoming),
+    /// Streamed from a connection of the native HTTP/1.1 server.
+    Native(crate::http1::RequestBody),
     /// All of it, in memory.
     Whole(Full<Bytes>),
     /// Read ahead for the decision ([`super::peek`]): what was read, then
@@ -91,6 +93,12 @@ pub enum ClientBody {
 impl From<Incoming> for ClientBody {
     fn from(b: Incoming) -> Self {
         Self::Incoming(b)
+    }
+}
+
+impl From<crate::http1::RequestBody> for ClientBody {
+    fn from(b: crate::http1::RequestBody) -> Self {
+        Self::Native(b)
     }
 }
 
@@ -115,6 +123,12 @@ impl ClientBody {
             Self::Incoming(b) => Pin::new(b)
                 .poll_frame(cx)
                 .map_err(|e| ClientBodyError::from_incoming(&e)),
+            Self::Native(b) => Pin::new(b).poll_frame(cx).map_err(|e| match e {
+                crate::http1::BodyError::Malformed(why) => {
+                    ClientBodyError::Malformed(why.to_owned())
+                }
+                crate::http1::BodyError::Aborted(why) => ClientBodyError::Aborted(why),
+            }),
             Self::Whole(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
             Self::Replayed(b) => b.poll_frame(cx),
         }
@@ -123,6 +137,7 @@ impl ClientBody {
     pub(super) fn is_end_stream(&self) -> bool {
         match self {
             Self::Incoming(b) => b.is_end_stream(),
+            Self::Native(b) => b.is_end_stream(),
             Self::Whole(b) => b.is_end_stream(),
             Self::Replayed(b) => b.is_end_stream(),
         }
@@ -131,6 +146,7 @@ impl ClientBody {
     pub(super) fn size_hint(&self) -> SizeHint {
         match self {
             Self::Incoming(b) => b.size_hint(),
+            Self::Native(b) => b.size_hint(),
             Self::Whole(b) => b.size_hint(),
             Self::Replayed(b) => b.size_hint(),
         }

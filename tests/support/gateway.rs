@@ -283,8 +283,9 @@ impl Gateway {
         access_log: Option<tollgate::logs::AccessWriter>,
         resolver: Option<Arc<dyn tollgate::proxy::upstreams::resolve::Resolve>>,
     ) -> Gateway {
-        let config = tollgate::config::load::parse_str(yaml)
+        let mut config = tollgate::config::load::parse_str(yaml)
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
+        with_http1_from_env(&mut config);
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind gateway");
@@ -443,10 +444,7 @@ pub async fn start_connected(
     mut config: tollgate::config::Config,
     serve: tollgate::server::Serve,
 ) -> tollgate::server::Started {
-    // `TOLLGATE_TEST_HTTP1=native` runs the suite on tollgate's own HTTP/1.1.
-    if std::env::var("TOLLGATE_TEST_HTTP1").as_deref() == Ok("native") {
-        config.server.http1 = tollgate::config::Http1::Native;
-    }
+    with_http1_from_env(&mut config);
     let started = tollgate::server::start(config, serve)
         .await
         .expect("gateway starts");
@@ -457,4 +455,17 @@ pub async fn start_connected(
         .wait_connected(std::time::Duration::from_secs(1))
         .await;
     started
+}
+
+/// `TOLLGATE_TEST_HTTP1=native` (or `hyper`) serves every test gateway
+/// with that HTTP/1.1 server, whatever its YAML says, so that one suite
+/// holds both servers to the same contract (scripts/test.sh runs the edge
+/// crates both ways).
+pub fn with_http1_from_env(config: &mut tollgate::config::Config) {
+    match std::env::var("TOLLGATE_TEST_HTTP1").as_deref() {
+        Ok("native") => config.server.http1 = tollgate::config::Http1::Native,
+        Ok("hyper") => config.server.http1 = tollgate::config::Http1::Hyper,
+        Ok(other) => panic!("TOLLGATE_TEST_HTTP1={other}: write native or hyper"),
+        Err(_) => {}
+    }
 }

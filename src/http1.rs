@@ -1,0 +1,64 @@
+//! tollgate's own HTTP/1.1 server connection (`server.http1: native`):
+//! one read buffer and one write buffer per connection, heads parsed in
+//! place with `httparse`, answers written straight into the write buffer,
+//! one timer per connection for its heads, and no buffer held while the
+//! connection waits for its next request.
+//!
+//! It reads what hyper's server reads and refuses what it refuses, with
+//! the same statuses ([`head`], [`chunked`]); the differential fuzz target
+//! `http1_diff` holds the two against each other. What it does not serve it
+//! hands back, with the bytes it has read, for hyper to serve as before
+//! ([`Served::HandOff`]): a connection that opens with HTTP/2's preface
+//! (h2c with prior knowledge), and a request that asks for an `Upgrade`
+//! (WebSocket) or is a `CONNECT`, so that upgrades keep hyper's machinery.
+//!
+//! Differences from hyper's server, each chosen:
+//! - a response's trailers are not sent (hyper sends them only to a client
+//!   that announced `TE: trailers` and for fields the response declared);
+//! - a response's own `Transfer-Encoding` is dropped and the framing chosen
+//!   here, from `Content-Length` or the body's length;
+//! - an answer that ends a connection says `connection: close`.
+
+mod body;
+pub mod chunked;
+mod conn;
+pub mod head;
+mod rewind;
+pub mod write;
+
+use std::convert::Infallible;
+use std::io;
+
+use bytes::Buf;
+use http::{Request, Response};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+pub use body::{BodyError, RequestBody, decode_all};
+pub use conn::{Served, Settings};
+pub use rewind::Rewind;
+
+/// Serves HTTP/1.1 on `io`, each request to `service`, until the client
+/// closes, a head takes longer than `settings.header_read`, an answer ends
+/// the connection, `stop` turns true while no request is in flight, or the
+/// connection is handed off.
+///
+/// # Errors
+/// Writing to the connection failed.
+pub async fn serve<I, S, B>(
+    io: I,
+    service: S,
+    settings: Settings,
+    stop: watch::Receiver<bool>,
+) -> io::Result<Served<I>>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    S: tower::Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
+    B: http_body::Body,
+    B::Data: Buf,
+{
+    conn::serve(io, service, settings, stop).await
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! A response written straight into the connection's write buffer: the
+//! status line, the header fields, and the body's framing chosen as hyper's
+//! server chooses it — `Content-Length` when the length is known, chunked
+//! for an HTTP/1.1 client otherwise, the connection's end for an HTTP/1.0
+//! one — with no body after `HEAD`, 1xx, 204 and 304 (RFC 9112 §6.3).
+
+use std::cell::RefCell;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+use http::response::Parts;
+use http::{Method, StatusCode, Version};
+use http_body::SizeHint;
+
+use super::head::{digits, has_token};
+
+/// How the body after a head is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoder {
+    /// Exactly this many bytes (0: no body).
+    Length(u64),
+    Chunked,
+    /// Until the connection closes (an HTTP/1.0 client, length unknown).
+    Close,
+}
+
+/// What the head of a response needs to know of its request.
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseTo<'a> {
+    pub method: &'a Method,
+    pub version: Version,
+    /// The connection may serve another request after this one.
+    pub keep_alive: bool,
+}
+
+/// Whether a response to `method` with `status` may carry a body.
+fn can_have_body(method: &Method, status: StatusCode) -> bool {
+    !(method == Method::HEAD
+        || method == Method::CONNECT && status.is_success()
+        || status.is_informational()
+        || matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED))
+}
+
+/// Whether its head may say a length.
+fn can_have_length(method: &Method, status: StatusCode) -> bool {
+    !(status.is_informational()
+        || method == Method::CONNECT && status.is_success()
+        || matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED))
+}
+
+/// Writes the head of `parts` into `dst`; returns the body's framing and
+/// whether the connection may go on after it.
+///
+/// `body` is the body's size hint, `None` for a body already at its end.
+pub fn head(
+    dst: &mut Vec<u8>,
+    parts: &Parts,
+    body: Option<SizeHint>,
+    ex: ResponseTo<'_>,
+) -> (Encoder, bool) {
+    let status = parts.status;
+    let mut keep_alive = ex.keep_alive;
+    status_line(dst, ex.version, status);
+    let known = body.map(|h| h.exact());
+    let mut encoder = None;
+    let mut said_keep_alive = false;
+    let mut said_close = false;
+    let mut wrote_date = false;
+    for (name, value) in &parts.headers {
+        match *name {
+            CONTENT_LENGTH => {
+                if encoder.is_some() || !can_have_length(ex.method, status) {
+                    continue;
+                }
+                let n = match known {
+                    Some(Some(n)) => n,
+                    // A length header over an empty body: only a HEAD
+                    // answer says it.
+                    None if ex.method != Method::HEAD => continue,
+                    _ => match digits(value.as_bytes()) {
+                        Some(n) => n,
+                        None => continue,
+                    },
+                };
+                encoder = Some(Encoder::Length(n));
+            }
+            // The framing is this writer's to choose.
+            TRANSFER_ENCODING => continue,
+            CONNECTION => {
+                if has_token(value, "close") {
+                    keep_alive = false;
+                    said_close = true;
+                }
+                said_keep_alive |= has_token(value, "keep-alive");
+            }
+            DATE => wrote_date = true,
+            _ => {}
+        }
+        dst.extend_from_slice(name.as_str().as_bytes());
+        dst.extend_from_slice(b": ");
+        dst.extend_from_slice(value.as_bytes());
+        dst.extend_from_slice(b"\r\n");
+    }
+    let encoder = encoder.unwrap_or_else(|| framing(dst, known, ex, status));
+    let encoder = if can_have_body(ex.method, status) {
+        encoder
+    } else {
+        Encoder::Length(0)
+    };
+    if encoder == Encoder::Close {
+        keep_alive = false;
+    }
+    if ex.version == Version::HTTP_10 {
+        if keep_alive && !said_keep_alive {
+            dst.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+    } else if !keep_alive && !said_close {
+        // The client asked to close, or the connection cannot go on: the
+        // answer says so (RFC 9112 §9.6).
+        dst.extend_from_slice(b"connection: close\r\n");
+    }
+    if !wrote_date {
+        dst.extend_from_slice(b"date: ");
+        date(dst);
+        dst.extend_from_slice(b"\r\n");
+    }
+    dst.extend_from_slice(b"\r\n");
+    (encoder, keep_alive)
+}
+
+/// The status line: HTTP/1.0 to an HTTP/1.0 client, else HTTP/1.1.
+fn status_line(dst: &mut Vec<u8>, version: Version, status: StatusCode) {
+    if version != Version::HTTP_10 && status == StatusCode::OK {
+        dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        return;
+    }
+    dst.extend_from_slice(if version == Version::HTTP_10 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
+    dst.extend_from_slice(status.as_str().as_bytes());
+    dst.push(b' ');
+    dst.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+    dst.extend_from_slice(b"\r\n");
+}
+
+/// The framing of a body whose head says no length, written into the
+/// head: `known` is the body's exact length if it has one (`None`: no
+/// body).
+fn framing(
+    dst: &mut Vec<u8>,
+    known: Option<Option<u64>>,
+    ex: ResponseTo<'_>,
+    status: StatusCode,
+) -> Encoder {
+    match known {
+        None | Some(Some(0)) => {
+            if can_have_length(ex.method, status) && ex.method != Method::HEAD {
+                dst.extend_from_slice(b"content-length: 0\r\n");
+            }
+            Encoder::Length(0)
+        }
+        Some(Some(n)) if can_have_length(ex.method, status) => {
+            dst.extend_from_slice(b"content-length: ");
+            dst.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            dst.extend_from_slice(b"\r\n");
+            Encoder::Length(n)
+        }
+        Some(Some(_)) => Encoder::Length(0),
+        Some(None) if ex.version == Version::HTTP_10 || !can_have_body(ex.method, status) => {
+            Encoder::Close
+        }
+        Some(None) => {
+            dst.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            Encoder::Chunked
+        }
+    }
+}
+
+/// The head of a refusal hyper would send for a head it cannot read.
+pub fn refusal(dst: &mut Vec<u8>, status: StatusCode) {
+    dst.extend_from_slice(b"HTTP/1.1 ");
+    dst.extend_from_slice(status.as_str().as_bytes());
+    dst.push(b' ');
+    dst.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+    dst.extend_from_slice(b"\r\nconnection: close\r\ncontent-length: 0\r\ndate: ");
+    date(dst);
+    dst.extend_from_slice(b"\r\n\r\n");
+}
+
+/// `100 Continue`, for a client that waits for it before its body.
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+thread_local! {
+    /// The `Date` value of the current second, made once a second per
+    /// thread (RFC 9110 §6.6.1 asks for the time the message is made; a
+    /// second's resolution is the field's).
+    static DATE_NOW: RefCell<(u64, [u8; 29])> = const { RefCell::new((0, [0; 29])) };
+}
+
+/// Appends the current `Date` value (IMF-fixdate).
+fn date(dst: &mut Vec<u8>) {
+    let now = SystemTime::now();
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE_NOW.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != secs {
+            let text = httpdate::fmt_http_date(now);
+            if text.len() == 29 {
+                cached.1.copy_from_slice(text.as_bytes());
+                cached.0 = secs;
+            } else {
+                dst.extend_from_slice(text.as_bytes());
+                return;
+            }
+        }
+        dst.extend_from_slice(&cached.1);
+    });
+}
+
+/// Appends the size line of a chunk of `len` bytes.
+pub fn chunk_size(dst: &mut Vec<u8>, len: usize) {
+    let mut size = [0u8; 16];
+    let mut n = len;
+    let mut i = size.len();
+    loop {
+        i -= 1;
+        size[i] = b"0123456789abcdef"[n % 16];
+        n /= 16;
+        if n == 0 {
+            break;
+        }
+    }
+    dst.extend_from_slice(&size[i..]);
+    dst.extend_from_slice(b"\r\n");
+}
