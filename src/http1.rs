@@ -8,7 +8,7 @@
 //! the same statuses ([`head`], [`chunked`]); the differential fuzz target
 //! `http1_diff` holds the two against each other. What it does not serve it
 //! hands back, with the bytes it has read, for hyper to serve as before
-//! ([`Served::HandOff`]): a connection that opens with HTTP/2's preface
+//! ([`ConnEnd::HandOff`]): a connection that opens with HTTP/2's preface
 //! (h2c with prior knowledge), and a request that asks for an `Upgrade`
 //! (WebSocket) or is a `CONNECT`, so that upgrades keep hyper's machinery.
 //!
@@ -35,7 +35,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 pub use body::{BodyError, RequestBody, decode_all};
-pub use conn::{Served, Settings};
+pub use conn::{ConnEnd, Settings};
 pub use rewind::Rewind;
 
 /// Serves HTTP/1.1 on `io`, each request to `service`, until the client
@@ -50,7 +50,7 @@ pub async fn serve<I, S, B>(
     service: S,
     settings: Settings,
     stop: watch::Receiver<bool>,
-) -> io::Result<Served<I>>
+) -> io::Result<ConnEnd<I>>
 where
     I: AsyncRead + AsyncWrite + Unpin,
     S: tower::Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,

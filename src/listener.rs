@@ -330,11 +330,11 @@ impl Conn {
             }
         };
         match ended {
-            Ok(http1::Served::HandOff(io)) => {
+            Ok(http1::ConnEnd::HandOff(io)) => {
                 let service = serve.connection::<Incoming>(peer, secure);
                 self.serve_hyper(io, service, shared, activity).await;
             }
-            Ok(http1::Served::Closed) => {}
+            Ok(http1::ConnEnd::Closed) => {}
             Err(e) => debug!(%peer, error = %e, "connection ended with an error"),
         }
     }

@@ -18,7 +18,7 @@ use tokio::time::{Instant, Sleep};
 use tower::{Service, ServiceExt};
 
 use super::body::{PumpEnd, READ_CHUNK, RequestBody, pump};
-use super::head::{self, BodyFraming, Head, HeadRead, Refusal};
+use super::head::{self, BodyFraming, HeadRead, Refusal, RequestHead};
 use super::rewind::Rewind;
 use super::write::{self, Encoder, ResponseTo};
 
@@ -43,7 +43,7 @@ pub struct Settings {
 
 /// How serving a connection ended.
 #[derive(Debug)]
-pub enum Served<I> {
+pub enum ConnEnd<I> {
     /// The connection is closed, or is to be dropped.
     Closed,
     /// Not this server's to serve: the connection, its bytes read so far
@@ -53,7 +53,7 @@ pub enum Served<I> {
 
 /// What reading a head came to.
 enum Read {
-    Head(Box<Head>),
+    Head(Box<RequestHead>),
     Preface,
     Refused(Refusal),
     /// The client closed, the head took too long, or the gateway drains.
@@ -76,7 +76,7 @@ pub(super) async fn serve<I, S, B>(
     mut service: S,
     settings: Settings,
     mut stop: watch::Receiver<bool>,
-) -> io::Result<Served<I>>
+) -> io::Result<ConnEnd<I>>
 where
     I: AsyncRead + AsyncWrite + Unpin,
     S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
@@ -106,7 +106,7 @@ where
             Read::Preface if first => return Ok(conn.hand_off(Bytes::new())),
             Read::Preface => return conn.refuse(Refusal::BadRequest("HTTP/2 preface")).await,
             Read::Refused(r) => return conn.refuse(r).await,
-            Read::Closed => return Ok(Served::Closed),
+            Read::Closed => return Ok(ConnEnd::Closed),
         };
         first = false;
         if head.wants_upgrade {
@@ -115,7 +115,7 @@ where
         let keep = conn.exchange(&mut service, head, &stop).await?;
         if !keep {
             let _ = conn.wr.shutdown().await;
-            return Ok(Served::Closed);
+            return Ok(ConnEnd::Closed);
         }
         if conn.rbuf.is_empty() {
             // Nothing pipelined: an idle connection holds no buffers; the
@@ -190,7 +190,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
     }
 
     /// The connection, with `head` and the unread bytes to be read again.
-    fn hand_off(self, head: Bytes) -> Served<I> {
+    fn hand_off(self, head: Bytes) -> ConnEnd<I> {
         let io = self.rd.unsplit(self.wr);
         let prefix = if head.is_empty() {
             self.rbuf.freeze()
@@ -200,23 +200,23 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
             all.extend_from_slice(&self.rbuf);
             all.freeze()
         };
-        Served::HandOff(Rewind::new(io, prefix))
+        ConnEnd::HandOff(Rewind::new(io, prefix))
     }
 
     /// Answers a head that cannot be read as hyper does, and closes.
-    async fn refuse(mut self, why: Refusal) -> io::Result<Served<I>> {
+    async fn refuse(mut self, why: Refusal) -> io::Result<ConnEnd<I>> {
         write::refusal(&mut self.wbuf, why.status());
         self.wr.write_all(&self.wbuf).await?;
         self.wr.flush().await?;
         let _ = self.wr.shutdown().await;
-        Ok(Served::Closed)
+        Ok(ConnEnd::Closed)
     }
 
     /// One request and its answer; whether the connection goes on.
     async fn exchange<S, B>(
         &mut self,
         service: &mut S,
-        head: Box<Head>,
+        head: Box<RequestHead>,
         stop: &watch::Receiver<bool>,
     ) -> io::Result<bool>
     where
@@ -224,7 +224,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
         B: Body,
         B::Data: Buf,
     {
-        let Head {
+        let RequestHead {
             method,
             uri,
             version,

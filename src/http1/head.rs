@@ -34,7 +34,7 @@ pub enum BodyFraming {
 /// A head read whole: the parts of the request and what the connection
 /// needs to know of it.
 #[derive(Debug)]
-pub struct Head {
+pub struct RequestHead {
     /// The head's bytes as read, for a request handed to hyper.
     pub raw: Bytes,
     pub method: Method,
@@ -77,7 +77,7 @@ impl Refusal {
 #[derive(Debug)]
 pub enum HeadRead {
     /// A whole head, taken off the buffer.
-    Head(Box<Head>),
+    Head(Box<RequestHead>),
     /// Not yet a whole head.
     Partial,
     /// An HTTP/2 request line (`PRI * HTTP/2.0`, the h2c preface).
@@ -158,7 +158,7 @@ fn fields_of(
     method: Method,
     uri: Uri,
     slice: impl Fn(Span) -> Bytes,
-) -> Result<Head, Refusal> {
+) -> Result<RequestHead, Refusal> {
     let mut keep_alive = http11;
     let mut saw_close = false;
     let mut framing = BodyFraming::Length(0);
@@ -227,7 +227,7 @@ fn fields_of(
     if is_te && is_cl {
         keep_alive = false;
     }
-    Ok(Head {
+    Ok(RequestHead {
         raw: head.clone(),
         method,
         uri,
