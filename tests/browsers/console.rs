@@ -23,12 +23,16 @@ const TOKEN: &str = "console-test-token";
 const WITHIN: Duration = Duration::from_secs(30);
 const XSS: &str = "<img src=x onerror=alert(1)>";
 
+/// Two gateways' file. Redis calls are bounded at 1 s, not the default
+/// 25 ms: on a loaded machine a slower call would be decided in process
+/// (`on_error: local`, the limit divided among the gateways), and the counts
+/// below are Redis's.
 fn yaml(redis: &str) -> String {
     format!(
         r#"
 listen: 127.0.0.1:0
 admin: {{ addr: 127.0.0.1:0, token: {TOKEN} }}
-store: {{ redis: {{ url: '{redis}' }} }}
+store: {{ redis: {{ url: '{redis}', timeout: 1s }} }}
 api_keys: {{ keys: {{ k1: free }} }}
 plans:
   free: [ {{ name: per_hour, limit: 100, window: 1h }} ]
