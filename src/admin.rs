@@ -55,7 +55,6 @@ use tracing::info;
 
 use crate::listener;
 use crate::pipeline::Gateway;
-use crate::proxy::ClientBody;
 use crate::top::CAPACITY;
 
 /// Accepts admin connections until `stop` turns true, with the accept loop
@@ -101,10 +100,7 @@ impl listener::Served for AdminService {
     + Send
     + 'static
     where
-        B: Into<ClientBody>
-            + http_body::Body<Data = Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
-            + Send
-            + 'static,
+        B: listener::ServedBody,
     {
         let (gateway, draining) = (self.gateway.clone(), self.draining.clone());
         tower::service_fn(move |req: Request<B>| {

@@ -152,6 +152,24 @@ impl Shared {
 /// serves it in plain text.
 pub type TlsNow = Arc<dyn Fn() -> Option<Arc<tokio_rustls::rustls::ServerConfig>> + Send + Sync>;
 
+/// A request body a connection's service takes: hyper's (`Incoming`) or
+/// the native HTTP/1.1 server's ([`RequestBody`]).
+pub trait ServedBody:
+    Into<ClientBody>
+    + http_body::Body<Data = bytes::Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+    + Send
+    + 'static
+{
+}
+
+impl<B> ServedBody for B where
+    B: Into<ClientBody>
+        + http_body::Body<Data = bytes::Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static
+{
+}
+
 /// What a listener serves: one tower service per connection, built when
 /// the connection is accepted from its peer's address and whether it came
 /// over TLS (the proxy's [`Gateway::connection`], the admin listener's
@@ -180,12 +198,7 @@ pub trait Served: Send + Sync + 'static {
     + Send
     + 'static
     where
-        B: Into<ClientBody>
-            + http_body::Body<
-                Data = bytes::Bytes,
-                Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-            > + Send
-            + 'static;
+        B: ServedBody;
 }
 
 impl Served for Gateway {
@@ -204,12 +217,7 @@ impl Served for Gateway {
     + Send
     + 'static
     where
-        B: Into<ClientBody>
-            + http_body::Body<
-                Data = bytes::Bytes,
-                Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-            > + Send
-            + 'static,
+        B: ServedBody,
     {
         Gateway::connection(self, peer, secure)
     }

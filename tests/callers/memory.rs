@@ -159,27 +159,9 @@ routes:
 
 #[tokio::test]
 async fn a_caller_keyed_by_a_json_field_of_its_bodies_is_named_by_it() {
-    let yaml = format!(
-        "listen: 127.0.0.1:0
-admin: {}
-routes:
-  - name: chat
-    match: {{ path_prefix: /v1 }}
-    respond: {{ status: 200, body: ok }}
-    limits: [ {{ name: per_model, key: [ api_key, \"json:model\" ], limit: 5, window: 1h }} ]
-",
-        with_token()
-    );
-    let gw = start(&yaml).await;
+    let gw = start(&chat_yaml(5)).await;
     for model in ["gpt-x", "gpt-x", "other"] {
-        let req = http::Request::post("/v1/chat")
-            .header("host", "gateway.test")
-            .header("x-api-key", "k1")
-            .body(http_body_util::Full::new(bytes::Bytes::from(format!(
-                "{{\"model\":\"{model}\"}}"
-            ))))
-            .unwrap();
-        assert_eq!(super::send(gw.addr, req).await.status, 200);
+        assert_eq!(chat(&gw, model).await, 200);
     }
     let (status, v) = call(
         &gw,
@@ -205,6 +187,22 @@ routes:
     assert_eq!(entry(&v, "chat", "per_model")["used"], 1, "{v}");
 }
 
+/// A gateway with a chat route limiting each API key and model to `limit`
+/// an hour.
+fn chat_yaml(limit: u64) -> String {
+    format!(
+        "listen: 127.0.0.1:0
+admin: {}
+routes:
+  - name: chat
+    match: {{ path_prefix: /v1 }}
+    respond: {{ status: 200, body: ok }}
+    limits: [ {{ name: per_model, key: [ api_key, \"json:model\" ], limit: {limit}, window: 1h }} ]
+",
+        with_token()
+    )
+}
+
 /// A request of `k1` to the chat route with a body naming `model`: its
 /// status.
 async fn chat(gw: &super::AdminGateway, model: &str) -> u16 {
@@ -220,18 +218,7 @@ async fn chat(gw: &super::AdminGateway, model: &str) -> u16 {
 
 #[tokio::test]
 async fn an_override_narrowed_by_a_json_field_holds_for_that_value_only() {
-    let yaml = format!(
-        "listen: 127.0.0.1:0
-admin: {}
-routes:
-  - name: chat
-    match: {{ path_prefix: /v1 }}
-    respond: {{ status: 200, body: ok }}
-    limits: [ {{ name: per_model, key: [ api_key, \"json:model\" ], limit: 2, window: 1h }} ]
-",
-        with_token()
-    );
-    let gw = start(&yaml).await;
+    let gw = start(&chat_yaml(2)).await;
     let body = r#"{"api_key":"k1","json.model":"big","limit":"per_model","quota":4}"#;
     let (status, v) = call(&gw, Method::PUT, "/admin/overrides", Some(body)).await;
     assert_eq!(status, 200, "{v}");
