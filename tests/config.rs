@@ -905,7 +905,7 @@ fn more_top_level_rules() {
             "server.max_connections: must be between 1 and 1000000, found 0 (line 2, col 28)\n\
              server.max_header_size: \"1KiB\" is out of range; write 8KiB to 16MiB (line 2, col 48)\n\
              server.max_body_size: \"10MB\" is not a size; write bytes or a whole number with KiB, MiB or GiB, e.g. 64KiB (line 2, col 69)\n\
-             server: unknown field \"nope\"; expected one of max_connections, backlog, max_header_size, max_uri_size, max_body_size, path (line 2, col 75)",
+             server: unknown field \"nope\"; expected one of max_connections, backlog, max_header_size, max_uri_size, max_body_size, path, http1 (line 2, col 75)",
         ),
         (
             "listen: [ 127.0.0.1:1, { addr: 127.0.0.1:2, tls: { cert: /nonexistent/c.pem } }, { adr: x }, [1] ]\n",
@@ -1565,6 +1565,12 @@ fn enum_fields() -> Vec<EnumField> {
                     "listen: 127.0.0.1:0\nroutes: [ {{ name: a, respond: {{}}, on_error: {v} }} ]\n"
                 )
             },
+        },
+        EnumField {
+            schema_path: "server.http1",
+            error_path: "server.http1",
+            spellings: names(&tollgate::config::Http1::SPELLINGS),
+            file: |v| format!("listen: 127.0.0.1:0\nserver: {{ http1: {v} }}\n{ROUTE}"),
         },
         EnumField {
             schema_path: "server.path.escaped_slashes",
