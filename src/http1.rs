@@ -7,7 +7,7 @@
 //! It reads what hyper's server reads and refuses what it refuses, with
 //! the same statuses ([`head`], [`chunked`]); the differential fuzz target
 //! `http1_diff` holds the two against each other. What it does not serve it
-//! hands back, with the bytes it has read, for hyper to serve as before
+//! hands back, with the bytes it has read, for hyper to serve
 //! ([`ConnEnd::HandOff`]): a connection that opens with HTTP/2's preface
 //! (h2c with prior knowledge), and a request that asks for an `Upgrade`
 //! (WebSocket) or is a `CONNECT`, so that upgrades keep hyper's machinery.

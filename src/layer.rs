@@ -44,7 +44,6 @@ use crate::decision::limiter::Limiter;
 use crate::decision::overrides::{self, CallerOverrides, Watcher};
 use crate::decision::shares;
 use crate::grpc;
-use crate::headers;
 use crate::identity::{AppKey, Peer};
 use crate::pipeline::decide::{self, Deciding, Purpose};
 use crate::pipeline::delay::Waiting;
@@ -440,15 +439,7 @@ where
         }),
     };
     if let Some(checked) = &ex.checked {
-        headers::apply(
-            core.config.headers,
-            res.headers_mut(),
-            checked.policy_header(),
-            checked.limits(),
-            checked.decision.allowed(),
-            checked.decision.outcomes(),
-            checked.now_ms,
-        );
+        checked.write_headers(core.config.headers, res.headers_mut());
     }
     Ok(res)
 }

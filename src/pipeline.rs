@@ -36,7 +36,6 @@ use http::{Request, Response};
 
 use crate::decision::settle::{self as settle_costs, Reported};
 use crate::grpc;
-use crate::headers;
 use crate::identity::{self, Caller, Peer};
 use crate::problem::GatewayError;
 use crate::proxy::{Body, ClientBody, Deadline, Secure};
@@ -107,15 +106,7 @@ impl Gateway {
         let mut res = answer
             .unwrap_or_else(|refusal| refusal::response(&refusal, ex.request_id.as_ref(), ex.grpc));
         if let Some(checked) = &ex.checked {
-            headers::apply(
-                rt.config.headers,
-                res.headers_mut(),
-                checked.policy_header(),
-                checked.limits(),
-                checked.decision.allowed(),
-                checked.decision.outcomes(),
-                checked.now_ms,
-            );
+            checked.write_headers(rt.config.headers, res.headers_mut());
         }
         browsers::leave(&rt, &ex, &mut res);
         res

@@ -313,6 +313,20 @@ impl CheckedLimits {
             None => self.route.policy_header.as_ref(),
         }
     }
+
+    /// Writes the rate-limit headers of this decision into `headers`, in
+    /// `mode`'s spelling.
+    pub fn write_headers(&self, mode: crate::config::HeaderMode, headers: &mut http::HeaderMap) {
+        crate::headers::apply(
+            mode,
+            headers,
+            self.policy_header(),
+            self.limits(),
+            self.decision.allowed(),
+            self.decision.outcomes(),
+            self.now_ms,
+        );
+    }
 }
 
 /// The strongest identity a caller presented.
