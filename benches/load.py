@@ -43,7 +43,9 @@ process, counts exchanged with Redis every 100 ms); tollgate deny path (one
 key far over its limit); and the two Redis modes again as a fleet of three
 gateways over the one Redis, each gateway getting a third of the
 connections from its own wrk at the same time (requests and CPU summed over
-the three, p99 the worst of them).
+the three, p99 the worst of them); then no limits, the memory store and the
+deny path again with `server: { http1: native }` (tollgate's own HTTP/1.1
+server and upstream client in place of hyper's).
 
 Below the table, the performance targets beside this run's ratios, each marked
 when met.
@@ -334,11 +336,11 @@ def start_fixture(tmp, started):
     return upstream, up_port, redis, redis_port, keys_lua
 
 
-def tollgate_config(path, port, upstream, limits, redis_port=None, sync=None):
-    store = ""
+def tollgate_config(path, port, upstream, limits, redis_port=None, sync=None, http1="hyper"):
+    store = f"server: {{ http1: {http1} }}\n"
     if redis_port:
         extra = f", sync: {sync}" if sync else ""
-        store = f'store: {{ redis: {{ url: "redis://127.0.0.1:{redis_port}", timeout: 100ms{extra} }}, on_error: local }}\n'
+        store += f'store: {{ redis: {{ url: "redis://127.0.0.1:{redis_port}", timeout: 100ms{extra} }}, on_error: local }}\n'
     with open(path, "w") as f:
         f.write(f"""listen: 127.0.0.1:{port}
 {store}routes:
@@ -484,6 +486,9 @@ GOALS = [
     ("tollgate redis 10k keys", 1.5, 3.0, 1.2, 0.85),
     ("tollgate redis sync 10k keys", 1.15, 0.3, 1.1, 0.95),
     ("tollgate deny path", 0.5, None, None, None),
+    ("tollgate native no limits", 1.0, None, 1.0, 1.0),
+    ("tollgate native memory", 1.1, None, 1.1, 0.95),
+    ("tollgate native deny path", 0.6, None, None, None),
 ]
 
 
@@ -552,12 +557,12 @@ def main():
         wait_port(port)
         contenders.append(("haproxy", [port], h.pids, False, None))
 
-        def add_tollgate(name, limits, use_redis, script, sync=None, instances=1):
+        def add_tollgate(name, limits, use_redis, script, sync=None, instances=1, http1="hyper"):
             ports, procs = [], []
             for i in range(instances):
                 port = free_port()
                 cfg = os.path.join(tmp, f"{name.replace(' ', '_')}_{i}.yaml")
-                tollgate_config(cfg, port, up_port, limits, redis_port if use_redis else None, sync)
+                tollgate_config(cfg, port, up_port, limits, redis_port if use_redis else None, sync, http1)
                 p = Process([binary, "--config", cfg],
                             env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "info" if logs else "warn"},
                             stderr=cfg + ".log" if logs else None)
@@ -573,7 +578,11 @@ def main():
         add_tollgate("tollgate memory", big, False, keys_lua)
         add_tollgate("tollgate redis 10k keys", big, True, keys_lua)
         add_tollgate("tollgate redis sync 10k keys", big, True, keys_lua, sync="100ms")
-        add_tollgate("tollgate deny path", "{ name: tiny, key: api_key, limit: 1, window: 1h }", True, deny_lua)
+        tiny = "{ name: tiny, key: api_key, limit: 1, window: 1h }"
+        add_tollgate("tollgate deny path", tiny, True, deny_lua)
+        add_tollgate("tollgate native no limits", "", False, None, http1="native")
+        add_tollgate("tollgate native memory", big, False, keys_lua, http1="native")
+        add_tollgate("tollgate native deny path", tiny, True, deny_lua, http1="native")
         add_tollgate("tollgate redis 3 gateways", big, True, keys_lua, instances=3)
         add_tollgate("tollgate redis sync 3 gateways", big, True, keys_lua, sync="100ms", instances=3)
         contenders.insert(0, ("direct upstream", [up_port], upstream.pids, False, None))
