@@ -28,7 +28,7 @@
 //!
 //! The inner service reads the request body as a [`LayerRequestBody`]:
 //! the body given, passed as it is, or read ahead and replayed when the
-//! limits read its JSON fields (see [`body`]).
+//! limits read its JSON fields.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -60,8 +60,8 @@ use crate::top::TopOffenders;
 
 mod body;
 
-use body::BodyUse;
 pub use body::LayerRequestBody;
+use body::{BodyUse, Counting};
 
 /// Where a request's connection address is found in its extensions.
 pub type PeerFrom = Arc<dyn Fn(&Extensions) -> Option<SocketAddr> + Send + Sync>;
@@ -367,7 +367,7 @@ where
         let ready = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, ready);
         if self.core.body.any() {
-            return Box::pin(body::limited_with_body(Arc::clone(&self.core), inner, req));
+            return Box::pin(limited_with_body(Arc::clone(&self.core), inner, req));
         }
         let req = req.map(LayerRequestBody::new);
         Box::pin(limited(Arc::clone(&self.core), inner, req))
@@ -449,4 +449,23 @@ where
         checked.write_headers(core.config.headers, res.headers_mut());
     }
     Ok(res)
+}
+
+/// [`limited`] for a request whose limits need its body: the fields the
+/// limits read taken out first, the bytes the inner service reads counted.
+async fn limited_with_body<S, B, R>(
+    core: Arc<Core>,
+    inner: S,
+    req: Request<B>,
+) -> Result<Response<LayerBody<R>>, S::Error>
+where
+    S: tower::Service<Request<LayerRequestBody<B>>, Response = Response<R>>,
+    B: http_body::Body<Data = Bytes> + Unpin,
+    R: http_body::Body<Data = Bytes> + Send + 'static,
+{
+    let mut req = req.map(LayerRequestBody::new);
+    if core.body.reads {
+        req = crate::pipeline::body::read_within(&core.body_budget, &core.route, req).await;
+    }
+    limited(core, Counting(inner), req).await
 }

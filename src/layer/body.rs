@@ -7,7 +7,7 @@
 //! it. They need it in two ways, both as in the gateway:
 //! - a `json:` key or a `reserve: { json: … }` reads fields of the JSON
 //!   body before the decision: the body is read ahead by the gateway's own
-//!   code ([`body::read_within`]: up to [`BODY_CAP`], under the layer's
+//!   code ([`read_within`]: up to [`BODY_CAP`], under the layer's
 //!   [`BODY_BUDGET`] of bytes held at once, a client that stalls waited
 //!   for 30 s) and replayed byte for byte to the inner service. A body not
 //!   read (larger than the cap, the budget spent, not JSON) leaves its
@@ -16,20 +16,18 @@
 //!   (else 1) at the decision and counts the bytes the inner service
 //!   reads of the body, settled when the answer's body ends.
 //!
+//! [`read_within`]: crate::pipeline::body::read_within
 //! [`BODY_CAP`]: crate::pipeline::body::BODY_CAP
 //! [`BODY_BUDGET`]: crate::pipeline::gateway::BODY_BUDGET
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::Request;
 use http_body::{Body, Frame, SizeHint};
 
-use super::{Core, LayerBody, limited};
 use crate::limit::settle::Source;
-use crate::pipeline::body;
 use crate::proxy::{BodyBytes, Peekable, Replay};
 use crate::routing::CompiledRoute;
 
@@ -144,29 +142,10 @@ impl BodyUse {
     }
 }
 
-/// [`limited`] for a request whose limits need its body: the fields the
-/// limits read taken out first, the bytes the inner service reads counted.
-pub(super) async fn limited_with_body<S, B, R>(
-    core: Arc<Core>,
-    inner: S,
-    req: Request<B>,
-) -> Result<Response<LayerBody<R>>, S::Error>
-where
-    S: tower::Service<Request<LayerRequestBody<B>>, Response = Response<R>>,
-    B: Body<Data = Bytes> + Unpin,
-    R: Body<Data = Bytes> + Send + 'static,
-{
-    let mut req = req.map(LayerRequestBody::new);
-    if core.body.reads {
-        req = body::read_within(&core.body_budget, &core.route, req).await;
-    }
-    limited(core, Counting(inner), req).await
-}
-
 /// The inner service, handed a body that counts its bytes where the
 /// decision asked for them (a [`BodyBytes`] in the request's extensions,
 /// put there by [`settle::prepare`](crate::pipeline::settle::prepare)).
-struct Counting<S>(S);
+pub(super) struct Counting<S>(pub(super) S);
 
 impl<S, B> tower::Service<Request<LayerRequestBody<B>>> for Counting<S>
 where

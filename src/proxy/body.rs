@@ -22,7 +22,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::counted::BodyBytes;
-use super::peek::Replay;
+use super::peek::{Peekable, Replay};
 use crate::problem::GatewayError;
 
 /// How the client's request body failed.
@@ -168,6 +168,12 @@ impl Body for ClientBody {
 
     fn size_hint(&self) -> SizeHint {
         Self::size_hint(self)
+    }
+}
+
+impl Peekable for ClientBody {
+    fn replaying(replay: Box<Replay<Self>>) -> Self {
+        Self::Replayed(replay)
     }
 }
 

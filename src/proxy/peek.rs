@@ -6,7 +6,7 @@
 //! request whose body replays what was read, then goes on with the rest of
 //! the client's body ([`Replay`]); the caller gets the bytes when the whole
 //! body fit, `None` otherwise (the limit's `default`). It reads any
-//! [`Peekable`] body: the gateway's [`ClientBody`], and the request body
+//! [`Peekable`] body: the gateway's [`ClientBody`](super::ClientBody), and the request body
 //! of an application's service behind the tower layer
 //! ([`crate::layer::LayerRequestBody`]), so both read by the same rules.
 //!
@@ -38,19 +38,11 @@ use http::{HeaderMap, Request};
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::body::ClientBody;
-
 /// A request body [`peek`] can read ahead and put back as a body of its
 /// own type.
 pub trait Peekable: Body<Data = Bytes> + Unpin + Sized {
     /// The body that replays `replay`: the bytes read, then the rest.
     fn replaying(replay: Box<Replay<Self>>) -> Self;
-}
-
-impl Peekable for ClientBody {
-    fn replaying(replay: Box<Replay<Self>>) -> Self {
-        Self::Replayed(replay)
-    }
 }
 
 /// A body after [`peek`]: the bytes read, then the rest.
