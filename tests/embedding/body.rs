@@ -271,3 +271,39 @@ where
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_body_that_fails_while_read_reaches_the_inner_service_failing() {
+    let layer =
+        layer_of("  - { name: by_model, key: \"json:model\", limit: 5, window: 1m }\n").await;
+    type Failing = StreamBody<
+        futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>,
+    >;
+    // The inner service answers 400 with what its body said, as an
+    // application's would.
+    let inner = tower::service_fn(|req: Request<LayerRequestBody<Failing>>| async move {
+        let res = match req.into_body().collect().await {
+            Ok(c) => http::Response::new(Full::new(c.to_bytes())),
+            Err(e) => {
+                let mut res = http::Response::new(Full::new(Bytes::from(e.to_string())));
+                *res.status_mut() = StatusCode::BAD_REQUEST;
+                res
+            }
+        };
+        Ok::<_, Infallible>(res)
+    });
+    let service = tower::Layer::layer(&layer, inner);
+    let body: Failing = StreamBody::new(futures_util::stream::iter(vec![
+        Ok(Frame::data(Bytes::from_static(br#"{"model":"#))),
+        Err(std::io::Error::other("the client reset")),
+    ]));
+    let res = service
+        .oneshot(Request::post("/").body(body).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    // Decided without the field (the body did not end whole).
+    assert_eq!(left(res.headers(), "by_model"), 4);
+    let said = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(said, "the client reset");
+}
