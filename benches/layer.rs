@@ -22,17 +22,19 @@ use http::{Request, Response};
 use http_body_util::Full;
 use tollgate::RateLimitLayer;
 use tollgate::identity::Peer;
+use tollgate::layer::LayerRequestBody;
 use tower::{Layer, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 
-fn inner() -> impl tower::Service<
-    Request<Full<Bytes>>,
+/// A service answering `ok`, of requests with bodies of type `B`.
+fn inner<B: Send + 'static>() -> impl tower::Service<
+    Request<B>,
     Response = Response<axum::body::Body>,
     Error = std::convert::Infallible,
     Future = impl Send,
 > + Clone {
-    tower::service_fn(|_req: Request<Full<Bytes>>| async {
+    tower::service_fn(|_req: Request<B>| async {
         Ok::<_, std::convert::Infallible>(Response::new(axum::body::Body::from("ok")))
     })
 }
@@ -60,13 +62,13 @@ fn overhead(c: &mut Criterion) {
     let peer: SocketAddr = "10.0.0.1:40000".parse().unwrap();
     let mut g = c.benchmark_group("layer");
 
-    let bare = inner();
+    let bare = inner::<Full<Bytes>>();
     g.bench_function("bare service", |b| {
         b.iter(|| black_box(rt.block_on(bare.clone().oneshot(request(peer))).unwrap()));
     });
 
     for algorithm in ["sliding_window", "gcra"] {
-        let service = layer(&rt, algorithm).layer(inner());
+        let service = layer(&rt, algorithm).layer(inner::<LayerRequestBody<Full<Bytes>>>());
         g.bench_function(format!("tollgate {algorithm}"), |b| {
             b.iter(|| {
                 let res = rt.block_on(service.clone().oneshot(request(peer))).unwrap();
@@ -81,7 +83,8 @@ fn overhead(c: &mut Criterion) {
         .const_burst_size(1_000_000_000)
         .finish()
         .unwrap();
-    let governed = GovernorLayer::<_, _, axum::body::Body>::new(Arc::new(config)).layer(inner());
+    let governed = GovernorLayer::<_, _, axum::body::Body>::new(Arc::new(config))
+        .layer(inner::<Full<Bytes>>());
     g.bench_function("tower_governor gcra", |b| {
         b.iter(|| {
             let res = rt

@@ -25,6 +25,10 @@
 //! `TcpConnectInfo`). An application names its own caller with
 //! [`Builder::key_from`]: the closure's answer stands for the user, so
 //! limits keyed `user` count by it.
+//!
+//! The inner service reads the request body as a [`LayerRequestBody`]:
+//! the body given, passed as it is, or read ahead and replayed when the
+//! limits read its JSON fields.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -49,10 +53,15 @@ use crate::pipeline::decide::{self, Deciding, Purpose};
 use crate::pipeline::delay::Waiting;
 use crate::pipeline::{Exchange, refusal, settle};
 use crate::plans::PlanResolver;
-use crate::proxy::{Watch, Watched};
+use crate::proxy::{PeekBudget, Watch, Watched};
 use crate::routing::{CompiledRoute, Router};
 use crate::store::StoreError;
 use crate::top::TopOffenders;
+
+mod body;
+
+pub use body::LayerRequestBody;
+use body::{BodyUse, Counting};
 
 /// Where a request's connection address is found in its extensions.
 pub type PeerFrom = Arc<dyn Fn(&Extensions) -> Option<SocketAddr> + Send + Sync>;
@@ -75,9 +84,6 @@ pub enum LayerError {
     /// The store cannot be set up.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A limit asks for what the layer does not do.
-    #[error("{0}")]
-    Unsupported(String),
 }
 
 /// A layer's settings before its store is set up: from YAML
@@ -160,8 +166,7 @@ impl Builder {
     /// gateway's does) and makes the layer.
     ///
     /// # Errors
-    /// The store cannot be set up, or a limit reads the request body or
-    /// counts its bytes ([`LayerError::Unsupported`]).
+    /// The store cannot be set up.
     pub async fn build(self) -> Result<RateLimitLayer, LayerError> {
         let Self {
             mut config,
@@ -187,19 +192,6 @@ impl Builder {
         }];
         let router = Router::new(&config);
         let route = router.routes()[0].clone();
-        let counts_request = |l: &Limit| matches!(&l.settle, Some(crate::limit::settle::Source::Bytes(b)) if b.request());
-        if let Some(l) = route.route.limits.iter().find(|l| counts_request(l)) {
-            return Err(LayerError::Unsupported(format!(
-                "limits[{}] counts request bytes; a layer does not forward the request body to count it",
-                l.name
-            )));
-        }
-        if !route.body_reads.is_empty() {
-            return Err(LayerError::Unsupported(
-                "a limit reads the request body (a json: key or reserve); a layer's limits do not read bodies yet"
-                    .into(),
-            ));
-        }
         let limiter = Arc::new(
             Limiter::new(&config.store)
                 .await?
@@ -222,6 +214,8 @@ impl Builder {
         Ok(RateLimitLayer {
             core: Arc::new(Core {
                 config,
+                body: BodyUse::of(&route),
+                body_budget: PeekBudget::new(crate::pipeline::gateway::BODY_BUDGET),
                 route,
                 plans,
                 limiter,
@@ -242,6 +236,11 @@ struct Core {
     config: Config,
     /// The layer's limits, compiled as a route's.
     route: Arc<CompiledRoute>,
+    /// What the limits need of the request body.
+    body: BodyUse,
+    /// Request-body bytes read for the limits, held at once by the
+    /// layer's services together (the gateway's `BODY_BUDGET`).
+    body_budget: PeekBudget,
     plans: PlanResolver,
     limiter: Arc<Limiter>,
     overrides: Arc<CallerOverrides>,
@@ -345,10 +344,14 @@ impl<S> std::fmt::Debug for RateLimit<S> {
 
 impl<S, B, R> tower::Service<Request<B>> for RateLimit<S>
 where
-    S: tower::Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
+    S: tower::Service<Request<LayerRequestBody<B>>, Response = Response<R>>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send,
     S::Error: Send,
-    B: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Send,
     R: http_body::Body<Data = Bytes> + Send + 'static,
 {
     type Response = Response<LayerBody<R>>;
@@ -363,6 +366,10 @@ where
         // The clone that was driven to readiness serves this request.
         let ready = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, ready);
+        if self.core.body.any() {
+            return Box::pin(limited_with_body(Arc::clone(&self.core), inner, req));
+        }
+        let req = req.map(LayerRequestBody::new);
         Box::pin(limited(Arc::clone(&self.core), inner, req))
     }
 }
@@ -442,4 +449,23 @@ where
         checked.write_headers(core.config.headers, res.headers_mut());
     }
     Ok(res)
+}
+
+/// [`limited`] for a request whose limits need its body: the fields the
+/// limits read taken out first, the bytes the inner service reads counted.
+async fn limited_with_body<S, B, R>(
+    core: Arc<Core>,
+    inner: S,
+    req: Request<B>,
+) -> Result<Response<LayerBody<R>>, S::Error>
+where
+    S: tower::Service<Request<LayerRequestBody<B>>, Response = Response<R>>,
+    B: http_body::Body<Data = Bytes> + Unpin,
+    R: http_body::Body<Data = Bytes> + Send + 'static,
+{
+    let mut req = req.map(LayerRequestBody::new);
+    if core.body.reads {
+        req = crate::pipeline::body::read_within(&core.body_budget, &core.route, req).await;
+    }
+    limited(core, Counting(inner), req).await
 }

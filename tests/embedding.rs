@@ -1,10 +1,14 @@
 //! tollgate inside an application: `RateLimitLayer` on a real axum app,
 //! sharing a counter with a real gateway over a real `redis-server`; the
 //! in-process store in an app alone; a gRPC call refused; the layer's
-//! configuration errors with their positions.
+//! configuration errors with their positions; limits that read the
+//! request body (`body`).
 
 #[path = "support/mod.rs"]
 mod support;
+
+#[path = "embedding/body.rs"]
+mod body;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +20,7 @@ use http_body_util::{BodyExt, Full};
 use tollgate::RateLimitLayer;
 use tollgate::clock::ManualClock;
 use tollgate::identity::Peer;
+use tollgate::layer::LayerRequestBody;
 use tower::ServiceExt;
 
 use support::gateway::{Gateway, get, send};
@@ -219,7 +224,7 @@ async fn a_grpc_call_is_refused_with_resource_exhausted_and_pushback() {
             .await
             .expect("the layer");
     // A gRPC service's place: what the layer wraps answers every call OK.
-    let inner = tower::service_fn(|_req: Request<Full<Bytes>>| async {
+    let inner = tower::service_fn(|_req: Request<LayerRequestBody<Full<Bytes>>>| async {
         let mut res = http::Response::new(Full::new(Bytes::new()));
         res.headers_mut()
             .insert("content-type", "application/grpc".parse().unwrap());
@@ -378,7 +383,7 @@ async fn a_cost_from_a_header_is_settled_when_the_inner_service_answers() {
         "  - { name: tokens, key: ip, limit: 100, window: 1m, algorithm: fixed_window,\n      cost: { reserve: 50, from_header: x-used } }\n",
     )
     .await;
-    let inner = tower::service_fn(|_req: Request<Full<Bytes>>| async {
+    let inner = tower::service_fn(|_req: Request<LayerRequestBody<Full<Bytes>>>| async {
         let mut res = http::Response::new(Full::new(Bytes::from_static(b"ok")));
         res.headers_mut().insert("x-used", "10".parse().unwrap());
         Ok::<_, std::convert::Infallible>(res)
@@ -412,7 +417,7 @@ async fn a_cost_from_a_trailer_is_settled_when_the_body_ends() {
         "  - { name: tokens, key: ip, limit: 100, window: 1m, algorithm: fixed_window,\n      cost: { reserve: 60, from_trailer: x-used } }\n",
     )
     .await;
-    let inner = tower::service_fn(|_req: Request<Full<Bytes>>| async {
+    let inner = tower::service_fn(|_req: Request<LayerRequestBody<Full<Bytes>>>| async {
         let mut trailers = http::HeaderMap::new();
         trailers.insert("x-used", "5".parse().unwrap());
         Ok::<_, std::convert::Infallible>(http::Response::new(with_trailers(trailers)))
@@ -445,7 +450,7 @@ async fn a_concurrency_slot_is_held_until_the_response_body_ends() {
     let layer = layer_of("  - { name: at_once, key: ip, concurrency: 1 }\n").await;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
     let rx = Arc::new(tokio::sync::Mutex::new(Some(rx)));
-    let inner = tower::service_fn(move |_req: Request<Full<Bytes>>| {
+    let inner = tower::service_fn(move |_req: Request<LayerRequestBody<Full<Bytes>>>| {
         let rx = rx.clone();
         async move {
             // The first answer streams from the channel; the others are
@@ -489,16 +494,4 @@ async fn a_concurrency_slot_is_held_until_the_response_body_ends() {
         },
     )
     .await;
-}
-
-#[tokio::test]
-async fn a_limit_that_reads_the_body_is_refused_at_build() {
-    let err = RateLimitLayer::from_yaml(
-        "limits: [ { name: by_model, key: \"json:model\", limit: 5, window: 1m } ]\n",
-    )
-    .expect("the layer's file")
-    .build()
-    .await
-    .expect_err("a json: key");
-    assert!(err.to_string().contains("reads the request body"), "{err}");
 }

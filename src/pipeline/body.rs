@@ -5,7 +5,8 @@
 //! [`super::gateway::BODY_BUDGET`], forwarded byte for byte after), and
 //! the fields the route reads are
 //! taken out once, into the [`BodyFields`] the decision phase finds on the
-//! request. A body that is not read (too large, the budget spent, not
+//! request. The tower layer reads its requests' bodies here too
+//! ([`read_within`], with a budget of its own). A body that is not read (too large, the budget spent, not
 //! JSON) leaves every field absent: keys fall back as for any missing
 //! source, reservations take their `default`. A route whose limits read
 //! no field never comes here.
@@ -18,7 +19,7 @@ use super::gateway::Gateway;
 use crate::config::Action;
 use crate::identity::BodyFields;
 use crate::limit::usage::{json_str, json_u64};
-use crate::proxy::{ClientBody, peek};
+use crate::proxy::{ClientBody, PeekBudget, Peekable, peek};
 use crate::routing::{BodyReads, CompiledRoute};
 
 /// The most bytes of one request body read for its fields; a larger body
@@ -36,11 +37,20 @@ pub(super) async fn read(
     route: &CompiledRoute,
     req: Request<ClientBody>,
 ) -> Request<ClientBody> {
+    read_within(&gw.body_budget, route, req).await
+}
+
+/// [`read`] with the bytes held at once taken from `budget`.
+pub async fn read_within<B: Peekable>(
+    budget: &PeekBudget,
+    route: &CompiledRoute,
+    req: Request<B>,
+) -> Request<B> {
     let wait = match &route.route.action {
         Action::Upstream(up) => up.timeout,
         Action::Respond(_) => LOCAL_WAIT,
     };
-    let (mut req, body) = peek(req, BODY_CAP, &gw.body_budget, wait).await;
+    let (mut req, body) = peek(req, BODY_CAP, budget, wait).await;
     let fields = body
         .map(|b| fields_of(&route.body_reads, &b))
         .unwrap_or_default();

@@ -42,8 +42,8 @@ pub struct Settling {
 }
 
 /// Takes the decision's reservations; counts the request's body bytes
-/// when a byte quota needs them (the forwarder counts them; a request
-/// handed to an application's service counts none).
+/// when a byte quota needs them (the forwarder counts them, or, behind
+/// the tower layer, the request body the application's service reads).
 pub fn prepare<B>(reservations: Option<Reservations>, req: &mut Request<B>) -> Option<Settling> {
     let pending = reservations?;
     let request_bytes = pending.counts_request().then(|| {

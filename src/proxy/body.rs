@@ -12,19 +12,17 @@
 //! after an HTTP/2 failure. The forwarder then answers 400 or 413 and counts
 //! a client error instead of blaming the upstream.
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use tokio::sync::OwnedSemaphorePermit;
 
 use super::counted::BodyBytes;
+use super::peek::{Peekable, Replay};
 use crate::problem::GatewayError;
 
 /// How the client's request body failed.
@@ -87,7 +85,7 @@ pub enum ClientBody {
     Whole(Full<Bytes>),
     /// Read ahead for the decision ([`super::peek`]): what was read, then
     /// the rest.
-    Replayed(Box<Replay>),
+    Replayed(Box<Replay<ClientBody>>),
 }
 
 impl From<Incoming> for ClientBody {
@@ -153,62 +151,29 @@ impl ClientBody {
     }
 }
 
-/// The client's body after [`super::peek`]: the bytes read, then the rest.
-#[derive(Debug)]
-pub struct Replay {
-    pub(super) head: VecDeque<Bytes>,
-    /// The trailers, when the body ended with them while it was read.
-    pub(super) trailers: Option<HeaderMap>,
-    /// The failure the body ended with while it was read.
-    pub(super) error: Option<ClientBodyError>,
-    /// The rest of the client's body; `None` when it was read to its end.
-    pub(super) rest: Option<ClientBody>,
-    /// The budget the head holds, given back once it is handed on.
-    pub(super) permit: Option<OwnedSemaphorePermit>,
-}
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = ClientBodyError;
 
-impl Replay {
-    pub(super) fn poll_frame(
-        &mut self,
+    fn poll_frame(
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
-        if let Some(data) = self.head.pop_front() {
-            if self.head.is_empty() {
-                self.permit = None;
-            }
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        if let Some(e) = self.error.take() {
-            return Poll::Ready(Some(Err(e)));
-        }
-        if let Some(t) = self.trailers.take() {
-            return Poll::Ready(Some(Ok(Frame::trailers(t))));
-        }
-        match &mut self.rest {
-            Some(rest) => rest.poll_frame(cx),
-            None => Poll::Ready(None),
-        }
+        Self::poll_frame(self.get_mut(), cx)
     }
 
-    pub(super) fn is_end_stream(&self) -> bool {
-        self.head.is_empty()
-            && self.error.is_none()
-            && self.trailers.is_none()
-            && self.rest.as_ref().is_none_or(ClientBody::is_end_stream)
+    fn is_end_stream(&self) -> bool {
+        Self::is_end_stream(self)
     }
 
-    pub(super) fn size_hint(&self) -> SizeHint {
-        let held: u64 = self.head.iter().map(|b| b.len() as u64).sum();
-        let rest = self
-            .rest
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), ClientBody::size_hint);
-        let mut hint = SizeHint::new();
-        hint.set_lower(rest.lower().saturating_add(held));
-        if let Some(upper) = rest.upper() {
-            hint.set_upper(upper.saturating_add(held));
-        }
-        hint
+    fn size_hint(&self) -> SizeHint {
+        Self::size_hint(self)
+    }
+}
+
+impl Peekable for ClientBody {
+    fn replaying(replay: Box<Replay<Self>>) -> Self {
+        Self::Replayed(replay)
     }
 }
 

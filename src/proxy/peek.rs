@@ -5,7 +5,10 @@
 //! request is decided. [`peek`] reads it up to a cap and hands back a
 //! request whose body replays what was read, then goes on with the rest of
 //! the client's body ([`Replay`]); the caller gets the bytes when the whole
-//! body fit, `None` otherwise (the limit's `default`).
+//! body fit, `None` otherwise (the limit's `default`). It reads any
+//! [`Peekable`] body: the gateway's [`ClientBody`](super::ClientBody), and the request body
+//! of an application's service behind the tower layer
+//! ([`crate::layer::LayerRequestBody`]), so both read by the same rules.
 //!
 //! Three bounds keep reading from costing more than the answer is worth:
 //! - the cap: a body announced (`Content-Length`) past it is not read at
@@ -25,14 +28,88 @@
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::Request;
-use tokio::sync::Semaphore;
+use http::{HeaderMap, Request};
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::body::{ClientBody, Replay};
+/// A request body [`peek`] can read ahead and put back as a body of its
+/// own type.
+pub trait Peekable: Body<Data = Bytes> + Unpin + Sized {
+    /// The body that replays `replay`: the bytes read, then the rest.
+    fn replaying(replay: Box<Replay<Self>>) -> Self;
+}
+
+/// A body after [`peek`]: the bytes read, then the rest.
+#[derive(Debug)]
+pub struct Replay<B: Body> {
+    head: VecDeque<Bytes>,
+    /// The trailers, when the body ended with them while it was read.
+    trailers: Option<HeaderMap>,
+    /// The failure the body ended with while it was read.
+    error: Option<B::Error>,
+    /// The rest of the body; `None` when it was read to its end.
+    rest: Option<B>,
+    /// The budget the head holds, given back once it is handed on.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Replay<B> {
+    /// The next frame: of the bytes read, the failure or trailers the
+    /// reading ended with, then the rest's.
+    ///
+    /// # Errors
+    /// The body's own failure, where it came.
+    pub fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(data) = self.head.pop_front() {
+            if self.head.is_empty() {
+                self.permit = None;
+            }
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        if let Some(e) = self.error.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        if let Some(t) = self.trailers.take() {
+            return Poll::Ready(Some(Ok(Frame::trailers(t))));
+        }
+        match &mut self.rest {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    /// Whether nothing is left to replay or read.
+    pub fn is_end_stream(&self) -> bool {
+        self.head.is_empty()
+            && self.error.is_none()
+            && self.trailers.is_none()
+            && self.rest.as_ref().is_none_or(B::is_end_stream)
+    }
+
+    /// The bytes held, and the rest's hint.
+    pub fn size_hint(&self) -> SizeHint {
+        let held: u64 = self.head.iter().map(|b| b.len() as u64).sum();
+        let rest = self
+            .rest
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), B::size_hint);
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower().saturating_add(held));
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper.saturating_add(held));
+        }
+        hint
+    }
+}
 
 /// Request body bytes read ahead and held at once, gateway-wide; clones
 /// share the bytes.
@@ -63,12 +140,12 @@ enum Ended {
 /// request with a body that replays what was read and continues with the
 /// rest, and the whole body when it was read to its end (without a
 /// failure) within the cap. A body without bytes is not read (`None`).
-pub async fn peek(
-    req: Request<ClientBody>,
+pub async fn peek<B: Peekable>(
+    req: Request<B>,
     cap: usize,
     budget: &PeekBudget,
     wait: Duration,
-) -> (Request<ClientBody>, Option<Bytes>) {
+) -> (Request<B>, Option<Bytes>) {
     let (parts, mut body) = req.into_parts();
     let announced = body.size_hint().exact();
     if body.is_end_stream() || announced.is_some_and(|n| n > cap as u64) {
@@ -84,7 +161,7 @@ pub async fn peek(
     let mut held = 0usize;
     let reading = async {
         loop {
-            let Some(frame) = poll_fn(|cx| body.poll_frame(cx)).await else {
+            let Some(frame) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await else {
                 return Ended::Whole;
             };
             let frame = match frame {
@@ -132,7 +209,7 @@ pub async fn peek(
             None
         }
     };
-    let body = ClientBody::Replayed(Box::new(replay));
+    let body = B::replaying(Box::new(replay));
     (Request::from_parts(parts, body), whole)
 }
 

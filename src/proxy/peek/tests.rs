@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::proxy::UpstreamBody;
+use crate::proxy::{ClientBody, UpstreamBody};
 
 const CAP: usize = 1 << 20;
 
