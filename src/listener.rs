@@ -370,13 +370,13 @@ impl Conn {
         let in_flight = activity.clone();
         // hyper calls by `&self`, tower by `&mut self`: a clone per
         // request. The service is always ready (see `Served`). It is called
-        // inside the block, so its future is made where it is kept, not
-        // moved there.
+        // inside the block and pinned there, so its future is made where it
+        // is kept, not moved there.
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let guard = InFlight::begin(in_flight.clone());
             let mut service = service.clone();
             async move {
-                let res = service.call(req).await;
+                let res = std::pin::pin!(service.call(req)).await;
                 drop(guard);
                 res
             }

@@ -95,7 +95,11 @@ impl Gateway {
         if started.is_some() && rt.config.access_log.replay {
             ex.record_for_replay(&req, self.clock.now_ms());
         }
-        let answer = self.phases(req, &rt, &mut ex).await;
+        // Each large future on the request's way is pinned where it is
+        // made and awaited through the pin: awaited by value it would be
+        // copied whole into the awaiting future first (the exchange with
+        // the upstream makes them several KiB).
+        let answer = std::pin::pin!(self.phases(req, &rt, &mut ex)).await;
         observe::record(
             &mut ex,
             &answer,
@@ -237,10 +241,19 @@ impl Gateway {
         } else {
             Box::pin(body::read(self, &route, req)).await
         };
+        let deciding = self.deciding(rt);
         let admission =
-            decide::decide(&self.deciding(rt), &route, &req, ex, Purpose::Serve).await?;
+            std::pin::pin!(decide::decide(&deciding, &route, &req, ex, Purpose::Serve)).await?;
         let settling = settle::prepare(admission.reservations, &mut req);
-        let answer = act::act(self, rt, &route, req, ex.peer.ip(), admission.slots).await;
+        let answer = std::pin::pin!(act::act(
+            self,
+            rt,
+            &route,
+            req,
+            ex.peer.ip(),
+            admission.slots
+        ))
+        .await;
         match settling {
             None => answer,
             // Boxed: most requests settle nothing, and this future would

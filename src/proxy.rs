@@ -45,7 +45,7 @@ use tokio_rustls::rustls::ClientConfig;
 use crate::config::{Http1, TargetScheme, Timeouts, Upstream, UpstreamPool};
 use crate::problem::GatewayError;
 use bytes::Bytes;
-use http::header::{CONNECTION, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION, TE};
+use http::header::{CONNECTION, Entry, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION, TE};
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
@@ -248,11 +248,18 @@ pub fn rewrite<B>(
     upstream: &Upstream,
     hop: Hop<'_>,
 ) -> Result<(), http::Error> {
-    let host = req.headers().get(HOST).cloned().or_else(|| {
-        req.uri()
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    });
+    // The client's one `Host` stays where it is; a host from anywhere else
+    // (the URI's authority, or the first of several lines) is written.
+    let mut sent = req.headers().get_all(HOST).iter();
+    let (host, in_place) = match (sent.next(), sent.next()) {
+        (Some(h), second) => (Some(h.clone()), second.is_none()),
+        (None, _) => (
+            req.uri()
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
+            false,
+        ),
+    };
     *req.uri_mut() = upstream_uri(req.uri(), upstream)?;
     *req.version_mut() = Version::HTTP_11;
 
@@ -272,13 +279,10 @@ pub fn rewrite<B>(
         strip_forwarding(headers, hop.user_header, hop.plan_header);
     }
     append_forwarded_for(headers, hop.peer);
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(
-            X_FORWARDED_PROTO.clone(),
-            HeaderValue::from_static(hop.scheme_static()),
-        );
+    if let Entry::Vacant(v) = headers.entry(&X_FORWARDED_PROTO) {
+        v.insert(HeaderValue::from_static(hop.scheme_static()));
     }
-    set_host(headers, host, upstream);
+    set_host(headers, host, in_place, upstream);
     Ok(())
 }
 
@@ -343,33 +347,50 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     // Rendered on the stack: an address is at most 45 bytes.
     let mut buf = [0u8; 48];
     let peer = crate::identity::render_ip(peer, &mut buf);
-    let xff = match headers.get_all(&X_FORWARDED_FOR).iter().count() {
-        0 => HeaderValue::from_bytes(peer).ok(),
-        _ => {
+    // One lookup: the entry is written in place.
+    match headers.entry(&X_FORWARDED_FOR) {
+        Entry::Vacant(v) => {
+            if let Ok(xff) = HeaderValue::from_bytes(peer) {
+                v.insert(xff);
+            }
+        }
+        Entry::Occupied(mut o) => {
             let mut joined = Vec::new();
-            for v in headers.get_all(&X_FORWARDED_FOR) {
+            for v in o.iter() {
                 joined.extend_from_slice(v.as_bytes());
                 joined.extend_from_slice(b", ");
             }
             joined.extend_from_slice(peer);
-            HeaderValue::from_bytes(&joined).ok()
+            // Replaces every line with the one combined.
+            if let Ok(xff) = HeaderValue::from_bytes(&joined) {
+                o.insert(xff);
+            }
         }
-    };
-    if let Some(v) = xff {
-        headers.insert(X_FORWARDED_FOR.clone(), v);
     }
 }
 
 /// The client's host goes on as `Host` and `X-Forwarded-Host`; an https
 /// or h2c upstream is addressed by its own name instead, in the URI alone.
-fn set_host(headers: &mut HeaderMap, host: Option<HeaderValue>, upstream: &Upstream) {
+/// `in_place`: `host` is the one `Host` line `headers` already has.
+fn set_host(
+    headers: &mut HeaderMap,
+    host: Option<HeaderValue>,
+    in_place: bool,
+    upstream: &Upstream,
+) {
     if let Some(h) = host {
-        if !headers.contains_key(&X_FORWARDED_HOST) {
-            headers.insert(X_FORWARDED_HOST.clone(), h.clone());
-        }
         // The client's Host is kept (as Envoy and Traefik do); HTTP/2 clients
-        // send `:authority` instead, which becomes `Host` here.
-        headers.insert(HOST, h);
+        // send `:authority` instead, which becomes `Host` here. A `Host`
+        // in place is looked up, not rewritten: it is gone only when the
+        // client's `Connection` named it.
+        if !in_place {
+            headers.insert(HOST, h.clone());
+        } else if let Entry::Vacant(v) = headers.entry(HOST) {
+            v.insert(h.clone());
+        }
+        if let Entry::Vacant(v) = headers.entry(&X_FORWARDED_HOST) {
+            v.insert(h);
+        }
     }
     if Protocol::of(&upstream.uri) != Protocol::Http1 {
         // An https or h2c upstream is addressed by its own name: the
@@ -529,7 +550,11 @@ impl Forwarder {
                 {
                     req.headers_mut().insert(HOST, h);
                 }
-                match tokio::time::timeout(timeout, conns.send(req)).await {
+                // Pinned where it is made: the timeout holds a pointer to
+                // it, and the exchange's future, the largest of a request's,
+                // is not copied into the timeout's and then into this one.
+                let exchange = std::pin::pin!(conns.send(req));
+                match tokio::time::timeout(timeout, exchange).await {
                     Err(_) => Err(expired()),
                     Ok(Err(dial::SendError::Connect(e, _))) => {
                         Err(GatewayError::UpstreamConnect(e))

@@ -36,7 +36,9 @@ pub async fn act(
     match &route.route.action {
         // A local answer: the slots go back as it is made.
         Action::Respond(r) => Ok(respond(r)),
-        Action::Upstream(up) => forward(gw, rt, route, req, up, peer, slots).await,
+        // Pinned where it is made, not copied into this future (see
+        // `Gateway::answer`).
+        Action::Upstream(up) => std::pin::pin!(forward(gw, rt, route, req, up, peer, slots)).await,
     }
 }
 
@@ -141,26 +143,22 @@ async fn forward(
     let sent = Instant::now();
     let (mut res, answered) = match balancer {
         Some(b) => {
-            let (res, answered) = gw
-                .forwarder
-                .send_to_pool(
-                    req,
-                    up,
-                    b,
-                    rt.resolver.as_ref(),
-                    key,
-                    cfg.server.max_body_size,
-                    sent,
-                )
-                .await?;
+            let (res, answered) = std::pin::pin!(gw.forwarder.send_to_pool(
+                req,
+                up,
+                b,
+                rt.resolver.as_ref(),
+                key,
+                cfg.server.max_body_size,
+                sent,
+            ))
+            .await?;
             (res, Some((b, answered)))
         }
         None => {
             let conns = rt.keep_alive.get(route.index).and_then(Option::as_deref);
-            let res = gw
-                .forwarder
-                .send(req, up, conns, cfg.server.max_body_size)
-                .await?;
+            let res =
+                std::pin::pin!(gw.forwarder.send(req, up, conns, cfg.server.max_body_size)).await?;
             (res, None)
         }
     };

@@ -166,6 +166,64 @@ fn rewrite_sets_forwarding_headers() {
 }
 
 #[test]
+fn rewrite_keeps_one_host_from_the_client_or_the_authority() {
+    let up = Upstream {
+        uri: "http://127.0.0.1:9000".parse().unwrap(),
+        timeout: Duration::from_secs(1),
+        tls: None,
+        upgrade: false,
+        forward_proxy_authorization: false,
+        pool: None,
+    };
+    let user = HeaderName::from_static("x-user");
+    let hop = Hop {
+        peer: "1.2.3.4".parse().unwrap(),
+        trusted: true,
+        scheme: "https",
+        user_header: &user,
+        plan_header: None,
+    };
+    let hosts = |req: &Request<()>| {
+        let all = req.headers().get_all(HOST).iter();
+        all.map(|v| v.to_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    // `Connection` naming `host` removes the line; the client's host is
+    // written back.
+    let mut req = Request::builder()
+        .uri("/a")
+        .header(HOST, "example.com")
+        .header("connection", "host")
+        .body(())
+        .unwrap();
+    rewrite(&mut req, &up, hop).unwrap();
+    assert_eq!(hosts(&req), ["example.com"]);
+    assert_eq!(req.headers()["x-forwarded-proto"], "https");
+    // Several lines become the first.
+    let mut req = Request::builder()
+        .uri("/a")
+        .header(HOST, "a.example")
+        .header(HOST, "b.example")
+        .body(())
+        .unwrap();
+    rewrite(&mut req, &up, hop).unwrap();
+    assert_eq!(hosts(&req), ["a.example"]);
+    assert_eq!(req.headers()["x-forwarded-host"], "a.example");
+    // No `Host` (HTTP/2): the authority's; a forwarded host and proto
+    // from a trusted proxy stay.
+    let mut req = Request::builder()
+        .uri("http://c.example/a")
+        .header("x-forwarded-host", "public.example")
+        .header("x-forwarded-proto", "http")
+        .body(())
+        .unwrap();
+    rewrite(&mut req, &up, hop).unwrap();
+    assert_eq!(hosts(&req), ["c.example"]);
+    assert_eq!(req.headers()["x-forwarded-host"], "public.example");
+    assert_eq!(req.headers()["x-forwarded-proto"], "http");
+}
+
+#[test]
 fn proxy_authorization_is_stripped_unless_the_route_forwards_it() {
     let user = HeaderName::from_static("x-user");
     let hop = Hop {
