@@ -28,8 +28,14 @@ pub mod slots;
 pub mod stages;
 pub mod sync;
 
+use smallvec::SmallVec;
+
 use crate::config::Limit;
 use crate::limit::{self, Standing, Standings, Verdict};
+
+/// Per limit of a decision, what it said: on the stack for up to eight
+/// limits (a byte each), so the usual decision allocates nothing for it.
+pub type Verdicts = SmallVec<[Option<Verdict>; 8]>;
 
 /// What a request's limits decided: decided, or the store could not
 /// decide and the failure policy answered. The rest of the gateway reads
@@ -67,7 +73,7 @@ pub struct PerLimit {
     pub outcomes: Option<Standings>,
     /// Per limit: what it said, or `None` when it was only read (not
     /// decided, so not counted).
-    pub verdicts: Vec<Option<Verdict>>,
+    pub verdicts: Verdicts,
 }
 
 impl Decision {

@@ -20,7 +20,6 @@
 //!   earlier.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use smallvec::SmallVec;
 
 use crate::config::{HeaderMode, Limit};
 use crate::limit::Standing;
@@ -84,29 +83,71 @@ pub fn policy_header(mode: HeaderMode, limits: &[Limit]) -> Option<HeaderValue> 
 
 /// The `RateLimit` value for a decision's `outcomes`, one per limit.
 pub fn ratelimit_value(limits: &[Limit], outcomes: &[Standing]) -> Option<HeaderValue> {
-    // On the stack for the usual one or two limits.
-    let mut out = SmallVec::<[u8; 128]>::new();
+    let mut out = ValueBytes::default();
     let mut buf = itoa::Buffer::new();
     for (i, (l, o)) in limits.iter().zip(outcomes).enumerate() {
         if i > 0 {
-            out.extend_from_slice(b", ");
+            out.put(b", ");
         }
         let t_ms = match (o.admits, o.retry_after_ms) {
             (false, Some(ms)) => ms,
             _ => o.reset_ms,
         };
-        out.push(b'"');
-        out.extend_from_slice(l.name.as_bytes());
-        out.extend_from_slice(b"\";r=");
-        out.extend_from_slice(buf.format(o.remaining).as_bytes());
+        out.put(b"\"");
+        out.put(l.name.as_bytes());
+        out.put(b"\";r=");
+        out.put(buf.format(o.remaining).as_bytes());
         if l.concurrency.is_some() {
             // The draft makes `t` optional: nothing tells when a slot frees.
             continue;
         }
-        out.extend_from_slice(b";t=");
-        out.extend_from_slice(buf.format(ceil_secs(t_ms)).as_bytes());
+        out.put(b";t=");
+        out.put(buf.format(ceil_secs(t_ms)).as_bytes());
     }
-    HeaderValue::from_bytes(&out).ok()
+    HeaderValue::from_bytes(out.bytes()).ok()
+}
+
+/// A header value's bytes as they are written: on the stack for the
+/// usual one or two limits, where each piece is a few stores; on the heap
+/// once they outgrow it.
+struct ValueBytes {
+    stack: [u8; 128],
+    len: usize,
+    spilled: Vec<u8>,
+}
+
+impl Default for ValueBytes {
+    fn default() -> Self {
+        Self {
+            stack: [0; 128],
+            len: 0,
+            spilled: Vec::new(),
+        }
+    }
+}
+
+impl ValueBytes {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        if self.spilled.is_empty() {
+            let end = self.len + bytes.len();
+            if let Some(to) = self.stack.get_mut(self.len..end) {
+                to.copy_from_slice(bytes);
+                self.len = end;
+                return;
+            }
+            self.spilled.extend_from_slice(&self.stack[..self.len]);
+        }
+        self.spilled.extend_from_slice(bytes);
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.spilled.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.spilled
+        }
+    }
 }
 
 /// The limit the single-limit header sets describe, with the milliseconds
@@ -242,5 +283,22 @@ mod tests {
         ];
         let v = ratelimit_value(&limits, &d).unwrap();
         assert_eq!(v, r#""per_minute";r=42;t=18, "per_second";r=0;t=1"#);
+    }
+
+    #[test]
+    fn a_long_value_goes_to_the_heap() {
+        let long = "l".repeat(150);
+        let limits = [limit(&long, 5, 1_000), limit("second", 10, 1_000)];
+        let standing = Standing {
+            admits: true,
+            remaining: 4,
+            reset_ms: 1_000,
+            retry_after_ms: Some(0),
+        };
+        let v = ratelimit_value(&limits, &[standing, standing]).unwrap();
+        assert_eq!(
+            v.to_str().unwrap(),
+            format!(r#""{long}";r=4;t=1, "second";r=4;t=1"#)
+        );
     }
 }

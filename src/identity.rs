@@ -243,7 +243,12 @@ pub fn render_ip(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
 fn push_net(out: &mut String, net: IpNet) {
     let mut buf = [0u8; 48];
     let addr = render_ip(net.addr(), &mut buf);
-    out.push_str(std::str::from_utf8(addr).unwrap_or_default());
+    out.reserve(addr.len() + 4);
+    // `render_ip` writes ASCII only: a byte is a char, and no UTF-8
+    // check is needed for these few.
+    for &b in addr {
+        out.push(char::from(b));
+    }
     out.push('/');
     out.push_str(itoa::Buffer::new().format(net.prefix_len()));
 }

@@ -75,6 +75,10 @@ pub struct Limiter {
     pub(super) redis: Option<RedisSide>,
     on_error: OnError,
     pub(super) metrics: StoreMetrics,
+    /// Whether in-process decisions are timed into `metrics`: once they
+    /// are exported ([`Self::with_metrics`]). Metrics nobody reads (an
+    /// application's layer) cost no clock reads.
+    timed: bool,
     /// Concurrency limits' slots.
     concurrency: Concurrency,
     /// Where reserved costs are settled.
@@ -139,6 +143,7 @@ impl Limiter {
             redis,
             on_error: cfg.on_error,
             metrics,
+            timed: false,
         })
     }
 
@@ -164,6 +169,7 @@ impl Limiter {
         }
         self.settler.metrics = metrics.clone();
         self.metrics = metrics;
+        self.timed = true;
         self
     }
 
@@ -182,8 +188,11 @@ impl Limiter {
         &self.plan_store
     }
 
-    /// Decides in process, timing the call.
+    /// Decides in process, timing the call when the metrics are exported.
     fn decide_memory(&self, now_ms: u64, requests: &[LimitRequest]) -> Answer {
+        if !self.timed {
+            return self.memory.decide_now(now_ms, requests);
+        }
         let start = std::time::Instant::now();
         let d = self.memory.decide_now(now_ms, requests);
         self.metrics
@@ -218,10 +227,13 @@ impl Limiter {
             return Ok(self.decide_memory(now_ms, requests));
         };
         let synced = super::sync::count(requests);
+        // Boxed: a Redis call's future is kilobytes, and it would
+        // otherwise sit (and be copied) in every request's future, in
+        // process too; next to a round trip the allocation is nothing.
         let decided = if synced > 0 {
-            redis.decide_synced(now_ms, requests, synced).await
+            Box::pin(redis.decide_synced(now_ms, requests, synced)).await
         } else {
-            redis.decide_in_redis(now_ms, requests).await
+            Box::pin(redis.decide_in_redis(now_ms, requests)).await
         };
         decided.or_else(|e| self.fail_over(redis, &e, now_ms, requests, on_error))
     }

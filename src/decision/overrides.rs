@@ -16,13 +16,14 @@
 //! answer, the last overrides read stay in force. Without Redis the table
 //! is this gateway's own.
 //!
-//! A request reads the table with one atomic load; an empty table (the
-//! usual case) costs nothing more. The table is scanned in full for a
+//! A request reads whether any override is held with one atomic load; an
+//! empty table (the usual case) costs nothing more. The table is scanned in full for a
 //! caller, which suits what it is for — dozens of exceptions support
 //! made, not a second plan system.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -170,6 +171,9 @@ pub fn id(subject: &Subject, route: Option<&str>, limit: Option<&str>) -> String
 #[derive(Debug)]
 pub struct CallerOverrides {
     table: ArcSwap<Vec<Override>>,
+    /// Whether `table` holds any override: the request path's one check,
+    /// a plain load where `table`'s would take and give back a guard.
+    held: AtomicBool,
     /// Without Redis: the table's source, by id.
     local: Mutex<BTreeMap<String, Override>>,
     /// The Redis generation the table was read at (`-1`: never read).
@@ -182,6 +186,7 @@ impl CallerOverrides {
     pub fn new(prefix: &str) -> Self {
         Self {
             table: ArcSwap::from_pointee(Vec::new()),
+            held: AtomicBool::new(false),
             local: Mutex::new(BTreeMap::new()),
             generation: std::sync::atomic::AtomicI64::new(-1),
             prefix: prefix.to_owned(),
@@ -195,7 +200,14 @@ impl CallerOverrides {
 
     /// Whether no override is held: the request path's one check.
     pub fn is_empty(&self) -> bool {
-        self.table.load().is_empty()
+        !self.held.load(Ordering::Acquire)
+    }
+
+    /// Puts `table` in force.
+    fn set(&self, table: Vec<Override>) {
+        let held = !table.is_empty();
+        self.table.store(Arc::new(table));
+        self.held.store(held, Ordering::Release);
     }
 
     /// The overrides in force at `now_ms` for `caller`, those naming more
@@ -226,8 +238,7 @@ impl CallerOverrides {
         let Some(redis) = limiter.admin().redis() else {
             let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
             let before = local.insert(id, o);
-            self.table
-                .store(Arc::new(local.values().cloned().collect()));
+            self.set(local.values().cloned().collect());
             return Ok(before);
         };
         let json = serde_json::to_string(&o).unwrap_or_default();
@@ -248,8 +259,7 @@ impl CallerOverrides {
         let Some(redis) = limiter.admin().redis() else {
             let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
             let before = local.remove(id);
-            self.table
-                .store(Arc::new(local.values().cloned().collect()));
+            self.set(local.values().cloned().collect());
             return Ok(before);
         };
         let before = redis.remove_override(&self.prefix, id).await?;
@@ -288,7 +298,7 @@ impl CallerOverrides {
                 }
             })
             .collect();
-        self.table.store(Arc::new(table));
+        self.set(table);
         self.generation
             .store(listed.generation, std::sync::atomic::Ordering::SeqCst);
         // The first read too: a denial cached before it may predate a reset.

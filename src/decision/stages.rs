@@ -44,7 +44,7 @@ use smallvec::SmallVec;
 
 use super::limiter::Limiter;
 use super::slots::{Slots, Take};
-use super::{Decision, PerLimit, Unanswered};
+use super::{Decision, PerLimit, Unanswered, Verdicts};
 use crate::config::OnError;
 use crate::limit::{
     Effect, Enforcement, LimitKind, LimitRequest, Standing, Standings, Verdict, concurrency,
@@ -112,7 +112,7 @@ fn verdict(o: &Standing, stage: Stage) -> Verdict {
 /// Every limit's answer, at its position, as the stages fill them in.
 struct Answers {
     outcomes: Vec<Option<Standing>>,
-    verdicts: Vec<Option<Verdict>>,
+    verdicts: Verdicts,
     /// Whether an enforced limit refused.
     refused: bool,
 }
@@ -145,7 +145,7 @@ async fn staged(
     let n = requests.len();
     let mut answers = Answers {
         outcomes: vec![None; n],
-        verdicts: vec![None; n],
+        verdicts: smallvec::smallvec![None; n],
         refused: false,
     };
     let Some(slots) = take_slots(limiter, requests, on_error, &mut answers).await else {

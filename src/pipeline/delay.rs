@@ -272,7 +272,7 @@ mod tests {
         Decision::Decided(PerLimit {
             allowed: false,
             outcomes: None,
-            verdicts: vec![Some(Verdict::Limited)],
+            verdicts: smallvec::smallvec![Some(Verdict::Limited)],
         })
     }
 
@@ -338,7 +338,7 @@ mod tests {
         let shadow = Decision::Decided(PerLimit {
             allowed: false,
             outcomes: None,
-            verdicts: vec![Some(Verdict::ShadowLimited)],
+            verdicts: smallvec::smallvec![Some(Verdict::ShadowLimited)],
         });
         assert_eq!(earliest_ms(&shadow, &[r], 0, (300, 50)), 300);
     }
