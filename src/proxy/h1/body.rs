@@ -10,7 +10,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::conn::Conn;
-use super::decode::{Decoded, Decoder};
+use super::decode::Decoder;
+use crate::http1::chunked::Step;
 use super::error::NativeError;
 use super::head::Delimited;
 use super::idle::IdleConns;
@@ -99,7 +100,7 @@ impl Body for NativeBody {
                 return Poll::Ready(None);
             };
             let decoded = match this.decoder.decode(&mut conn.buf) {
-                Ok(Decoded::More) => match ready!(conn.poll_fill(cx)) {
+                Ok(Step::More) => match ready!(conn.poll_fill(cx)) {
                     Ok(0) => this.decoder.eof(),
                     Ok(_) => continue,
                     Err(e) => return this.fail(e.into(), cx),
@@ -107,13 +108,13 @@ impl Body for NativeBody {
                 other => other,
             };
             let frame = match decoded {
-                Ok(Decoded::Data(d)) => Frame::data(d),
-                Ok(Decoded::Trailers(t)) => Frame::trailers(t),
-                Ok(Decoded::End) => {
+                Ok(Step::Data(d)) => Frame::data(d),
+                Ok(Step::Trailers(t)) => Frame::trailers(t),
+                Ok(Step::End) => {
                     this.release();
                     return Poll::Ready(None);
                 }
-                Ok(Decoded::More) => continue,
+                Ok(Step::More) => continue,
                 Err(e) => return this.fail(e.into(), cx),
             };
             if this.decoder.is_done() {

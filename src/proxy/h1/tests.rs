@@ -1,7 +1,8 @@
 use bytes::{Bytes, BytesMut};
 use http::{Method, StatusCode, Version};
 
-use super::decode::{DecodeError, Decoded, Decoder};
+use super::decode::{DecodeError, Decoder};
+use crate::http1::chunked::Step;
 use super::head::{Delimited, Head, HeadError, MAX_HEAD, parse};
 
 fn head(text: &str) -> Result<Option<Head>, HeadError> {
@@ -176,26 +177,26 @@ fn heads_past_the_bounds_are_too_large() {
 
 /// Everything `decoder` gives for `input`, fed in pieces of `step` bytes,
 /// then the connection's end.
-fn decode_all(framing: Delimited, input: &[u8], step: usize) -> Result<Vec<Decoded>, DecodeError> {
+fn decode_all(framing: Delimited, input: &[u8], step: usize) -> Result<Vec<Step>, DecodeError> {
     let mut d = Decoder::new(framing);
     let mut buf = BytesMut::new();
-    let mut out: Vec<Decoded> = Vec::new();
+    let mut out: Vec<Step> = Vec::new();
     let mut data = Vec::new();
-    let flush = |data: &mut Vec<u8>, out: &mut Vec<Decoded>| {
+    let flush = |data: &mut Vec<u8>, out: &mut Vec<Step>| {
         if !data.is_empty() {
-            out.push(Decoded::Data(Bytes::from(std::mem::take(data))));
+            out.push(Step::Data(Bytes::from(std::mem::take(data))));
         }
     };
     let mut fed = 0;
     loop {
         match d.decode(&mut buf)? {
-            Decoded::Data(b) => data.extend_from_slice(&b),
-            Decoded::More if fed < input.len() => {
+            Step::Data(b) => data.extend_from_slice(&b),
+            Step::More if fed < input.len() => {
                 let to = (fed + step).min(input.len());
                 buf.extend_from_slice(&input[fed..to]);
                 fed = to;
             }
-            Decoded::More => {
+            Step::More => {
                 let end = d.eof()?;
                 flush(&mut data, &mut out);
                 out.push(end);
@@ -217,9 +218,9 @@ fn chunks_with_extensions_and_trailers_decode_alike_in_any_pieces() {
     assert_eq!(whole.len(), 2, "{whole:?}");
     assert_eq!(
         whole[0],
-        Decoded::Data(Bytes::from_static(b"hello world0123456789"))
+        Step::Data(Bytes::from_static(b"hello world0123456789"))
     );
-    let Decoded::Trailers(t) = &whole[1] else {
+    let Step::Trailers(t) = &whole[1] else {
         panic!("trailers: {whole:?}");
     };
     assert_eq!(t.get("grpc-status").unwrap(), "0");
@@ -234,7 +235,7 @@ fn chunks_with_extensions_and_trailers_decode_alike_in_any_pieces() {
     let plain = decode_all(Delimited::Chunked, b"2\r\nhi\r\n0\r\n\r\n", 1).unwrap();
     assert_eq!(
         plain,
-        [Decoded::Data(Bytes::from_static(b"hi")), Decoded::End]
+        [Step::Data(Bytes::from_static(b"hi")), Step::End]
     );
 }
 
@@ -254,7 +255,7 @@ fn bad_chunk_framing_is_refused() {
     ] {
         let got = decode_all(Delimited::Chunked, input, input.len());
         assert!(
-            matches!(got, Err(DecodeError::Chunk(_) | DecodeError::Trailers(_))),
+            matches!(got, Err(DecodeError::Chunk(_))),
             "{:?}: {got:?}",
             String::from_utf8_lossy(input)
         );
@@ -262,22 +263,22 @@ fn bad_chunk_framing_is_refused() {
     let huge = b"10000000000000000\r\n";
     assert_eq!(
         decode_all(Delimited::Chunked, huge, 3),
-        Err(DecodeError::Overflow)
+        Err(DecodeError::Chunk("invalid chunk size: overflow"))
     );
     let ext = format!("1;{}\r\nx\r\n0\r\n\r\n", "e".repeat(16 * 1024));
     assert_eq!(
         decode_all(Delimited::Chunked, ext.as_bytes(), 4096),
-        Err(DecodeError::Extensions)
+        Err(DecodeError::Chunk("chunk extensions over limit"))
     );
     let trailer = format!("0\r\nx-a: {}\r\n\r\n", "t".repeat(16 * 1024));
     assert!(matches!(
         decode_all(Delimited::Chunked, trailer.as_bytes(), 4096),
-        Err(DecodeError::Trailers(_))
+        Err(DecodeError::Chunk(_))
     ));
     let bad_field = b"0\r\nx a: 1\r\n\r\n";
     assert!(matches!(
         decode_all(Delimited::Chunked, bad_field, 64),
-        Err(DecodeError::Trailers(_))
+        Err(DecodeError::Chunk(_))
     ));
 }
 
@@ -295,8 +296,8 @@ fn a_body_cut_short_is_incomplete_and_a_close_delimited_one_ends_at_the_close() 
     assert_eq!(
         close,
         [
-            Decoded::Data(Bytes::from_static(b"all of it")),
-            Decoded::End
+            Step::Data(Bytes::from_static(b"all of it")),
+            Step::End
         ]
     );
     // A length body stops at its length; what follows is not its.
@@ -304,9 +305,9 @@ fn a_body_cut_short_is_incomplete_and_a_close_delimited_one_ends_at_the_close() 
     let mut buf = BytesMut::from("abcdef");
     assert_eq!(
         d.decode(&mut buf),
-        Ok(Decoded::Data(Bytes::from_static(b"abc")))
+        Ok(Step::Data(Bytes::from_static(b"abc")))
     );
     assert!(d.is_done());
-    assert_eq!(d.decode(&mut buf), Ok(Decoded::End));
+    assert_eq!(d.decode(&mut buf), Ok(Step::End));
     assert_eq!(&buf[..], b"def");
 }
