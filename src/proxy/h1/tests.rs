@@ -311,3 +311,26 @@ fn a_body_cut_short_is_incomplete_and_a_close_delimited_one_ends_at_the_close() 
     assert_eq!(d.decode(&mut buf), Ok(Step::End));
     assert_eq!(&buf[..], b"def");
 }
+
+#[test]
+fn a_bodiless_request_is_read_back_from_its_bytes_as_it_was() {
+    let req = http::Request::builder()
+        .method("GET")
+        .uri("/a/b?c=d")
+        .header("host", "up.test")
+        .header("x-two", "1")
+        .header("x-two", "2")
+        .header("x-bin", http::HeaderValue::from_bytes(b"caf\xe9").unwrap())
+        .body(crate::proxy::body::UpstreamBody::empty())
+        .unwrap();
+    let mut bytes = Vec::new();
+    super::write::head(&req, &mut bytes);
+    let back = super::send::request_of(&bytes).expect("read back");
+    assert_eq!(back.method(), req.method());
+    assert_eq!(back.uri(), req.uri());
+    assert_eq!(back.headers(), req.headers());
+    let mut again = Vec::new();
+    super::write::head(&back, &mut again);
+    assert_eq!(again, bytes);
+    assert!(super::send::request_of(b"GET / HTTP/1.1\r\nhost: x\r\n").is_none());
+}
