@@ -688,7 +688,8 @@ routes:
 ",
         t1.url()
     );
-    let gw = support::admin::AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await;
+    let gw =
+        support::admin::AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await;
     let r = send(gw.addr, get("/one", &[])).await;
     assert_eq!(r.text(), "t0");
     // The pooled connection is closed under the second GET, whose second

@@ -12,7 +12,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::gateway::Gateway;
-use crate::support::wait;
 
 /// (connection, request body bytes read) per request.
 type Heard = Arc<Mutex<Vec<(usize, usize)>>>;
@@ -160,7 +159,10 @@ async fn a_body_still_streaming_when_the_answer_starts_goes_on_as_the_answer_is_
     assert!(text.contains("x-conn: 1\r\n"), "{text}");
     c.write_all(&[b'y'; HALF]).await.expect("second half");
     let rest = tokio::time::timeout(Duration::from_secs(5), fill(&mut c, &mut buf, end + 10));
-    assert!(rest.await.expect("the answer's end within 5s"), "the answer's end");
+    assert!(
+        rest.await.expect("the answer's end within 5s"),
+        "the answer's end"
+    );
     assert_eq!(&buf[end..], b"early-done");
     assert_eq!(heard.lock().unwrap().as_slice(), [(1, 2 * HALF)]);
     // The connection, its exchange done both ways, carries the next one.

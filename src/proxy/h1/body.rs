@@ -20,11 +20,11 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::conn::Conn;
 use super::decode::Decoder;
-use crate::http1::chunked::Step;
 use super::error::NativeError;
 use super::head::Delimited;
 use super::idle::IdleConns;
 use super::upload::Upload;
+use crate::http1::chunked::Step;
 
 /// An upstream's response body on a native connection.
 #[derive(Debug)]

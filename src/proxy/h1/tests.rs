@@ -2,8 +2,8 @@ use bytes::{Bytes, BytesMut};
 use http::{Method, StatusCode, Version};
 
 use super::decode::{DecodeError, Decoder};
-use crate::http1::chunked::Step;
 use super::head::{Delimited, Head, HeadError, MAX_HEAD, parse};
+use crate::http1::chunked::Step;
 
 fn head(text: &str) -> Result<Option<Head>, HeadError> {
     parse(&mut BytesMut::from(text), &Method::GET)
@@ -233,10 +233,7 @@ fn chunks_with_extensions_and_trailers_decode_alike_in_any_pieces() {
         );
     }
     let plain = decode_all(Delimited::Chunked, b"2\r\nhi\r\n0\r\n\r\n", 1).unwrap();
-    assert_eq!(
-        plain,
-        [Step::Data(Bytes::from_static(b"hi")), Step::End]
-    );
+    assert_eq!(plain, [Step::Data(Bytes::from_static(b"hi")), Step::End]);
 }
 
 #[test]
@@ -295,10 +292,7 @@ fn a_body_cut_short_is_incomplete_and_a_close_delimited_one_ends_at_the_close() 
     let close = decode_all(Delimited::Close, b"all of it", 4).unwrap();
     assert_eq!(
         close,
-        [
-            Step::Data(Bytes::from_static(b"all of it")),
-            Step::End
-        ]
+        [Step::Data(Bytes::from_static(b"all of it")), Step::End]
     );
     // A length body stops at its length; what follows is not its.
     let mut d = Decoder::new(Delimited::Length(3));
