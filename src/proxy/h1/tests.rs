@@ -328,3 +328,110 @@ fn a_bodiless_request_is_read_back_from_its_bytes_as_it_was() {
     assert_eq!(again, bytes);
     assert!(super::send::request_of(b"GET / HTTP/1.1\r\nhost: x\r\n").is_none());
 }
+
+/// An upstream that answers each request `early` as soon as its head is
+/// in, then reads its body; sends (connection, body bytes) per request.
+async fn early_upstream() -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<(usize, usize)>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((mut s, _)) = listener.accept().await {
+            n += 1;
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 64 * 1024];
+                loop {
+                    let end = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    buf.drain(..end);
+                    let answer =
+                        format!("HTTP/1.1 200 OK\r\nx-conn: {n}\r\ncontent-length: 5\r\n\r\nearly");
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    while buf.len() < length {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    }
+                    buf.drain(..length);
+                    let _ = tx.send((n, length));
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test]
+async fn a_response_that_ends_before_its_request_body_lets_the_body_finish_and_the_connection_serve_again()
+ {
+    use http_body_util::BodyExt as _;
+    use std::sync::Arc;
+
+    let (addr, mut heard) = early_upstream().await;
+    let dial = crate::proxy::dial::Dial {
+        authority: addr.to_string().parse().unwrap(),
+        addr: Some(addr),
+        timeout: std::time::Duration::from_secs(2),
+    };
+    let idle = Arc::new(super::IdleConns::new(std::time::Duration::from_secs(60)));
+    // More than loopback's socket buffers take: the answer comes while
+    // the body is still being written.
+    let size = 32 << 20;
+    let body = crate::proxy::body::UpstreamBody::new(Bytes::from(vec![b'x'; size]).into(), None);
+    let req = http::Request::post("/up")
+        .header("host", "up.test")
+        .body(body)
+        .unwrap();
+    let within = std::time::Duration::from_secs(10);
+    let res = tokio::time::timeout(within, super::send(&dial, &idle, req))
+        .await
+        .expect("a head in time")
+        .expect("a response");
+    assert_eq!(res.headers()["x-conn"], "1");
+    let got = tokio::time::timeout(within, res.into_body().collect())
+        .await
+        .expect("the body in time")
+        .expect("the body");
+    assert_eq!(got.to_bytes(), "early");
+    let first = tokio::time::timeout(within, heard.recv())
+        .await
+        .expect("heard");
+    assert_eq!(first, Some((1, size)));
+    // The body's own task gives the connection back once it is written.
+    for _ in 0..1000 {
+        if idle.len() == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(idle.len(), 1, "the connection is kept");
+    let req = http::Request::get("/next")
+        .header("host", "up.test")
+        .body(crate::proxy::body::UpstreamBody::empty())
+        .unwrap();
+    let res = super::send(&dial, &idle, req).await.expect("a response");
+    assert_eq!(res.headers()["x-conn"], "1");
+}
