@@ -52,7 +52,7 @@ impl IdleConns {
 
     /// How many connections are kept.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub fn kept(&self) -> usize {
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
