@@ -4,6 +4,9 @@
 #[path = "support/mod.rs"]
 mod support;
 
+#[path = "gateway/early.rs"]
+mod early;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 

@@ -627,3 +627,86 @@ routes:
     )
     .await;
 }
+
+/// An upstream that answers its first request, reads the second on the
+/// same connection, then stops listening and closes that connection
+/// unanswered: the keep-alive race, with no new connection to be had after
+/// it.
+async fn answer_once_then_gone() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let Ok((mut s, _)) = listener.accept().await else {
+            return;
+        };
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        for i in 0..2 {
+            let end = loop {
+                if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break at + 4;
+                }
+                match s.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            buf.drain(..end);
+            if i == 0 {
+                let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nt0";
+                if s.write_all(answer).await.is_err() {
+                    return;
+                }
+            }
+        }
+        drop(listener);
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_resend_after_the_keep_alive_race_that_cannot_connect_counts_as_a_connect_error() {
+    let gone = answer_once_then_gone().await;
+    let t1 = Target::start("t1").await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0
+upstreams:
+  api:
+    targets:
+      - {{ url: http://{gone}, weight: 1000 }}
+      - {{ url: {}, weight: 1 }}
+    balance: round_robin
+    retries: 0
+    eject: {{ after: 1000 }}
+routes:
+  - name: api
+    upstream: api
+    timeout: 2s
+",
+        t1.url()
+    );
+    let gw =
+        support::admin::AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await;
+    let r = send(gw.addr, get("/one", &[])).await;
+    assert_eq!(r.text(), "t0");
+    // The pooled connection is closed under the second GET, whose second
+    // send finds nothing listening: nothing reached a target, so the
+    // request goes to the other one, retry budget or not.
+    let r = send(gw.addr, get("/two", &[])).await;
+    assert_eq!((r.status.as_u16(), r.text().as_str()), (200, "t1"));
+    let text = gw.scrape().await;
+    let tries = |outcome: &str| {
+        support::admin::value(
+            &text,
+            &format!(
+                "tollgate_upstream_target_tries_total{{pool=\"api\",target=\"http://{gone}\",outcome=\"{outcome}\"}}"
+            ),
+        )
+    };
+    assert_eq!(tries("connect_error"), Some(1.0), "{text}");
+    assert_eq!(tries("failed"), Some(0.0), "{text}");
+    assert_eq!(tries("answered"), Some(1.0), "{text}");
+}

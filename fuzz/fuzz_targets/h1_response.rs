@@ -20,7 +20,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tollgate::proxy::h1::decode::{Decoded, Decoder};
+use tollgate::http1::chunked::Step;
+use tollgate::proxy::h1::decode::Decoder;
 use tollgate::proxy::h1::head::{self, HeadError};
 
 /// What a client made of the bytes.
@@ -64,16 +65,16 @@ fn native(method: &Method, input: &[u8], step: usize) -> Result<Read, String> {
     let mut trailers = None;
     loop {
         match decoder.decode(&mut buf).map_err(|e| e.to_string())? {
-            Decoded::Data(d) => body.extend_from_slice(&d),
-            Decoded::Trailers(t) => {
+            Step::Data(d) => body.extend_from_slice(&d),
+            Step::Trailers(t) => {
                 trailers = Some(fields(&t));
                 break;
             }
-            Decoded::End => break,
-            Decoded::More => match pieces.next() {
+            Step::End => break,
+            Step::More => match pieces.next() {
                 Some(p) => buf.extend_from_slice(p),
                 None => match decoder.eof().map_err(|e| e.to_string())? {
-                    Decoded::End => break,
+                    Step::End => break,
                     other => return Err(format!("after the end: {other:?}")),
                 },
             },

@@ -1,16 +1,23 @@
-//! The chunked transfer coding of a request body (RFC 9112 §7.1), decoded
-//! from the connection's read buffer as hyper's decoder does it: hex sizes
-//! without overflow, spaces or tabs after the size, extensions skipped up
-//! to 16 KiB in all but never across a bare LF, every line ended by CRLF,
-//! and trailer fields (16 KiB, 100 lines) kept and handed on.
+//! The chunked transfer coding (RFC 9112 §7.1), decoded from a
+//! connection's read buffer as hyper's decoder does it: hex sizes without
+//! overflow, spaces or tabs after the size, extensions skipped up to
+//! [`EXTENSIONS_LIMIT`] bytes in all but never across a bare LF, every line
+//! ended by CRLF, and trailer fields ([`TRAILER_LIMIT`] bytes,
+//! [`MAX_HEADERS`] lines) kept and handed on.
+//!
+//! It is the one reading of the grammar in tollgate: the native server
+//! decodes request bodies with it, and the native upstream client
+//! (`proxy::h1`) response bodies, so both refuse the same inputs.
 
 use bytes::{Buf, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
+use super::head::MAX_HEADERS;
+
 /// Bytes of chunk extensions one body may carry (hyper's bound).
-const EXTENSIONS_LIMIT: u64 = 16 * 1024;
+pub const EXTENSIONS_LIMIT: u64 = 16 * 1024;
 /// Bytes of trailer section one body may carry (hyper's bound).
-const TRAILER_LIMIT: usize = 16 * 1024;
+pub const TRAILER_LIMIT: usize = 16 * 1024;
 
 /// Where the decoder is in the coding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +38,7 @@ enum State {
 }
 
 /// What one step of decoding gives.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Step {
     /// Bytes of the body.
     Data(bytes::Bytes),
@@ -173,7 +180,7 @@ impl Chunked {
                 if b != b'\n' {
                     return Err("invalid trailer end LF");
                 }
-                if self.trailer_lines >= super::head::MAX_HEADERS {
+                if self.trailer_lines >= MAX_HEADERS {
                     return Err("chunk trailers count overflow");
                 }
                 self.trailer_lines += 1;

@@ -8,12 +8,15 @@
 //! [`conn`]): it writes
 //! the head from the request's parts straight into the connection's write
 //! buffer ([`write`]), streams the body, and parses the response head in
-//! place in the read buffer with `httparse` ([`head`]). The response body
+//! place in the read buffer with `httparse` ([`head`]), writing the body
+//! as it waits ([`upload`]), so an upstream that answers while it reads
+//! is read from as it is written to. The response body
 //! ([`body`]) reads from the connection as the client side polls it,
-//! decoded as it is framed ([`decode`]), and gives the connection back to
-//! the route's idle connections ([`idle`]) at its clean end ([`send`]
-//! holds the keep-alive race's rules); a body dropped before its end
-//! closes the connection.
+//! decoded as it is framed ([`decode`]), writes what is left of the
+//! request body as it is polled, and gives the connection back to the
+//! route's idle connections ([`idle`]) at its clean end ([`send`] holds
+//! the keep-alive race's rules); a body dropped before its end closes the
+//! connection.
 //!
 //! What it accepts from an upstream is what hyper's client accepts — the
 //! same limits, the same chunked grammar — but for the few heads it
@@ -29,6 +32,7 @@ mod exchange;
 pub mod head;
 mod idle;
 mod send;
+mod upload;
 mod write;
 
 pub use body::NativeBody;

@@ -53,22 +53,6 @@ use super::io::{Observed, Observer};
 use super::received::Received;
 use crate::config::Http1;
 
-/// The largest request body the native client sends; see [`native_takes`].
-pub const NATIVE_BODY_MAX: u64 = 64 * 1024;
-
-/// Whether the native client takes `req`: a request without a body, or
-/// with one of a known length of at most [`NATIVE_BODY_MAX`] bytes. The
-/// native client writes a body whole before it reads the answer, so a
-/// larger or streamed body, to an upstream that answers as it reads (an
-/// echo), could fill both directions' socket buffers and stall until the
-/// upstream timeout; hyper's client, which reads while it writes, takes
-/// those requests.
-fn native_takes(req: &Request<UpstreamBody>) -> bool {
-    http_body::Body::size_hint(req.body())
-        .exact()
-        .is_some_and(|n| n <= NATIVE_BODY_MAX)
-}
-
 /// Idle connections kept per upstream.
 pub const MAX_IDLE: usize = 256;
 
@@ -172,7 +156,7 @@ impl KeepAlive {
         match &self.native {
             // The native client sends a request again from its bytes, and
             // needs no spare.
-            Some(idle) if native_takes(&req) => h1::send(&self.dial, idle, req)
+            Some(idle) => h1::send(&self.dial, idle, req)
                 .await
                 .map(|res| res.map(Received::native)),
             _ => self

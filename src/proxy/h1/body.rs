@@ -1,6 +1,15 @@
 //! A response body read from a native connection as the client side polls
 //! it; at its clean end the connection goes back to the idle connections, and a body
 //! dropped before its end closes the connection.
+//!
+//! A request body the upstream has not taken whole when its response head
+//! arrives is written on as the response body is polled. When the response
+//! ends first, what follows is hyper's client's rule: a connection that may
+//! carry another request goes on writing the request body — on a task of
+//! its own, so the response ends now — and goes back to the idle
+//! connections when it is all written; one that may not (`Connection:
+//! close`, a body read to the close) is closed, and the rest of the
+//! request body is not sent.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -10,10 +19,12 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::conn::Conn;
-use super::decode::{Decoded, Decoder};
+use super::decode::Decoder;
 use super::error::NativeError;
 use super::head::Delimited;
 use super::idle::IdleConns;
+use super::upload::Upload;
+use crate::http1::chunked::Step;
 
 /// An upstream's response body on a native connection.
 #[derive(Debug)]
@@ -25,6 +36,8 @@ pub struct NativeBody {
     idle: Arc<IdleConns>,
     /// A failure held back for one poll (see [`NativeBody::fail`]).
     failed: Option<NativeError>,
+    /// The rest of the request body, when the response head came first.
+    upload: Option<Box<Upload>>,
 }
 
 impl NativeBody {
@@ -35,6 +48,7 @@ impl NativeBody {
         framing: Delimited,
         keep_alive: bool,
         idle: &Arc<IdleConns>,
+        upload: Option<Box<Upload>>,
     ) -> Self {
         let mut body = Self {
             conn: Some(conn),
@@ -42,6 +56,7 @@ impl NativeBody {
             keep_alive,
             idle: Arc::clone(idle),
             failed: None,
+            upload,
         };
         if body.decoder.is_done() {
             body.release();
@@ -52,13 +67,46 @@ impl NativeBody {
     /// The body ended cleanly: the connection goes back to the idle connections when
     /// it may carry another request and holds no byte beyond this
     /// response (an upstream that sends more than it framed is not trusted
-    /// with another).
+    /// with another) — once the request body is all written.
     fn release(&mut self) {
-        if let Some(conn) = self.conn.take()
-            && self.keep_alive
-            && conn.buf.is_empty()
-        {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        if !self.keep_alive || !conn.buf.is_empty() {
+            return;
+        }
+        let Some(upload) = self.upload.take() else {
             self.idle.put(conn);
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let idle = Arc::clone(&self.idle);
+            runtime.spawn(async move {
+                if upload.finish(&mut conn).await && conn.buf.is_empty() {
+                    idle.put(conn);
+                }
+            });
+        }
+    }
+
+    /// Writes what the request body has ready; a connection that failed a
+    /// write is not kept, and its response is read on.
+    fn poll_upload(&mut self, cx: &mut Context<'_>) -> Result<(), NativeError> {
+        let (Some(upload), Some(conn)) = (self.upload.as_mut(), self.conn.as_mut()) else {
+            return Ok(());
+        };
+        match upload.poll_send(conn, cx) {
+            Poll::Pending => Ok(()),
+            Poll::Ready(Ok(())) => {
+                self.upload = None;
+                Ok(())
+            }
+            Poll::Ready(Err(NativeError::Io(_))) => {
+                self.upload = None;
+                self.keep_alive = false;
+                Ok(())
+            }
+            Poll::Ready(Err(e)) => Err(e),
         }
     }
 }
@@ -76,6 +124,7 @@ impl NativeBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, NativeError>>> {
         self.conn = None;
+        self.upload = None;
         self.failed = Some(e);
         cx.waker().wake_by_ref();
         Poll::Pending
@@ -94,12 +143,15 @@ impl Body for NativeBody {
         if let Some(e) = this.failed.take() {
             return Poll::Ready(Some(Err(e)));
         }
+        if let Err(e) = this.poll_upload(cx) {
+            return this.fail(e, cx);
+        }
         loop {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
             let decoded = match this.decoder.decode(&mut conn.buf) {
-                Ok(Decoded::More) => match ready!(conn.poll_fill(cx)) {
+                Ok(Step::More) => match ready!(conn.poll_fill(cx)) {
                     Ok(0) => this.decoder.eof(),
                     Ok(_) => continue,
                     Err(e) => return this.fail(e.into(), cx),
@@ -107,13 +159,13 @@ impl Body for NativeBody {
                 other => other,
             };
             let frame = match decoded {
-                Ok(Decoded::Data(d)) => Frame::data(d),
-                Ok(Decoded::Trailers(t)) => Frame::trailers(t),
-                Ok(Decoded::End) => {
+                Ok(Step::Data(d)) => Frame::data(d),
+                Ok(Step::Trailers(t)) => Frame::trailers(t),
+                Ok(Step::End) => {
                     this.release();
                     return Poll::Ready(None);
                 }
-                Ok(Decoded::More) => continue,
+                Ok(Step::More) => continue,
                 Err(e) => return this.fail(e.into(), cx),
             };
             if this.decoder.is_done() {

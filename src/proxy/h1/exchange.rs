@@ -1,21 +1,20 @@
 //! One exchange on a native connection: the request head written from the
-//! request's parts, its body streamed, the response head read — all on the
-//! task that sends the request.
+//! request's parts, its body streamed while the response head is read —
+//! all on the task that sends the request.
 
 use std::future::poll_fn;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 
 use http::{Method, Request, Response};
-use http_body_util::BodyExt as _;
-use tokio::io::AsyncWriteExt as _;
 
 use super::body::NativeBody;
 use super::conn::Conn;
 use super::error::NativeError;
 use super::head::{self, Head};
 use super::idle::IdleConns;
-use super::write::{self, Sending};
+use super::upload::Upload;
+use super::write;
 use crate::proxy::body::UpstreamBody;
 
 /// How an exchange missed.
@@ -37,6 +36,9 @@ pub enum Miss {
 /// Sends `req` on `conn` and reads the response head; the response's body
 /// reads from the connection and gives it back to `idle` at its end.
 ///
+/// The request body, if any, is written as the head is waited for, and
+/// the rest of it as the response body is read ([`Upload`]).
+///
 /// # Errors
 /// See [`Miss`].
 pub async fn exchange(
@@ -53,12 +55,12 @@ pub async fn exchange(
         Err((0, e)) => return Err(Miss::Unsent(Box::new(req), e.into())),
         Err((_, e)) => return Err(failed(&mut conn, e.into(), replayable)),
     }
-    if !matches!(framing, Sending::Empty)
-        && let Err(e) = send_body(&mut conn, req.into_body(), framing).await
-    {
-        return Err(failed(&mut conn, e, false));
+    let upload = Upload::new(req.into_body(), framing);
+    if upload.is_some() {
+        // The head is out; the buffer is the body's now.
+        conn.out.clear();
     }
-    respond(conn, &method, idle, replayable).await
+    respond(conn, &method, idle, replayable, upload).await
 }
 
 /// Sends `bytes`, a bodiless `method` request written before, on `conn`
@@ -76,7 +78,7 @@ pub async fn resend(
     if let Err((_, e)) = conn.flush().await {
         return Err(failed(&mut conn, e.into(), false));
     }
-    respond(conn, method, idle, false).await
+    respond(conn, method, idle, false, None).await
 }
 
 fn failed(conn: &mut Conn, error: NativeError, replayable: bool) -> Miss {
@@ -87,14 +89,17 @@ fn failed(conn: &mut Conn, error: NativeError, replayable: bool) -> Miss {
     }
 }
 
-/// Reads the response head on `conn` and makes the response.
+/// Reads the response head on `conn`, writing `upload` meanwhile, and
+/// makes the response.
 async fn respond(
     mut conn: Box<Conn>,
     method: &Method,
     idle: &Arc<IdleConns>,
     replayable: bool,
+    mut upload: Option<Box<Upload>>,
 ) -> Result<Response<NativeBody>, Miss> {
-    let head = match read_head(&mut conn, method).await {
+    let mut wrote = true;
+    let head = match read_head(&mut conn, method, &mut upload, &mut wrote).await {
         Ok(head) => head,
         Err((error, unanswered)) => {
             return Err(Miss::Failed {
@@ -109,106 +114,61 @@ async fn respond(
         framing,
         keep_alive,
     } = head;
-    let body = NativeBody::new(conn, framing, keep_alive, idle);
+    // A connection that failed a write carries no other request.
+    let body = NativeBody::new(conn, framing, keep_alive && wrote, idle, upload);
     Ok(response.map(|()| body))
 }
 
-/// The response head; on failure, whether no byte of it had arrived.
-async fn read_head(conn: &mut Conn, method: &Method) -> Result<Head, (NativeError, bool)> {
-    let mut got = 0;
-    loop {
-        if got > 0 {
-            match head::parse(&mut conn.buf, method) {
-                Ok(Some(head)) => return Ok(head),
-                Ok(None) => {}
-                Err(e) => return Err((e.into(), false)),
-            }
-        }
-        match poll_fn(|cx| conn.poll_fill(cx)).await {
-            Ok(0) if got == 0 => return Err((NativeError::Closed, true)),
-            Ok(0) => return Err((NativeError::HeadCut, false)),
-            Ok(n) => got += n,
-            Err(e) => return Err((e.into(), got == 0)),
-        }
-    }
-}
-
-/// Streams `body` to the upstream as `framing` says.
-async fn send_body(
+/// The response head, read while `upload` is written; on failure, whether
+/// no byte of it had arrived. The answer is read before the body is
+/// written on, as hyper's dispatcher does. A write that fails ends the
+/// upload and clears `wrote`, and the head is still waited for: an
+/// upstream may answer and close without reading the whole body (a 413),
+/// and when the connection is gone the read says so.
+async fn read_head(
     conn: &mut Conn,
-    mut body: UpstreamBody,
-    framing: Sending,
-) -> Result<(), NativeError> {
-    let (chunked, allowed, mut left) = match framing {
-        Sending::Chunked(allowed) => (true, allowed, u64::MAX),
-        Sending::Length(n) => (false, Vec::new(), n),
-        Sending::Empty => return Ok(()),
-    };
-    conn.out.clear();
-    loop {
-        // A frame that is not ready yet lets what is buffered go first.
-        let frame = match poll_fn(|cx| Poll::Ready(poll_once(&mut body, cx))).await {
-            Some(f) => f,
-            None => {
-                flush_body(conn).await?;
-                body.frame().await
-            }
-        };
-        let frame = match frame {
-            None => break,
-            Some(Err(e)) => return Err(NativeError::Client(e)),
-            Some(Ok(f)) => f,
-        };
-        let frame = match frame.into_data() {
-            Ok(data) => {
-                if !chunked {
-                    left = left
-                        .checked_sub(data.len() as u64)
-                        .ok_or(NativeError::BodyLength)?;
+    method: &Method,
+    upload: &mut Option<Box<Upload>>,
+    wrote: &mut bool,
+) -> Result<Head, (NativeError, bool)> {
+    let mut got = 0;
+    let mut fresh = false;
+    poll_fn(|cx| {
+        loop {
+            if fresh {
+                fresh = false;
+                match head::parse(&mut conn.buf, method) {
+                    Ok(Some(head)) => return Poll::Ready(Ok(head)),
+                    Ok(None) => {}
+                    Err(e) => return Poll::Ready(Err((e.into(), false))),
                 }
-                if data.is_empty() {
+            }
+            match conn.poll_fill(cx) {
+                Poll::Ready(Ok(0)) if got == 0 => {
+                    return Poll::Ready(Err((NativeError::Closed, true)));
+                }
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err((NativeError::HeadCut, false))),
+                Poll::Ready(Ok(n)) => {
+                    got += n;
+                    fresh = true;
                     continue;
                 }
-                if let Some(big) = write::data(&mut conn.out, chunked, data) {
-                    flush_body(conn).await?;
-                    conn.io.write_all(&big).await?;
-                    if chunked {
-                        conn.out.extend_from_slice(b"\r\n");
-                    }
-                } else if conn.out.len() >= write::COPY_BELOW {
-                    flush_body(conn).await?;
-                }
-                continue;
+                Poll::Ready(Err(e)) => return Poll::Ready(Err((e.into(), got == 0))),
+                Poll::Pending => {}
             }
-            Err(frame) => frame,
-        };
-        if chunked && let Ok(trailers) = frame.into_trailers() {
-            write::last_chunk(&mut conn.out, Some(&trailers), &allowed);
-            return flush_body(conn).await;
+            if let Some(up) = upload {
+                match up.poll_send(conn, cx) {
+                    Poll::Pending => {}
+                    Poll::Ready(Ok(())) => *upload = None,
+                    Poll::Ready(Err(NativeError::Io(_))) => {
+                        *upload = None;
+                        *wrote = false;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err((e, conn.buf.is_empty()))),
+                }
+            }
+            return Poll::Pending;
         }
-    }
-    if chunked {
-        write::last_chunk(&mut conn.out, None, &allowed);
-    } else if left != 0 {
-        return Err(NativeError::BodyLength);
-    }
-    flush_body(conn).await
-}
-
-/// The next frame of `body` if it is ready now.
-#[allow(clippy::type_complexity)]
-fn poll_once(
-    body: &mut UpstreamBody,
-    cx: &mut Context<'_>,
-) -> Option<Option<Result<http_body::Frame<bytes::Bytes>, crate::proxy::body::ClientBodyError>>> {
-    match http_body::Body::poll_frame(std::pin::Pin::new(body), cx) {
-        Poll::Ready(f) => Some(f),
-        Poll::Pending => None,
-    }
-}
-
-async fn flush_body(conn: &mut Conn) -> Result<(), NativeError> {
-    let flushed = conn.flush().await;
-    conn.out.clear();
-    flushed.map_err(|(_, e)| e.into())
+    })
+    .await
 }

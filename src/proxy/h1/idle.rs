@@ -49,4 +49,13 @@ impl IdleConns {
             idle.push((conn, Instant::now()));
         }
     }
+
+    /// How many connections are kept.
+    #[cfg(test)]
+    pub fn kept(&self) -> usize {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
 }

@@ -4,6 +4,12 @@
 //! had no byte of answer, is idempotent and bodiless goes once more on a
 //! new connection — as the same bytes, so nothing is copied for it
 //! beforehand.
+//!
+//! Each miss is told as hyper's client path tells it, so a pool counts a
+//! try alike on either client: a new connection that cannot be made for
+//! the second send is [`SendError::Connect`], with the request (read back
+//! from its bytes) to go to another target; a second send that fails
+//! after is [`SendError::Failed`].
 
 use std::sync::Arc;
 
@@ -72,11 +78,44 @@ async fn send_fresh(
     bytes: Vec<u8>,
     method: &http::Method,
 ) -> Result<Response<NativeBody>, SendError> {
-    let io = dial.tcp().await.map_err(|e| SendError::Failed(e.into()))?;
+    let io = match dial.tcp().await {
+        Ok(io) => io,
+        Err(e) => {
+            return Err(match request_of(&bytes) {
+                Some(req) => SendError::Connect(e, Box::new(req)),
+                None => SendError::Failed(e.into()),
+            });
+        }
+    };
     match resend(Conn::new(io), bytes, method, idle).await {
         Ok(res) => Ok(res),
         Err(Miss::Failed { error, .. } | Miss::Unsent(_, error)) => {
             Err(SendError::Failed(Box::new(error)))
         }
     }
+}
+
+/// The bodiless request whose head [`super::write::head`] wrote as `bytes`,
+/// read back: its method, origin-form target and fields, in order.
+pub(super) fn request_of(bytes: &[u8]) -> Option<Request<UpstreamBody>> {
+    let lines = bytes.windows(2).filter(|w| w == b"\r\n").count();
+    let mut fields = vec![httparse::EMPTY_HEADER; lines];
+    let mut head = httparse::Request::new(&mut fields);
+    if !matches!(head.parse(bytes), Ok(httparse::Status::Complete(_))) {
+        return None;
+    }
+    let mut req = Request::builder()
+        .method(head.method?)
+        .uri(head.path?)
+        .body(UpstreamBody::empty())
+        .ok()?;
+    let map = req.headers_mut();
+    map.reserve(head.headers.len());
+    for f in head.headers.iter() {
+        map.append(
+            http::HeaderName::from_bytes(f.name.as_bytes()).ok()?,
+            http::HeaderValue::from_bytes(f.value).ok()?,
+        );
+    }
+    Some(req)
 }

@@ -1,8 +1,9 @@
 use bytes::{Bytes, BytesMut};
 use http::{Method, StatusCode, Version};
 
-use super::decode::{DecodeError, Decoded, Decoder};
+use super::decode::{DecodeError, Decoder};
 use super::head::{Delimited, Head, HeadError, MAX_HEAD, parse};
+use crate::http1::chunked::Step;
 
 fn head(text: &str) -> Result<Option<Head>, HeadError> {
     parse(&mut BytesMut::from(text), &Method::GET)
@@ -176,26 +177,26 @@ fn heads_past_the_bounds_are_too_large() {
 
 /// Everything `decoder` gives for `input`, fed in pieces of `step` bytes,
 /// then the connection's end.
-fn decode_all(framing: Delimited, input: &[u8], step: usize) -> Result<Vec<Decoded>, DecodeError> {
+fn decode_all(framing: Delimited, input: &[u8], step: usize) -> Result<Vec<Step>, DecodeError> {
     let mut d = Decoder::new(framing);
     let mut buf = BytesMut::new();
-    let mut out: Vec<Decoded> = Vec::new();
+    let mut out: Vec<Step> = Vec::new();
     let mut data = Vec::new();
-    let flush = |data: &mut Vec<u8>, out: &mut Vec<Decoded>| {
+    let flush = |data: &mut Vec<u8>, out: &mut Vec<Step>| {
         if !data.is_empty() {
-            out.push(Decoded::Data(Bytes::from(std::mem::take(data))));
+            out.push(Step::Data(Bytes::from(std::mem::take(data))));
         }
     };
     let mut fed = 0;
     loop {
         match d.decode(&mut buf)? {
-            Decoded::Data(b) => data.extend_from_slice(&b),
-            Decoded::More if fed < input.len() => {
+            Step::Data(b) => data.extend_from_slice(&b),
+            Step::More if fed < input.len() => {
                 let to = (fed + step).min(input.len());
                 buf.extend_from_slice(&input[fed..to]);
                 fed = to;
             }
-            Decoded::More => {
+            Step::More => {
                 let end = d.eof()?;
                 flush(&mut data, &mut out);
                 out.push(end);
@@ -217,9 +218,9 @@ fn chunks_with_extensions_and_trailers_decode_alike_in_any_pieces() {
     assert_eq!(whole.len(), 2, "{whole:?}");
     assert_eq!(
         whole[0],
-        Decoded::Data(Bytes::from_static(b"hello world0123456789"))
+        Step::Data(Bytes::from_static(b"hello world0123456789"))
     );
-    let Decoded::Trailers(t) = &whole[1] else {
+    let Step::Trailers(t) = &whole[1] else {
         panic!("trailers: {whole:?}");
     };
     assert_eq!(t.get("grpc-status").unwrap(), "0");
@@ -232,10 +233,7 @@ fn chunks_with_extensions_and_trailers_decode_alike_in_any_pieces() {
         );
     }
     let plain = decode_all(Delimited::Chunked, b"2\r\nhi\r\n0\r\n\r\n", 1).unwrap();
-    assert_eq!(
-        plain,
-        [Decoded::Data(Bytes::from_static(b"hi")), Decoded::End]
-    );
+    assert_eq!(plain, [Step::Data(Bytes::from_static(b"hi")), Step::End]);
 }
 
 #[test]
@@ -254,7 +252,7 @@ fn bad_chunk_framing_is_refused() {
     ] {
         let got = decode_all(Delimited::Chunked, input, input.len());
         assert!(
-            matches!(got, Err(DecodeError::Chunk(_) | DecodeError::Trailers(_))),
+            matches!(got, Err(DecodeError::Chunk(_))),
             "{:?}: {got:?}",
             String::from_utf8_lossy(input)
         );
@@ -262,22 +260,22 @@ fn bad_chunk_framing_is_refused() {
     let huge = b"10000000000000000\r\n";
     assert_eq!(
         decode_all(Delimited::Chunked, huge, 3),
-        Err(DecodeError::Overflow)
+        Err(DecodeError::Chunk("invalid chunk size: overflow"))
     );
     let ext = format!("1;{}\r\nx\r\n0\r\n\r\n", "e".repeat(16 * 1024));
     assert_eq!(
         decode_all(Delimited::Chunked, ext.as_bytes(), 4096),
-        Err(DecodeError::Extensions)
+        Err(DecodeError::Chunk("chunk extensions over limit"))
     );
     let trailer = format!("0\r\nx-a: {}\r\n\r\n", "t".repeat(16 * 1024));
     assert!(matches!(
         decode_all(Delimited::Chunked, trailer.as_bytes(), 4096),
-        Err(DecodeError::Trailers(_))
+        Err(DecodeError::Chunk(_))
     ));
     let bad_field = b"0\r\nx a: 1\r\n\r\n";
     assert!(matches!(
         decode_all(Delimited::Chunked, bad_field, 64),
-        Err(DecodeError::Trailers(_))
+        Err(DecodeError::Chunk(_))
     ));
 }
 
@@ -294,19 +292,146 @@ fn a_body_cut_short_is_incomplete_and_a_close_delimited_one_ends_at_the_close() 
     let close = decode_all(Delimited::Close, b"all of it", 4).unwrap();
     assert_eq!(
         close,
-        [
-            Decoded::Data(Bytes::from_static(b"all of it")),
-            Decoded::End
-        ]
+        [Step::Data(Bytes::from_static(b"all of it")), Step::End]
     );
     // A length body stops at its length; what follows is not its.
     let mut d = Decoder::new(Delimited::Length(3));
     let mut buf = BytesMut::from("abcdef");
     assert_eq!(
         d.decode(&mut buf),
-        Ok(Decoded::Data(Bytes::from_static(b"abc")))
+        Ok(Step::Data(Bytes::from_static(b"abc")))
     );
     assert!(d.is_done());
-    assert_eq!(d.decode(&mut buf), Ok(Decoded::End));
+    assert_eq!(d.decode(&mut buf), Ok(Step::End));
     assert_eq!(&buf[..], b"def");
+}
+
+#[test]
+fn a_bodiless_request_is_read_back_from_its_bytes_as_it_was() {
+    let req = http::Request::builder()
+        .method("GET")
+        .uri("/a/b?c=d")
+        .header("host", "up.test")
+        .header("x-two", "1")
+        .header("x-two", "2")
+        .header("x-bin", http::HeaderValue::from_bytes(b"caf\xe9").unwrap())
+        .body(crate::proxy::body::UpstreamBody::empty())
+        .unwrap();
+    let mut bytes = Vec::new();
+    super::write::head(&req, &mut bytes);
+    let back = super::send::request_of(&bytes).expect("read back");
+    assert_eq!(back.method(), req.method());
+    assert_eq!(back.uri(), req.uri());
+    assert_eq!(back.headers(), req.headers());
+    let mut again = Vec::new();
+    super::write::head(&back, &mut again);
+    assert_eq!(again, bytes);
+    assert!(super::send::request_of(b"GET / HTTP/1.1\r\nhost: x\r\n").is_none());
+}
+
+/// An upstream that answers each request `early` as soon as its head is
+/// in, then reads its body; sends (connection, body bytes) per request.
+async fn early_upstream() -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<(usize, usize)>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((mut s, _)) = listener.accept().await {
+            n += 1;
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 64 * 1024];
+                loop {
+                    let end = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    buf.drain(..end);
+                    let answer =
+                        format!("HTTP/1.1 200 OK\r\nx-conn: {n}\r\ncontent-length: 5\r\n\r\nearly");
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    while buf.len() < length {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    }
+                    buf.drain(..length);
+                    let _ = tx.send((n, length));
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test]
+async fn a_response_that_ends_before_its_request_body_lets_the_body_finish_and_the_connection_serve_again()
+ {
+    use http_body_util::BodyExt as _;
+    use std::sync::Arc;
+
+    let (addr, mut heard) = early_upstream().await;
+    let dial = crate::proxy::dial::Dial {
+        authority: addr.to_string().parse().unwrap(),
+        addr: Some(addr),
+        timeout: std::time::Duration::from_secs(2),
+    };
+    let idle = Arc::new(super::IdleConns::new(std::time::Duration::from_secs(60)));
+    // More than loopback's socket buffers take: the answer comes while
+    // the body is still being written.
+    let size = 32 << 20;
+    let body = crate::proxy::body::UpstreamBody::new(Bytes::from(vec![b'x'; size]).into(), None);
+    let req = http::Request::post("/up")
+        .header("host", "up.test")
+        .body(body)
+        .unwrap();
+    let within = std::time::Duration::from_secs(10);
+    let res = tokio::time::timeout(within, super::send(&dial, &idle, req))
+        .await
+        .expect("a head in time")
+        .expect("a response");
+    assert_eq!(res.headers()["x-conn"], "1");
+    let got = tokio::time::timeout(within, res.into_body().collect())
+        .await
+        .expect("the body in time")
+        .expect("the body");
+    assert_eq!(got.to_bytes(), "early");
+    let first = tokio::time::timeout(within, heard.recv())
+        .await
+        .expect("heard");
+    assert_eq!(first, Some((1, size)));
+    // The body's own task gives the connection back once it is written.
+    for _ in 0..1000 {
+        if idle.kept() == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(idle.kept(), 1, "the connection is kept");
+    let req = http::Request::get("/next")
+        .header("host", "up.test")
+        .body(crate::proxy::body::UpstreamBody::empty())
+        .unwrap();
+    let res = super::send(&dial, &idle, req).await.expect("a response");
+    assert_eq!(res.headers()["x-conn"], "1");
 }
