@@ -24,6 +24,7 @@ pub mod chunked;
 mod conn;
 pub mod head;
 mod rewind;
+mod spare;
 pub mod write;
 
 use std::convert::Infallible;
@@ -31,11 +32,10 @@ use std::io;
 
 use bytes::Buf;
 use http::{Request, Response};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 pub use body::{BodyError, RequestBody, decode_all};
-pub use conn::{ConnEnd, Settings};
+pub use conn::{ConnEnd, Settings, Transport};
 pub use rewind::Rewind;
 
 /// Serves HTTP/1.1 on `io`, each request to `service`, until the client
@@ -52,7 +52,7 @@ pub async fn serve<I, S, B>(
     stop: watch::Receiver<bool>,
 ) -> io::Result<ConnEnd<I>>
 where
-    I: AsyncRead + AsyncWrite + Unpin,
+    I: Transport,
     S: tower::Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
     B: http_body::Body,
     B::Data: Buf,

@@ -77,7 +77,7 @@ impl Refusal {
 #[derive(Debug)]
 pub enum HeadRead {
     /// A whole head, taken off the buffer.
-    Head(Box<RequestHead>),
+    Head(RequestHead),
     /// Not yet a whole head.
     Partial,
     /// An HTTP/2 request line (`PRI * HTTP/2.0`, the h2c preface).
@@ -87,12 +87,6 @@ pub enum HeadRead {
 
 /// Reads one request head off the front of `buf`, leaving what follows.
 pub fn parse(buf: &mut BytesMut) -> HeadRead {
-    parse_with(buf, &mut Vec::new())
-}
-
-/// [`parse`], with `spans` as room for where the fields lie (a
-/// connection keeps one, so that no head costs an allocation for it).
-pub fn parse_with(buf: &mut BytesMut, spans: &mut Vec<(Span, Span)>) -> HeadRead {
     // Left uninitialised: httparse writes the fields it finds, and zeroing
     // a hundred of them would cost more than the parse.
     let mut fields =
@@ -125,19 +119,20 @@ pub fn parse_with(buf: &mut BytesMut, spans: &mut Vec<(Span, Span)>) -> HeadRead
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
     let target_at = at(target.as_bytes());
-    spans.clear();
-    spans.extend(
-        req.headers
-            .iter()
-            .map(|h| (at(h.name.as_bytes()), at(h.value))),
-    );
+    // Kept on the stack for the usual number of fields: the spans outlive
+    // the parser's borrow of the buffer, which `split_to` needs back.
+    let spans: Spans = req
+        .headers
+        .iter()
+        .map(|h| (at(h.name.as_bytes()), at(h.value)))
+        .collect();
     let head = buf.split_to(len).freeze();
     let slice = |(from, n): (usize, usize)| head.slice(from..from + n);
     let Ok(uri) = Uri::from_maybe_shared(slice(target_at)) else {
         return HeadRead::Refused(Refusal::BadRequest("invalid target"));
     };
-    match fields_of(&head, spans, minor == 1, method, uri, slice) {
-        Ok(h) => HeadRead::Head(Box::new(h)),
+    match fields_of(&head, &spans, minor == 1, method, uri, slice) {
+        Ok(h) => HeadRead::Head(h),
         Err(r) => HeadRead::Refused(r),
     }
 }
@@ -149,6 +144,10 @@ fn is_preface(buf: &[u8]) -> bool {
 
 /// Where a part of a head lies in the buffer: offset and length.
 pub type Span = (usize, usize);
+
+/// Where a head's fields lie: name and value. Inline for up to 24 fields
+/// (more than most clients send), on the heap past that.
+type Spans = smallvec::SmallVec<[(Span, Span); 24]>;
 
 /// The header fields of a head, and what its framing headers say.
 fn fields_of(

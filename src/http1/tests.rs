@@ -20,7 +20,7 @@ fn refused(text: &[u8]) -> StatusCode {
     }
 }
 
-fn accepted(text: &[u8]) -> Box<super::head::RequestHead> {
+fn accepted(text: &[u8]) -> super::head::RequestHead {
     match head(text) {
         HeadRead::Head(h) => h,
         other => panic!("expected a head, got {other:?}"),
