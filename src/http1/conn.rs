@@ -11,7 +11,7 @@
 //! only its stream, its timer and what waits for readiness.
 
 use std::convert::Infallible;
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::{Pin, pin};
 use std::sync::{Mutex, PoisonError};
@@ -55,9 +55,12 @@ pub struct Settings {
 /// A stream the server can wait on for bytes without a buffer to read
 /// them into.
 pub trait Transport: AsyncRead + AsyncWrite + Unpin {
-    /// Ready once a read would not wait. The default, for a stream that
-    /// cannot tell (TLS, whose records may already hold plaintext), is
-    /// ready at once: its connection then waits in a read, with a buffer.
+    /// Whether [`Transport::poll_read_ready`] tells. A stream that cannot
+    /// (TLS, whose records may already hold plaintext) waits in a read,
+    /// with a buffer.
+    const WAITS_UNBUFFERED: bool = false;
+
+    /// Ready once a read may find bytes (or the end).
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let _ = cx;
         Poll::Ready(Ok(()))
@@ -65,6 +68,8 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
 }
 
 impl Transport for tokio::net::TcpStream {
+    const WAITS_UNBUFFERED: bool = true;
+
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         tokio::net::TcpStream::poll_read_ready(self, cx)
     }
@@ -234,6 +239,10 @@ impl<I: Transport> Conn<I> {
                 return Read::Closed;
             }
             if self.rbuf.capacity() == 0 {
+                if !I::WAITS_UNBUFFERED {
+                    self.rbuf = spare::read_buffer();
+                    continue;
+                }
                 // No buffer until there are bytes to read into it.
                 let io = inner(&mut self.io);
                 tokio::select! {
@@ -242,14 +251,27 @@ impl<I: Transport> Conn<I> {
                         if ready.is_err() {
                             return Read::Closed;
                         }
-                        self.rbuf = spare::read_buffer();
                     }
                     () = timer.as_mut() => return Read::Closed,
                     changed = stop.changed(), if !stopping => {
                         if changed.is_err() {
                             return Read::Closed;
                         }
+                        continue;
                     }
+                }
+                // One read, with a buffer: the readiness may be left over
+                // from the last request's read, and then the read finds
+                // nothing, clears it, and the buffer goes back.
+                let mut buf = spare::read_buffer();
+                let read = {
+                    let mut read = pin!(io.read_buf(&mut buf));
+                    poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await
+                };
+                match read {
+                    Poll::Ready(Ok(0) | Err(_)) => return Read::Closed,
+                    Poll::Ready(Ok(_)) => self.rbuf = buf,
+                    Poll::Pending => spare::give_read(buf),
                 }
                 continue;
             }

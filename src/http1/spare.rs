@@ -60,6 +60,15 @@ pub(super) fn give_write(mut buf: Vec<u8>) {
     let _ = WRITE.try_with(|s| keep(&mut s.borrow_mut(), buf));
 }
 
+/// How many read and write buffers this thread keeps.
+#[cfg(test)]
+pub(super) fn kept() -> (usize, usize) {
+    (
+        READ.with(|s| s.borrow().len()),
+        WRITE.with(|s| s.borrow().len()),
+    )
+}
+
 fn keep<T>(spares: &mut Vec<T>, buf: T) {
     if spares.len() < KEPT {
         spares.push(buf);
