@@ -5,10 +5,10 @@
 //! The connection task owns its stream; the request body's reader and the
 //! answer's writer share it through a mutex that each locks only inside
 //! one poll (one task polls both, so it is never contended). Between
-//! requests the task holds no buffer (they go back to the thread's
-//! [`spare`](super::spare)s) and none of an exchange's state: that is
-//! boxed for the exchange's life, so that an idle connection's task is
-//! only its stream, its timer and what waits for readiness.
+//! requests the task holds no buffer: they go back to the thread's
+//! [`spare`](super::spare)s. The exchange's state, the service's future
+//! among it, stays in the task: boxing it per request would copy all of
+//! it into the box each time.
 
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
@@ -141,9 +141,9 @@ where
         if head.wants_upgrade {
             return Ok(conn.hand_off(head.raw.clone()));
         }
-        // Boxed: the exchange's state (the service's future among it) is
-        // held only while the exchange runs, not by an idle connection.
-        let keep = Box::pin(conn.exchange(&mut service, head, &stop)).await?;
+        // Not boxed: moving the exchange's state into a box would copy the
+        // whole of it (the service's future among it) for every request.
+        let keep = conn.exchange(&mut service, head, &stop).await?;
         if !keep {
             let _ = inner(&mut conn.io).shutdown().await;
             return Ok(ConnEnd::Closed);
@@ -361,15 +361,15 @@ impl<I: Transport> Conn<I> {
         *req.version_mut() = version;
         *req.headers_mut() = headers;
         let Ok(()) = poll_fn(|cx| service.poll_ready(cx)).await;
-        let answer = service.call(req);
+        // Made where it is kept, and never moved: a move copies all of it.
+        let mut answer = pin!(service.call(req));
         let Some(tx) = tx else {
             // No body to read alongside: the answer, then its writing, on
             // the stream itself.
-            let Ok(res) = answer.await;
+            let Ok(res) = answer.as_mut().await;
             let io = inner(&mut self.io);
             return respond(io, &mut self.wbuf, res, to(keep_alive)).await;
         };
-        let mut answer = pin!(answer);
         let go = Notify::new();
         let gated = gate.is_some().then_some(&go);
         let Self { io, rbuf, wbuf } = self;
