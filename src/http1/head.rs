@@ -19,6 +19,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 /// `DEFAULT_MAX_HEADERS`: httparse parses into a fixed array).
 pub const MAX_HEADERS: usize = 100;
 
+/// Fields the gateway may add to a request's header map after it is read.
+const ADDED_FIELDS: usize = 6;
+
 /// The longest request target hyper reads (its `MAX_URI_LEN`); longer is 414.
 pub const MAX_TARGET: usize = (u16::MAX - 1) as usize;
 
@@ -165,7 +168,10 @@ fn fields_of(
     let (mut is_cl, mut is_te, mut te_chunked) = (false, false, false);
     let mut expect_continue = false;
     let mut wants_upgrade = method == Method::CONNECT;
-    let mut headers = HeaderMap::with_capacity(spans.len());
+    // Room for the fields the gateway adds on its way to the upstream
+    // (request id, forwarding fields, `Host`), so that the map is not
+    // grown, and rehashed, while the request is handled.
+    let mut headers = HeaderMap::with_capacity(spans.len() + ADDED_FIELDS);
     for &(name, value) in spans {
         let Ok(name) = HeaderName::from_bytes(&head[name.0..name.0 + name.1]) else {
             return Err(Refusal::BadRequest("invalid header name"));
