@@ -88,6 +88,8 @@ pub enum ConnEnd<I> {
 }
 
 /// What reading a head came to.
+// Unboxed for the reason `HeadRead` is.
+#[allow(clippy::large_enum_variant)]
 enum Read {
     Head(RequestHead),
     Preface,
