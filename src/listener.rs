@@ -320,9 +320,10 @@ impl Conn {
     ///
     /// The native server keeps its own deadlines (`Settings::idle`,
     /// `Settings::header_read`) and calls the connection's service in
-    /// place; hyper's connections are watched for idleness here. hyper's
-    /// part is boxed, so that a native connection's task is not sized for
-    /// hyper's connection state.
+    /// place; hyper's connections are watched for idleness here. Either
+    /// server's connection state is boxed, once per connection, so that
+    /// the task is sized for neither: a task of one server does not carry
+    /// the space of the other's.
     async fn serve<I, S>(self, io: I, serve: &S, secure: bool, h2: bool, shared: &Shared)
     where
         I: http1::Transport + Send + 'static,
@@ -334,7 +335,7 @@ impl Conn {
         };
         let (peer, stop) = (self.peer, self.stop.clone());
         let service = serve.connection::<RequestBody>(peer, secure);
-        match http1::serve(io, service, settings, stop).await {
+        match Box::pin(http1::serve(io, service, settings, stop)).await {
             Ok(http1::ConnEnd::HandOff(io)) => {
                 let service = serve.connection::<Incoming>(peer, secure);
                 Box::pin(self.serve_hyper(io, service, shared)).await;
