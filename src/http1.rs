@@ -1,8 +1,9 @@
 //! tollgate's own HTTP/1.1 server connection (`server.http1: native`):
 //! one read buffer and one write buffer per connection, heads parsed in
 //! place with `httparse`, answers written straight into the write buffer,
-//! one timer per connection for its heads, and no buffer held while the
-//! connection waits for its next request.
+//! one deadline per connection for its heads, the service called in place,
+//! and no buffer held while the connection waits for its next request (the
+//! buffers go back to the thread's spares).
 //!
 //! It reads what hyper's server reads and refuses what it refuses, with
 //! the same statuses ([`head`], [`chunked`]); the differential fuzz target
@@ -24,6 +25,7 @@ pub mod chunked;
 mod conn;
 pub mod head;
 mod rewind;
+mod spare;
 pub mod write;
 
 use std::convert::Infallible;
@@ -31,15 +33,15 @@ use std::io;
 
 use bytes::Buf;
 use http::{Request, Response};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 pub use body::{BodyError, RequestBody, decode_all};
-pub use conn::{ConnEnd, Settings};
+pub use conn::{ConnEnd, Settings, Transport};
 pub use rewind::Rewind;
 
 /// Serves HTTP/1.1 on `io`, each request to `service`, until the client
-/// closes, a head takes longer than `settings.header_read`, an answer ends
+/// closes, sends no byte of its next head within `settings.idle`, a head
+/// takes longer than `settings.header_read`, an answer ends
 /// the connection, `stop` turns true while no request is in flight, or the
 /// connection is handed off.
 ///
@@ -52,7 +54,7 @@ pub async fn serve<I, S, B>(
     stop: watch::Receiver<bool>,
 ) -> io::Result<ConnEnd<I>>
 where
-    I: AsyncRead + AsyncWrite + Unpin,
+    I: Transport,
     S: tower::Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
     B: http_body::Body,
     B::Data: Buf,

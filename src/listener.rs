@@ -41,7 +41,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::Service;
 use tracing::{debug, warn};
@@ -141,6 +141,7 @@ impl Shared {
             handshake: timeouts.header_read,
             native: (settings.http1 == Http1::Native).then_some(http1::Settings {
                 header_read: timeouts.header_read,
+                idle: timeouts.idle,
                 max_head: head_limit,
             }),
         }
@@ -270,18 +271,9 @@ pub async fn accept_loop<S: Served>(
             };
             match tls {
                 None => conn.serve(stream, &*serve, false, false, &shared).await,
-                Some(tls) => {
-                    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-                    match tokio::time::timeout(shared.handshake, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => {
-                            // ALPN's choice: h2 is hyper's to serve.
-                            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                            conn.serve(stream, &*serve, true, h2, &shared).await;
-                        }
-                        Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => debug!(%peer, "TLS handshake timed out"),
-                    }
-                }
+                // Boxed: a plain-text connection's task is not sized for
+                // a TLS stream and its handshake.
+                Some(tls) => Box::pin(conn.serve_tls(tls, stream, &*serve, &shared)).await,
             }
         });
     }
@@ -299,48 +291,54 @@ struct Conn {
 }
 
 impl Conn {
+    /// Serves `stream` over TLS once its handshake is done within the
+    /// handshake timeout.
+    async fn serve_tls<S: Served>(
+        self,
+        tls: Arc<tokio_rustls::rustls::ServerConfig>,
+        stream: TcpStream,
+        serve: &S,
+        shared: &Shared,
+    ) {
+        let peer = self.peer;
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        match tokio::time::timeout(shared.handshake, acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => {
+                // ALPN's choice: h2 is hyper's to serve.
+                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                self.serve(stream, serve, true, h2, shared).await;
+            }
+            Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
+            Err(_) => debug!(%peer, "TLS handshake timed out"),
+        }
+    }
+
     /// Serves the connection with the service `serve` makes for it until it
     /// ends, goes idle, or the drain ends it: over the native HTTP/1.1
     /// server when `server.http1` selects it and ALPN did not choose `h2`
     /// (`h2`), handing to hyper what that server hands back.
+    ///
+    /// The native server keeps its own deadlines (`Settings::idle`,
+    /// `Settings::header_read`) and calls the connection's service in
+    /// place; hyper's connections are watched for idleness here. Either
+    /// server's connection state is boxed, once per connection, so that
+    /// the task is sized for neither: a task of one server does not carry
+    /// the space of the other's.
     async fn serve<I, S>(self, io: I, serve: &S, secure: bool, h2: bool, shared: &Shared)
     where
-        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        I: http1::Transport + Send + 'static,
         S: Served,
     {
-        let activity = Arc::new(Activity::new());
-        let io = Observed {
-            inner: io,
-            observer: activity.clone(),
-        };
         let Some(settings) = shared.native.filter(|_| !h2) else {
             let service = serve.connection::<Incoming>(self.peer, secure);
-            return self.serve_hyper(io, service, shared, activity).await;
+            return Box::pin(self.serve_hyper(io, service, shared)).await;
         };
         let (peer, stop) = (self.peer, self.stop.clone());
         let service = serve.connection::<RequestBody>(peer, secure);
-        let in_flight = activity.clone();
-        // As in `serve_hyper`: a clone per request, called inside the block.
-        let native = tower::service_fn(move |req: Request<RequestBody>| {
-            let guard = InFlight::begin(in_flight.clone());
-            let mut service = service.clone();
-            async move {
-                let res = service.call(req).await;
-                drop(guard);
-                res
-            }
-        });
-        let ended = tokio::select! {
-            ended = http1::serve(io, native, settings, stop) => ended,
-            () = activity.idle(shared.idle) => {
-                debug!(%peer, "closing idle connection");
-                return;
-            }
-        };
-        match ended {
+        match Box::pin(http1::serve(io, service, settings, stop)).await {
             Ok(http1::ConnEnd::HandOff(io)) => {
                 let service = serve.connection::<Incoming>(peer, secure);
-                self.serve_hyper(io, service, shared, activity).await;
+                Box::pin(self.serve_hyper(io, service, shared)).await;
             }
             Ok(http1::ConnEnd::Closed) => {}
             Err(e) => debug!(%peer, error = %e, "connection ended with an error"),
@@ -349,7 +347,7 @@ impl Conn {
 
     /// Serves the connection with hyper (HTTP/2, upgrades, and HTTP/1.1
     /// under `server.http1: hyper`).
-    async fn serve_hyper<I, S, B>(self, io: I, service: S, shared: &Shared, activity: Arc<Activity>)
+    async fn serve_hyper<I, S, B>(self, io: I, service: S, shared: &Shared)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
@@ -367,6 +365,11 @@ impl Conn {
             permit,
             ..
         } = self;
+        let activity = Arc::new(Activity::new());
+        let io = Observed {
+            inner: io,
+            observer: activity.clone(),
+        };
         let in_flight = activity.clone();
         // hyper calls by `&self`, tower by `&mut self`: a clone per
         // request. The service is always ready (see `Served`). It is called

@@ -1,32 +1,40 @@
 //! One client connection served: heads read, requests handed to the
 //! service in order, bodies read while the service runs, answers written
 //! in order, until the connection closes or is handed to hyper.
+//!
+//! The connection task owns its stream; the request body's reader and the
+//! answer's writer share it through a mutex that each locks only inside
+//! one poll (one task polls both, so it is never contended). Between
+//! requests the task holds no buffer: they go back to the thread's
+//! [`spare`](super::spare)s. The exchange's state, the service's future
+//! among it, stays in the task: boxing it per request would copy all of
+//! it into the box each time.
 
 use std::convert::Infallible;
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::{Pin, pin};
-use std::task::Poll;
+use std::sync::{Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::Body;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::{Instant, Sleep};
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 use super::body::{PumpEnd, READ_CHUNK, RequestBody, pump};
 use super::head::{self, BodyFraming, HeadRead, Refusal, RequestHead};
 use super::rewind::Rewind;
+use super::spare;
 use super::write::{self, Encoder, ResponseTo};
 
 /// Data frames at least this large are written from their own buffer
 /// instead of being copied into the write buffer.
 const COPY_LIMIT: usize = 16 * 1024;
-/// The stack buffer the first bytes of a head are read into.
-const FIRST_READ: usize = 2048;
 /// The write buffer is sent once it holds this much.
 const FLUSH_AT: usize = 64 * 1024;
 
@@ -36,10 +44,38 @@ pub struct Settings {
     /// Time for a whole head, from when the connection waits for it
     /// (`timeouts.header_read`).
     pub header_read: Duration,
+    /// Time a connection may wait for the first byte of a head
+    /// (`timeouts.idle`; the shorter of the two applies).
+    pub idle: Duration,
     /// The largest head read; larger is answered 431 (hyper's read buffer
     /// bound: `server.max_header_size` plus the listener's slack).
     pub max_head: usize,
 }
+
+/// A stream the server can wait on for bytes without a buffer to read
+/// them into.
+pub trait Transport: AsyncRead + AsyncWrite + Unpin {
+    /// Whether [`Transport::poll_read_ready`] tells. A stream that cannot
+    /// (TLS, whose records may already hold plaintext) waits in a read,
+    /// with a buffer.
+    const WAITS_UNBUFFERED: bool = false;
+
+    /// Ready once a read may find bytes (or the end).
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let _ = cx;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Transport for tokio::net::TcpStream {
+    const WAITS_UNBUFFERED: bool = true;
+
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        tokio::net::TcpStream::poll_read_ready(self, cx)
+    }
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin> Transport for tokio_rustls::server::TlsStream<I> {}
 
 /// How serving a connection ended.
 #[derive(Debug)]
@@ -52,22 +88,23 @@ pub enum ConnEnd<I> {
 }
 
 /// What reading a head came to.
+// Unboxed for the reason `HeadRead` is.
+#[allow(clippy::large_enum_variant)]
 enum Read {
-    Head(Box<RequestHead>),
+    Head(RequestHead),
     Preface,
     Refused(Refusal),
     /// The client closed, the head took too long, or the gateway drains.
     Closed,
 }
 
-/// The connection's halves and buffers.
+/// The connection's stream and buffers.
 struct Conn<I> {
-    rd: ReadHalf<I>,
-    wr: WriteHalf<I>,
+    io: Mutex<I>,
+    /// Empty, without room, between requests.
     rbuf: BytesMut,
+    /// Empty, without room, between requests.
     wbuf: Vec<u8>,
-    /// Where a head's fields lie, while it is parsed.
-    spans: Vec<(head::Span, head::Span)>,
 }
 
 /// Serves `io` until it closes; see the module root's `serve`.
@@ -78,28 +115,22 @@ pub(super) async fn serve<I, S, B>(
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<ConnEnd<I>>
 where
-    I: AsyncRead + AsyncWrite + Unpin,
+    I: Transport,
     S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
     B: Body,
     B::Data: Buf,
 {
-    let (rd, wr) = tokio::io::split(io);
     let mut conn = Conn {
-        rd,
-        wr,
+        io: Mutex::new(io),
         rbuf: BytesMut::new(),
         wbuf: Vec::new(),
-        spans: Vec::new(),
     };
     // One timer for the connection's life, moved for each head.
-    let mut timer = pin!(tokio::time::sleep(settings.header_read));
+    let mut timer = pin!(tokio::time::sleep(settings.idle.min(settings.header_read)));
     let mut first = true;
     loop {
-        if !first {
-            timer.as_mut().reset(Instant::now() + settings.header_read);
-        }
         let read = conn
-            .read_head(timer.as_mut(), &mut stop, settings.max_head)
+            .read_head(timer.as_mut(), &mut stop, &settings, first)
             .await;
         let head = match read {
             Read::Head(h) => h,
@@ -112,70 +143,149 @@ where
         if head.wants_upgrade {
             return Ok(conn.hand_off(head.raw.clone()));
         }
+        // Not boxed: moving the exchange's state into a box would copy the
+        // whole of it (the service's future among it) for every request.
         let keep = conn.exchange(&mut service, head, &stop).await?;
         if !keep {
-            let _ = conn.wr.shutdown().await;
+            let _ = inner(&mut conn.io).shutdown().await;
             return Ok(ConnEnd::Closed);
         }
-        if conn.rbuf.is_empty() {
-            // Nothing pipelined: an idle connection holds no buffers; the
-            // next head is read on the stack first (see `read_head`).
-            conn.rbuf = BytesMut::new();
-            conn.wbuf = Vec::new();
-            conn.spans = Vec::new();
-        }
+        conn.rest();
     }
 }
 
-impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
-    /// Reads until a whole head is in the buffer, within the timer.
+/// The stream, whether or not a poll panicked while holding it.
+fn inner<I>(io: &mut Mutex<I>) -> &mut I {
+    io.get_mut().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The stream, for the body's reader or the answer's writer: locked for
+/// one poll at a time.
+struct Locked<'a, I>(&'a Mutex<I>);
+
+impl<I: AsyncRead + Unpin> AsyncRead for Locked<'_, I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let mut io = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Pin::new(&mut *io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Locked<'_, I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let mut io = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Pin::new(&mut *io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut io = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Pin::new(&mut *io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut io = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Pin::new(&mut *io).poll_shutdown(cx)
+    }
+}
+
+impl<I: Transport> Conn<I> {
+    /// Gives the buffers back when nothing pipelined waits in them.
+    fn rest(&mut self) {
+        if self.rbuf.is_empty() {
+            spare::give_read(std::mem::take(&mut self.rbuf));
+        }
+        spare::give_write(std::mem::take(&mut self.wbuf));
+    }
+
+    /// Reads until a whole head is in the buffer, within the timer: the
+    /// first byte within the shorter of `idle` and `header_read`, the
+    /// whole head within `header_read`.
     async fn read_head(
         &mut self,
         mut timer: Pin<&mut Sleep>,
         stop: &mut watch::Receiver<bool>,
-        max_head: usize,
+        settings: &Settings,
+        first: bool,
     ) -> Read {
+        let began = Instant::now();
+        let to_first_byte = settings.idle.min(settings.header_read);
+        if !first {
+            timer.as_mut().reset(began + to_first_byte);
+        }
+        let mut started = false;
         loop {
             if !self.rbuf.is_empty() {
-                match head::parse_with(&mut self.rbuf, &mut self.spans) {
+                match head::parse(&mut self.rbuf) {
                     HeadRead::Head(h) => return Read::Head(h),
                     HeadRead::Preface => return Read::Preface,
                     HeadRead::Refused(r) => return Read::Refused(r),
-                    HeadRead::Partial if self.rbuf.len() >= max_head => {
+                    HeadRead::Partial if self.rbuf.len() >= settings.max_head => {
                         return Read::Refused(Refusal::TooLarge);
                     }
                     HeadRead::Partial => {}
                 }
+                if !started && to_first_byte < settings.header_read {
+                    timer.as_mut().reset(began + settings.header_read);
+                }
+                started = true;
             }
             let stopping = *stop.borrow();
             if stopping && self.rbuf.is_empty() {
                 return Read::Closed;
             }
             if self.rbuf.capacity() == 0 {
-                // A connection between requests holds no buffer: the next
-                // head is read on the stack and kept in one of its size.
-                let mut first = [0u8; FIRST_READ];
+                if !I::WAITS_UNBUFFERED {
+                    self.rbuf = spare::read_buffer();
+                    continue;
+                }
+                // No buffer until there are bytes to read into it.
+                let io = inner(&mut self.io);
                 tokio::select! {
-                    read = self.rd.read(&mut first) => match read {
-                        Ok(0) | Err(_) => return Read::Closed,
-                        Ok(n) => self.rbuf = BytesMut::from(&first[..n]),
-                    },
+                    biased;
+                    ready = poll_fn(|cx| io.poll_read_ready(cx)) => {
+                        if ready.is_err() {
+                            return Read::Closed;
+                        }
+                    }
                     () = timer.as_mut() => return Read::Closed,
                     changed = stop.changed(), if !stopping => {
                         if changed.is_err() {
                             return Read::Closed;
                         }
+                        continue;
                     }
+                }
+                // One read, with a buffer: the readiness may be left over
+                // from the last request's read, and then the read finds
+                // nothing, clears it, and the buffer goes back.
+                let mut buf = spare::read_buffer();
+                let read = {
+                    let mut read = pin!(io.read_buf(&mut buf));
+                    poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await
+                };
+                match read {
+                    Poll::Ready(Ok(0) | Err(_)) => return Read::Closed,
+                    Poll::Ready(Ok(_)) => self.rbuf = buf,
+                    Poll::Pending => spare::give_read(buf),
                 }
                 continue;
             }
             if self.rbuf.capacity() - self.rbuf.len() < 1024 {
-                let room = max_head.saturating_sub(self.rbuf.len()).max(1024);
+                let room = settings.max_head.saturating_sub(self.rbuf.len()).max(1024);
                 self.rbuf.reserve(READ_CHUNK.max(self.rbuf.len()).min(room));
             }
             let idle = self.rbuf.is_empty();
+            let io = inner(&mut self.io);
             tokio::select! {
-                read = self.rd.read_buf(&mut self.rbuf) => match read {
+                biased;
+                read = io.read_buf(&mut self.rbuf) => match read {
                     Ok(0) | Err(_) => return Read::Closed,
                     Ok(_) => {}
                 },
@@ -191,7 +301,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
 
     /// The connection, with `head` and the unread bytes to be read again.
     fn hand_off(self, head: Bytes) -> ConnEnd<I> {
-        let io = self.rd.unsplit(self.wr);
+        let io = self.io.into_inner().unwrap_or_else(PoisonError::into_inner);
         let prefix = if head.is_empty() {
             self.rbuf.freeze()
         } else {
@@ -206,9 +316,10 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
     /// Answers a head that cannot be read as hyper does, and closes.
     async fn refuse(mut self, why: Refusal) -> io::Result<ConnEnd<I>> {
         write::refusal(&mut self.wbuf, why.status());
-        self.wr.write_all(&self.wbuf).await?;
-        self.wr.flush().await?;
-        let _ = self.wr.shutdown().await;
+        let io = inner(&mut self.io);
+        io.write_all(&self.wbuf).await?;
+        io.flush().await?;
+        let _ = io.shutdown().await;
         Ok(ConnEnd::Closed)
     }
 
@@ -216,7 +327,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
     async fn exchange<S, B>(
         &mut self,
         service: &mut S,
-        head: Box<RequestHead>,
+        head: RequestHead,
         stop: &watch::Receiver<bool>,
     ) -> io::Result<bool>
     where
@@ -233,7 +344,12 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
             keep_alive,
             expect_continue,
             ..
-        } = *head;
+        } = head;
+        let to = |keep_alive: bool| ResponseTo {
+            method: &method,
+            version,
+            keep_alive: keep_alive && !*stop.borrow(),
+        };
         let has_body = framing != BodyFraming::Length(0);
         let (body, tx, mut gate) = if has_body {
             let (b, tx, gate) = RequestBody::channel(framing, expect_continue);
@@ -246,22 +362,26 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
         *req.uri_mut() = uri;
         *req.version_mut() = version;
         *req.headers_mut() = headers;
-        let Ok(ready) = service.ready().await;
-        let mut answer = pin!(ready.call(req));
+        let Ok(()) = poll_fn(|cx| service.poll_ready(cx)).await;
+        // Made where it is kept, and never moved: a move copies all of it.
+        let mut answer = pin!(service.call(req));
+        let Some(tx) = tx else {
+            // No body to read alongside: the answer, then its writing, on
+            // the stream itself.
+            let Ok(res) = answer.as_mut().await;
+            let io = inner(&mut self.io);
+            return respond(io, &mut self.wbuf, res, to(keep_alive)).await;
+        };
         let go = Notify::new();
         let gated = gate.is_some().then_some(&go);
-        let Self {
-            rd, wr, rbuf, wbuf, ..
-        } = self;
-        let mut reading = pin!(async move {
-            match tx {
-                Some(tx) => pump(rd, rbuf, framing, tx, gated).await,
-                None => PumpEnd::Done,
-            }
-        });
+        let Self { io, rbuf, wbuf } = self;
+        let mut rd = Locked(&*io);
+        let mut wr = Locked(&*io);
+        let mut reading = pin!(pump(&mut rd, rbuf, framing, tx, gated));
         let mut read = None;
         let res = loop {
             tokio::select! {
+                biased;
                 res = &mut answer => break res,
                 end = &mut reading, if read.is_none() => read = Some(end),
                 wanted = wanted(&mut gate) => {
@@ -275,25 +395,41 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
             }
         };
         let Ok(res) = res;
-        let (parts, body) = res.into_parts();
-        let hint = (!body.is_end_stream()).then(|| body.size_hint());
-        let ex = ResponseTo {
-            method: &method,
-            version,
-            keep_alive: keep_alive && !*stop.borrow(),
-        };
-        wbuf.reserve(256 + 48 * parts.headers.len());
-        let (encoder, keep) = write::head(wbuf, &parts, hint, ex);
-        drop(parts);
-        let mut writing = pin!(send_body(wr, wbuf, body, encoder));
-        let complete = loop {
+        let mut writing = pin!(respond(wr, wbuf, res, to(keep_alive)));
+        let keep = loop {
             tokio::select! {
-                done = &mut writing => break done?,
+                biased;
+                keep = &mut writing => break keep?,
                 end = &mut reading, if read.is_none() => read = Some(end),
             }
         };
-        Ok(keep && complete && (!has_body || read == Some(PumpEnd::Done)))
+        Ok(keep && read == Some(PumpEnd::Done))
     }
+}
+
+/// Writes `res` into `wbuf` and out to `wr`; whether it went whole and
+/// the connection may go on.
+async fn respond<W, B>(
+    mut wr: W,
+    wbuf: &mut Vec<u8>,
+    res: Response<B>,
+    to: ResponseTo<'_>,
+) -> io::Result<bool>
+where
+    W: AsyncWrite + Unpin,
+    B: Body,
+    B::Data: Buf,
+{
+    let (parts, body) = res.into_parts();
+    let hint = (!body.is_end_stream()).then(|| body.size_hint());
+    if wbuf.capacity() == 0 {
+        *wbuf = spare::write_buffer();
+    }
+    wbuf.reserve(256 + 48 * parts.headers.len());
+    let (encoder, keep) = write::head(wbuf, &parts, hint, to);
+    drop(parts);
+    let complete = send_body(&mut wr, wbuf, body, encoder).await?;
+    Ok(keep && complete)
 }
 
 /// Whether the service asked for a body whose client waits for

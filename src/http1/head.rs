@@ -19,6 +19,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 /// `DEFAULT_MAX_HEADERS`: httparse parses into a fixed array).
 pub const MAX_HEADERS: usize = 100;
 
+/// Fields the gateway may add to a request's header map after it is read.
+const ADDED_FIELDS: usize = 6;
+
 /// The longest request target hyper reads (its `MAX_URI_LEN`); longer is 414.
 pub const MAX_TARGET: usize = (u16::MAX - 1) as usize;
 
@@ -74,10 +77,13 @@ impl Refusal {
 }
 
 /// What the start of the read buffer holds.
+// The head is moved once, from the parser to the connection: a box would
+// cost an allocation per request to spare the other variants' bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum HeadRead {
     /// A whole head, taken off the buffer.
-    Head(Box<RequestHead>),
+    Head(RequestHead),
     /// Not yet a whole head.
     Partial,
     /// An HTTP/2 request line (`PRI * HTTP/2.0`, the h2c preface).
@@ -87,12 +93,6 @@ pub enum HeadRead {
 
 /// Reads one request head off the front of `buf`, leaving what follows.
 pub fn parse(buf: &mut BytesMut) -> HeadRead {
-    parse_with(buf, &mut Vec::new())
-}
-
-/// [`parse`], with `spans` as room for where the fields lie (a
-/// connection keeps one, so that no head costs an allocation for it).
-pub fn parse_with(buf: &mut BytesMut, spans: &mut Vec<(Span, Span)>) -> HeadRead {
     // Left uninitialised: httparse writes the fields it finds, and zeroing
     // a hundred of them would cost more than the parse.
     let mut fields =
@@ -125,19 +125,20 @@ pub fn parse_with(buf: &mut BytesMut, spans: &mut Vec<(Span, Span)>) -> HeadRead
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
     let target_at = at(target.as_bytes());
-    spans.clear();
-    spans.extend(
-        req.headers
-            .iter()
-            .map(|h| (at(h.name.as_bytes()), at(h.value))),
-    );
+    // Kept on the stack for the usual number of fields: the spans outlive
+    // the parser's borrow of the buffer, which `split_to` needs back.
+    let spans: Spans = req
+        .headers
+        .iter()
+        .map(|h| (at(h.name.as_bytes()), at(h.value)))
+        .collect();
     let head = buf.split_to(len).freeze();
     let slice = |(from, n): (usize, usize)| head.slice(from..from + n);
     let Ok(uri) = Uri::from_maybe_shared(slice(target_at)) else {
         return HeadRead::Refused(Refusal::BadRequest("invalid target"));
     };
-    match fields_of(&head, spans, minor == 1, method, uri, slice) {
-        Ok(h) => HeadRead::Head(Box::new(h)),
+    match fields_of(&head, &spans, minor == 1, method, uri, slice) {
+        Ok(h) => HeadRead::Head(h),
         Err(r) => HeadRead::Refused(r),
     }
 }
@@ -149,6 +150,10 @@ fn is_preface(buf: &[u8]) -> bool {
 
 /// Where a part of a head lies in the buffer: offset and length.
 pub type Span = (usize, usize);
+
+/// Where a head's fields lie: name and value. Inline for up to 24 fields
+/// (more than most clients send), on the heap past that.
+type Spans = smallvec::SmallVec<[(Span, Span); 24]>;
 
 /// The header fields of a head, and what its framing headers say.
 fn fields_of(
@@ -166,7 +171,10 @@ fn fields_of(
     let (mut is_cl, mut is_te, mut te_chunked) = (false, false, false);
     let mut expect_continue = false;
     let mut wants_upgrade = method == Method::CONNECT;
-    let mut headers = HeaderMap::with_capacity(spans.len());
+    // Room for the fields the gateway adds on its way to the upstream
+    // (request id, forwarding fields, `Host`), so that the map is not
+    // grown, and rehashed, while the request is handled.
+    let mut headers = HeaderMap::with_capacity(spans.len() + ADDED_FIELDS);
     for &(name, value) in spans {
         let Ok(name) = HeaderName::from_bytes(&head[name.0..name.0 + name.1]) else {
             return Err(Refusal::BadRequest("invalid header name"));

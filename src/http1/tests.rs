@@ -20,7 +20,7 @@ fn refused(text: &[u8]) -> StatusCode {
     }
 }
 
-fn accepted(text: &[u8]) -> Box<super::head::RequestHead> {
+fn accepted(text: &[u8]) -> super::head::RequestHead {
     match head(text) {
         HeadRead::Head(h) => h,
         other => panic!("expected a head, got {other:?}"),
@@ -248,4 +248,72 @@ fn bytes_over_0x7f_in_a_target_are_taken_as_hyper_takes_them() {
     assert_eq!(h.method.as_str(), "WET");
     assert_eq!(h.uri.path().as_bytes(), b"/a\xc2\x9d=c");
     assert_eq!(h.headers["host"], "");
+}
+
+/// Serves one connection on this thread's runtime with a service that
+/// answers `ok`; the client's end.
+async fn served() -> tokio::net::TcpStream {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("bound");
+    let client = tokio::net::TcpStream::connect(addr);
+    let (accepted, client) = tokio::join!(listener.accept(), client);
+    let (stream, _) = accepted.expect("accepted");
+    let service = tower::service_fn(|_req: http::Request<super::RequestBody>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+            bytes::Bytes::from_static(b"ok"),
+        )))
+    });
+    let settings = super::Settings {
+        header_read: std::time::Duration::from_secs(30),
+        idle: std::time::Duration::from_secs(30),
+        max_head: 16 * 1024,
+    };
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _held = stop_tx;
+        let _ = super::serve(stream, service, settings, stop).await;
+    });
+    client.expect("connected")
+}
+
+/// Sends a request on `client` and reads the whole answer.
+async fn ask(client: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    client
+        .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("sent");
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\nok") {
+        let mut chunk = [0u8; 512];
+        let n = client.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    got
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_idle_connection_gives_its_buffers_back_and_takes_them_again() {
+    // One thread runs the client and the server: once the client has its
+    // answer, the server's task has written it and waits for the next head.
+    let mut client = served().await;
+    let before = super::spare::kept();
+    let answer = ask(&mut client).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    let after_one = super::spare::kept();
+    assert_eq!(
+        (after_one.0 - before.0, after_one.1 - before.1),
+        (1, 1),
+        "the waiting connection holds neither buffer"
+    );
+    ask(&mut client).await;
+    ask(&mut client).await;
+    assert_eq!(
+        super::spare::kept(),
+        after_one,
+        "the same buffers serve each request"
+    );
 }
