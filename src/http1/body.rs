@@ -33,6 +33,9 @@ type Item = Result<Frame<Bytes>, BodyError>;
 /// How much the read buffer grows by when it needs room.
 pub(super) const READ_CHUNK: usize = 8 * 1024;
 
+/// The most a request body's read asks for at once.
+const READ_MAX: usize = 256 * 1024;
+
 /// A request body read from a native HTTP/1.1 connection.
 #[derive(Debug)]
 pub struct RequestBody {
@@ -142,6 +145,9 @@ pub(super) async fn pump<R: AsyncRead + Unpin>(
         go.notified().await;
     }
     let mut decoder = Decoder::new(framing);
+    // Each read that fills the room it was given doubles the next one's,
+    // up to `READ_MAX`: a large upload moves in few, large frames.
+    let mut chunk = READ_CHUNK;
     loop {
         let item = match decoder.step(buf) {
             Ok(Step::Data(b)) => Ok(Frame::data(b)),
@@ -149,11 +155,17 @@ pub(super) async fn pump<R: AsyncRead + Unpin>(
             Ok(Step::End) => return PumpEnd::Done,
             Ok(Step::More) => {
                 if buf.capacity() - buf.len() < 1024 {
-                    buf.reserve(READ_CHUNK);
+                    buf.reserve(chunk);
                 }
+                let room = buf.capacity() - buf.len();
                 match rd.read_buf(buf).await {
                     Ok(0) => Err(BodyError::Aborted("connection closed".to_owned())),
-                    Ok(_) => continue,
+                    Ok(n) => {
+                        if n == room {
+                            chunk = (chunk * 2).min(READ_MAX);
+                        }
+                        continue;
+                    }
                     Err(e) => Err(BodyError::Aborted(e.to_string())),
                 }
             }
