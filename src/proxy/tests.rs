@@ -55,16 +55,21 @@ fn requests_keep_te_trailers_and_nothing_else_of_te() {
     }
 }
 
-#[test]
-fn h2c_upstreams_are_http_on_the_wire_and_addressed_by_their_name() {
-    let up = Upstream {
-        uri: "h2c://127.0.0.1:50051".parse().unwrap(),
+/// A route's upstream at `uri`, with the defaults the tests start from.
+fn upstream(uri: &str) -> Upstream {
+    Upstream {
+        uri: uri.parse().unwrap(),
         timeout: Duration::from_secs(1),
         tls: None,
         upgrade: false,
         forward_proxy_authorization: false,
         pool: None,
-    };
+    }
+}
+
+#[test]
+fn h2c_upstreams_are_http_on_the_wire_and_addressed_by_their_name() {
+    let up = upstream("h2c://127.0.0.1:50051");
     assert_eq!(Protocol::of(&up.uri), Protocol::H2c);
     assert!(keep_alive(&up, &Timeouts::default(), crate::config::Http1::Hyper).is_none());
     let user = HeaderName::from_static("x-user");
@@ -118,14 +123,7 @@ fn addresses_render_as_display_does() {
 
 #[test]
 fn rewrite_sets_forwarding_headers() {
-    let up = Upstream {
-        uri: "http://127.0.0.1:9000/base/".parse().unwrap(),
-        timeout: Duration::from_secs(1),
-        tls: None,
-        upgrade: false,
-        forward_proxy_authorization: false,
-        pool: None,
-    };
+    let up = upstream("http://127.0.0.1:9000/base/");
     let user = HeaderName::from_static("x-user");
     let mut req = Request::builder()
         .uri("/a?b=1")
@@ -167,14 +165,7 @@ fn rewrite_sets_forwarding_headers() {
 
 #[test]
 fn rewrite_keeps_one_host_from_the_client_or_the_authority() {
-    let up = Upstream {
-        uri: "http://127.0.0.1:9000".parse().unwrap(),
-        timeout: Duration::from_secs(1),
-        tls: None,
-        upgrade: false,
-        forward_proxy_authorization: false,
-        pool: None,
-    };
+    let up = upstream("http://127.0.0.1:9000");
     let user = HeaderName::from_static("x-user");
     let hop = Hop {
         peer: "1.2.3.4".parse().unwrap(),
@@ -233,14 +224,7 @@ fn proxy_authorization_is_stripped_unless_the_route_forwards_it() {
         user_header: &user,
         plan_header: None,
     };
-    let mut up = Upstream {
-        uri: "http://127.0.0.1:9000".parse().unwrap(),
-        timeout: Duration::from_secs(1),
-        tls: None,
-        upgrade: false,
-        forward_proxy_authorization: false,
-        pool: None,
-    };
+    let mut up = upstream("http://127.0.0.1:9000");
     let request = || {
         Request::builder()
             .uri("/a")
