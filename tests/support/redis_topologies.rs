@@ -99,40 +99,57 @@ impl Proc {
         }
     }
 
-    /// Waits until the process answers `PING` on its plain port.
-    pub async fn wait_ping(&mut self) {
-        let deadline = Instant::now() + READY_WITHIN;
-        loop {
-            assert!(!self.exited(), "redis-server exited:\n{}", self.log());
-            if query(self.port, &["PING"]).await.is_ok() {
-                return;
+    /// Starts the process `make` builds on a port picked for it, and waits
+    /// until it is `ready`. A port is free when picked, but another process
+    /// may take it (or a cluster node's bus port) before redis-server binds
+    /// it: a start that fails to bind is tried again on new ports.
+    async fn start(mut make: impl FnMut(u16) -> Proc, ready: Ready<'_>) -> Proc {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let mut proc = make(free_port());
+            match proc.until(ready).await {
+                Ok(()) => return proc,
+                Err(log) if log.contains("Address already in use") => last = log,
+                Err(log) => panic!("redis-server did not start:\n{log}"),
             }
-            assert!(
-                Instant::now() < deadline,
-                "no PONG on port {}:\n{}",
-                self.port,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        panic!("redis-server found no free port in 5 tries:\n{last}");
     }
 
-    /// Waits until the log holds `line`.
-    pub async fn wait_log(&mut self, line: &str) {
+    /// Waits until the process is `ready`; the error says why not, with the
+    /// server's log.
+    async fn until(&mut self, ready: Ready<'_>) -> Result<(), String> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
-            assert!(!self.exited(), "redis-server exited:\n{}", self.log());
-            if self.log().contains(line) {
-                return;
+            if self.exited() {
+                return Err(format!("redis-server exited:\n{}", self.log()));
             }
-            assert!(
-                Instant::now() < deadline,
-                "{line:?} never logged:\n{}",
-                self.log()
-            );
+            let done = match ready {
+                Ready::Ping => query(self.port, &["PING"]).await.is_ok(),
+                Ready::Logged(line) => self.log().contains(line),
+            };
+            if done {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let what = match ready {
+                    Ready::Ping => format!("no PONG on port {}", self.port),
+                    Ready::Logged(line) => format!("{line:?} never logged"),
+                };
+                return Err(format!("{what}:\n{}", self.log()));
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// What says a started process is ready.
+#[derive(Clone, Copy)]
+enum Ready<'a> {
+    /// It answers `PING` on its plain port.
+    Ping,
+    /// Its log holds this line.
+    Logged(&'a str),
 }
 
 impl Drop for Proc {
@@ -181,32 +198,31 @@ impl RedisCluster {
         let n = masters * (1 + replicas);
         let mut nodes = Vec::with_capacity(n);
         for _ in 0..n {
-            let port = free_port();
-            nodes.push(Proc::spawn(
-                port,
-                None,
-                &[
-                    "--port".into(),
-                    port.to_string(),
-                    "--cluster-enabled".into(),
-                    "yes".into(),
-                    "--cluster-config-file".into(),
-                    "nodes.conf".into(),
-                    "--cluster-node-timeout".into(),
-                    node_timeout_ms.to_string(),
-                    // The setting docs/redis.md recommends: a master marked
-                    // failed stops only its own slots, not every node's.
-                    "--cluster-require-full-coverage".into(),
-                    "no".into(),
-                    // The default bus port (port + 10000) may be taken or
-                    // beyond 65535; pick a free one as well.
-                    "--cluster-port".into(),
-                    free_port().to_string(),
-                ],
-            ));
-        }
-        for node in &mut nodes {
-            node.wait_ping().await;
+            let node = |port: u16| {
+                Proc::spawn(
+                    port,
+                    None,
+                    &[
+                        "--port".into(),
+                        port.to_string(),
+                        "--cluster-enabled".into(),
+                        "yes".into(),
+                        "--cluster-config-file".into(),
+                        "nodes.conf".into(),
+                        "--cluster-node-timeout".into(),
+                        node_timeout_ms.to_string(),
+                        // The setting docs/redis.md recommends: a master marked
+                        // failed stops only its own slots, not every node's.
+                        "--cluster-require-full-coverage".into(),
+                        "no".into(),
+                        // The default bus port (port + 10000) may be taken or
+                        // beyond 65535; pick a free one as well.
+                        "--cluster-port".into(),
+                        free_port().to_string(),
+                    ],
+                )
+            };
+            nodes.push(Proc::start(node, Ready::Ping).await);
         }
         let addrs: Vec<String> = nodes
             .iter()
@@ -332,22 +348,24 @@ impl SentinelSetup {
         failover_timeout: u64,
     ) -> SentinelSetup {
         let quorum = sentinels / 2 + 1;
-        let mport = free_port();
-        let mut master = Proc::spawn(mport, None, &["--port".into(), mport.to_string()]);
-        master.wait_ping().await;
-        let rport = free_port();
-        let mut replica = Proc::spawn(
-            rport,
-            None,
-            &[
-                "--port".into(),
-                rport.to_string(),
-                "--replicaof".into(),
-                "127.0.0.1".into(),
-                mport.to_string(),
-            ],
-        );
-        replica.wait_ping().await;
+        let plain = |port: u16| Proc::spawn(port, None, &["--port".into(), port.to_string()]);
+        let master = Proc::start(plain, Ready::Ping).await;
+        let mport = master.port;
+        let replica_of_master = |port: u16| {
+            Proc::spawn(
+                port,
+                None,
+                &[
+                    "--port".into(),
+                    port.to_string(),
+                    "--replicaof".into(),
+                    "127.0.0.1".into(),
+                    mport.to_string(),
+                ],
+            )
+        };
+        let replica = Proc::start(replica_of_master, Ready::Ping).await;
+        let rport = replica.port;
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             let info = query_string(rport, &["INFO", "replication"])
@@ -362,23 +380,23 @@ impl SentinelSetup {
 
         let mut procs = Vec::with_capacity(sentinels);
         for _ in 0..sentinels.max(1) {
-            let sport = free_port();
-            let dir = tempfile::tempdir().expect("temporary directory for the sentinel");
-            let conf = dir.path().join("sentinel.conf");
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {sport}\n\
-                     sentinel monitor {SERVICE} 127.0.0.1 {mport} {quorum}\n\
-                     sentinel down-after-milliseconds {SERVICE} {down_after}\n\
-                     sentinel failover-timeout {SERVICE} {failover_timeout}\n\
-                     sentinel parallel-syncs {SERVICE} 1\n"
-                ),
-            )
-            .expect("write sentinel.conf");
-            let mut sentinel = Proc::spawn_in(sport, dir, Some(&conf), &["--sentinel".into()]);
-            sentinel.wait_ping().await;
-            procs.push(sentinel);
+            let sentinel = |sport: u16| {
+                let dir = tempfile::tempdir().expect("temporary directory for the sentinel");
+                let conf = dir.path().join("sentinel.conf");
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "port {sport}\n\
+                         sentinel monitor {SERVICE} 127.0.0.1 {mport} {quorum}\n\
+                         sentinel down-after-milliseconds {SERVICE} {down_after}\n\
+                         sentinel failover-timeout {SERVICE} {failover_timeout}\n\
+                         sentinel parallel-syncs {SERVICE} 1\n"
+                    ),
+                )
+                .expect("write sentinel.conf");
+                Proc::spawn_in(sport, dir, Some(&conf), &["--sentinel".into()])
+            };
+            procs.push(Proc::start(sentinel, Ready::Ping).await);
         }
         let deadline = Instant::now() + READY_WITHIN;
         for sentinel in &procs {
@@ -485,38 +503,39 @@ impl TlsRedis {
     /// until it logs that it accepts connections.
     pub async fn start() -> TlsRedis {
         let pki = super::pki::new_pki();
-        let dir = tempfile::tempdir().expect("temporary directory for redis-server");
         let (ca_file, cert_file, key_file) = (pki.ca.clone(), pki.cert.clone(), pki.key.clone());
 
-        let port = free_port();
         let path = |p: &Path| p.to_string_lossy().into_owned();
-        let mut proc = Proc::spawn_in(
-            port,
-            dir,
-            None,
-            &[
-                "--port".into(),
-                "0".into(),
-                "--tls-port".into(),
-                port.to_string(),
-                "--tls-cert-file".into(),
-                path(&cert_file),
-                "--tls-key-file".into(),
-                path(&key_file),
-                "--tls-ca-cert-file".into(),
-                path(&ca_file),
-                "--tls-auth-clients".into(),
-                "no".into(),
-                // An ACL user besides `default`, for the ACL tests.
-                "--user".into(),
-                TLS_USER.into(),
-                "on".into(),
-                format!(">{TLS_PASSWORD}"),
-                "~*".into(),
-                "+@all".into(),
-            ],
-        );
-        proc.wait_log("Ready to accept connections").await;
+        let server = |port: u16| {
+            let dir = tempfile::tempdir().expect("temporary directory for redis-server");
+            Proc::spawn_in(
+                port,
+                dir,
+                None,
+                &[
+                    "--port".into(),
+                    "0".into(),
+                    "--tls-port".into(),
+                    port.to_string(),
+                    "--tls-cert-file".into(),
+                    path(&cert_file),
+                    "--tls-key-file".into(),
+                    path(&key_file),
+                    "--tls-ca-cert-file".into(),
+                    path(&ca_file),
+                    "--tls-auth-clients".into(),
+                    "no".into(),
+                    // An ACL user besides `default`, for the ACL tests.
+                    "--user".into(),
+                    TLS_USER.into(),
+                    "on".into(),
+                    format!(">{TLS_PASSWORD}"),
+                    "~*".into(),
+                    "+@all".into(),
+                ],
+            )
+        };
+        let proc = Proc::start(server, Ready::Logged("Ready to accept connections")).await;
         TlsRedis {
             proc,
             ca_file,
