@@ -49,12 +49,10 @@ use crate::decision::overrides::{self, CallerOverrides, Watcher};
 use crate::decision::shares;
 use crate::grpc;
 use crate::identity::{AppKey, Peer};
-use crate::pipeline::decide::{self, Deciding, Holdings, Purpose};
+use crate::pipeline::decide::{self, Deciding, Purpose};
 use crate::pipeline::delay::Waiting;
-use crate::pipeline::exchange::CheckedLimits;
 use crate::pipeline::{Exchange, refusal, settle};
 use crate::plans::PlanResolver;
-use crate::problem::GatewayError;
 use crate::proxy::{PeekBudget, Watch, Watched};
 use crate::routing::{CompiledRoute, Router};
 use crate::store::StoreError;
@@ -389,22 +387,24 @@ where
 {
     // The limits read the head only; the body waits beside it, so it
     // need not be `Sync` to cross the decision's awaits.
-    let (parts, body) = req.into_parts();
-    let decided = match decide_now(&core, parts) {
-        Ok(decided) => decided,
-        // Boxed: a decision that waits (Redis, a plan's lookup, a slot, a
-        // delay) would otherwise make every request's future, in process
-        // too, the size of its state.
-        Err((head, ex)) => Box::pin(decide_later(Arc::clone(&core), head, ex)).await,
-    };
-    let Decided {
-        head,
-        checked,
-        grpc,
-        result,
-    } = decided;
-    let mut req = Request::from_parts(head, body);
-    let mut res = match result {
+    let (mut parts, body) = req.into_parts();
+    if let Some(k) = core.key.as_ref().and_then(|key| key(&parts)) {
+        parts.extensions.insert(AppKey(k));
+    }
+    let peer = (core.peer)(&parts.extensions).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+    let head = Request::from_parts(parts, ());
+    let mut ex = Exchange::new(head.method().clone(), peer);
+    ex.grpc = grpc::Kind::of(head.method(), head.headers());
+    let decided = decide::decide(
+        &core.deciding(),
+        &core.route,
+        &head,
+        &mut ex,
+        Purpose::Serve,
+    )
+    .await;
+    let mut req = Request::from_parts(head.into_parts().0, body);
+    let mut res = match decided {
         Ok(holdings) => {
             let settling = settle::prepare(holdings.reservations, &mut req);
             let answer = inner.call(req).await;
@@ -439,71 +439,16 @@ where
                 })
             }
         }
-        Err(refusal) => refusal::response(&refusal, None, grpc).map(|body| match body {
+        Err(refusal) => refusal::response(&refusal, None, ex.grpc).map(|body| match body {
             Either::Right(full) => Either::Right(full),
             // A refusal's body is made here, never an upstream's.
             Either::Left(_) => Either::Right(Full::default()),
         }),
     };
-    if let Some(checked) = &checked {
+    if let Some(checked) = &ex.checked {
         checked.write_headers(core.config.headers, res.headers_mut());
     }
     Ok(res)
-}
-
-/// What the decision phase leaves the layer: the request's head, what the
-/// limits said (for the headers), whether it is a gRPC call, and the
-/// holdings or the refusal.
-struct Decided {
-    head: http::request::Parts,
-    checked: Option<CheckedLimits>,
-    grpc: Option<grpc::Kind>,
-    result: Result<Holdings, GatewayError>,
-}
-
-impl Decided {
-    fn of(head: Request<()>, ex: Exchange, result: Result<Holdings, GatewayError>) -> Self {
-        Self {
-            head: head.into_parts().0,
-            checked: ex.checked,
-            grpc: ex.grpc,
-            result,
-        }
-    }
-}
-
-/// The decision of a request whose store answers at once, made before
-/// the layer's first await ([`decide::decide_now`]); the head and its
-/// exchange record back when it waits, for [`decide_later`].
-#[allow(clippy::result_large_err)]
-fn decide_now(
-    core: &Core,
-    mut parts: http::request::Parts,
-) -> Result<Decided, (Request<()>, Exchange)> {
-    if let Some(k) = core.key.as_ref().and_then(|key| key(&parts)) {
-        parts.extensions.insert(AppKey(k));
-    }
-    let peer = (core.peer)(&parts.extensions).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-    let head = Request::from_parts(parts, ());
-    let mut ex = Exchange::new(head.method().clone(), peer);
-    ex.grpc = grpc::Kind::of(head.method(), head.headers());
-    match decide::decide_now(&core.deciding(), &core.route, &head, &mut ex) {
-        Some(result) => Ok(Decided::of(head, ex, result)),
-        None => Err((head, ex)),
-    }
-}
-
-/// The decision of a request that waits, with the gateway's phase.
-async fn decide_later(core: Arc<Core>, head: Request<()>, mut ex: Exchange) -> Decided {
-    let result = decide::decide(
-        &core.deciding(),
-        &core.route,
-        &head,
-        &mut ex,
-        Purpose::Serve,
-    )
-    .await;
-    Decided::of(head, ex, result)
 }
 
 /// [`limited`] for a request whose limits need its body: the fields the

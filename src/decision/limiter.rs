@@ -213,11 +213,6 @@ impl Limiter {
         LimiterAdmin::new(&self.memory, self.redis.as_ref())
     }
 
-    /// Whether the store answers at once: in process, without Redis.
-    pub fn answers_at_once(&self) -> bool {
-        self.redis.is_none()
-    }
-
     /// [`decide_with`](Self::decide_with) when the store answers at once:
     /// in process, without Redis; `None` with Redis configured.
     pub fn decide_now(&self, now_ms: u64, requests: &[LimitRequest]) -> Option<Answer> {

@@ -148,39 +148,6 @@ pub async fn decide<B>(
     Box::pin(rest.finish(d, route, req, ex, purpose)).await
 }
 
-/// [`decide`] for a served request, made here and now when the store
-/// answers at once ([`at_once`]); `None`, with only `ex`'s record of the
-/// caller written, when it would wait: then [`decide`] makes it.
-///
-/// # Errors
-/// As [`decide`].
-pub fn decide_now<B>(
-    d: &Deciding<'_>,
-    route: &Arc<CompiledRoute>,
-    req: &Request<B>,
-    ex: &mut Exchange,
-) -> Option<Result<Holdings, GatewayError>> {
-    if !at_once(d, route) {
-        return None;
-    }
-    match begin(d, route, req, ex, &mut Purpose::Serve) {
-        Step::Done(done) => Some(done),
-        Step::Later(_) => None,
-    }
-}
-
-/// Whether the route's limits are decided without waiting: in process, no
-/// API key's plan to look up, no concurrency slot and no delay.
-pub fn at_once(d: &Deciding<'_>, route: &CompiledRoute) -> bool {
-    d.limiter.answers_at_once()
-        && (route.plan_views.is_empty() || !matches!(d.config.plans_from, PlansFrom::ApiKey))
-        && route
-            .route
-            .limits
-            .iter()
-            .all(|l| l.delay.is_none() && l.concurrency.is_none())
-}
-
 /// How far [`begin`] took a decision: done, or waiting on the store.
 enum Step<'r> {
     Done(Result<Holdings, GatewayError>),
