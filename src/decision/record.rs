@@ -118,3 +118,66 @@ pub fn record(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU64;
+
+    use super::*;
+    use crate::config::KeySpec;
+    use crate::store::keys;
+
+    fn limit(share: Option<&str>) -> Limit {
+        Limit {
+            name: "per_ip".into(),
+            key: KeySpec { parts: vec![] },
+            limit: NonZeroU64::new(5).unwrap(),
+            window_ms: NonZeroU64::new(1_000).unwrap(),
+            cost: None,
+            shadow: false,
+            settle: None,
+            reserve_from: None,
+            algorithm: Default::default(),
+            plan: false,
+            sync: None,
+            delay: None,
+            concurrency: None,
+            share: share.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn a_denials_identity_is_read_from_a_text_key_only() {
+        let suffixes = [":app:per_ip".to_owned()];
+        let key = |digest| {
+            let mut scratch = String::new();
+            keys::counter_key("tg:", digest, &suffixes[0], &mut scratch, |out| {
+                out.push_str("ip=192.0.2.7/32");
+            })
+        };
+        let text = [LimitRequest {
+            key: key(false),
+            ..LimitRequest::default()
+        }];
+        let keys = KeyText {
+            requests: &text,
+            prefix: "tg:",
+            suffixes: &suffixes,
+            digest: false,
+        };
+        assert_eq!(keys.identity(0, &limit(None)), Some("ip=192.0.2.7/32"));
+        // A share's key holds its digest whatever the store says.
+        assert_eq!(keys.identity(0, &limit(Some("s"))), None);
+        assert_eq!(keys.identity(1, &limit(None)), None);
+        let digested = [LimitRequest {
+            key: key(true),
+            ..LimitRequest::default()
+        }];
+        let keys = KeyText {
+            requests: &digested,
+            digest: true,
+            ..keys
+        };
+        assert_eq!(keys.identity(0, &limit(None)), None);
+    }
+}
