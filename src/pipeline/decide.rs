@@ -149,6 +149,9 @@ pub async fn decide<B>(
 }
 
 /// How far [`begin`] took a decision: done, or waiting on the store.
+// A `Step` is returned once and its `Later` moved once, into the boxed
+// rest of the decision: boxing it too would be a second allocation there.
+#[allow(clippy::large_enum_variant)]
 enum Step<'r> {
     Done(Result<Holdings, GatewayError>),
     Later(Later<'r>),
