@@ -213,6 +213,14 @@ impl Limiter {
         LimiterAdmin::new(&self.memory, self.redis.as_ref())
     }
 
+    /// [`decide_with`](Self::decide_with) when the store answers at once:
+    /// in process, without Redis; `None` with Redis configured.
+    pub fn decide_now(&self, now_ms: u64, requests: &[LimitRequest]) -> Option<Answer> {
+        self.redis
+            .is_none()
+            .then(|| self.decide_memory(now_ms, requests))
+    }
+
     /// Decides one request's `requests` at `now_ms`, together: admitted
     /// only when each admits. `on_error` overrides the store's policy (a
     /// route's own `on_error`). Limits in `sync` mode ([`super::sync`])

@@ -9,18 +9,46 @@ use tracing::info;
 use super::Decision;
 use crate::config::{KeySource, Limit};
 use crate::identity::{self, Caller};
-use crate::limit::Verdict;
+use crate::limit::{LimitRequest, Verdict};
 use crate::metrics::RouteMetrics;
 use crate::top::{Denied, TopOffenders};
 
+/// How a decision's store keys were written, so that a denial's identity
+/// is read from its key where the key holds it as text.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyText<'a> {
+    /// Every limit's store key, in route order.
+    pub requests: &'a [LimitRequest],
+    /// The store's key prefix.
+    pub prefix: &'a str,
+    /// Every limit's key suffix, in route order.
+    pub suffixes: &'a [String],
+    /// Whether identities are written as digests (a share's always are).
+    pub digest: bool,
+}
+
+impl KeyText<'_> {
+    /// The identity written in limit `i`'s key, `<prefix>{<identity>}<suffix>`;
+    /// `None` where the key holds its digest.
+    fn identity(&self, i: usize, limit: &Limit) -> Option<&str> {
+        if self.digest || limit.share.is_some() {
+            return None;
+        }
+        let key = &self.requests.get(i)?.key;
+        let end = key.len().checked_sub(self.suffixes.get(i)?.len() + 1)?;
+        key.get(self.prefix.len() + 1..end)
+    }
+}
+
 /// Counts each limit's verdict, feeds the top-offenders view with every
 /// denial, and logs each would-be denial of a shadow limit.
-/// The identity of a denial is written again from `caller` rather than
-/// read from the store key, which may hold only its digest.
+/// The identity of a denial is read from its store key, or written again
+/// from `caller` where the key holds only its digest.
 pub fn record(
     rd: &Decision,
     route_name: &Arc<str>,
     limits: &[Limit],
+    keys: KeyText<'_>,
     caller: &Caller<'_>,
     metrics: Option<&RouteMetrics>,
     top: &TopOffenders,
@@ -51,15 +79,23 @@ pub fn record(
         let Some(limit) = limits.get(i) else {
             continue;
         };
-        let mut identity = String::with_capacity(48);
-        identity::write_key(&mut identity, &limit.key, caller);
+        let written;
+        let identity = match keys.identity(i, limit) {
+            Some(text) => text,
+            None => {
+                let mut out = String::with_capacity(48);
+                identity::write_key(&mut out, &limit.key, caller);
+                written = out;
+                &written
+            }
+        };
         let shown = || {
             let mut out = String::with_capacity(48);
             identity::write_shown(&mut out, &limit.key, caller, true);
             out
         };
         let denied = Denied {
-            identity: &identity,
+            identity,
             shown: &shown,
             // Kept only where the identity holds it.
             api_key: caller.api_key.filter(|_| {
@@ -80,5 +116,68 @@ pub fn record(
                 "shadow limit would have denied this request"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU64;
+
+    use super::*;
+    use crate::config::KeySpec;
+    use crate::store::keys;
+
+    fn limit(share: Option<&str>) -> Limit {
+        Limit {
+            name: "per_ip".into(),
+            key: KeySpec { parts: vec![] },
+            limit: NonZeroU64::new(5).unwrap(),
+            window_ms: NonZeroU64::new(1_000).unwrap(),
+            cost: None,
+            shadow: false,
+            settle: None,
+            reserve_from: None,
+            algorithm: Default::default(),
+            plan: false,
+            sync: None,
+            delay: None,
+            concurrency: None,
+            share: share.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn a_denials_identity_is_read_from_a_text_key_only() {
+        let suffixes = [":app:per_ip".to_owned()];
+        let key = |digest| {
+            let mut scratch = String::new();
+            keys::counter_key("tg:", digest, &suffixes[0], &mut scratch, |out| {
+                out.push_str("ip=192.0.2.7/32");
+            })
+        };
+        let text = [LimitRequest {
+            key: key(false),
+            ..LimitRequest::default()
+        }];
+        let keys = KeyText {
+            requests: &text,
+            prefix: "tg:",
+            suffixes: &suffixes,
+            digest: false,
+        };
+        assert_eq!(keys.identity(0, &limit(None)), Some("ip=192.0.2.7/32"));
+        // A share's key holds its digest whatever the store says.
+        assert_eq!(keys.identity(0, &limit(Some("s"))), None);
+        assert_eq!(keys.identity(1, &limit(None)), None);
+        let digested = [LimitRequest {
+            key: key(true),
+            ..LimitRequest::default()
+        }];
+        let keys = KeyText {
+            requests: &digested,
+            digest: true,
+            ..keys
+        };
+        assert_eq!(keys.identity(0, &limit(None)), None);
     }
 }

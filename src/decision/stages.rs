@@ -87,6 +87,18 @@ pub async fn decide(
     Box::pin(staged(limiter, now_ms, requests, on_error)).await
 }
 
+/// [`decide`] when the store answers at once ([`Limiter::decide_now`])
+/// and the limits are one rate stage, which holds no slot; `None`
+/// otherwise, to be decided by [`decide`].
+pub fn decide_now(limiter: &Limiter, now_ms: u64, requests: &[LimitRequest]) -> Option<Decision> {
+    let first = requests.first().map_or(Stage::Enforced, Stage::of);
+    if first == Stage::Slots || !requests.iter().all(|r| Stage::of(r) == first) {
+        return None;
+    }
+    let answer = limiter.decide_now(now_ms, requests)?;
+    Some(one_stage(Ok(answer), first))
+}
+
 /// The decision of a route whose rate limits are all in `stage`, from
 /// its one store call.
 fn one_stage(decided: Result<crate::limit::Answer, Unanswered>, stage: Stage) -> Decision {

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Request;
+use smallvec::SmallVec;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -33,8 +34,8 @@ use super::overrides::{self, Applied};
 use crate::clock::Clock;
 use crate::config::{Config, Limit, PlansFrom};
 use crate::decision::limiter::Limiter;
-use crate::decision::overrides::CallerOverrides;
-use crate::decision::record;
+use crate::decision::overrides::{CallerOverrides, Override};
+use crate::decision::record::{self, KeyText};
 use crate::decision::settle::{self, Reservations};
 use crate::decision::slots::Slots;
 use crate::decision::stages;
@@ -50,6 +51,10 @@ use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
 use crate::store::keys;
 use crate::top::TopOffenders;
+
+/// A request's limit requests, one per limit: on the stack for the usual
+/// one or two.
+pub type Requests = SmallVec<[LimitRequest; 2]>;
 
 /// What a request holds while it goes on, handed on by the decision
 /// phase: its concurrency slots and its reserved costs.
@@ -117,6 +122,11 @@ pub enum Purpose<'a> {
 /// Decides the route's limits for the caller of `req`, recording what they
 /// said in `ex`.
 ///
+/// A decision the store answers at once (in process, without plans to
+/// look up, concurrency slots or delays) is made before the first await
+/// ([`begin`]), so nothing of it is held across one: this future is the
+/// arguments and, for the rest, a pointer to the part that waits.
+///
 /// # Errors
 /// [`GatewayError::UnknownApiKey`] when the route's limits come from plans
 /// and the caller has none, [`GatewayError::StoreUnavailable`] when the
@@ -129,8 +139,53 @@ pub async fn decide<B>(
     ex: &mut Exchange,
     mut purpose: Purpose<'_>,
 ) -> Result<Holdings, GatewayError> {
+    let rest = match begin(d, route, req, ex, &mut purpose) {
+        Step::Done(done) => return done,
+        Step::Later(rest) => rest,
+    };
+    // Boxed: a Redis call, a plan's lookup, a slot or a wait would
+    // otherwise sit in every request's future, in process too.
+    Box::pin(rest.finish(d, route, req, ex, purpose)).await
+}
+
+/// How far [`begin`] took a decision: done, or waiting on the store.
+// A `Step` is returned once and its `Later` moved once, into the boxed
+// rest of the decision: boxing it too would be a second allocation there.
+#[allow(clippy::large_enum_variant)]
+enum Step<'r> {
+    Done(Result<Holdings, GatewayError>),
+    Later(Later<'r>),
+}
+
+/// A decision that waits, with what [`begin`] found for it.
+enum Later<'r> {
+    /// The caller's plan is looked up by its API key.
+    Plan {
+        caller: Caller<'r>,
+        now_ms: u64,
+        found: Vec<Override>,
+    },
+    /// The limits' requests are ready; the store answers later.
+    Store {
+        caller: Caller<'r>,
+        now_ms: u64,
+        view: Option<Arc<LimitView>>,
+        requests: Requests,
+    },
+}
+
+/// The decision up to its first wait, all of it when the store answers at
+/// once: the caller, exemptions, overrides and plan, the requests, and an
+/// in-process decision.
+fn begin<'r, B>(
+    d: &Deciding<'_>,
+    route: &Arc<CompiledRoute>,
+    req: &'r Request<B>,
+    ex: &mut Exchange,
+    purpose: &mut Purpose<'_>,
+) -> Step<'r> {
     if route.route.limits.is_empty() {
-        return Ok(Holdings::default());
+        return Step::Done(Ok(Holdings::default()));
     }
     let cfg = d.config;
     let now_ms = d.clock.now_ms();
@@ -149,25 +204,125 @@ pub async fn decide<B>(
     // them from its log line.
     caller.body = req.extensions().get::<BodyFields>();
     ex.identified(&caller);
-    if let Purpose::Rehearse(ids) = &mut purpose {
+    if let Purpose::Rehearse(ids) = purpose {
         ids.saw(&caller);
     }
     let exempt = route.route.exempt.as_deref();
     if exempt::applies(exempt, &cfg.client_ip, ex.peer.ip(), req.headers(), &caller) {
         ex.exempt = true;
-        return Ok(Holdings::default());
+        return Step::Done(Ok(Holdings::default()));
     }
     let found = if d.overrides.is_empty() {
         Vec::new()
     } else {
         d.overrides.of(&caller, now_ms)
     };
-    let view = plan(d, route, &caller, now_ms, overrides::plan(&found)).await?;
-    let view = match overrides::apply(cfg, route, view, &found) {
+    let view = match plan_now(d, route, &caller, overrides::plan(&found)) {
+        Some(Ok(view)) => view,
+        Some(Err(e)) => return Step::Done(Err(e)),
+        None => {
+            return Step::Later(Later::Plan {
+                caller,
+                now_ms,
+                found,
+            });
+        }
+    };
+    let Some((view, requests)) = requested(d, route, req, view, &found, &caller, ex, purpose)
+    else {
+        return Step::Done(Ok(Holdings::default()));
+    };
+    let (limits, _) = route.limits_in(view.as_deref());
+    let decided = if limits.iter().any(|l| l.delay.is_some()) {
+        None
+    } else {
+        let timer = ex.span.is_some().then(std::time::Instant::now);
+        stages::decide_now(d.limiter, now_ms, &requests).map(|decision| (decision, timer))
+    };
+    match decided {
+        Some((decision, timer)) => {
+            if let (Some(span), Some(t)) = (ex.span.as_mut(), timer) {
+                span.store_time = Some(t.elapsed());
+            }
+            let decided = Decided {
+                decision,
+                slots: None,
+                now_ms,
+            };
+            Step::Done(conclude(d, route, view, &requests, &caller, decided, ex))
+        }
+        None => Step::Later(Later::Store {
+            caller,
+            now_ms,
+            view,
+            requests,
+        }),
+    }
+}
+
+impl Later<'_> {
+    /// The rest of a decision that waits: the plan looked up, then the
+    /// limits decided ([`decide_limits`]).
+    async fn finish<B>(
+        self,
+        d: &Deciding<'_>,
+        route: &Arc<CompiledRoute>,
+        req: &Request<B>,
+        ex: &mut Exchange,
+        mut purpose: Purpose<'_>,
+    ) -> Result<Holdings, GatewayError> {
+        let (caller, now_ms, view, requests) = match self {
+            Later::Plan {
+                caller,
+                now_ms,
+                found,
+            } => {
+                let view = plan(d, route, &caller, now_ms, overrides::plan(&found)).await?;
+                let Some((view, requests)) =
+                    requested(d, route, req, view, &found, &caller, ex, &mut purpose)
+                else {
+                    return Ok(Holdings::default());
+                };
+                (caller, now_ms, view, requests)
+            }
+            Later::Store {
+                caller,
+                now_ms,
+                view,
+                requests,
+            } => (caller, now_ms, view, requests),
+        };
+        let (limits, _) = route.limits_in(view.as_deref());
+        let metrics = ex.metrics.as_deref();
+        // Timed for the request's span only: an untraced request reads no clock.
+        let timer = ex.span.is_some().then(std::time::Instant::now);
+        let decided = decide_limits(d, route, limits, &requests, now_ms, &purpose, metrics).await;
+        if let (Some(span), Some(t)) = (ex.span.as_mut(), timer) {
+            span.store_time = Some(t.elapsed());
+        }
+        conclude(d, route, view, &requests, &caller, decided, ex)
+    }
+}
+
+/// The limits to decide for the caller — `view` with `found`'s overrides
+/// applied — and one store request per limit; `None` when an override
+/// exempts the caller (recorded in `ex`).
+#[allow(clippy::too_many_arguments)]
+fn requested<B>(
+    d: &Deciding<'_>,
+    route: &CompiledRoute,
+    req: &Request<B>,
+    view: Option<Arc<LimitView>>,
+    found: &[Override],
+    caller: &Caller<'_>,
+    ex: &mut Exchange,
+    purpose: &mut Purpose<'_>,
+) -> Option<(Option<Arc<LimitView>>, Requests)> {
+    let view = match overrides::apply(d.config, route, view, found) {
         Applied::Limits(v) => v,
         Applied::Exempt => {
             ex.exempt = true;
-            return Ok(Holdings::default());
+            return None;
         }
     };
     let (limits, suffixes) = route.limits_in(view.as_deref());
@@ -176,26 +331,42 @@ pub async fn decide<B>(
         .any(|l| l.settle.is_some())
         .then(|| crate::guard::content_length(req.headers()))
         .flatten();
-    let requests = limit_requests(cfg, route, limits, suffixes, &caller, length);
-    if let Purpose::Rehearse(ids) = &mut purpose {
+    let requests = limit_requests(d.config, route, limits, suffixes, caller, length);
+    if let Purpose::Rehearse(ids) = purpose {
         ids.counted_as(&requests);
     }
-    let metrics = ex.metrics.as_deref();
-    // Timed for the request's span only: an untraced request reads no clock.
-    let timer = ex.span.is_some().then(std::time::Instant::now);
+    Some((view, requests))
+}
+
+/// What the limits decided, recorded (metrics, top offenders, `ex`) and
+/// answered: the request's holdings, or why it is refused.
+fn conclude(
+    d: &Deciding<'_>,
+    route: &Arc<CompiledRoute>,
+    view: Option<Arc<LimitView>>,
+    requests: &[LimitRequest],
+    caller: &Caller<'_>,
+    decided: Decided,
+    ex: &mut Exchange,
+) -> Result<Holdings, GatewayError> {
     let Decided {
         decision,
         slots,
         now_ms,
-    } = decide_limits(d, route, limits, &requests, now_ms, &purpose, metrics).await;
-    if let (Some(span), Some(t)) = (ex.span.as_mut(), timer) {
-        span.store_time = Some(t.elapsed());
-    }
+    } = decided;
+    let (limits, suffixes) = route.limits_in(view.as_deref());
+    let keys = KeyText {
+        requests,
+        prefix: &d.config.store.prefix,
+        suffixes,
+        digest: d.config.store.digest_keys(),
+    };
     record::record(
         &decision,
         &route.route.name,
         limits,
-        &caller,
+        keys,
+        caller,
         ex.metrics.as_deref(),
         d.top,
     );
@@ -203,8 +374,8 @@ pub async fn decide<B>(
         debug!(route = %route.route.name, "limiter unavailable; failing closed (on_error: deny)");
         return Err(GatewayError::StoreUnavailable);
     }
-    let refused = refusal(route, limits, &requests, &decision);
-    let reservations = settle::pending(limits, &requests, &decision, now_ms, ex.metrics.as_deref());
+    let refused = refusal(route, limits, requests, &decision);
+    let reservations = settle::pending(limits, requests, &decision, now_ms, ex.metrics.as_deref());
     ex.checked = Some(CheckedLimits {
         route: route.clone(),
         view,
@@ -339,21 +510,43 @@ pub(super) async fn plan(
     now_ms: u64,
     chosen: Option<Arc<str>>,
 ) -> Result<Option<Arc<LimitView>>, GatewayError> {
-    if route.plan_views.is_empty() {
-        return Ok(None);
+    if let Some(view) = plan_now(d, route, caller, chosen) {
+        return view;
     }
-    // An override's plan comes before the Redis hash and the file's keys.
     // Boxed: a Redis call's future is kilobytes, and this one would
     // otherwise sit in every request's future.
+    let choice = Box::pin(d.plans.plan_of(caller.api_key, d.limiter, now_ms)).await;
+    plan_view(route, choice)
+}
+
+/// [`plan`] when it needs no lookup: the route has no plans, an
+/// override names the plan, or the plan comes from a claim or a header;
+/// `None` when the API key's plan is to be looked up.
+fn plan_now(
+    d: &Deciding<'_>,
+    route: &CompiledRoute,
+    caller: &Caller<'_>,
+    chosen: Option<Arc<str>>,
+) -> Option<Result<Option<Arc<LimitView>>, GatewayError>> {
+    if route.plan_views.is_empty() {
+        return Some(Ok(None));
+    }
+    // An override's plan comes before the Redis hash and the file's keys.
     let choice = match (chosen, &d.config.plans_from) {
         (Some(p), _) if route.plan_views.contains_key(&p) => PlanChoice::Plan(p),
-        (_, PlansFrom::ApiKey) => {
-            Box::pin(d.plans.plan_of(caller.api_key, d.limiter, now_ms)).await
-        }
+        (_, PlansFrom::ApiKey) => return None,
         (_, PlansFrom::Claim(_) | PlansFrom::Header(_)) => {
             d.plans.plan_named(caller.plan.as_deref())
         }
     };
+    Some(plan_view(route, choice))
+}
+
+/// The view of the plan chosen; a caller without one is refused.
+fn plan_view(
+    route: &CompiledRoute,
+    choice: PlanChoice,
+) -> Result<Option<Arc<LimitView>>, GatewayError> {
     let view = match choice {
         PlanChoice::Plan(p) => route.plan_views.get(&p).cloned(),
         PlanChoice::Reject => None,
@@ -374,7 +567,7 @@ pub(super) fn limit_requests(
     suffixes: &[String],
     caller: &Caller<'_>,
     content_length: Option<u64>,
-) -> Vec<LimitRequest> {
+) -> Requests {
     let digest = cfg.store.digest_keys();
     let mut scratch = String::new();
     limits
