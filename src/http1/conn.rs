@@ -108,12 +108,17 @@ struct Conn<I> {
 }
 
 /// Serves `io` until it closes; see the module root's `serve`.
-pub(super) async fn serve<I, S, B>(
+///
+/// What the connection keeps for its life is made here and captured by
+/// the future, which uses it in place: an `async fn` would keep its
+/// arguments twice, once as received and once as the locals they are
+/// moved into.
+pub(super) fn serve<I, S, B>(
     io: I,
     mut service: S,
     settings: Settings,
-    mut stop: watch::Receiver<bool>,
-) -> io::Result<ConnEnd<I>>
+    stop: watch::Receiver<bool>,
+) -> impl Future<Output = io::Result<ConnEnd<I>>>
 where
     I: Transport,
     S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
@@ -125,32 +130,60 @@ where
         rbuf: BytesMut::new(),
         wbuf: Vec::new(),
     };
-    // One timer for the connection's life, moved for each head.
-    let mut timer = pin!(tokio::time::sleep(settings.idle.min(settings.header_read)));
-    let mut first = true;
-    loop {
-        let read = conn
-            .read_head(timer.as_mut(), &mut stop, &settings, first)
-            .await;
-        let head = match read {
-            Read::Head(h) => h,
-            Read::Preface if first => return Ok(conn.hand_off(Bytes::new())),
-            Read::Preface => return conn.refuse(Refusal::BadRequest("HTTP/2 preface")).await,
-            Read::Refused(r) => return conn.refuse(r).await,
-            Read::Closed => return Ok(ConnEnd::Closed),
-        };
-        first = false;
-        if head.wants_upgrade {
-            return Ok(conn.hand_off(head.raw.clone()));
+    async move {
+        // One timer for the connection's life, moved for each head.
+        let mut timer = pin!(tokio::time::sleep(settings.idle.min(settings.header_read)));
+        // One wait for the drain for the connection's life, heard only while
+        // the connection waits for a head.
+        let mut drain = pin!(drained(stop.clone()));
+        let mut first = true;
+        loop {
+            // The head and what reading it came to end with this block, so
+            // that the task keeps no room for them while the exchange runs.
+            let exchange = {
+                let read = conn
+                    .read_head(timer.as_mut(), drain.as_mut(), &stop, &settings, first)
+                    .await;
+                let head = match read {
+                    Read::Head(h) => h,
+                    Read::Preface if first => return Ok(conn.hand_off(Bytes::new())),
+                    // Boxed: the task is not sized for a refusal's writing.
+                    Read::Preface => {
+                        return Box::pin(conn.refuse(Refusal::BadRequest("HTTP/2 preface"))).await;
+                    }
+                    Read::Refused(r) => return Box::pin(conn.refuse(r)).await,
+                    Read::Closed => return Ok(ConnEnd::Closed),
+                };
+                first = false;
+                if head.wants_upgrade {
+                    return Ok(conn.hand_off(head.raw.clone()));
+                }
+                // Boxed for the exchange's life, so that a connection waiting
+                // for its next head keeps none of the exchange's state (the
+                // service's future among it). The box is allocated before the
+                // exchange is made, so that the exchange is made in it: made
+                // first and then boxed, all of it would be copied.
+                Box::into_pin(Box::write(
+                    Box::new_uninit(),
+                    conn.exchange(&mut service, head, &stop),
+                ))
+            };
+            let keep = exchange.await?;
+            if !keep {
+                let _ = inner(&mut conn.io).shutdown().await;
+                return Ok(ConnEnd::Closed);
+            }
+            conn.rest();
         }
-        // Not boxed: moving the exchange's state into a box would copy the
-        // whole of it (the service's future among it) for every request.
-        let keep = conn.exchange(&mut service, head, &stop).await?;
-        if !keep {
-            let _ = inner(&mut conn.io).shutdown().await;
-            return Ok(ConnEnd::Closed);
-        }
-        conn.rest();
+    }
+}
+
+/// Completes once the gateway drains (or can no longer say so). Kept for
+/// the connection's life, its waiter is registered with the channel once
+/// rather than at every wait for a head.
+fn drained(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> {
+    async move {
+        let _ = stop.wait_for(|stopping| *stopping).await;
     }
 }
 
@@ -207,93 +240,90 @@ impl<I: Transport> Conn<I> {
     /// Reads until a whole head is in the buffer, within the timer: the
     /// first byte within the shorter of `idle` and `header_read`, the
     /// whole head within `header_read`.
-    async fn read_head(
-        &mut self,
-        mut timer: Pin<&mut Sleep>,
-        stop: &mut watch::Receiver<bool>,
-        settings: &Settings,
+    ///
+    /// A future that captures its arguments rather than an `async fn`,
+    /// which would keep them twice.
+    fn read_head<'a>(
+        &'a mut self,
+        mut timer: Pin<&'a mut Sleep>,
+        mut drain: Pin<&'a mut impl Future<Output = ()>>,
+        stop: &'a watch::Receiver<bool>,
+        settings: &'a Settings,
         first: bool,
-    ) -> Read {
-        let began = Instant::now();
-        let to_first_byte = settings.idle.min(settings.header_read);
-        if !first {
-            timer.as_mut().reset(began + to_first_byte);
-        }
-        let mut started = false;
-        loop {
-            if !self.rbuf.is_empty() {
-                match head::parse(&mut self.rbuf) {
-                    HeadRead::Head(h) => return Read::Head(h),
-                    HeadRead::Preface => return Read::Preface,
-                    HeadRead::Refused(r) => return Read::Refused(r),
-                    HeadRead::Partial if self.rbuf.len() >= settings.max_head => {
-                        return Read::Refused(Refusal::TooLarge);
+    ) -> impl Future<Output = Read> + 'a {
+        async move {
+            let began = Instant::now();
+            let to_first_byte = settings.idle.min(settings.header_read);
+            if !first {
+                timer.as_mut().reset(began + to_first_byte);
+            }
+            let mut started = false;
+            loop {
+                if !self.rbuf.is_empty() {
+                    match head::parse(&mut self.rbuf) {
+                        HeadRead::Head(h) => return Read::Head(h),
+                        HeadRead::Preface => return Read::Preface,
+                        HeadRead::Refused(r) => return Read::Refused(r),
+                        HeadRead::Partial if self.rbuf.len() >= settings.max_head => {
+                            return Read::Refused(Refusal::TooLarge);
+                        }
+                        HeadRead::Partial => {}
                     }
-                    HeadRead::Partial => {}
+                    if !started && to_first_byte < settings.header_read {
+                        timer.as_mut().reset(began + settings.header_read);
+                    }
+                    started = true;
                 }
-                if !started && to_first_byte < settings.header_read {
-                    timer.as_mut().reset(began + settings.header_read);
+                let stopping = *stop.borrow();
+                if stopping && self.rbuf.is_empty() {
+                    return Read::Closed;
                 }
-                started = true;
-            }
-            let stopping = *stop.borrow();
-            if stopping && self.rbuf.is_empty() {
-                return Read::Closed;
-            }
-            if self.rbuf.capacity() == 0 {
-                if !I::WAITS_UNBUFFERED {
-                    self.rbuf = spare::read_buffer();
+                if self.rbuf.capacity() == 0 {
+                    if !I::WAITS_UNBUFFERED {
+                        self.rbuf = spare::read_buffer();
+                        continue;
+                    }
+                    // No buffer until there are bytes to read into it.
+                    let io = inner(&mut self.io);
+                    tokio::select! {
+                        biased;
+                        ready = poll_fn(|cx| io.poll_read_ready(cx)) => {
+                            if ready.is_err() {
+                                return Read::Closed;
+                            }
+                        }
+                        () = timer.as_mut() => return Read::Closed,
+                        () = drain.as_mut(), if !stopping => return Read::Closed,
+                    }
+                    // One read, with a buffer: the readiness may be left over
+                    // from the last request's read, and then the read finds
+                    // nothing, clears it, and the buffer goes back.
+                    let mut buf = spare::read_buffer();
+                    let read = {
+                        let mut read = pin!(io.read_buf(&mut buf));
+                        poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await
+                    };
+                    match read {
+                        Poll::Ready(Ok(0) | Err(_)) => return Read::Closed,
+                        Poll::Ready(Ok(_)) => self.rbuf = buf,
+                        Poll::Pending => spare::give_read(buf),
+                    }
                     continue;
                 }
-                // No buffer until there are bytes to read into it.
+                if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                    let room = settings.max_head.saturating_sub(self.rbuf.len()).max(1024);
+                    self.rbuf.reserve(READ_CHUNK.max(self.rbuf.len()).min(room));
+                }
+                let idle = self.rbuf.is_empty();
                 let io = inner(&mut self.io);
                 tokio::select! {
                     biased;
-                    ready = poll_fn(|cx| io.poll_read_ready(cx)) => {
-                        if ready.is_err() {
-                            return Read::Closed;
-                        }
-                    }
+                    read = io.read_buf(&mut self.rbuf) => match read {
+                        Ok(0) | Err(_) => return Read::Closed,
+                        Ok(_) => {}
+                    },
                     () = timer.as_mut() => return Read::Closed,
-                    changed = stop.changed(), if !stopping => {
-                        if changed.is_err() {
-                            return Read::Closed;
-                        }
-                        continue;
-                    }
-                }
-                // One read, with a buffer: the readiness may be left over
-                // from the last request's read, and then the read finds
-                // nothing, clears it, and the buffer goes back.
-                let mut buf = spare::read_buffer();
-                let read = {
-                    let mut read = pin!(io.read_buf(&mut buf));
-                    poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await
-                };
-                match read {
-                    Poll::Ready(Ok(0) | Err(_)) => return Read::Closed,
-                    Poll::Ready(Ok(_)) => self.rbuf = buf,
-                    Poll::Pending => spare::give_read(buf),
-                }
-                continue;
-            }
-            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
-                let room = settings.max_head.saturating_sub(self.rbuf.len()).max(1024);
-                self.rbuf.reserve(READ_CHUNK.max(self.rbuf.len()).min(room));
-            }
-            let idle = self.rbuf.is_empty();
-            let io = inner(&mut self.io);
-            tokio::select! {
-                biased;
-                read = io.read_buf(&mut self.rbuf) => match read {
-                    Ok(0) | Err(_) => return Read::Closed,
-                    Ok(_) => {}
-                },
-                () = timer.as_mut() => return Read::Closed,
-                changed = stop.changed(), if idle && !stopping => {
-                    if changed.is_err() {
-                        return Read::Closed;
-                    }
+                    () = drain.as_mut(), if idle && !stopping => return Read::Closed,
                 }
             }
         }
