@@ -325,6 +325,7 @@ impl Conn {
     /// no request's state while the connection waits). This is a future
     /// that captures its arguments rather than an `async fn`, which would
     /// keep them twice.
+    #[allow(clippy::manual_async_fn)]
     fn serve<I, S>(
         self,
         io: I,

@@ -96,6 +96,60 @@ enum Read {
     Refused(Refusal),
     /// The client closed, the head took too long, or the gateway drains.
     Closed,
+    /// No byte within [`LINGER`] of the wait that began then: the
+    /// connection is idle.
+    Idle(Instant),
+}
+
+/// How long a connection waits for its next head with the state of its
+/// requests still allocated: a client that sends its requests one after
+/// another on a fast network sends the next within it, and the
+/// allocation serves it too.
+pub(super) const LINGER: Duration = Duration::from_millis(10);
+
+/// Which wait for a head this is, for its deadline.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// The connection's first: the timer is set already.
+    First,
+    /// The next head, from now, first within [`LINGER`].
+    Next,
+    /// The rest of a wait that began then and lingered.
+    Rest(Instant),
+}
+
+impl Wait {
+    /// Sets `timer` for the wait's first byte, due `to_first_byte` after it
+    /// began; when it began, and whether the timer ends a linger first.
+    fn begin(self, mut timer: Pin<&mut Sleep>, to_first_byte: Duration) -> (Instant, bool) {
+        match self {
+            Wait::First => (Instant::now(), false),
+            Wait::Next => {
+                let now = Instant::now();
+                let lingers = LINGER < to_first_byte;
+                timer
+                    .as_mut()
+                    .reset(now + if lingers { LINGER } else { to_first_byte });
+                (now, lingers)
+            }
+            Wait::Rest(since) => {
+                timer.as_mut().reset(since + to_first_byte);
+                (since, false)
+            }
+        }
+    }
+}
+
+/// How a run of requests one after another ended.
+// Unboxed for the reason `HeadRead` is.
+#[allow(clippy::large_enum_variant)]
+enum After {
+    /// The connection waits, idle, for its next head.
+    Idle(Instant),
+    /// An answer ended the connection.
+    Close,
+    /// A head that is not served here, or none.
+    Read(Read),
 }
 
 /// The connection's stream and buffers.
@@ -113,6 +167,7 @@ struct Conn<I> {
 /// the future, which uses it in place: an `async fn` would keep its
 /// arguments twice, once as received and once as the locals they are
 /// moved into.
+#[allow(clippy::manual_async_fn)]
 pub(super) fn serve<I, S, B>(
     io: I,
     mut service: S,
@@ -136,44 +191,59 @@ where
         // One wait for the drain for the connection's life, heard only while
         // the connection waits for a head.
         let mut drain = pin!(drained(stop.clone()));
-        let mut first = true;
+        let mut wait = Wait::First;
         loop {
-            // The head and what reading it came to end with this block, so
-            // that the task keeps no room for them while the exchange runs.
-            let exchange = {
-                let read = conn
-                    .read_head(timer.as_mut(), drain.as_mut(), &stop, &settings, first)
-                    .await;
+            let mut read = conn
+                .read_head(timer.as_mut(), drain.as_mut(), &stop, &settings, wait)
+                .await;
+            loop {
                 let head = match read {
-                    Read::Head(h) => h,
-                    Read::Preface if first => return Ok(conn.hand_off(Bytes::new())),
+                    Read::Head(h) if !h.wants_upgrade => h,
+                    Read::Head(h) => return Ok(conn.hand_off(h.raw.clone())),
+                    Read::Preface if matches!(wait, Wait::First) => {
+                        return Ok(conn.hand_off(Bytes::new()));
+                    }
                     // Boxed: the task is not sized for a refusal's writing.
                     Read::Preface => {
                         return Box::pin(conn.refuse(Refusal::BadRequest("HTTP/2 preface"))).await;
                     }
                     Read::Refused(r) => return Box::pin(conn.refuse(r)).await,
                     Read::Closed => return Ok(ConnEnd::Closed),
+                    Read::Idle(since) => {
+                        wait = Wait::Rest(since);
+                        break;
+                    }
                 };
-                first = false;
-                if head.wants_upgrade {
-                    return Ok(conn.hand_off(head.raw.clone()));
-                }
-                // Boxed for the exchange's life, so that a connection waiting
-                // for its next head keeps none of the exchange's state (the
-                // service's future among it). The box is allocated before the
-                // exchange is made, so that the exchange is made in it: made
-                // first and then boxed, all of it would be copied.
-                Box::into_pin(Box::write(
+                wait = Wait::Next;
+                // Boxed for as long as requests come one after another, so
+                // that a connection waiting, idle, for its next head keeps
+                // none of their state (the service's future among it). The
+                // box is allocated before what it holds is made, so that
+                // that is made in it: made first and then boxed, all of it
+                // would be copied.
+                let run = Box::into_pin(Box::write(
                     Box::new_uninit(),
-                    conn.exchange(&mut service, head, &stop),
-                ))
-            };
-            let keep = exchange.await?;
-            if !keep {
-                let _ = inner(&mut conn.io).shutdown().await;
-                return Ok(ConnEnd::Closed);
+                    conn.run(
+                        &mut service,
+                        head,
+                        &stop,
+                        timer.as_mut(),
+                        drain.as_mut(),
+                        &settings,
+                    ),
+                ));
+                match run.await? {
+                    After::Idle(since) => {
+                        wait = Wait::Rest(since);
+                        break;
+                    }
+                    After::Close => {
+                        let _ = inner(&mut conn.io).shutdown().await;
+                        return Ok(ConnEnd::Closed);
+                    }
+                    After::Read(next) => read = next,
+                }
             }
-            conn.rest();
         }
     }
 }
@@ -181,6 +251,7 @@ where
 /// Completes once the gateway drains (or can no longer say so). Kept for
 /// the connection's life, its waiter is registered with the channel once
 /// rather than at every wait for a head.
+#[allow(clippy::manual_async_fn)]
 fn drained(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> {
     async move {
         let _ = stop.wait_for(|stopping| *stopping).await;
@@ -237,26 +308,63 @@ impl<I: Transport> Conn<I> {
         spare::give_write(std::mem::take(&mut self.wbuf));
     }
 
+    /// Serves `head` and the requests that follow it within [`LINGER`] of
+    /// each answer, until the connection goes idle or ends.
+    #[allow(clippy::too_many_arguments)]
+    async fn run<S, B>(
+        &mut self,
+        service: &mut S,
+        mut head: RequestHead,
+        stop: &watch::Receiver<bool>,
+        mut timer: Pin<&mut Sleep>,
+        mut drain: Pin<&mut impl Future<Output = ()>>,
+        settings: &Settings,
+    ) -> io::Result<After>
+    where
+        S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
+        B: Body,
+        B::Data: Buf,
+    {
+        loop {
+            // Made where it is kept, and never moved: a move copies all of
+            // it.
+            let keep = pin!(self.exchange(service, head, stop)).await?;
+            if !keep {
+                return Ok(After::Close);
+            }
+            self.rest();
+            let read = self
+                .read_head(timer.as_mut(), drain.as_mut(), stop, settings, Wait::Next)
+                .await;
+            head = match read {
+                Read::Head(h) if !h.wants_upgrade => h,
+                Read::Idle(since) => return Ok(After::Idle(since)),
+                other => return Ok(After::Read(other)),
+            };
+        }
+    }
+
     /// Reads until a whole head is in the buffer, within the timer: the
     /// first byte within the shorter of `idle` and `header_read`, the
     /// whole head within `header_read`.
     ///
     /// A future that captures its arguments rather than an `async fn`,
     /// which would keep them twice.
+    #[allow(clippy::manual_async_fn)]
     fn read_head<'a>(
         &'a mut self,
         mut timer: Pin<&'a mut Sleep>,
         mut drain: Pin<&'a mut impl Future<Output = ()>>,
         stop: &'a watch::Receiver<bool>,
         settings: &'a Settings,
-        first: bool,
+        wait: Wait,
     ) -> impl Future<Output = Read> + 'a {
         async move {
-            let began = Instant::now();
             let to_first_byte = settings.idle.min(settings.header_read);
-            if !first {
-                timer.as_mut().reset(began + to_first_byte);
-            }
+            let (began, lingers) = wait.begin(timer.as_mut(), to_first_byte);
+            // Until the first byte, the timer firing in a wait that lingers
+            // ends the linger (the connection is idle); else it ends the
+            // wait.
             let mut started = false;
             loop {
                 if !self.rbuf.is_empty() {
@@ -269,7 +377,7 @@ impl<I: Transport> Conn<I> {
                         }
                         HeadRead::Partial => {}
                     }
-                    if !started && to_first_byte < settings.header_read {
+                    if !started && (lingers || to_first_byte < settings.header_read) {
                         timer.as_mut().reset(began + settings.header_read);
                     }
                     started = true;
@@ -292,7 +400,9 @@ impl<I: Transport> Conn<I> {
                                 return Read::Closed;
                             }
                         }
-                        () = timer.as_mut() => return Read::Closed,
+                        () = timer.as_mut() => {
+                            return if lingers && !started { Read::Idle(began) } else { Read::Closed };
+                        }
                         () = drain.as_mut(), if !stopping => return Read::Closed,
                     }
                     // One read, with a buffer: the readiness may be left over
@@ -322,7 +432,9 @@ impl<I: Transport> Conn<I> {
                         Ok(0) | Err(_) => return Read::Closed,
                         Ok(_) => {}
                     },
-                    () = timer.as_mut() => return Read::Closed,
+                    () = timer.as_mut() => {
+                        return if lingers && !started { Read::Idle(began) } else { Read::Closed };
+                    }
                     () = drain.as_mut(), if idle && !stopping => return Read::Closed,
                 }
             }

@@ -343,17 +343,29 @@ fn a_connection_keeps_no_room_for_a_request_between_requests() {
     };
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let answer = future_size(|req: http::Request<super::RequestBody>| {
-        tower::Service::call(&mut service.clone(), req)
+        tower::Service::call(&mut { service }, req)
     });
     assert!(
         answer >= 16 * 1024,
         "the service's future holds {answer} bytes"
     );
-    let conn = future_size(|io: tokio::net::TcpStream| {
-        super::serve(io, service.clone(), settings, stop.clone())
-    });
+    let conn =
+        future_size(|io: tokio::net::TcpStream| super::serve(io, service, settings, stop.clone()));
     assert!(
         conn < 4 * 1024,
         "a connection's future is {conn} bytes, sized for its service's ({answer})"
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_connection_idle_past_the_linger_serves_its_next_request() {
+    let mut client = served().await;
+    ask(&mut client).await;
+    // Time passing, not readiness: past the linger the connection waits
+    // without its requests' allocation, and still serves what comes.
+    tokio::time::sleep(super::conn::LINGER * 3).await;
+    let answer = ask(&mut client).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    let answer = ask(&mut client).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
 }
