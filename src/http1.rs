@@ -47,19 +47,19 @@ pub use rewind::Rewind;
 ///
 /// # Errors
 /// Writing to the connection failed.
-pub async fn serve<I, S, B>(
+pub fn serve<I, S, B>(
     io: I,
     service: S,
     settings: Settings,
     stop: watch::Receiver<bool>,
-) -> io::Result<ConnEnd<I>>
+) -> impl Future<Output = io::Result<ConnEnd<I>>>
 where
     I: Transport,
     S: tower::Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
     B: http_body::Body,
     B::Data: Buf,
 {
-    conn::serve(io, service, settings, stop).await
+    conn::serve(io, service, settings, stop)
 }
 
 #[cfg(test)]

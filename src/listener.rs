@@ -31,6 +31,7 @@
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -257,35 +258,31 @@ pub async fn accept_loop<S: Served>(
             },
         };
         let _ = stream.set_nodelay(true);
-        let tls = tls();
-        let serve = serve.clone();
-        let shared = shared.clone();
-        let watcher = graceful.watcher();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let conn = Conn {
-                peer,
-                watcher,
-                stop,
-                permit,
-            };
-            match tls {
-                None => conn.serve(stream, &*serve, false, false, &shared).await,
-                // Boxed: a plain-text connection's task is not sized for
-                // a TLS stream and its handshake.
-                Some(tls) => Box::pin(conn.serve_tls(tls, stream, &*serve, &shared)).await,
+        let conn = Conn {
+            peer,
+            watcher: graceful.watcher(),
+            permit,
+        };
+        let (serve, shared, stop) = (serve.clone(), shared.clone(), stop.clone());
+        match tls() {
+            None => {
+                tokio::spawn(conn.serve(stream, serve, false, false, shared, stop));
             }
-        });
+            // Boxed: a plain-text connection's task is not sized for a TLS
+            // stream and its handshake.
+            Some(tls) => {
+                tokio::spawn(Box::pin(conn.serve_tls(tls, stream, serve, shared, stop)));
+            }
+        }
     }
 }
 
 /// One accepted connection and what it holds while it is served.
 struct Conn {
     peer: SocketAddr,
+    /// Held until the connection ends, so that the drain waits for it;
+    /// hyper's connections also hear the drain through it.
     watcher: Watcher,
-    /// Turns true when the gateway drains (the native server's signal;
-    /// hyper's connections hear it through `watcher`).
-    stop: watch::Receiver<bool>,
     /// Released when the connection ends.
     permit: OwnedSemaphorePermit,
 }
@@ -297,8 +294,9 @@ impl Conn {
         self,
         tls: Arc<tokio_rustls::rustls::ServerConfig>,
         stream: TcpStream,
-        serve: &S,
-        shared: &Shared,
+        serve: Arc<S>,
+        shared: Arc<Shared>,
+        stop: watch::Receiver<bool>,
     ) {
         let peer = self.peer;
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
@@ -306,7 +304,7 @@ impl Conn {
             Ok(Ok(stream)) => {
                 // ALPN's choice: h2 is hyper's to serve.
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                self.serve(stream, serve, true, h2, shared).await;
+                self.serve(stream, serve, true, h2, shared, stop).await;
             }
             Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
             Err(_) => debug!(%peer, "TLS handshake timed out"),
@@ -314,34 +312,51 @@ impl Conn {
     }
 
     /// Serves the connection with the service `serve` makes for it until it
-    /// ends, goes idle, or the drain ends it: over the native HTTP/1.1
-    /// server when `server.http1` selects it and ALPN did not choose `h2`
-    /// (`h2`), handing to hyper what that server hands back.
+    /// ends, goes idle, or the drain (`stop`, and `graceful` for hyper's
+    /// connections) ends it: over the native HTTP/1.1 server when
+    /// `server.http1` selects it and ALPN did not choose `h2` (`h2`),
+    /// handing to hyper what that server hands back.
     ///
     /// The native server keeps its own deadlines (`Settings::idle`,
     /// `Settings::header_read`) and calls the connection's service in
-    /// place; hyper's connections are watched for idleness here. Either
-    /// server's connection state is boxed, once per connection, so that
-    /// the task is sized for neither: a task of one server does not carry
-    /// the space of the other's.
-    async fn serve<I, S>(self, io: I, serve: &S, secure: bool, h2: bool, shared: &Shared)
+    /// place; hyper's connections are watched for idleness here. hyper's
+    /// connection state is boxed, so that a native connection's task is
+    /// not sized for it; the native server's is the task's own (it keeps
+    /// no request's state while the connection waits). This is a future
+    /// that captures its arguments rather than an `async fn`, which would
+    /// keep them twice.
+    #[allow(clippy::manual_async_fn)]
+    fn serve<I, S>(
+        self,
+        io: I,
+        serve: Arc<S>,
+        secure: bool,
+        h2: bool,
+        shared: Arc<Shared>,
+        stop: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send + 'static
     where
         I: http1::Transport + Send + 'static,
         S: Served,
     {
-        let Some(settings) = shared.native.filter(|_| !h2) else {
-            let service = serve.connection::<Incoming>(self.peer, secure);
-            return Box::pin(self.serve_hyper(io, service, shared)).await;
-        };
-        let (peer, stop) = (self.peer, self.stop.clone());
-        let service = serve.connection::<RequestBody>(peer, secure);
-        match Box::pin(http1::serve(io, service, settings, stop)).await {
-            Ok(http1::ConnEnd::HandOff(io)) => {
+        async move {
+            let peer = self.peer;
+            let Some(settings) = shared.native.filter(|_| !h2) else {
                 let service = serve.connection::<Incoming>(peer, secure);
-                Box::pin(self.serve_hyper(io, service, shared)).await;
+                return Box::pin(self.serve_hyper(io, service, &shared)).await;
+            };
+            // Made in place and awaited through the pin: moved, all of it
+            // would be copied.
+            let service = serve.connection::<RequestBody>(peer, secure);
+            let native = pin!(http1::serve(io, service, settings, stop));
+            match native.await {
+                Ok(http1::ConnEnd::HandOff(io)) => {
+                    let service = serve.connection::<Incoming>(peer, secure);
+                    Box::pin(self.serve_hyper(io, service, &shared)).await;
+                }
+                Ok(http1::ConnEnd::Closed) => {}
+                Err(e) => debug!(%peer, error = %e, "connection ended with an error"),
             }
-            Ok(http1::ConnEnd::Closed) => {}
-            Err(e) => debug!(%peer, error = %e, "connection ended with an error"),
         }
     }
 

@@ -96,6 +96,60 @@ enum Read {
     Refused(Refusal),
     /// The client closed, the head took too long, or the gateway drains.
     Closed,
+    /// No byte within [`LINGER`] of the wait that began then: the
+    /// connection is idle.
+    Idle(Instant),
+}
+
+/// How long a connection waits for its next head with the state of its
+/// requests still allocated: a client that sends its requests one after
+/// another on a fast network sends the next within it, and the
+/// allocation serves it too.
+pub(super) const LINGER: Duration = Duration::from_millis(10);
+
+/// Which wait for a head this is, for its deadline.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// The connection's first: the timer is set already.
+    First,
+    /// The next head, from now, first within [`LINGER`].
+    Next,
+    /// The rest of a wait that began then and lingered.
+    Rest(Instant),
+}
+
+impl Wait {
+    /// Sets `timer` for the wait's first byte, due `to_first_byte` after it
+    /// began; when it began, and whether the timer ends a linger first.
+    fn begin(self, mut timer: Pin<&mut Sleep>, to_first_byte: Duration) -> (Instant, bool) {
+        match self {
+            Wait::First => (Instant::now(), false),
+            Wait::Next => {
+                let now = Instant::now();
+                let lingers = LINGER < to_first_byte;
+                timer
+                    .as_mut()
+                    .reset(now + if lingers { LINGER } else { to_first_byte });
+                (now, lingers)
+            }
+            Wait::Rest(since) => {
+                timer.as_mut().reset(since + to_first_byte);
+                (since, false)
+            }
+        }
+    }
+}
+
+/// How a run of requests one after another ended.
+// Unboxed for the reason `HeadRead` is.
+#[allow(clippy::large_enum_variant)]
+enum After {
+    /// The connection waits, idle, for its next head.
+    Idle(Instant),
+    /// An answer ended the connection.
+    Close,
+    /// A head that is not served here, or none.
+    Read(Read),
 }
 
 /// The connection's stream and buffers.
@@ -108,12 +162,18 @@ struct Conn<I> {
 }
 
 /// Serves `io` until it closes; see the module root's `serve`.
-pub(super) async fn serve<I, S, B>(
+///
+/// What the connection keeps for its life is made here and captured by
+/// the future, which uses it in place: an `async fn` would keep its
+/// arguments twice, once as received and once as the locals they are
+/// moved into.
+#[allow(clippy::manual_async_fn)]
+pub(super) fn serve<I, S, B>(
     io: I,
     mut service: S,
     settings: Settings,
-    mut stop: watch::Receiver<bool>,
-) -> io::Result<ConnEnd<I>>
+    stop: watch::Receiver<bool>,
+) -> impl Future<Output = io::Result<ConnEnd<I>>>
 where
     I: Transport,
     S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
@@ -125,32 +185,76 @@ where
         rbuf: BytesMut::new(),
         wbuf: Vec::new(),
     };
-    // One timer for the connection's life, moved for each head.
-    let mut timer = pin!(tokio::time::sleep(settings.idle.min(settings.header_read)));
-    let mut first = true;
-    loop {
-        let read = conn
-            .read_head(timer.as_mut(), &mut stop, &settings, first)
-            .await;
-        let head = match read {
-            Read::Head(h) => h,
-            Read::Preface if first => return Ok(conn.hand_off(Bytes::new())),
-            Read::Preface => return conn.refuse(Refusal::BadRequest("HTTP/2 preface")).await,
-            Read::Refused(r) => return conn.refuse(r).await,
-            Read::Closed => return Ok(ConnEnd::Closed),
-        };
-        first = false;
-        if head.wants_upgrade {
-            return Ok(conn.hand_off(head.raw.clone()));
+    async move {
+        // One timer for the connection's life, moved for each head.
+        let mut timer = pin!(tokio::time::sleep(settings.idle.min(settings.header_read)));
+        // One wait for the drain for the connection's life, heard only while
+        // the connection waits for a head.
+        let mut drain = pin!(drained(stop.clone()));
+        let mut wait = Wait::First;
+        loop {
+            let mut read = conn
+                .read_head(timer.as_mut(), drain.as_mut(), &stop, &settings, wait)
+                .await;
+            loop {
+                let head = match read {
+                    Read::Head(h) if !h.wants_upgrade => h,
+                    Read::Head(h) => return Ok(conn.hand_off(h.raw.clone())),
+                    Read::Preface if matches!(wait, Wait::First) => {
+                        return Ok(conn.hand_off(Bytes::new()));
+                    }
+                    // Boxed: the task is not sized for a refusal's writing.
+                    Read::Preface => {
+                        return Box::pin(conn.refuse(Refusal::BadRequest("HTTP/2 preface"))).await;
+                    }
+                    Read::Refused(r) => return Box::pin(conn.refuse(r)).await,
+                    Read::Closed => return Ok(ConnEnd::Closed),
+                    Read::Idle(since) => {
+                        wait = Wait::Rest(since);
+                        break;
+                    }
+                };
+                wait = Wait::Next;
+                // Boxed for as long as requests come one after another, so
+                // that a connection waiting, idle, for its next head keeps
+                // none of their state (the service's future among it). The
+                // box is allocated before what it holds is made, so that
+                // that is made in it: made first and then boxed, all of it
+                // would be copied.
+                let run = Box::into_pin(Box::write(
+                    Box::new_uninit(),
+                    conn.run(
+                        &mut service,
+                        head,
+                        &stop,
+                        timer.as_mut(),
+                        drain.as_mut(),
+                        &settings,
+                    ),
+                ));
+                match run.await? {
+                    After::Idle(since) => {
+                        wait = Wait::Rest(since);
+                        break;
+                    }
+                    After::Close => {
+                        let _ = inner(&mut conn.io).shutdown().await;
+                        return Ok(ConnEnd::Closed);
+                    }
+                    After::Read(next) => read = next,
+                }
+            }
         }
-        // Not boxed: moving the exchange's state into a box would copy the
-        // whole of it (the service's future among it) for every request.
-        let keep = conn.exchange(&mut service, head, &stop).await?;
-        if !keep {
-            let _ = inner(&mut conn.io).shutdown().await;
-            return Ok(ConnEnd::Closed);
-        }
-        conn.rest();
+    }
+}
+
+/// Completes once the gateway drains (or can no longer say so). Kept for
+/// the connection's life, its waiter is registered with the channel once
+/// rather than at every wait for a head.
+#[allow(clippy::manual_async_fn)]
+fn drained(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> {
+    async move {
+        let _ = stop.wait_for(|stopping| *stopping).await;
     }
 }
 
@@ -204,96 +308,134 @@ impl<I: Transport> Conn<I> {
         spare::give_write(std::mem::take(&mut self.wbuf));
     }
 
+    /// Serves `head` and the requests that follow it within [`LINGER`] of
+    /// each answer, until the connection goes idle or ends.
+    #[allow(clippy::too_many_arguments)]
+    async fn run<S, B>(
+        &mut self,
+        service: &mut S,
+        mut head: RequestHead,
+        stop: &watch::Receiver<bool>,
+        mut timer: Pin<&mut Sleep>,
+        mut drain: Pin<&mut impl Future<Output = ()>>,
+        settings: &Settings,
+    ) -> io::Result<After>
+    where
+        S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
+        B: Body,
+        B::Data: Buf,
+    {
+        loop {
+            // Made where it is kept, and never moved: a move copies all of
+            // it.
+            let keep = pin!(self.exchange(service, head, stop)).await?;
+            if !keep {
+                return Ok(After::Close);
+            }
+            self.rest();
+            let read = self
+                .read_head(timer.as_mut(), drain.as_mut(), stop, settings, Wait::Next)
+                .await;
+            head = match read {
+                Read::Head(h) if !h.wants_upgrade => h,
+                Read::Idle(since) => return Ok(After::Idle(since)),
+                other => return Ok(After::Read(other)),
+            };
+        }
+    }
+
     /// Reads until a whole head is in the buffer, within the timer: the
     /// first byte within the shorter of `idle` and `header_read`, the
     /// whole head within `header_read`.
-    async fn read_head(
-        &mut self,
-        mut timer: Pin<&mut Sleep>,
-        stop: &mut watch::Receiver<bool>,
-        settings: &Settings,
-        first: bool,
-    ) -> Read {
-        let began = Instant::now();
-        let to_first_byte = settings.idle.min(settings.header_read);
-        if !first {
-            timer.as_mut().reset(began + to_first_byte);
-        }
-        let mut started = false;
-        loop {
-            if !self.rbuf.is_empty() {
-                match head::parse(&mut self.rbuf) {
-                    HeadRead::Head(h) => return Read::Head(h),
-                    HeadRead::Preface => return Read::Preface,
-                    HeadRead::Refused(r) => return Read::Refused(r),
-                    HeadRead::Partial if self.rbuf.len() >= settings.max_head => {
-                        return Read::Refused(Refusal::TooLarge);
+    ///
+    /// A future that captures its arguments rather than an `async fn`,
+    /// which would keep them twice.
+    #[allow(clippy::manual_async_fn)]
+    fn read_head<'a>(
+        &'a mut self,
+        mut timer: Pin<&'a mut Sleep>,
+        mut drain: Pin<&'a mut impl Future<Output = ()>>,
+        stop: &'a watch::Receiver<bool>,
+        settings: &'a Settings,
+        wait: Wait,
+    ) -> impl Future<Output = Read> + 'a {
+        async move {
+            let to_first_byte = settings.idle.min(settings.header_read);
+            let (began, lingers) = wait.begin(timer.as_mut(), to_first_byte);
+            // Until the first byte, the timer firing in a wait that lingers
+            // ends the linger (the connection is idle); else it ends the
+            // wait.
+            let mut started = false;
+            loop {
+                if !self.rbuf.is_empty() {
+                    match head::parse(&mut self.rbuf) {
+                        HeadRead::Head(h) => return Read::Head(h),
+                        HeadRead::Preface => return Read::Preface,
+                        HeadRead::Refused(r) => return Read::Refused(r),
+                        HeadRead::Partial if self.rbuf.len() >= settings.max_head => {
+                            return Read::Refused(Refusal::TooLarge);
+                        }
+                        HeadRead::Partial => {}
                     }
-                    HeadRead::Partial => {}
+                    if !started && (lingers || to_first_byte < settings.header_read) {
+                        timer.as_mut().reset(began + settings.header_read);
+                    }
+                    started = true;
                 }
-                if !started && to_first_byte < settings.header_read {
-                    timer.as_mut().reset(began + settings.header_read);
+                let stopping = *stop.borrow();
+                if stopping && self.rbuf.is_empty() {
+                    return Read::Closed;
                 }
-                started = true;
-            }
-            let stopping = *stop.borrow();
-            if stopping && self.rbuf.is_empty() {
-                return Read::Closed;
-            }
-            if self.rbuf.capacity() == 0 {
-                if !I::WAITS_UNBUFFERED {
-                    self.rbuf = spare::read_buffer();
+                if self.rbuf.capacity() == 0 {
+                    if !I::WAITS_UNBUFFERED {
+                        self.rbuf = spare::read_buffer();
+                        continue;
+                    }
+                    // No buffer until there are bytes to read into it.
+                    let io = inner(&mut self.io);
+                    tokio::select! {
+                        biased;
+                        ready = poll_fn(|cx| io.poll_read_ready(cx)) => {
+                            if ready.is_err() {
+                                return Read::Closed;
+                            }
+                        }
+                        () = timer.as_mut() => {
+                            return if lingers && !started { Read::Idle(began) } else { Read::Closed };
+                        }
+                        () = drain.as_mut(), if !stopping => return Read::Closed,
+                    }
+                    // One read, with a buffer: the readiness may be left over
+                    // from the last request's read, and then the read finds
+                    // nothing, clears it, and the buffer goes back.
+                    let mut buf = spare::read_buffer();
+                    let read = {
+                        let mut read = pin!(io.read_buf(&mut buf));
+                        poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await
+                    };
+                    match read {
+                        Poll::Ready(Ok(0) | Err(_)) => return Read::Closed,
+                        Poll::Ready(Ok(_)) => self.rbuf = buf,
+                        Poll::Pending => spare::give_read(buf),
+                    }
                     continue;
                 }
-                // No buffer until there are bytes to read into it.
+                if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                    let room = settings.max_head.saturating_sub(self.rbuf.len()).max(1024);
+                    self.rbuf.reserve(READ_CHUNK.max(self.rbuf.len()).min(room));
+                }
+                let idle = self.rbuf.is_empty();
                 let io = inner(&mut self.io);
                 tokio::select! {
                     biased;
-                    ready = poll_fn(|cx| io.poll_read_ready(cx)) => {
-                        if ready.is_err() {
-                            return Read::Closed;
-                        }
+                    read = io.read_buf(&mut self.rbuf) => match read {
+                        Ok(0) | Err(_) => return Read::Closed,
+                        Ok(_) => {}
+                    },
+                    () = timer.as_mut() => {
+                        return if lingers && !started { Read::Idle(began) } else { Read::Closed };
                     }
-                    () = timer.as_mut() => return Read::Closed,
-                    changed = stop.changed(), if !stopping => {
-                        if changed.is_err() {
-                            return Read::Closed;
-                        }
-                        continue;
-                    }
-                }
-                // One read, with a buffer: the readiness may be left over
-                // from the last request's read, and then the read finds
-                // nothing, clears it, and the buffer goes back.
-                let mut buf = spare::read_buffer();
-                let read = {
-                    let mut read = pin!(io.read_buf(&mut buf));
-                    poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await
-                };
-                match read {
-                    Poll::Ready(Ok(0) | Err(_)) => return Read::Closed,
-                    Poll::Ready(Ok(_)) => self.rbuf = buf,
-                    Poll::Pending => spare::give_read(buf),
-                }
-                continue;
-            }
-            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
-                let room = settings.max_head.saturating_sub(self.rbuf.len()).max(1024);
-                self.rbuf.reserve(READ_CHUNK.max(self.rbuf.len()).min(room));
-            }
-            let idle = self.rbuf.is_empty();
-            let io = inner(&mut self.io);
-            tokio::select! {
-                biased;
-                read = io.read_buf(&mut self.rbuf) => match read {
-                    Ok(0) | Err(_) => return Read::Closed,
-                    Ok(_) => {}
-                },
-                () = timer.as_mut() => return Read::Closed,
-                changed = stop.changed(), if idle && !stopping => {
-                    if changed.is_err() {
-                        return Read::Closed;
-                    }
+                    () = drain.as_mut(), if idle && !stopping => return Read::Closed,
                 }
             }
         }

@@ -317,3 +317,55 @@ async fn an_idle_connection_gives_its_buffers_back_and_takes_them_again() {
         "the same buffers serve each request"
     );
 }
+
+/// The size of the future `make` returns, without making one.
+fn future_size<A, F>(_make: impl FnOnce(A) -> F) -> usize {
+    std::mem::size_of::<F>()
+}
+
+#[test]
+fn a_connection_keeps_no_room_for_a_request_between_requests() {
+    // A service whose future holds 16 KiB across a wait, as the gateway's
+    // holds its phases: the connection's own future must not be sized
+    // for it, or each idle connection keeps that much.
+    let service = tower::service_fn(|_req: http::Request<super::RequestBody>| async {
+        let held = [7u8; 16 * 1024];
+        tokio::task::yield_now().await;
+        std::hint::black_box(&held);
+        Ok::<_, std::convert::Infallible>(http::Response::new(
+            http_body_util::Empty::<bytes::Bytes>::new(),
+        ))
+    });
+    let settings = super::Settings {
+        header_read: std::time::Duration::from_secs(30),
+        idle: std::time::Duration::from_secs(30),
+        max_head: 16 * 1024,
+    };
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let answer = future_size(|req: http::Request<super::RequestBody>| {
+        tower::Service::call(&mut { service }, req)
+    });
+    assert!(
+        answer >= 16 * 1024,
+        "the service's future holds {answer} bytes"
+    );
+    let conn =
+        future_size(|io: tokio::net::TcpStream| super::serve(io, service, settings, stop.clone()));
+    assert!(
+        conn < 4 * 1024,
+        "a connection's future is {conn} bytes, sized for its service's ({answer})"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_connection_idle_past_the_linger_serves_its_next_request() {
+    let mut client = served().await;
+    ask(&mut client).await;
+    // Time passing, not readiness: past the linger the connection waits
+    // without its requests' allocation, and still serves what comes.
+    tokio::time::sleep(super::conn::LINGER * 3).await;
+    let answer = ask(&mut client).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    let answer = ask(&mut client).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
+}

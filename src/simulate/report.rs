@@ -310,7 +310,7 @@ pub fn window(ms: u64) -> String {
         ("m", 60_000),
         ("s", 1000),
     ] {
-        if ms % len == 0 {
+        if ms.is_multiple_of(len) {
             return format!("{}{unit}", ms / len);
         }
     }

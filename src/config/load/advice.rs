@@ -89,7 +89,7 @@ pub fn worst_wait_ms(alg: Algorithm, l: u64, w: u64) -> u64 {
 
 /// `90s`, `1m30s`, `2h`, `1500ms`: the shortest exact spelling.
 fn duration(ms: u64) -> String {
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let d = Duration::from_millis(ms).as_secs();
