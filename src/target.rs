@@ -495,6 +495,11 @@ pub fn canonical_authority(raw: &str) -> Result<Cow<'_, str>, TargetError> {
     let (host, port) = match raw.strip_prefix('[') {
         Some(_) => {
             let end = raw.find(']').ok_or(TargetError::BadHost)? + 1;
+            // An IP literal holds an address (RFC 3986 §3.2.2): `[]`
+            // names no host.
+            if end == "[]".len() {
+                return Err(TargetError::BadHost);
+            }
             (&raw[..end], &raw[end..])
         }
         None => match raw.rfind(':') {

@@ -188,7 +188,18 @@ fn authorities() {
         canonical_authority("[::1]:8080").as_deref(),
         Ok("[::1]:8080")
     );
-    for bad in ["user@host", "a b", "host:", "host:x", ".", "a..", "", "h/p"] {
+    for bad in [
+        "user@host",
+        "a b",
+        "host:",
+        "host:x",
+        ".",
+        "a..",
+        "",
+        "h/p",
+        "[]",
+        "[]:80",
+    ] {
         assert_eq!(
             canonical_authority(bad),
             Err(TargetError::BadHost),
