@@ -495,9 +495,11 @@ pub fn canonical_authority(raw: &str) -> Result<Cow<'_, str>, TargetError> {
     let (host, port) = match raw.strip_prefix('[') {
         Some(_) => {
             let end = raw.find(']').ok_or(TargetError::BadHost)? + 1;
-            // An IP literal holds an address (RFC 3986 §3.2.2): `[]`
-            // names no host.
-            if end == "[]".len() {
+            // An IP literal holds an IPv6 address or an IPvFuture (RFC 3986
+            // §3.2.2), and only a `:port` may follow it.
+            if !is_ip_literal(&raw[1..end - 1])
+                || !matches!(raw.as_bytes().get(end), None | Some(b':'))
+            {
                 return Err(TargetError::BadHost);
             }
             (&raw[..end], &raw[end..])
@@ -551,6 +553,26 @@ fn is_canonical_authority(raw: &[u8]) -> bool {
         None => true,
         Some((_, port)) => (1..=5).contains(&port.len()) && port.iter().all(u8::is_ascii_digit),
     }
+}
+
+/// The inside of an IP literal (RFC 3986 §3.2.2): an IPv6 address, or
+/// an IPvFuture (`v` 1*HEXDIG `.` 1*( unreserved / sub-delims / `:` )).
+fn is_ip_literal(inside: &str) -> bool {
+    if inside.parse::<std::net::Ipv6Addr>().is_ok() {
+        return true;
+    }
+    let Some(rest) = inside.strip_prefix(['v', 'V']) else {
+        return false;
+    };
+    let Some((version, address)) = rest.split_once('.') else {
+        return false;
+    };
+    !version.is_empty()
+        && version.bytes().all(|b| b.is_ascii_hexdigit())
+        && !address.is_empty()
+        && address
+            .bytes()
+            .all(|b| is_path_char(b) && !matches!(b, b'@' | b'/'))
 }
 
 /// `host` without its port (`[v6]:port` gives `v6`).

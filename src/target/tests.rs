@@ -188,6 +188,11 @@ fn authorities() {
         canonical_authority("[::1]:8080").as_deref(),
         Ok("[::1]:8080")
     );
+    assert_eq!(
+        canonical_authority("[::A]:8080").as_deref(),
+        Ok("[::a]:8080")
+    );
+    assert_eq!(canonical_authority("[v1.x:y]").as_deref(), Ok("[v1.x:y]"));
     for bad in [
         "user@host",
         "a b",
@@ -199,6 +204,13 @@ fn authorities() {
         "h/p",
         "[]",
         "[]:80",
+        "[n]",
+        "[api.example.com]",
+        "[n]R33",
+        "[::1]x",
+        "[::1]:",
+        "[v1]",
+        "[vx.a]",
     ] {
         assert_eq!(
             canonical_authority(bad),
