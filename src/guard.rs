@@ -66,34 +66,36 @@ pub fn check<B>(req: &Request<B>, settings: &ServerSettings) -> Result<(), Gatew
             max: settings.max_uri_size,
         });
     }
-    let size = head_size(req);
-    if size > settings.max_header_size {
+    // One pass over the fields for the head's size and the fields the
+    // checks below read, instead of a map lookup for each of them.
+    let seen = Seen::of(req);
+    if seen.size > settings.max_header_size {
         return Err(GatewayError::HeaderTooLarge {
-            size,
+            size: seen.size,
             max: settings.max_header_size,
         });
     }
-    let headers = req.headers();
-    if headers.get_all(HOST).iter().nth(1).is_some() {
+    if seen.hosts > 1 {
         return Err(GatewayError::BadRequest(
             "more than one Host header".to_owned(),
         ));
     }
-    if req.version() == Version::HTTP_11
-        && !headers.contains_key(HOST)
-        && req.uri().authority().is_none()
-    {
+    if req.version() == Version::HTTP_11 && seen.hosts == 0 && req.uri().authority().is_none() {
         return Err(GatewayError::BadRequest(
             "an HTTP/1.1 request needs a Host header".to_owned(),
         ));
     }
-    if headers.contains_key(TRANSFER_ENCODING) && headers.contains_key(CONTENT_LENGTH) {
+    if seen.transfer_encoding && seen.content_length.is_some() {
         return Err(GatewayError::BadRequest(
             "both Content-Length and Transfer-Encoding".to_owned(),
         ));
     }
     if let Some(max) = settings.max_body_size {
-        if content_length(headers).is_some_and(|n| n > max) {
+        if seen
+            .content_length
+            .and_then(length_of)
+            .is_some_and(|n| n > max)
+        {
             return Err(GatewayError::PayloadTooLarge(max));
         }
     }
@@ -108,28 +110,57 @@ pub fn check<B>(req: &Request<B>, settings: &ServerSettings) -> Result<(), Gatew
 /// on the wire. HTTP/2 requests are measured the same way, so one cap
 /// means one thing for both.
 pub fn head_size<B>(req: &Request<B>) -> usize {
-    const VERSION_AND_CRLF: usize = " HTTP/1.1\r\n".len();
-    let uri = req.uri();
-    let target = uri.scheme_str().map_or(0, |s| s.len() + "://".len())
-        + uri.authority().map_or(0, |a| a.as_str().len())
-        + uri.path_and_query().map_or(0, |p| p.as_str().len());
-    let line = req.method().as_str().len() + 1 + target + VERSION_AND_CRLF;
-    req.headers()
-        .iter()
-        .fold(line + "\r\n".len(), |size, (name, value)| {
-            size + name.as_str().len() + ": ".len() + value.len() + "\r\n".len()
-        })
+    Seen::of(req).size
+}
+
+/// What [`check`] reads of a request's fields, found in one pass.
+struct Seen<'a> {
+    /// [`head_size`].
+    size: usize,
+    /// How many `Host` fields.
+    hosts: usize,
+    /// Whether there is a `Transfer-Encoding`.
+    transfer_encoding: bool,
+    /// The first `Content-Length`, as [`content_length`] reads it.
+    content_length: Option<&'a http::HeaderValue>,
+}
+
+impl<'a> Seen<'a> {
+    fn of<B>(req: &'a Request<B>) -> Self {
+        const VERSION_AND_CRLF: usize = " HTTP/1.1\r\n".len();
+        let uri = req.uri();
+        let target = uri.scheme_str().map_or(0, |s| s.len() + "://".len())
+            + uri.authority().map_or(0, |a| a.as_str().len())
+            + uri.path_and_query().map_or(0, |p| p.as_str().len());
+        let line = req.method().as_str().len() + 1 + target + VERSION_AND_CRLF;
+        let mut seen = Seen {
+            size: line + "\r\n".len(),
+            hosts: 0,
+            transfer_encoding: false,
+            content_length: None,
+        };
+        for (name, value) in req.headers() {
+            seen.size += name.as_str().len() + ": ".len() + value.len() + "\r\n".len();
+            if *name == HOST {
+                seen.hosts += 1;
+            } else if *name == TRANSFER_ENCODING {
+                seen.transfer_encoding = true;
+            } else if *name == CONTENT_LENGTH && seen.content_length.is_none() {
+                seen.content_length = Some(value);
+            }
+        }
+        seen
+    }
 }
 
 /// The request's `Content-Length`, when it announces one.
 pub fn content_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers
-        .get(CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    length_of(headers.get(CONTENT_LENGTH)?)
+}
+
+/// A `Content-Length` value as a number, when it is one.
+fn length_of(value: &http::HeaderValue) -> Option<u64> {
+    value.to_str().ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]

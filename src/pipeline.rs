@@ -224,7 +224,7 @@ impl Gateway {
     /// The phases in order; the first refusal ends the request.
     async fn phases(
         &self,
-        req: Request<ClientBody>,
+        mut req: Request<ClientBody>,
         rt: &Snapshot,
         ex: &mut Exchange,
     ) -> Result<Response<Body>, GatewayError> {
@@ -232,15 +232,13 @@ impl Gateway {
         if let Some(res) = browsers::preflight(rt, &req, ex)? {
             return Ok(res);
         }
-        let (req, route) = self.routed(req, rt, ex)?;
+        let route = self.routed(&mut req, rt, ex)?;
         // The body's fields before the decision, on a route whose limits
         // read them. Boxed: most routes read no body, and this future
         // would otherwise grow every request's by its size.
-        let mut req = if route.body_reads.is_empty() {
-            req
-        } else {
-            Box::pin(body::read(self, &route, req)).await
-        };
+        if !route.body_reads.is_empty() {
+            req = Box::pin(body::read(self, &route, req)).await;
+        }
         let deciding = self.deciding(rt);
         let admission =
             std::pin::pin!(decide::decide(&deciding, &route, &req, ex, Purpose::Serve)).await?;
@@ -266,28 +264,28 @@ impl Gateway {
     /// what the decision hands on.
     async fn until_act<B>(
         &self,
-        req: Request<B>,
+        mut req: Request<B>,
         rt: &Snapshot,
         ex: &mut Exchange,
         purpose: Purpose<'_>,
     ) -> Result<(Request<B>, Arc<CompiledRoute>, Holdings), GatewayError> {
-        let (req, route) = self.routed(req, rt, ex)?;
+        let route = self.routed(&mut req, rt, ex)?;
         let admission = decide::decide(&self.deciding(rt), &route, &req, ex, purpose).await?;
         Ok((req, route, admission))
     }
 
-    /// The request checked and canonical, with its route.
+    /// The route of `req`, which is checked and left canonical.
     fn routed<B>(
         &self,
-        req: Request<B>,
+        req: &mut Request<B>,
         rt: &Snapshot,
         ex: &mut Exchange,
-    ) -> Result<(Request<B>, Arc<CompiledRoute>), GatewayError> {
-        crate::guard::check(&req, &rt.config.server)?;
-        let (req, route) = route::route(req, rt)?;
+    ) -> Result<Arc<CompiledRoute>, GatewayError> {
+        crate::guard::check(req, &rt.config.server)?;
+        let route = route::route(req, rt)?;
         ex.entered(&route, rt);
-        browsers::routed(&req, ex);
-        Ok((req, route))
+        browsers::routed(req, ex);
+        Ok(route)
     }
 }
 

@@ -18,6 +18,7 @@
 
 use std::net::IpAddr;
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use ipnet::IpNet;
 use uuid::{NoContext, Timestamp, Uuid};
@@ -62,10 +63,14 @@ pub fn well_formed(id: &[u8]) -> bool {
 /// A new id: a UUIDv7 in its hyphenated lower-case form.
 pub fn make() -> HeaderValue {
     let id = Uuid::new_v7(Timestamp::now(NoContext));
-    let mut buf = uuid::Uuid::encode_buffer();
-    let text = id.hyphenated().encode_lower(&mut buf);
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    id.hyphenated().encode_lower(&mut text);
+    // The text is the value's one allocation, shared by its clones (the
+    // request's field, the response's, the problem body's): a `Vec` made
+    // `Bytes` takes a second one at its first clone.
     // Hex digits and hyphens: always a valid value.
-    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static("-"))
+    HeaderValue::from_maybe_shared(Bytes::from_owner(text))
+        .unwrap_or_else(|_| HeaderValue::from_static("-"))
 }
 
 #[cfg(test)]

@@ -123,6 +123,9 @@ pub struct Target<'a> {
     /// The canonical authority (`host[:port]`, lower case), when the
     /// request names one.
     pub authority: Option<Cow<'a, str>>,
+    /// The request's `Host` field as sent, when it has one (read once
+    /// here, so that [`Rewrite::of`] need not look it up again).
+    pub host_header: Option<&'a [u8]>,
 }
 
 impl Target<'_> {
@@ -141,18 +144,16 @@ pub struct Rewrite {
 }
 
 impl Rewrite {
-    /// The changes that make a request with `headers` carry `target`
+    /// The changes that make the request `target` was read from carry it
     /// (taken whole, so a rewritten path moves instead of being copied):
     /// nothing in the common case of a canonical path and `Host`.
-    pub fn of(target: Target<'_>, headers: &HeaderMap) -> Self {
+    pub fn of(target: Target<'_>) -> Self {
         let path = match target.path {
             Cow::Owned(p) => Some(p),
             Cow::Borrowed(_) => None,
         };
         let host = target.authority.as_deref().and_then(|a| {
-            let same = headers
-                .get(HOST)
-                .is_some_and(|h| h.as_bytes() == a.as_bytes());
+            let same = target.host_header == Some(a.as_bytes());
             if same {
                 None
             } else {
@@ -203,10 +204,12 @@ pub fn canonical<'a>(
         Cow::Borrowed(p) => without_parameters(p, rules.merge_slashes),
         Cow::Owned(p) => Cow::Owned(without_parameters(p, rules.merge_slashes).into_owned()),
     };
+    let host_header = headers.get(HOST);
     Ok(Target {
         path,
         match_path,
-        authority: authority(uri, version, headers)?,
+        authority: authority(uri, version, host_header)?,
+        host_header: host_header.map(HeaderValue::as_bytes),
     })
 }
 
@@ -453,9 +456,9 @@ pub fn without_parameters(path: &str, merge_slashes: bool) -> Cow<'_, str> {
 fn authority<'a>(
     uri: &'a Uri,
     version: Version,
-    headers: &'a HeaderMap,
+    host: Option<&'a HeaderValue>,
 ) -> Result<Option<Cow<'a, str>>, TargetError> {
-    let host_header = match headers.get(HOST) {
+    let host_header = match host {
         Some(v) => {
             let v = v.to_str().map_err(|_| TargetError::BadHost)?.trim();
             if v.is_empty() { None } else { Some(v) }
@@ -492,6 +495,13 @@ pub fn canonical_authority(raw: &str) -> Result<Cow<'_, str>, TargetError> {
     let (host, port) = match raw.strip_prefix('[') {
         Some(_) => {
             let end = raw.find(']').ok_or(TargetError::BadHost)? + 1;
+            // An IP literal holds an IPv6 address or an IPvFuture (RFC 3986
+            // §3.2.2), and only a `:port` may follow it.
+            if !is_ip_literal(&raw[1..end - 1])
+                || !matches!(raw.as_bytes().get(end), None | Some(b':'))
+            {
+                return Err(TargetError::BadHost);
+            }
             (&raw[..end], &raw[end..])
         }
         None => match raw.rfind(':') {
@@ -520,18 +530,49 @@ pub fn canonical_authority(raw: &str) -> Result<Cow<'_, str>, TargetError> {
 /// port, already canonical: the `Host` of almost every request, checked in
 /// one pass instead of a full parse.
 fn is_canonical_authority(raw: &[u8]) -> bool {
-    let (host, port) = match raw.iter().position(|&b| b == b':') {
-        Some(i) => (&raw[..i], &raw[i + 1..]),
-        None => (raw, &[][..]),
+    // One pass: labels of `a-z 0-9 -` joined by single dots, up to the
+    // first `:`.
+    let mut after_dot = true;
+    let mut end = raw.len();
+    for (i, &b) in raw.iter().enumerate() {
+        match b {
+            b'a'..=b'z' | b'0'..=b'9' | b'-' => after_dot = false,
+            b'.' if !after_dot => after_dot = true,
+            b':' => {
+                end = i;
+                break;
+            }
+            _ => return false,
+        }
+    }
+    // An empty host, an empty label or a trailing dot.
+    if after_dot {
+        return false;
+    }
+    match raw[end..].split_first() {
+        None => true,
+        Some((_, port)) => (1..=5).contains(&port.len()) && port.iter().all(u8::is_ascii_digit),
+    }
+}
+
+/// The inside of an IP literal (RFC 3986 §3.2.2): an IPv6 address, or
+/// an IPvFuture (`v` 1*HEXDIG `.` 1*( unreserved / sub-delims / `:` )).
+fn is_ip_literal(inside: &str) -> bool {
+    if inside.parse::<std::net::Ipv6Addr>().is_ok() {
+        return true;
+    }
+    let Some(rest) = inside.strip_prefix(['v', 'V']) else {
+        return false;
     };
-    let port_ok = port.len() <= 5 && port.iter().all(u8::is_ascii_digit);
-    let labels_ok = host.split(|&b| b == b'.').all(|label| {
-        !label.is_empty()
-            && label
-                .iter()
-                .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    });
-    port_ok && labels_ok && (raw.len() == host.len() || !port.is_empty())
+    let Some((version, address)) = rest.split_once('.') else {
+        return false;
+    };
+    !version.is_empty()
+        && version.bytes().all(|b| b.is_ascii_hexdigit())
+        && !address.is_empty()
+        && address
+            .bytes()
+            .all(|b| is_path_char(b) && !matches!(b, b'@' | b'/'))
 }
 
 /// `host` without its port (`[v6]:port` gives `v6`).
@@ -539,8 +580,8 @@ pub fn strip_port(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }
-    match host.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+    match host.bytes().rposition(|b| b == b':') {
+        Some(i) if host.as_bytes()[i + 1..].iter().all(u8::is_ascii_digit) => &host[..i],
         _ => host,
     }
 }

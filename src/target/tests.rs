@@ -188,7 +188,30 @@ fn authorities() {
         canonical_authority("[::1]:8080").as_deref(),
         Ok("[::1]:8080")
     );
-    for bad in ["user@host", "a b", "host:", "host:x", ".", "a..", "", "h/p"] {
+    assert_eq!(
+        canonical_authority("[::A]:8080").as_deref(),
+        Ok("[::a]:8080")
+    );
+    assert_eq!(canonical_authority("[v1.x:y]").as_deref(), Ok("[v1.x:y]"));
+    for bad in [
+        "user@host",
+        "a b",
+        "host:",
+        "host:x",
+        ".",
+        "a..",
+        "",
+        "h/p",
+        "[]",
+        "[]:80",
+        "[n]",
+        "[api.example.com]",
+        "[n]R33",
+        "[::1]x",
+        "[::1]:",
+        "[v1]",
+        "[vx.a]",
+    ] {
         assert_eq!(
             canonical_authority(bad),
             Err(TargetError::BadHost),
@@ -269,5 +292,63 @@ fn the_request_target_authority_wins() {
     assert_eq!(
         target("/", Version::HTTP_11, Some("Api.Example.com.")).as_deref(),
         Ok("api.example.com")
+    );
+}
+
+#[test]
+fn the_request_is_rewritten_only_where_it_is_not_canonical() {
+    let rewritten = |uri: &str, host: Option<&str>| {
+        let mut b = Request::builder().uri(uri);
+        if let Some(h) = host {
+            b = b.header(HOST, h);
+        }
+        let mut req = b.body(()).unwrap();
+        let t = canonical(
+            req.uri(),
+            req.version(),
+            req.headers(),
+            &PathRules::default(),
+        )
+        .unwrap();
+        let rewrite = Rewrite::of(t);
+        let unchanged = rewrite.path.is_none() && rewrite.host.is_none();
+        rewrite.apply(&mut req).unwrap();
+        let host = req
+            .headers()
+            .get(HOST)
+            .map(|h| h.to_str().unwrap().to_owned());
+        (unchanged, req.uri().to_string(), host)
+    };
+    // A canonical path and Host: nothing to do.
+    assert_eq!(
+        rewritten("/a?q=1", Some("api.example.com")),
+        (true, "/a?q=1".into(), Some("api.example.com".into()))
+    );
+    // Host as sent is not the canonical authority: replaced.
+    assert_eq!(
+        rewritten("/a", Some("Api.Example.com.")),
+        (false, "/a".into(), Some("api.example.com".into()))
+    );
+    // Absolute form: Host follows the request target's authority.
+    assert_eq!(
+        rewritten("http://www.example.com/a", Some("admin.example.com")),
+        (
+            false,
+            "http://www.example.com/a".into(),
+            Some("www.example.com".into())
+        )
+    );
+    assert_eq!(
+        rewritten("http://www.example.com/a", None),
+        (
+            false,
+            "http://www.example.com/a".into(),
+            Some("www.example.com".into())
+        )
+    );
+    // A path that is not canonical: rewritten, the query kept.
+    assert_eq!(
+        rewritten("/a//b/../c?x", Some("h")),
+        (false, "/a/c?x".into(), Some("h".into()))
     );
 }
