@@ -28,6 +28,8 @@ pub mod slots;
 pub mod stages;
 pub mod sync;
 
+use std::sync::Arc;
+
 use smallvec::SmallVec;
 
 use crate::config::Limit;
@@ -121,10 +123,10 @@ impl Decision {
     }
 
     /// Names of the enforced limits that denied, for the problem body.
-    pub fn violated(&self, limits: &[Limit]) -> Vec<String> {
+    pub fn violated(&self, limits: &[Limit]) -> Vec<Arc<str>> {
         self.denied()
             .filter(|&(_, shadow)| !shadow)
-            .filter_map(|(i, _)| limits.get(i).map(|l| l.name.to_string()))
+            .filter_map(|(i, _)| limits.get(i).map(|l| Arc::clone(&l.name)))
             .collect()
     }
 

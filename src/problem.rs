@@ -5,6 +5,8 @@
 //! response; [`GatewayError::status`] and [`GatewayError::problem`] map each
 //! to its answer with no catch-all arm, so a new error forces a decision.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 
@@ -32,7 +34,7 @@ pub enum GatewayError {
     #[error("rate limited by {policies:?}")]
     Limited {
         /// Names of the limits that denied.
-        policies: Vec<String>,
+        policies: Vec<Arc<str>>,
         /// Seconds until the request would be admitted; `None` if never,
         /// or if unknown (`in_flight`).
         retry_after: Option<u64>,
@@ -250,7 +252,7 @@ impl GatewayError {
 }
 
 /// `,"violated-policies":[…]`: the names of the limits that denied.
-fn push_policies(body: &mut String, policies: &[String]) {
+fn push_policies(body: &mut String, policies: &[Arc<str>]) {
     body.push_str(",\"violated-policies\":[");
     for (i, p) in policies.iter().enumerate() {
         if i > 0 {
@@ -379,7 +381,7 @@ mod tests {
 
     #[test]
     fn limited_bodies_are_valid_json_with_their_details() {
-        let names = vec!["per \"min\"".to_owned(), "hour\\1".to_owned()];
+        let names: Vec<Arc<str>> = vec!["per \"min\"".into(), "hour\\1".into()];
         for (retry_after, in_flight, detail) in [
             (
                 Some(3),
@@ -404,7 +406,10 @@ mod tests {
             };
             let body: serde_json::Value = serde_json::from_slice(&e.problem()).unwrap();
             assert_eq!(body["detail"], detail);
-            assert_eq!(body["violated-policies"], serde_json::json!(names));
+            assert_eq!(
+                body["violated-policies"],
+                serde_json::json!(names.iter().map(|n| &**n).collect::<Vec<_>>())
+            );
             assert_eq!(body["status"], 429);
         }
     }
