@@ -553,12 +553,10 @@ impl Forwarder {
                 // Pinned where it is made: the timeout holds a pointer to
                 // it, and the exchange's future, the largest of a request's,
                 // is not copied into the timeout's and then into this one.
-                let exchange = std::pin::pin!(conns.send(req));
+                let exchange = std::pin::pin!(conns.send(&mut req, false));
                 match tokio::time::timeout(timeout, exchange).await {
                     Err(_) => Err(expired()),
-                    Ok(Err(dial::SendError::Connect(e, _))) => {
-                        Err(GatewayError::UpstreamConnect(e))
-                    }
+                    Ok(Err(dial::SendError::Connect(e))) => Err(GatewayError::UpstreamConnect(e)),
                     Ok(Err(dial::SendError::Failed(e))) => Err(failed(&*e, None)),
                     Ok(Ok(res)) => Ok(res),
                 }
