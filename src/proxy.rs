@@ -608,14 +608,14 @@ impl Forwarder {
         sent: Instant,
     ) -> Result<(Response<Received>, Answered), GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
-        let req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
+        let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
         let client = self.pool_client(&balancer.config);
         // Not boxed: the first try is the common path, as a request to
         // one URL is; `tries` boxes what only the rest need. Polled out of
         // line, so that the caller's code (every route's, pools or not)
         // stays the size it is without them.
         let mut tries = std::pin::pin!(tries::send(
-            req,
+            &mut req,
             balancer,
             client.as_deref(),
             resolver,

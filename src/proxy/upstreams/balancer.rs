@@ -434,16 +434,18 @@ impl Balancer {
             }
             bit <<= 1;
         }
-        let all: u128 = if n == 128 { u128::MAX } else { (1 << n) - 1 };
+        // Every endpoint, as a bit set: asked for only past the panic
+        // threshold or on a try after the first.
+        let all = || -> u128 { if n == 128 { u128::MAX } else { (1 << n) - 1 } };
         // Panic threshold: fewer than half usable → all of them.
         let (mut candidates, mut count) = if count * 2 < n {
-            (all, n)
+            (all(), n)
         } else {
             (usable, count)
         };
         // A first try (the common case) has nothing to leave out.
         if !tried.is_empty() {
-            let mut untried_all = all;
+            let mut untried_all = all();
             for (i, e) in list.iter().enumerate().take(128) {
                 if tried.contains(&tried_key(e)) {
                     untried_all &= !(1 << i);

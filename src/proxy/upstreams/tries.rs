@@ -66,8 +66,8 @@ enum Miss {
     Failed(GatewayError),
 }
 
-/// Sends `req` (already rewritten) to a target of `b`, trying others as
-/// the module docs say; `sent` is when the request was sent, which the
+/// Sends `req` (already rewritten; borrowed, so that no try moves it) to a
+/// target of `b`, trying others as the module docs say; `sent` is when the request was sent, which the
 /// first try and the route's timeout count from. `key` is the caller's
 /// hash for `balance: hash`; `https` the client for `https://` targets.
 ///
@@ -83,7 +83,7 @@ enum Miss {
 /// could be reached, [`GatewayError::UpstreamTimeout`],
 /// [`GatewayError::UpstreamFailed`], or the client's body error.
 pub async fn send(
-    mut req: Request<UpstreamBody>,
+    req: &mut Request<UpstreamBody>,
     b: &Balancer,
     https: Option<&UpstreamClient>,
     resolver: &dyn Resolve,
@@ -100,7 +100,7 @@ pub async fn send(
         return Box::pin(send_all(req, b, https, resolver, key, timeout, sent)).await;
     };
     let cfg = &b.config;
-    let (replay, may_retry, _) = begin(&mut req, b);
+    let (replay, may_retry, _) = begin(req, b);
     // The whole timeout is left for the first try.
     let bound = cfg.per_try_timeout.map_or(timeout, |t| t.min(timeout));
     if bound.is_zero() {
@@ -113,7 +113,7 @@ pub async fn send(
             // and the future is not moved again. It borrows the request,
             // which stays here for a try after it (see `KeepAlive::send`):
             // no copy is made for a retry that rarely comes.
-            let send = std::pin::pin!(conns.send(&mut req, may_retry));
+            let send = std::pin::pin!(conns.send(req, may_retry));
             // Bounded from `sent`: no clock read of its own.
             let until = tokio::time::Instant::from_std(sent + bound);
             match tokio::time::timeout_at(until, send).await {
@@ -146,7 +146,7 @@ pub async fn send(
 /// A request's tries from the start, for what the first try of
 /// [`send`] does not cover.
 async fn send_all(
-    mut req: Request<UpstreamBody>,
+    req: &mut Request<UpstreamBody>,
     b: &Balancer,
     https: Option<&UpstreamClient>,
     resolver: &dyn Resolve,
@@ -162,7 +162,7 @@ async fn send_all(
         resolve_once(b, resolver).await;
         start = Instant::now();
     }
-    let (replay, may_retry, https_pool) = begin(&mut req, b);
+    let (replay, may_retry, https_pool) = begin(req, b);
     let mut tries = Tries {
         b,
         key,
@@ -181,7 +181,7 @@ async fn send_all(
     let in_flight = InFlight::start(&e);
     let keep = tries.keep();
     let target = &cfg.targets[e.target];
-    let miss = match one_try(&mut req, keep, &e, target, https, bound).await {
+    let miss = match one_try(req, keep, &e, target, https, bound).await {
         Ok(res) => return Ok(answer(b, res, &e, in_flight, tries.tries, start, sent)),
         Err(miss) => miss,
     };
@@ -216,7 +216,7 @@ impl Tries<'_> {
         mut self,
         mut miss: Miss,
         mut e: Endpoint,
-        mut req: Request<UpstreamBody>,
+        req: &mut Request<UpstreamBody>,
         https: Option<&UpstreamClient>,
         sent: Instant,
     ) -> Result<(Response<Received>, Answered), GatewayError> {
@@ -229,7 +229,7 @@ impl Tries<'_> {
             let in_flight = InFlight::start(&next);
             let target = &cfg.targets[next.target];
             let keep = self.keep();
-            miss = match one_try(&mut req, keep, &next, target, https, bound).await {
+            miss = match one_try(req, keep, &next, target, https, bound).await {
                 Ok(res) => {
                     let answered = answer(self.b, res, &next, in_flight, self.tries, started, sent);
                     return Ok(answered);
@@ -326,7 +326,9 @@ impl Tries<'_> {
 
 /// The request's answer from `e`, on its `tries`th try, which started at
 /// `started` (the request at `sent`): recorded against the target, and
-/// what the caller is told. One clock read for both.
+/// what the caller is told. One clock read for both. Inlined: the response
+/// is not moved into a call and back out.
+#[inline]
 fn answer(
     b: &Balancer,
     res: Response<Received>,
