@@ -611,10 +611,9 @@ impl Forwarder {
         let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
         let client = self.pool_client(&balancer.config);
         // Not boxed: the first try is the common path, as a request to
-        // one URL is; `tries` boxes what only the rest need. Polled out of
-        // line, so that the caller's code (every route's, pools or not)
-        // stays the size it is without them.
-        let mut tries = std::pin::pin!(tries::send(
+        // one URL is; `tries` boxes what only the rest need. Pinned where
+        // it is made and awaited through the pin.
+        let tries = std::pin::pin!(tries::send(
             &mut req,
             balancer,
             client.as_deref(),
@@ -623,8 +622,7 @@ impl Forwarder {
             upstream.timeout,
             sent,
         ));
-        let (mut res, answered) =
-            std::future::poll_fn(|cx| poll_out_of_line(tries.as_mut(), cx)).await?;
+        let (mut res, answered) = tries.await?;
         strip_hop_by_hop(res.headers_mut());
         Ok((res, answered))
     }
@@ -675,16 +673,6 @@ impl Forwarder {
         );
         b
     }
-}
-
-/// Polls `f` in a function of its own: what `f` inlines stays out of its
-/// caller's code.
-#[inline(never)]
-fn poll_out_of_line<F: Future>(
-    f: std::pin::Pin<&mut F>,
-    cx: &mut std::task::Context<'_>,
-) -> std::task::Poll<F::Output> {
-    f.poll(cx)
 }
 
 /// The kept-alive connections for `upstream` when it takes that HTTP/1.1

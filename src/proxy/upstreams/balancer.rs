@@ -508,12 +508,15 @@ impl Balancer {
     /// number of candidates.
     fn least_request(&self, eps: &Endpoints, candidates: u128, count: usize) -> usize {
         let first = self.round_robin(eps, candidates, count);
-        let others = candidates & !(1 << first);
         // The round robin picks one of the candidates.
         let rest = count.saturating_sub(1) as u64;
-        if rest == 0 {
+        // With nothing in flight on the round robin's pick no other has
+        // fewer: the pick stands without drawing a second (the common
+        // case under light load, and what keeps the weights exact there).
+        if rest == 0 || eps.list[first].state.in_flight() == 0 {
             return first;
         }
+        let others = candidates & !(1 << first);
         let nth = u32::try_from(self.random() % rest).unwrap_or(0);
         let second = nth_set_bit(others, nth);
         let (a, b) = (&eps.list[first], &eps.list[second]);
