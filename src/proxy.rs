@@ -553,12 +553,10 @@ impl Forwarder {
                 // Pinned where it is made: the timeout holds a pointer to
                 // it, and the exchange's future, the largest of a request's,
                 // is not copied into the timeout's and then into this one.
-                let exchange = std::pin::pin!(conns.send(req));
+                let exchange = std::pin::pin!(conns.send(&mut req, false));
                 match tokio::time::timeout(timeout, exchange).await {
                     Err(_) => Err(expired()),
-                    Ok(Err(dial::SendError::Connect(e, _))) => {
-                        Err(GatewayError::UpstreamConnect(e))
-                    }
+                    Ok(Err(dial::SendError::Connect(e))) => Err(GatewayError::UpstreamConnect(e)),
                     Ok(Err(dial::SendError::Failed(e))) => Err(failed(&*e, None)),
                     Ok(Ok(res)) => Ok(res),
                 }
@@ -610,14 +608,13 @@ impl Forwarder {
         sent: Instant,
     ) -> Result<(Response<Received>, Answered), GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
-        let req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
+        let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
         let client = self.pool_client(&balancer.config);
         // Not boxed: the first try is the common path, as a request to
-        // one URL is; `tries` boxes what only the rest need. Polled out of
-        // line, so that the caller's code (every route's, pools or not)
-        // stays the size it is without them.
-        let mut tries = std::pin::pin!(tries::send(
-            req,
+        // one URL is; `tries` boxes what only the rest need. Pinned where
+        // it is made and awaited through the pin.
+        let tries = std::pin::pin!(tries::send(
+            &mut req,
             balancer,
             client.as_deref(),
             resolver,
@@ -625,8 +622,7 @@ impl Forwarder {
             upstream.timeout,
             sent,
         ));
-        let (mut res, answered) =
-            std::future::poll_fn(|cx| poll_out_of_line(tries.as_mut(), cx)).await?;
+        let (mut res, answered) = tries.await?;
         strip_hop_by_hop(res.headers_mut());
         Ok((res, answered))
     }
@@ -677,16 +673,6 @@ impl Forwarder {
         );
         b
     }
-}
-
-/// Polls `f` in a function of its own: what `f` inlines stays out of its
-/// caller's code.
-#[inline(never)]
-fn poll_out_of_line<F: Future>(
-    f: std::pin::Pin<&mut F>,
-    cx: &mut std::task::Context<'_>,
-) -> std::task::Poll<F::Output> {
-    f.poll(cx)
 }
 
 /// The kept-alive connections for `upstream` when it takes that HTTP/1.1

@@ -17,8 +17,8 @@ use super::body::UpstreamBody;
 pub enum SendError {
     /// No connection could be made, or a new one failed before a byte of
     /// the request was written: nothing reached the upstream, and the
-    /// request comes back to be sent elsewhere.
-    Connect(String, Box<Request<UpstreamBody>>),
+    /// caller holds the whole request again, to send it elsewhere.
+    Connect(String),
     /// The exchange failed after the request was handed to a connection.
     Failed(Box<dyn std::error::Error + Send + Sync>),
 }

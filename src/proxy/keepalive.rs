@@ -64,6 +64,9 @@ enum Missed {
     /// Written, and the connection failed before answering: send this copy
     /// on a new connection.
     Fresh(Box<Request<UpstreamBody>>),
+    /// A new connection failed before writing it: nothing reached the
+    /// upstream, and the request comes back.
+    Unsent(String, Box<Request<UpstreamBody>>),
     /// The exchange failed.
     Failed(SendError),
 }
@@ -140,50 +143,60 @@ impl KeepAlive {
     /// Sends `req` (origin-form URI, `Host` set) on a pooled connection or
     /// a new one, and waits for the response head. See the module docs for
     /// when a request is sent again.
-    pub async fn send(&self, req: Request<UpstreamBody>) -> Result<Response<Received>, SendError> {
-        self.send_with(req, None).await
-    }
-
-    /// [`Self::send`], when the caller keeps a copy of the request's head
-    /// already (`spare`, a pool's try kept for a retry): the keep-alive
-    /// race's second send is copied from it, only when it happens, instead
-    /// of a copy made for every request.
-    pub async fn send_with(
+    ///
+    /// The request stays the caller's where that costs nothing, so that a
+    /// pool sends it to another target without a copy made beforehand:
+    /// after [`SendError::Connect`] `req` holds the whole request again.
+    /// With `keep` (a pool's try that may be retried, of a request that is
+    /// replayable) `req` holds its head also after [`SendError::Failed`] and
+    /// when the send is dropped at a timeout: the native client writes the
+    /// request from `req` without taking it; hyper's takes it, and `req`
+    /// keeps a copy of the head.
+    pub async fn send(
         &self,
-        req: Request<UpstreamBody>,
-        spare: Option<&Request<UpstreamBody>>,
+        req: &mut Request<UpstreamBody>,
+        keep: bool,
     ) -> Result<Response<Received>, SendError> {
         match &self.native {
-            // The native client sends a request again from its bytes, and
-            // needs no spare.
             Some(idle) => h1::send(&self.dial, idle, req)
                 .await
                 .map(|res| res.map(Received::native)),
-            _ => self
-                .send_hyper(req, spare)
+            None => self
+                .send_hyper(req, keep)
                 .await
                 .map(|res| res.map(Received::hyper)),
         }
     }
 
+    /// [`Self::send`] on hyper's connections: `held` is left with a copy
+    /// of the head when `keep`, and the request whenever it comes back
+    /// unsent.
     async fn send_hyper(
         &self,
-        mut req: Request<UpstreamBody>,
-        spare: Option<&Request<UpstreamBody>>,
+        held: &mut Request<UpstreamBody>,
+        keep: bool,
     ) -> Result<Response<hyper::body::Incoming>, SendError> {
+        let left = if keep {
+            copy_head(held)
+        } else {
+            Request::new(UpstreamBody::empty())
+        };
+        let mut req = std::mem::replace(held, left);
         loop {
             let (conn, reused) = match self.take() {
                 Some(c) => (c, true),
                 // Boxed: connecting is rare and its future is large.
                 None => match Box::pin(self.connect()).await {
                     Ok(c) => (c, false),
-                    Err(e) => return Err(SendError::Connect(e, Box::new(req))),
+                    Err(e) => {
+                        *held = req;
+                        return Err(SendError::Connect(e));
+                    }
                 },
             };
             // The copy costs a header map; only requests that may need it
             // pay for it. Boxed, to keep it out of every request's future.
-            let again =
-                (spare.is_none() && reused && replayable(&req)).then(|| Box::new(copy_head(&req)));
+            let again = (!keep && reused && replayable(&req)).then(|| Box::new(copy_head(&req)));
             let read_before = conn.read.load(Ordering::Relaxed);
             let Conn { mut sender, read } = conn;
             let e = match sender.try_send_request(req).await {
@@ -194,9 +207,14 @@ impl KeepAlive {
                 Err(e) => e,
             };
             let unanswered = read.load(Ordering::Relaxed) == read_before;
+            let spare = keep.then_some(&*held);
             match self.missed(e, reused, unanswered, again, spare) {
                 Missed::Retry(back) => req = *back,
-                Missed::Fresh(head) => return Box::pin(self.send_fresh(*head)).await,
+                Missed::Fresh(head) => return Box::pin(self.send_fresh(*head, held)).await,
+                Missed::Unsent(e, back) => {
+                    *held = *back;
+                    return Err(SendError::Connect(e));
+                }
                 Missed::Failed(e) => return Err(e),
             }
         }
@@ -204,7 +222,7 @@ impl KeepAlive {
 
     /// What follows a request that `try_send_request` gave back as `e`:
     /// sent again on another connection, sent again on a new one, or
-    /// failed. Out of [`Self::send_with`], so that its future, which every
+    /// failed. Out of [`Self::send_hyper`], so that its future, which every
     /// request's holds, is not made larger by the error.
     fn missed(
         &self,
@@ -222,10 +240,7 @@ impl KeepAlive {
             // opened): the upstream saw nothing.
             Some(back) => {
                 let e = e.into_error();
-                Missed::Failed(SendError::Connect(
-                    format!("{}: {e}", self.dial.authority),
-                    Box::new(back),
-                ))
+                Missed::Unsent(format!("{}: {e}", self.dial.authority), Box::new(back))
             }
             None => {
                 let e = e.into_error();
@@ -247,14 +262,19 @@ impl KeepAlive {
         }
     }
 
-    /// Sends `req` on a new connection, once.
+    /// Sends `req` on a new connection, once; it goes back to `held` when
+    /// none can be made.
     async fn send_fresh(
         &self,
         req: Request<UpstreamBody>,
+        held: &mut Request<UpstreamBody>,
     ) -> Result<Response<hyper::body::Incoming>, SendError> {
         let Conn { mut sender, read } = match self.connect().await {
             Ok(c) => c,
-            Err(e) => return Err(SendError::Connect(e, Box::new(req))),
+            Err(e) => {
+                *held = req;
+                return Err(SendError::Connect(e));
+            }
         };
         match sender.send_request(req).await {
             Ok(res) => {

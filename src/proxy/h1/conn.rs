@@ -20,9 +20,7 @@ pub struct Conn {
     pub io: TcpStream,
     /// Bytes read and not yet used.
     pub buf: BytesMut,
-    /// The request head (and small body frames) before they are written;
-    /// kept until the response head arrives, so a bodiless request can be
-    /// sent again as the same bytes.
+    /// The request head (and small body frames) before they are written.
     pub out: Vec<u8>,
     /// The next read's size.
     want: usize,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use http::{Method, Request, Response};
+use http_body::Body as _;
 
 use super::body::NativeBody;
 use super::conn::Conn;
@@ -20,73 +21,57 @@ use crate::proxy::body::UpstreamBody;
 /// How an exchange missed.
 #[derive(Debug)]
 pub enum Miss {
-    /// Not a byte of the request was written: it comes back whole.
-    Unsent(Box<Request<UpstreamBody>>, NativeError),
+    /// Not a byte of the request was written: the request is whole.
+    Unsent(NativeError),
     /// The request was written, or some of it.
     Failed {
         error: NativeError,
         /// No byte of a response had arrived.
         unanswered: bool,
-        /// The request's bytes, when it had no body: what a second send
-        /// writes.
-        bytes: Option<Vec<u8>>,
     },
 }
 
 /// Sends `req` on `conn` and reads the response head; the response's body
 /// reads from the connection and gives it back to `idle` at its end.
 ///
-/// The request body, if any, is written as the head is waited for, and
-/// the rest of it as the response body is read ([`Upload`]).
+/// The head is written from `req`, which keeps it; a body to send is taken
+/// out once the head is written, and is written as the head is waited
+/// for, the rest of it as the response body is read ([`Upload`]).
 ///
 /// # Errors
 /// See [`Miss`].
 pub async fn exchange(
     mut conn: Box<Conn>,
-    req: Request<UpstreamBody>,
+    req: &mut Request<UpstreamBody>,
     idle: &Arc<IdleConns>,
 ) -> Result<Response<NativeBody>, Miss> {
     conn.out.clear();
-    let framing = write::head(&req, &mut conn.out);
-    let replayable = crate::proxy::dial::replayable(&req);
-    let method = req.method().clone();
+    let framing = write::head(req, &mut conn.out);
     match conn.flush().await {
         Ok(()) => {}
-        Err((0, e)) => return Err(Miss::Unsent(Box::new(req), e.into())),
-        Err((_, e)) => return Err(failed(&mut conn, e.into(), replayable)),
+        Err((0, e)) => return Err(Miss::Unsent(e.into())),
+        Err((_, e)) => {
+            return Err(Miss::Failed {
+                error: e.into(),
+                unanswered: conn.buf.is_empty(),
+            });
+        }
     }
-    let upload = Upload::new(req.into_body(), framing);
+    // A body that is not sent (a GET's of unknown size) is let go of here,
+    // as one that is sent is handed to the upload.
+    let upload = if req.body().is_end_stream() {
+        None
+    } else {
+        Upload::new(
+            std::mem::replace(req.body_mut(), UpstreamBody::empty()),
+            framing,
+        )
+    };
     if upload.is_some() {
         // The head is out; the buffer is the body's now.
         conn.out.clear();
     }
-    respond(conn, &method, idle, replayable, upload).await
-}
-
-/// Sends `bytes`, a bodiless `method` request written before, on `conn`
-/// and reads the response head.
-///
-/// # Errors
-/// The exchange failed ([`Miss::Failed`], never to be sent again).
-pub async fn resend(
-    mut conn: Box<Conn>,
-    bytes: Vec<u8>,
-    method: &Method,
-    idle: &Arc<IdleConns>,
-) -> Result<Response<NativeBody>, Miss> {
-    conn.out = bytes;
-    if let Err((_, e)) = conn.flush().await {
-        return Err(failed(&mut conn, e.into(), false));
-    }
-    respond(conn, method, idle, false, None).await
-}
-
-fn failed(conn: &mut Conn, error: NativeError, replayable: bool) -> Miss {
-    Miss::Failed {
-        error,
-        unanswered: conn.buf.is_empty(),
-        bytes: replayable.then(|| std::mem::take(&mut conn.out)),
-    }
+    respond(conn, req.method(), idle, upload).await
 }
 
 /// Reads the response head on `conn`, writing `upload` meanwhile, and
@@ -95,19 +80,12 @@ async fn respond(
     mut conn: Box<Conn>,
     method: &Method,
     idle: &Arc<IdleConns>,
-    replayable: bool,
     mut upload: Option<Box<Upload>>,
 ) -> Result<Response<NativeBody>, Miss> {
     let mut wrote = true;
     let head = match read_head(&mut conn, method, &mut upload, &mut wrote).await {
         Ok(head) => head,
-        Err((error, unanswered)) => {
-            return Err(Miss::Failed {
-                error,
-                unanswered,
-                bytes: (replayable && unanswered).then(|| std::mem::take(&mut conn.out)),
-            });
-        }
+        Err((error, unanswered)) => return Err(Miss::Failed { error, unanswered }),
     };
     let Head {
         response,

@@ -164,9 +164,14 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     } else {
         Version::HTTP_10
     };
-    let mut headers = HeaderMap::with_capacity(raw.fields.len());
+    let mut response = Response::new(());
+    let headers = response.headers_mut();
+    headers.reserve(raw.fields.len());
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
+    // The framing fields, noted as the fields go by (a standard name
+    // compares as a tag) rather than looked up after.
+    let mut fields = Framing::default();
     for f in &raw.fields {
         let name =
             HeaderName::from_bytes(&bytes[f.name.0..f.name.1]).map_err(|_| HeadError::Field)?;
@@ -181,14 +186,17 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
             } else if !keep_alive {
                 keep_alive = has_token(&value, "keep-alive");
             }
+        } else if name == TRANSFER_ENCODING {
+            fields.last_coding = Some(value.clone());
+        } else if name == CONTENT_LENGTH {
+            fields.length_lines = true;
+            fields.length = fields.length.and_then(|l| fold_length(l, value.as_bytes()));
         }
         headers.append(name, value);
     }
-    let framing = framing(status, version, &headers, method)?;
-    let mut response = Response::new(());
+    let framing = framing(status, version, &fields, method)?;
     *response.status_mut() = status;
     *response.version_mut() = version;
-    *response.headers_mut() = headers;
     let reason = &bytes[raw.reason.0..raw.reason.1];
     if status.canonical_reason().map(str::as_bytes) != Some(reason)
         && let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(reason)
@@ -202,11 +210,32 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     })
 }
 
+/// What a head's fields say of its body's framing.
+struct Framing {
+    /// The last `Transfer-Encoding` line.
+    last_coding: Option<HeaderValue>,
+    /// Some `Content-Length` line was there.
+    length_lines: bool,
+    /// What the `Content-Length` lines agree on so far: `Some(None)` before
+    /// the first, `None` once one is not a number or two differ.
+    length: Option<Option<u64>>,
+}
+
+impl Default for Framing {
+    fn default() -> Self {
+        Self {
+            last_coding: None,
+            length_lines: false,
+            length: Some(None),
+        }
+    }
+}
+
 /// The body's framing (RFC 9112 §6.3), in hyper's client's order.
 fn framing(
     status: StatusCode,
     version: Version,
-    headers: &HeaderMap,
+    fields: &Framing,
     method: &Method,
 ) -> Result<Delimited, HeadError> {
     match status.as_u16() {
@@ -220,39 +249,48 @@ fn framing(
     if method == Method::CONNECT && status.is_success() {
         return Err(HeadError::Upgrade);
     }
-    if headers.contains_key(TRANSFER_ENCODING) {
+    if let Some(coding) = &fields.last_coding {
         if version == Version::HTTP_10 {
             return Err(HeadError::Http10Chunked);
         }
-        if headers.contains_key(CONTENT_LENGTH) {
+        if fields.length_lines {
             return Err(HeadError::LengthAndChunked);
         }
-        return Ok(if is_chunked(headers) {
+        return Ok(if is_chunked(coding) {
             Delimited::Chunked
         } else {
             Delimited::Close
         });
     }
-    if !headers.contains_key(CONTENT_LENGTH) {
+    if !fields.length_lines {
         return Ok(Delimited::Close);
     }
-    content_length(headers).map_or(Err(HeadError::Length), |n| Ok(Delimited::Length(n)))
+    fields
+        .length
+        .flatten()
+        .map_or(Err(HeadError::Length), |n| Ok(Delimited::Length(n)))
 }
 
 /// The one length every `Content-Length` line and list member gives
 /// (RFC 9110 §8.6: a list of one repeated value is that value); `None` when
 /// one is not a decimal number or two differ.
 pub fn content_length(headers: &HeaderMap) -> Option<u64> {
-    let mut length = None;
-    for line in headers.get_all(CONTENT_LENGTH) {
-        for v in line.as_bytes().split(|&b| b == b',') {
-            let n = digits(v.trim_ascii())?;
-            if *length.get_or_insert(n) != n {
-                return None;
-            }
+    headers
+        .get_all(CONTENT_LENGTH)
+        .iter()
+        .try_fold(None, |length, line| fold_length(length, line.as_bytes()))?
+}
+
+/// `length`, the value of the `Content-Length` lines before, with `line`'s
+/// members: `None` when one is not a decimal number or differs.
+fn fold_length(mut length: Option<u64>, line: &[u8]) -> Option<Option<u64>> {
+    for v in line.split(|&b| b == b',') {
+        let n = digits(v.trim_ascii())?;
+        if *length.get_or_insert(n) != n {
+            return None;
         }
     }
-    length
+    Some(length)
 }
 
 fn digits(s: &[u8]) -> Option<u64> {
@@ -268,14 +306,11 @@ fn digits(s: &[u8]) -> Option<u64> {
     })
 }
 
-/// Whether the last transfer coding of the last `Transfer-Encoding` line is
-/// `chunked` (a line with other than visible ASCII is not).
-fn is_chunked(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-        .and_then(|line| line.to_str().ok())
+/// Whether the last transfer coding of `line`, the last `Transfer-Encoding`
+/// line, is `chunked` (a line with other than visible ASCII is not).
+fn is_chunked(line: &HeaderValue) -> bool {
+    line.to_str()
+        .ok()
         .and_then(|line| line.rsplit(',').next())
         .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
 }

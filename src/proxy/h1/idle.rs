@@ -8,10 +8,13 @@ use super::conn::Conn;
 /// Idle connections kept per upstream.
 const MAX_IDLE: usize = 256;
 
-/// The idle connections to one upstream, most recently used last.
+/// The idle connections to one upstream, most recently used last, each
+/// with the instant it expires (a comparison when it is taken, where the
+/// time it went idle would need a subtraction); `None` for a timeout past
+/// what the clock counts.
 #[derive(Debug)]
 pub struct IdleConns {
-    idle: Mutex<Vec<(Box<Conn>, Instant)>>,
+    idle: Mutex<Vec<(Box<Conn>, Option<Instant>)>>,
     idle_timeout: Duration,
 }
 
@@ -29,13 +32,13 @@ impl IdleConns {
     pub fn take(&self) -> Option<Box<Conn>> {
         let mut now = None;
         loop {
-            let (conn, since) = self
+            let (conn, expires) = self
                 .idle
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .pop()?;
             let now = *now.get_or_insert_with(Instant::now);
-            if now.saturating_duration_since(since) <= self.idle_timeout && conn.idle_and_open() {
+            if expires.is_none_or(|at| now <= at) && conn.idle_and_open() {
                 return Some(conn);
             }
         }
@@ -46,7 +49,7 @@ impl IdleConns {
         conn.trim();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < MAX_IDLE {
-            idle.push((conn, Instant::now()));
+            idle.push((conn, Instant::now().checked_add(self.idle_timeout)));
         }
     }
 

@@ -306,27 +306,41 @@ fn a_body_cut_short_is_incomplete_and_a_close_delimited_one_ends_at_the_close() 
     assert_eq!(&buf[..], b"def");
 }
 
-#[test]
-fn a_bodiless_request_is_read_back_from_its_bytes_as_it_was() {
-    let req = http::Request::builder()
-        .method("GET")
-        .uri("/a/b?c=d")
+#[tokio::test]
+async fn a_request_that_reached_no_one_stays_whole_with_the_caller() {
+    use http_body_util::BodyExt as _;
+    use std::sync::Arc;
+
+    // A port nothing listens on: the connect is refused.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let dial = crate::proxy::dial::Dial {
+        authority: addr.to_string().parse().unwrap(),
+        addr: Some(addr),
+        timeout: std::time::Duration::from_secs(2),
+    };
+    let idle = Arc::new(super::IdleConns::new(std::time::Duration::from_secs(60)));
+    let body = crate::proxy::body::UpstreamBody::new(Bytes::from_static(b"payload").into(), None);
+    let mut req = http::Request::post("/a?b=c")
         .header("host", "up.test")
         .header("x-two", "1")
         .header("x-two", "2")
-        .header("x-bin", http::HeaderValue::from_bytes(b"caf\xe9").unwrap())
-        .body(crate::proxy::body::UpstreamBody::empty())
+        .body(body)
         .unwrap();
-    let mut bytes = Vec::new();
-    super::write::head(&req, &mut bytes);
-    let back = super::send::request_of(&bytes).expect("read back");
-    assert_eq!(back.method(), req.method());
-    assert_eq!(back.uri(), req.uri());
-    assert_eq!(back.headers(), req.headers());
-    let mut again = Vec::new();
-    super::write::head(&back, &mut again);
-    assert_eq!(again, bytes);
-    assert!(super::send::request_of(b"GET / HTTP/1.1\r\nhost: x\r\n").is_none());
+    let err = super::send(&dial, &idle, &mut req)
+        .await
+        .expect_err("no upstream");
+    assert!(
+        matches!(err, crate::proxy::dial::SendError::Connect(_)),
+        "{err:?}"
+    );
+    assert_eq!(req.method(), http::Method::POST);
+    assert_eq!(req.uri(), "/a?b=c");
+    let twos: Vec<_> = req.headers().get_all("x-two").iter().collect();
+    assert_eq!(twos, ["1", "2"]);
+    let got = req.into_body().collect().await.expect("the body");
+    assert_eq!(got.to_bytes(), "payload");
 }
 
 /// An upstream that answers each request `early` as soon as its head is
@@ -401,12 +415,12 @@ async fn a_response_that_ends_before_its_request_body_lets_the_body_finish_and_t
     // the body is still being written.
     let size = 32 << 20;
     let body = crate::proxy::body::UpstreamBody::new(Bytes::from(vec![b'x'; size]).into(), None);
-    let req = http::Request::post("/up")
+    let mut req = http::Request::post("/up")
         .header("host", "up.test")
         .body(body)
         .unwrap();
     let within = std::time::Duration::from_secs(10);
-    let res = tokio::time::timeout(within, super::send(&dial, &idle, req))
+    let res = tokio::time::timeout(within, super::send(&dial, &idle, &mut req))
         .await
         .expect("a head in time")
         .expect("a response");
@@ -428,10 +442,12 @@ async fn a_response_that_ends_before_its_request_body_lets_the_body_finish_and_t
         tokio::task::yield_now().await;
     }
     assert_eq!(idle.kept(), 1, "the connection is kept");
-    let req = http::Request::get("/next")
+    let mut req = http::Request::get("/next")
         .header("host", "up.test")
         .body(crate::proxy::body::UpstreamBody::empty())
         .unwrap();
-    let res = super::send(&dial, &idle, req).await.expect("a response");
+    let res = super::send(&dial, &idle, &mut req)
+        .await
+        .expect("a response");
     assert_eq!(res.headers()["x-conn"], "1");
 }

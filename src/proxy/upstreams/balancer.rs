@@ -434,16 +434,18 @@ impl Balancer {
             }
             bit <<= 1;
         }
-        let all: u128 = if n == 128 { u128::MAX } else { (1 << n) - 1 };
+        // Every endpoint, as a bit set: asked for only past the panic
+        // threshold or on a try after the first.
+        let all = || -> u128 { if n == 128 { u128::MAX } else { (1 << n) - 1 } };
         // Panic threshold: fewer than half usable → all of them.
         let (mut candidates, mut count) = if count * 2 < n {
-            (all, n)
+            (all(), n)
         } else {
             (usable, count)
         };
         // A first try (the common case) has nothing to leave out.
         if !tried.is_empty() {
-            let mut untried_all = all;
+            let mut untried_all = all();
             for (i, e) in list.iter().enumerate().take(128) {
                 if tried.contains(&tried_key(e)) {
                     untried_all &= !(1 << i);
@@ -506,12 +508,15 @@ impl Balancer {
     /// number of candidates.
     fn least_request(&self, eps: &Endpoints, candidates: u128, count: usize) -> usize {
         let first = self.round_robin(eps, candidates, count);
-        let others = candidates & !(1 << first);
         // The round robin picks one of the candidates.
         let rest = count.saturating_sub(1) as u64;
-        if rest == 0 {
+        // With nothing in flight on the round robin's pick no other has
+        // fewer: the pick stands without drawing a second (the common
+        // case under light load, and what keeps the weights exact there).
+        if rest == 0 || eps.list[first].state.in_flight() == 0 {
             return first;
         }
+        let others = candidates & !(1 << first);
         let nth = u32::try_from(self.random() % rest).unwrap_or(0);
         let second = nth_set_bit(others, nth);
         let (a, b) = (&eps.list[first], &eps.list[second]);

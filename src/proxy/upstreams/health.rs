@@ -68,9 +68,9 @@ async fn check(b: &Balancer, e: &Endpoint, https: Option<&UpstreamClient>) -> bo
     let status = match (&e.state.conns, https) {
         (Some(conns), _) => {
             *req.uri_mut() = Uri::from(health.path.clone());
-            match conns.send(req).await {
+            match conns.send(&mut req, false).await {
                 Ok(res) => res.status(),
-                Err(SendError::Connect(..) | SendError::Failed(_)) => return false,
+                Err(SendError::Connect(_) | SendError::Failed(_)) => return false,
             }
         }
         (None, Some(client)) => {

@@ -58,14 +58,16 @@ type Try = Result<Response<Received>, Miss>;
 
 /// How a try missed.
 enum Miss {
-    /// Nothing reached the target; the request comes back when it can.
-    Unsent(String, Option<Box<Request<UpstreamBody>>>),
+    /// Nothing reached the target; `true` when the caller holds the
+    /// request again (hyper's general client takes it, and leaves a copy
+    /// only when the try keeps one).
+    Unsent(String, bool),
     /// The try failed after the request may have reached the target.
     Failed(GatewayError),
 }
 
-/// Sends `req` (already rewritten) to a target of `b`, trying others as
-/// the module docs say; `sent` is when the request was sent, which the
+/// Sends `req` (already rewritten; borrowed, so that no try moves it) to a
+/// target of `b`, trying others as the module docs say; `sent` is when the request was sent, which the
 /// first try and the route's timeout count from. `key` is the caller's
 /// hash for `balance: hash`; `https` the client for `https://` targets.
 ///
@@ -81,7 +83,7 @@ enum Miss {
 /// could be reached, [`GatewayError::UpstreamTimeout`],
 /// [`GatewayError::UpstreamFailed`], or the client's body error.
 pub async fn send(
-    mut req: Request<UpstreamBody>,
+    req: &mut Request<UpstreamBody>,
     b: &Balancer,
     https: Option<&UpstreamClient>,
     resolver: &dyn Resolve,
@@ -98,19 +100,20 @@ pub async fn send(
         return Box::pin(send_all(req, b, https, resolver, key, timeout, sent)).await;
     };
     let cfg = &b.config;
-    let (replay, may_retry, _) = begin(&mut req, b);
+    let (replay, may_retry, _) = begin(req, b);
     // The whole timeout is left for the first try.
     let bound = cfg.per_try_timeout.map_or(timeout, |t| t.min(timeout));
     if bound.is_zero() {
         return Err(GatewayError::UpstreamTimeout(timeout));
     }
-    let again = may_retry.then(|| copy_head(&req));
     let in_flight = InFlight::start(&e);
     let miss = match &e.state.conns {
         Some(conns) => {
             // Pinned where it is made: the timeout holds a pointer to it,
-            // and the future is not moved again.
-            let send = std::pin::pin!(conns.send_with(req, again.as_ref()));
+            // and the future is not moved again. It borrows the request,
+            // which stays here for a try after it (see `KeepAlive::send`):
+            // no copy is made for a retry that rarely comes.
+            let send = std::pin::pin!(conns.send(req, may_retry));
             // Bounded from `sent`: no clock read of its own.
             let until = tokio::time::Instant::from_std(sent + bound);
             match tokio::time::timeout_at(until, send).await {
@@ -137,13 +140,13 @@ pub async fn send(
         last: None,
     };
     mark_tried(&mut tries.tried, &e);
-    Box::pin(tries.rest(miss, e, again, https, sent)).await
+    Box::pin(tries.rest(miss, e, req, https, sent)).await
 }
 
 /// A request's tries from the start, for what the first try of
 /// [`send`] does not cover.
 async fn send_all(
-    mut req: Request<UpstreamBody>,
+    req: &mut Request<UpstreamBody>,
     b: &Balancer,
     https: Option<&UpstreamClient>,
     resolver: &dyn Resolve,
@@ -159,7 +162,7 @@ async fn send_all(
         resolve_once(b, resolver).await;
         start = Instant::now();
     }
-    let (replay, may_retry, https_pool) = begin(&mut req, b);
+    let (replay, may_retry, https_pool) = begin(req, b);
     let mut tries = Tries {
         b,
         key,
@@ -173,24 +176,17 @@ async fn send_all(
         retries: 0,
         last: None,
     };
-    let (e, again) = tries.next(&req)?;
+    let e = tries.next()?;
     let bound = tries.bound(start)?;
     let in_flight = InFlight::start(&e);
-    let outcome = one_try(
-        req,
-        again.as_ref(),
-        &e,
-        &cfg.targets[e.target],
-        https,
-        bound,
-    )
-    .await;
-    let miss = match outcome {
+    let keep = tries.keep();
+    let target = &cfg.targets[e.target];
+    let miss = match one_try(req, keep, &e, target, https, bound).await {
         Ok(res) => return Ok(answer(b, res, &e, in_flight, tries.tries, start, sent)),
         Err(miss) => miss,
     };
     drop(in_flight);
-    tries.rest(miss, e, again, https, sent).await
+    tries.rest(miss, e, req, https, sent).await
 }
 
 /// What a request's tries keep from one to the next.
@@ -214,25 +210,26 @@ struct Tries<'a> {
 }
 
 impl Tries<'_> {
-    /// The tries after one on `e` that missed (`miss`), with `again` the
-    /// copy of the request kept for them.
+    /// The tries after one on `e` that missed (`miss`); `req` is the
+    /// request as that try left it.
     async fn rest(
         mut self,
         mut miss: Miss,
         mut e: Endpoint,
-        mut again: Option<Request<UpstreamBody>>,
+        req: &mut Request<UpstreamBody>,
         https: Option<&UpstreamClient>,
         sent: Instant,
     ) -> Result<(Response<Received>, Answered), GatewayError> {
         let cfg = &self.b.config;
         loop {
-            let req = self.after(miss, &e, again)?;
-            let (next, copy) = self.next(&req)?;
+            self.after(miss, &e)?;
+            let next = self.next()?;
             let started = Instant::now();
             let bound = self.bound(started)?;
             let in_flight = InFlight::start(&next);
             let target = &cfg.targets[next.target];
-            miss = match one_try(req, copy.as_ref(), &next, target, https, bound).await {
+            let keep = self.keep();
+            miss = match one_try(req, keep, &next, target, https, bound).await {
                 Ok(res) => {
                     let answered = answer(self.b, res, &next, in_flight, self.tries, started, sent);
                     return Ok(answered);
@@ -241,31 +238,28 @@ impl Tries<'_> {
             };
             drop(in_flight);
             e = next;
-            again = copy;
         }
     }
 
-    /// The endpoint of the next try, and the copy of the request kept for
-    /// a try after it.
+    /// The endpoint of the next try.
     ///
     /// # Errors
     /// No endpoint is left to try.
-    fn next(
-        &mut self,
-        req: &Request<UpstreamBody>,
-    ) -> Result<(Endpoint, Option<Request<UpstreamBody>>), GatewayError> {
+    fn next(&mut self) -> Result<Endpoint, GatewayError> {
         let cfg = &self.b.config;
         let Some(e) = self.b.pick(self.key, &self.tried) else {
             return Err(self.last.take().unwrap_or_else(|| no_target(cfg)));
         };
         mark_tried(&mut self.tried, &e);
         self.tries += 1;
-        // A copy to send again: for a retry, and for an https try, whose
-        // client keeps the request even when it could not connect.
-        let again = ((self.may_retry && self.retries < cfg.retries)
-            || (self.https_pool && self.replay))
-            .then(|| copy_head(req));
-        Ok((e, again))
+        Ok(e)
+    }
+
+    /// Whether the next try keeps the request for a try after it: for a
+    /// retry, and for an https try, whose client keeps the request even
+    /// when it could not connect.
+    fn keep(&self) -> bool {
+        (self.may_retry && self.retries < self.b.config.retries) || (self.https_pool && self.replay)
     }
 
     /// How long a try that starts at `started` may take.
@@ -284,34 +278,27 @@ impl Tries<'_> {
         Ok(bound)
     }
 
-    /// Counts a try on `e` that missed, and gives the request to send
-    /// next: the one that came back unsent, or `again`.
+    /// Counts a try on `e` that missed; whether the request goes on to
+    /// another try.
     ///
     /// # Errors
     /// The request may not, or cannot, be tried again.
-    fn after(
-        &mut self,
-        miss: Miss,
-        e: &Endpoint,
-        again: Option<Request<UpstreamBody>>,
-    ) -> Result<Request<UpstreamBody>, GatewayError> {
+    fn after(&mut self, miss: Miss, e: &Endpoint) -> Result<(), GatewayError> {
         let b = self.b;
         let cfg = &b.config;
         let target = &cfg.targets[e.target];
         match miss {
-            Miss::Unsent(message, back) => {
+            Miss::Unsent(message, whole) => {
                 b.tried(e, TryEnd::ConnectError, None);
                 b.failed(e);
                 b.resolve_now.notify_one();
                 debug!(pool = %cfg.name, target = %target.url, error = %message, "target unreachable; trying another");
                 let err = GatewayError::UpstreamConnect(message);
-                match back.map(|r| *r).or(again) {
-                    Some(r) => {
-                        self.last = Some(err);
-                        Ok(r)
-                    }
-                    None => Err(err),
+                if !whole {
+                    return Err(err);
                 }
+                self.last = Some(err);
+                Ok(())
             }
             Miss::Failed(err) => {
                 let Some(outcome) = target_failure(&err) else {
@@ -319,21 +306,19 @@ impl Tries<'_> {
                 };
                 b.tried(e, outcome, None);
                 b.failed(e);
-                let retry = again.filter(|_| {
-                    self.may_retry
-                        && self.retries < cfg.retries
-                        && Instant::now() < self.deadline
-                        && b.withdraw()
-                });
-                match retry {
-                    Some(r) => {
-                        debug!(pool = %cfg.name, target = %target.url, error = %err, "try failed; retrying on another target");
-                        self.retries += 1;
-                        self.last = Some(err);
-                        Ok(r)
-                    }
-                    None => Err(err),
+                // The try kept the request when these held as it began
+                // (`keep`): a retry sends what it kept.
+                let retry = self.may_retry
+                    && self.retries < cfg.retries
+                    && Instant::now() < self.deadline
+                    && b.withdraw();
+                if !retry {
+                    return Err(err);
                 }
+                debug!(pool = %cfg.name, target = %target.url, error = %err, "try failed; retrying on another target");
+                self.retries += 1;
+                self.last = Some(err);
+                Ok(())
             }
         }
     }
@@ -341,7 +326,9 @@ impl Tries<'_> {
 
 /// The request's answer from `e`, on its `tries`th try, which started at
 /// `started` (the request at `sent`): recorded against the target, and
-/// what the caller is told. One clock read for both.
+/// what the caller is told. One clock read for both. Inlined: the response
+/// is not moved into a call and back out.
+#[inline]
 fn answer(
     b: &Balancer,
     res: Response<Received>,
@@ -352,12 +339,18 @@ fn answer(
     sent: Instant,
 ) -> (Response<Received>, Answered) {
     let now = Instant::now();
-    record_answer(b, e, res.status(), now.saturating_duration_since(started));
+    let took = now.saturating_duration_since(started);
+    record_answer(b, e, res.status(), took);
     let answered = Answered {
         tries,
         target: e.target,
         addr: e.addr,
-        since_sent: now.saturating_duration_since(sent),
+        // The first try starts when the request is sent.
+        since_sent: if started == sent {
+            took
+        } else {
+            now.saturating_duration_since(sent)
+        },
         in_flight,
     };
     (res, answered)
@@ -368,14 +361,16 @@ fn no_target(cfg: &UpstreamPool) -> GatewayError {
     GatewayError::UpstreamConnect(format!("pool {}: no target to try", cfg.name))
 }
 
+/// A try on a target without a client: the request is not sent.
 fn no_client(target: &PoolTarget) -> Miss {
-    Miss::Unsent(format!("{}: no client for this target", target.url), None)
+    Miss::Unsent(format!("{}: no client for this target", target.url), true)
 }
 
 /// How a try on a target's own connections missed.
 fn missed(err: SendError) -> Miss {
     match err {
-        SendError::Connect(message, back) => Miss::Unsent(message, Some(back)),
+        // The request is the caller's again.
+        SendError::Connect(message) => Miss::Unsent(message, true),
         SendError::Failed(err) => Miss::Failed(failed(&*err, None)),
     }
 }
@@ -442,27 +437,38 @@ fn target_failure(err: &GatewayError) -> Option<TryEnd> {
     }
 }
 
-/// One try of `req` on `e`, within `bound`.
+/// One try of `req` on `e`, within `bound`. With `keep`, `req` holds the
+/// request (its head, when it had a body) after a miss, for the next try;
+/// without, it holds it after a miss that sent nothing on a target's own
+/// connections.
 async fn one_try(
-    mut req: Request<UpstreamBody>,
-    spare: Option<&Request<UpstreamBody>>,
+    req: &mut Request<UpstreamBody>,
+    keep: bool,
     e: &Endpoint,
     target: &PoolTarget,
     https: Option<&UpstreamClient>,
     bound: Duration,
 ) -> Try {
     match (&e.state.conns, https) {
-        (Some(conns), _) => match tokio::time::timeout(bound, conns.send_with(req, spare)).await {
+        (Some(conns), _) => match tokio::time::timeout(bound, conns.send(req, keep)).await {
             Ok(Ok(res)) => Ok(res),
             Ok(Err(err)) => Err(missed(err)),
             Err(_) => Err(Miss::Failed(GatewayError::UpstreamTimeout(bound))),
         },
         (None, Some(client)) => {
-            aim(&mut req, target);
-            let fault = req.body_mut().watch();
-            match Box::pin(tokio::time::timeout(bound, client.request(req))).await {
+            // hyper's general client takes the request; a copy stays for
+            // the next try.
+            let left = if keep {
+                copy_head(req)
+            } else {
+                Request::new(UpstreamBody::empty())
+            };
+            let mut sending = std::mem::replace(req, left);
+            aim(&mut sending, target);
+            let fault = sending.body_mut().watch();
+            match Box::pin(tokio::time::timeout(bound, client.request(sending))).await {
                 Err(_) => Err(Miss::Failed(GatewayError::UpstreamTimeout(bound))),
-                Ok(Err(err)) if err.is_connect() => Err(Miss::Unsent(error_chain(&err), None)),
+                Ok(Err(err)) if err.is_connect() => Err(Miss::Unsent(error_chain(&err), keep)),
                 Ok(Err(err)) => Err(Miss::Failed(failed(&err, fault.as_deref()))),
                 Ok(Ok(res)) => Ok(res.map(Received::hyper)),
             }
