@@ -157,6 +157,11 @@ fn tokenize(buf: &[u8]) -> Result<Option<Raw>, HeadError> {
     }))
 }
 
+/// Room for the fields the gateway adds to an answer (its request id and
+/// the two rate-limit fields, and one more): a map made to the upstream's
+/// count alone grows, and rehashes, on the first of them.
+const ADDED_FIELDS: usize = 4;
+
 fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     let status = StatusCode::from_u16(raw.code).map_err(|_| HeadError::Field)?;
     let version = if raw.version == 1 {
@@ -166,7 +171,7 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     };
     let mut response = Response::new(());
     let headers = response.headers_mut();
-    headers.reserve(raw.fields.len());
+    headers.reserve(raw.fields.len() + ADDED_FIELDS);
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
     // The framing fields, noted as the fields go by (a standard name
