@@ -235,22 +235,12 @@ fn route_matching(c: &mut Criterion) {
 }
 
 fn headers(c: &mut Criterion) {
-    let limits = vec![Limit {
-        name: "per_minute".into(),
-        key: KeySpec { parts: vec![] },
-        limit: NonZeroU64::new(100).expect("non-zero"),
-        window_ms: NonZeroU64::new(60_000).expect("non-zero"),
-        cost: None,
-        shadow: false,
-        settle: None,
-        reserve_from: None,
-        algorithm: Default::default(),
-        plan: false,
-        sync: None,
-        delay: None,
-        concurrency: None,
-        share: None,
-    }];
+    let limits = vec![Limit::new(
+        "per_minute",
+        KeySpec { parts: vec![] },
+        NonZeroU64::new(100).expect("non-zero"),
+        NonZeroU64::new(60_000).expect("non-zero"),
+    )];
     let store = MemoryStore::new();
     let d = store.decide_now(
         1_800_000_000_000,

@@ -668,6 +668,28 @@ impl std::fmt::Display for KeySpec {
 }
 
 impl Limit {
+    /// `limit` per `window_ms` on `key`, every other setting at the
+    /// loader's default (no cost, shadow, settlement, plan, sync, delay,
+    /// concurrency or share): a limit built without a file.
+    pub fn new(name: &str, key: KeySpec, limit: NonZeroU64, window_ms: NonZeroU64) -> Limit {
+        Limit {
+            name: name.into(),
+            key,
+            limit,
+            window_ms,
+            cost: None,
+            shadow: false,
+            settle: None,
+            reserve_from: None,
+            algorithm: Default::default(),
+            plan: false,
+            sync: None,
+            delay: None,
+            concurrency: None,
+            share: None,
+        }
+    }
+
     /// What processes counting on one share must agree on, as text: key,
     /// kind, quota, window and algorithm (the share's fingerprint is its
     /// digest, `store::keys::share_fingerprint`).

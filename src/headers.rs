@@ -241,22 +241,12 @@ mod tests {
     use std::num::NonZeroU64;
 
     fn limit(name: &str, q: u64, w_ms: u64) -> Limit {
-        Limit {
-            name: name.into(),
-            key: KeySpec { parts: vec![] },
-            limit: NonZeroU64::new(q).unwrap(),
-            window_ms: NonZeroU64::new(w_ms).unwrap(),
-            cost: None,
-            shadow: false,
-            settle: None,
-            reserve_from: None,
-            algorithm: Default::default(),
-            plan: false,
-            sync: None,
-            delay: None,
-            concurrency: None,
-            share: None,
-        }
+        Limit::new(
+            name,
+            KeySpec { parts: vec![] },
+            NonZeroU64::new(q).unwrap(),
+            NonZeroU64::new(w_ms).unwrap(),
+        )
     }
 
     #[test]

@@ -128,21 +128,15 @@ mod tests {
     use crate::store::keys;
 
     fn limit(share: Option<&str>) -> Limit {
+        let per_ip = Limit::new(
+            "per_ip",
+            KeySpec { parts: vec![] },
+            NonZeroU64::new(5).unwrap(),
+            NonZeroU64::new(1_000).unwrap(),
+        );
         Limit {
-            name: "per_ip".into(),
-            key: KeySpec { parts: vec![] },
-            limit: NonZeroU64::new(5).unwrap(),
-            window_ms: NonZeroU64::new(1_000).unwrap(),
-            cost: None,
-            shadow: false,
-            settle: None,
-            reserve_from: None,
-            algorithm: Default::default(),
-            plan: false,
-            sync: None,
-            delay: None,
-            concurrency: None,
             share: share.map(Into::into),
+            ..per_ip
         }
     }
 
