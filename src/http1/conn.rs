@@ -248,9 +248,9 @@ where
     }
 }
 
-/// Completes once the gateway drains (or can no longer say so). Kept for
-/// the connection's life, its waiter is registered with the channel once
-/// rather than at every wait for a head.
+/// Completes once the gateway drains (or can no longer say so). One such
+/// future lives as long as its connection, so its waiter is registered
+/// with the channel once, not at every wait for a head.
 #[allow(clippy::manual_async_fn)]
 fn drained(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> {
     async move {
