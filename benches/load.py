@@ -182,9 +182,10 @@ http {{
 class Haproxy:
     """An HAProxy instance with one thread in front of up_port, sending the
     upstream what tollgate and the nginx proxies send it; with access_log,
-    one HTTP log line per request, written through its stdout to a file."""
+    one HTTP log line per request, written through its stdout to a file;
+    rules are more frontend lines (each ending in a newline)."""
 
-    def __init__(self, tmp, name, up_port, port, access_log=False):
+    def __init__(self, tmp, name, up_port, port, access_log=False, rules=""):
         self.dir = os.path.join(tmp, re.sub(r"\W+", "_", name))
         os.makedirs(self.dir, exist_ok=True)
         conf = os.path.join(self.dir, "haproxy.cfg")
@@ -208,7 +209,7 @@ frontend fe
   http-request set-header X-Forwarded-Proto http
   http-request set-header X-Forwarded-Host %[req.hdr(host)]
   http-request del-header Forwarded
-  default_backend up
+{rules}  default_backend up
 
 backend up
   server up 127.0.0.1:{up_port}
