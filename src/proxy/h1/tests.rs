@@ -469,13 +469,12 @@ async fn a_response_read_whole_leaves_no_readiness_and_a_close_is_seen() {
     let mut got = [0u8; 64];
     let n = up.read(&mut got).await.unwrap();
     assert!(got[..n].ends_with(b"\r\n\r\n"));
-    up.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-        .await
-        .unwrap();
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+    up.write_all(answer).await.unwrap();
     let n = poll_fn(|cx| conn.poll_fill(cx))
         .await
         .expect("the response");
-    assert_eq!(n, 38);
+    assert_eq!(n, answer.len());
     // The read filled less than it offered: the socket is drained, and
     // the runtime knows it without another read.
     let mut cx = Context::from_waker(Waker::noop());
