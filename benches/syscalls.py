@@ -23,7 +23,10 @@ are the user and system CPU times of those threads (/proc/PID/stat) in
 the same window (perf's tracepoints add a little to the system time of
 every contender alike). Reads
 that returned EAGAIN are counted at the syscall's exit (`ret == -11`).
-Context switches are perf's software event. Clock reads go through the
+Context switches are perf's software event, and per thread name
+(voluntary: the thread waited; involuntary: it was preempted) from
+/proc/PID/task/TID/status, which shows which threads wake per request
+(tollgate's worker, `tollgate-log`, tokio's blocking pool). Clock reads go through the
 vDSO and are no syscalls; they are not seen here.
 
 Rounds are interleaved (A B C ... A B C ...); each figure is the median
@@ -119,6 +122,28 @@ def cpu_split(pids):
     return user, system
 
 
+def switches(pids):
+    """{thread name: [voluntary, involuntary]} context switches so far,
+    summed over the threads of that name, from /proc/PID/task/TID/status."""
+    out = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    status = dict(line.split(":", 1) for line in f if ":" in line)
+            except OSError:
+                continue
+            name = status.get("Name", "?").strip()
+            counts = out.setdefault(name, [0, 0])
+            counts[0] += int(status.get("voluntary_ctxt_switches", "0"))
+            counts[1] += int(status.get("nonvoluntary_ctxt_switches", "0"))
+    return out
+
+
 def measure(pids, ports, seconds, script, tmp):
     """Syscalls per request while wrk runs on ports for seconds, and the
     user and system CPU microseconds per request."""
@@ -127,12 +152,18 @@ def measure(pids, ports, seconds, script, tmp):
                             stderr=subprocess.DEVNULL)
     time.sleep(0.3)  # perf attaches before the load starts
     u0, s0 = cpu_split(pids)
+    w0 = switches(pids)
     reqs, rps, _, non2xx = load.run_wrk(ports, seconds, script)
     u1, s1 = cpu_split(pids)
+    w1 = switches(pids)
     perf.send_signal(signal.SIGINT)
     perf.wait()
     counts = parse_perf(out)
     per = {k: v / max(reqs, 1) for k, v in counts.items()}
+    for name, (vol, invol) in w1.items():
+        vol0, invol0 = w0.get(name, (0, 0))
+        per[f"cs_vol {name}"] = (vol - vol0) / max(reqs, 1)
+        per[f"cs_invol {name}"] = (invol - invol0) / max(reqs, 1)
     per["user_us"] = (u1 - u0) / load.TICK * 1e6 / max(reqs, 1)
     per["sys_us"] = (s1 - s0) / load.TICK * 1e6 / max(reqs, 1)
     per["rps"] = rps
@@ -156,6 +187,7 @@ def row(name, m):
 
 def detail(name, m):
     keys = [k for k in NAMED + ["eagain_" + n for n in READS] if m.get(k, 0) >= 0.001]
+    keys += sorted(k for k in m if k.startswith("cs_") and m[k] >= 0.001)
     return f"{name}: " + ", ".join(f"{k} {m[k]:.3f}" for k in keys)
 
 
