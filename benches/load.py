@@ -68,7 +68,10 @@ after a warm-up on 1,000 other keys, so what Redis allocates once (script
 cache, client buffers) is not counted per identity.
 
 Usage: python3 benches/load.py [--rounds 3] [--duration 5] [--only NAME,...]
-       [--no-access-log] [--binary PATH] [--no-build]
+       [--no-access-log] [--binary PATH] [--baseline PATH] [--no-build]
+(`--baseline PATH`: the tollgate no limits, memory and deny path rows,
+hyper and native, again for a second binary, in the same rounds, named
+"... (baseline)", to compare two builds on the same machine state)
 (`--only "redis memory" --rounds 0` measures only the memory figure;
 `--only grpc` only the gRPC rows)
 Needs wrk, nginx, haproxy, redis-server and h2load (Debian's nghttp2-client); installs
@@ -182,9 +185,10 @@ http {{
 class Haproxy:
     """An HAProxy instance with one thread in front of up_port, sending the
     upstream what tollgate and the nginx proxies send it; with access_log,
-    one HTTP log line per request, written through its stdout to a file."""
+    one HTTP log line per request, written through its stdout to a file;
+    rules are more frontend lines (each ending in a newline)."""
 
-    def __init__(self, tmp, name, up_port, port, access_log=False):
+    def __init__(self, tmp, name, up_port, port, access_log=False, rules=""):
         self.dir = os.path.join(tmp, re.sub(r"\W+", "_", name))
         os.makedirs(self.dir, exist_ok=True)
         conf = os.path.join(self.dir, "haproxy.cfg")
@@ -208,7 +212,7 @@ frontend fe
   http-request set-header X-Forwarded-Proto http
   http-request set-header X-Forwarded-Host %[req.hdr(host)]
   http-request del-header Forwarded
-  default_backend up
+{rules}  default_backend up
 
 backend up
   server up 127.0.0.1:{up_port}
@@ -495,7 +499,7 @@ GOALS = [
 def print_goals(med, base):
     """The goals beside what this run measured, each marked met or not."""
     print("\nGoals (the targets) against this run; * marks a goal met\n")
-    hdr = f"{'contender':31} {'CPU x (goal)':>15} {'redis us (goal)':>16} {'p99 x (goal)':>15} {'req/s x (goal)':>16}"
+    hdr = f"{'contender':42} {'CPU x (goal)':>15} {'redis us (goal)':>16} {'p99 x (goal)':>15} {'req/s x (goal)':>16}"
     print(hdr)
     print("-" * len(hdr))
 
@@ -505,11 +509,12 @@ def print_goals(med, base):
         met = value <= goal if at_most else value >= goal
         return f"{value:{width - 9}.2f} ({goal:5.2f}){'*' if met else ' '}"
 
-    for name, cpu, redis_us, p99, rps in GOALS:
+    rows = [(name + suffix, goals) for name, *goals in GOALS for suffix in ("", " (baseline)")]
+    for name, (cpu, redis_us, p99, rps) in rows:
         m = med.get(name)
         if m is None:
             continue
-        print(f"{name:31} {cell((m['cpu'] + m['redis_cpu']) / base['cpu'], cpu, True, 15)} "
+        print(f"{name:42} {cell((m['cpu'] + m['redis_cpu']) / base['cpu'], cpu, True, 15)} "
               f"{cell(m['redis_cpu'], redis_us, True, 16)} {cell(m['p99'] / base['p99'], p99, True, 15)} "
               f"{cell(m['rps'] / base['rps'], rps, False, 16)}")
 
@@ -521,6 +526,9 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--no-build", action="store_true", help="use the existing target/release/tollgate")
     ap.add_argument("--binary", help="the tollgate binary to measure (default: target/release/tollgate)")
+    ap.add_argument("--baseline", help="a second tollgate binary whose HTTP/1.1 rows (no limits, "
+                                       "memory, deny path; hyper and native) are measured in the "
+                                       "same rounds, named \"... (baseline)\"")
     ap.add_argument("--no-access-log", action="store_true",
                     help="no access log on either side (by default nginx and tollgate each "
                          "write one line per request to a file)")
@@ -540,6 +548,7 @@ def main():
             f.write('wrk.headers["x-api-key"] = "hot"\n')
 
         contenders = []  # (name, port, pids_fn, uses_redis, wrk_script)
+        wanted = set(args.only.split(",")) if args.only else set()
 
         def add_nginx(name, limit_req=False):
             port = free_port()
@@ -557,13 +566,16 @@ def main():
         wait_port(port)
         contenders.append(("haproxy", [port], h.pids, False, None))
 
-        def add_tollgate(name, limits, use_redis, script, sync=None, instances=1, http1="hyper"):
+        def add_tollgate(name, limits, use_redis, script, sync=None, instances=1, http1="hyper",
+                         binary_path=None):
+            if args.only and name not in wanted:
+                return
             ports, procs = [], []
             for i in range(instances):
                 port = free_port()
                 cfg = os.path.join(tmp, f"{name.replace(' ', '_')}_{i}.yaml")
                 tollgate_config(cfg, port, up_port, limits, redis_port if use_redis else None, sync, http1)
-                p = Process([binary, "--config", cfg],
+                p = Process([binary_path or binary, "--config", cfg],
                             env={"TOKIO_WORKER_THREADS": "1", "RUST_LOG": "info" if logs else "warn"},
                             stderr=cfg + ".log" if logs else None)
                 started.append(p)
@@ -583,11 +595,21 @@ def main():
         add_tollgate("tollgate native no limits", "", False, None, http1="native")
         add_tollgate("tollgate native memory", big, False, keys_lua, http1="native")
         add_tollgate("tollgate native deny path", tiny, True, deny_lua, http1="native")
+        if args.baseline:
+            # The same rows for a second binary, in the same rounds.
+            for name, limits, redis_on, script, http1 in (
+                    ("tollgate no limits", "", False, None, "hyper"),
+                    ("tollgate memory", big, False, keys_lua, "hyper"),
+                    ("tollgate deny path", tiny, True, deny_lua, "hyper"),
+                    ("tollgate native no limits", "", False, None, "native"),
+                    ("tollgate native memory", big, False, keys_lua, "native"),
+                    ("tollgate native deny path", tiny, True, deny_lua, "native")):
+                add_tollgate(name + " (baseline)", limits, redis_on, script, http1=http1,
+                             binary_path=args.baseline)
         add_tollgate("tollgate redis 3 gateways", big, True, keys_lua, instances=3)
         add_tollgate("tollgate redis sync 3 gateways", big, True, keys_lua, sync="100ms", instances=3)
         contenders.insert(0, ("direct upstream", [up_port], upstream.pids, False, None))
 
-        wanted = set(args.only.split(",")) if args.only else set()
         if args.only:
             contenders = [c for c in contenders if c[0] in wanted or c[0] == "nginx proxy_pass"]
             if wanted <= {"grpc", "redis memory"}:
@@ -619,13 +641,13 @@ def main():
             base = med["nginx proxy_pass"]
             print(f"\n{args.rounds} interleaved rounds of {args.duration}s, wrk -t1 -c50; medians; "
                   f"ratios to nginx proxy_pass\n")
-            hdr = f"{'contender':31} {'CPU us/req':>10} {'redis us/req':>12} {'(sum)':>7} {'req/s':>9} " \
+            hdr = f"{'contender':42} {'CPU us/req':>10} {'redis us/req':>12} {'(sum)':>7} {'req/s':>9} " \
                   f"{'p99 ms':>7} {'redis call/req':>14} {'non-2xx':>8} {'CPU x':>6} {'req/s x':>7} {'p99 x':>6}"
             print(hdr)
             print("-" * len(hdr))
             for n, m in med.items():
                 total = m["cpu"] + m["redis_cpu"]
-                print(f"{n:31} {m['cpu']:10.1f} {m['redis_cpu']:12.1f} {total:7.1f} {m['rps']:9.0f} "
+                print(f"{n:42} {m['cpu']:10.1f} {m['redis_cpu']:12.1f} {total:7.1f} {m['rps']:9.0f} "
                       f"{m['p99']:7.2f} {m['cmds']:14.3f} {m['non2xx']:8.0f} {total / base['cpu']:6.2f} "
                       f"{m['rps'] / base['rps']:7.2f} {m['p99'] / base['p99']:6.2f}")
             print_goals(med, base)

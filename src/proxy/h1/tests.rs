@@ -451,3 +451,41 @@ async fn a_response_that_ends_before_its_request_body_lets_the_body_finish_and_t
         .expect("a response");
     assert_eq!(res.headers()["x-conn"], "1");
 }
+
+#[tokio::test]
+async fn a_response_read_whole_leaves_no_readiness_and_a_close_is_seen() {
+    use std::future::poll_fn;
+    use std::task::{Context, Waker};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let io = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut up, _) = listener.accept().await.unwrap();
+    let mut conn = super::conn::Conn::new(io);
+    conn.out
+        .extend_from_slice(b"GET / HTTP/1.1\r\nhost: up\r\n\r\n");
+    conn.flush().await.expect("the request goes out");
+    let mut got = [0u8; 64];
+    let n = up.read(&mut got).await.unwrap();
+    assert!(got[..n].ends_with(b"\r\n\r\n"));
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+    up.write_all(answer).await.unwrap();
+    let n = poll_fn(|cx| conn.poll_fill(cx))
+        .await
+        .expect("the response");
+    assert_eq!(n, answer.len());
+    // The read filled less than it offered: the socket is drained, and
+    // the runtime knows it without another read.
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(conn.io.poll_read_ready(&mut cx).is_pending());
+    assert!(conn.idle_and_open());
+
+    // The upstream closes the idle connection: once the runtime has seen
+    // it, the connection is not taken again.
+    drop(up);
+    poll_fn(|cx| conn.io.poll_read_ready(cx))
+        .await
+        .expect("readable at the close");
+    assert!(!conn.idle_and_open());
+}
