@@ -59,8 +59,8 @@ use crate::pipeline::decide::{self, Deciding, Holdings, Purpose};
 use crate::pipeline::delay::Waiting;
 use crate::pipeline::exchange::CheckedLimits;
 use crate::pipeline::{Exchange, refusal, settle};
-use crate::problem::GatewayError;
 use crate::plans::PlanResolver;
+use crate::problem::GatewayError;
 use crate::proxy::{PeekBudget, Watch, Watched};
 use crate::routing::{CompiledRoute, Router};
 use crate::store::StoreError;
@@ -415,13 +415,14 @@ where
         if core.body.any() {
             return ResponseFuture::boxed(limited_with_body(Arc::clone(core), inner, req));
         }
-        let req = req.map(LayerRequestBody::new);
         if !core.at_once {
+            let req = req.map(LayerRequestBody::new);
             return ResponseFuture::boxed(limited(Arc::clone(core), inner, req));
         }
+        // Taken apart once: the head for the caller, the body wrapped.
         let (mut parts, body) = req.into_parts();
         let mut ex = core.exchange(&mut parts);
-        let req = Request::from_parts(parts, body);
+        let req = Request::from_parts(parts, LayerRequestBody::new(body));
         let kind = match decide::decide_at_once(&core.deciding(), &core.route, &req, &mut ex) {
             Some(Ok(Holdings {
                 slots: None,
@@ -439,9 +440,9 @@ where
             Some(Ok(holdings)) => {
                 let core = Arc::clone(core);
                 Kind::Boxed {
-                    answer: Box::pin(async move {
-                        answered(&core, inner, req, Ok(holdings), ex).await
-                    }),
+                    answer: Box::pin(
+                        async move { answered(&core, inner, req, Ok(holdings), ex).await },
+                    ),
                 }
             }
             None => Kind::Boxed {
