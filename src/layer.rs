@@ -29,6 +29,12 @@
 //! The inner service reads the request body as a [`LayerRequestBody`]:
 //! the body given, passed as it is, or read ahead and replayed when the
 //! limits read its JSON fields.
+//!
+//! A decision made in process that waits for nothing (no Redis, plan
+//! lookup, concurrency slot or delay) is made in [`tower::Service::call`]
+//! itself, and the inner service called there: the answer's future
+//! ([`ResponseFuture`]) is then the inner service's with the decision
+//! beside it for the headers, not a boxed future of the whole exchange.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -43,16 +49,18 @@ use http_body_util::{Either, Full};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::load::{self, ConfigErrors};
-use crate::config::{Action, Config, Limit, Respond, Route, StoreConfig};
+use crate::config::{Action, Config, HeaderMode, Limit, Respond, Route, StoreConfig};
 use crate::decision::limiter::Limiter;
 use crate::decision::overrides::{self, CallerOverrides, Watcher};
 use crate::decision::shares;
 use crate::grpc;
 use crate::identity::{AppKey, Peer};
-use crate::pipeline::decide::{self, Deciding, Purpose};
+use crate::pipeline::decide::{self, Deciding, Holdings, Purpose};
 use crate::pipeline::delay::Waiting;
+use crate::pipeline::exchange::CheckedLimits;
 use crate::pipeline::{Exchange, refusal, settle};
 use crate::plans::PlanResolver;
+use crate::problem::GatewayError;
 use crate::proxy::{PeekBudget, Watch, Watched};
 use crate::routing::{CompiledRoute, Router};
 use crate::store::StoreError;
@@ -211,8 +219,15 @@ impl Builder {
                 None,
             ));
         }
+        // Decided in `call` when nothing can make the decision wait.
+        let at_once = limiter.in_process()
+            && !std::iter::once(&route.route.limits)
+                .chain(route.plan_views.values().map(|v| &v.limits))
+                .flatten()
+                .any(|l| l.delay.is_some() || l.concurrency.is_some());
         Ok(RateLimitLayer {
             core: Arc::new(Core {
+                at_once,
                 config,
                 body: BodyUse::of(&route),
                 body_budget: PeekBudget::new(crate::pipeline::gateway::BODY_BUDGET),
@@ -238,6 +253,9 @@ struct Core {
     route: Arc<CompiledRoute>,
     /// What the limits need of the request body.
     body: BodyUse,
+    /// Whether a decision may be made at once, in `call` (in process,
+    /// without slots or delays; a plan looked up still waits).
+    at_once: bool,
     /// Request-body bytes read for the limits, held at once by the
     /// layer's services together (the gateway's `BODY_BUDGET`).
     body_budget: PeekBudget,
@@ -254,6 +272,33 @@ struct Core {
 }
 
 impl Core {
+    /// The exchange record of a request with head `parts`: the
+    /// application's key for the caller put in its extensions, the
+    /// connection's address read from them.
+    fn exchange(&self, parts: &mut http::request::Parts) -> Exchange {
+        if let Some(k) = self.key.as_ref().and_then(|key| key(parts)) {
+            parts.extensions.insert(AppKey(k));
+        }
+        let peer = (self.peer)(&parts.extensions).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+        let mut ex = Exchange::new(parts.method.clone(), peer);
+        ex.grpc = grpc::Kind::of(&parts.method, &parts.headers);
+        ex
+    }
+
+    /// The answer to a request the limits refused, with its rate-limit
+    /// headers.
+    fn refused<R>(&self, refusal: &GatewayError, ex: &Exchange) -> Response<LayerBody<R>> {
+        let mut res = refusal::response(refusal, None, ex.grpc).map(|body| match body {
+            Either::Right(full) => Either::Right(full),
+            // A refusal's body is made here, never an upstream's.
+            Either::Left(_) => Either::Right(Full::default()),
+        });
+        if let Some(checked) = &ex.checked {
+            checked.write_headers(self.config.headers, res.headers_mut());
+        }
+        res
+    }
+
     fn deciding(&self) -> Deciding<'_> {
         Deciding {
             config: &self.config,
@@ -356,7 +401,7 @@ where
 {
     type Response = Response<LayerBody<R>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+    type Future = ResponseFuture<S::Future, R, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -365,12 +410,128 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         // The clone that was driven to readiness serves this request.
         let ready = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, ready);
-        if self.core.body.any() {
-            return Box::pin(limited_with_body(Arc::clone(&self.core), inner, req));
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let core = &self.core;
+        if core.body.any() {
+            return ResponseFuture::boxed(limited_with_body(Arc::clone(core), inner, req));
         }
-        let req = req.map(LayerRequestBody::new);
-        Box::pin(limited(Arc::clone(&self.core), inner, req))
+        if !core.at_once {
+            let req = req.map(LayerRequestBody::new);
+            return ResponseFuture::boxed(limited(Arc::clone(core), inner, req));
+        }
+        // Taken apart once: the head for the caller, the body wrapped.
+        let (mut parts, body) = req.into_parts();
+        let mut ex = core.exchange(&mut parts);
+        let req = Request::from_parts(parts, LayerRequestBody::new(body));
+        let kind = match decide::decide_at_once(&core.deciding(), &core.route, &req, &mut ex) {
+            Some(Ok(Holdings {
+                slots: None,
+                reservations: None,
+            })) => Kind::Called {
+                answer: inner.call(req),
+                checked: ex.checked,
+                mode: core.config.headers,
+            },
+            Some(Err(refusal)) => Kind::Refused {
+                answer: Some(core.refused(&refusal, &ex)),
+            },
+            // Costs to settle: the answer is waited on in a future of
+            // its own.
+            Some(Ok(holdings)) => {
+                let core = Arc::clone(core);
+                Kind::Boxed {
+                    answer: Box::pin(
+                        async move { answered(&core, inner, req, Ok(holdings), ex).await },
+                    ),
+                }
+            }
+            None => Kind::Boxed {
+                answer: Box::pin(limited(Arc::clone(core), inner, req)),
+            },
+        };
+        ResponseFuture { kind }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a [`RateLimit`] service's answer: the inner
+    /// service's when the limits were decided in `call` and admitted the
+    /// request, a refusal made there, or the whole exchange boxed when its
+    /// decision waits.
+    pub struct ResponseFuture<F, R, E> {
+        #[pin]
+        kind: Kind<F, R, E>,
+    }
+}
+
+/// A boxed answer of the layer.
+type BoxedAnswer<R, E> = Pin<Box<dyn Future<Output = Result<Response<LayerBody<R>>, E>> + Send>>;
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<F, R, E> {
+        // The inner service called, with the decision for the headers.
+        Called {
+            #[pin]
+            answer: F,
+            checked: Option<CheckedLimits>,
+            mode: HeaderMode,
+        },
+        // Refused in `call`; taken when polled.
+        Refused {
+            answer: Option<Response<LayerBody<R>>>,
+        },
+        Boxed {
+            answer: BoxedAnswer<R, E>,
+        },
+    }
+}
+
+impl<F, R, E> ResponseFuture<F, R, E> {
+    fn boxed(
+        answer: impl Future<Output = Result<Response<LayerBody<R>>, E>> + Send + 'static,
+    ) -> Self {
+        Self {
+            kind: Kind::Boxed {
+                answer: Box::pin(answer),
+            },
+        }
+    }
+}
+
+impl<F, R, E> std::fmt::Debug for ResponseFuture<F, R, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, R, E> Future for ResponseFuture<F, R, E>
+where
+    F: Future<Output = Result<Response<R>, E>>,
+{
+    type Output = Result<Response<LayerBody<R>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Called {
+                answer,
+                checked,
+                mode,
+            } => {
+                let res = std::task::ready!(answer.poll(cx))?;
+                let mut res = res.map(|b| Either::Left(Either::Left(b)));
+                if let Some(checked) = checked {
+                    checked.write_headers(*mode, res.headers_mut());
+                }
+                Poll::Ready(Ok(res))
+            }
+            KindProj::Refused { answer } => match answer.take() {
+                Some(res) => Poll::Ready(Ok(res)),
+                // Polled again after it answered.
+                None => Poll::Pending,
+            },
+            KindProj::Boxed { answer } => answer.as_mut().poll(cx),
+        }
     }
 }
 
@@ -378,7 +539,7 @@ where
 /// refusal, or calls `inner`; the rate-limit headers go on either answer.
 async fn limited<S, B, R>(
     core: Arc<Core>,
-    mut inner: S,
+    inner: S,
     req: Request<B>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
@@ -388,13 +549,8 @@ where
     // The limits read the head only; the body waits beside it, so it
     // need not be `Sync` to cross the decision's awaits.
     let (mut parts, body) = req.into_parts();
-    if let Some(k) = core.key.as_ref().and_then(|key| key(&parts)) {
-        parts.extensions.insert(AppKey(k));
-    }
-    let peer = (core.peer)(&parts.extensions).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+    let mut ex = core.exchange(&mut parts);
     let head = Request::from_parts(parts, ());
-    let mut ex = Exchange::new(head.method().clone(), peer);
-    ex.grpc = grpc::Kind::of(head.method(), head.headers());
     let decided = decide::decide(
         &core.deciding(),
         &core.route,
@@ -403,47 +559,58 @@ where
         Purpose::Serve,
     )
     .await;
-    let mut req = Request::from_parts(head.into_parts().0, body);
-    let mut res = match decided {
-        Ok(holdings) => {
-            let settling = settle::prepare(holdings.reservations, &mut req);
-            let answer = inner.call(req).await;
-            let (res, settles) = match settling {
-                None => (answer?, None),
-                // Boxed: most requests settle nothing, and this future
-                // would otherwise grow every request's (copied into the
-                // box `call` returns) by its size.
-                settling => {
-                    Box::pin(settle::settle_head(
-                        &core.limiter,
-                        &core.clock,
-                        settling,
-                        answer,
-                    ))
-                    .await?
-                }
-            };
-            // The slots and what is left to settle go with the body, as
-            // the gateway's do: given back, settled, when it ends.
-            let slots = holdings.slots.map(|s| Box::new(s) as Box<dyn Watch>);
-            let watches: Vec<Box<dyn Watch>> = settles.into_iter().chain(slots).collect();
-            if watches.is_empty() {
-                res.map(|b| Either::Left(Either::Left(b)))
-            } else {
-                res.map(|b| {
-                    let mut watched = Watched::new(Box::pin(b));
-                    for w in watches {
-                        watched.add_watch(w);
-                    }
-                    Either::Left(Either::Right(watched))
-                })
-            }
+    let req = Request::from_parts(head.into_parts().0, body);
+    answered(&core, inner, req, decided, ex).await
+}
+
+/// The answer to `req` once its limits are decided: `inner`'s, holding
+/// the request's slots and settling its costs, or the refusal; the
+/// rate-limit headers go on either.
+async fn answered<S, B, R>(
+    core: &Core,
+    mut inner: S,
+    mut req: Request<B>,
+    decided: Result<Holdings, GatewayError>,
+    ex: Exchange,
+) -> Result<Response<LayerBody<R>>, S::Error>
+where
+    S: tower::Service<Request<B>, Response = Response<R>>,
+    R: http_body::Body<Data = Bytes> + Send + 'static,
+{
+    let holdings = match decided {
+        Ok(holdings) => holdings,
+        Err(refusal) => return Ok(core.refused(&refusal, &ex)),
+    };
+    let settling = settle::prepare(holdings.reservations, &mut req);
+    let answer = inner.call(req).await;
+    let (res, settles) = match settling {
+        None => (answer?, None),
+        // Boxed: most requests settle nothing, and this future
+        // would otherwise grow every request's by its size.
+        settling => {
+            Box::pin(settle::settle_head(
+                &core.limiter,
+                &core.clock,
+                settling,
+                answer,
+            ))
+            .await?
         }
-        Err(refusal) => refusal::response(&refusal, None, ex.grpc).map(|body| match body {
-            Either::Right(full) => Either::Right(full),
-            // A refusal's body is made here, never an upstream's.
-            Either::Left(_) => Either::Right(Full::default()),
-        }),
+    };
+    // The slots and what is left to settle go with the body, as
+    // the gateway's do: given back, settled, when it ends.
+    let slots = holdings.slots.map(|s| Box::new(s) as Box<dyn Watch>);
+    let watches: Vec<Box<dyn Watch>> = settles.into_iter().chain(slots).collect();
+    let mut res = if watches.is_empty() {
+        res.map(|b| Either::Left(Either::Left(b)))
+    } else {
+        res.map(|b| {
+            let mut watched = Watched::new(Box::pin(b));
+            for w in watches {
+                watched.add_watch(w);
+            }
+            Either::Left(Either::Right(watched))
+        })
     };
     if let Some(checked) = &ex.checked {
         checked.write_headers(core.config.headers, res.headers_mut());

@@ -213,6 +213,12 @@ impl Limiter {
         LimiterAdmin::new(&self.memory, self.redis.as_ref())
     }
 
+    /// Whether every decision is made in process ([`decide_now`](Self::decide_now)
+    /// answers): no Redis is configured.
+    pub fn in_process(&self) -> bool {
+        self.redis.is_none()
+    }
+
     /// [`decide_with`](Self::decide_with) when the store answers at once:
     /// in process, without Redis; `None` with Redis configured.
     pub fn decide_now(&self, now_ms: u64, requests: &[LimitRequest]) -> Option<Answer> {

@@ -148,6 +148,22 @@ pub async fn decide<B>(
     Box::pin(rest.finish(d, route, req, ex, purpose)).await
 }
 
+/// [`decide`] of a served request when it needs no wait: in process,
+/// without a plan to look up, concurrency slots or delays. `None` when it
+/// would wait; [`decide`] then makes it, working the caller out again,
+/// with an `ex` of its own (this one has been written to).
+pub fn decide_at_once<B>(
+    d: &Deciding<'_>,
+    route: &Arc<CompiledRoute>,
+    req: &Request<B>,
+    ex: &mut Exchange,
+) -> Option<Result<Holdings, GatewayError>> {
+    match begin(d, route, req, ex, &mut Purpose::Serve) {
+        Step::Done(done) => Some(done),
+        Step::Later(_) => None,
+    }
+}
+
 /// How far [`begin`] took a decision: done, or waiting on the store.
 // A `Step` is returned once and its `Later` moved once, into the boxed
 // rest of the decision: boxing it too would be a second allocation there.
