@@ -19,16 +19,6 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// The start of every 429 body after its `{`: type, title and status.
 const LIMITED_HEAD: &str = "\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429";
 
-thread_local! {
-    /// Where a body is written before it is copied out at its size; kept
-    /// by each thread between bodies.
-    static SCRATCH: std::cell::RefCell<String> =
-        std::cell::RefCell::new(String::with_capacity(SCRATCH_KEPT));
-}
-
-/// The scratch a thread keeps between bodies, in bytes.
-const SCRATCH_KEPT: usize = 512;
-
 /// A request that ends at the gateway.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -139,23 +129,7 @@ impl GatewayError {
     /// when there is one, so a client can quote it and the access log
     /// line be found by it.
     pub fn problem_with_id(&self, request_id: Option<&HeaderValue>) -> Bytes {
-        SCRATCH.with_borrow_mut(|body| {
-            body.clear();
-            self.write_problem(body, request_id);
-            // One allocation of the body's size: a `String` made `Bytes`
-            // with room to spare takes a second one for its shared
-            // header.
-            let bytes = Bytes::copy_from_slice(body.as_bytes());
-            if body.capacity() > SCRATCH_KEPT {
-                // A rare long detail does not stay with the thread.
-                *body = String::with_capacity(SCRATCH_KEPT);
-            }
-            bytes
-        })
-    }
-
-    /// Writes the problem+json body into `body`.
-    fn write_problem(&self, body: &mut String, request_id: Option<&HeaderValue>) {
+        let mut body = String::with_capacity(256);
         body.push('{');
         match self {
             // The fixed part as literal JSON (the deny path renders this body
@@ -178,24 +152,25 @@ impl GatewayError {
             | Self::StoreUnavailable => {
                 let status = self.status();
                 let title = status.canonical_reason().unwrap_or("Error");
-                push_field(body, "type", "about:blank");
+                push_field(&mut body, "type", "about:blank");
                 body.push(',');
-                push_common(body, title, status);
+                push_common(&mut body, title, status);
             }
         }
         body.push_str(",\"detail\":\"");
-        self.push_detail(body, push_escaped);
+        self.push_detail(&mut body, push_escaped);
         body.push('"');
         if let Self::Limited { policies, .. } = self {
-            push_policies(body, policies);
+            push_policies(&mut body, policies);
         }
         if let Some(id) = request_id {
             body.push_str(",\"request_id\":");
             // A kept id is visible ASCII and a made one hex and hyphens;
             // anything else is not written.
-            push_json_string(body, id.to_str().unwrap_or("-"));
+            push_json_string(&mut body, id.to_str().unwrap_or("-"));
         }
         body.push('}');
+        Bytes::from(body)
     }
 
     /// The problem's `detail`, what happened in words for the client, as
