@@ -90,6 +90,30 @@ fn too_many_fields_are_431_and_an_overlong_target_414() {
 }
 
 #[test]
+fn a_length_past_the_largest_hyper_reads_is_431() {
+    let head = |n: &str| format!("POST / HTTP/1.1\r\nContent-Length: {n}\r\n\r\n");
+    let max = u64::MAX;
+    let largest = (max - 2).to_string();
+    let h = accepted(head(&largest).as_bytes());
+    assert_eq!(h.framing, BodyFraming::Length(max - 2));
+    for over in [(max - 1).to_string(), max.to_string(), format!("0{max}")] {
+        assert_eq!(
+            refused(head(&over).as_bytes()),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "{over}"
+        );
+    }
+    // Past `u64::MAX` it is no number at all.
+    assert_eq!(
+        refused(head("18446744073709551616").as_bytes()),
+        StatusCode::BAD_REQUEST
+    );
+    // A second, different length is a conflict first.
+    let two = format!("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: {max}\r\n\r\n");
+    assert_eq!(refused(two.as_bytes()), StatusCode::BAD_REQUEST);
+}
+
+#[test]
 fn framing_headers_are_read_as_hyper_reads_them() {
     // Equal lengths twice: one is kept.
     let h = accepted(b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n");

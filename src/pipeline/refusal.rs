@@ -48,7 +48,7 @@ pub fn response(
             retry_after: Some(secs),
             ..
         } => {
-            headers.insert(RETRY_AFTER, HeaderValue::from(*secs));
+            headers.insert(RETRY_AFTER, seconds(*secs));
         }
         // A request that can never be admitted gets no Retry-After: there
         // is no time after which it would be.
@@ -80,6 +80,14 @@ pub fn response(
         | GatewayError::StoreUnavailable => {}
     }
     res
+}
+
+/// A number of seconds as a header value. Digits only, so always valid;
+/// copied from the stack in one allocation (`HeaderValue::from(u64)`
+/// writes into a growable buffer and takes a second one when it is frozen).
+fn seconds(secs: u64) -> HeaderValue {
+    HeaderValue::from_bytes(itoa::Buffer::new().format(secs).as_bytes())
+        .unwrap_or_else(|_| HeaderValue::from(secs))
 }
 
 /// The Trailers-Only answer to a gRPC call refused with `err`.
