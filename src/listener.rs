@@ -48,6 +48,7 @@ use tower::Service;
 use tracing::{debug, warn};
 
 use crate::config::{Http1, ServerSettings, Timeouts};
+use crate::http1::park::{self, Park, Parked};
 use crate::http1::{self, RequestBody};
 use crate::pipeline::Gateway;
 use crate::proxy::ClientBody;
@@ -144,6 +145,7 @@ impl Shared {
                 header_read: timeouts.header_read,
                 idle: timeouts.idle,
                 max_head: head_limit,
+                parks: true,
             }),
         }
     }
@@ -237,6 +239,13 @@ pub async fn accept_loop<S: Served>(
     graceful: Arc<GracefulShutdown>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let (park, parker) = match shared.native {
+        Some(settings) => {
+            let (park, parker) = parker(&serve, &shared, &stop, settings);
+            (Some(park), Some(tokio::spawn(parker)))
+        }
+        None => (None, None),
+    };
     loop {
         let permit = tokio::select! {
             _ = stop.changed() => break,
@@ -266,7 +275,8 @@ pub async fn accept_loop<S: Served>(
         let (serve, shared, stop) = (serve.clone(), shared.clone(), stop.clone());
         match tls() {
             None => {
-                tokio::spawn(conn.serve(stream, serve, false, false, shared, stop));
+                let park = park.clone();
+                tokio::spawn(conn.serve(stream, serve, false, false, shared, stop, None, park));
             }
             // Boxed: a plain-text connection's task is not sized for a TLS
             // stream and its handshake.
@@ -275,6 +285,35 @@ pub async fn accept_loop<S: Served>(
             }
         }
     }
+    // The parker ends as the drain begins, closing what it holds; the
+    // drain starts once it has.
+    drop(park);
+    if let Some(parker) = parker {
+        let _ = parker.await;
+    }
+}
+
+/// The parker of a listener's idle plain-text connections under the
+/// native HTTP/1.1 server: each that becomes readable is served again on
+/// a task of its own, from when it went idle; each idle for the shorter of
+/// `timeouts.idle` and `timeouts.header_read` is closed, an eighth of
+/// that late at most ([`park`]); all are closed when `stop` turns true.
+fn parker<S: Served>(
+    serve: &Arc<S>,
+    shared: &Arc<Shared>,
+    stop: &watch::Receiver<bool>,
+    settings: http1::Settings,
+) -> (Park<Conn>, impl Future<Output = ()> + Send + 'static) {
+    let (serve, shared, stop_) = (serve.clone(), shared.clone(), stop.clone());
+    let wake = move |parked: Parked<Conn>, park: &Park<Conn>| {
+        let Parked { stream, since, with } = parked;
+        let (serve, shared, stop) = (serve.clone(), shared.clone(), stop_.clone());
+        let park = Some(park.clone());
+        tokio::spawn(with.serve(stream, serve, false, false, shared, stop, Some(since), park));
+    };
+    let timeout = settings.idle.min(settings.header_read);
+    let (park, parker) = park::parker(timeout, stop.clone(), wake);
+    (park, parker.run())
 }
 
 /// One accepted connection and what it holds while it is served.
@@ -304,7 +343,8 @@ impl Conn {
             Ok(Ok(stream)) => {
                 // ALPN's choice: h2 is hyper's to serve.
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                self.serve(stream, serve, true, h2, shared, stop).await;
+                self.serve(stream, serve, true, h2, shared, stop, None, None)
+                    .await;
             }
             Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
             Err(_) => debug!(%peer, "TLS handshake timed out"),
@@ -325,7 +365,11 @@ impl Conn {
     /// no request's state while the connection waits). This is a future
     /// that captures its arguments rather than an `async fn`, which would
     /// keep them twice.
-    #[allow(clippy::manual_async_fn)]
+    ///
+    /// A native connection that goes idle is handed to `park`, when there
+    /// is one, and the task ends; `idle_since` serves such a connection
+    /// again, idle since then.
+    #[allow(clippy::manual_async_fn, clippy::too_many_arguments)]
     fn serve<I, S>(
         self,
         io: I,
@@ -334,6 +378,8 @@ impl Conn {
         h2: bool,
         shared: Arc<Shared>,
         stop: watch::Receiver<bool>,
+        idle_since: Option<tokio::time::Instant>,
+        park: Option<Park<Conn>>,
     ) -> impl Future<Output = ()> + Send + 'static
     where
         I: http1::Transport + Send + 'static,
@@ -348,11 +394,20 @@ impl Conn {
             // Made in place and awaited through the pin: moved, all of it
             // would be copied.
             let service = serve.connection::<RequestBody>(peer, secure);
-            let native = pin!(http1::serve(io, service, settings, stop));
+            let native = pin!(http1::serve(io, service, settings, stop, idle_since));
             match native.await {
                 Ok(http1::ConnEnd::HandOff(io)) => {
                     let service = serve.connection::<Incoming>(peer, secure);
                     Box::pin(self.serve_hyper(io, service, &shared)).await;
+                }
+                Ok(http1::ConnEnd::Idle(io, since)) => {
+                    if let (Some(stream), Some(park)) = (io.into_socket(), park) {
+                        park.park(Parked {
+                            stream,
+                            since,
+                            with: self,
+                        });
+                    }
                 }
                 Ok(http1::ConnEnd::Closed) => {}
                 Err(e) => debug!(%peer, error = %e, "connection ended with an error"),
