@@ -241,7 +241,7 @@ pub async fn accept_loop<S: Served>(
 ) {
     let (park, parker) = match shared.native {
         Some(settings) => {
-            let (park, parker) = parker(&serve, &shared, &stop, settings);
+            let (park, parker) = parker(&serve, &shared, &graceful, &stop, settings);
             (Some(park), Some(tokio::spawn(parker)))
         }
         None => (None, None),
@@ -298,18 +298,39 @@ pub async fn accept_loop<S: Served>(
 /// a task of its own, from when it went idle; each idle for the shorter of
 /// `timeouts.idle` and `timeouts.header_read` is closed, an eighth of
 /// that late at most ([`park`]); all are closed when `stop` turns true.
+///
+/// A parked connection keeps its socket, when it went idle and its
+/// permit; its peer's address is asked of the socket again, and a watcher
+/// of the drain made again, when it is served again. The drain needs no
+/// watcher of a parked connection: the parker closes those as it begins,
+/// and the accept loop waits for the parker to end.
 fn parker<S: Served>(
     serve: &Arc<S>,
     shared: &Arc<Shared>,
+    graceful: &Arc<GracefulShutdown>,
     stop: &watch::Receiver<bool>,
     settings: http1::Settings,
-) -> (Park<Conn>, impl Future<Output = ()> + Send + 'static) {
-    let (serve, shared, stop_) = (serve.clone(), shared.clone(), stop.clone());
-    let wake = move |parked: Parked<Conn>, park: &Park<Conn>| {
-        let Parked { stream, since, with } = parked;
+) -> (Park<OwnedSemaphorePermit>, impl Future<Output = ()> + Send + 'static) {
+    let (serve, shared, graceful) = (serve.clone(), shared.clone(), graceful.clone());
+    let stop_ = stop.clone();
+    let wake = move |parked: Parked<OwnedSemaphorePermit>, park: &Park<OwnedSemaphorePermit>| {
+        let Parked {
+            stream,
+            since,
+            with: permit,
+        } = parked;
+        // A socket whose peer is gone is closed.
+        let Ok(peer) = stream.peer_addr() else {
+            return;
+        };
+        let conn = Conn {
+            peer,
+            watcher: graceful.watcher(),
+            permit,
+        };
         let (serve, shared, stop) = (serve.clone(), shared.clone(), stop_.clone());
         let park = Some(park.clone());
-        tokio::spawn(with.serve(stream, serve, false, false, shared, stop, Some(since), park));
+        tokio::spawn(conn.serve(stream, serve, false, false, shared, stop, Some(since), park));
     };
     let timeout = settings.idle.min(settings.header_read);
     let (park, parker) = park::parker(timeout, stop.clone(), wake);
@@ -379,7 +400,7 @@ impl Conn {
         shared: Arc<Shared>,
         stop: watch::Receiver<bool>,
         idle_since: Option<tokio::time::Instant>,
-        park: Option<Park<Conn>>,
+        park: Option<Park<OwnedSemaphorePermit>>,
     ) -> impl Future<Output = ()> + Send + 'static
     where
         I: http1::Transport + Send + 'static,
@@ -405,7 +426,7 @@ impl Conn {
                         park.park(Parked {
                             stream,
                             since,
-                            with: self,
+                            with: self.permit,
                         });
                     }
                 }

@@ -34,9 +34,6 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, Sleep};
 
-/// The finest a bucket is, so that a short timeout does not make many.
-const FINEST: Duration = Duration::from_millis(1);
-
 /// An idle connection: its socket, when it went idle, and what its owner
 /// serves it with again.
 #[derive(Debug)]
@@ -76,33 +73,42 @@ impl<T> Park<T> {
 /// What a parked socket's wait came to.
 enum Woke<T> {
     /// Bytes to read: the connection is to be served again.
-    Bytes(Parked<T>),
+    Bytes(Held<T>),
     /// The client closed, or the socket failed.
     Closed,
 }
 
+/// A parked socket as the parker keeps it: when it went idle in
+/// milliseconds after the parker's epoch, which is all the precision the
+/// deadlines it is served again with need.
+struct Held<T> {
+    stream: TcpStream,
+    idle_ms: u64,
+    with: T,
+}
+
 /// One parked socket's wait for a byte to read.
-struct Waiting<T>(Option<Parked<T>>);
+struct Waiting<T>(Option<Held<T>>);
 
 impl<T: Unpin> Future for Waiting<T> {
     type Output = Woke<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Woke<T>> {
         let this = self.get_mut();
-        let Some(parked) = &this.0 else {
+        let Some(held) = &this.0 else {
             return Poll::Pending;
         };
         let mut byte = [MaybeUninit::uninit()];
         let mut buf = ReadBuf::uninit(&mut byte);
-        let peeked = ready!(parked.stream.poll_peek(cx, &mut buf));
+        let peeked = ready!(held.stream.poll_peek(cx, &mut buf));
         Poll::Ready(match (peeked, this.0.take()) {
-            (Ok(n), Some(parked)) if n > 0 => Woke::Bytes(parked),
+            (Ok(n), Some(held)) if n > 0 => Woke::Bytes(held),
             _ => Woke::Closed,
         })
     }
 }
 
-/// The sockets that went idle within one stretch of `grain`.
+/// The sockets that went idle within one stretch of `grain_ms`.
 struct Bucket<T> {
     /// Which stretch since the parker's epoch.
     index: u64,
@@ -115,7 +121,8 @@ pub struct Parker<T, F> {
     /// Oldest first.
     buckets: VecDeque<Bucket<T>>,
     epoch: Instant,
-    grain: Duration,
+    /// How long a bucket's stretch is, in whole milliseconds, at least 1.
+    grain_ms: u64,
     timeout: Duration,
     stop: watch::Receiver<bool>,
     /// Lent to `wake`, to park again what it serves.
@@ -138,7 +145,9 @@ where
         rx,
         buckets: VecDeque::new(),
         epoch: Instant::now(),
-        grain: (timeout / 8).max(FINEST),
+        grain_ms: u64::try_from((timeout / 8).as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1),
         timeout,
         stop,
         park: park.clone(),
@@ -173,33 +182,38 @@ impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
         // Dropping the buckets closes every socket still parked.
     }
 
-    /// Which bucket a socket idle since `since` goes in.
-    fn index(&self, since: Instant) -> u64 {
-        let after = since.saturating_duration_since(self.epoch);
-        u64::try_from(after.as_nanos() / self.grain.as_nanos()).unwrap_or(u64::MAX)
+    /// Which bucket a socket idle since `idle_ms` goes in.
+    fn index(&self, idle_ms: u64) -> u64 {
+        idle_ms / self.grain_ms
     }
 
     /// When the bucket `index` closes: once a socket that went idle at
     /// its stretch's end has been idle for the timeout.
     fn closes(&self, index: u64) -> Instant {
-        let ends = self
-            .grain
-            .checked_mul(u32::try_from(index.saturating_add(1)).unwrap_or(u32::MAX))
-            .unwrap_or(Duration::MAX);
+        let ends = Duration::from_millis(index.saturating_add(1).saturating_mul(self.grain_ms));
+        // Past what the clock counts: not within the gateway's life.
         self.epoch
             .checked_add(ends.saturating_add(self.timeout))
             .unwrap_or_else(|| self.epoch + Duration::from_secs(86_400 * 365 * 30))
     }
 
     fn insert(&mut self, parked: Parked<T>) {
-        let index = self.index(parked.since);
+        let Parked { stream, since, with } = parked;
+        let after = since.saturating_duration_since(self.epoch).as_millis();
+        let idle_ms = u64::try_from(after).unwrap_or(u64::MAX);
+        let index = self.index(idle_ms);
         let at = self.buckets.iter().rposition(|b| b.index <= index);
         let at = match at {
             Some(i) if self.buckets[i].index == index => i,
             Some(i) => self.new_bucket(i + 1, index),
             None => self.new_bucket(0, index),
         };
-        self.buckets[at].waiting.push(Waiting(Some(parked)));
+        let held = Held {
+            stream,
+            idle_ms,
+            with,
+        };
+        self.buckets[at].waiting.push(Waiting(Some(held)));
     }
 
     fn new_bucket(&mut self, at: usize, index: u64) -> usize {
@@ -213,8 +227,14 @@ impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
     fn poll_woken(&mut self, cx: &mut Context<'_>) {
         for bucket in &mut self.buckets {
             while let Poll::Ready(Some(woke)) = bucket.waiting.poll_next_unpin(cx) {
-                if let Woke::Bytes(parked) = woke {
-                    (self.wake)(parked, &self.park);
+                if let Woke::Bytes(held) = woke {
+                    let Held {
+                        stream,
+                        idle_ms,
+                        with,
+                    } = held;
+                    let since = self.epoch + Duration::from_millis(idle_ms);
+                    (self.wake)(Parked { stream, since, with }, &self.park);
                 }
             }
         }
