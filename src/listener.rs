@@ -22,6 +22,10 @@
 //!   HTTP/1.1 hyper's header-read clock also runs while a keep-alive
 //!   connection waits for its next head, so there the shorter of the two
 //!   applies; `idle` is what bounds HTTP/2 connections and stalled bodies.
+//!   Under `server.http1: native` a plain-text keep-alive connection idle
+//!   past a 10 ms linger is parked without a task ([`http1::park`], one
+//!   parker per listener), which closes it between that timeout and an
+//!   eighth of it later, and at once when the drain begins.
 //!
 //! Listener settings are read once when serving starts; the TLS settings of
 //! each listener are read from the current configuration at every
@@ -310,7 +314,10 @@ fn parker<S: Served>(
     graceful: &Arc<GracefulShutdown>,
     stop: &watch::Receiver<bool>,
     settings: http1::Settings,
-) -> (Park<OwnedSemaphorePermit>, impl Future<Output = ()> + Send + 'static) {
+) -> (
+    Park<OwnedSemaphorePermit>,
+    impl Future<Output = ()> + Send + 'static,
+) {
     let (serve, shared, graceful) = (serve.clone(), shared.clone(), graceful.clone());
     let stop_ = stop.clone();
     let wake = move |parked: Parked<OwnedSemaphorePermit>, park: &Park<OwnedSemaphorePermit>| {

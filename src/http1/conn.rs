@@ -494,7 +494,10 @@ impl<I: Transport> Conn<I> {
     /// back (nothing is unread in them).
     fn park(mut self, since: Instant) -> ConnEnd<I> {
         self.rest();
-        ConnEnd::Idle(self.io.into_inner().unwrap_or_else(PoisonError::into_inner), since)
+        ConnEnd::Idle(
+            self.io.into_inner().unwrap_or_else(PoisonError::into_inner),
+            since,
+        )
     }
 
     /// Answers a head that cannot be read as hyper does, and closes.

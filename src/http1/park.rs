@@ -40,7 +40,8 @@ use tokio::time::{Instant, Sleep};
 pub struct Parked<T> {
     /// The connection's socket, with nothing unread in its buffers.
     pub stream: TcpStream,
-    /// When the connection began to wait for its next head.
+    /// When the connection began to wait for its next head (handed back
+    /// to the millisecond, rounded down).
     pub since: Instant,
     /// What the owner keeps with it.
     pub with: T,
@@ -134,7 +135,11 @@ pub struct Parker<T, F> {
 /// turns true, and handing each that becomes readable to `wake` (with a
 /// handle to park it again); and the handle that parks with it. The parker is a future to spawn; it ends
 /// once `stop` turns true.
-pub fn parker<T, F>(timeout: Duration, stop: watch::Receiver<bool>, wake: F) -> (Park<T>, Parker<T, F>)
+pub fn parker<T, F>(
+    timeout: Duration,
+    stop: watch::Receiver<bool>,
+    wake: F,
+) -> (Park<T>, Parker<T, F>)
 where
     T: Unpin,
     F: FnMut(Parked<T>, &Park<T>),
@@ -198,7 +203,11 @@ impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
     }
 
     fn insert(&mut self, parked: Parked<T>) {
-        let Parked { stream, since, with } = parked;
+        let Parked {
+            stream,
+            since,
+            with,
+        } = parked;
         let after = since.saturating_duration_since(self.epoch).as_millis();
         let idle_ms = u64::try_from(after).unwrap_or(u64::MAX);
         let index = self.index(idle_ms);
@@ -234,7 +243,14 @@ impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
                         with,
                     } = held;
                     let since = self.epoch + Duration::from_millis(idle_ms);
-                    (self.wake)(Parked { stream, since, with }, &self.park);
+                    (self.wake)(
+                        Parked {
+                            stream,
+                            since,
+                            with,
+                        },
+                        &self.park,
+                    );
                 }
             }
         }
@@ -319,7 +335,11 @@ mod tests {
         });
         client.write_all(b"GET").await.expect("sent");
         let mut back = woke.recv().await.expect("woken");
-        assert_eq!((back.with, back.since), (2, since), "the socket written to");
+        assert_eq!(back.with, 2, "the socket written to");
+        assert!(
+            back.since <= since && since - back.since < Duration::from_millis(1),
+            "when it went idle, to the millisecond"
+        );
         let mut got = [0u8; 3];
         back.stream.read_exact(&mut got).await.expect("read");
         assert_eq!(&got, b"GET", "the peek left the bytes to be read");
@@ -380,5 +400,17 @@ mod tests {
             with: 9,
         });
         assert!(closed_within(&mut client, Duration::from_secs(1)).await);
+    }
+
+    #[test]
+    fn a_parked_socket_waits_in_little_more_than_its_handle() {
+        // The listener parks a connection with its permit.
+        let waiting = std::mem::size_of::<Waiting<tokio::sync::OwnedSemaphorePermit>>();
+        let handle = std::mem::size_of::<TcpStream>();
+        println!("a parked socket's wait: {waiting} bytes; its handle: {handle}");
+        assert!(
+            waiting <= handle + 32,
+            "a parked socket's wait is {waiting} bytes, its handle {handle}"
+        );
     }
 }

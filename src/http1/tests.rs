@@ -351,8 +351,9 @@ fn a_connection_keeps_no_room_for_a_request_between_requests() {
         answer >= 16 * 1024,
         "the service's future holds {answer} bytes"
     );
-    let conn =
-        future_size(|io: tokio::net::TcpStream| super::serve(io, service, settings, stop.clone(), None));
+    let conn = future_size(|io: tokio::net::TcpStream| {
+        super::serve(io, service, settings, stop.clone(), None)
+    });
     assert!(
         conn < 4 * 1024,
         "a connection's future is {conn} bytes, sized for its service's ({answer})"
@@ -404,7 +405,10 @@ async fn a_parking_connection_idle_past_the_linger_ends_and_serves_again_from_it
         answered.duration_since(since) < super::conn::LINGER,
         "idle since it waited for its next head"
     );
-    assert!(since.elapsed() >= super::conn::LINGER, "ended after the linger");
+    assert!(
+        since.elapsed() >= super::conn::LINGER,
+        "ended after the linger"
+    );
     // Served again from when it went idle: it answers, and parks again.
     let serving = tokio::spawn(super::serve(stream, service, settings, stop, Some(since)));
     ask(&mut client).await;
