@@ -3,7 +3,9 @@
 //! place with `httparse`, answers written straight into the write buffer,
 //! one deadline per connection for its heads, the service called in place,
 //! and no buffer held while the connection waits for its next request (the
-//! buffers go back to the thread's spares).
+//! buffers go back to the thread's spares). A plain-text connection idle
+//! past a short linger ends its task and is [`park`]ed: its owner's parker
+//! waits for it to be readable and serves it again from there.
 //!
 //! It reads what hyper's server reads and refuses what it refuses, with
 //! the same statuses ([`head`], [`chunked`]); the differential fuzz target
@@ -24,6 +26,7 @@ mod body;
 pub mod chunked;
 mod conn;
 pub mod head;
+pub mod park;
 mod rewind;
 mod spare;
 pub mod write;
@@ -42,8 +45,10 @@ pub use rewind::Rewind;
 /// Serves HTTP/1.1 on `io`, each request to `service`, until the client
 /// closes, sends no byte of its next head within `settings.idle`, a head
 /// takes longer than `settings.header_read`, an answer ends
-/// the connection, `stop` turns true while no request is in flight, or the
-/// connection is handed off.
+/// the connection, `stop` turns true while no request is in flight, the
+/// connection is handed off, or (under `settings.parks`) it goes idle.
+/// `idle_since` serves a parked connection again: it has waited for its
+/// next head since then.
 ///
 /// # Errors
 /// Writing to the connection failed.
@@ -52,6 +57,7 @@ pub fn serve<I, S, B>(
     service: S,
     settings: Settings,
     stop: watch::Receiver<bool>,
+    idle_since: Option<tokio::time::Instant>,
 ) -> impl Future<Output = io::Result<ConnEnd<I>>>
 where
     I: Transport,
@@ -59,7 +65,7 @@ where
     B: http_body::Body,
     B::Data: Buf,
 {
-    conn::serve(io, service, settings, stop)
+    conn::serve(io, service, settings, stop, idle_since)
 }
 
 #[cfg(test)]

@@ -22,6 +22,10 @@
 //!   HTTP/1.1 hyper's header-read clock also runs while a keep-alive
 //!   connection waits for its next head, so there the shorter of the two
 //!   applies; `idle` is what bounds HTTP/2 connections and stalled bodies.
+//!   Under `server.http1: native` a plain-text keep-alive connection idle
+//!   past a 10 ms linger is parked without a task ([`http1::park`], one
+//!   parker per listener), which closes it between that timeout and an
+//!   eighth of it later, and at once when the drain begins.
 //!
 //! Listener settings are read once when serving starts; the TLS settings of
 //! each listener are read from the current configuration at every
@@ -48,6 +52,7 @@ use tower::Service;
 use tracing::{debug, warn};
 
 use crate::config::{Http1, ServerSettings, Timeouts};
+use crate::http1::park::{self, Park, Parked};
 use crate::http1::{self, RequestBody};
 use crate::pipeline::Gateway;
 use crate::proxy::ClientBody;
@@ -144,6 +149,7 @@ impl Shared {
                 header_read: timeouts.header_read,
                 idle: timeouts.idle,
                 max_head: head_limit,
+                parks: true,
             }),
         }
     }
@@ -237,6 +243,13 @@ pub async fn accept_loop<S: Served>(
     graceful: Arc<GracefulShutdown>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let (park, parker) = match shared.native {
+        Some(settings) => {
+            let (park, parker) = parker(&serve, &shared, &graceful, &stop, settings);
+            (Some(park), Some(tokio::spawn(parker)))
+        }
+        None => (None, None),
+    };
     loop {
         let permit = tokio::select! {
             _ = stop.changed() => break,
@@ -266,7 +279,8 @@ pub async fn accept_loop<S: Served>(
         let (serve, shared, stop) = (serve.clone(), shared.clone(), stop.clone());
         match tls() {
             None => {
-                tokio::spawn(conn.serve(stream, serve, false, false, shared, stop));
+                let park = park.clone();
+                tokio::spawn(conn.serve(stream, serve, false, false, shared, stop, None, park));
             }
             // Boxed: a plain-text connection's task is not sized for a TLS
             // stream and its handshake.
@@ -275,6 +289,59 @@ pub async fn accept_loop<S: Served>(
             }
         }
     }
+    // The parker ends as the drain begins, closing what it holds; the
+    // drain starts once it has.
+    drop(park);
+    if let Some(parker) = parker {
+        let _ = parker.await;
+    }
+}
+
+/// The parker of a listener's idle plain-text connections under the
+/// native HTTP/1.1 server: each that becomes readable is served again on
+/// a task of its own, from when it went idle; each idle for the shorter of
+/// `timeouts.idle` and `timeouts.header_read` is closed, an eighth of
+/// that late at most ([`park`]); all are closed when `stop` turns true.
+///
+/// A parked connection keeps its socket, when it went idle and its
+/// permit; its peer's address is asked of the socket again, and a watcher
+/// of the drain made again, when it is served again. The drain needs no
+/// watcher of a parked connection: the parker closes those as it begins,
+/// and the accept loop waits for the parker to end.
+fn parker<S: Served>(
+    serve: &Arc<S>,
+    shared: &Arc<Shared>,
+    graceful: &Arc<GracefulShutdown>,
+    stop: &watch::Receiver<bool>,
+    settings: http1::Settings,
+) -> (
+    Park<OwnedSemaphorePermit>,
+    impl Future<Output = ()> + Send + 'static,
+) {
+    let (serve, shared, graceful) = (serve.clone(), shared.clone(), graceful.clone());
+    let stop_ = stop.clone();
+    let wake = move |parked: Parked<OwnedSemaphorePermit>, park: &Park<OwnedSemaphorePermit>| {
+        let Parked {
+            stream,
+            since,
+            with: permit,
+        } = parked;
+        // A socket whose peer is gone is closed.
+        let Ok(peer) = stream.peer_addr() else {
+            return;
+        };
+        let conn = Conn {
+            peer,
+            watcher: graceful.watcher(),
+            permit,
+        };
+        let (serve, shared, stop) = (serve.clone(), shared.clone(), stop_.clone());
+        let park = Some(park.clone());
+        tokio::spawn(conn.serve(stream, serve, false, false, shared, stop, Some(since), park));
+    };
+    let timeout = settings.idle.min(settings.header_read);
+    let (park, parker) = park::parker(timeout, stop.clone(), wake);
+    (park, parker.run())
 }
 
 /// One accepted connection and what it holds while it is served.
@@ -304,7 +371,8 @@ impl Conn {
             Ok(Ok(stream)) => {
                 // ALPN's choice: h2 is hyper's to serve.
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                self.serve(stream, serve, true, h2, shared, stop).await;
+                self.serve(stream, serve, true, h2, shared, stop, None, None)
+                    .await;
             }
             Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
             Err(_) => debug!(%peer, "TLS handshake timed out"),
@@ -325,7 +393,11 @@ impl Conn {
     /// no request's state while the connection waits). This is a future
     /// that captures its arguments rather than an `async fn`, which would
     /// keep them twice.
-    #[allow(clippy::manual_async_fn)]
+    ///
+    /// A native connection that goes idle is handed to `park`, when there
+    /// is one, and the task ends; `idle_since` serves such a connection
+    /// again, idle since then.
+    #[allow(clippy::manual_async_fn, clippy::too_many_arguments)]
     fn serve<I, S>(
         self,
         io: I,
@@ -334,6 +406,8 @@ impl Conn {
         h2: bool,
         shared: Arc<Shared>,
         stop: watch::Receiver<bool>,
+        idle_since: Option<tokio::time::Instant>,
+        park: Option<Park<OwnedSemaphorePermit>>,
     ) -> impl Future<Output = ()> + Send + 'static
     where
         I: http1::Transport + Send + 'static,
@@ -348,11 +422,20 @@ impl Conn {
             // Made in place and awaited through the pin: moved, all of it
             // would be copied.
             let service = serve.connection::<RequestBody>(peer, secure);
-            let native = pin!(http1::serve(io, service, settings, stop));
+            let native = pin!(http1::serve(io, service, settings, stop, idle_since));
             match native.await {
                 Ok(http1::ConnEnd::HandOff(io)) => {
                     let service = serve.connection::<Incoming>(peer, secure);
                     Box::pin(self.serve_hyper(io, service, &shared)).await;
+                }
+                Ok(http1::ConnEnd::Idle(io, since)) => {
+                    if let (Some(stream), Some(park)) = (io.into_socket(), park) {
+                        park.park(Parked {
+                            stream,
+                            since,
+                            with: self.permit,
+                        });
+                    }
                 }
                 Ok(http1::ConnEnd::Closed) => {}
                 Err(e) => debug!(%peer, error = %e, "connection ended with an error"),

@@ -7,6 +7,9 @@ mod support;
 #[path = "gateway/early.rs"]
 mod early;
 
+#[path = "gateway/parked.rs"]
+mod parked;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 

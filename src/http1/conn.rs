@@ -50,6 +50,10 @@ pub struct Settings {
     /// The largest head read; larger is answered 431 (hyper's read buffer
     /// bound: `server.max_header_size` plus the listener's slack).
     pub max_head: usize,
+    /// Whether a connection idle past [`LINGER`] ends its serving with
+    /// [`ConnEnd::Idle`], to be parked, rather than wait on (a stream that
+    /// cannot wait unbuffered waits on regardless).
+    pub parks: bool,
 }
 
 /// A stream the server can wait on for bytes without a buffer to read
@@ -65,6 +69,15 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
         let _ = cx;
         Poll::Ready(Ok(()))
     }
+
+    /// The plain socket, for a connection parked while idle; `None` for a
+    /// stream that does not wait unbuffered.
+    fn into_socket(self) -> Option<tokio::net::TcpStream>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 impl Transport for tokio::net::TcpStream {
@@ -72,6 +85,10 @@ impl Transport for tokio::net::TcpStream {
 
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         tokio::net::TcpStream::poll_read_ready(self, cx)
+    }
+
+    fn into_socket(self) -> Option<tokio::net::TcpStream> {
+        Some(self)
     }
 }
 
@@ -85,6 +102,10 @@ pub enum ConnEnd<I> {
     /// Not this server's to serve: the connection, its bytes read so far
     /// to be read again, for hyper.
     HandOff(Rewind<I>),
+    /// Idle past [`LINGER`] (under [`Settings::parks`]): the connection,
+    /// nothing unread, and when it began to wait for its next head, to be
+    /// served again from there ([`serve`]'s `idle_since`) once readable.
+    Idle(I, Instant),
 }
 
 /// What reading a head came to.
@@ -116,6 +137,9 @@ enum Wait {
     Next,
     /// The rest of a wait that began then and lingered.
     Rest(Instant),
+    /// The rest of a wait that began then, on a connection served again
+    /// after it was parked: first within [`LINGER`] from now.
+    Resumed(Instant),
 }
 
 impl Wait {
@@ -135,6 +159,13 @@ impl Wait {
             Wait::Rest(since) => {
                 timer.as_mut().reset(since + to_first_byte);
                 (since, false)
+            }
+            Wait::Resumed(since) => {
+                let due = since + to_first_byte;
+                let linger = Instant::now() + LINGER;
+                let lingers = linger < due;
+                timer.as_mut().reset(if lingers { linger } else { due });
+                (since, lingers)
             }
         }
     }
@@ -161,7 +192,7 @@ struct Conn<I> {
     wbuf: Vec<u8>,
 }
 
-/// Serves `io` until it closes; see the module root's `serve`.
+/// Serves `io` until it closes or parks; see the module root's `serve`.
 ///
 /// What the connection keeps for its life is made here and captured by
 /// the future, which uses it in place: an `async fn` would keep its
@@ -173,6 +204,7 @@ pub(super) fn serve<I, S, B>(
     mut service: S,
     settings: Settings,
     stop: watch::Receiver<bool>,
+    idle_since: Option<Instant>,
 ) -> impl Future<Output = io::Result<ConnEnd<I>>>
 where
     I: Transport,
@@ -191,7 +223,8 @@ where
         // One wait for the drain for the connection's life, heard only while
         // the connection waits for a head.
         let mut drain = pin!(drained(stop.clone()));
-        let mut wait = Wait::First;
+        let mut wait = idle_since.map_or(Wait::First, Wait::Resumed);
+        let parks = settings.parks && I::WAITS_UNBUFFERED;
         loop {
             let mut read = conn
                 .read_head(timer.as_mut(), drain.as_mut(), &stop, &settings, wait)
@@ -209,6 +242,7 @@ where
                     }
                     Read::Refused(r) => return Box::pin(conn.refuse(r)).await,
                     Read::Closed => return Ok(ConnEnd::Closed),
+                    Read::Idle(since) if parks => return Ok(conn.park(since)),
                     Read::Idle(since) => {
                         wait = Wait::Rest(since);
                         break;
@@ -233,6 +267,7 @@ where
                     ),
                 ));
                 match run.await? {
+                    After::Idle(since) if parks => return Ok(conn.park(since)),
                     After::Idle(since) => {
                         wait = Wait::Rest(since);
                         break;
@@ -453,6 +488,16 @@ impl<I: Transport> Conn<I> {
             all.freeze()
         };
         ConnEnd::HandOff(Rewind::new(io, prefix))
+    }
+
+    /// The connection, idle since `since`, to be parked: its buffers go
+    /// back (nothing is unread in them).
+    fn park(mut self, since: Instant) -> ConnEnd<I> {
+        self.rest();
+        ConnEnd::Idle(
+            self.io.into_inner().unwrap_or_else(PoisonError::into_inner),
+            since,
+        )
     }
 
     /// Answers a head that cannot be read as hyper does, and closes.

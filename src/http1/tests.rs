@@ -293,11 +293,12 @@ async fn served() -> tokio::net::TcpStream {
         header_read: std::time::Duration::from_secs(30),
         idle: std::time::Duration::from_secs(30),
         max_head: 16 * 1024,
+        parks: false,
     };
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let _held = stop_tx;
-        let _ = super::serve(stream, service, settings, stop).await;
+        let _ = super::serve(stream, service, settings, stop, None).await;
     });
     client.expect("connected")
 }
@@ -364,6 +365,7 @@ fn a_connection_keeps_no_room_for_a_request_between_requests() {
         header_read: std::time::Duration::from_secs(30),
         idle: std::time::Duration::from_secs(30),
         max_head: 16 * 1024,
+        parks: false,
     };
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let answer = future_size(|req: http::Request<super::RequestBody>| {
@@ -373,8 +375,9 @@ fn a_connection_keeps_no_room_for_a_request_between_requests() {
         answer >= 16 * 1024,
         "the service's future holds {answer} bytes"
     );
-    let conn =
-        future_size(|io: tokio::net::TcpStream| super::serve(io, service, settings, stop.clone()));
+    let conn = future_size(|io: tokio::net::TcpStream| {
+        super::serve(io, service, settings, stop.clone(), None)
+    });
     assert!(
         conn < 4 * 1024,
         "a connection's future is {conn} bytes, sized for its service's ({answer})"
@@ -392,4 +395,47 @@ async fn a_connection_idle_past_the_linger_serves_its_next_request() {
     assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
     let answer = ask(&mut client).await;
     assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_parking_connection_idle_past_the_linger_ends_and_serves_again_from_its_idle_start() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("bound");
+    let (accepted, client) = tokio::join!(listener.accept(), tokio::net::TcpStream::connect(addr));
+    let (stream, _) = accepted.expect("accepted");
+    let mut client = client.expect("connected");
+    let service = tower::service_fn(|_req: http::Request<super::RequestBody>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+            bytes::Bytes::from_static(b"ok"),
+        )))
+    });
+    let settings = super::Settings {
+        header_read: std::time::Duration::from_secs(30),
+        idle: std::time::Duration::from_secs(30),
+        max_head: 16 * 1024,
+        parks: true,
+    };
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let serving = tokio::spawn(super::serve(stream, service, settings, stop.clone(), None));
+    ask(&mut client).await;
+    let answered = tokio::time::Instant::now();
+    let ended = serving.await.expect("served").expect("no error");
+    let super::ConnEnd::Idle(stream, since) = ended else {
+        panic!("the connection ended otherwise than idle: {ended:?}");
+    };
+    assert!(
+        answered.duration_since(since) < super::conn::LINGER,
+        "idle since it waited for its next head"
+    );
+    assert!(
+        since.elapsed() >= super::conn::LINGER,
+        "ended after the linger"
+    );
+    // Served again from when it went idle: it answers, and parks again.
+    let serving = tokio::spawn(super::serve(stream, service, settings, stop, Some(since)));
+    ask(&mut client).await;
+    let ended = serving.await.expect("served").expect("no error");
+    assert!(matches!(ended, super::ConnEnd::Idle(..)), "{ended:?}");
 }
