@@ -250,10 +250,9 @@ pub(super) fn field_name(name: &[u8]) -> Result<HeaderName, HeadError> {
 
 /// Whether `token`, a field name `httparse` read, is `lower` (lower-case
 /// letters and `-`, as long) but for ASCII case, compared eight bytes at a
-/// time. Among token characters only an upper-case letter changes under
-/// `| 0x20`, into its lower-case letter, and only `-` itself (of the
-/// token characters) gives `-`; so `t | 0x20 == l` is that `t` is `l` but
-/// for case.
+/// time. Under `| 0x20` a token character becomes a lower-case letter only
+/// when it is that letter in either case, and `-` only when it is `-`; so
+/// `t | 0x20 == l` is that `t` is `l` but for case.
 fn is_token_of(token: &[u8], lower: &[u8]) -> bool {
     const CASE: u64 = u64::from_ne_bytes([0x20; 8]);
     let word = |s: &[u8], at: usize| {
