@@ -88,7 +88,9 @@ struct Span {
     value: (usize, usize),
 }
 
-/// What `httparse` saw, as offsets into the buffer.
+/// What `httparse` saw, as offsets into the buffer: filled in place by
+/// [`tokenize`], as the spans alone take some hundred bytes to move.
+#[derive(Default)]
 struct Raw {
     len: usize,
     code: u16,
@@ -105,14 +107,15 @@ struct Raw {
 /// The head is malformed, too large, or frames its body in a way refused
 /// (see the module docs).
 pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, HeadError> {
+    let mut raw = Raw::default();
     loop {
-        let Some(raw) = tokenize(buf)? else {
+        if !tokenize(buf, &mut raw)? {
             return if buf.len() >= MAX_HEAD {
                 Err(HeadError::TooLarge)
             } else {
                 Ok(None)
             };
-        };
+        }
         let bytes = buf.split_to(raw.len).freeze();
         if (100..200).contains(&raw.code) && raw.code != 101 {
             // Informational: skipped, as hyper's client does.
@@ -122,14 +125,16 @@ pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, HeadEr
     }
 }
 
-fn tokenize(buf: &[u8]) -> Result<Option<Raw>, HeadError> {
+/// Reads the head at the start of `buf` into `raw`; `false` when it is not
+/// complete yet.
+fn tokenize(buf: &[u8], raw: &mut Raw) -> Result<bool, HeadError> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut res = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default()
+    raw.len = match httparse::ParserConfig::default()
         .parse_response_with_uninit_headers(&mut res, buf, &mut slots)?
     {
         httparse::Status::Complete(len) => len,
-        httparse::Status::Partial => return Ok(None),
+        httparse::Status::Partial => return Ok(false),
     };
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| {
@@ -137,24 +142,19 @@ fn tokenize(buf: &[u8]) -> Result<Option<Raw>, HeadError> {
         (from, from + s.len())
     };
     let reason = res.reason.unwrap_or_default();
-    Ok(Some(Raw {
-        len,
-        code: res.code.unwrap_or_default(),
-        version: res.version.unwrap_or_default(),
-        reason: if reason.is_empty() {
-            (0, 0)
-        } else {
-            at(reason.as_bytes())
-        },
-        fields: res
-            .headers
-            .iter()
-            .map(|h| Span {
-                name: at(h.name.as_bytes()),
-                value: at(h.value),
-            })
-            .collect(),
-    }))
+    raw.code = res.code.unwrap_or_default();
+    raw.version = res.version.unwrap_or_default();
+    raw.reason = if reason.is_empty() {
+        (0, 0)
+    } else {
+        at(reason.as_bytes())
+    };
+    raw.fields.clear();
+    raw.fields.extend(res.headers.iter().map(|h| Span {
+        name: at(h.name.as_bytes()),
+        value: at(h.value),
+    }));
+    Ok(true)
 }
 
 /// Room for the fields the gateway adds to an answer (its request id and
@@ -178,8 +178,7 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     // compares as a tag) rather than looked up after.
     let mut fields = Framing::default();
     for f in &raw.fields {
-        let name =
-            HeaderName::from_bytes(&bytes[f.name.0..f.name.1]).map_err(|_| HeadError::Field)?;
+        let name = field_name(&bytes[f.name.0..f.name.1])?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(f.value.0..f.value.1))
             .map_err(|_| HeadError::Field)?;
         if name == CONNECTION {
@@ -213,6 +212,75 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
         framing,
         keep_alive: keep_alive && framing != Delimited::Close,
     })
+}
+
+/// A field's name: one of the fields answers commonly carry, recognised
+/// as is, or else what `HeaderName::from_bytes` makes of it (lower-cased
+/// into a scratch buffer and looked up, or copied).
+pub(super) fn field_name(name: &[u8]) -> Result<HeaderName, HeadError> {
+    use http::header::{
+        ACCEPT_RANGES, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, DATE, ETAG, EXPIRES,
+        LAST_MODIFIED, LOCATION, SERVER, SET_COOKIE, VARY,
+    };
+    let first = name.first().map_or(0, |b| b | 0x20);
+    let common = match (name.len(), first) {
+        (4, b'd') => DATE,
+        (4, b'e') => ETAG,
+        (4, b'v') => VARY,
+        (6, b's') => SERVER,
+        (7, b'e') => EXPIRES,
+        (8, b'l') => LOCATION,
+        (10, b'c') => CONNECTION,
+        (10, b's') => SET_COOKIE,
+        (12, b'c') => CONTENT_TYPE,
+        (13, b'a') => ACCEPT_RANGES,
+        (13, b'c') => CACHE_CONTROL,
+        (13, b'l') => LAST_MODIFIED,
+        (14, b'c') => CONTENT_LENGTH,
+        (16, b'c') => CONTENT_ENCODING,
+        (17, b't') => TRANSFER_ENCODING,
+        _ => return HeaderName::from_bytes(name).map_err(|_| HeadError::Field),
+    };
+    if is_token_of(name, common.as_str().as_bytes()) {
+        Ok(common)
+    } else {
+        HeaderName::from_bytes(name).map_err(|_| HeadError::Field)
+    }
+}
+
+/// Whether `token`, a field name `httparse` read, is `lower` (lower-case
+/// letters and `-`, as long) but for ASCII case, compared eight bytes at a
+/// time. Under `| 0x20` a token character becomes a lower-case letter only
+/// when it is that letter in either case, and `-` only when it is `-`; so
+/// `t | 0x20 == l` is that `t` is `l` but for case.
+fn is_token_of(token: &[u8], lower: &[u8]) -> bool {
+    const CASE: u64 = u64::from_ne_bytes([0x20; 8]);
+    let word = |s: &[u8], at: usize| {
+        s.get(at..)
+            .and_then(<[u8]>::first_chunk::<8>)
+            .map(|w| u64::from_ne_bytes(*w))
+    };
+    let len = lower.len();
+    if token.len() != len {
+        return false;
+    }
+    if len < 8 {
+        return token.iter().zip(lower).all(|(&t, &l)| t | 0x20 == l);
+    }
+    // Whole words from the start, the last one ending at the end (and
+    // overlapping the one before it).
+    let mut at = 0;
+    loop {
+        let at_word = at.min(len - 8);
+        match (word(token, at_word), word(lower, at_word)) {
+            (Some(t), Some(l)) if t | CASE == l => {}
+            _ => return false,
+        }
+        if at_word + 8 >= len {
+            return true;
+        }
+        at += 8;
+    }
 }
 
 /// What a head's fields say of its body's framing.
@@ -320,9 +388,15 @@ fn is_chunked(line: &HeaderValue) -> bool {
         .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
 }
 
-/// Whether a comma-separated line names `token` (ASCII case aside).
+/// Whether a comma-separated line names `token` (ASCII case aside); a
+/// line with other than visible ASCII (and tabs) names none. Read as
+/// bytes, where `HeaderValue::to_str` and `str::trim` would take some
+/// hundred instructions more on each `Connection` line.
 fn has_token(value: &HeaderValue, token: &str) -> bool {
-    value
-        .to_str()
-        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    let line = value.as_bytes();
+    line.iter()
+        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
+        && line
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }

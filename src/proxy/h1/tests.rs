@@ -2,7 +2,7 @@ use bytes::{Bytes, BytesMut};
 use http::{Method, StatusCode, Version};
 
 use super::decode::{DecodeError, Decoder};
-use super::head::{Delimited, Head, HeadError, MAX_HEAD, parse};
+use super::head::{Delimited, Head, HeadError, MAX_HEAD, field_name, parse};
 use crate::http1::chunked::Step;
 
 fn head(text: &str) -> Result<Option<Head>, HeadError> {
@@ -488,4 +488,52 @@ async fn a_response_read_whole_leaves_no_readiness_and_a_close_is_seen() {
         .await
         .expect("readable at the close");
     assert!(!conn.idle_and_open());
+}
+
+/// Every token character, as `httparse` admits in a field name.
+const TCHARS: &[u8] =
+    b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+#[test]
+fn common_field_names_are_recognised_as_from_bytes_makes_them_and_only_them() {
+    let common = [
+        "date",
+        "etag",
+        "vary",
+        "server",
+        "expires",
+        "location",
+        "connection",
+        "set-cookie",
+        "content-type",
+        "accept-ranges",
+        "cache-control",
+        "last-modified",
+        "content-length",
+        "content-encoding",
+        "transfer-encoding",
+        "keep-alive",
+        "x-request-id",
+    ];
+    for name in common {
+        // Each byte in turn swapped for every token character: the name
+        // made is the one `HeaderName::from_bytes` makes.
+        for at in 0..name.len() {
+            for &c in TCHARS {
+                let mut bytes = name.as_bytes().to_vec();
+                bytes[at] = c;
+                let want = http::HeaderName::from_bytes(&bytes).unwrap();
+                assert_eq!(
+                    field_name(&bytes).unwrap(),
+                    want,
+                    "{}",
+                    String::from_utf8_lossy(&bytes)
+                );
+            }
+        }
+        let upper = name.to_ascii_uppercase();
+        assert_eq!(field_name(upper.as_bytes()).unwrap(), name);
+    }
+    assert_eq!(field_name(b"x-Custom").unwrap(), "x-custom");
+    assert_eq!(field_name(b"").unwrap_err(), HeadError::Field);
 }
