@@ -5,7 +5,6 @@ use std::future::Future as _;
 use std::io;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -27,10 +26,6 @@ pub struct Conn {
     pub out: Vec<u8>,
     /// The next read's size.
     want: usize,
-    /// When the connection's current use began: connected, or taken from
-    /// the idle ones. Its idle time is counted from here (see
-    /// [`super::idle::IdleConns`]).
-    pub since: Instant,
 }
 
 impl Conn {
@@ -41,7 +36,6 @@ impl Conn {
             buf: BytesMut::new(),
             out: Vec::new(),
             want: FIRST_READ,
-            since: Instant::now(),
         })
     }
 
