@@ -283,9 +283,10 @@ where
     }
 }
 
-/// Completes once the gateway drains (or can no longer say so). One such
-/// future lives as long as its connection, so its waiter is registered
-/// with the channel once, not at every wait for a head.
+/// Completes once the gateway drains, or once the drain's sender is gone
+/// and no drain can come. One such future lives as long as its
+/// connection, so its waiter is registered with the channel once, not at
+/// every wait for a head.
 #[allow(clippy::manual_async_fn)]
 fn drained(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> {
     async move {

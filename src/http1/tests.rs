@@ -274,16 +274,25 @@ fn bytes_over_0x7f_in_a_target_are_taken_as_hyper_takes_them() {
     assert_eq!(h.headers["host"], "");
 }
 
-/// Serves one connection on this thread's runtime with a service that
-/// answers `ok`; the client's end.
-async fn served() -> tokio::net::TcpStream {
+/// A connection on loopback: the server's end and the client's.
+async fn connected() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("bound");
-    let client = tokio::net::TcpStream::connect(addr);
-    let (accepted, client) = tokio::join!(listener.accept(), client);
+    let (accepted, client) = tokio::join!(listener.accept(), tokio::net::TcpStream::connect(addr));
     let (stream, _) = accepted.expect("accepted");
+    (stream, client.expect("connected"))
+}
+
+/// Serves `stream` with a service that answers `ok`, parking it after
+/// the linger when `parks`.
+fn serve_ok(
+    stream: tokio::net::TcpStream,
+    parks: bool,
+    stop: tokio::sync::watch::Receiver<bool>,
+    idle_since: Option<tokio::time::Instant>,
+) -> impl Future<Output = std::io::Result<super::ConnEnd<tokio::net::TcpStream>>> {
     let service = tower::service_fn(|_req: http::Request<super::RequestBody>| async {
         Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
             bytes::Bytes::from_static(b"ok"),
@@ -293,14 +302,21 @@ async fn served() -> tokio::net::TcpStream {
         header_read: std::time::Duration::from_secs(30),
         idle: std::time::Duration::from_secs(30),
         max_head: 16 * 1024,
-        parks: false,
+        parks,
     };
+    super::serve(stream, service, settings, stop, idle_since)
+}
+
+/// Serves one connection on this thread's runtime with a service that
+/// answers `ok`; the client's end.
+async fn served() -> tokio::net::TcpStream {
+    let (stream, client) = connected().await;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let _held = stop_tx;
-        let _ = super::serve(stream, service, settings, stop, None).await;
+        let _ = serve_ok(stream, false, stop, None).await;
     });
-    client.expect("connected")
+    client
 }
 
 /// Sends a request on `client` and reads the whole answer.
@@ -399,26 +415,9 @@ async fn a_connection_idle_past_the_linger_serves_its_next_request() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_parking_connection_idle_past_the_linger_ends_and_serves_again_from_its_idle_start() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("bound");
-    let (accepted, client) = tokio::join!(listener.accept(), tokio::net::TcpStream::connect(addr));
-    let (stream, _) = accepted.expect("accepted");
-    let mut client = client.expect("connected");
-    let service = tower::service_fn(|_req: http::Request<super::RequestBody>| async {
-        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
-            bytes::Bytes::from_static(b"ok"),
-        )))
-    });
-    let settings = super::Settings {
-        header_read: std::time::Duration::from_secs(30),
-        idle: std::time::Duration::from_secs(30),
-        max_head: 16 * 1024,
-        parks: true,
-    };
+    let (stream, mut client) = connected().await;
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-    let serving = tokio::spawn(super::serve(stream, service, settings, stop.clone(), None));
+    let serving = tokio::spawn(serve_ok(stream, true, stop.clone(), None));
     ask(&mut client).await;
     let answered = tokio::time::Instant::now();
     let ended = serving.await.expect("served").expect("no error");
@@ -434,7 +433,7 @@ async fn a_parking_connection_idle_past_the_linger_ends_and_serves_again_from_it
         "ended after the linger"
     );
     // Served again from when it went idle: it answers, and parks again.
-    let serving = tokio::spawn(super::serve(stream, service, settings, stop, Some(since)));
+    let serving = tokio::spawn(serve_ok(stream, true, stop, Some(since)));
     ask(&mut client).await;
     let ended = serving.await.expect("served").expect("no error");
     assert!(matches!(ended, super::ConnEnd::Idle(..)), "{ended:?}");
