@@ -180,7 +180,8 @@ async fn reports_open_only_by_their_ticket_and_in_a_sandbox() {
 
     let tampered = url.replacen("run-1.html?", "run-2.html?", 1);
     let (head, sig) = url.rsplit_once('.').expect("a ticket");
-    let flipped = format!("{head}.{}0", &sig[..sig.len() - 1]);
+    let last = if sig.ends_with('0') { '1' } else { '0' };
+    let flipped = format!("{head}.{}{last}", &sig[..sig.len() - 1]);
     for bad in [
         "/console/replays/run-1.html",
         tampered.as_str(),
