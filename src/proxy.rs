@@ -622,9 +622,11 @@ impl Forwarder {
             upstream.timeout,
             sent,
         ));
-        let (mut res, answered) = tries.await?;
-        strip_hop_by_hop(res.headers_mut());
-        Ok((res, answered))
+        // Kept whole: taken apart and put together again, the answer
+        // would be copied twice.
+        let mut answer = tries.await?;
+        strip_hop_by_hop(answer.0.headers_mut());
+        Ok(answer)
     }
 
     /// The client for a pool's `https://` or `h2c://` targets (`None` for

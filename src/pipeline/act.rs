@@ -131,8 +131,11 @@ async fn forward(
         .route_balancers
         .get(route.index)
         .and_then(Option::as_deref);
-    // Read before the rewrite drops what an untrusted peer may not set.
-    let key = balancer.and_then(|b| hash_key(b, cfg, peer, &req));
+    // Read before the rewrite drops what an untrusted peer may not set;
+    // only a pool that hashes calls for it.
+    let key = balancer
+        .filter(|b| b.config.hash_key.is_some())
+        .and_then(|b| hash_key(b, cfg, peer, &req));
     proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());
