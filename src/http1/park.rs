@@ -438,7 +438,10 @@ mod tests {
         client.write_all(b"PUT").await.expect("sent");
         let again = p.woke.recv().await.expect("woken");
         assert_eq!(again.stream.local_addr().ok(), Some(written));
-        assert!(p.woke.try_recv().is_err(), "the quiet socket was handed back");
+        assert!(
+            p.woke.try_recv().is_err(),
+            "the quiet socket was handed back"
+        );
         // Its permit goes back when the owner drops it; the quiet one's
         // when its client closes.
         drop(again);
@@ -460,7 +463,10 @@ mod tests {
             after >= timeout && after < timeout + timeout / 8 + Duration::from_millis(100),
             "closed after {after:?}, the timeout is {timeout:?}"
         );
-        assert!(p.woke.try_recv().is_err(), "a closed socket was handed back");
+        assert!(
+            p.woke.try_recv().is_err(),
+            "a closed socket was handed back"
+        );
         p.free(10).await;
     }
 

@@ -144,9 +144,11 @@ async fn forward(
         u.restore(req.headers_mut());
     }
     let sent = Instant::now();
-    let (mut res, answered) = match balancer {
+    // Which of a pool's tries answered, written beside the response.
+    let mut answered = None;
+    let mut res = match balancer {
         Some(b) => {
-            let (res, answered) = std::pin::pin!(gw.forwarder.send_to_pool(
+            std::pin::pin!(gw.forwarder.send_to_pool(
                 req,
                 up,
                 b,
@@ -154,17 +156,16 @@ async fn forward(
                 key,
                 cfg.server.max_body_size,
                 sent,
+                &mut answered,
             ))
-            .await?;
-            (res, Some((b, answered)))
+            .await?
         }
         None => {
             let conns = rt.keep_alive.get(route.index).and_then(Option::as_deref);
-            let res =
-                std::pin::pin!(gw.forwarder.send(req, up, conns, cfg.server.max_body_size)).await?;
-            (res, None)
+            std::pin::pin!(gw.forwarder.send(req, up, conns, cfg.server.max_body_size)).await?
         }
     };
+    let answered = balancer.zip(answered);
     if let Some(m) = rt.route_metrics.get(route.index).and_then(Option::as_ref) {
         // A pool's answer read the clock already.
         let took = answered

@@ -6,6 +6,11 @@ use super::Endpoints;
 
 /// The index of the `n`th set bit of `bits`.
 pub(super) fn nth_set_bit(mut bits: u128, n: u32) -> usize {
+    // Every endpoint a candidate (the low bits all set, the common case):
+    // the `n`th is `n`.
+    if bits != 0 && bits & bits.wrapping_add(1) == 0 {
+        return n as usize;
+    }
     for _ in 0..n {
         bits &= bits - 1;
     }
