@@ -485,7 +485,7 @@ impl Balancer {
         }
         let i = match (self.config.balance, key) {
             (Balance::RoundRobin, _) => self.round_robin(eps, candidates, count),
-            (Balance::Hash, Some(k)) => ring_pick(eps, k, candidates),
+            (Balance::Hash, Some(k)) => ring_pick(&eps.ring, k, candidates),
             (Balance::LeastRequest | Balance::Hash, _) => {
                 self.least_request(eps, candidates, count)
             }

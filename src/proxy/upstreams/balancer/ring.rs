@@ -2,8 +2,6 @@
 //! set, the first candidate clockwise on the hash ring, and the hash that
 //! places endpoints and keys on it.
 
-use super::Endpoints;
-
 /// The index of the `n`th set bit of `bits`.
 pub(super) fn nth_set_bit(mut bits: u128, n: u32) -> usize {
     // Every endpoint a candidate (the low bits all set, the common case):
@@ -17,9 +15,9 @@ pub(super) fn nth_set_bit(mut bits: u128, n: u32) -> usize {
     bits.trailing_zeros() as usize
 }
 
-/// The first candidate clockwise from `key` on the ring.
-pub(super) fn ring_pick(eps: &Endpoints, key: u64, candidates: u128) -> usize {
-    let ring = &eps.ring;
+/// The first candidate clockwise from `key` on `ring` (`(point, index)`
+/// sorted by point).
+pub(super) fn ring_pick(ring: &[(u64, usize)], key: u64, candidates: u128) -> usize {
     if ring.is_empty() {
         return 0;
     }
