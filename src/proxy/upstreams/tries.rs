@@ -84,6 +84,9 @@ enum Miss {
 /// The last try's error: [`GatewayError::UpstreamConnect`] when no target
 /// could be reached, [`GatewayError::UpstreamTimeout`],
 /// [`GatewayError::UpstreamFailed`], or the client's body error.
+// What one request's tries need; a struct for this one call would only
+// rename them.
+#[allow(clippy::too_many_arguments)]
 pub async fn send(
     req: &mut Request<UpstreamBody>,
     b: &Balancer,
@@ -151,7 +154,7 @@ pub async fn send(
 }
 
 /// A request's tries from the start, for what the first try of
-/// [`send`] does not cover.
+/// [`send`] does not cover; its arguments are [`send`]'s.
 #[allow(clippy::too_many_arguments)]
 async fn send_all(
     req: &mut Request<UpstreamBody>,
