@@ -83,6 +83,7 @@ fn plan_header(plans_from: &PlansFrom) -> Option<&http::HeaderName> {
 
 /// Names the pool target that answered, and its tries, for the access
 /// log; only when a line will be written.
+#[inline]
 fn name_target<B>(gw: &Gateway, b: &Balancer, a: &Answered, res: &mut Response<B>) {
     if observe::logging(gw.access_log.as_ref()) {
         res.extensions_mut().insert(PoolAnswer {

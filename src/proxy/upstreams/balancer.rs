@@ -496,6 +496,7 @@ impl Balancer {
     /// nginx's smooth weighted round robin over `candidates` (`count` of
     /// them): each gains its weight, the largest is chosen and loses the
     /// total.
+    #[inline]
     fn round_robin(&self, eps: &Endpoints, candidates: u128, count: usize) -> usize {
         if eps.equal {
             // Equal weights: the smooth round robin visits the candidates
@@ -506,23 +507,7 @@ impl Balancer {
                 return nth_set_bit(candidates, nth);
             }
         }
-        let mut current = eps.current.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut total = 0i64;
-        let mut best: Option<usize> = None;
-        for (i, e) in eps.list.iter().enumerate().take(128) {
-            if candidates & (1 << i) == 0 {
-                continue;
-            }
-            let w = i64::from(e.weight);
-            current[i] += w;
-            total += w;
-            if best.is_none_or(|b| current[i] > current[b]) {
-                best = Some(i);
-            }
-        }
-        let best = best.unwrap_or(0);
-        current[best] -= total;
-        best
+        smooth(eps, candidates)
     }
 
     /// Power of two choices: the round robin's next against a random
@@ -693,6 +678,30 @@ impl Balancer {
         }
         None
     }
+}
+
+/// The smooth weighted round robin over `candidates`, under its lock:
+/// each gains its weight, the largest is chosen and loses the total. Not
+/// inlined: an equal-weights pool rotates instead.
+#[inline(never)]
+fn smooth(eps: &Endpoints, candidates: u128) -> usize {
+    let mut current = eps.current.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut total = 0i64;
+    let mut best: Option<usize> = None;
+    for (i, e) in eps.list.iter().enumerate().take(128) {
+        if candidates & (1 << i) == 0 {
+            continue;
+        }
+        let w = i64::from(e.weight);
+        current[i] += w;
+        total += w;
+        if best.is_none_or(|b| current[i] > current[b]) {
+            best = Some(i);
+        }
+    }
+    let best = best.unwrap_or(0);
+    current[best] -= total;
+    best
 }
 
 impl PoolHealth for Balancer {

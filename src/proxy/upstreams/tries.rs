@@ -344,6 +344,7 @@ impl Tries<'_> {
 /// The request's answer `res` from `e`, on its `tries`th try, which
 /// started at `started` (the request at `sent`): recorded against the
 /// target, and what the caller is told. One clock read for both.
+#[inline]
 fn answer(
     b: &Balancer,
     res: &Response<Received>,
@@ -431,6 +432,7 @@ fn prepare_head(req: &mut Request<UpstreamBody>, cfg: &UpstreamPool) -> bool {
 /// Records an answer of `e` that took `took`: a 502, 503 or 504 counts
 /// against the target (a sick target, or one behind a sick proxy), any
 /// other status for it.
+#[inline]
 fn record_answer(b: &Balancer, e: &Endpoint, status: http::StatusCode, took: Duration) {
     if matches!(status.as_u16(), 502..=504) {
         b.tried(e, TryEnd::Unavailable, Some(took));
