@@ -2,7 +2,7 @@
 """Memory per idle keep-alive connection, tollgate (hyper or native HTTP/1.1
 server) and nginx.
 
-    python3 benches/idle_connections.py BINARY [N]
+    python3 benches/idle_connections.py BINARY [N] [CONTENDERS]
 
 Each contender proxies to one upstream on loopback. N client connections
 (default 2000) each send one request, read the answer and stay open; the
@@ -10,11 +10,20 @@ contender's resident memory (VmRSS, all processes: nginx's master and one
 worker) is read before the first connection and once all N are idle, and
 the difference divided by N is printed. tollgate runs with
 TOKIO_WORKER_THREADS=1; nginx with one worker and `keepalive_timeout 300`.
+CONTENDERS, a comma-separated choice of `hyper`, `native` and `nginx`,
+measures only those (default: all three).
+
+N may be a rising list, `2000,6000`: the connections are opened in
+stages in one process, RSS read after each, and what each connection
+past the previous stage costs is printed too (the marginal cost, without
+what the process keeps whatever the count).
 """
 import os, socket, subprocess, sys, tempfile, threading, time
 
 BIN = os.path.abspath(sys.argv[1])
-N = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+STAGES = [int(n) for n in sys.argv[2].split(",")] if len(sys.argv) > 2 else [2000]
+N = STAGES[-1]
+ONLY = sys.argv[3].split(",") if len(sys.argv) > 3 else ["hyper", "native", "nginx"]
 
 
 def free_port():
@@ -69,12 +78,18 @@ def measure(name, port, pids):
     time.sleep(0.5)
     before = rss_kib(pids)
     conns = []
-    for _ in range(N):
-        s = socket.create_connection(("127.0.0.1", port)); one(s); conns.append(s)
-    time.sleep(1.0)
-    after = rss_kib(pids)
-    print(f"{name:16} {N} idle connections: RSS {before} KiB -> {after} KiB, "
-          f"{(after - before) * 1024 / N:.0f} bytes per connection")
+    last = None
+    for n in STAGES:
+        while len(conns) < n:
+            s = socket.create_connection(("127.0.0.1", port)); one(s); conns.append(s)
+        time.sleep(1.0)
+        after = rss_kib(pids)
+        print(f"{name:16} {n} idle connections: RSS {before} KiB -> {after} KiB, "
+              f"{(after - before) * 1024 / n:.0f} bytes per connection")
+        if last:
+            print(f"{name:16} each past {last[0]}: "
+                  f"{(after - last[1]) * 1024 / (n - last[0]):.0f} bytes")
+        last = (n, after)
     for s in conns: s.close()
     warm.close()
 
@@ -82,7 +97,7 @@ def measure(name, port, pids):
 up = free_port()
 threading.Thread(target=upstream, args=(up,), daemon=True).start()
 d = tempfile.mkdtemp(prefix="idle-")
-for http1 in ("hyper", "native"):
+for http1 in [c for c in ("hyper", "native") if c in ONLY]:
     gw = free_port()
     open(f"{d}/{http1}.yaml", "w").write(f"""listen: 127.0.0.1:{gw}
 server: {{ http1: {http1}, max_connections: {N + 100} }}
@@ -101,7 +116,7 @@ routes:
     finally:
         p.terminate(); p.wait()
 
-if subprocess.run(["which", "nginx"], capture_output=True).returncode == 0:
+if "nginx" in ONLY and subprocess.run(["which", "nginx"], capture_output=True).returncode == 0:
     ng = free_port()
     open(f"{d}/nginx.conf", "w").write(f"""worker_processes 1;
 daemon off;

@@ -589,8 +589,8 @@ impl Forwarder {
     /// Sends the rewritten request to a target of `balancer`'s pool,
     /// trying others as [`tries`] describes, all within `upstream`'s
     /// timeout from `sent` (when the caller sends it); `key` is the
-    /// caller's hash for `balance: hash`. Returns the response and which
-    /// try answered it.
+    /// caller's hash for `balance: hash`. Returns the response, and writes
+    /// which try answered it to `answered`.
     ///
     /// # Errors
     /// As [`Forwarder::send`], for the last try.
@@ -606,7 +606,8 @@ impl Forwarder {
         key: Option<u64>,
         max_body: Option<u64>,
         sent: Instant,
-    ) -> Result<(Response<Received>, Answered), GatewayError> {
+        answered: &mut Option<Answered>,
+    ) -> Result<Response<Received>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
         let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
         let client = self.pool_client(&balancer.config);
@@ -621,10 +622,11 @@ impl Forwarder {
             key,
             upstream.timeout,
             sent,
+            answered,
         ));
-        let (mut res, answered) = tries.await?;
+        let mut res = tries.await?;
         strip_hop_by_hop(res.headers_mut());
-        Ok((res, answered))
+        Ok(res)
     }
 
     /// The client for a pool's `https://` or `h2c://` targets (`None` for

@@ -13,6 +13,13 @@
 //! `poll_peek`: the socket's waker is the set's node, not a task. A peek
 //! that finds the client's end closes the socket here, with no task.
 //!
+//! What a connection holds for `max_connections` (its permit, `T`) is
+//! not kept beside its socket: the parker merges the permits of every
+//! socket it holds into one ([`Permits`]), splits one off for each socket
+//! it hands back and gives one back for each it closes, so that it holds
+//! exactly one per parked socket and a parked socket's entry is its
+//! handle and a 4-byte offset of when it went idle.
+//!
 //! The idle timeout is one timer for the parker, not one per socket:
 //! sockets are kept in buckets by when they went idle, an eighth of the
 //! timeout each, and a bucket is closed whole once its last socket has
@@ -31,8 +38,39 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio::time::{Instant, Sleep};
+
+/// Permits the parker keeps for all its sockets at once (see the module's
+/// documentation).
+pub trait Permits: Sized {
+    /// Adds `self` to `all`; `Err(self)` when the two cannot be one (the
+    /// socket is then closed, and its permit given back).
+    ///
+    /// # Errors
+    /// `self` cannot join `all`.
+    fn merge_into(self, all: &mut Option<Self>) -> Result<(), Self>;
+
+    /// Takes `n` out of `all`: to hand on with a socket, or to drop for
+    /// sockets closed. `None` when `all` holds fewer.
+    fn split_off(all: &mut Option<Self>, n: usize) -> Option<Self>;
+}
+
+impl Permits for OwnedSemaphorePermit {
+    fn merge_into(self, all: &mut Option<Self>) -> Result<(), Self> {
+        match all {
+            None => *all = Some(self),
+            // `merge` panics on permits of two semaphores.
+            Some(a) if std::sync::Arc::ptr_eq(a.semaphore(), self.semaphore()) => a.merge(self),
+            Some(_) => return Err(self),
+        }
+        Ok(())
+    }
+
+    fn split_off(all: &mut Option<Self>, n: usize) -> Option<Self> {
+        all.as_mut()?.split(n)
+    }
+}
 
 /// An idle connection: its socket, when it went idle, and what its owner
 /// serves it with again.
@@ -43,7 +81,8 @@ pub struct Parked<T> {
     /// When the connection began to wait for its next head (handed back
     /// to the millisecond, rounded down).
     pub since: Instant,
-    /// What the owner keeps with it.
+    /// Its `max_connections` permit, which the parker keeps with its
+    /// own while the socket is parked.
     pub with: T,
 }
 
@@ -72,29 +111,29 @@ impl<T> Park<T> {
 }
 
 /// What a parked socket's wait came to.
-enum Woke<T> {
+enum Woke {
     /// Bytes to read: the connection is to be served again.
-    Bytes(Held<T>),
+    Bytes(Held),
     /// The client closed, or the socket failed.
     Closed,
 }
 
-/// A parked socket as the parker keeps it: when it went idle in
-/// milliseconds after the parker's epoch, which is all the precision the
-/// deadlines it is served again with need.
-struct Held<T> {
+/// A parked socket as the parker keeps it: when it went idle, in
+/// milliseconds after the start of its bucket's stretch, which is all the
+/// precision the deadlines it is served again with need. Its permit is in
+/// the parker's.
+struct Held {
     stream: TcpStream,
-    idle_ms: u64,
-    with: T,
+    idle_ms: u32,
 }
 
 /// One parked socket's wait for a byte to read.
-struct Waiting<T>(Option<Held<T>>);
+struct Waiting(Option<Held>);
 
-impl<T: Unpin> Future for Waiting<T> {
-    type Output = Woke<T>;
+impl Future for Waiting {
+    type Output = Woke;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Woke<T>> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Woke> {
         let this = self.get_mut();
         let Some(held) = &this.0 else {
             return Poll::Pending;
@@ -110,17 +149,19 @@ impl<T: Unpin> Future for Waiting<T> {
 }
 
 /// The sockets that went idle within one stretch of `grain_ms`.
-struct Bucket<T> {
+struct Bucket {
     /// Which stretch since the parker's epoch.
     index: u64,
-    waiting: FuturesUnordered<Waiting<T>>,
+    waiting: FuturesUnordered<Waiting>,
 }
 
 /// Waits for parked sockets; see the module's documentation.
 pub struct Parker<T, F> {
     rx: mpsc::UnboundedReceiver<Parked<T>>,
     /// Oldest first.
-    buckets: VecDeque<Bucket<T>>,
+    buckets: VecDeque<Bucket>,
+    /// One permit for each socket in `buckets`, merged.
+    permits: Option<T>,
     epoch: Instant,
     /// How long a bucket's stretch is, in whole milliseconds, at least 1.
     grain_ms: u64,
@@ -141,7 +182,7 @@ pub fn parker<T, F>(
     wake: F,
 ) -> (Park<T>, Parker<T, F>)
 where
-    T: Unpin,
+    T: Permits,
     F: FnMut(Parked<T>, &Park<T>),
 {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -149,6 +190,7 @@ where
     let parker = Parker {
         rx,
         buckets: VecDeque::new(),
+        permits: None,
         epoch: Instant::now(),
         grain_ms: u64::try_from((timeout / 8).as_millis())
             .unwrap_or(u64::MAX)
@@ -161,7 +203,7 @@ where
     (park, parker)
 }
 
-impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
+impl<T: Permits, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
     /// Waits for parked sockets until `stop` turns true, then closes them.
     pub async fn run(mut self) {
         let mut stop = self.stop.clone();
@@ -184,7 +226,8 @@ impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
             Poll::Pending
         })
         .await;
-        // Dropping the buckets closes every socket still parked.
+        // Dropping the buckets closes every socket still parked, and the
+        // permits go back with `permits`.
     }
 
     /// Which bucket a socket idle since `idle_ms` goes in.
@@ -211,16 +254,21 @@ impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
         let after = since.saturating_duration_since(self.epoch).as_millis();
         let idle_ms = u64::try_from(after).unwrap_or(u64::MAX);
         let index = self.index(idle_ms);
+        if with.merge_into(&mut self.permits).is_err() {
+            // Closed, its permit given back: one the parker cannot keep.
+            return;
+        }
         let at = self.buckets.iter().rposition(|b| b.index <= index);
         let at = match at {
             Some(i) if self.buckets[i].index == index => i,
             Some(i) => self.new_bucket(i + 1, index),
             None => self.new_bucket(0, index),
         };
+        // Less than `grain_ms`; a stretch past 49 days keeps 49 of it.
+        let into = idle_ms - index.saturating_mul(self.grain_ms);
         let held = Held {
             stream,
-            idle_ms,
-            with,
+            idle_ms: u32::try_from(into).unwrap_or(u32::MAX),
         };
         self.buckets[at].waiting.push(Waiting(Some(held)));
     }
@@ -231,17 +279,17 @@ impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
         at
     }
 
-    /// Hands on the sockets that became readable, drops those that closed,
-    /// and the buckets left empty.
+    /// Hands on the sockets that became readable, each with a permit split
+    /// off the parker's, drops those that closed with theirs, and the
+    /// buckets left empty.
     fn poll_woken(&mut self, cx: &mut Context<'_>) {
         for bucket in &mut self.buckets {
             while let Poll::Ready(Some(woke)) = bucket.waiting.poll_next_unpin(cx) {
-                if let Woke::Bytes(held) = woke {
-                    let Held {
-                        stream,
-                        idle_ms,
-                        with,
-                    } = held;
+                let with = T::split_off(&mut self.permits, 1);
+                if let (Woke::Bytes(held), Some(with)) = (woke, with) {
+                    let Held { stream, idle_ms } = held;
+                    let start = bucket.index.saturating_mul(self.grain_ms);
+                    let idle_ms = start.saturating_add(u64::from(idle_ms));
                     let since = self.epoch + Duration::from_millis(idle_ms);
                     (self.wake)(
                         Parked {
@@ -271,7 +319,11 @@ impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
             if sweep.as_mut().poll(cx).is_pending() {
                 return;
             }
-            self.buckets.pop_front();
+            if let Some(closed) = self.buckets.pop_front() {
+                let n = closed.waiting.len();
+                drop(closed);
+                drop(T::split_off(&mut self.permits, n));
+            }
         }
     }
 }
@@ -279,7 +331,12 @@ impl<T: Unpin, F: FnMut(Parked<T>, &Park<T>)> Parker<T, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::sync::Semaphore;
+
+    type Permit = OwnedSemaphorePermit;
 
     /// A connected pair: the server's side and the client's.
     async fn pair() -> (TcpStream, TcpStream) {
@@ -291,21 +348,59 @@ mod tests {
         (accepted.expect("accepted").0, client.expect("connected"))
     }
 
-    /// A parker for `timeout` whose woken sockets come out of the receiver.
-    fn started(
-        timeout: Duration,
-    ) -> (
-        Park<u32>,
-        mpsc::UnboundedReceiver<Parked<u32>>,
-        watch::Sender<bool>,
-        tokio::task::JoinHandle<()>,
-    ) {
-        let (stop_tx, stop) = watch::channel(false);
+    /// A parker for `timeout` whose woken sockets come out of the receiver,
+    /// and the semaphore of 10 permits its sockets' permits come from.
+    struct Started {
+        park: Park<Permit>,
+        woke: mpsc::UnboundedReceiver<Parked<Permit>>,
+        stop: watch::Sender<bool>,
+        parker: tokio::task::JoinHandle<()>,
+        sem: Arc<Semaphore>,
+    }
+
+    fn started(timeout: Duration) -> Started {
+        let (stop, stop_rx) = watch::channel(false);
         let (woke_tx, woke) = mpsc::unbounded_channel();
-        let (park, parker) = parker(timeout, stop, move |p, _: &Park<u32>| {
+        let (park, parker) = parker(timeout, stop_rx, move |p, _: &Park<Permit>| {
             let _ = woke_tx.send(p);
         });
-        (park, woke, stop_tx, tokio::spawn(parker.run()))
+        Started {
+            park,
+            woke,
+            stop,
+            parker: tokio::spawn(parker.run()),
+            sem: Arc::new(Semaphore::new(10)),
+        }
+    }
+
+    impl Started {
+        /// Parks `stream`, idle since `since`, with a permit of its own;
+        /// the address it is known by.
+        fn park(&self, stream: TcpStream, since: Instant) -> SocketAddr {
+            let at = stream.local_addr().expect("bound");
+            let with = self.sem.clone().try_acquire_owned().expect("a permit");
+            self.park.park(Parked {
+                stream,
+                since,
+                with,
+            });
+            at
+        }
+
+        /// Waits until the semaphore has `n` permits free.
+        async fn free(&self, n: usize) {
+            let wait = async {
+                while self.sem.available_permits() != n {
+                    tokio::task::yield_now().await;
+                }
+            };
+            let waited = tokio::time::timeout(Duration::from_secs(5), wait).await;
+            assert!(
+                waited.is_ok(),
+                "{} permits free, not {n}",
+                self.sem.available_permits()
+            );
+        }
     }
 
     /// Whether the peer of `client` closed it within `within`.
@@ -318,24 +413,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_parked_socket_is_handed_back_with_its_bytes_unread() {
-        let (park, mut woke, _stop, _parker) = started(Duration::from_secs(30));
-        let (quiet, _quiet_client) = pair().await;
+    async fn a_parked_socket_is_handed_back_with_its_bytes_unread_and_one_permit() {
+        let mut p = started(Duration::from_secs(30));
+        let (quiet, quiet_client) = pair().await;
         let (server, mut client) = pair().await;
         let since = Instant::now();
-        park.park(Parked {
-            stream: quiet,
-            since,
-            with: 1,
-        });
-        park.park(Parked {
-            stream: server,
-            since,
-            with: 2,
-        });
+        p.park(quiet, since);
+        let written = p.park(server, since);
         client.write_all(b"GET").await.expect("sent");
-        let mut back = woke.recv().await.expect("woken");
-        assert_eq!(back.with, 2, "the socket written to");
+        let mut back = p.woke.recv().await.expect("woken");
+        assert_eq!(back.stream.local_addr().ok(), Some(written));
+        assert_eq!(back.with.num_permits(), 1, "its own permit");
+        assert_eq!(p.sem.available_permits(), 8, "two parked, two held");
         assert!(
             back.since <= since && since - back.since < Duration::from_millis(1),
             "when it went idle, to the millisecond"
@@ -345,75 +434,104 @@ mod tests {
         assert_eq!(&got, b"GET", "the peek left the bytes to be read");
         // Parked again, it is handed back again at its next bytes; the
         // quiet one never is.
-        park.park(back);
+        p.park.park(back);
         client.write_all(b"PUT").await.expect("sent");
-        assert_eq!(woke.recv().await.expect("woken").with, 2);
-        assert!(woke.try_recv().is_err(), "the quiet socket was handed back");
+        let again = p.woke.recv().await.expect("woken");
+        assert_eq!(again.stream.local_addr().ok(), Some(written));
+        assert!(
+            p.woke.try_recv().is_err(),
+            "the quiet socket was handed back"
+        );
+        // Its permit goes back when the owner drops it; the quiet one's
+        // when its client closes.
+        drop(again);
+        assert_eq!(p.sem.available_permits(), 9);
+        drop(quiet_client);
+        p.free(10).await;
     }
 
     #[tokio::test]
     async fn a_parked_socket_idle_for_the_timeout_is_closed_within_an_eighth_more() {
         let timeout = Duration::from_millis(400);
-        let (park, mut woke, _stop, _parker) = started(timeout);
+        let mut p = started(timeout);
         let (server, mut client) = pair().await;
         let since = Instant::now();
-        park.park(Parked {
-            stream: server,
-            since,
-            with: 0,
-        });
+        p.park(server, since);
         assert!(closed_within(&mut client, Duration::from_secs(5)).await);
         let after = since.elapsed();
         assert!(
             after >= timeout && after < timeout + timeout / 8 + Duration::from_millis(100),
             "closed after {after:?}, the timeout is {timeout:?}"
         );
-        assert!(woke.try_recv().is_err(), "a closed socket was handed back");
+        assert!(
+            p.woke.try_recv().is_err(),
+            "a closed socket was handed back"
+        );
+        p.free(10).await;
     }
 
     #[tokio::test]
     async fn the_drain_closes_every_parked_socket_and_ends_the_parker() {
-        let (park, _woke, stop, parker) = started(Duration::from_secs(30));
+        let p = started(Duration::from_secs(30));
         let mut clients = Vec::new();
-        for with in 0..3 {
+        for _ in 0..3 {
             let (server, client) = pair().await;
-            park.park(Parked {
-                stream: server,
-                since: Instant::now(),
-                with,
-            });
+            p.park(server, Instant::now());
             clients.push(client);
         }
-        stop.send(true).expect("the parker listens");
-        tokio::time::timeout(Duration::from_secs(5), parker)
+        p.free(7).await;
+        p.stop.send(true).expect("the parker listens");
+        tokio::time::timeout(Duration::from_secs(5), p.parker)
             .await
             .expect("the parker ended")
             .expect("the parker did not panic");
         for client in &mut clients {
             assert!(closed_within(client, Duration::from_secs(1)).await);
         }
-        // Parked after the drain: closed at once.
+        assert_eq!(p.sem.available_permits(), 10, "every permit back");
+        // Parked after the drain: closed at once, its permit back.
         let (server, mut client) = pair().await;
-        park.park(Parked {
+        let with = p.sem.clone().try_acquire_owned().expect("a permit");
+        p.park.park(Parked {
             stream: server,
             since: Instant::now(),
-            with: 9,
+            with,
         });
         assert!(closed_within(&mut client, Duration::from_secs(1)).await);
+        assert_eq!(p.sem.available_permits(), 10);
+    }
+
+    #[test]
+    fn a_permit_of_another_semaphore_is_not_merged() {
+        let (one, other) = (Arc::new(Semaphore::new(2)), Arc::new(Semaphore::new(1)));
+        let mut all = None;
+        for _ in 0..2 {
+            let p = one.clone().try_acquire_owned().expect("a permit");
+            assert!(p.merge_into(&mut all).is_ok());
+        }
+        let stray = other.clone().try_acquire_owned().expect("a permit");
+        assert!(stray.merge_into(&mut all).is_err());
+        assert_eq!(other.available_permits(), 1, "the stray one went back");
+        let one_back = Permit::split_off(&mut all, 1).expect("two held");
+        assert_eq!(one_back.num_permits(), 1);
+        assert!(Permit::split_off(&mut all, 2).is_none(), "one left");
+        drop(one_back);
+        assert_eq!(one.available_permits(), 1);
+        drop(all);
+        assert_eq!(one.available_permits(), 2);
     }
 
     #[test]
     fn a_parked_socket_waits_in_little_more_than_its_handle() {
-        // The listener parks a connection with its permit.
-        let waiting = std::mem::size_of::<Waiting<tokio::sync::OwnedSemaphorePermit>>();
+        let waiting = std::mem::size_of::<Waiting>();
         let handle = std::mem::size_of::<TcpStream>();
         // `FuturesUnordered` keeps it as an `Option` in its node, beside
         // five links and two flags, in an `Arc`.
-        let kept = std::mem::size_of::<Option<Waiting<tokio::sync::OwnedSemaphorePermit>>>();
+        let kept = std::mem::size_of::<Option<Waiting>>();
         println!("a parked socket's wait: {waiting} bytes ({kept} kept); its handle: {handle}");
         assert!(
-            waiting <= handle + 32,
-            "a parked socket's wait is {waiting} bytes, its handle {handle}"
+            kept <= handle + 8,
+            "a parked socket's wait is {kept} bytes, its handle {handle}"
         );
     }
 }

@@ -83,6 +83,7 @@ fn plan_header(plans_from: &PlansFrom) -> Option<&http::HeaderName> {
 
 /// Names the pool target that answered, and its tries, for the access
 /// log; only when a line will be written.
+#[inline]
 fn name_target<B>(gw: &Gateway, b: &Balancer, a: &Answered, res: &mut Response<B>) {
     if observe::logging(gw.access_log.as_ref()) {
         res.extensions_mut().insert(PoolAnswer {
@@ -131,8 +132,11 @@ async fn forward(
         .route_balancers
         .get(route.index)
         .and_then(Option::as_deref);
-    // Read before the rewrite drops what an untrusted peer may not set.
-    let key = balancer.and_then(|b| hash_key(b, cfg, peer, &req));
+    // Read before the rewrite drops what an untrusted peer may not set;
+    // only a pool that hashes calls for it.
+    let key = balancer
+        .filter(|b| b.config.hash_key.is_some())
+        .and_then(|b| hash_key(b, cfg, peer, &req));
     proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());
@@ -141,9 +145,11 @@ async fn forward(
         u.restore(req.headers_mut());
     }
     let sent = Instant::now();
-    let (mut res, answered) = match balancer {
+    // Which of a pool's tries answered, written beside the response.
+    let mut answered = None;
+    let mut res = match balancer {
         Some(b) => {
-            let (res, answered) = std::pin::pin!(gw.forwarder.send_to_pool(
+            std::pin::pin!(gw.forwarder.send_to_pool(
                 req,
                 up,
                 b,
@@ -151,17 +157,16 @@ async fn forward(
                 key,
                 cfg.server.max_body_size,
                 sent,
+                &mut answered,
             ))
-            .await?;
-            (res, Some((b, answered)))
+            .await?
         }
         None => {
             let conns = rt.keep_alive.get(route.index).and_then(Option::as_deref);
-            let res =
-                std::pin::pin!(gw.forwarder.send(req, up, conns, cfg.server.max_body_size)).await?;
-            (res, None)
+            std::pin::pin!(gw.forwarder.send(req, up, conns, cfg.server.max_body_size)).await?
         }
     };
+    let answered = balancer.zip(answered);
     if let Some(m) = rt.route_metrics.get(route.index).and_then(Option::as_ref) {
         // A pool's answer read the clock already.
         let took = answered

@@ -45,6 +45,11 @@ use crate::config::{Balance, PoolTarget, TargetScheme, UpstreamPool};
 use crate::metrics::targets::{PoolHealth, TargetFamilies, TargetMetrics, TryEnd};
 use crate::proxy::keepalive::{ConnSettings, KeepAlive};
 
+mod ring;
+
+pub use ring::hash64;
+use ring::{nth_set_bit, ring_pick};
+
 /// Ring points per unit of weight for `balance: hash`.
 const POINTS_PER_WEIGHT: usize = 160;
 
@@ -238,6 +243,9 @@ pub struct Balancer {
     /// The pool as configured.
     pub config: Arc<UpstreamPool>,
     endpoints: ArcSwap<Endpoints>,
+    /// The endpoints of a pool whose targets are all addresses, which
+    /// never change: read by a pick without the swap's load.
+    fixed: Option<Arc<Endpoints>>,
     /// Every state the balancer has made or was handed, by key, so an
     /// address that leaves and comes back keeps its history.
     states: Mutex<Vec<(EndpointKey, Arc<EndpointState>)>>,
@@ -285,8 +293,9 @@ impl Balancer {
                 .clone()
         });
         let seed = hash64(config.name.as_bytes()) | 1;
-        let balancer = Self {
+        let mut balancer = Self {
             endpoints: ArcSwap::from_pointee(Endpoints::new(Vec::new(), config.balance)),
+            fixed: None,
             states: Mutex::new(states),
             rng: AtomicU64::new(seed),
             // Linkerd's numbers: retries at most 20 % of requests over
@@ -320,6 +329,9 @@ impl Balancer {
             addresses.push(known);
         }
         balancer.rebuild(&addresses);
+        if !balancer.has_names() {
+            balancer.fixed = Some(balancer.endpoints.load_full());
+        }
         balancer
     }
 
@@ -347,8 +359,11 @@ impl Balancer {
     }
 
     /// Sets the addresses target `target` (a name) resolves to; the other
-    /// targets keep theirs.
+    /// targets keep theirs. A pool without names keeps its endpoints.
     pub fn set_addresses(&self, target: usize, mut addrs: Vec<SocketAddr>) {
+        if self.fixed.is_some() {
+            return;
+        }
         addrs.sort_unstable();
         addrs.dedup();
         let current = self.endpoints.load();
@@ -411,7 +426,14 @@ impl Balancer {
     /// `tried` while others remain; `key` is the caller's hash for
     /// `balance: hash`. `None` when the pool has no endpoint.
     pub fn pick(&self, key: Option<u64>, tried: &Tried) -> Option<Endpoint> {
-        let eps = self.endpoints.load();
+        let loaded;
+        let eps: &Endpoints = match &self.fixed {
+            Some(fixed) => fixed,
+            None => {
+                loaded = self.endpoints.load();
+                &loaded
+            }
+        };
         let list = &eps.list;
         if list.is_empty() {
             return None;
@@ -462,10 +484,10 @@ impl Balancer {
             count = candidates.count_ones() as usize;
         }
         let i = match (self.config.balance, key) {
-            (Balance::RoundRobin, _) => self.round_robin(&eps, candidates, count),
-            (Balance::Hash, Some(k)) => ring_pick(&eps, k, candidates),
+            (Balance::RoundRobin, _) => self.round_robin(eps, candidates, count),
+            (Balance::Hash, Some(k)) => ring_pick(&eps.ring, k, candidates),
             (Balance::LeastRequest | Balance::Hash, _) => {
-                self.least_request(&eps, candidates, count)
+                self.least_request(eps, candidates, count)
             }
         };
         Some(list[i].clone())
@@ -474,6 +496,7 @@ impl Balancer {
     /// nginx's smooth weighted round robin over `candidates` (`count` of
     /// them): each gains its weight, the largest is chosen and loses the
     /// total.
+    #[inline]
     fn round_robin(&self, eps: &Endpoints, candidates: u128, count: usize) -> usize {
         if eps.equal {
             // Equal weights: the smooth round robin visits the candidates
@@ -484,23 +507,7 @@ impl Balancer {
                 return nth_set_bit(candidates, nth);
             }
         }
-        let mut current = eps.current.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut total = 0i64;
-        let mut best: Option<usize> = None;
-        for (i, e) in eps.list.iter().enumerate().take(128) {
-            if candidates & (1 << i) == 0 {
-                continue;
-            }
-            let w = i64::from(e.weight);
-            current[i] += w;
-            total += w;
-            if best.is_none_or(|b| current[i] > current[b]) {
-                best = Some(i);
-            }
-        }
-        let best = best.unwrap_or(0);
-        current[best] -= total;
-        best
+        smooth(eps, candidates)
     }
 
     /// Power of two choices: the round robin's next against a random
@@ -673,6 +680,30 @@ impl Balancer {
     }
 }
 
+/// The smooth weighted round robin over `candidates`, under its lock:
+/// each gains its weight, the largest is chosen and loses the total. Not
+/// inlined: an equal-weights pool rotates instead.
+#[inline(never)]
+fn smooth(eps: &Endpoints, candidates: u128) -> usize {
+    let mut current = eps.current.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut total = 0i64;
+    let mut best: Option<usize> = None;
+    for (i, e) in eps.list.iter().enumerate().take(128) {
+        if candidates & (1 << i) == 0 {
+            continue;
+        }
+        let w = i64::from(e.weight);
+        current[i] += w;
+        total += w;
+        if best.is_none_or(|b| current[i] > current[b]) {
+            best = Some(i);
+        }
+    }
+    let best = best.unwrap_or(0);
+    current[best] -= total;
+    best
+}
+
 impl PoolHealth for Balancer {
     fn pool(&self) -> &str {
         &self.config.name
@@ -681,45 +712,6 @@ impl PoolHealth for Balancer {
     fn usable(&self) -> usize {
         Balancer::usable(self)
     }
-}
-
-/// The index of the `n`th set bit of `bits`.
-fn nth_set_bit(mut bits: u128, n: u32) -> usize {
-    for _ in 0..n {
-        bits &= bits - 1;
-    }
-    bits.trailing_zeros() as usize
-}
-
-/// The first candidate clockwise from `key` on the ring.
-fn ring_pick(eps: &Endpoints, key: u64, candidates: u128) -> usize {
-    let ring = &eps.ring;
-    if ring.is_empty() {
-        return 0;
-    }
-    let start = ring.partition_point(|&(p, _)| p < key);
-    for k in 0..ring.len() {
-        let (_, i) = ring[(start + k) % ring.len()];
-        if i >= 128 || candidates & (1 << i) != 0 {
-            return i;
-        }
-    }
-    0
-}
-
-/// FNV-1a with a final mix (splitmix64's), so that similar names land far
-/// apart on the ring.
-pub fn hash64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
 }
 
 /// A request in flight to an endpoint: counted from the try until the

@@ -70,6 +70,8 @@ enum Miss {
 /// target of `b`, trying others as the module docs say; `sent` is when the request was sent, which the
 /// first try and the route's timeout count from. `key` is the caller's
 /// hash for `balance: hash`; `https` the client for `https://` targets.
+/// Which try answered is written to `answered`, beside the response
+/// rather than with it: the response is moved as one URL's is, no more.
 ///
 /// The first try to a plain `http://` target — nearly every request to a
 /// pool — is made here, as a request to one URL is: its future is part of
@@ -82,6 +84,9 @@ enum Miss {
 /// The last try's error: [`GatewayError::UpstreamConnect`] when no target
 /// could be reached, [`GatewayError::UpstreamTimeout`],
 /// [`GatewayError::UpstreamFailed`], or the client's body error.
+// What one request's tries need; a struct for this one call would only
+// rename them.
+#[allow(clippy::too_many_arguments)]
 pub async fn send(
     req: &mut Request<UpstreamBody>,
     b: &Balancer,
@@ -90,14 +95,16 @@ pub async fn send(
     key: Option<u64>,
     timeout: Duration,
     sent: Instant,
-) -> Result<(Response<Received>, Answered), GatewayError> {
+    answered: &mut Option<Answered>,
+) -> Result<Response<Received>, GatewayError> {
     let picked = match https {
         None => b.pick(key, &Tried::new()),
         Some(_) => None,
     };
     let Some(e) = picked else {
         // https targets, or no endpoint yet (names not resolved).
-        return Box::pin(send_all(req, b, https, resolver, key, timeout, sent)).await;
+        let all = send_all(req, b, https, resolver, key, timeout, sent, answered);
+        return Box::pin(all).await;
     };
     let cfg = &b.config;
     let (replay, may_retry, _) = begin(req, b);
@@ -117,7 +124,10 @@ pub async fn send(
             // Bounded from `sent`: no clock read of its own.
             let until = tokio::time::Instant::from_std(sent + bound);
             match tokio::time::timeout_at(until, send).await {
-                Ok(Ok(res)) => return Ok(answer(b, res, &e, in_flight, 1, sent, sent)),
+                Ok(Ok(res)) => {
+                    *answered = Some(answer(b, &res, &e, in_flight, 1, sent, sent));
+                    return Ok(res);
+                }
                 Ok(Err(err)) => missed(err),
                 Err(_) => Miss::Failed(GatewayError::UpstreamTimeout(bound)),
             }
@@ -140,11 +150,12 @@ pub async fn send(
         last: None,
     };
     mark_tried(&mut tries.tried, &e);
-    Box::pin(tries.rest(miss, e, req, https, sent)).await
+    Box::pin(tries.rest(miss, e, req, https, sent, answered)).await
 }
 
 /// A request's tries from the start, for what the first try of
-/// [`send`] does not cover.
+/// [`send`] does not cover; its arguments are [`send`]'s.
+#[allow(clippy::too_many_arguments)]
 async fn send_all(
     req: &mut Request<UpstreamBody>,
     b: &Balancer,
@@ -153,7 +164,8 @@ async fn send_all(
     key: Option<u64>,
     timeout: Duration,
     sent: Instant,
-) -> Result<(Response<Received>, Answered), GatewayError> {
+    answered: &mut Option<Answered>,
+) -> Result<Response<Received>, GatewayError> {
     let cfg = &b.config;
     let mut start = sent;
     let deadline = sent + timeout;
@@ -182,11 +194,14 @@ async fn send_all(
     let keep = tries.keep();
     let target = &cfg.targets[e.target];
     let miss = match one_try(req, keep, &e, target, https, bound).await {
-        Ok(res) => return Ok(answer(b, res, &e, in_flight, tries.tries, start, sent)),
+        Ok(res) => {
+            *answered = Some(answer(b, &res, &e, in_flight, tries.tries, start, sent));
+            return Ok(res);
+        }
         Err(miss) => miss,
     };
     drop(in_flight);
-    tries.rest(miss, e, req, https, sent).await
+    tries.rest(miss, e, req, https, sent, answered).await
 }
 
 /// What a request's tries keep from one to the next.
@@ -219,7 +234,8 @@ impl Tries<'_> {
         req: &mut Request<UpstreamBody>,
         https: Option<&UpstreamClient>,
         sent: Instant,
-    ) -> Result<(Response<Received>, Answered), GatewayError> {
+        answered: &mut Option<Answered>,
+    ) -> Result<Response<Received>, GatewayError> {
         let cfg = &self.b.config;
         loop {
             self.after(miss, &e)?;
@@ -231,8 +247,9 @@ impl Tries<'_> {
             let keep = self.keep();
             miss = match one_try(req, keep, &next, target, https, bound).await {
                 Ok(res) => {
-                    let answered = answer(self.b, res, &next, in_flight, self.tries, started, sent);
-                    return Ok(answered);
+                    let tries = self.tries;
+                    *answered = Some(answer(self.b, &res, &next, in_flight, tries, started, sent));
+                    return Ok(res);
                 }
                 Err(miss) => miss,
             };
@@ -324,24 +341,23 @@ impl Tries<'_> {
     }
 }
 
-/// The request's answer from `e`, on its `tries`th try, which started at
-/// `started` (the request at `sent`): recorded against the target, and
-/// what the caller is told. One clock read for both. Inlined: the response
-/// is not moved into a call and back out.
+/// The request's answer `res` from `e`, on its `tries`th try, which
+/// started at `started` (the request at `sent`): recorded against the
+/// target, and what the caller is told. One clock read for both.
 #[inline]
 fn answer(
     b: &Balancer,
-    res: Response<Received>,
+    res: &Response<Received>,
     e: &Endpoint,
     in_flight: InFlight,
     tries: u32,
     started: Instant,
     sent: Instant,
-) -> (Response<Received>, Answered) {
+) -> Answered {
     let now = Instant::now();
     let took = now.saturating_duration_since(started);
     record_answer(b, e, res.status(), took);
-    let answered = Answered {
+    Answered {
         tries,
         target: e.target,
         addr: e.addr,
@@ -352,8 +368,7 @@ fn answer(
             now.saturating_duration_since(sent)
         },
         in_flight,
-    };
-    (res, answered)
+    }
 }
 
 /// The error when the pool has no endpoint to try.
@@ -417,6 +432,7 @@ fn prepare_head(req: &mut Request<UpstreamBody>, cfg: &UpstreamPool) -> bool {
 /// Records an answer of `e` that took `took`: a 502, 503 or 504 counts
 /// against the target (a sick target, or one behind a sick proxy), any
 /// other status for it.
+#[inline]
 fn record_answer(b: &Balancer, e: &Endpoint, status: http::StatusCode, took: Duration) {
     if matches!(status.as_u16(), 502..=504) {
         b.tried(e, TryEnd::Unavailable, Some(took));
