@@ -86,6 +86,7 @@ impl Gateway {
         let started = observe::started(self.access_log.as_ref());
         let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
+        let native = matches!(req.body(), ClientBody::Native(_));
         browsers::arrive(&rt, &mut req, &mut ex);
         traces::arrive(&self, &rt, req.headers_mut(), &mut ex);
         ex.grpc = grpc::Kind::of(req.method(), req.headers());
@@ -107,8 +108,17 @@ impl Gateway {
             self.access_log.as_ref(),
             started,
         );
-        let mut res = answer
-            .unwrap_or_else(|refusal| refusal::response(&refusal, ex.request_id.as_ref(), ex.grpc));
+        let mut res = match answer {
+            // A native connection's writer copies a refusal's fields as
+            // text, made here without a map, when nothing after here
+            // reads them from one.
+            Err(refusal) if native && ex.grpc.is_none() && !browsers::has_rules(&rt, &ex) => {
+                return refused_late(&rt, &ex, &refusal);
+            }
+            answer => answer.unwrap_or_else(|refusal| {
+                refusal::response(&refusal, ex.request_id.as_ref(), ex.grpc)
+            }),
+        };
         if let Some(checked) = &ex.checked {
             checked.write_headers(rt.config.headers, res.headers_mut());
         }
@@ -342,6 +352,22 @@ impl Gateway {
             gateway.handle(req, peer).map(Ok)
         })
     }
+}
+
+/// The answer to `refusal` for a native HTTP/1.1 connection, with its
+/// fields, the rate-limit fields and the request id as
+/// [`LateFields`](crate::http1::write::LateFields), text for the
+/// connection's writer: the same fields a refusal's map holds on other
+/// connections, without a map's inserts.
+fn refused_late(rt: &Snapshot, ex: &Exchange, refusal: &GatewayError) -> Response<Body> {
+    let (mut res, mut late) = refusal::late(refusal, ex.request_id.as_ref());
+    if let Some(checked) = &ex.checked
+        && !checked.write_late(rt.config.headers, &mut late)
+    {
+        checked.write_headers(rt.config.headers, res.headers_mut());
+    }
+    browsers::leave_late(rt, ex, &mut res, late);
+    res
 }
 
 /// Marks a gRPC call with its deadline, when it sent one (`grpc-timeout`),
