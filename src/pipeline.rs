@@ -108,22 +108,16 @@ impl Gateway {
             self.access_log.as_ref(),
             started,
         );
-        let mut res = match answer {
-            // A native connection's writer copies a refusal's fields as
-            // text, made here without a map, when nothing after here
-            // reads them from one.
-            Err(refusal) if native && ex.grpc.is_none() && !browsers::has_rules(&rt, &ex) => {
-                return refused_late(&rt, &ex, &refusal);
+        match answer {
+            Ok(mut res) => {
+                if let Some(checked) = &ex.checked {
+                    checked.write_headers(rt.config.headers, res.headers_mut());
+                }
+                browsers::leave(&rt, &ex, &mut res);
+                res
             }
-            answer => answer.unwrap_or_else(|refusal| {
-                refusal::response(&refusal, ex.request_id.as_ref(), ex.grpc)
-            }),
-        };
-        if let Some(checked) = &ex.checked {
-            checked.write_headers(rt.config.headers, res.headers_mut());
+            Err(refusal) => refused(&rt, &ex, &refusal, native),
         }
-        browsers::leave(&rt, &ex, &mut res);
-        res
     }
 
     /// Runs `req` from `peer` through the phases before `act` — guard,
@@ -354,19 +348,30 @@ impl Gateway {
     }
 }
 
-/// The answer to `refusal` for a native HTTP/1.1 connection, with its
-/// fields, the rate-limit fields and the request id as
-/// [`LateFields`](crate::http1::write::LateFields), text for the
-/// connection's writer: the same fields a refusal's map holds on other
-/// connections, without a map's inserts.
-fn refused_late(rt: &Snapshot, ex: &Exchange, refusal: &GatewayError) -> Response<Body> {
-    let (mut res, mut late) = refusal::late(refusal, ex.request_id.as_ref());
-    if let Some(checked) = &ex.checked
-        && !checked.write_late(rt.config.headers, &mut late)
-    {
+/// The answer to `refusal`, with the rate-limit fields and the request id.
+///
+/// A native HTTP/1.1 connection (`native`) that asked anything but a gRPC
+/// call, on a way out without response rules, gets the fields as
+/// [`LateFields`](crate::http1::write::LateFields), text its writer
+/// copies, made without a map's inserts; every other request the same
+/// fields in the map.
+#[inline(never)]
+fn refused(rt: &Snapshot, ex: &Exchange, refusal: &GatewayError, native: bool) -> Response<Body> {
+    if native && ex.grpc.is_none() && !browsers::has_rules(rt, ex) {
+        let (mut res, mut late) = refusal::late(refusal, ex.request_id.as_ref());
+        if let Some(checked) = &ex.checked
+            && !checked.write_late(rt.config.headers, &mut late)
+        {
+            checked.write_headers(rt.config.headers, res.headers_mut());
+        }
+        browsers::leave_late(rt, ex, &mut res, late);
+        return res;
+    }
+    let mut res = refusal::response(refusal, ex.request_id.as_ref(), ex.grpc);
+    if let Some(checked) = &ex.checked {
         checked.write_headers(rt.config.headers, res.headers_mut());
     }
-    browsers::leave_late(rt, ex, &mut res, late);
+    browsers::leave(rt, ex, &mut res);
     res
 }
 

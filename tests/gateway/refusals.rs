@@ -31,7 +31,7 @@ fn fields(r: &Reply) -> Vec<(String, String)> {
 /// The second request's answer (the first is admitted) on a gateway
 /// started from `yaml` with `server.http1: mode`.
 async fn second(yaml: &str, mode: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let yaml = format!("server: {{ http1: {mode} }}\n{yaml}");
+    let yaml = format!("listen: 127.0.0.1:0\nserver: {{ http1: {mode} }}\n{yaml}");
     let gw = Gateway::start_with_clock(&yaml, clock()).await;
     send(gw.addr, get(path, headers)).await;
     send(gw.addr, get(path, headers)).await
