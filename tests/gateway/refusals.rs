@@ -51,7 +51,7 @@ routes:
   - name: limited
     match: { path_prefix: /limited }
     respond: { status: 200 }
-    response_headers: { set: { x-served-by: tollgate }, remove: [ retry-after ] }
+    response_headers: { set: { x-served-by: tollgate }, remove: [ x-debug ] }
     limits: [ { name: per_ip, key: ip, limit: 1, window: 1h } ]
 "#;
     let cors = r#"
@@ -97,6 +97,16 @@ cors: { allow_origins: [ "https://app.test" ], expose_headers: [ x-trace ] }
         assert_eq!(hyper.status, status, "{yaml}");
         assert_eq!(native.status, status, "{yaml}");
         assert_eq!(fields(&native), fields(&hyper), "{yaml}");
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            assert!(native.header("retry-after").is_some(), "{yaml}");
+        }
+        if !yaml.contains("headers:") && status == StatusCode::TOO_MANY_REQUESTS {
+            assert_eq!(
+                native.header("ratelimit-policy"),
+                Some(r#""per_ip";q=1;w=3600, "wide";q=5;w=60"#),
+                "{yaml}"
+            );
+        }
         assert_eq!(only_id(&native.headers), 1, "{yaml}");
         let id = native.header("x-request-id").expect("an id");
         assert!(native.text().contains(id), "{}", native.text());
