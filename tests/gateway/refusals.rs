@@ -28,6 +28,10 @@ fn fields(r: &Reply) -> Vec<(String, String)> {
     out
 }
 
+/// A gateway's YAML, the path asked, the request's fields and the status
+/// expected.
+type Case<'a> = (String, &'a str, &'a [(&'a str, &'a str)], StatusCode);
+
 /// The second request's answer (the first is admitted) on a gateway
 /// started from `yaml` with `server.http1: mode`.
 async fn second(yaml: &str, mode: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
@@ -58,7 +62,7 @@ routes:
 cors: { allow_origins: [ "https://app.test" ], expose_headers: [ x-trace ] }
 "#;
     let origin = [("origin", "https://app.test")];
-    let cases: [(String, &str, &[(&str, &str)], StatusCode); 6] = [
+    let cases: [Case; 6] = [
         (
             route.to_owned(),
             "/limited",
