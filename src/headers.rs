@@ -234,6 +234,33 @@ pub fn apply(
     }
 }
 
+/// The fields [`apply`] writes in `mode`, each lent to `put` rather than
+/// inserted into a map, for a writer that renders them itself; `false`,
+/// giving none, for `github` and `legacy`, whose fields only `apply`
+/// writes. Over a map that holds none of them yet, `apply` leaves the same
+/// fields in the same order.
+pub fn apply_to(
+    mode: HeaderMode,
+    policy: Option<&HeaderValue>,
+    limits: &[Limit],
+    outcomes: Option<&[Standing]>,
+    mut put: impl FnMut(&HeaderName, &HeaderValue),
+) -> bool {
+    match mode {
+        HeaderMode::None => true,
+        HeaderMode::Ietf => {
+            if let Some(p) = policy {
+                put(&RATELIMIT_POLICY, p);
+            }
+            if let Some(v) = outcomes.and_then(|o| ratelimit_value(limits, o)) {
+                put(&RATELIMIT, &v);
+            }
+            true
+        }
+        HeaderMode::Github | HeaderMode::Legacy => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,6 +86,7 @@ impl Gateway {
         let started = observe::started(self.access_log.as_ref());
         let rt = self.snapshot.load_full();
         let mut ex = Exchange::new(req.method().clone(), peer);
+        let native = matches!(req.body(), ClientBody::Native(_));
         browsers::arrive(&rt, &mut req, &mut ex);
         traces::arrive(&self, &rt, req.headers_mut(), &mut ex);
         ex.grpc = grpc::Kind::of(req.method(), req.headers());
@@ -107,13 +108,16 @@ impl Gateway {
             self.access_log.as_ref(),
             started,
         );
-        let mut res = answer
-            .unwrap_or_else(|refusal| refusal::response(&refusal, ex.request_id.as_ref(), ex.grpc));
-        if let Some(checked) = &ex.checked {
-            checked.write_headers(rt.config.headers, res.headers_mut());
+        match answer {
+            Ok(mut res) => {
+                if let Some(checked) = &ex.checked {
+                    checked.write_headers(rt.config.headers, res.headers_mut());
+                }
+                browsers::leave(&rt, &ex, &mut res);
+                res
+            }
+            Err(refusal) => refused(&rt, &ex, &refusal, native),
         }
-        browsers::leave(&rt, &ex, &mut res);
-        res
     }
 
     /// Runs `req` from `peer` through the phases before `act` — guard,
@@ -342,6 +346,33 @@ impl Gateway {
             gateway.handle(req, peer).map(Ok)
         })
     }
+}
+
+/// The answer to `refusal`, with the rate-limit fields and the request id.
+///
+/// A native HTTP/1.1 connection (`native`) that asked anything but a gRPC
+/// call, on a way out without response rules, gets the fields as
+/// [`LateFields`](crate::http1::write::LateFields), text its writer
+/// copies, made without a map's inserts; every other request the same
+/// fields in the map.
+#[inline(never)]
+fn refused(rt: &Snapshot, ex: &Exchange, refusal: &GatewayError, native: bool) -> Response<Body> {
+    if native && ex.grpc.is_none() && !browsers::has_rules(rt, ex) {
+        let (mut res, mut late) = refusal::late(refusal, ex.request_id.as_ref());
+        if let Some(checked) = &ex.checked
+            && !checked.write_late(rt.config.headers, &mut late)
+        {
+            checked.write_headers(rt.config.headers, res.headers_mut());
+        }
+        browsers::leave_late(rt, ex, &mut res, late);
+        return res;
+    }
+    let mut res = refusal::response(refusal, ex.request_id.as_ref(), ex.grpc);
+    if let Some(checked) = &ex.checked {
+        checked.write_headers(rt.config.headers, res.headers_mut());
+    }
+    browsers::leave(rt, ex, &mut res);
+    res
 }
 
 /// Marks a gRPC call with its deadline, when it sent one (`grpc-timeout`),

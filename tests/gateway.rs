@@ -10,6 +10,9 @@ mod early;
 #[path = "gateway/parked.rs"]
 mod parked;
 
+#[path = "gateway/refusals.rs"]
+mod refusals;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 

@@ -206,6 +206,42 @@ fn written(
 }
 
 #[test]
+fn late_fields_are_written_after_the_maps_as_if_they_were_its_own() {
+    use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+    let mut res = http::Response::new(());
+    *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    res.headers_mut()
+        .insert("vary", HeaderValue::from_static("origin"));
+    let mut late = write::LateFields::default();
+    late.push(&CONTENT_TYPE, &HeaderValue::from_static("text/plain"));
+    late.push_number(&RETRY_AFTER, 7);
+    late.push(&CONNECTION, &HeaderValue::from_static("close"));
+    // The writer's own fields are not taken.
+    late.push(&CONTENT_LENGTH, &HeaderValue::from_static("99"));
+    res.extensions_mut().insert(late);
+    let (parts, ()) = res.into_parts();
+    let mut dst = Vec::new();
+    let ex = ResponseTo {
+        method: &Method::GET,
+        version: Version::HTTP_11,
+        keep_alive: true,
+    };
+    let exact = Some(http_body::SizeHint::with_exact(2));
+    let (enc, keep) = write::head(&mut dst, &parts, exact, ex);
+    let text = String::from_utf8(dst).expect("text");
+    assert!(
+        text.starts_with(
+            "HTTP/1.1 429 Too Many Requests\r\nvary: origin\r\ncontent-type: text/plain\r\n\
+             retry-after: 7\r\nconnection: close\r\ncontent-length: 2\r\ndate: "
+        ),
+        "{text}"
+    );
+    // The `close` among them ends the connection, and is said once.
+    assert_eq!((enc, keep), (Encoder::Length(2), false));
+    assert_eq!(text.matches("connection").count(), 1, "{text}");
+}
+
+#[test]
 fn responses_are_framed_as_hyper_frames_them() {
     let exact = Some(http_body::SizeHint::with_exact(5));
     let (text, enc, keep) = written(200, &Method::GET, Version::HTTP_11, exact);

@@ -3,13 +3,18 @@
 //! server chooses it — `Content-Length` when the length is known, chunked
 //! for an HTTP/1.1 client otherwise, the connection's end for an HTTP/1.0
 //! one — with no body after `HEAD`, 1xx, 204 and 304 (RFC 9112 §6.3).
+//!
+//! A service that answers a native connection may carry some of its
+//! answer's fields as [`LateFields`] in the response's extensions instead
+//! of in its `HeaderMap`, already as text: they are copied after the
+//! map's in one piece, and cost no insert into a map nobody else reads.
 
 use std::cell::RefCell;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::response::Parts;
-use http::{Method, StatusCode, Version};
+use http::{HeaderName, HeaderValue, Method, StatusCode, Version};
 use http_body::SizeHint;
 
 use super::head::{digits, has_token};
@@ -31,6 +36,70 @@ pub struct ResponseTo<'a> {
     pub version: Version,
     /// The connection may serve another request after this one.
     pub keep_alive: bool,
+}
+
+/// Header fields of a response kept beside its `HeaderMap`, in its
+/// extensions, already written as HTTP/1.1 text for the writer to copy
+/// after the map's fields.
+///
+/// Only the native server's writer reads them: a service puts them there
+/// only for a request that came from a native connection, and only when
+/// nothing after it reads the answer's fields from the map (a route's
+/// response rules do). The framing fields (`Content-Length`,
+/// `Transfer-Encoding`) and `Date` are the writer's and are not taken; a
+/// `Connection` field is read as the writer reads the map's, so that a
+/// `close` among them closes the connection.
+#[derive(Debug, Clone, Default)]
+pub struct LateFields {
+    /// `name: value\r\n` for each field, in the order they were added.
+    text: Vec<u8>,
+    /// A `Connection` field with `close`.
+    close: bool,
+    /// A `Connection` field with `keep-alive`.
+    keep_alive: bool,
+}
+
+impl LateFields {
+    /// Room for the fields of a refusal with its rate-limit fields and id.
+    const ROOM: usize = 320;
+
+    /// Adds a field after those already here; a field of the writer's own
+    /// (framing, `Date`) is left out.
+    pub fn push(&mut self, name: &HeaderName, value: &HeaderValue) {
+        match *name {
+            CONTENT_LENGTH | TRANSFER_ENCODING | DATE => return,
+            CONNECTION => {
+                self.close |= has_token(value, "close");
+                self.keep_alive |= has_token(value, "keep-alive");
+            }
+            _ => {}
+        }
+        self.put(name, value.as_bytes());
+    }
+
+    /// Adds a field whose value is the number `n`.
+    pub fn push_number(&mut self, name: &HeaderName, n: u64) {
+        debug_assert!(!matches!(
+            *name,
+            CONTENT_LENGTH | TRANSFER_ENCODING | DATE | CONNECTION
+        ));
+        self.put(name, itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    fn put(&mut self, name: &HeaderName, value: &[u8]) {
+        if self.text.capacity() == 0 {
+            self.text.reserve(Self::ROOM);
+        }
+        self.text.extend_from_slice(name.as_str().as_bytes());
+        self.text.extend_from_slice(b": ");
+        self.text.extend_from_slice(value);
+        self.text.extend_from_slice(b"\r\n");
+    }
+
+    /// The fields as they are written.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.text
+    }
 }
 
 /// Whether a response to `method` with `status` may carry a body.
@@ -59,49 +128,27 @@ pub fn head(
     ex: ResponseTo<'_>,
 ) -> (Encoder, bool) {
     let status = parts.status;
-    let mut keep_alive = ex.keep_alive;
     status_line(dst, ex.version, status);
-    let known = body.map(|h| h.exact());
-    let mut encoder = None;
-    let mut said_keep_alive = false;
-    let mut said_close = false;
-    let mut wrote_date = false;
+    let mut said = Said {
+        known: body.map(|h| h.exact()),
+        keep_alive: ex.keep_alive,
+        ..Said::default()
+    };
     for (name, value) in &parts.headers {
-        match *name {
-            CONTENT_LENGTH => {
-                if encoder.is_some() || !can_have_length(ex.method, status) {
-                    continue;
-                }
-                let n = match known {
-                    Some(Some(n)) => n,
-                    // A length header over an empty body: only a HEAD
-                    // answer says it.
-                    None if ex.method != Method::HEAD => continue,
-                    _ => match digits(value.as_bytes()) {
-                        Some(n) => n,
-                        None => continue,
-                    },
-                };
-                encoder = Some(Encoder::Length(n));
-            }
-            // The framing is this writer's to choose.
-            TRANSFER_ENCODING => continue,
-            CONNECTION => {
-                if has_token(value, "close") {
-                    keep_alive = false;
-                    said_close = true;
-                }
-                said_keep_alive |= has_token(value, "keep-alive");
-            }
-            DATE => wrote_date = true,
-            _ => {}
-        }
-        dst.extend_from_slice(name.as_str().as_bytes());
-        dst.extend_from_slice(b": ");
-        dst.extend_from_slice(value.as_bytes());
-        dst.extend_from_slice(b"\r\n");
+        said.field(dst, name, value, ex, status);
     }
-    let encoder = encoder.unwrap_or_else(|| framing(dst, known, ex, status));
+    if let Some(late) = parts.extensions.get::<LateFields>() {
+        dst.extend_from_slice(&late.text);
+        if late.close {
+            said.keep_alive = false;
+            said.close = true;
+        }
+        said.keep_alive_token |= late.keep_alive;
+    }
+    let mut keep_alive = said.keep_alive;
+    let encoder = said
+        .encoder
+        .unwrap_or_else(|| framing(dst, said.known, ex, status));
     let encoder = if can_have_body(ex.method, status) {
         encoder
     } else {
@@ -111,21 +158,83 @@ pub fn head(
         keep_alive = false;
     }
     if ex.version == Version::HTTP_10 {
-        if keep_alive && !said_keep_alive {
+        if keep_alive && !said.keep_alive_token {
             dst.extend_from_slice(b"connection: keep-alive\r\n");
         }
-    } else if !keep_alive && !said_close {
+    } else if !keep_alive && !said.close {
         // The client asked to close, or the connection cannot go on: the
         // answer says so (RFC 9112 §9.6).
         dst.extend_from_slice(b"connection: close\r\n");
     }
-    if !wrote_date {
+    if !said.date {
         dst.extend_from_slice(b"date: ");
         date(dst);
         dst.extend_from_slice(b"\r\n");
     }
     dst.extend_from_slice(b"\r\n");
     (encoder, keep_alive)
+}
+
+/// What a head's fields said, as [`head`] writes them.
+#[derive(Default)]
+struct Said {
+    /// The body's exact length if it has one (`None`: no body).
+    known: Option<Option<u64>>,
+    /// The framing a `Content-Length` field chose.
+    encoder: Option<Encoder>,
+    keep_alive: bool,
+    /// A `Connection` field with `keep-alive`.
+    keep_alive_token: bool,
+    /// A `Connection` field with `close`.
+    close: bool,
+    date: bool,
+}
+
+impl Said {
+    /// Writes one field into `dst`, unless the framing is the writer's.
+    #[inline]
+    fn field(
+        &mut self,
+        dst: &mut Vec<u8>,
+        name: &HeaderName,
+        value: &HeaderValue,
+        ex: ResponseTo<'_>,
+        status: StatusCode,
+    ) {
+        match *name {
+            CONTENT_LENGTH => {
+                if self.encoder.is_some() || !can_have_length(ex.method, status) {
+                    return;
+                }
+                let n = match self.known {
+                    Some(Some(n)) => n,
+                    // A length header over an empty body: only a HEAD
+                    // answer says it.
+                    None if ex.method != Method::HEAD => return,
+                    _ => match digits(value.as_bytes()) {
+                        Some(n) => n,
+                        None => return,
+                    },
+                };
+                self.encoder = Some(Encoder::Length(n));
+            }
+            // The framing is this writer's to choose.
+            TRANSFER_ENCODING => return,
+            CONNECTION => {
+                if has_token(value, "close") {
+                    self.keep_alive = false;
+                    self.close = true;
+                }
+                self.keep_alive_token |= has_token(value, "keep-alive");
+            }
+            DATE => self.date = true,
+            _ => {}
+        }
+        dst.extend_from_slice(name.as_str().as_bytes());
+        dst.extend_from_slice(b": ");
+        dst.extend_from_slice(value.as_bytes());
+        dst.extend_from_slice(b"\r\n");
+    }
 }
 
 /// The status line: HTTP/1.0 to an HTTP/1.0 client, else HTTP/1.1.

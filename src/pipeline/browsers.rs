@@ -14,6 +14,7 @@ use http::{Request, Response};
 use super::exchange::Exchange;
 use super::gateway::Snapshot;
 use crate::config::{Cors, HeaderRules};
+use crate::http1::write::LateFields;
 use crate::problem::GatewayError;
 use crate::proxy::{self, Body};
 use crate::{cors, request_id, target};
@@ -80,13 +81,45 @@ pub fn preflight<B>(
 /// Where a response leaves: the route's response rules (the top level's
 /// when no route took the request), its CORS policy, and the request id.
 pub fn leave(rt: &Snapshot, ex: &Exchange, res: &mut Response<Body>) {
-    let (policy, rules): (Option<&Cors>, Option<&HeaderRules>) = match &ex.route {
+    decorate(rt, ex, res);
+    if let Some(id) = &ex.request_id {
+        res.headers_mut()
+            .insert(rt.config.request_id.header.clone(), id.clone());
+    }
+}
+
+/// [`leave`] for an answer whose `late` fields a native connection's
+/// writer renders: the same, with the request id added to them, and
+/// they put in the answer's extensions. Only for a way out without
+/// response rules ([`has_rules`]), which read the fields from the map.
+pub fn leave_late(rt: &Snapshot, ex: &Exchange, res: &mut Response<Body>, mut late: LateFields) {
+    decorate(rt, ex, res);
+    if let Some(id) = &ex.request_id {
+        late.push(&rt.config.request_id.header, id);
+    }
+    res.extensions_mut().insert(late);
+}
+
+/// Whether a response leaving `ex` passes through response rules.
+pub fn has_rules(rt: &Snapshot, ex: &Exchange) -> bool {
+    policies(rt, ex).1.is_some()
+}
+
+/// The CORS policy and the response rules where `ex`'s response leaves:
+/// its route's, or the top level's when no route took the request.
+fn policies<'a>(rt: &'a Snapshot, ex: &'a Exchange) -> (Option<&'a Cors>, Option<&'a HeaderRules>) {
+    match &ex.route {
         Some(r) => (r.route.cors.as_deref(), r.route.response_headers.as_deref()),
         None => (
             rt.config.cors.as_deref(),
             rt.config.response_headers.as_deref(),
         ),
-    };
+    }
+}
+
+/// The response rules and the CORS policy applied to `res`.
+fn decorate(rt: &Snapshot, ex: &Exchange, res: &mut Response<Body>) {
+    let (policy, rules) = policies(rt, ex);
     let preflight = policy.is_some() && res.extensions().get::<cors::Preflight>().is_some();
     let headers = res.headers_mut();
     if let Some(rules) = rules {
@@ -94,8 +127,5 @@ pub fn leave(rt: &Snapshot, ex: &Exchange, res: &mut Response<Body>) {
     }
     if let Some(policy) = policy.filter(|_| !preflight) {
         cors::decorate(policy, ex.origin.as_ref(), headers);
-    }
-    if let Some(id) = &ex.request_id {
-        headers.insert(rt.config.request_id.header.clone(), id.clone());
     }
 }

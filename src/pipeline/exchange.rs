@@ -15,6 +15,7 @@ use http::{HeaderValue, Method, Request};
 use super::gateway::Snapshot;
 use crate::config::{KeySource, Limit};
 use crate::decision::Decision;
+use crate::http1::write::LateFields;
 use crate::identity::{self, BodyFields, Caller};
 use crate::limit::LimitRequest;
 use crate::metrics::RouteMetrics;
@@ -326,6 +327,20 @@ impl CheckedLimits {
             self.decision.outcomes(),
             self.now_ms,
         );
+    }
+
+    /// Adds the rate-limit fields of this decision to `late`, as
+    /// [`write_headers`](Self::write_headers) would write them into an
+    /// empty map; `false`, adding none, for a `mode` whose fields only
+    /// `write_headers` writes.
+    pub fn write_late(&self, mode: crate::config::HeaderMode, late: &mut LateFields) -> bool {
+        crate::headers::apply_to(
+            mode,
+            self.policy_header(),
+            self.limits(),
+            self.decision.outcomes(),
+            |name, value| late.push(name, value),
+        )
     }
 }
 

@@ -13,13 +13,22 @@
 //! and a limit tells a retry policy when to try again
 //! (`grpc-retry-pushback-ms`, gRFC A6). The access log and the metrics
 //! keep the HTTP status of the refusal.
+//!
+//! A refusal to a native HTTP/1.1 connection's request ([`late`]) has the
+//! same status, body and fields, its fields written as text for that
+//! connection's writer rather than inserted into a header map (the 429
+//! of a deny path is answered many times a second, and its map was a
+//! good part of its cost).
 
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::header::{
+    CONNECTION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE,
+};
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
 
 use crate::grpc::{self, Code};
+use crate::http1::write::LateFields;
 use crate::problem::{GatewayError, PROBLEM_JSON};
 use crate::proxy::Body;
 
@@ -43,22 +52,50 @@ pub fn response(
         Some(kind) => trailers_only(err, kind),
     };
     let headers = res.headers_mut();
+    kind_fields(err, |name, value| {
+        headers.insert(name, value);
+    });
+    res
+}
+
+/// The answer to a request refused with `err`, not a gRPC call, for a
+/// native HTTP/1.1 connection's writer: [`response`]'s status, body and
+/// fields, the fields as [`LateFields`] for the caller to add to (the
+/// rate-limit fields, the request id) and put in the response's
+/// extensions, rather than in its header map.
+pub fn late(err: &GatewayError, request_id: Option<&HeaderValue>) -> (Response<Body>, LateFields) {
+    let body = err.problem_with_id(request_id);
+    let mut res = Response::new(Either::Right(Full::new(body)));
+    *res.status_mut() = err.status();
+    let mut fields = LateFields::default();
+    fields.push(&CONTENT_TYPE, &PROBLEM_JSON);
+    match err {
+        // [`kind_fields`]' Retry-After, written as a number without a
+        // value made for it first.
+        GatewayError::Limited {
+            retry_after: Some(secs),
+            ..
+        } => fields.push_number(&RETRY_AFTER, *secs),
+        _ => kind_fields(err, |name, value| fields.push(&name, &value)),
+    }
+    (res, fields)
+}
+
+/// The fields that belong to the kind of refusal `err` is, each given to
+/// `put`.
+fn kind_fields(err: &GatewayError, mut put: impl FnMut(HeaderName, HeaderValue)) {
     match err {
         GatewayError::Limited {
             retry_after: Some(secs),
             ..
-        } => {
-            headers.insert(RETRY_AFTER, seconds(*secs));
-        }
+        } => put(RETRY_AFTER, seconds(*secs)),
         // A request that can never be admitted gets no Retry-After: there
         // is no time after which it would be.
         GatewayError::Limited {
             retry_after: None, ..
         } => {}
         // RFC 9110 §11.6.1: a 401 names the scheme that would be accepted.
-        GatewayError::UnknownApiKey => {
-            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
+        GatewayError::UnknownApiKey => put(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")),
         // The framing of the request is in doubt (RFC 9112 §6.1), or its
         // body was not read to its end: the connection cannot carry another
         // request.
@@ -67,9 +104,7 @@ pub fn response(
         | GatewayError::HeaderTooLarge { .. }
         | GatewayError::UriTooLong { .. }
         | GatewayError::BadRequestBody(_)
-        | GatewayError::ClientAborted(_) => {
-            headers.insert(CONNECTION, HeaderValue::from_static("close"));
-        }
+        | GatewayError::ClientAborted(_) => put(CONNECTION, HeaderValue::from_static("close")),
         // Well-framed requests: the connection stays usable.
         GatewayError::BadTarget(_)
         | GatewayError::NoRoute { .. }
@@ -79,7 +114,6 @@ pub fn response(
         | GatewayError::UpstreamFailed(_)
         | GatewayError::StoreUnavailable => {}
     }
-    res
 }
 
 /// A number of seconds as a header value. Digits only, so always valid;
