@@ -8,7 +8,8 @@
 //! series): a request never waits for its log line.
 //!
 //! The queue is a byte buffer that lines are appended to whole, under a
-//! lock held for the copy only; the writer thread takes the whole buffer at
+//! lock held for the copy only (for an access-log line, for its
+//! rendering); the writer thread takes the whole buffer at
 //! once, at most [`BATCH_DELAY`] after its first line, and writes it with
 //! one call. A busy gateway's lines thus cost one wake-up and one `write`
 //! per batch, not per line: with a queue of lines handed over one by one
@@ -18,10 +19,14 @@
 //! docs/performance.md).
 //!
 //! The access-log line is the hottest: one per request. It is rendered by
-//! hand into a buffer ([`AccessLine`]), in the same shape the `tracing`
-//! formatter gives every other event (text, or one JSON object with
-//! `timestamp`, `level`, `fields` and `target`), and handed to the queue
-//! whole — no formatter per field, no subscriber machinery.
+//! hand straight into the queue's buffer ([`AccessLine`]), in the same
+//! shape the `tracing` formatter gives every other event (text, or one
+//! JSON object with `timestamp`, `level`, `fields` and `target`): no
+//! formatter per field, no subscriber machinery, no buffer of its own to
+//! copy from, and the fixed parts — the event's target and message, each
+//! field's name — written whole as each format spells them ([`Event`],
+//! [`Key`]). Its timestamp is reckoned from the `Instant` the request's
+//! latency ends at ([`RESYNC`]).
 //!
 //! The queue is the process's, like stderr itself ([`stderr`] sets it up
 //! once). The access log is a gateway's own ([`AccessWriter`], handed to it
@@ -33,7 +38,7 @@ use std::io::Write as _;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Bytes the queue holds before it drops lines: about 7,000 access-log
 /// lines of 150 bytes, a few seconds of a busy gateway's log.
@@ -206,13 +211,87 @@ pub fn dropped_lines() -> u64 {
         .map_or(0, |s| s.dropped.load(Ordering::Relaxed))
 }
 
-/// One access-log line being rendered: `field` calls in order, then
-/// [`AccessLine::write`].
+/// The fixed parts of an access-log line's event, made with
+/// [`access_event!`](crate::access_event): its target and message as each
+/// format writes them, so that a line copies them whole.
+#[derive(Debug, Clone, Copy)]
+pub struct Event {
+    /// Text: after the timestamp, up to the first field.
+    pub text: &'static str,
+    /// JSON: after the timestamp, up to the first field.
+    pub json: &'static str,
+    /// JSON: after the last field, with the line's end.
+    pub json_end: &'static str,
+}
+
+/// An access-log field's name as each format introduces it, made with
+/// [`access_key!`](crate::access_key).
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    /// Text: ` name=`.
+    pub text: &'static str,
+    /// JSON: `,"name":`.
+    pub json: &'static str,
+}
+
+/// The [`Event`] of target `$target` and message `$message`, two string
+/// literals that JSON needs no escape in.
+#[macro_export]
+macro_rules! access_event {
+    ($target:literal, $message:literal) => {
+        $crate::logs::Event {
+            text: concat!("Z  INFO ", $target, ": ", $message),
+            json: concat!(
+                "Z\",\"level\":\"INFO\",\"fields\":{\"message\":\"",
+                $message,
+                "\""
+            ),
+            json_end: concat!("},\"target\":\"", $target, "\"}\n"),
+        }
+    };
+}
+
+/// The [`Key`] named `$name`, a string literal that JSON needs no escape
+/// in.
+#[macro_export]
+macro_rules! access_key {
+    ($name:literal) => {
+        $crate::logs::Key {
+            text: concat!(" ", $name, "="),
+            json: concat!(",\"", $name, "\":"),
+        }
+    };
+}
+
+/// Where a line is rendered: in the queue itself, or in a buffer of its
+/// own for a line held until its last fields are known.
+enum Dest<'a> {
+    /// The queue's buffer, locked for the line, which starts at `start`.
+    Queue {
+        state: MutexGuard<'a, State>,
+        start: usize,
+    },
+    /// A buffer of its own.
+    Own(Vec<u8>),
+}
+
+/// One access-log line being rendered: field calls in order, then
+/// [`AccessLine::write`] (or [`AccessLine::hold`]).
+///
+/// A line to be written now is rendered straight into the queue's buffer,
+/// under the queue's lock, with no buffer or copy of its own: the lock is
+/// held for the rendering of one line, about as long as the copy of a
+/// rendered line would take, and the writer thread takes it only to swap
+/// the buffer out.
 pub struct AccessLine<'a> {
     log: &'a AccessWriter,
-    target: &'a str,
-    buf: Vec<u8>,
+    event: Event,
+    dest: Dest<'a>,
 }
+
+/// Room reserved for a line before it is rendered, so that its fields
+/// are appended without the buffer growing between them.
+const LINE_ROOM: usize = 512;
 
 impl AccessWriter {
     /// An access log written to `writer` (from [`stderr`], or any other
@@ -221,73 +300,76 @@ impl AccessWriter {
         Self { writer, json }
     }
 
-    /// Starts a line of event `message` for `target`, stamped now.
-    pub fn line<'a>(&'a self, target: &'a str, message: &str) -> AccessLine<'a> {
-        // The thread's last line's buffer, emptied: one allocation per
-        // thread rather than per line.
-        let mut buf = LINE.with_borrow_mut(std::mem::take);
-        buf.clear();
-        buf.reserve(256);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+    /// Starts a line of `event` stamped at `at`, rendered into the queue
+    /// to be written with [`AccessLine::write`], or, when `held`, into a
+    /// buffer of its own to be ended later ([`AccessLine::hold`]).
+    pub fn line(&self, event: Event, at: Instant, held: bool) -> AccessLine<'_> {
+        let mut dest = if held {
+            Dest::Own(Vec::with_capacity(LINE_ROOM))
+        } else {
+            let mut state = lock(&self.writer.shared.state);
+            let start = state.buf.len();
+            state.buf.reserve(LINE_ROOM);
+            Dest::Queue { state, start }
+        };
+        let buf = dest.buf();
         if self.json {
             buf.extend_from_slice(b"{\"timestamp\":\"");
-            timestamp(&mut buf, now.as_secs(), now.subsec_micros());
-            buf.extend_from_slice(b"\",\"level\":\"INFO\",\"fields\":{\"message\":");
-            json_str(&mut buf, message);
+            timestamp(buf, at);
+            buf.extend_from_slice(event.json.as_bytes());
         } else {
-            timestamp(&mut buf, now.as_secs(), now.subsec_micros());
-            buf.extend_from_slice(b"  INFO ");
-            buf.extend_from_slice(target.as_bytes());
-            buf.extend_from_slice(b": ");
-            buf.extend_from_slice(message.as_bytes());
+            timestamp(buf, at);
+            buf.extend_from_slice(event.text.as_bytes());
         }
         AccessLine {
             log: self,
-            target,
-            buf,
+            event,
+            dest,
+        }
+    }
+}
+
+impl Dest<'_> {
+    fn buf(&mut self) -> &mut Vec<u8> {
+        match self {
+            Dest::Queue { state, .. } => &mut state.buf,
+            Dest::Own(buf) => buf,
         }
     }
 }
 
 impl AccessLine<'_> {
-    fn key(&mut self, key: &str) {
-        if self.log.json {
-            self.buf.extend_from_slice(b",\"");
-            self.buf.extend_from_slice(key.as_bytes());
-            self.buf.extend_from_slice(b"\":");
-        } else {
-            self.buf.push(b' ');
-            self.buf.extend_from_slice(key.as_bytes());
-            self.buf.push(b'=');
-        }
+    fn key(&mut self, key: Key) -> &mut Vec<u8> {
+        let json = self.log.json;
+        let buf = self.dest.buf();
+        buf.extend_from_slice(if json { key.json } else { key.text }.as_bytes());
+        buf
     }
 
     /// A text field.
     #[must_use]
-    pub fn str(mut self, key: &str, value: &str) -> Self {
-        self.key(key);
-        if self.log.json {
-            json_str(&mut self.buf, value);
+    pub fn str(mut self, key: Key, value: &str) -> Self {
+        let json = self.log.json;
+        let buf = self.key(key);
+        if json {
+            json_str(buf, value);
         } else {
-            self.buf.extend_from_slice(value.as_bytes());
+            buf.extend_from_slice(value.as_bytes());
         }
         self
     }
 
     /// A whole number.
     #[must_use]
-    pub fn u64(mut self, key: &str, value: u64) -> Self {
-        self.key(key);
-        self.buf
+    pub fn u64(mut self, key: Key, value: u64) -> Self {
+        self.key(key)
             .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
         self
     }
 
     /// A text field when there is one.
     #[must_use]
-    pub fn opt_str(self, key: &str, value: Option<&str>) -> Self {
+    pub fn opt_str(self, key: Key, value: Option<&str>) -> Self {
         match value {
             Some(v) => self.str(key, v),
             None => self,
@@ -296,67 +378,110 @@ impl AccessLine<'_> {
 
     /// An IP address, as text.
     #[must_use]
-    pub fn ip(mut self, key: &str, ip: IpAddr) -> Self {
-        self.key(key);
+    pub fn ip(mut self, key: Key, ip: IpAddr) -> Self {
         let quote = self.log.json;
+        let buf = self.key(key);
         if quote {
-            self.buf.push(b'"');
+            buf.push(b'"');
         }
         // Only on replayable lines (`access_log.replay`).
-        let _ = write!(self.buf, "{ip}");
+        let _ = write!(buf, "{ip}");
         if quote {
-            self.buf.push(b'"');
+            buf.push(b'"');
         }
         self
     }
 
     /// An IP address when there is one.
     #[must_use]
-    pub fn opt_ip(self, key: &str, ip: Option<IpAddr>) -> Self {
+    pub fn opt_ip(self, key: Key, ip: Option<IpAddr>) -> Self {
         match ip {
             Some(ip) => self.ip(key, ip),
             None => self,
         }
     }
 
+    /// A socket address, as text.
+    #[must_use]
+    pub fn addr(mut self, key: Key, addr: std::net::SocketAddr) -> Self {
+        let quote = self.log.json;
+        let buf = self.key(key);
+        if quote {
+            buf.push(b'"');
+        }
+        let _ = write!(buf, "{addr}");
+        if quote {
+            buf.push(b'"');
+        }
+        self
+    }
+
     /// Microseconds, written as milliseconds with three decimals.
     #[must_use]
-    pub fn micros_as_ms(mut self, key: &str, micros: u64) -> Self {
-        self.key(key);
-        let mut n = itoa::Buffer::new();
-        self.buf
-            .extend_from_slice(n.format(micros / 1000).as_bytes());
+    pub fn micros_as_ms(mut self, key: Key, micros: u64) -> Self {
+        let buf = self.key(key);
+        buf.extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
         let frac = micros % 1000;
-        self.buf.push(b'.');
-        self.buf.push(b'0' + (frac / 100) as u8);
-        self.buf.push(b'0' + (frac / 10 % 10) as u8);
-        self.buf.push(b'0' + (frac % 10) as u8);
+        buf.extend_from_slice(&[
+            b'.',
+            b'0' + (frac / 100) as u8,
+            b'0' + (frac / 10 % 10) as u8,
+            b'0' + (frac % 10) as u8,
+        ]);
         self
     }
 
     /// The line so far, to be ended later ([`HeldLine`]): for a request
     /// whose last fields are known only when its response body ends.
-    pub fn hold(mut self) -> HeldLine {
+    pub fn hold(self) -> HeldLine {
+        let buf = match self.dest {
+            Dest::Own(buf) => buf,
+            // Started in the queue after all: moved out of it.
+            Dest::Queue { mut state, start } => state.buf.split_off(start),
+        };
         HeldLine {
             writer: self.log.writer.clone(),
             json: self.log.json,
-            target: self.target.to_owned(),
-            buf: std::mem::take(&mut self.buf),
+            json_end: self.event.json_end,
+            buf,
         }
     }
 
     /// Ends the line and queues it; dropped (and counted) when the queue is
     /// full.
-    pub fn write(mut self) {
-        if self.log.json {
-            self.buf.extend_from_slice(b"},\"target\":");
-            json_str(&mut self.buf, self.target);
-            self.buf.push(b'}');
+    pub fn write(self) {
+        let json = self.log.json;
+        let end = self.event.json_end;
+        match self.dest {
+            Dest::Queue { mut state, start } => {
+                if json {
+                    state.buf.extend_from_slice(end.as_bytes());
+                } else {
+                    state.buf.push(b'\n');
+                }
+                if state.buf.len() > QUEUE_BYTES {
+                    state.buf.truncate(start);
+                    drop(state);
+                    self.log
+                        .writer
+                        .shared
+                        .dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                drop(state);
+                if start == 0 {
+                    self.log.writer.shared.ready.notify_one();
+                }
+            }
+            Dest::Own(buf) => HeldLine {
+                writer: self.log.writer.clone(),
+                json,
+                json_end: end,
+                buf,
+            }
+            .write(),
         }
-        self.buf.push(b'\n');
-        self.log.writer.push(&self.buf);
-        let buf = std::mem::take(&mut self.buf);
-        LINE.with_borrow_mut(|line| *line = buf);
     }
 }
 
@@ -366,7 +491,7 @@ impl AccessLine<'_> {
 pub struct HeldLine {
     writer: Queue,
     json: bool,
-    target: String,
+    json_end: &'static str,
     buf: Vec<u8>,
 }
 
@@ -389,50 +514,89 @@ impl HeldLine {
     /// Ends the line and queues it, as [`AccessLine::write`].
     pub fn write(mut self) {
         if self.json {
-            self.buf.extend_from_slice(b"},\"target\":");
-            json_str(&mut self.buf, &self.target);
-            self.buf.push(b'}');
+            self.buf.extend_from_slice(self.json_end.as_bytes());
+        } else {
+            self.buf.push(b'\n');
         }
-        self.buf.push(b'\n');
         self.writer.push(&self.buf);
     }
 }
 
 thread_local! {
-    /// The buffer an access-log line is rendered in, kept for the thread's
-    /// next line.
-    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// The second of the last timestamp and its text up to the seconds
     /// (`2026-11-23T21:50:22`), which lines within the same second share.
     static SECOND: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
+    /// The wall clock at an instant: the thread's timestamps are that plus
+    /// the monotonic time since, for up to [`RESYNC`].
+    static ANCHOR: std::cell::Cell<Option<(Instant, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// How long a thread's timestamps are reckoned from one reading of the
+/// wall clock: a step of the wall clock shows in them within this.
+pub const RESYNC: Duration = Duration::from_secs(1);
+
+/// Microseconds since the Unix epoch at `at`: the wall clock read at
+/// most [`RESYNC`] before, plus the monotonic time since, so that a line
+/// costs its request one clock reading (the `Instant` its latency ends
+/// at), not two. Both clocks are slewed alike by NTP, so within a second
+/// they part by no more than a step of the wall clock would.
+fn wall_micros(at: Instant) -> u64 {
+    if let Some((anchor, micros)) = ANCHOR.get()
+        && let Some(since) = at.checked_duration_since(anchor)
+        && since < RESYNC
+    {
+        return micros + since.as_micros() as u64;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let micros = now.as_secs() * 1_000_000 + u64::from(now.subsec_micros());
+    ANCHOR.set(Some((at, micros)));
+    micros
 }
 
 /// `value` as a JSON string: quoted, with `"`, `\` and control characters
 /// escaped.
 fn json_str(buf: &mut Vec<u8>, value: &str) {
     buf.push(b'"');
-    for &b in value.as_bytes() {
-        match b {
-            b'"' => buf.extend_from_slice(b"\\\""),
-            b'\\' => buf.extend_from_slice(b"\\\\"),
-            b'\n' => buf.extend_from_slice(b"\\n"),
-            b'\r' => buf.extend_from_slice(b"\\r"),
-            b'\t' => buf.extend_from_slice(b"\\t"),
-            0..0x20 => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                buf.extend_from_slice(b"\\u00");
-                buf.push(HEX[usize::from(b >> 4)]);
-                buf.push(HEX[usize::from(b & 0xf)]);
-            }
-            _ => buf.push(b),
+    let bytes = value.as_bytes();
+    // Runs that need no escape are copied whole.
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..0x20 => b"",
+            _ => continue,
+        };
+        buf.extend_from_slice(&bytes[run..i]);
+        run = i + 1;
+        if escaped.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            buf.extend_from_slice(b"\\u00");
+            buf.push(HEX[usize::from(b >> 4)]);
+            buf.push(HEX[usize::from(b & 0xf)]);
+        } else {
+            buf.extend_from_slice(escaped);
         }
     }
+    buf.extend_from_slice(&bytes[run..]);
     buf.push(b'"');
 }
 
-/// RFC 3339 UTC with microseconds, as `tracing`'s formatter writes it:
-/// `2026-11-23T21:50:22.123456Z`.
-fn timestamp(buf: &mut Vec<u8>, secs: u64, micros: u32) {
+/// RFC 3339 UTC with microseconds, as `tracing`'s formatter writes it,
+/// but for the `Z` (the line's [`Event`] begins with it):
+/// `2026-11-23T21:50:22.123456`.
+fn timestamp(buf: &mut Vec<u8>, at: Instant) {
+    let micros = wall_micros(at);
+    time_text(buf, micros / 1_000_000, (micros % 1_000_000) as u32);
+}
+
+/// `secs` and `micros` since the epoch as [`timestamp`] writes them.
+fn time_text(buf: &mut Vec<u8>, secs: u64, micros: u32) {
     SECOND.with_borrow_mut(|(second, text)| {
         if *second != secs {
             text.clear();
@@ -441,15 +605,13 @@ fn timestamp(buf: &mut Vec<u8>, secs: u64, micros: u32) {
         }
         buf.extend_from_slice(text);
     });
-    buf.push(b'.');
-    let mut digits = [b'0'; 6];
+    let mut digits = [b'.', b'0', b'0', b'0', b'0', b'0', b'0'];
     let mut v = micros;
-    for c in digits.iter_mut().rev() {
+    for c in digits[1..].iter_mut().rev() {
         *c = b'0' + (v % 10) as u8;
         v /= 10;
     }
     buf.extend_from_slice(&digits);
-    buf.push(b'Z');
 }
 
 /// `secs` since the epoch as RFC 3339 UTC up to the seconds.
@@ -480,26 +642,122 @@ mod tests {
     #[test]
     fn timestamps_are_rfc3339_utc() {
         let mut b = Vec::new();
-        timestamp(&mut b, 0, 0);
-        assert_eq!(b, b"1970-01-01T00:00:00.000000Z");
+        time_text(&mut b, 0, 0);
+        assert_eq!(b, b"1970-01-01T00:00:00.000000");
         b.clear();
         // 2024-02-29T12:34:56.000789Z, a leap day.
-        timestamp(&mut b, 1_709_210_096, 789);
-        assert_eq!(b, b"2024-02-29T12:34:56.000789Z");
+        time_text(&mut b, 1_709_210_096, 789);
+        assert_eq!(b, b"2024-02-29T12:34:56.000789");
         b.clear();
-        timestamp(&mut b, 4_102_444_799, 999_999);
-        assert_eq!(b, b"2099-12-31T23:59:59.999999Z");
+        time_text(&mut b, 4_102_444_799, 999_999);
+        assert_eq!(b, b"2099-12-31T23:59:59.999999");
         // The same second again: its text is reused, the fraction is new.
         b.clear();
-        timestamp(&mut b, 4_102_444_799, 5);
-        assert_eq!(b, b"2099-12-31T23:59:59.000005Z");
+        time_text(&mut b, 4_102_444_799, 5);
+        assert_eq!(b, b"2099-12-31T23:59:59.000005");
         // A five-digit year.
         b.clear();
-        timestamp(&mut b, 253_402_300_800, 0);
-        assert_eq!(b, b"10000-01-01T00:00:00.000000Z");
+        time_text(&mut b, 253_402_300_800, 0);
+        assert_eq!(b, b"10000-01-01T00:00:00.000000");
         b.clear();
-        timestamp(&mut b, 1_709_210_096, 789);
-        assert_eq!(b, b"2024-02-29T12:34:56.000789Z");
+        time_text(&mut b, 1_709_210_096, 789);
+        assert_eq!(b, b"2024-02-29T12:34:56.000789");
+    }
+
+    #[test]
+    fn the_wall_time_of_an_instant_is_the_wall_clocks() {
+        let micros = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_micros() as u64;
+        let before = micros(SystemTime::now());
+        let first = wall_micros(Instant::now());
+        // Reckoned from the anchor the first set.
+        let second = wall_micros(Instant::now());
+        let after = micros(SystemTime::now());
+        // A millisecond of slack for the two clocks' readings apart.
+        assert!(
+            before <= first + 1_000 && first <= after + 1_000,
+            "{before} {first} {after}"
+        );
+        assert!(
+            first <= second && second <= after + 1_000,
+            "{first} {second} {after}"
+        );
+    }
+
+    /// What a gateway's access log would write for one line of each shape.
+    fn rendered(json: bool, held: bool) -> String {
+        let sink = Arc::new(Mutex::new(Vec::new()));
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let (q, flush) = queue(Sink(Arc::clone(&sink)));
+        let log = AccessWriter::new(q, json);
+        let line = log
+            .line(
+                access_event!("tollgate::access", "request"),
+                Instant::now(),
+                held,
+            )
+            .str(access_key!("route"), "a \"b\"")
+            .u64(access_key!("status"), 200)
+            .micros_as_ms(access_key!("latency_ms"), 12_345)
+            .opt_str(access_key!("none"), None)
+            .ip(access_key!("peer"), IpAddr::from([127, 0, 0, 1]))
+            .addr(access_key!("upstream_addr"), "[::1]:8080".parse().unwrap());
+        if held {
+            let mut held = line.hold();
+            held.str("settled", "tpm:12");
+            held.write();
+        } else {
+            line.write();
+        }
+        drop(flush);
+        String::from_utf8(sink.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn access_lines_have_tracings_shape() {
+        for held in [false, true] {
+            let text = rendered(false, held);
+            let (ts, rest) = text.split_once("Z  INFO ").unwrap();
+            assert_eq!(ts.len(), 26, "{text}");
+            let settled = if held { " settled=tpm:12" } else { "" };
+            assert_eq!(
+                rest,
+                format!(
+                    "tollgate::access: request route=a \"b\" status=200 latency_ms=12.345 \
+                     peer=127.0.0.1 upstream_addr=[::1]:8080{settled}\n"
+                )
+            );
+            let json = rendered(true, held);
+            assert!(json.ends_with('\n') && json.matches('\n').count() == 1);
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            let mut fields = serde_json::json!({
+                "message": "request", "route": "a \"b\"", "status": 200,
+                "latency_ms": 12.345, "peer": "127.0.0.1", "upstream_addr": "[::1]:8080",
+            });
+            if held {
+                fields["settled"] = "tpm:12".into();
+            }
+            assert_eq!(v["fields"], fields, "{json}");
+            assert_eq!(v["level"], "INFO");
+            assert_eq!(v["target"], "tollgate::access");
+            let ts = v["timestamp"].as_str().unwrap();
+            assert!(ts.len() == 27 && ts.ends_with('Z'), "{ts}");
+            // The fields in order, as written.
+            assert!(json.starts_with("{\"timestamp\":\""));
+            assert!(
+                json.contains(
+                    "\",\"level\":\"INFO\",\"fields\":{\"message\":\"request\",\"route\""
+                )
+            );
+        }
     }
 
     /// A destination that takes bytes only once `open` is set.
@@ -559,9 +817,11 @@ mod tests {
 
     #[test]
     fn json_strings_escape_what_json_must() {
-        let mut b = Vec::new();
-        json_str(&mut b, "a\"b\\c\nd\u{1}é");
-        let back: String = serde_json::from_slice(&b).expect("valid JSON string");
-        assert_eq!(back, "a\"b\\c\nd\u{1}é");
+        for s in ["a\"b\\c\nd\u{1}é", "", "plain", "\"", "end\t", "\u{1f}x\r"] {
+            let mut b = Vec::new();
+            json_str(&mut b, s);
+            let back: String = serde_json::from_slice(&b).expect("valid JSON string");
+            assert_eq!(back, s);
+        }
     }
 }
