@@ -263,30 +263,22 @@ macro_rules! access_key {
     };
 }
 
-/// Where a line is rendered: in the queue itself, or in a buffer of its
-/// own for a line held until its last fields are known.
-enum Dest<'a> {
-    /// The queue's buffer, locked for the line, which starts at `start`.
-    Queue {
-        state: MutexGuard<'a, State>,
-        start: usize,
-    },
-    /// A buffer of its own.
-    Own(Vec<u8>),
-}
-
 /// One access-log line being rendered: field calls in order, then
 /// [`AccessLine::write`] (or [`AccessLine::hold`]).
 ///
-/// A line to be written now is rendered straight into the queue's buffer,
-/// under the queue's lock, with no buffer or copy of its own: the lock is
-/// held for the rendering of one line, about as long as the copy of a
-/// rendered line would take, and the writer thread takes it only to swap
-/// the buffer out.
+/// The line is rendered straight into the queue's buffer, under the
+/// queue's lock, with no buffer or copy of its own: the lock is held for
+/// the rendering of one line, about as long as the copy of a rendered
+/// line would take, and the writer thread takes it only to swap the
+/// buffer out. The field calls are inlined into their caller, where each
+/// field's name is a constant of known length.
 pub struct AccessLine<'a> {
     log: &'a AccessWriter,
     event: Event,
-    dest: Dest<'a>,
+    /// The queue, locked for the line.
+    state: MutexGuard<'a, State>,
+    /// Where the line starts in the queue's buffer.
+    start: usize,
 }
 
 /// Room reserved for a line before it is rendered, so that its fields
@@ -300,19 +292,14 @@ impl AccessWriter {
         Self { writer, json }
     }
 
-    /// Starts a line of `event` stamped at `at`, rendered into the queue
-    /// to be written with [`AccessLine::write`], or, when `held`, into a
-    /// buffer of its own to be ended later ([`AccessLine::hold`]).
-    pub fn line(&self, event: Event, at: Instant, held: bool) -> AccessLine<'_> {
-        let mut dest = if held {
-            Dest::Own(Vec::with_capacity(LINE_ROOM))
-        } else {
-            let mut state = lock(&self.writer.shared.state);
-            let start = state.buf.len();
-            state.buf.reserve(LINE_ROOM);
-            Dest::Queue { state, start }
-        };
-        let buf = dest.buf();
+    /// Starts a line of `event` stamped at `at`, to be ended with
+    /// [`AccessLine::write`] or [`AccessLine::hold`].
+    #[inline]
+    pub fn line(&self, event: Event, at: Instant) -> AccessLine<'_> {
+        let mut state = lock(&self.writer.shared.state);
+        let start = state.buf.len();
+        let buf = &mut state.buf;
+        buf.reserve(LINE_ROOM);
         if self.json {
             buf.extend_from_slice(b"{\"timestamp\":\"");
             timestamp(buf, at);
@@ -324,30 +311,24 @@ impl AccessWriter {
         AccessLine {
             log: self,
             event,
-            dest,
-        }
-    }
-}
-
-impl Dest<'_> {
-    fn buf(&mut self) -> &mut Vec<u8> {
-        match self {
-            Dest::Queue { state, .. } => &mut state.buf,
-            Dest::Own(buf) => buf,
+            state,
+            start,
         }
     }
 }
 
 impl AccessLine<'_> {
+    #[inline(always)]
     fn key(&mut self, key: Key) -> &mut Vec<u8> {
         let json = self.log.json;
-        let buf = self.dest.buf();
+        let buf = &mut self.state.buf;
         buf.extend_from_slice(if json { key.json } else { key.text }.as_bytes());
         buf
     }
 
     /// A text field.
     #[must_use]
+    #[inline(always)]
     pub fn str(mut self, key: Key, value: &str) -> Self {
         let json = self.log.json;
         let buf = self.key(key);
@@ -361,6 +342,7 @@ impl AccessLine<'_> {
 
     /// A whole number.
     #[must_use]
+    #[inline(always)]
     pub fn u64(mut self, key: Key, value: u64) -> Self {
         self.key(key)
             .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
@@ -369,6 +351,7 @@ impl AccessLine<'_> {
 
     /// A text field when there is one.
     #[must_use]
+    #[inline(always)]
     pub fn opt_str(self, key: Key, value: Option<&str>) -> Self {
         match value {
             Some(v) => self.str(key, v),
@@ -418,6 +401,7 @@ impl AccessLine<'_> {
 
     /// Microseconds, written as milliseconds with three decimals.
     #[must_use]
+    #[inline(always)]
     pub fn micros_as_ms(mut self, key: Key, micros: u64) -> Self {
         let buf = self.key(key);
         buf.extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
@@ -433,12 +417,11 @@ impl AccessLine<'_> {
 
     /// The line so far, to be ended later ([`HeldLine`]): for a request
     /// whose last fields are known only when its response body ends.
-    pub fn hold(self) -> HeldLine {
-        let buf = match self.dest {
-            Dest::Own(buf) => buf,
-            // Started in the queue after all: moved out of it.
-            Dest::Queue { mut state, start } => state.buf.split_off(start),
-        };
+    pub fn hold(mut self) -> HeldLine {
+        // Rendered in the queue like any other (lines to hold are few):
+        // moved out of it.
+        let buf = self.state.buf.split_off(self.start);
+        drop(self.state);
         HeldLine {
             writer: self.log.writer.clone(),
             json: self.log.json,
@@ -450,37 +433,26 @@ impl AccessLine<'_> {
     /// Ends the line and queues it; dropped (and counted) when the queue is
     /// full.
     pub fn write(self) {
-        let json = self.log.json;
-        let end = self.event.json_end;
-        match self.dest {
-            Dest::Queue { mut state, start } => {
-                if json {
-                    state.buf.extend_from_slice(end.as_bytes());
-                } else {
-                    state.buf.push(b'\n');
-                }
-                if state.buf.len() > QUEUE_BYTES {
-                    state.buf.truncate(start);
-                    drop(state);
-                    self.log
-                        .writer
-                        .shared
-                        .dropped
-                        .fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                drop(state);
-                if start == 0 {
-                    self.log.writer.shared.ready.notify_one();
-                }
-            }
-            Dest::Own(buf) => HeldLine {
-                writer: self.log.writer.clone(),
-                json,
-                json_end: end,
-                buf,
-            }
-            .write(),
+        let Self {
+            log,
+            event,
+            mut state,
+            start,
+        } = self;
+        if log.json {
+            state.buf.extend_from_slice(event.json_end.as_bytes());
+        } else {
+            state.buf.push(b'\n');
+        }
+        if state.buf.len() > QUEUE_BYTES {
+            state.buf.truncate(start);
+            drop(state);
+            log.writer.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        drop(state);
+        if start == 0 {
+            log.writer.shared.ready.notify_one();
         }
     }
 }

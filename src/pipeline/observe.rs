@@ -187,7 +187,7 @@ pub fn record(
         // One clock reading ends the latency and stamps the line.
         let now = Instant::now();
         let mut line = log
-            .line(ACCESS, now, late.is_some())
+            .line(ACCESS, now)
             .str(access_key!("route"), route.unwrap_or("-"))
             .str(access_key!("method"), ex.method.as_str())
             .u64(access_key!("status"), u64::from(status.as_u16()))
