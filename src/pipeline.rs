@@ -31,6 +31,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures_util::FutureExt;
 use http::{Request, Response};
 
 use crate::decision::settle::{self as settle_costs, Reported};
@@ -307,9 +308,7 @@ impl<B: Into<ClientBody> + Send + 'static> tower::Service<Request<B>> for Gatewa
             .extensions()
             .get::<Peer>()
             .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.0);
-        Box::pin(Answered {
-            answer: self.handle(req, peer),
-        })
+        Box::pin(self.handle(req, peer).map(Ok))
     }
 }
 
@@ -340,30 +339,8 @@ impl Gateway {
             if secure {
                 req.extensions_mut().insert(Secure);
             }
-            Answered {
-                answer: gateway.handle(req, peer),
-            }
+            gateway.handle(req, peer).map(Ok)
         })
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// [`Gateway::handle`]'s future with its answer as the service's
-    /// `Ok`. `FutureExt::map` would do the same, but when the answer is
-    /// ready it moves the whole of the finished future out of its place
-    /// to take its function (`project_replace`): a copy of several KiB
-    /// per request.
-    struct Answered<F> {
-        #[pin]
-        answer: F,
-    }
-}
-
-impl<F: Future> Future for Answered<F> {
-    type Output = Result<F::Output, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project().answer.poll(cx).map(Ok)
     }
 }
 
