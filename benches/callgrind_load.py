@@ -4,6 +4,7 @@ for nginx `proxy_pass`, on benches/load.py's fixture.
 
     python3 benches/callgrind_load.py tollgate|nginx [--http1 hyper|native]
         [--connections 50] [--no-access-log] [--binary PATH] [--seconds 10]
+        [--keep DIR]
 
 benches/callgrind_paths.py counts a minimal request on one connection
 against a minimal upstream; this counts what benches/load.py measures in
@@ -17,13 +18,16 @@ worker; tollgate with TOKIO_WORKER_THREADS=1); after a 3 s warm-up,
 `callgrind_control --zero`, `--seconds` of load, `callgrind_control
 --dump`: the whole process's instructions divided by the requests wrk saw
 answered. Needs valgrind, wrk, nginx and redis-server (load.py's
-fixture). Traffic goes only to 127.0.0.1.
+fixture). Traffic goes only to 127.0.0.1. `--keep DIR` copies the measured
+dump there (`callgrind_annotate DIR/cg.out.*`) before the temporary
+directory goes.
 """
 
 import argparse
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +44,7 @@ def main():
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--no-access-log", action="store_true")
+    ap.add_argument("--keep", metavar="DIR", help="copy the measured dump into DIR")
     ap.add_argument("--binary", default=os.path.join(load.ROOT, "target", "release", "tollgate"))
     args = ap.parse_args()
     logs = not args.no_access_log
@@ -89,6 +94,9 @@ def main():
                 continue
             m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
             total += int(m.group(1)) if m else 0
+            if args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+                shutil.copy(f, args.keep)
         what = args.contender if args.contender == "nginx" else f"tollgate {args.http1}"
         print(f"{what}, wrk -t1 -c{args.connections}, access log {'on' if logs else 'off'}: "
               f"{reqs} requests, {total // max(reqs, 1)} instructions per request")

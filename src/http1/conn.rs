@@ -557,8 +557,10 @@ impl<I: Transport> Conn<I> {
             // No body to read alongside: the answer, then its writing, on
             // the stream itself.
             let Ok(res) = answer.as_mut().await;
+            let (body, encoder, keep) = response_head(&mut self.wbuf, res, to(keep_alive));
             let io = inner(&mut self.io);
-            return respond(io, &mut self.wbuf, res, to(keep_alive)).await;
+            let complete = send_body(io, &mut self.wbuf, body, encoder).await?;
+            return Ok(keep && complete);
         };
         let go = Notify::new();
         let gated = gate.is_some().then_some(&go);
@@ -583,30 +585,26 @@ impl<I: Transport> Conn<I> {
             }
         };
         let Ok(res) = res;
-        let mut writing = pin!(respond(wr, wbuf, res, to(keep_alive)));
-        let keep = loop {
+        let (body, encoder, keep) = response_head(wbuf, res, to(keep_alive));
+        let mut writing = pin!(send_body(&mut wr, wbuf, body, encoder));
+        let complete = loop {
             tokio::select! {
                 biased;
-                keep = &mut writing => break keep?,
+                complete = &mut writing => break complete?,
                 end = &mut reading, if read.is_none() => read = Some(end),
             }
         };
-        Ok(keep && read == Some(PumpEnd::Done))
+        Ok(keep && complete && read == Some(PumpEnd::Done))
     }
 }
 
-/// Writes `res` into `wbuf` and out to `wr`; whether it went whole and
-/// the connection may go on.
-async fn respond<W, B>(
-    mut wr: W,
-    wbuf: &mut Vec<u8>,
-    res: Response<B>,
-    to: ResponseTo<'_>,
-) -> io::Result<bool>
+/// Writes the head of `res` into `wbuf`: its body, how to frame it, and
+/// whether the connection may go on once it is sent. Not a future of its
+/// own: the response is taken apart where it was received, not moved
+/// into one first.
+fn response_head<B>(wbuf: &mut Vec<u8>, res: Response<B>, to: ResponseTo<'_>) -> (B, Encoder, bool)
 where
-    W: AsyncWrite + Unpin,
     B: Body,
-    B::Data: Buf,
 {
     let (parts, body) = res.into_parts();
     let hint = (!body.is_end_stream()).then(|| body.size_hint());
@@ -615,9 +613,7 @@ where
     }
     wbuf.reserve(256 + 48 * parts.headers.len());
     let (encoder, keep) = write::head(wbuf, &parts, hint, to);
-    drop(parts);
-    let complete = send_body(&mut wr, wbuf, body, encoder).await?;
-    Ok(keep && complete)
+    (body, encoder, keep)
 }
 
 /// Whether the service asked for a body whose client waits for

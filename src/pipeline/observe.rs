@@ -36,10 +36,11 @@ use tracing::{debug, warn};
 use super::exchange::Exchange;
 use super::settle::LateLine;
 use crate::decision::{Decision, Unanswered};
-use crate::logs::AccessWriter;
+use crate::logs::{AccessWriter, Event};
 use crate::metrics::{Access, ClientErrorKind, Ending, Metrics, Outcome, UpstreamErrorKind};
 use crate::problem::GatewayError;
 use crate::proxy::Body;
+use crate::{access_event, access_key};
 
 /// Whose fault a failed forward was, and its metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,9 +111,9 @@ fn outcome(answer: &Reply, decided: Option<&Decision>, exempt: bool) -> Outcome 
     Outcome { ending, access }
 }
 
-/// The access log's target: `RUST_LOG=info,tollgate::access=off` turns it
-/// off like any other.
-const ACCESS: &str = "tollgate::access";
+/// The access log's event, of target `tollgate::access`:
+/// `RUST_LOG=info,tollgate::access=off` turns it off like any other.
+const ACCESS: Event = access_event!("tollgate::access", "request");
 
 /// The start of a request, when its access-log line will be written: the
 /// gateway has an access log and `RUST_LOG` lets it through (it is often
@@ -137,7 +138,7 @@ pub struct PoolAnswer {
 /// `RUST_LOG` lets them through): what the forward records only for the
 /// line is skipped otherwise.
 pub fn logging(access_log: Option<&AccessWriter>) -> bool {
-    access_log.is_some() && tracing::enabled!(target: ACCESS, tracing::Level::INFO)
+    access_log.is_some() && tracing::enabled!(target: "tollgate::access", tracing::Level::INFO)
 }
 
 /// Counts the request, logs a failed forward by whose fault it was,
@@ -180,50 +181,49 @@ pub fn record(
             Ok(res) => res.status(),
             Err(e) => e.status(),
         };
+        let ok = answer.as_ref().ok();
+        // A cost read from the response body: the line waits for its end.
+        let late = ok.and_then(|r| r.extensions().get::<LateLine>());
+        // One clock reading ends the latency and stamps the line.
+        let now = Instant::now();
         let mut line = log
-            .line(ACCESS, "request")
-            .str("route", route.unwrap_or("-"))
-            .str("method", ex.method.as_str())
-            .u64("status", u64::from(status.as_u16()))
-            .str("identity", ex.identity.as_str())
-            .str("decision", outcome.word())
+            .line(ACCESS, now)
+            .str(access_key!("route"), route.unwrap_or("-"))
+            .str(access_key!("method"), ex.method.as_str())
+            .u64(access_key!("status"), u64::from(status.as_u16()))
+            .str(access_key!("identity"), ex.identity.as_str())
+            .str(access_key!("decision"), outcome.word())
             // Microsecond resolution is plenty for a log line.
-            .micros_as_ms("latency_ms", started.elapsed().as_micros() as u64)
+            .micros_as_ms(
+                access_key!("latency_ms"),
+                now.saturating_duration_since(started).as_micros() as u64,
+            )
             .opt_str(
-                "request_id",
+                access_key!("request_id"),
                 ex.request_id.as_ref().and_then(|v| v.to_str().ok()),
             );
         // Only for routes to a pool: the target that answered and how
         // many tries it took (a retried request is one line).
-        if let Some(tried) = answer
-            .as_ref()
-            .ok()
-            .and_then(|r| r.extensions().get::<PoolAnswer>())
-        {
+        if let Some(tried) = ok.and_then(|r| r.extensions().get::<PoolAnswer>()) {
             line = line
-                .str("upstream", &tried.target)
-                .u64("tries", u64::from(tried.tries));
+                .str(access_key!("upstream"), &tried.target)
+                .u64(access_key!("tries"), u64::from(tried.tries));
             if let Some(addr) = tried.addr {
-                line = line.str("upstream_addr", &addr.to_string());
+                line = line.addr(access_key!("upstream_addr"), addr);
             }
         }
         // Absent unless `access_log.replay` is on.
         if let Some(r) = &ex.recording {
             line = line
-                .u64("ts", r.ts_ms)
-                .ip("peer", ex.peer.ip())
-                .opt_ip("client", r.client)
-                .opt_str("host", r.host.as_deref())
-                .str("path", &r.path)
-                .opt_str("caller", r.caller.as_deref())
-                .opt_str("json", r.json.as_deref());
+                .u64(access_key!("ts"), r.ts_ms)
+                .ip(access_key!("peer"), ex.peer.ip())
+                .opt_ip(access_key!("client"), r.client)
+                .opt_str(access_key!("host"), r.host.as_deref())
+                .str(access_key!("path"), &r.path)
+                .opt_str(access_key!("caller"), r.caller.as_deref())
+                .opt_str(access_key!("json"), r.json.as_deref());
         }
-        // A cost read from the response body: the line waits for its end.
-        match answer
-            .as_ref()
-            .ok()
-            .and_then(|r| r.extensions().get::<LateLine>())
-        {
+        match late {
             Some(late) => late.line(line.hold()),
             None => line.write(),
         }
