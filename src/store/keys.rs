@@ -22,28 +22,28 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::limit::Algorithm;
+use crate::limit::{Algorithm, StoreKey};
 
 /// The counter key of one caller and one limit: `<prefix>{<identity>}<suffix>`,
-/// the identity written by `identity` and replaced by its digest when
-/// `digest` (`scratch` holds the text meanwhile, so a caller deciding
-/// several limits allocates it once).
+/// the identity written by `identity` into `scratch` and copied in, or
+/// replaced by its digest when `digest` (a caller deciding several limits
+/// passes one `scratch`, which keeps its allocation).
 pub fn counter_key(
     prefix: &str,
     digest: bool,
     suffix: &str,
     scratch: &mut String,
     identity: impl FnOnce(&mut String),
-) -> String {
-    let mut key = String::with_capacity(prefix.len() + 48 + suffix.len());
+) -> StoreKey {
+    scratch.clear();
+    identity(scratch);
+    let mut key = StoreKey::default();
     key.push_str(prefix);
     key.push('{');
     if digest {
-        scratch.clear();
-        identity(scratch);
-        push_digest(&mut key, scratch.as_bytes(), IDENTITY_CHARS);
+        digest_chars(scratch.as_bytes(), IDENTITY_CHARS, |c| key.push(c));
     } else {
-        identity(&mut key);
+        key.push_str(scratch);
     }
     key.push('}');
     key.push_str(suffix);
@@ -153,6 +153,12 @@ const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 /// Appends the first `chars` base64url characters of SHA-256(`text`);
 /// `chars` is at most 43 (all 256 bits).
 pub fn push_digest(out: &mut String, text: &[u8], chars: usize) {
+    out.reserve(chars);
+    digest_chars(text, chars, |c| out.push(c));
+}
+
+/// The first `chars` characters of `text`'s digest, each given to `put`.
+fn digest_chars(text: &[u8], chars: usize, mut put: impl FnMut(char)) {
     let digest = Sha256::digest(text);
     let mut written = 0;
     for group in digest.chunks(3) {
@@ -164,7 +170,7 @@ pub fn push_digest(out: &mut String, text: &[u8], chars: usize) {
             if written == chars {
                 return;
             }
-            out.push(char::from(ALPHABET[(bits >> shift) as usize & 63]));
+            put(char::from(ALPHABET[(bits >> shift) as usize & 63]));
             written += 1;
         }
     }
