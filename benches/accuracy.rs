@@ -30,7 +30,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use tollgate::limit::{Algorithm, LimitRequest, StoreKey};
+use tollgate::limit::{Algorithm, LimitRequest};
 use tollgate::store::MemoryStore;
 
 const IDENTITIES: usize = 10_000;
@@ -91,11 +91,9 @@ fn trace(duration_ms: u64, cap_per_sec: f64, rng: &mut Rng) -> Vec<(u64, u32)> {
 /// Decides the whole trace with `algorithm`: one admitted flag per event.
 fn decide(events: &[(u64, u32)], algorithm: Algorithm) -> Vec<bool> {
     let store = MemoryStore::new();
-    let keys: Vec<StoreKey> = (0..IDENTITIES)
-        .map(|i| StoreKey::from(format!("acc:{{id={i}}}")))
-        .collect();
+    let keys: Vec<String> = (0..IDENTITIES).map(|i| format!("acc:{{id={i}}}")).collect();
     let mut req = [LimitRequest {
-        key: StoreKey::default(),
+        key: String::new(),
         limit: LIMIT,
         window_ms: WINDOW_MS,
         cost: 1,

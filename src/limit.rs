@@ -13,7 +13,6 @@ pub mod concurrency;
 pub mod deny_cache;
 pub mod fixed_window;
 pub mod gcra;
-pub mod key;
 pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
@@ -21,8 +20,6 @@ pub mod state;
 pub mod usage;
 
 use smallvec::SmallVec;
-
-pub use key::StoreKey;
 
 /// How a limit counts (docs/design.md#what-a-limit-promises). Every store implements all four with the
 /// same numbers; see each module for the arithmetic.
@@ -420,7 +417,7 @@ pub enum Summed {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct LimitRequest {
     /// Full store key: prefix, route, limit and identity.
-    pub key: StoreKey,
+    pub key: String,
     /// Quota per window (`L`).
     pub limit: u64,
     /// Window length in milliseconds (`w`).

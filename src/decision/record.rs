@@ -34,7 +34,7 @@ impl KeyText<'_> {
         if self.digest || limit.share.is_some() {
             return None;
         }
-        let key = self.requests.get(i)?.key.as_str();
+        let key = &self.requests.get(i)?.key;
         let end = key.len().checked_sub(self.suffixes.get(i)?.len() + 1)?;
         key.get(self.prefix.len() + 1..end)
     }

@@ -233,12 +233,7 @@ async fn take_slots(
         };
         let take = limiter
             .concurrency()
-            .take(
-                r.key.as_str(),
-                cap,
-                on_error,
-                limiter.health().live_instances(),
-            )
+            .take(&r.key, cap, on_error, limiter.health().live_instances())
             .await;
         let full = Some(concurrency::full());
         match take {

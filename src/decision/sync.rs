@@ -174,8 +174,8 @@ impl SyncTable {
         self.instances.store(n.max(1), Ordering::Relaxed);
     }
 
-    fn hash(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> u64 {
-        self.hasher.hash_one(key.as_ref())
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key.as_bytes())
     }
 
     /// Keys held; for tests and metrics.
@@ -247,7 +247,7 @@ impl SyncTable {
         let allowed = outcomes.iter().all(|o| o.admits);
         for (((r, &h), o), view) in requests.iter().zip(&hashes).zip(&mut outcomes).zip(&views) {
             let Shard { table, queue, .. } = guard(&mut guards, shard_of(h));
-            if let Some(e) = table.find_mut(h, |e| e.key.as_bytes() == r.key.as_bytes()) {
+            if let Some(e) = table.find_mut(h, |e| *e.key == *r.key) {
                 account(e, queue, *view, r, o, allowed, intent, now, instances);
             }
         }
@@ -267,30 +267,25 @@ impl SyncTable {
     ) -> Option<&'s mut Entry> {
         let kind = Kind::of(r.algorithm)?;
         let interval = interval.max(1);
-        if table
-            .find(h, |e| e.key.as_bytes() == r.key.as_bytes())
-            .is_none()
-        {
+        if table.find(h, |e| *e.key == *r.key).is_none() {
             let len = table.len();
             if len > 1024 && len >= 2 * *swept_at_len {
                 table.retain(|e| !e.is_idle(now));
                 *swept_at_len = table.len().max(512);
             }
             let hasher = &self.hasher;
-            table.insert_unique(
-                h,
-                Entry::new(r.key.as_str(), kind, r.window_ms, interval),
-                |e| hasher.hash_one(e.key.as_bytes()),
-            );
+            table.insert_unique(h, Entry::new(&r.key, kind, r.window_ms, interval), |e| {
+                hasher.hash_one(e.key.as_bytes())
+            });
             if self.tick_ms.fetch_min(interval, Ordering::Relaxed) > interval {
                 self.tick_changed.notify_waiters();
             }
         }
-        let e = table.find_mut(h, |e| e.key.as_bytes() == r.key.as_bytes())?;
+        let e = table.find_mut(h, |e| *e.key == *r.key)?;
         if e.window_ms != r.window_ms || e.kind != kind {
             // The limit changed on reload: what was counted under the old
             // window is not this limit's any more (nor Redis's view of it).
-            *e = Entry::new(r.key.as_str(), kind, r.window_ms, interval);
+            *e = Entry::new(&r.key, kind, r.window_ms, interval);
         } else if e.interval_ms != interval {
             e.interval_ms = interval;
             e.max_wait_ms = max_wait(interval, e.window_ms);

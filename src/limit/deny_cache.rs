@@ -115,7 +115,7 @@ impl DenyCache {
         }
         requests.iter().any(|r| {
             refunds
-                .get(&self.key_hash(r.key.as_str()))
+                .get(&self.key_hash(&r.key))
                 .is_some_and(|&t| t >= at_ms)
         })
     }

@@ -585,42 +585,27 @@ pub(super) fn limit_requests(
     content_length: Option<u64>,
 ) -> Requests {
     let digest = cfg.store.digest_keys();
-    KEY_TEXT.with_borrow_mut(|scratch| {
-        let requests = limits
-            .iter()
-            .zip(suffixes)
-            .map(|(l, suffix)| LimitRequest {
-                // A share's identity is always a digest: its key must not
-                // depend on `readable_keys` (see `keys::is_share`).
-                key: keys::counter_key(
-                    &cfg.store.prefix,
-                    digest || l.share.is_some(),
-                    suffix,
-                    scratch,
-                    |out| identity::write_key(out, &l.key, caller),
-                ),
-                limit: l.limit.get(),
-                window_ms: l.window_ms.get(),
-                cost: settle::reserve(l, route.route.cost, content_length, caller.body),
-                algorithm: l.algorithm,
-                mode: mode(l, route),
-            })
-            .collect();
-        if scratch.capacity() > KEY_TEXT_KEPT {
-            // A long identity's text is not kept for every request after it.
-            *scratch = String::new();
-        }
-        requests
-    })
-}
-
-/// Bytes of [`KEY_TEXT`] kept between requests.
-const KEY_TEXT_KEPT: usize = 1024;
-
-thread_local! {
-    /// The identity's text while a store key is written: kept, with its
-    /// allocation, from one request to the next of the thread.
-    static KEY_TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    let mut scratch = String::new();
+    limits
+        .iter()
+        .zip(suffixes)
+        .map(|(l, suffix)| LimitRequest {
+            // A share's identity is always a digest: its key must not
+            // depend on `readable_keys` (see `keys::is_share`).
+            key: keys::counter_key(
+                &cfg.store.prefix,
+                digest || l.share.is_some(),
+                suffix,
+                &mut scratch,
+                |out| identity::write_key(out, &l.key, caller),
+            ),
+            limit: l.limit.get(),
+            window_ms: l.window_ms.get(),
+            cost: settle::reserve(l, route.route.cost, content_length, caller.body),
+            algorithm: l.algorithm,
+            mode: mode(l, route),
+        })
+        .collect()
 }
 
 /// How limit `l` of `route` is asked: shadow when either says so; a

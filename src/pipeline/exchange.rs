@@ -141,7 +141,7 @@ impl Identities {
 
     /// The store key each decided limit counts the caller under.
     pub(super) fn counted_as(&mut self, requests: &[LimitRequest]) {
-        self.keys.extend(requests.iter().map(|r| r.key.to_string()));
+        self.keys.extend(requests.iter().map(|r| r.key.clone()));
     }
 }
 

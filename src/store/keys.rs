@@ -22,28 +22,28 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::limit::{Algorithm, StoreKey};
+use crate::limit::Algorithm;
 
 /// The counter key of one caller and one limit: `<prefix>{<identity>}<suffix>`,
-/// the identity written by `identity` into `scratch` and copied in, or
-/// replaced by its digest when `digest` (a caller deciding several limits
-/// passes one `scratch`, which keeps its allocation).
+/// the identity written by `identity` and replaced by its digest when
+/// `digest` (`scratch` holds the text meanwhile, so a caller deciding
+/// several limits allocates it once).
 pub fn counter_key(
     prefix: &str,
     digest: bool,
     suffix: &str,
     scratch: &mut String,
     identity: impl FnOnce(&mut String),
-) -> StoreKey {
-    scratch.clear();
-    identity(scratch);
-    let mut key = StoreKey::default();
+) -> String {
+    let mut key = String::with_capacity(prefix.len() + 48 + suffix.len());
     key.push_str(prefix);
     key.push('{');
     if digest {
-        digest_chars(scratch.as_bytes(), IDENTITY_CHARS, |c| key.push(c));
+        scratch.clear();
+        identity(scratch);
+        push_digest(&mut key, scratch.as_bytes(), IDENTITY_CHARS);
     } else {
-        key.push_str(scratch);
+        identity(&mut key);
     }
     key.push('}');
     key.push_str(suffix);
@@ -153,12 +153,6 @@ const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 /// Appends the first `chars` base64url characters of SHA-256(`text`);
 /// `chars` is at most 43 (all 256 bits).
 pub fn push_digest(out: &mut String, text: &[u8], chars: usize) {
-    out.reserve(chars);
-    digest_chars(text, chars, |c| out.push(c));
-}
-
-/// The first `chars` characters of `text`'s digest, each given to `put`.
-fn digest_chars(text: &[u8], chars: usize, mut put: impl FnMut(char)) {
     let digest = Sha256::digest(text);
     let mut written = 0;
     for group in digest.chunks(3) {
@@ -170,7 +164,7 @@ fn digest_chars(text: &[u8], chars: usize, mut put: impl FnMut(char)) {
             if written == chars {
                 return;
             }
-            put(char::from(ALPHABET[(bits >> shift) as usize & 63]));
+            out.push(char::from(ALPHABET[(bits >> shift) as usize & 63]));
             written += 1;
         }
     }

@@ -52,17 +52,17 @@ struct Shard {
 }
 
 impl Shard {
-    fn get(&self, hash: u64, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<&Entry> {
-        self.table.find(hash, |e| *e.key == *key.as_ref())
+    fn get(&self, hash: u64, key: &str) -> Option<&Entry> {
+        self.table.find(hash, |e| *e.key == *key.as_bytes())
     }
 
-    fn get_mut(&mut self, hash: u64, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<&mut Entry> {
-        self.table.find_mut(hash, |e| *e.key == *key.as_ref())
+    fn get_mut(&mut self, hash: u64, key: &str) -> Option<&mut Entry> {
+        self.table.find_mut(hash, |e| *e.key == *key.as_bytes())
     }
 
     /// Removes `key`; whether it was held.
-    fn remove(&mut self, hash: u64, key: &(impl AsRef<[u8]> + ?Sized)) -> bool {
-        match self.table.find_entry(hash, |e| *e.key == *key.as_ref()) {
+    fn remove(&mut self, hash: u64, key: &str) -> bool {
+        match self.table.find_entry(hash, |e| *e.key == *key.as_bytes()) {
             Ok(e) => {
                 e.remove();
                 true
@@ -146,8 +146,8 @@ impl MemoryStore {
         }
     }
 
-    fn hash(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> u64 {
-        key_hash(&self.hasher, key.as_ref())
+    fn hash(&self, key: &str) -> u64 {
+        key_hash(&self.hasher, key.as_bytes())
     }
 
     /// Number of keys held; for tests and metrics.

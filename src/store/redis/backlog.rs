@@ -379,7 +379,7 @@ impl Backlog {
         if r.units() == 0 {
             return;
         }
-        if self.record_in(&mut self.shard(r.key.as_str()), now, r) {
+        if self.record_in(&mut self.shard(&r.key), now, r) {
             return;
         }
         // Full: make room from windows that ended (one caller, at most once
@@ -393,7 +393,7 @@ impl Backlog {
                 .is_ok()
         {
             self.sweep(now);
-            if self.record_in(&mut self.shard(r.key.as_str()), now, r) {
+            if self.record_in(&mut self.shard(&r.key), now, r) {
                 return;
             }
         }
@@ -462,7 +462,7 @@ impl Backlog {
                 if !self.reserve(fresh.items()) {
                     return false;
                 }
-                shard.map.insert(r.key.to_string(), fresh);
+                shard.map.insert(r.key.clone(), fresh);
                 true
             }
         }
