@@ -21,7 +21,7 @@
 
 use std::cell::RefCell;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::{HeaderMode, Limit};
@@ -86,27 +86,25 @@ pub fn policy_header(mode: HeaderMode, limits: &[Limit]) -> Option<HeaderValue> 
 
 /// The `RateLimit` value for a decision's `outcomes`, one per limit.
 ///
-/// The value is rendered on the stack, where each piece is a few stores,
-/// then copied once into this thread's [`VALUES`] slab and split off it:
-/// an allocation only when the slab runs out, not one per value.
+/// The value is written straight into this thread's [`VALUES`] slab and
+/// split off it: no buffer of its own to copy from, and an allocation
+/// only when the slab runs out, not one per value.
 pub fn ratelimit_value(limits: &[Limit], outcomes: &[Standing]) -> Option<HeaderValue> {
-    let mut text = ValueBytes::default();
-    write_ratelimit(&mut text, limits, outcomes);
-    let text = text.bytes();
-    let bytes = VALUES.with(|slab| match slab.try_borrow_mut() {
-        Ok(mut out) => {
-            if out.capacity() < text.len() {
-                // Takes the slab's allocation back when every value split
-                // off it has been dropped, else starts a new one.
-                out.reserve(SLAB_BYTES.max(text.len()));
-            }
-            out.extend_from_slice(text);
-            out.split().freeze()
+    VALUES.with(|slab| {
+        let Ok(mut out) = slab.try_borrow_mut() else {
+            // Not reached: nothing in here renders another value.
+            let mut own = BytesMut::new();
+            write_ratelimit(&mut own, limits, outcomes);
+            return HeaderValue::from_maybe_shared(own.freeze()).ok();
+        };
+        if out.capacity() < VALUE_ROOM {
+            // Takes the slab's allocation back when every value split off
+            // it has been dropped, else starts a new one.
+            out.reserve(SLAB_BYTES);
         }
-        // Not reached: nothing in here renders another value.
-        Err(_) => Bytes::copy_from_slice(text),
-    });
-    HeaderValue::from_maybe_shared(bytes).ok()
+        write_ratelimit(&mut out, limits, outcomes);
+        HeaderValue::from_maybe_shared(out.split().freeze()).ok()
+    })
 }
 
 /// Bytes of one slab of [`VALUES`]. A value split off a slab keeps all of
@@ -115,75 +113,37 @@ pub fn ratelimit_value(limits: &[Limit], outcomes: &[Standing]) -> Option<Header
 /// values per allocation.
 const SLAB_BYTES: usize = 512;
 
+/// Room a value usually needs (two limits with long names): below it the
+/// slab is renewed before a value is written, so a value is seldom moved
+/// while it is written.
+const VALUE_ROOM: usize = 128;
+
 thread_local! {
-    /// The slab the `RateLimit` values of this thread are split off.
+    /// The slab the `RateLimit` values of this thread are written into.
     static VALUES: RefCell<BytesMut> = RefCell::new(BytesMut::new());
 }
 
-/// Writes the `RateLimit` value of `outcomes` into `out`.
-fn write_ratelimit(out: &mut ValueBytes, limits: &[Limit], outcomes: &[Standing]) {
+/// Writes the `RateLimit` value of `outcomes` at the end of `out`.
+fn write_ratelimit(out: &mut BytesMut, limits: &[Limit], outcomes: &[Standing]) {
     let mut buf = itoa::Buffer::new();
     for (i, (l, o)) in limits.iter().zip(outcomes).enumerate() {
         if i > 0 {
-            out.put(b", ");
+            out.extend_from_slice(b", ");
         }
         let t_ms = match (o.admits, o.retry_after_ms) {
             (false, Some(ms)) => ms,
             _ => o.reset_ms,
         };
-        out.put(b"\"");
-        out.put(l.name.as_bytes());
-        out.put(b"\";r=");
-        out.put(buf.format(o.remaining).as_bytes());
+        out.extend_from_slice(b"\"");
+        out.extend_from_slice(l.name.as_bytes());
+        out.extend_from_slice(b"\";r=");
+        out.extend_from_slice(buf.format(o.remaining).as_bytes());
         if l.concurrency.is_some() {
             // The draft makes `t` optional: nothing tells when a slot frees.
             continue;
         }
-        out.put(b";t=");
-        out.put(buf.format(ceil_secs(t_ms)).as_bytes());
-    }
-}
-
-/// A header value's bytes as they are written: on the stack for the
-/// usual one or two limits, where each piece is a few stores; on the heap
-/// once they outgrow it.
-struct ValueBytes {
-    stack: [u8; 128],
-    len: usize,
-    spilled: Vec<u8>,
-}
-
-impl Default for ValueBytes {
-    fn default() -> Self {
-        Self {
-            stack: [0; 128],
-            len: 0,
-            spilled: Vec::new(),
-        }
-    }
-}
-
-impl ValueBytes {
-    #[inline]
-    fn put(&mut self, bytes: &[u8]) {
-        if self.spilled.is_empty() {
-            let end = self.len + bytes.len();
-            if let Some(to) = self.stack.get_mut(self.len..end) {
-                to.copy_from_slice(bytes);
-                self.len = end;
-                return;
-            }
-            self.spilled.extend_from_slice(&self.stack[..self.len]);
-        }
-        self.spilled.extend_from_slice(bytes);
-    }
-
-    fn bytes(&self) -> &[u8] {
-        if self.spilled.is_empty() {
-            &self.stack[..self.len]
-        } else {
-            &self.spilled
-        }
+        out.extend_from_slice(b";t=");
+        out.extend_from_slice(buf.format(ceil_secs(t_ms)).as_bytes());
     }
 }
 
