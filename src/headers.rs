@@ -19,6 +19,9 @@
 //!   (seconds from now) of draft-ietf-httpapi-ratelimit-headers-03 and
 //!   earlier.
 
+use std::cell::RefCell;
+
+use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::{HeaderMode, Limit};
@@ -82,71 +85,65 @@ pub fn policy_header(mode: HeaderMode, limits: &[Limit]) -> Option<HeaderValue> 
 }
 
 /// The `RateLimit` value for a decision's `outcomes`, one per limit.
+///
+/// The value is written straight into this thread's [`VALUES`] slab and
+/// split off it: no buffer of its own to copy from, and an allocation
+/// only when the slab runs out, not one per value.
 pub fn ratelimit_value(limits: &[Limit], outcomes: &[Standing]) -> Option<HeaderValue> {
-    let mut out = ValueBytes::default();
+    VALUES.with(|slab| {
+        let Ok(mut out) = slab.try_borrow_mut() else {
+            // Not reached: nothing in here renders another value.
+            let mut own = BytesMut::new();
+            write_ratelimit(&mut own, limits, outcomes);
+            return HeaderValue::from_maybe_shared(own.freeze()).ok();
+        };
+        if out.capacity() < VALUE_ROOM {
+            // Takes the slab's allocation back when every value split off
+            // it has been dropped, else starts a new one.
+            out.reserve(SLAB_BYTES);
+        }
+        write_ratelimit(&mut out, limits, outcomes);
+        HeaderValue::from_maybe_shared(out.split().freeze()).ok()
+    })
+}
+
+/// Bytes of one slab of [`VALUES`]. A value split off a slab keeps all of
+/// it allocated while the value lives: a few hundred bytes bounds what an
+/// answer held open for long (a stream) keeps, and still gives a dozen
+/// values per allocation.
+const SLAB_BYTES: usize = 512;
+
+/// Room a value usually needs (two limits with long names): below it the
+/// slab is renewed before a value is written, so a value is seldom moved
+/// while it is written.
+const VALUE_ROOM: usize = 128;
+
+thread_local! {
+    /// The slab the `RateLimit` values of this thread are written into.
+    static VALUES: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
+/// Writes the `RateLimit` value of `outcomes` at the end of `out`.
+fn write_ratelimit(out: &mut BytesMut, limits: &[Limit], outcomes: &[Standing]) {
     let mut buf = itoa::Buffer::new();
     for (i, (l, o)) in limits.iter().zip(outcomes).enumerate() {
         if i > 0 {
-            out.put(b", ");
+            out.extend_from_slice(b", ");
         }
         let t_ms = match (o.admits, o.retry_after_ms) {
             (false, Some(ms)) => ms,
             _ => o.reset_ms,
         };
-        out.put(b"\"");
-        out.put(l.name.as_bytes());
-        out.put(b"\";r=");
-        out.put(buf.format(o.remaining).as_bytes());
+        out.extend_from_slice(b"\"");
+        out.extend_from_slice(l.name.as_bytes());
+        out.extend_from_slice(b"\";r=");
+        out.extend_from_slice(buf.format(o.remaining).as_bytes());
         if l.concurrency.is_some() {
             // The draft makes `t` optional: nothing tells when a slot frees.
             continue;
         }
-        out.put(b";t=");
-        out.put(buf.format(ceil_secs(t_ms)).as_bytes());
-    }
-    HeaderValue::from_bytes(out.bytes()).ok()
-}
-
-/// A header value's bytes as they are written: on the stack for the
-/// usual one or two limits, where each piece is a few stores; on the heap
-/// once they outgrow it.
-struct ValueBytes {
-    stack: [u8; 128],
-    len: usize,
-    spilled: Vec<u8>,
-}
-
-impl Default for ValueBytes {
-    fn default() -> Self {
-        Self {
-            stack: [0; 128],
-            len: 0,
-            spilled: Vec::new(),
-        }
-    }
-}
-
-impl ValueBytes {
-    #[inline]
-    fn put(&mut self, bytes: &[u8]) {
-        if self.spilled.is_empty() {
-            let end = self.len + bytes.len();
-            if let Some(to) = self.stack.get_mut(self.len..end) {
-                to.copy_from_slice(bytes);
-                self.len = end;
-                return;
-            }
-            self.spilled.extend_from_slice(&self.stack[..self.len]);
-        }
-        self.spilled.extend_from_slice(bytes);
-    }
-
-    fn bytes(&self) -> &[u8] {
-        if self.spilled.is_empty() {
-            &self.stack[..self.len]
-        } else {
-            &self.spilled
-        }
+        out.extend_from_slice(b";t=");
+        out.extend_from_slice(buf.format(ceil_secs(t_ms)).as_bytes());
     }
 }
 
@@ -303,7 +300,7 @@ mod tests {
     }
 
     #[test]
-    fn a_long_value_goes_to_the_heap() {
+    fn a_long_value_outgrows_the_slab() {
         let long = "l".repeat(150);
         let limits = [limit(&long, 5, 1_000), limit("second", 10, 1_000)];
         let standing = Standing {
@@ -317,5 +314,27 @@ mod tests {
             v.to_str().unwrap(),
             format!(r#""{long}";r=4;t=1, "second";r=4;t=1"#)
         );
+    }
+
+    #[test]
+    fn values_split_off_one_slab_stay_apart() {
+        let limits = [limit("per_second", 10, 1_000)];
+        let values: Vec<HeaderValue> = (0..100)
+            .map(|remaining| {
+                let standing = Standing {
+                    admits: true,
+                    remaining,
+                    reset_ms: 1_000,
+                    retry_after_ms: Some(0),
+                };
+                ratelimit_value(&limits, &[standing]).unwrap()
+            })
+            .collect();
+        for (remaining, v) in values.iter().enumerate() {
+            assert_eq!(
+                v.to_str().unwrap(),
+                format!(r#""per_second";r={remaining};t=1"#)
+            );
+        }
     }
 }
