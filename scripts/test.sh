@@ -67,4 +67,4 @@ cargo test --all-targets "$@"
 
 # The edge's contract a second time with the native HTTP/1.1 server
 # (server.http1: native) serving every test gateway.
-TOLLGATE_TEST_HTTP1=native cargo test --test edge --test target --test gateway --test tls "$@"
+TOLLGATE_TEST_HTTP1=native cargo test --test edge --test target --test gateway --test tls --test limits "$@"

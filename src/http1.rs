@@ -26,6 +26,7 @@ mod body;
 pub mod chunked;
 mod conn;
 pub mod head;
+mod locked;
 pub mod park;
 mod rewind;
 mod spare;

@@ -10,6 +10,9 @@ mod early;
 #[path = "gateway/parked.rs"]
 mod parked;
 
+#[path = "gateway/pending.rs"]
+mod pending;
+
 #[path = "gateway/refusals.rs"]
 mod refusals;
 

@@ -21,13 +21,14 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::Body;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use super::body::{PumpEnd, READ_CHUNK, RequestBody, pump};
 use super::head::{self, BodyFraming, HeadRead, Refusal, RequestHead};
+use super::locked::{Locked, gone, inner};
 use super::rewind::Rewind;
 use super::spare;
 use super::write::{self, Encoder, ResponseTo};
@@ -294,47 +295,6 @@ fn drained(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> {
     }
 }
 
-/// The stream, whether or not a poll panicked while holding it.
-fn inner<I>(io: &mut Mutex<I>) -> &mut I {
-    io.get_mut().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The stream, for the body's reader or the answer's writer: locked for
-/// one poll at a time.
-struct Locked<'a, I>(&'a Mutex<I>);
-
-impl<I: AsyncRead + Unpin> AsyncRead for Locked<'_, I> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let mut io = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        Pin::new(&mut *io).poll_read(cx, buf)
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Locked<'_, I> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let mut io = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        Pin::new(&mut *io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut io = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        Pin::new(&mut *io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut io = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        Pin::new(&mut *io).poll_shutdown(cx)
-    }
-}
-
 impl<I: Transport> Conn<I> {
     /// Gives the buffers back when nothing pipelined waits in them.
     fn rest(&mut self) {
@@ -554,12 +514,26 @@ impl<I: Transport> Conn<I> {
         // Made where it is kept, and never moved: a move copies all of it.
         let mut answer = pin!(service.call(req));
         let Some(tx) = tx else {
-            // No body to read alongside: the answer, then its writing, on
-            // the stream itself.
-            let Ok(res) = answer.as_mut().await;
-            let (body, encoder, keep) = response_head(&mut self.wbuf, res, to(keep_alive));
-            let io = inner(&mut self.io);
-            let complete = send_body(io, &mut self.wbuf, body, encoder).await?;
+            // No body to read alongside: the answer, then its writing,
+            // while a read watches for the client leaving (hyper's server
+            // does the same), which drops the exchange and with it what
+            // the request holds (a concurrency slot, a place in a delay).
+            let Self { io, rbuf, wbuf } = self;
+            let mut rd = Locked(&*io);
+            let mut left = pin!(gone(&mut rd, rbuf));
+            let res = tokio::select! {
+                biased;
+                res = &mut answer => res,
+                () = &mut left => return Ok(false),
+            };
+            let Ok(res) = res;
+            let (body, encoder, keep) = response_head(wbuf, res, to(keep_alive));
+            let mut wr = Locked(&*io);
+            let complete = tokio::select! {
+                biased;
+                complete = send_body(&mut wr, wbuf, body, encoder) => complete?,
+                () = &mut left => return Ok(false),
+            };
             return Ok(keep && complete);
         };
         let go = Notify::new();
