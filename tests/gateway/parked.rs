@@ -32,10 +32,17 @@ routes:
 /// Reads `n` whole answers (each with a `content-length` body) from `s`;
 /// their status lines.
 async fn answers(s: &mut TcpStream, n: usize) -> Vec<String> {
+    let read = read_answers(s, n).await;
+    read.into_iter().map(|(status, _)| status).collect()
+}
+
+/// Reads `n` whole answers (each with a `content-length` body) from `s`;
+/// their status lines, lowercase, and bodies.
+pub(crate) async fn read_answers(s: &mut TcpStream, n: usize) -> Vec<(String, String)> {
     let mut buf = Vec::new();
-    let mut statuses = Vec::new();
+    let mut got = Vec::new();
     let mut chunk = [0u8; 4096];
-    while statuses.len() < n {
+    while got.len() < n {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
             let len: usize = head
@@ -43,16 +50,18 @@ async fn answers(s: &mut TcpStream, n: usize) -> Vec<String> {
                 .find_map(|l| l.strip_prefix("content-length:"))
                 .map_or(0, |v| v.trim().parse().expect("a length"));
             if buf.len() >= end + 4 + len {
-                statuses.push(head.lines().next().unwrap_or_default().to_owned());
+                let status = head.lines().next().unwrap_or_default().to_owned();
+                let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).into_owned();
+                got.push((status, body));
                 buf.drain(..end + 4 + len);
                 continue;
             }
         }
         let read = s.read(&mut chunk).await.expect("read");
-        assert!(read > 0, "closed after {} answers", statuses.len());
+        assert!(read > 0, "closed after {} answers", got.len());
         buf.extend_from_slice(&chunk[..read]);
     }
-    statuses
+    got
 }
 
 const GET: &[u8] = b"GET /a HTTP/1.1\r\nhost: gateway.test\r\n\r\n";

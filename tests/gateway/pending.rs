@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
+use crate::parked::read_answers;
 use crate::support::gateway::Gateway;
 
 /// An upstream that answers each request with its path, holding the
@@ -59,32 +60,6 @@ async fn answer_paths(
     }
 }
 
-/// Reads `n` whole answers (each with a `content-length` body) from `s`;
-/// their bodies.
-async fn bodies(s: &mut TcpStream, n: usize) -> Vec<String> {
-    let mut buf = Vec::new();
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while got.len() < n {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map_or(0, |v| v.trim().parse().expect("a length"));
-            if buf.len() >= end + 4 + len {
-                got.push(String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).into_owned());
-                buf.drain(..end + 4 + len);
-                continue;
-            }
-        }
-        let read = s.read(&mut chunk).await.expect("read");
-        assert!(read > 0, "closed after {} answers", got.len());
-        buf.extend_from_slice(&chunk[..read]);
-    }
-    got
-}
-
 #[tokio::test]
 async fn a_request_sent_while_the_answer_before_it_waits_is_served_after_it() {
     for http1 in ["hyper", "native"] {
@@ -115,6 +90,8 @@ routes:
         // request while the first answer is still held.
         tokio::time::sleep(Duration::from_millis(50)).await;
         release.send(true).expect("upstream waiting");
-        assert_eq!(bodies(&mut s, 2).await, ["/held", "/next"], "{http1}");
+        let answers = read_answers(&mut s, 2).await;
+        let bodies: Vec<&str> = answers.iter().map(|(_, body)| body.as_str()).collect();
+        assert_eq!(bodies, ["/held", "/next"], "{http1}");
     }
 }
