@@ -220,37 +220,30 @@ pub fn apply(
         }
         return;
     }
-    if mode != HeaderMode::Ietf {
-        return;
-    }
-    if let Some(p) = policy {
-        headers.insert(RATELIMIT_POLICY.clone(), p.clone());
-    }
-    if let Some(v) = outcomes.and_then(|o| ratelimit_value(limits, o)) {
-        headers.insert(RATELIMIT.clone(), v);
-    }
+    apply_to(mode, policy, limits, outcomes, |name, value| {
+        headers.insert(name.clone(), value);
+    });
 }
 
-/// The fields [`apply`] writes in `mode`, each lent to `put` rather than
-/// inserted into a map, for a writer that renders them itself; `false`,
-/// giving none, for `github` and `legacy`, whose fields only `apply`
-/// writes. Over a map that holds none of them yet, `apply` leaves the same
-/// fields in the same order.
+/// The IETF fields in `mode`, each handed to `put`: [`apply`] inserts
+/// them into a map, a writer that renders them itself takes them as they
+/// come; `false`, giving none, for `github` and `legacy`, whose fields only
+/// `apply` writes.
 pub fn apply_to(
     mode: HeaderMode,
     policy: Option<&HeaderValue>,
     limits: &[Limit],
     outcomes: Option<&[Standing]>,
-    mut put: impl FnMut(&HeaderName, &HeaderValue),
+    mut put: impl FnMut(&HeaderName, HeaderValue),
 ) -> bool {
     match mode {
         HeaderMode::None => true,
         HeaderMode::Ietf => {
             if let Some(p) = policy {
-                put(&RATELIMIT_POLICY, p);
+                put(&RATELIMIT_POLICY, p.clone());
             }
             if let Some(v) = outcomes.and_then(|o| ratelimit_value(limits, o)) {
-                put(&RATELIMIT, &v);
+                put(&RATELIMIT, v);
             }
             true
         }

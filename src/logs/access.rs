@@ -166,20 +166,11 @@ impl AccessLine<'_> {
         }
     }
 
-    /// An IP address, as text.
+    /// An IP address, as text (only on replayable lines:
+    /// `access_log.replay`).
     #[must_use]
-    pub fn ip(mut self, key: Key, ip: IpAddr) -> Self {
-        let quote = self.log.json;
-        let buf = self.key(key);
-        if quote {
-            buf.push(b'"');
-        }
-        // Only on replayable lines (`access_log.replay`).
-        let _ = write!(buf, "{ip}");
-        if quote {
-            buf.push(b'"');
-        }
-        self
+    pub fn ip(self, key: Key, ip: IpAddr) -> Self {
+        self.shown(key, ip)
     }
 
     /// An IP address when there is one.
@@ -193,13 +184,19 @@ impl AccessLine<'_> {
 
     /// A socket address, as text.
     #[must_use]
-    pub fn addr(mut self, key: Key, addr: std::net::SocketAddr) -> Self {
+    pub fn addr(self, key: Key, addr: std::net::SocketAddr) -> Self {
+        self.shown(key, addr)
+    }
+
+    /// A value as its `Display` writes it, quoted in JSON: for values
+    /// with no character to escape.
+    fn shown(mut self, key: Key, value: impl std::fmt::Display) -> Self {
         let quote = self.log.json;
         let buf = self.key(key);
         if quote {
             buf.push(b'"');
         }
-        let _ = write!(buf, "{addr}");
+        let _ = write!(buf, "{value}");
         if quote {
             buf.push(b'"');
         }

@@ -339,7 +339,7 @@ impl CheckedLimits {
             self.policy_header(),
             self.limits(),
             self.decision.outcomes(),
-            |name, value| late.push(name, value),
+            |name, value| late.push(name, &value),
         )
     }
 }
