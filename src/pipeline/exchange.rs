@@ -45,10 +45,8 @@ pub struct Exchange {
     /// The route's `exempt:`, or an override set through the admin API,
     /// let the caller through without asking its limits.
     pub exempt: bool,
-    /// What the access-log line carries for a replay (`access_log.replay`);
-    /// boxed, as few gateways record it and every request's record is
-    /// moved between the phases.
-    pub recording: Option<Box<Recording>>,
+    /// What the access-log line carries for a replay (`access_log.replay`).
+    pub recording: Option<Recording>,
     /// The request's id ([`crate::request_id`]), set when it arrives.
     pub request_id: Option<HeaderValue>,
     /// The request's `Origin`, kept when a CORS policy may answer it.
@@ -91,14 +89,14 @@ impl Exchange {
                 let h = req.headers().get(http::header::HOST)?;
                 h.to_str().ok().map(str::to_owned)
             });
-        self.recording = Some(Box::new(Recording {
+        self.recording = Some(Recording {
             ts_ms: now_ms,
             host,
             path: req.uri().path().to_owned(),
             client: None,
             caller: None,
             json: None,
-        }));
+        });
     }
 
     /// The caller the decision phase found: its kind, and for a replayable
