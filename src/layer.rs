@@ -66,8 +66,10 @@ use crate::routing::{CompiledRoute, Router};
 use crate::store::StoreError;
 use crate::top::TopOffenders;
 
+mod answer;
 mod body;
 
+pub use answer::{BoxError, LayerBody};
 pub use body::LayerRequestBody;
 use body::{BodyUse, Counting};
 
@@ -76,11 +78,6 @@ pub type PeerFrom = Arc<dyn Fn(&Extensions) -> Option<SocketAddr> + Send + Sync>
 
 /// The caller an application names for a request, if it names one.
 pub type KeyFrom = Arc<dyn Fn(&http::request::Parts) -> Option<Arc<str>> + Send + Sync>;
-
-/// The body of the layer's answers: the inner service's — as it is, or
-/// watched when its end releases concurrency slots or settles costs — or
-/// a refusal's.
-pub type LayerBody<B> = Either<Either<B, Watched<Pin<Box<B>>>>, Full<Bytes>>;
 
 /// Why a layer could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -275,6 +272,7 @@ impl Core {
     /// The exchange record of a request with head `parts`: the
     /// application's key for the caller put in its extensions, the
     /// connection's address read from them.
+    #[inline]
     fn exchange(&self, parts: &mut http::request::Parts) -> Exchange {
         if let Some(k) = self.key.as_ref().and_then(|key| key(parts)) {
             parts.extensions.insert(AppKey(k));
@@ -289,9 +287,9 @@ impl Core {
     /// headers.
     fn refused<R>(&self, refusal: &GatewayError, ex: &Exchange) -> Response<LayerBody<R>> {
         let mut res = refusal::response(refusal, None, ex.grpc).map(|body| match body {
-            Either::Right(full) => Either::Right(full),
+            Either::Right(full) => LayerBody::refusal(full),
             // A refusal's body is made here, never an upstream's.
-            Either::Left(_) => Either::Right(Full::default()),
+            Either::Left(_) => LayerBody::refusal(Full::default()),
         });
         if let Some(checked) = &ex.checked {
             checked.write_headers(self.config.headers, res.headers_mut());
@@ -519,7 +517,7 @@ where
                 mode,
             } => {
                 let res = std::task::ready!(answer.poll(cx))?;
-                let mut res = res.map(|b| Either::Left(Either::Left(b)));
+                let mut res = res.map(LayerBody::inner);
                 if let Some(checked) = checked {
                     checked.write_headers(*mode, res.headers_mut());
                 }
@@ -602,14 +600,14 @@ where
     let slots = holdings.slots.map(|s| Box::new(s) as Box<dyn Watch>);
     let watches: Vec<Box<dyn Watch>> = settles.into_iter().chain(slots).collect();
     let mut res = if watches.is_empty() {
-        res.map(|b| Either::Left(Either::Left(b)))
+        res.map(LayerBody::inner)
     } else {
         res.map(|b| {
             let mut watched = Watched::new(Box::pin(b));
             for w in watches {
                 watched.add_watch(w);
             }
-            Either::Left(Either::Right(watched))
+            LayerBody::watched(watched)
         })
     };
     if let Some(checked) = &ex.checked {
