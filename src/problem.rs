@@ -5,6 +5,7 @@
 //! response; [`GatewayError::status`] and [`GatewayError::problem`] map each
 //! to its answer with no catch-all arm, so a new error forces a decision.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,6 +19,12 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 
 /// The start of every 429 body after its `{`: type, title and status.
 const LIMITED_HEAD: &str = "\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429";
+
+thread_local! {
+    /// Where this thread writes a problem body before it is copied out:
+    /// cleared for each body, so it allocates once per thread.
+    static TEXT: RefCell<String> = RefCell::new(String::with_capacity(256));
+}
 
 /// A request that ends at the gateway.
 #[derive(Debug, thiserror::Error)]
@@ -128,8 +135,27 @@ impl GatewayError {
     /// The problem+json body, with the request's id as `"request_id"`
     /// when there is one, so a client can quote it and the access log
     /// line be found by it.
+    ///
+    /// The text is written into this thread's reused buffer ([`TEXT`]) and
+    /// copied into a body of its exact length: one allocation, where a
+    /// `String` made `Bytes` takes two (the string's, and the shared
+    /// count `Bytes` puts beside a buffer with room to spare).
     pub fn problem_with_id(&self, request_id: Option<&HeaderValue>) -> Bytes {
-        let mut body = String::with_capacity(256);
+        TEXT.with(|text| {
+            let Ok(mut text) = text.try_borrow_mut() else {
+                // Not reached: nothing in here writes another body.
+                let mut body = String::with_capacity(256);
+                self.write_problem(&mut body, request_id);
+                return Bytes::from(body);
+            };
+            text.clear();
+            self.write_problem(&mut text, request_id);
+            Bytes::copy_from_slice(text.as_bytes())
+        })
+    }
+
+    /// Writes the problem+json body into `body`.
+    fn write_problem(&self, body: &mut String, request_id: Option<&HeaderValue>) {
         body.push('{');
         match self {
             // The fixed part as literal JSON (the deny path renders this body
@@ -152,25 +178,22 @@ impl GatewayError {
             | Self::StoreUnavailable => {
                 let status = self.status();
                 let title = status.canonical_reason().unwrap_or("Error");
-                push_field(&mut body, "type", "about:blank");
+                push_field(body, "type", "about:blank");
                 body.push(',');
-                push_common(&mut body, title, status);
+                push_common(body, title, status);
             }
         }
         body.push_str(",\"detail\":\"");
-        self.push_detail(&mut body, push_escaped);
+        self.push_detail(body, push_escaped);
         body.push('"');
         if let Self::Limited { policies, .. } = self {
-            push_policies(&mut body, policies);
+            push_policies(body, policies);
         }
         if let Some(id) = request_id {
             body.push_str(",\"request_id\":");
-            // A kept id is visible ASCII and a made one hex and hyphens;
-            // anything else is not written.
-            push_json_string(&mut body, id.to_str().unwrap_or("-"));
+            push_id(body, id.as_bytes());
         }
         body.push('}');
-        Bytes::from(body)
     }
 
     /// The problem's `detail`, what happened in words for the client, as
@@ -261,6 +284,30 @@ fn push_policies(body: &mut String, policies: &[Arc<str>]) {
         push_json_string(body, p);
     }
     body.push(']');
+}
+
+/// Writes a request id as a JSON string: a kept id is visible ASCII and a
+/// made one hex and hyphens; an id that is not visible ASCII (which
+/// `HeaderValue::to_str` refuses) is written as `"-"`. One pass over the
+/// id tells both whether it is text and whether it needs an escape.
+fn push_id(body: &mut String, id: &[u8]) {
+    let (text, plain) = id.iter().fold((true, true), |(text, plain), &b| {
+        (
+            text & (((0x20..0x7f).contains(&b)) | (b == b'\t')),
+            plain & (b != b'"') & (b != b'\\') & (b >= 0x20),
+        )
+    });
+    let id = match std::str::from_utf8(id) {
+        Ok(id) if text => id,
+        _ => "-",
+    };
+    body.push('"');
+    if plain {
+        body.push_str(id);
+    } else {
+        push_escaped(body, id);
+    }
+    body.push('"');
 }
 
 fn push_common(body: &mut String, title: &str, status: StatusCode) {
@@ -376,6 +423,25 @@ mod tests {
                     .replace("\\t", "\\u0009"),
                 "{s:?}"
             );
+        }
+    }
+
+    #[test]
+    fn request_ids_are_written_as_text_or_a_dash() {
+        for (id, written) in [
+            (
+                &b"0190a5b2-7c3e-7d4f-8a1b-2c3d4e5f6a7b"[..],
+                "0190a5b2-7c3e-7d4f-8a1b-2c3d4e5f6a7b",
+            ),
+            (b"kept\"quote\\", "kept\"quote\\"),
+            (b"tab\there", "tab\there"),
+            (b"obs\x80text", "-"),
+        ] {
+            let id = HeaderValue::from_bytes(id).unwrap();
+            let body: serde_json::Value =
+                serde_json::from_slice(&GatewayError::StoreUnavailable.problem_with_id(Some(&id)))
+                    .unwrap();
+            assert_eq!(body["request_id"], written, "{id:?}");
         }
     }
 
