@@ -351,7 +351,10 @@ mod tests {
 
     #[test]
     fn text_fields_are_the_map_fields() {
-        let limits = [limit("per_minute", 100, 60_000), limit("bad\u{1}", 10, 1_000)];
+        let limits = [
+            limit("per_minute", 100, 60_000),
+            limit("bad\u{1}", 10, 1_000),
+        ];
         let standing = Standing {
             admits: false,
             remaining: 0,

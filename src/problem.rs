@@ -20,10 +20,22 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// The start of every 429 body after its `{`: type, title and status.
 const LIMITED_HEAD: &str = "\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429";
 
+/// Where a thread writes a problem body before it is copied out.
+#[derive(Default)]
+struct Scratch {
+    /// The last body written: cleared or cut back for each body, so it
+    /// allocates seldom.
+    text: String,
+    /// The policies, wait and kind of the 429 whose body `text` holds, if
+    /// it holds one.
+    limited: Option<(Vec<Arc<str>>, Option<u64>, bool)>,
+    /// Where in `text` the request id starts.
+    start: usize,
+}
+
 thread_local! {
-    /// Where this thread writes a problem body before it is copied out:
-    /// cleared for each body, so it allocates once per thread.
-    static TEXT: RefCell<String> = RefCell::new(String::with_capacity(256));
+    /// This thread's [`Scratch`].
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 /// A request that ends at the gateway.
@@ -136,26 +148,77 @@ impl GatewayError {
     /// when there is one, so a client can quote it and the access log
     /// line be found by it.
     ///
-    /// The text is written into this thread's reused buffer ([`TEXT`]) and
-    /// copied into a body of its exact length: one allocation, where a
+    /// The text is written into this thread's reused buffer ([`SCRATCH`])
+    /// and copied into a body of its exact length: one allocation, where a
     /// `String` made `Bytes` takes two (the string's, and the shared
-    /// count `Bytes` puts beside a buffer with room to spare).
+    /// count `Bytes` puts beside a buffer with room to spare). A 429 like
+    /// the one before it on this thread (the same limits, wait and kind:
+    /// a deny path's, refused many times a second) keeps that one's text
+    /// up to its request id and writes only the id and the end.
     pub fn problem_with_id(&self, request_id: Option<&HeaderValue>) -> Bytes {
-        TEXT.with(|text| {
-            let Ok(mut text) = text.try_borrow_mut() else {
+        SCRATCH.with(|scratch| {
+            let Ok(mut scratch) = scratch.try_borrow_mut() else {
                 // Not reached: nothing in here writes another body.
                 let mut body = String::with_capacity(256);
                 self.write_problem(&mut body, request_id);
                 return Bytes::from(body);
             };
-            text.clear();
-            self.write_problem(&mut text, request_id);
+            let Scratch {
+                text,
+                limited,
+                start,
+            } = &mut *scratch;
+            if self.starts_as(limited.as_ref()) {
+                text.truncate(*start);
+            } else {
+                text.clear();
+                self.write_start(text);
+                *start = text.len();
+                *limited = match self {
+                    Self::Limited {
+                        policies,
+                        retry_after,
+                        in_flight,
+                    } => Some((policies.clone(), *retry_after, *in_flight)),
+                    _ => None,
+                };
+            }
+            write_end(text, request_id);
             Bytes::copy_from_slice(text.as_bytes())
         })
     }
 
+    /// Whether this is the 429 `limited` describes, whose body starts
+    /// with the same text.
+    fn starts_as(&self, limited: Option<&(Vec<Arc<str>>, Option<u64>, bool)>) -> bool {
+        let (
+            Self::Limited {
+                policies,
+                retry_after,
+                in_flight,
+            },
+            Some((was, was_retry_after, was_in_flight)),
+        ) = (self, limited)
+        else {
+            return false;
+        };
+        retry_after == was_retry_after
+            && in_flight == was_in_flight
+            && policies.len() == was.len()
+            && policies
+                .iter()
+                .zip(was)
+                .all(|(p, w)| Arc::ptr_eq(p, w) || p == w)
+    }
+
     /// Writes the problem+json body into `body`.
     fn write_problem(&self, body: &mut String, request_id: Option<&HeaderValue>) {
+        self.write_start(body);
+        write_end(body, request_id);
+    }
+
+    /// Writes the problem+json body into `body` up to the request id.
+    fn write_start(&self, body: &mut String) {
         body.push('{');
         match self {
             // The fixed part as literal JSON (the deny path renders this body
@@ -189,11 +252,6 @@ impl GatewayError {
         if let Self::Limited { policies, .. } = self {
             push_policies(body, policies);
         }
-        if let Some(id) = request_id {
-            body.push_str(",\"request_id\":");
-            push_id(body, id.as_bytes());
-        }
-        body.push('}');
     }
 
     /// The problem's `detail`, what happened in words for the client, as
@@ -284,6 +342,15 @@ fn push_policies(body: &mut String, policies: &[Arc<str>]) {
         push_json_string(body, p);
     }
     body.push(']');
+}
+
+/// Writes the end of a problem+json body: the request id, if any, and `}`.
+fn write_end(body: &mut String, request_id: Option<&HeaderValue>) {
+    if let Some(id) = request_id {
+        body.push_str(",\"request_id\":");
+        push_id(body, id.as_bytes());
+    }
+    body.push('}');
 }
 
 /// Writes a request id as a JSON string: a kept id is visible ASCII and a
@@ -423,6 +490,47 @@ mod tests {
                     .replace("\\t", "\\u0009"),
                 "{s:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_body_that_starts_as_the_last_is_the_same_as_one_written_whole() {
+        let name: Arc<str> = "per_ip".into();
+        let limited = |policies: Vec<Arc<str>>, retry_after, in_flight| GatewayError::Limited {
+            policies,
+            retry_after,
+            in_flight,
+        };
+        let errors = [
+            limited(vec![name.clone()], Some(3), false),
+            limited(vec![name.clone()], Some(3), false),
+            limited(vec!["per_ip".into()], Some(3), false),
+            limited(vec![name.clone()], Some(4), false),
+            limited(vec![name.clone()], None, true),
+            limited(vec![name.clone()], None, false),
+            limited(vec![name.clone(), "other".into()], None, false),
+            limited(vec!["other".into()], None, false),
+            GatewayError::StoreUnavailable,
+            limited(vec![name.clone()], Some(3), false),
+            GatewayError::UnknownApiKey,
+        ];
+        let ids = [
+            Some(HeaderValue::from_static(
+                "0190a5b2-7c3e-7d4f-8a1b-2c3d4e5f6a7b",
+            )),
+            None,
+            Some(HeaderValue::from_static("x")),
+        ];
+        for (i, err) in errors.iter().enumerate() {
+            for id in &ids {
+                let mut whole = String::new();
+                err.write_problem(&mut whole, id.as_ref());
+                assert_eq!(
+                    err.problem_with_id(id.as_ref()),
+                    whole.as_bytes(),
+                    "{i} {id:?}"
+                );
+            }
         }
     }
 
