@@ -20,15 +20,18 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// The start of every 429 body after its `{`: type, title and status.
 const LIMITED_HEAD: &str = "\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429";
 
+/// What a 429's body up to its request id is made of: the limits that
+/// denied, the seconds to wait, and whether it is about requests in flight.
+type LimitedKey = (Vec<Arc<str>>, Option<u64>, bool);
+
 /// Where a thread writes a problem body before it is copied out.
 #[derive(Default)]
 struct Scratch {
     /// The last body written: cleared or cut back for each body, so it
     /// allocates seldom.
     text: String,
-    /// The policies, wait and kind of the 429 whose body `text` holds, if
-    /// it holds one.
-    limited: Option<(Vec<Arc<str>>, Option<u64>, bool)>,
+    /// The 429 whose body `text` holds, if it holds one.
+    limited: Option<LimitedKey>,
     /// Where in `text` the request id starts.
     start: usize,
 }
@@ -190,7 +193,7 @@ impl GatewayError {
 
     /// Whether this is the 429 `limited` describes, whose body starts
     /// with the same text.
-    fn starts_as(&self, limited: Option<&(Vec<Arc<str>>, Option<u64>, bool)>) -> bool {
+    fn starts_as(&self, limited: Option<&LimitedKey>) -> bool {
         let (
             Self::Limited {
                 policies,
