@@ -251,6 +251,63 @@ pub fn apply_to(
     }
 }
 
+/// [`apply_to`]'s fields as text, each handed to `put` with its name and
+/// its value's bytes, for a writer that copies them as they come: the
+/// `RateLimit` value is written into this thread's [`SCRATCH`] and lent,
+/// not made a `HeaderValue` split off a slab and counted by reference. A
+/// value that would not be a valid field value is left out, as
+/// [`ratelimit_value`] leaves it out. `false`, giving none, for `github`
+/// and `legacy`, whose fields only [`apply`] writes.
+pub fn apply_text(
+    mode: HeaderMode,
+    policy: Option<&HeaderValue>,
+    limits: &[Limit],
+    outcomes: Option<&[Standing]>,
+    mut put: impl FnMut(&HeaderName, &[u8]),
+) -> bool {
+    match mode {
+        HeaderMode::None => true,
+        HeaderMode::Ietf => {
+            if let Some(p) = policy {
+                put(&RATELIMIT_POLICY, p.as_bytes());
+            }
+            if let Some(o) = outcomes {
+                SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+                    Ok(mut text) => {
+                        text.clear();
+                        write_ratelimit(&mut text, limits, o);
+                        if is_field_value(&text) {
+                            put(&RATELIMIT, &text);
+                        }
+                    }
+                    // Not reached: nothing in here writes another value.
+                    Err(_) => {
+                        if let Some(v) = ratelimit_value(limits, o) {
+                            put(&RATELIMIT, v.as_bytes());
+                        }
+                    }
+                });
+            }
+            true
+        }
+        HeaderMode::Github | HeaderMode::Legacy => false,
+    }
+}
+
+/// Whether `text` is a valid field value as `HeaderValue` reads it
+/// (visible ASCII or obs-text, spaces and tabs; no controls, no DEL).
+fn is_field_value(text: &[u8]) -> bool {
+    text.iter().fold(true, |ok, &b| {
+        ok & ((b >= 0x20 && b != 0x7f) | (b == b'\t'))
+    })
+}
+
+thread_local! {
+    /// Where [`apply_text`] writes a `RateLimit` value before it lends it:
+    /// cleared for each value, so its allocation is made once per thread.
+    static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +347,38 @@ mod tests {
         ];
         let v = ratelimit_value(&limits, &d).unwrap();
         assert_eq!(v, r#""per_minute";r=42;t=18, "per_second";r=0;t=1"#);
+    }
+
+    #[test]
+    fn text_fields_are_the_map_fields() {
+        let limits = [
+            limit("per_minute", 100, 60_000),
+            limit("bad\u{1}", 10, 1_000),
+        ];
+        let standing = Standing {
+            admits: false,
+            remaining: 0,
+            reset_ms: 2_000,
+            retry_after_ms: Some(700),
+        };
+        let policy = policy_header(HeaderMode::Ietf, &limits[..1]);
+        for (limits, outcomes) in [
+            (&limits[..1], Some(&[standing][..])),
+            (&limits[..], Some(&[standing, standing][..])),
+            (&limits[..1], None),
+        ] {
+            for mode in [HeaderMode::Ietf, HeaderMode::None, HeaderMode::Github] {
+                let mut map = Vec::new();
+                let by_map = apply_to(mode, policy.as_ref(), limits, outcomes, |n, v| {
+                    map.push((n.clone(), v.as_bytes().to_vec()));
+                });
+                let mut text = Vec::new();
+                let by_text = apply_text(mode, policy.as_ref(), limits, outcomes, |n, v| {
+                    text.push((n.clone(), v.to_vec()));
+                });
+                assert_eq!((by_map, &map), (by_text, &text), "{mode:?}");
+            }
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! response; [`GatewayError::status`] and [`GatewayError::problem`] map each
 //! to its answer with no catch-all arm, so a new error forces a decision.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,6 +19,27 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 
 /// The start of every 429 body after its `{`: type, title and status.
 const LIMITED_HEAD: &str = "\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429";
+
+/// What a 429's body up to its request id is made of: the limits that
+/// denied, the seconds to wait, and whether it is about requests in flight.
+type LimitedKey = (Vec<Arc<str>>, Option<u64>, bool);
+
+/// Where a thread writes a problem body before it is copied out.
+#[derive(Default)]
+struct Scratch {
+    /// The last body written: cleared or cut back for each body, so it
+    /// allocates seldom.
+    text: String,
+    /// The 429 whose body `text` holds, if it holds one.
+    limited: Option<LimitedKey>,
+    /// Where in `text` the request id starts.
+    start: usize,
+}
+
+thread_local! {
+    /// This thread's [`Scratch`].
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
 
 /// A request that ends at the gateway.
 #[derive(Debug, thiserror::Error)]
@@ -128,8 +150,78 @@ impl GatewayError {
     /// The problem+json body, with the request's id as `"request_id"`
     /// when there is one, so a client can quote it and the access log
     /// line be found by it.
+    ///
+    /// The text is written into this thread's reused buffer ([`SCRATCH`])
+    /// and copied into a body of its exact length: one allocation, where a
+    /// `String` made `Bytes` takes two (the string's, and the shared
+    /// count `Bytes` puts beside a buffer with room to spare). A 429 like
+    /// the one before it on this thread (the same limits, wait and kind:
+    /// a deny path's, refused many times a second) keeps that one's text
+    /// up to its request id and writes only the id and the end.
     pub fn problem_with_id(&self, request_id: Option<&HeaderValue>) -> Bytes {
-        let mut body = String::with_capacity(256);
+        SCRATCH.with(|scratch| {
+            let Ok(mut scratch) = scratch.try_borrow_mut() else {
+                // Not reached: nothing in here writes another body.
+                let mut body = String::with_capacity(256);
+                self.write_problem(&mut body, request_id);
+                return Bytes::from(body);
+            };
+            let Scratch {
+                text,
+                limited,
+                start,
+            } = &mut *scratch;
+            if self.starts_as(limited.as_ref()) {
+                text.truncate(*start);
+            } else {
+                text.clear();
+                self.write_start(text);
+                *start = text.len();
+                *limited = match self {
+                    Self::Limited {
+                        policies,
+                        retry_after,
+                        in_flight,
+                    } => Some((policies.clone(), *retry_after, *in_flight)),
+                    _ => None,
+                };
+            }
+            write_end(text, request_id);
+            Bytes::copy_from_slice(text.as_bytes())
+        })
+    }
+
+    /// Whether this is the 429 `limited` describes, whose body starts
+    /// with the same text.
+    fn starts_as(&self, limited: Option<&LimitedKey>) -> bool {
+        let (
+            Self::Limited {
+                policies,
+                retry_after,
+                in_flight,
+            },
+            Some((was, was_retry_after, was_in_flight)),
+        ) = (self, limited)
+        else {
+            return false;
+        };
+        retry_after == was_retry_after
+            && in_flight == was_in_flight
+            && policies.len() == was.len()
+            && policies
+                .iter()
+                .zip(was)
+                .all(|(p, w)| Arc::ptr_eq(p, w) || p == w)
+    }
+
+    /// Writes the problem+json body into `body`.
+    fn write_problem(&self, body: &mut String, request_id: Option<&HeaderValue>) {
+        self.write_start(body);
+        write_end(body, request_id);
+    }
+
+    /// Writes the problem+json body into `body` up to the request id.
+    fn write_start(&self, body: &mut String) {
         body.push('{');
         match self {
             // The fixed part as literal JSON (the deny path renders this body
@@ -152,25 +244,17 @@ impl GatewayError {
             | Self::StoreUnavailable => {
                 let status = self.status();
                 let title = status.canonical_reason().unwrap_or("Error");
-                push_field(&mut body, "type", "about:blank");
+                push_field(body, "type", "about:blank");
                 body.push(',');
-                push_common(&mut body, title, status);
+                push_common(body, title, status);
             }
         }
         body.push_str(",\"detail\":\"");
-        self.push_detail(&mut body, push_escaped);
+        self.push_detail(body, push_escaped);
         body.push('"');
         if let Self::Limited { policies, .. } = self {
-            push_policies(&mut body, policies);
+            push_policies(body, policies);
         }
-        if let Some(id) = request_id {
-            body.push_str(",\"request_id\":");
-            // A kept id is visible ASCII and a made one hex and hyphens;
-            // anything else is not written.
-            push_json_string(&mut body, id.to_str().unwrap_or("-"));
-        }
-        body.push('}');
-        Bytes::from(body)
     }
 
     /// The problem's `detail`, what happened in words for the client, as
@@ -261,6 +345,39 @@ fn push_policies(body: &mut String, policies: &[Arc<str>]) {
         push_json_string(body, p);
     }
     body.push(']');
+}
+
+/// Writes the end of a problem+json body: the request id, if any, and `}`.
+fn write_end(body: &mut String, request_id: Option<&HeaderValue>) {
+    if let Some(id) = request_id {
+        body.push_str(",\"request_id\":");
+        push_id(body, id.as_bytes());
+    }
+    body.push('}');
+}
+
+/// Writes a request id as a JSON string: a kept id is visible ASCII and a
+/// made one hex and hyphens; an id that is not visible ASCII (which
+/// `HeaderValue::to_str` refuses) is written as `"-"`. One pass over the
+/// id tells both whether it is text and whether it needs an escape.
+fn push_id(body: &mut String, id: &[u8]) {
+    let (text, plain) = id.iter().fold((true, true), |(text, plain), &b| {
+        (
+            text & (((0x20..0x7f).contains(&b)) | (b == b'\t')),
+            plain & (b != b'"') & (b != b'\\') & (b >= 0x20),
+        )
+    });
+    let id = match std::str::from_utf8(id) {
+        Ok(id) if text => id,
+        _ => "-",
+    };
+    body.push('"');
+    if plain {
+        body.push_str(id);
+    } else {
+        push_escaped(body, id);
+    }
+    body.push('"');
 }
 
 fn push_common(body: &mut String, title: &str, status: StatusCode) {
@@ -376,6 +493,66 @@ mod tests {
                     .replace("\\t", "\\u0009"),
                 "{s:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_body_that_starts_as_the_last_is_the_same_as_one_written_whole() {
+        let name: Arc<str> = "per_ip".into();
+        let limited = |policies: Vec<Arc<str>>, retry_after, in_flight| GatewayError::Limited {
+            policies,
+            retry_after,
+            in_flight,
+        };
+        let errors = [
+            limited(vec![name.clone()], Some(3), false),
+            limited(vec![name.clone()], Some(3), false),
+            limited(vec!["per_ip".into()], Some(3), false),
+            limited(vec![name.clone()], Some(4), false),
+            limited(vec![name.clone()], None, true),
+            limited(vec![name.clone()], None, false),
+            limited(vec![name.clone(), "other".into()], None, false),
+            limited(vec!["other".into()], None, false),
+            GatewayError::StoreUnavailable,
+            limited(vec![name.clone()], Some(3), false),
+            GatewayError::UnknownApiKey,
+        ];
+        let ids = [
+            Some(HeaderValue::from_static(
+                "0190a5b2-7c3e-7d4f-8a1b-2c3d4e5f6a7b",
+            )),
+            None,
+            Some(HeaderValue::from_static("x")),
+        ];
+        for (i, err) in errors.iter().enumerate() {
+            for id in &ids {
+                let mut whole = String::new();
+                err.write_problem(&mut whole, id.as_ref());
+                assert_eq!(
+                    err.problem_with_id(id.as_ref()),
+                    whole.as_bytes(),
+                    "{i} {id:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn request_ids_are_written_as_text_or_a_dash() {
+        for (id, written) in [
+            (
+                &b"0190a5b2-7c3e-7d4f-8a1b-2c3d4e5f6a7b"[..],
+                "0190a5b2-7c3e-7d4f-8a1b-2c3d4e5f6a7b",
+            ),
+            (b"kept\"quote\\", "kept\"quote\\"),
+            (b"tab\there", "tab\there"),
+            (b"obs\x80text", "-"),
+        ] {
+            let id = HeaderValue::from_bytes(id).unwrap();
+            let body: serde_json::Value =
+                serde_json::from_slice(&GatewayError::StoreUnavailable.problem_with_id(Some(&id)))
+                    .unwrap();
+            assert_eq!(body["request_id"], written, "{id:?}");
         }
     }
 

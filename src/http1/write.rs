@@ -86,6 +86,28 @@ impl LateFields {
         self.put(name, itoa::Buffer::new().format(n).as_bytes());
     }
 
+    /// Adds a whole field line, `name: value\r\n`, made in advance;
+    /// none of the fields the writer reads or writes itself.
+    pub fn push_line(&mut self, line: &'static str) {
+        debug_assert!(line.ends_with("\r\n") && line.contains(": "));
+        if self.text.capacity() == 0 {
+            self.text.reserve(Self::ROOM);
+        }
+        self.text.extend_from_slice(line.as_bytes());
+    }
+
+    /// Adds a field whose value is already text: `value` is valid as a
+    /// field value (visible ASCII, spaces and tabs), and `name` is none of
+    /// the fields the writer reads or writes itself.
+    pub fn push_text(&mut self, name: &HeaderName, value: &[u8]) {
+        debug_assert!(!matches!(
+            *name,
+            CONTENT_LENGTH | TRANSFER_ENCODING | DATE | CONNECTION
+        ));
+        debug_assert!(HeaderValue::from_bytes(value).is_ok());
+        self.put(name, value);
+    }
+
     fn put(&mut self, name: &HeaderName, value: &[u8]) {
         if self.text.capacity() == 0 {
             self.text.reserve(Self::ROOM);

@@ -334,12 +334,12 @@ impl CheckedLimits {
     /// empty map; `false`, adding none, for a `mode` whose fields only
     /// `write_headers` writes.
     pub fn write_late(&self, mode: crate::config::HeaderMode, late: &mut LateFields) -> bool {
-        crate::headers::apply_to(
+        crate::headers::apply_text(
             mode,
             self.policy_header(),
             self.limits(),
             self.decision.outcomes(),
-            |name, value| late.push(name, &value),
+            |name, value| late.push_text(name, value),
         )
     }
 }

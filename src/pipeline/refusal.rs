@@ -68,7 +68,7 @@ pub fn late(err: &GatewayError, request_id: Option<&HeaderValue>) -> (Response<B
     let mut res = Response::new(Either::Right(Full::new(body)));
     *res.status_mut() = err.status();
     let mut fields = LateFields::default();
-    fields.push(&CONTENT_TYPE, &PROBLEM_JSON);
+    fields.push_line(PROBLEM_JSON_LINE);
     match err {
         // [`kind_fields`]' Retry-After, written as a number without a
         // value made for it first.
@@ -80,6 +80,9 @@ pub fn late(err: &GatewayError, request_id: Option<&HeaderValue>) -> (Response<B
     }
     (res, fields)
 }
+
+/// The `Content-Type` of a problem body as a field line.
+const PROBLEM_JSON_LINE: &str = "content-type: application/problem+json\r\n";
 
 /// The fields that belong to the kind of refusal `err` is, each given to
 /// `put`.
@@ -225,6 +228,30 @@ mod tests {
         };
         let res = response(&busy, None, Some(grpc::Kind::Grpc));
         assert!(!res.headers().contains_key("grpc-retry-pushback-ms"));
+    }
+
+    #[test]
+    fn late_fields_are_the_map_fields_as_text() {
+        for err in [
+            GatewayError::Limited {
+                policies: vec!["per_ip".into()],
+                retry_after: Some(7),
+                in_flight: false,
+            },
+            GatewayError::UnknownApiKey,
+            GatewayError::BadRequest("x".into()),
+        ] {
+            let res = response(&err, None, None);
+            let mut text = Vec::new();
+            for (name, value) in res.headers() {
+                text.extend_from_slice(format!("{name}: ").as_bytes());
+                text.extend_from_slice(value.as_bytes());
+                text.extend_from_slice(b"\r\n");
+            }
+            let (late_res, late) = late(&err, None);
+            assert_eq!(late.as_bytes(), &text[..], "{err}");
+            assert_eq!(late_res.status(), res.status());
+        }
     }
 
     #[test]
