@@ -110,6 +110,12 @@ impl Gateway {
         );
         match answer {
             Ok(mut res) => {
+                if !native {
+                    // Only the native server's writer copies an answer's
+                    // passed fields: hyper's server, and an application
+                    // calling the service, get them in the map.
+                    crate::http1::fields::materialize(&mut res);
+                }
                 if let Some(checked) = &ex.checked {
                     checked.write_headers(rt.config.headers, res.headers_mut());
                 }
