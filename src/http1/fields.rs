@@ -69,10 +69,8 @@ impl Passed {
 
     /// Adds the field whose name and value lie at these places in the
     /// head, name checked by the caller (a `token` of at most [`MAX_NAME`]
-    /// bytes) and value too (what `HeaderValue` takes).
-    ///
-    /// # Panics
-    /// Never for a head of less than 4 GiB (the client's is under 1 MiB).
+    /// bytes) and value too (what `HeaderValue` takes). The head is under
+    /// 4 GiB (the client's under 1 MiB), so each place fits a `u32`.
     pub fn push(&mut self, name: (usize, usize), value: (usize, usize)) {
         let at = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         self.date |= self.head[name.0..name.1].eq_ignore_ascii_case(b"date");
@@ -84,7 +82,7 @@ impl Passed {
         });
     }
 
-    /// Drops the fields whose names `drop` picks.
+    /// Keeps only the fields whose names `keep` picks.
     pub fn retain_names(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
         let head = &self.head;
         self.fields.retain(|f| keep(name_of(head, f)));
@@ -290,7 +288,10 @@ mod tests {
         }
     }
 
-    fn passed(head: &'static [u8], spans: &[((usize, usize), (usize, usize))]) -> Passed {
+    /// Where a field's name and value lie.
+    type Spans = ((usize, usize), (usize, usize));
+
+    fn passed(head: &'static [u8], spans: &[Spans]) -> Passed {
         let mut p = Passed::new(Bytes::from_static(head));
         for &(name, value) in spans {
             p.push(name, value);
@@ -300,7 +301,6 @@ mod tests {
 
     #[test]
     fn a_field_the_map_holds_replaces_the_passed_ones_of_its_name() {
-        // "X-Id: up\r\nDate: d\r\nx-id:other\r\n"
         let head: &[u8] = b"X-Id: up\r\nDate: d\r\nx-id:other\r\n";
         let p = passed(
             head,
