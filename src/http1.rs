@@ -25,6 +25,7 @@
 mod body;
 pub mod chunked;
 mod conn;
+pub mod fields;
 pub mod head;
 mod locked;
 pub mod park;

@@ -737,6 +737,144 @@ async fn connection_header_cannot_strip_the_forwarding_headers() {
     still_serves(&gw).await;
 }
 
+/// An upstream that answers every request with `answer` (read to the end
+/// of each request head), on one kept-alive connection each.
+async fn scripted_upstream(answer: &'static [u8]) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        if s.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The fields of a response head, names lower-cased, values as bytes.
+fn head_fields(head: &[u8]) -> Vec<(String, Vec<u8>)> {
+    head.split(|&b| b == b'\n')
+        .skip(1)
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| {
+            let colon = l.iter().position(|&b| b == b':')?;
+            let name = String::from_utf8_lossy(&l[..colon]).to_ascii_lowercase();
+            Some((name, l[colon + 1..].trim_ascii().to_vec()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_answers_fields_reach_the_client_as_the_upstream_wrote_them() {
+    // Repeated fields, odd casing, a field `Connection` names, obs-text,
+    // an empty value, a tab inside a value, the upstream's own `Date` and
+    // request id: under either server the client gets each field the
+    // upstream meant for it, values byte for byte and in order within a
+    // name, and none that was the hop's.
+    const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\n\
+X-Rep: one\r\n\
+content-TYPE: text/plain\r\n\
+Date: Tue, 01 Jan 2030 00:00:00 GMT\r\n\
+x-rep: two\r\n\
+Connection: keep-alive, X-Gone\r\n\
+X-Gone: secret\r\n\
+X-Obs: caf\xe9 \x80\xff\r\n\
+X-Empty:\r\n\
+X-Tab: a\tb  \r\n\
+Keep-Alive: timeout=5\r\n\
+X-Request-Id: made-upstream\r\n\
+X-REP: three\r\n\
+Content-Length: 2\r\n\
+\r\nok";
+    let answers = scripted_upstream(ANSWER).await;
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+routes:
+  - name: scripted
+    match: {{ path_prefix: / }}
+    upstream: http://{answers}
+"#
+    );
+    let gw = Gateway::start(&yaml).await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    for _ in 0..2 {
+        stream
+            .write_all(b"GET /fields HTTP/1.1\r\nHost: gateway.test\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let read = async {
+            while !buf.ends_with(b"\r\n\r\nok") {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .expect("an answer within 10 s");
+        let end = buf
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a whole head");
+        assert!(buf.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        let fields = head_fields(&buf[..end + 2]);
+        let values = |name: &str| -> Vec<&[u8]> {
+            fields
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| &v[..])
+                .collect()
+        };
+        assert_eq!(values("x-rep"), [&b"one"[..], b"two", b"three"]);
+        assert_eq!(values("content-type"), [&b"text/plain"[..]]);
+        assert_eq!(values("date"), [&b"Tue, 01 Jan 2030 00:00:00 GMT"[..]]);
+        assert_eq!(values("x-obs"), [&b"caf\xe9 \x80\xff"[..]]);
+        assert_eq!(values("x-empty"), [&b""[..]]);
+        assert_eq!(values("x-tab"), [&b"a\tb"[..]]);
+        assert_eq!(values("content-length"), [&b"2"[..]]);
+        // The gateway's request id replaces the upstream's.
+        let ids = values("x-request-id");
+        assert_eq!(ids.len(), 1, "{fields:?}");
+        assert_ne!(ids[0], b"made-upstream");
+        // The hop's fields stay with the hop.
+        for hop in ["x-gone", "keep-alive", "connection", "transfer-encoding"] {
+            assert!(values(hop).is_empty(), "{hop} passed: {fields:?}");
+        }
+        let names: std::collections::BTreeSet<&str> =
+            fields.iter().map(|(n, _)| n.as_str()).collect();
+        let expected = [
+            "content-length",
+            "content-type",
+            "date",
+            "x-empty",
+            "x-obs",
+            "x-rep",
+            "x-request-id",
+            "x-tab",
+        ];
+        assert_eq!(names.into_iter().collect::<Vec<_>>(), expected);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Graceful shutdown of the built binary
 // ---------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 //! sends before it closes. tollgate's head parser and body decoder read
 //! it piece by piece; hyper's client reads it over an in-memory duplex
 //! after sending the request. Both must accept it with the same status,
-//! version, reason phrase, header fields in order, body bytes and
+//! version, reason phrase, header fields as forwarded (the hop-by-hop
+//! ones left out; in order within a name), body bytes and
 //! trailers, or both refuse it — but where tollgate refuses, on purpose,
 //! what hyper takes: a head with both `Transfer-Encoding` and
 //! `Content-Length`, and a switch of protocols (`101`).
@@ -39,6 +40,17 @@ fn fields(map: &HeaderMap) -> Vec<(String, Vec<u8>)> {
     map.iter()
         .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
         .collect()
+}
+
+/// An answer's fields as the gateway forwards them: the hop-by-hop ones
+/// left out, and in order within each name (the native client passes the
+/// rest as they came, a map groups them by name).
+fn forwarded(map: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+    let mut map = map.clone();
+    tollgate::proxy::strip_hop_by_hop(&mut map);
+    let mut fields = fields(&map);
+    fields.sort_by(|a, b| a.0.cmp(&b.0));
+    fields
 }
 
 /// Why tollgate refused, when it is a listed stricter choice.
@@ -80,7 +92,8 @@ fn native(method: &Method, input: &[u8], step: usize) -> Result<Read, String> {
             },
         }
     }
-    let r = head.response;
+    let mut r = head.response;
+    tollgate::http1::fields::materialize(&mut r);
     Ok(Read {
         status: r.status().as_u16(),
         version: r.version(),
@@ -88,7 +101,7 @@ fn native(method: &Method, input: &[u8], step: usize) -> Result<Read, String> {
             .extensions()
             .get::<hyper::ext::ReasonPhrase>()
             .map(|p| p.as_bytes().to_vec()),
-        fields: fields(r.headers()),
+        fields: forwarded(r.headers()),
         body,
         trailers,
     })
@@ -132,7 +145,7 @@ async fn hyper_reads(method: Method, input: Vec<u8>, step: usize) -> Result<Read
         .extensions()
         .get::<hyper::ext::ReasonPhrase>()
         .map(|p| p.as_bytes().to_vec());
-    let fields = fields(res.headers());
+    let fields = forwarded(res.headers());
     let collected = res
         .into_body()
         .collect()

@@ -17,6 +17,7 @@ use http::response::Parts;
 use http::{HeaderName, HeaderValue, Method, StatusCode, Version};
 use http_body::SizeHint;
 
+use super::fields::Passed;
 use super::head::{digits, has_token};
 
 /// How the body after a head is framed.
@@ -156,6 +157,9 @@ pub fn head(
         keep_alive: ex.keep_alive,
         ..Said::default()
     };
+    if let Some(passed) = parts.extensions.get::<Passed>() {
+        said.date |= passed.write(dst, &parts.headers);
+    }
     for (name, value) in &parts.headers {
         said.field(dst, name, value, ex, status);
     }

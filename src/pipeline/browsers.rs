@@ -120,6 +120,11 @@ fn policies<'a>(rt: &'a Snapshot, ex: &'a Exchange) -> (Option<&'a Cors>, Option
 /// The response rules and the CORS policy applied to `res`.
 fn decorate(rt: &Snapshot, ex: &Exchange, res: &mut Response<Body>) {
     let (policy, rules) = policies(rt, ex);
+    if policy.is_none() && rules.is_none() {
+        return;
+    }
+    // Both read the answer's fields, and rules remove and append.
+    crate::http1::fields::materialize(res);
     let preflight = policy.is_some() && res.extensions().get::<cors::Preflight>().is_some();
     let headers = res.headers_mut();
     if let Some(rules) = rules {

@@ -103,6 +103,8 @@ pub async fn settle_head<B, E>(
             return Err(e);
         }
     };
+    // The costs read the answer's fields.
+    crate::http1::fields::materialize(&mut res);
     pending
         .header(limiter.settler(), clock.now_ms(), res.headers())
         .await;

@@ -31,6 +31,12 @@ impl Received {
     pub fn native(body: NativeBody) -> Self {
         Self(Source::Native(body))
     }
+
+    /// Whether tollgate's HTTP/1.1 client receives it: only then may its
+    /// response carry passed fields ([`crate::http1::fields`]).
+    pub fn is_native(&self) -> bool {
+        matches!(self.0, Source::Native(_))
+    }
 }
 
 impl Body for Received {

@@ -66,6 +66,11 @@ impl<B> Watched<B> {
         }
     }
 
+    /// The body watched.
+    pub fn get_ref(&self) -> &B {
+        &self.inner
+    }
+
     /// Counts the request in flight on its pool target until the body ends.
     pub fn hold(&mut self, in_flight: InFlight) {
         self.in_flight = Some(in_flight);

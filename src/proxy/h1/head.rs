@@ -12,8 +12,10 @@
 use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
+use http::header::CONTENT_LENGTH;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Version};
+
+use crate::http1::fields::{MAX_NAME, Passed, is_token_of};
 
 /// Header fields a response head may carry (hyper's default).
 pub const MAX_HEADERS: usize = 100;
@@ -157,11 +159,6 @@ fn tokenize(buf: &[u8], raw: &mut Raw) -> Result<bool, HeadError> {
     Ok(true)
 }
 
-/// Room for the fields the gateway adds to an answer (its request id and
-/// the two rate-limit fields, and one more): a map made to the upstream's
-/// count alone grows, and rehashes, on the first of them.
-const ADDED_FIELDS: usize = 4;
-
 fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     let status = StatusCode::from_u16(raw.code).map_err(|_| HeadError::Field)?;
     let version = if raw.version == 1 {
@@ -170,35 +167,64 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
         Version::HTTP_10
     };
     let mut response = Response::new(());
-    let headers = response.headers_mut();
-    headers.reserve(raw.fields.len() + ADDED_FIELDS);
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
-    // The framing fields, noted as the fields go by (a standard name
-    // compares as a tag) rather than looked up after.
+    // Some `Connection` line names fields of the answer's.
+    let mut names = false;
+    // The framing fields, noted as the fields go by (a name is told by
+    // its length and first letter) rather than looked up after.
     let mut fields = Framing::default();
+    let mut lengths = smallvec::SmallVec::<[(usize, usize); 2]>::new();
+    let mut passed = Passed::new(bytes.clone());
     for f in &raw.fields {
-        let name = field_name(&bytes[f.name.0..f.name.1])?;
-        let value = HeaderValue::from_maybe_shared(bytes.slice(f.value.0..f.value.1))
-            .map_err(|_| HeadError::Field)?;
-        if name == CONNECTION {
-            // Once any line asks to close, a later `keep-alive` does not
-            // undo it.
-            if saw_close || has_token(&value, "close") {
-                saw_close = true;
-                keep_alive = false;
-            } else if !keep_alive {
-                keep_alive = has_token(&value, "keep-alive");
-            }
-        } else if name == TRANSFER_ENCODING {
-            fields.last_coding = Some(value.clone());
-        } else if name == CONTENT_LENGTH {
-            fields.length_lines = true;
-            fields.length = fields.length.and_then(|l| fold_length(l, value.as_bytes()));
+        let name = &bytes[f.name.0..f.name.1];
+        // `httparse` read a `token` and a value `HeaderValue` takes (see
+        // `crate::http1::fields`); `HeaderName` also bounds the length.
+        if name.len() > MAX_NAME {
+            return Err(HeadError::Field);
         }
-        headers.append(name, value);
+        let value = &bytes[f.value.0..f.value.1];
+        match hop(name) {
+            Some(Hop::Connection) => {
+                // Once any line asks to close, a later `keep-alive` does
+                // not undo it.
+                if saw_close || has_token(value, "close") {
+                    saw_close = true;
+                    keep_alive = false;
+                } else if !keep_alive {
+                    keep_alive = has_token(value, "keep-alive");
+                }
+                names |= names_fields(value);
+            }
+            Some(Hop::TransferEncoding) => fields.last_coding = Some(value),
+            Some(Hop::ContentLength) => {
+                fields.length_lines = true;
+                fields.length = fields.length.and_then(|l| fold_length(l, value));
+                lengths.push(f.value);
+            }
+            Some(Hop::Other) => {}
+            None => passed.push(f.name, f.value),
+        }
     }
     let framing = framing(status, version, &fields, method)?;
+    if names {
+        // The fields a `Connection` line names are the hop's too.
+        let named = |name: &[u8]| {
+            raw.fields.iter().any(|f| {
+                is_token_of(&bytes[f.name.0..f.name.1], b"connection")
+                    && named_by(&bytes[f.value.0..f.value.1], name)
+            })
+        };
+        passed.retain_names(|name| !named(name));
+        if named(b"content-length") {
+            lengths.clear();
+        }
+    }
+    for (from, to) in lengths {
+        let value =
+            HeaderValue::from_maybe_shared(bytes.slice(from..to)).map_err(|_| HeadError::Field)?;
+        response.headers_mut().append(CONTENT_LENGTH, value);
+    }
     *response.status_mut() = status;
     *response.version_mut() = version;
     let reason = &bytes[raw.reason.0..raw.reason.1];
@@ -207,6 +233,9 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     {
         response.extensions_mut().insert(phrase);
     }
+    if !passed.is_empty() {
+        response.extensions_mut().insert(passed);
+    }
     Ok(Head {
         response,
         framing,
@@ -214,79 +243,60 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     })
 }
 
-/// A field's name: one of the fields answers commonly carry, recognised
-/// as is, or else what `HeaderName::from_bytes` makes of it (lower-cased
-/// into a scratch buffer and looked up, or copied).
-pub(super) fn field_name(name: &[u8]) -> Result<HeaderName, HeadError> {
-    use http::header::{
-        ACCEPT_RANGES, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, DATE, ETAG, EXPIRES,
-        LAST_MODIFIED, LOCATION, SERVER, SET_COOKIE, VARY,
-    };
-    let first = name.first().map_or(0, |b| b | 0x20);
-    let common = match (name.len(), first) {
-        (4, b'd') => DATE,
-        (4, b'e') => ETAG,
-        (4, b'v') => VARY,
-        (6, b's') => SERVER,
-        (7, b'e') => EXPIRES,
-        (8, b'l') => LOCATION,
-        (10, b'c') => CONNECTION,
-        (10, b's') => SET_COOKIE,
-        (12, b'c') => CONTENT_TYPE,
-        (13, b'a') => ACCEPT_RANGES,
-        (13, b'c') => CACHE_CONTROL,
-        (13, b'l') => LAST_MODIFIED,
-        (14, b'c') => CONTENT_LENGTH,
-        (16, b'c') => CONTENT_ENCODING,
-        (17, b't') => TRANSFER_ENCODING,
-        _ => return HeaderName::from_bytes(name).map_err(|_| HeadError::Field),
-    };
-    if is_token_of(name, common.as_str().as_bytes()) {
-        Ok(common)
-    } else {
-        HeaderName::from_bytes(name).map_err(|_| HeadError::Field)
-    }
+/// What a field is to the client: a framing field, another hop-by-hop
+/// one (RFC 9110 §7.6.1, as [`crate::proxy::HOP_HEADERS`] lists them), or
+/// (`None`) one to pass on.
+enum Hop {
+    Connection,
+    TransferEncoding,
+    ContentLength,
+    Other,
 }
 
-/// Whether `token`, a field name `httparse` read, is `lower` (lower-case
-/// letters and `-`, as long) but for ASCII case, compared eight bytes at a
-/// time. Under `| 0x20` a token character becomes a lower-case letter only
-/// when it is that letter in either case, and `-` only when it is `-`; so
-/// `t | 0x20 == l` is that `t` is `l` but for case.
-fn is_token_of(token: &[u8], lower: &[u8]) -> bool {
-    const CASE: u64 = u64::from_ne_bytes([0x20; 8]);
-    let word = |s: &[u8], at: usize| {
-        s.get(at..)
-            .and_then(<[u8]>::first_chunk::<8>)
-            .map(|w| u64::from_ne_bytes(*w))
+/// What `name` is (see [`Hop`]), ASCII case aside; its length and first
+/// letter pick the one name it may be.
+fn hop(name: &[u8]) -> Option<Hop> {
+    let first = name.first().map_or(0, |b| b | 0x20);
+    let (hop, lower): (Hop, &[u8]) = match (name.len(), first) {
+        (2, b't') => (Hop::Other, b"te"),
+        (7, b'u') => (Hop::Other, b"upgrade"),
+        (10, b'c') => (Hop::Connection, b"connection"),
+        (10, b'k') => (Hop::Other, b"keep-alive"),
+        (14, b'c') => (Hop::ContentLength, b"content-length"),
+        (16, b'p') => (Hop::Other, b"proxy-connection"),
+        (17, b't') => (Hop::TransferEncoding, b"transfer-encoding"),
+        _ => return None,
     };
-    let len = lower.len();
-    if token.len() != len {
-        return false;
-    }
-    if len < 8 {
-        return token.iter().zip(lower).all(|(&t, &l)| t | 0x20 == l);
-    }
-    // Whole words from the start, the last one ending at the end (and
-    // overlapping the one before it).
-    let mut at = 0;
-    loop {
-        let at_word = at.min(len - 8);
-        match (word(token, at_word), word(lower, at_word)) {
-            (Some(t), Some(l)) if t | CASE == l => {}
-            _ => return false,
-        }
-        if at_word + 8 >= len {
-            return true;
-        }
-        at += 8;
-    }
+    is_token_of(name, lower).then_some(hop)
+}
+
+/// Whether a `Connection` line names a field that is not left out
+/// anyway: a member other than `close` (the connection option, RFC 9112
+/// §9.6) and the hop-by-hop names.
+fn names_fields(line: &[u8]) -> bool {
+    line.split(|&b| b == b',').map(<[u8]>::trim_ascii).any(|t| {
+        !t.is_empty()
+            && !t.eq_ignore_ascii_case(b"close")
+            && !matches!(
+                hop(t),
+                Some(Hop::Connection | Hop::TransferEncoding | Hop::Other)
+            )
+    })
+}
+
+/// Whether the `Connection` line `line` names the field `name`, which is
+/// then left out of the answer (`close` names none).
+fn named_by(line: &[u8], name: &[u8]) -> bool {
+    !name.eq_ignore_ascii_case(b"close")
+        && line
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
 }
 
 /// What a head's fields say of its body's framing.
-struct Framing {
+struct Framing<'a> {
     /// The last `Transfer-Encoding` line.
-    last_coding: Option<HeaderValue>,
+    last_coding: Option<&'a [u8]>,
     /// Some `Content-Length` line was there.
     length_lines: bool,
     /// What the `Content-Length` lines agree on so far: `Some(None)` before
@@ -294,7 +304,7 @@ struct Framing {
     length: Option<Option<u64>>,
 }
 
-impl Default for Framing {
+impl Default for Framing<'_> {
     fn default() -> Self {
         Self {
             last_coding: None,
@@ -308,7 +318,7 @@ impl Default for Framing {
 fn framing(
     status: StatusCode,
     version: Version,
-    fields: &Framing,
+    fields: &Framing<'_>,
     method: &Method,
 ) -> Result<Delimited, HeadError> {
     match status.as_u16() {
@@ -381,22 +391,28 @@ fn digits(s: &[u8]) -> Option<u64> {
 
 /// Whether the last transfer coding of `line`, the last `Transfer-Encoding`
 /// line, is `chunked` (a line with other than visible ASCII is not).
-fn is_chunked(line: &HeaderValue) -> bool {
-    line.to_str()
-        .ok()
-        .and_then(|line| line.rsplit(',').next())
-        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+fn is_chunked(line: &[u8]) -> bool {
+    visible(line)
+        && line
+            .rsplit(|&b| b == b',')
+            .next()
+            .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
 }
 
 /// Whether a comma-separated line names `token` (ASCII case aside); a
 /// line with other than visible ASCII (and tabs) names none. Read as
 /// bytes, where `HeaderValue::to_str` and `str::trim` would take some
 /// hundred instructions more on each `Connection` line.
-fn has_token(value: &HeaderValue, token: &str) -> bool {
-    let line = value.as_bytes();
-    line.iter()
-        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
+fn has_token(line: &[u8], token: &str) -> bool {
+    visible(line)
         && line
             .split(|&b| b == b',')
             .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// Whether `line` is visible ASCII, spaces and tabs: what
+/// `HeaderValue::to_str` takes.
+fn visible(line: &[u8]) -> bool {
+    line.iter()
+        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
 }

@@ -2,8 +2,16 @@ use bytes::{Bytes, BytesMut};
 use http::{Method, StatusCode, Version};
 
 use super::decode::{DecodeError, Decoder};
-use super::head::{Delimited, Head, HeadError, MAX_HEAD, field_name, parse};
+use super::head::{Delimited, Head, HeadError, MAX_HEAD, parse};
 use crate::http1::chunked::Step;
+use crate::http1::fields::{field_name, materialize};
+
+/// The map of a parsed head's response, its passed fields read into it.
+fn map(h: Head) -> http::HeaderMap {
+    let mut res = h.response;
+    materialize(&mut res);
+    res.headers().clone()
+}
 
 fn head(text: &str) -> Result<Option<Head>, HeadError> {
     parse(&mut BytesMut::from(text), &Method::GET)
@@ -25,8 +33,10 @@ fn a_plain_head_is_parsed_in_place_and_leaves_the_body() {
     assert_eq!(h.response.version(), Version::HTTP_11);
     assert_eq!(h.framing, Delimited::Length(5));
     assert!(h.keep_alive);
-    let xa: Vec<_> = h.response.headers().get_all("x-a").iter().collect();
+    let map = map(h);
+    let xa: Vec<_> = map.get_all("x-a").iter().collect();
     assert_eq!(xa, ["1", "2"]);
+    assert_eq!(map["content-length"], "5");
     assert_eq!(&buf[..], b"hello");
 }
 
@@ -45,7 +55,7 @@ fn informational_heads_are_skipped() {
     );
     let h = parse(&mut buf, &Method::POST).unwrap().unwrap();
     assert_eq!(h.response.status(), StatusCode::CREATED);
-    assert!(h.response.headers().get("link").is_none());
+    assert!(map(h).get("link").is_none());
     assert_eq!(&buf[..], b"hi");
 }
 
@@ -424,6 +434,8 @@ async fn a_response_that_ends_before_its_request_body_lets_the_body_finish_and_t
         .await
         .expect("a head in time")
         .expect("a response");
+    let mut res = res;
+    materialize(&mut res);
     assert_eq!(res.headers()["x-conn"], "1");
     let got = tokio::time::timeout(within, res.into_body().collect())
         .await
@@ -446,9 +458,10 @@ async fn a_response_that_ends_before_its_request_body_lets_the_body_finish_and_t
         .header("host", "up.test")
         .body(crate::proxy::body::UpstreamBody::empty())
         .unwrap();
-    let res = super::send(&dial, &idle, &mut req)
+    let mut res = super::send(&dial, &idle, &mut req)
         .await
         .expect("a response");
+    materialize(&mut res);
     assert_eq!(res.headers()["x-conn"], "1");
 }
 
@@ -524,7 +537,7 @@ fn common_field_names_are_recognised_as_from_bytes_makes_them_and_only_them() {
                 bytes[at] = c;
                 let want = http::HeaderName::from_bytes(&bytes).unwrap();
                 assert_eq!(
-                    field_name(&bytes).unwrap(),
+                    field_name(&bytes).expect("a name"),
                     want,
                     "{}",
                     String::from_utf8_lossy(&bytes)
@@ -532,8 +545,46 @@ fn common_field_names_are_recognised_as_from_bytes_makes_them_and_only_them() {
             }
         }
         let upper = name.to_ascii_uppercase();
-        assert_eq!(field_name(upper.as_bytes()).unwrap(), name);
+        assert_eq!(field_name(upper.as_bytes()).expect("a name"), name);
     }
-    assert_eq!(field_name(b"x-Custom").unwrap(), "x-custom");
-    assert_eq!(field_name(b"").unwrap_err(), HeadError::Field);
+    assert_eq!(field_name(b"x-Custom").expect("a name"), "x-custom");
+    assert!(field_name(b"").is_none());
+}
+
+#[test]
+fn hop_by_hop_fields_and_those_connection_names_stay_behind() {
+    let h = head(
+        "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Gone\r\nX-Gone: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Connection: keep-alive\r\nX-Kept: 2\r\nclose: 3\r\nconnection: Content-Length, close\r\nContent-Length: 0\r\nx-gone: 4\r\n\r\n",
+    )
+    .unwrap()
+    .unwrap();
+    // Framing still reads what `Connection` names.
+    assert_eq!(h.framing, Delimited::Length(0));
+    assert!(!h.keep_alive);
+    let map = map(h);
+    let names: Vec<_> = map.keys().map(http::HeaderName::as_str).collect();
+    // `close` is the connection option, not a field's name.
+    assert_eq!(names, ["x-kept", "close"]);
+}
+
+#[test]
+fn the_map_holds_the_length_and_the_rest_is_passed_as_written() {
+    let h = head(
+        "HTTP/1.1 200 OK\r\nServer: up\r\nContent-Length: 2\r\nX-Odd-Case:  spaced value \t\r\nx-odd-case:\tcafé\r\n\r\n",
+    )
+    .unwrap()
+    .unwrap();
+    let names: Vec<_> = h.response.headers().keys().collect();
+    assert_eq!(names, ["content-length"]);
+    let passed = h
+        .response
+        .extensions()
+        .get::<crate::http1::fields::Passed>()
+        .expect("passed fields");
+    let mut out = Vec::new();
+    assert!(!passed.write(&mut out, h.response.headers()));
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "Server: up\r\nX-Odd-Case: spaced value\r\nx-odd-case: caf\u{e9}\r\n"
+    );
 }
