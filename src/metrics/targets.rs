@@ -57,6 +57,16 @@ impl TryEnd {
         Self::Failed,
     ];
 
+    /// Each outcome's place in [`Self::ALL`] is its discriminant, which
+    /// indexes a target's `tries`.
+    const IN_ORDER: () = {
+        let mut i = 0;
+        while i < Self::ALL.len() {
+            assert!(Self::ALL[i] as usize == i);
+            i += 1;
+        }
+    };
+
     fn as_str(self) -> &'static str {
         match self {
             Self::Answered => "answered",
@@ -221,9 +231,10 @@ pub struct TargetMetrics {
 
 impl TargetMetrics {
     /// Counts one try; `took` is the wait for an answer's head.
+    #[inline]
     pub fn tried(&self, outcome: TryEnd, took: Option<Duration>) {
-        let i = TryEnd::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
-        self.tries[i].inc();
+        let () = TryEnd::IN_ORDER;
+        self.tries[outcome as usize].inc();
         if outcome == TryEnd::ConnectError {
             self.connect_errors.inc();
         }
