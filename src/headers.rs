@@ -272,19 +272,13 @@ pub fn apply_text(
                 put(&RATELIMIT_POLICY, p.as_bytes());
             }
             if let Some(o) = outcomes {
-                SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-                    Ok(mut text) => {
-                        text.clear();
-                        write_ratelimit(&mut text, limits, o);
-                        if is_field_value(&text) {
-                            put(&RATELIMIT, &text);
-                        }
-                    }
-                    // Not reached: nothing in here writes another value.
-                    Err(_) => {
-                        if let Some(v) = ratelimit_value(limits, o) {
-                            put(&RATELIMIT, v.as_bytes());
-                        }
+                // `put` only copies the text: nothing under the borrow
+                // writes another value.
+                SCRATCH.with_borrow_mut(|text| {
+                    text.clear();
+                    write_ratelimit(text, limits, o);
+                    if is_field_value(text) {
+                        put(&RATELIMIT, text);
                     }
                 });
             }
