@@ -24,10 +24,10 @@ use http::header::{
     ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, ORIGIN, VARY,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{Either, Full};
+use http_body_util::Either;
 
 use crate::config::{Cors, CorsOrigins};
-use crate::proxy::Body;
+use crate::proxy::{Body, Local};
 
 static ORIGIN_VALUE: HeaderValue = HeaderValue::from_static("origin");
 static ANY: HeaderValue = HeaderValue::from_static("*");
@@ -52,7 +52,7 @@ pub struct Preflight;
 /// with the CORS headers when its `Origin` is allowed and none when it is
 /// not (the browser then refuses the call). Marked [`Preflight`].
 pub fn preflight(policy: &Cors, headers: &HeaderMap) -> Response<Body> {
-    let mut res = Response::new(Either::Right(Full::default()));
+    let mut res = Response::new(Either::Right(Local::default()));
     *res.status_mut() = StatusCode::NO_CONTENT;
     res.extensions_mut().insert(Preflight);
     let out = res.headers_mut();

@@ -64,7 +64,7 @@ pub fn serve<I, S, B>(
 where
     I: Transport,
     S: tower::Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
-    B: http_body::Body,
+    B: http_body::Body + write::TextFields,
     B::Data: Buf,
 {
     conn::serve(io, service, settings, stop, idle_since)

@@ -287,7 +287,7 @@ impl Core {
     /// headers.
     fn refused<R>(&self, refusal: &GatewayError, ex: &Exchange) -> Response<LayerBody<R>> {
         let mut res = refusal::response(refusal, None, ex.grpc).map(|body| match body {
-            Either::Right(full) => LayerBody::refusal(full),
+            Either::Right(local) => LayerBody::refusal(local.into_full()),
             // A refusal's body is made here, never an upstream's.
             Either::Left(_) => LayerBody::refusal(Full::default()),
         });

@@ -358,20 +358,20 @@ impl Gateway {
 ///
 /// A native HTTP/1.1 connection (`native`) that asked anything but a gRPC
 /// call, on a way out without response rules, gets the fields as
-/// [`LateFields`](crate::http1::write::LateFields), text its writer
-/// copies, made without a map's inserts; every other request the same
-/// fields in the map.
+/// [`LateFields`](crate::http1::write::LateFields) carried by the body,
+/// text its writer copies, made without a map's inserts; every other
+/// request the same fields in the map.
 #[inline(never)]
 fn refused(rt: &Snapshot, ex: &Exchange, refusal: &GatewayError, native: bool) -> Response<Body> {
     if native && ex.grpc.is_none() && !browsers::has_rules(rt, ex) {
-        let (mut res, mut late) = refusal::late(refusal, ex.request_id.as_ref());
+        let mut res = refusal::late(refusal, ex.request_id.as_ref());
         if let Some(checked) = &ex.checked
-            && !checked.write_late(rt.config.headers, &mut late)
+            && !checked.write_late(rt.config.headers, res.body_mut().fields_mut())
         {
             checked.write_headers(rt.config.headers, res.headers_mut());
         }
-        browsers::leave_late(rt, ex, &mut res, late);
-        return res;
+        browsers::leave_late(rt, ex, &mut res);
+        return res.map(http_body_util::Either::Right);
     }
     let mut res = refusal::response(refusal, ex.request_id.as_ref(), ex.grpc);
     if let Some(checked) = &ex.checked {

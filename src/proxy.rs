@@ -44,11 +44,10 @@ use tokio_rustls::rustls::ClientConfig;
 
 use crate::config::{Http1, TargetScheme, Timeouts, Upstream, UpstreamPool};
 use crate::problem::GatewayError;
-use bytes::Bytes;
 use http::header::{CONNECTION, Entry, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION, TE};
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
-use http_body_util::{Either, Full};
+use http_body_util::Either;
 
 mod body;
 mod client;
@@ -57,6 +56,7 @@ pub mod dial;
 pub mod h1;
 pub mod io;
 mod keepalive;
+mod local;
 mod peek;
 mod received;
 pub mod rules;
@@ -67,6 +67,7 @@ use body::{error_chain, failed};
 use client::{UpstreamClient, build_client};
 pub use counted::BodyBytes;
 pub use keepalive::{ConnSettings, KeepAlive};
+pub use local::Local;
 pub use peek::{PeekBudget, Peekable, Replay, peek};
 pub use received::Received;
 pub use upstreams::balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
@@ -75,8 +76,18 @@ use upstreams::{health, resolve, tries};
 pub use watched::{Watch, Watched};
 
 /// Body of every response the gateway sends: streamed from an upstream
-/// (with whatever watches it end, [`Watched`]), or generated locally.
-pub type Body = Either<Watched, Full<Bytes>>;
+/// (with whatever watches it end, [`Watched`]), or made by the gateway
+/// ([`Local`]).
+pub type Body = Either<Watched, Local>;
+
+impl crate::http1::write::TextFields for Body {
+    fn late(&self) -> Option<&crate::http1::write::LateFields> {
+        match self {
+            Either::Left(_) => None,
+            Either::Right(local) => local.late(),
+        }
+    }
+}
 
 /// Request extension marking a request that arrived over TLS; the
 /// forwarder reads it to set `X-Forwarded-Proto: https`.

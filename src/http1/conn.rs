@@ -31,7 +31,7 @@ use super::head::{self, BodyFraming, HeadRead, Refusal, RequestHead};
 use super::locked::{Locked, gone, inner};
 use super::rewind::Rewind;
 use super::spare;
-use super::write::{self, Encoder, ResponseTo};
+use super::write::{self, Encoder, ResponseTo, TextFields};
 
 /// Data frames at least this large are written from their own buffer
 /// instead of being copied into the write buffer.
@@ -210,7 +210,7 @@ pub(super) fn serve<I, S, B>(
 where
     I: Transport,
     S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
-    B: Body,
+    B: Body + TextFields,
     B::Data: Buf,
 {
     let mut conn = Conn {
@@ -318,7 +318,7 @@ impl<I: Transport> Conn<I> {
     ) -> io::Result<After>
     where
         S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
-        B: Body,
+        B: Body + TextFields,
         B::Data: Buf,
     {
         loop {
@@ -480,7 +480,7 @@ impl<I: Transport> Conn<I> {
     ) -> io::Result<bool>
     where
         S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
-        B: Body,
+        B: Body + TextFields,
         B::Data: Buf,
     {
         let RequestHead {
@@ -578,7 +578,7 @@ impl<I: Transport> Conn<I> {
 /// into one first.
 fn response_head<B>(wbuf: &mut Vec<u8>, res: Response<B>, to: ResponseTo<'_>) -> (B, Encoder, bool)
 where
-    B: Body,
+    B: Body + TextFields,
 {
     let (parts, body) = res.into_parts();
     let hint = (!body.is_end_stream()).then(|| body.size_hint());
@@ -586,7 +586,7 @@ where
         *wbuf = spare::write_buffer();
     }
     wbuf.reserve(256 + 48 * parts.headers.len());
-    let (encoder, keep) = write::head(wbuf, &parts, hint, to);
+    let (encoder, keep) = write::head(wbuf, &parts, hint, body.late(), to);
     (body, encoder, keep)
 }
 

@@ -201,7 +201,7 @@ fn written(
         version,
         keep_alive: true,
     };
-    let (enc, keep) = write::head(&mut dst, &parts, hint, ex);
+    let (enc, keep) = write::head(&mut dst, &parts, hint, None, ex);
     (String::from_utf8(dst).expect("text"), enc, keep)
 }
 
@@ -218,7 +218,6 @@ fn late_fields_are_written_after_the_maps_as_if_they_were_its_own() {
     late.push(&CONNECTION, &HeaderValue::from_static("close"));
     // The writer's own fields are not taken.
     late.push(&CONTENT_LENGTH, &HeaderValue::from_static("99"));
-    res.extensions_mut().insert(late);
     let (parts, ()) = res.into_parts();
     let mut dst = Vec::new();
     let ex = ResponseTo {
@@ -227,7 +226,7 @@ fn late_fields_are_written_after_the_maps_as_if_they_were_its_own() {
         keep_alive: true,
     };
     let exact = Some(http_body::SizeHint::with_exact(2));
-    let (enc, keep) = write::head(&mut dst, &parts, exact, ex);
+    let (enc, keep) = write::head(&mut dst, &parts, exact, Some(&late), ex);
     let text = String::from_utf8(dst).expect("text");
     assert!(
         text.starts_with(

@@ -5,9 +5,10 @@
 //! one — with no body after `HEAD`, 1xx, 204 and 304 (RFC 9112 §6.3).
 //!
 //! A service that answers a native connection may carry some of its
-//! answer's fields as [`LateFields`] in the response's extensions instead
-//! of in its `HeaderMap`, already as text: they are copied after the
-//! map's in one piece, and cost no insert into a map nobody else reads.
+//! answer's fields as [`LateFields`] in the response's body instead of in
+//! its `HeaderMap`, already as text ([`TextFields`]): they are copied
+//! after the map's in one piece, and cost no insert into a map nobody
+//! else reads.
 
 use std::cell::RefCell;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -39,9 +40,9 @@ pub struct ResponseTo<'a> {
     pub keep_alive: bool,
 }
 
-/// Header fields of a response kept beside its `HeaderMap`, in its
-/// extensions, already written as HTTP/1.1 text for the writer to copy
-/// after the map's fields.
+/// Header fields of a response kept beside its `HeaderMap`, in its body
+/// ([`TextFields`]), already written as HTTP/1.1 text for the writer to
+/// copy after the map's fields.
 ///
 /// Only the native server's writer reads them: a service puts them there
 /// only for a request that came from a native connection, and only when
@@ -123,7 +124,24 @@ impl LateFields {
     pub fn as_bytes(&self) -> &[u8] {
         &self.text
     }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
 }
+
+/// A response body that may carry some of its answer's header fields
+/// for the native writer, beside the head's `HeaderMap`: a body of the
+/// gateway's own carries its [`LateFields`]; any other body, none.
+pub trait TextFields {
+    /// The fields this body carries, if any.
+    fn late(&self) -> Option<&LateFields> {
+        None
+    }
+}
+
+impl<D> TextFields for http_body_util::Full<D> {}
 
 /// Whether a response to `method` with `status` may carry a body.
 fn can_have_body(method: &Method, status: StatusCode) -> bool {
@@ -143,11 +161,13 @@ fn can_have_length(method: &Method, status: StatusCode) -> bool {
 /// Writes the head of `parts` into `dst`; returns the body's framing and
 /// whether the connection may go on after it.
 ///
-/// `body` is the body's size hint, `None` for a body already at its end.
+/// `body` is the body's size hint, `None` for a body already at its end;
+/// `late` the fields the body carries ([`TextFields`]).
 pub fn head(
     dst: &mut Vec<u8>,
     parts: &Parts,
     body: Option<SizeHint>,
+    late: Option<&LateFields>,
     ex: ResponseTo<'_>,
 ) -> (Encoder, bool) {
     let status = parts.status;
@@ -163,7 +183,7 @@ pub fn head(
     for (name, value) in &parts.headers {
         said.field(dst, name, value, ex, status);
     }
-    if let Some(late) = parts.extensions.get::<LateFields>() {
+    if let Some(late) = late {
         dst.extend_from_slice(&late.text);
         if late.close {
             said.keep_alive = false;

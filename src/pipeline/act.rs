@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use http::header::CONTENT_TYPE;
 use http::{Request, Response};
-use http_body_util::{Either, Full};
+use http_body_util::Either;
 
 use super::gateway::{Gateway, Snapshot};
 use super::held;
@@ -15,7 +15,7 @@ use crate::config::{Action, PlansFrom, Respond, Upstream};
 use crate::decision::slots::Slots;
 use crate::identity;
 use crate::problem::GatewayError;
-use crate::proxy::{self, Answered, Balancer, Body, ClientBody, Hop, Secure, Watched};
+use crate::proxy::{self, Answered, Balancer, Body, ClientBody, Hop, Local, Secure, Watched};
 use crate::routing::CompiledRoute;
 use crate::upgrade;
 
@@ -95,7 +95,7 @@ fn name_target<B>(gw: &Gateway, b: &Balancer, a: &Answered, res: &mut Response<B
 }
 
 fn respond(r: &Respond) -> Response<Body> {
-    let mut res = Response::new(Either::Right(Full::new(r.body.clone())));
+    let mut res = Response::new(Either::Right(Local::new(r.body.clone())));
     *res.status_mut() = r.status;
     res.headers_mut()
         .insert(CONTENT_TYPE, r.content_type.clone());

@@ -14,9 +14,8 @@ use http::{Request, Response};
 use super::exchange::Exchange;
 use super::gateway::Snapshot;
 use crate::config::{Cors, HeaderRules};
-use crate::http1::write::LateFields;
 use crate::problem::GatewayError;
-use crate::proxy::{self, Body};
+use crate::proxy::{self, Body, Local};
 use crate::{cors, request_id, target};
 
 /// When a request arrives, before any check: its id (kept or made, and
@@ -88,16 +87,19 @@ pub fn leave(rt: &Snapshot, ex: &Exchange, res: &mut Response<Body>) {
     }
 }
 
-/// [`leave`] for an answer whose `late` fields a native connection's
-/// writer renders: the same, with the request id added to them, and
-/// they put in the answer's extensions. Only for a way out without
-/// response rules ([`has_rules`]), which read the fields from the map.
-pub fn leave_late(rt: &Snapshot, ex: &Exchange, res: &mut Response<Body>, mut late: LateFields) {
-    decorate(rt, ex, res);
-    if let Some(id) = &ex.request_id {
-        late.push(&rt.config.request_id.header, id);
+/// [`leave`] for an answer whose body carries fields a native
+/// connection's writer renders: the same, with the request id added to
+/// those fields. Only for a way out without response rules
+/// ([`has_rules`]), which read the fields from the map.
+pub fn leave_late(rt: &Snapshot, ex: &Exchange, res: &mut Response<Local>) {
+    if let (Some(policy), _) = policies(rt, ex) {
+        cors::decorate(policy, ex.origin.as_ref(), res.headers_mut());
     }
-    res.extensions_mut().insert(late);
+    if let Some(id) = &ex.request_id {
+        res.body_mut()
+            .fields_mut()
+            .push(&rt.config.request_id.header, id);
+    }
 }
 
 /// Whether a response leaving `ex` passes through response rules.

@@ -20,17 +20,16 @@
 //! of a deny path is answered many times a second, and its map was a
 //! good part of its cost).
 
-use bytes::Bytes;
 use http::header::{
     CONNECTION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE,
 };
 use http::{Response, StatusCode};
-use http_body_util::{Either, Full};
+use http_body_util::Either;
 
 use crate::grpc::{self, Code};
 use crate::http1::write::LateFields;
 use crate::problem::{GatewayError, PROBLEM_JSON};
-use crate::proxy::Body;
+use crate::proxy::{Body, Local};
 
 /// The answer to a request refused with `err`: its problem+json body
 /// names the request's id when it has one; `grpc` is the kind of gRPC call
@@ -43,7 +42,7 @@ pub fn response(
     let mut res = match grpc {
         None => {
             let body = err.problem_with_id(request_id);
-            let mut res = Response::new(Either::Right(Full::new(body)));
+            let mut res = Response::new(Either::Right(Local::new(body)));
             *res.status_mut() = err.status();
             res.headers_mut().insert(CONTENT_TYPE, PROBLEM_JSON.clone());
             res
@@ -60,13 +59,11 @@ pub fn response(
 
 /// The answer to a request refused with `err`, not a gRPC call, for a
 /// native HTTP/1.1 connection's writer: [`response`]'s status, body and
-/// fields, the fields as [`LateFields`] for the caller to add to (the
-/// rate-limit fields, the request id) and put in the response's
-/// extensions, rather than in its header map.
-pub fn late(err: &GatewayError, request_id: Option<&HeaderValue>) -> (Response<Body>, LateFields) {
+/// fields, the fields as [`LateFields`] carried by its body, for the
+/// caller to add to (the rate-limit fields, the request id), rather than
+/// in its header map.
+pub fn late(err: &GatewayError, request_id: Option<&HeaderValue>) -> Response<Local> {
     let body = err.problem_with_id(request_id);
-    let mut res = Response::new(Either::Right(Full::new(body)));
-    *res.status_mut() = err.status();
     let mut fields = LateFields::default();
     fields.push_line(PROBLEM_JSON_LINE);
     match err {
@@ -78,7 +75,9 @@ pub fn late(err: &GatewayError, request_id: Option<&HeaderValue>) -> (Response<B
         } => fields.push_number(&RETRY_AFTER, *secs),
         _ => kind_fields(err, |name, value| fields.push(&name, &value)),
     }
-    (res, fields)
+    let mut res = Response::new(Local::with_fields(body, fields));
+    *res.status_mut() = err.status();
+    res
 }
 
 /// The `Content-Type` of a problem body as a field line.
@@ -130,7 +129,7 @@ fn seconds(secs: u64) -> HeaderValue {
 /// The Trailers-Only answer to a gRPC call refused with `err`.
 #[inline(never)]
 fn trailers_only(err: &GatewayError, kind: grpc::Kind) -> Response<Body> {
-    let mut res = Response::new(Either::Right(Full::new(Bytes::new())));
+    let mut res = Response::new(Either::Right(Local::default()));
     *res.status_mut() = StatusCode::OK;
     let headers = res.headers_mut();
     headers.insert(CONTENT_TYPE, kind.content_type());
