@@ -110,7 +110,7 @@ impl Gateway {
         );
         match answer {
             Ok(mut res) => {
-                if !native && passes_fields(&res) {
+                if !native {
                     // Only the native server's writer copies an answer's
                     // passed fields: hyper's server, and an application
                     // calling the service, get them in the map.
@@ -379,13 +379,6 @@ fn refused(rt: &Snapshot, ex: &Exchange, refusal: &GatewayError, native: bool) -
     }
     browsers::leave(rt, ex, &mut res);
     res
-}
-
-/// Whether `res` may carry passed fields: the native client received it
-/// (asked of its body, which costs a branch where a look in the
-/// extensions would cost a lookup on every answer).
-fn passes_fields(res: &Response<Body>) -> bool {
-    matches!(res.body(), http_body_util::Either::Left(w) if w.get_ref().is_native())
 }
 
 /// Marks a gRPC call with its deadline, when it sent one (`grpc-timeout`),

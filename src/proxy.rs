@@ -87,6 +87,20 @@ impl crate::http1::write::TextFields for Body {
             Either::Right(local) => local.late(),
         }
     }
+
+    fn passed(&self) -> Option<&crate::http1::fields::Passed> {
+        match self {
+            Either::Left(watched) => watched.get_ref().passed(),
+            Either::Right(_) => None,
+        }
+    }
+
+    fn take_passed(&mut self) -> Option<Box<crate::http1::fields::Passed>> {
+        match self {
+            Either::Left(watched) => watched.get_mut().take_passed(),
+            Either::Right(_) => None,
+        }
+    }
 }
 
 /// Request extension marking a request that arrived over TLS; the

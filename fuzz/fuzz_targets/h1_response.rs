@@ -93,7 +93,9 @@ fn native(method: &Method, input: &[u8], step: usize) -> Result<Read, String> {
         }
     }
     let mut r = head.response;
-    tollgate::http1::fields::materialize(&mut r);
+    if let Some(passed) = &head.passed {
+        tollgate::http1::fields::read_into(r.headers_mut(), passed);
+    }
     Ok(Read {
         status: r.status().as_u16(),
         version: r.version(),

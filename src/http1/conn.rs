@@ -586,7 +586,7 @@ where
         *wbuf = spare::write_buffer();
     }
     wbuf.reserve(256 + 48 * parts.headers.len());
-    let (encoder, keep) = write::head(wbuf, &parts, hint, body.late(), to);
+    let (encoder, keep) = write::head(wbuf, &parts, hint, (body.late(), body.passed()), to);
     (body, encoder, keep)
 }
 

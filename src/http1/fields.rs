@@ -1,7 +1,8 @@
 //! An upstream's answer fields passed through as the upstream wrote them:
-//! the head's bytes and where each field lies in them, kept in the
-//! response's extensions ([`Passed`]) instead of a `HeaderMap` built field
-//! by field, when the answer goes back on a native connection.
+//! the head's bytes and where each field lies in them, carried by the
+//! answer's body ([`Passed`], read through
+//! [`TextFields`](super::write::TextFields)) instead of a `HeaderMap`
+//! built field by field, when the answer goes back on a native connection.
 //!
 //! The native client makes them: it parses the head in place, acts on the
 //! framing fields itself, leaves out the hop-by-hop fields (RFC 9110
@@ -13,8 +14,8 @@
 //! Everything else sees the map it would have seen had every field been
 //! read into it: code that reads the answer's fields, or changes them but
 //! by inserting fields of its own, first calls [`materialize`], which
-//! reads the passed fields into the map and takes them out of the
-//! extensions. Until then the map holds only fields the gateway inserted
+//! reads the passed fields into the map and takes them out of the body.
+//! Until then the map holds only fields the gateway inserted
 //! (and the length), and a field inserted there replaces the passed ones
 //! of its name, as an insert into the whole map would: the writer leaves
 //! those out.
@@ -32,6 +33,8 @@ use http::header::{
     ETAG, EXPIRES, LAST_MODIFIED, LOCATION, SERVER, SET_COOKIE, TRANSFER_ENCODING, VARY,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
+
+use super::write::TextFields;
 
 /// The longest field name `HeaderName` takes.
 pub const MAX_NAME: usize = (1 << 16) - 1;
@@ -138,16 +141,21 @@ fn name_of<'a>(head: &'a [u8], f: &Field) -> &'a [u8] {
     &head[f.name as usize..f.name_end as usize]
 }
 
-/// Reads the [`Passed`] fields of `res`, if it has any, into its map and
-/// takes them out of its extensions: the map is then the one every field
+/// Reads the [`Passed`] fields `res`'s body carries, if any, into its map
+/// and takes them out of the body ([`read_into`]).
+pub fn materialize<B: TextFields>(res: &mut Response<B>) {
+    let Some(passed) = res.body_mut().take_passed() else {
+        return;
+    };
+    read_into(res.headers_mut(), &passed);
+}
+
+/// Reads `passed` into `headers`: the map is then the one every field
 /// read into it would have made — the passed fields in order, then each
 /// of the map's own as an insert (its first value) and appends (the
 /// rest).
-pub fn materialize<B>(res: &mut Response<B>) {
-    let Some(passed) = res.extensions_mut().remove::<Passed>() else {
-        return;
-    };
-    let own = std::mem::take(res.headers_mut());
+pub fn read_into(headers: &mut HeaderMap, passed: &Passed) {
+    let own = std::mem::take(headers);
     let mut map = HeaderMap::with_capacity(passed.fields.len() + own.len());
     for f in &passed.fields {
         // Both hold: the client checked the name and value it pushed.
@@ -174,7 +182,7 @@ pub fn materialize<B>(res: &mut Response<B>) {
             }
         }
     }
-    *res.headers_mut() = map;
+    *headers = map;
 }
 
 /// A field's name: one of the fields answers commonly carry, recognised
@@ -248,7 +256,7 @@ mod tests {
     use bytes::Bytes;
     use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
-    use super::{Passed, materialize};
+    use super::{Passed, read_into};
 
     /// Whether `httparse` takes the response head with this one field.
     fn parses(field: &[u8]) -> bool {
@@ -317,13 +325,11 @@ mod tests {
         assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
         // Read into the map, the gateway's value is the one there.
         let mut res = Response::new(());
-        res.extensions_mut().insert(p);
         res.headers_mut()
             .insert("x-id", HeaderValue::from_static("gw"));
         res.headers_mut()
             .append("x-id", HeaderValue::from_static("gw2"));
-        materialize(&mut res);
-        assert!(res.extensions().get::<Passed>().is_none());
+        read_into(res.headers_mut(), &p);
         let ids: Vec<_> = res.headers().get_all("x-id").iter().collect();
         assert_eq!(ids, ["gw", "gw2"]);
         assert_eq!(res.headers()["date"], "d");

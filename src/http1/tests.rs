@@ -201,7 +201,7 @@ fn written(
         version,
         keep_alive: true,
     };
-    let (enc, keep) = write::head(&mut dst, &parts, hint, None, ex);
+    let (enc, keep) = write::head(&mut dst, &parts, hint, (None, None), ex);
     (String::from_utf8(dst).expect("text"), enc, keep)
 }
 
@@ -226,7 +226,7 @@ fn late_fields_are_written_after_the_maps_as_if_they_were_its_own() {
         keep_alive: true,
     };
     let exact = Some(http_body::SizeHint::with_exact(2));
-    let (enc, keep) = write::head(&mut dst, &parts, exact, Some(&late), ex);
+    let (enc, keep) = write::head(&mut dst, &parts, exact, (Some(&late), None), ex);
     let text = String::from_utf8(dst).expect("text");
     assert!(
         text.starts_with(

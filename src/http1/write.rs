@@ -133,10 +133,23 @@ impl LateFields {
 
 /// A response body that may carry some of its answer's header fields
 /// for the native writer, beside the head's `HeaderMap`: a body of the
-/// gateway's own carries its [`LateFields`]; any other body, none.
+/// gateway's own carries its [`LateFields`], an upstream's answer read by
+/// the native client the fields it passes as written ([`Passed`]); any
+/// other body, none.
 pub trait TextFields {
-    /// The fields this body carries, if any.
+    /// The gateway's fields this body carries, if any.
     fn late(&self) -> Option<&LateFields> {
+        None
+    }
+
+    /// The upstream's fields this body carries, if any.
+    fn passed(&self) -> Option<&Passed> {
+        None
+    }
+
+    /// Takes the upstream's fields out, to read them into the map
+    /// ([`super::fields::materialize`]).
+    fn take_passed(&mut self) -> Option<Box<Passed>> {
         None
     }
 }
@@ -162,12 +175,12 @@ fn can_have_length(method: &Method, status: StatusCode) -> bool {
 /// whether the connection may go on after it.
 ///
 /// `body` is the body's size hint, `None` for a body already at its end;
-/// `late` the fields the body carries ([`TextFields`]).
+/// `late` and `passed` the fields the body carries ([`TextFields`]).
 pub fn head(
     dst: &mut Vec<u8>,
     parts: &Parts,
     body: Option<SizeHint>,
-    late: Option<&LateFields>,
+    (late, passed): (Option<&LateFields>, Option<&Passed>),
     ex: ResponseTo<'_>,
 ) -> (Encoder, bool) {
     let status = parts.status;
@@ -177,7 +190,7 @@ pub fn head(
         keep_alive: ex.keep_alive,
         ..Said::default()
     };
-    if let Some(passed) = parts.extensions.get::<Passed>() {
+    if let Some(passed) = passed {
         said.date |= passed.write(dst, &parts.headers);
     }
     for (name, value) in &parts.headers {

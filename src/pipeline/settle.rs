@@ -64,6 +64,11 @@ pub(super) async fn finish(
     settling: Option<Settling>,
     answer: Result<Response<Body>, GatewayError>,
 ) -> Result<Response<Body>, GatewayError> {
+    // The costs read the answer's fields: the passed ones too.
+    let answer = answer.map(|mut res| {
+        crate::http1::fields::materialize(&mut res);
+        res
+    });
     let (mut res, watch) = settle_head(&gw.limiter, &gw.clock, settling, answer).await?;
     if let Some(mut watch) = watch {
         match res.body_mut() {
@@ -103,8 +108,6 @@ pub async fn settle_head<B, E>(
             return Err(e);
         }
     };
-    // The costs read the answer's fields.
-    crate::http1::fields::materialize(&mut res);
     pending
         .header(limiter.settler(), clock.now_ms(), res.headers())
         .await;

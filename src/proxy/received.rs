@@ -10,6 +10,8 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::h1::NativeBody;
+use crate::http1::fields::Passed;
+use crate::http1::write::TextFields;
 
 /// An upstream's response body, from whichever client received it.
 #[derive(Debug)]
@@ -31,11 +33,23 @@ impl Received {
     pub fn native(body: NativeBody) -> Self {
         Self(Source::Native(body))
     }
+}
 
-    /// Whether tollgate's HTTP/1.1 client receives it: only then may its
-    /// response carry passed fields ([`crate::http1::fields`]).
-    pub fn is_native(&self) -> bool {
-        matches!(self.0, Source::Native(_))
+/// Only tollgate's HTTP/1.1 client's bodies carry passed fields
+/// ([`crate::http1::fields`]).
+impl TextFields for Received {
+    fn passed(&self) -> Option<&Passed> {
+        match &self.0 {
+            Source::Hyper(_) => None,
+            Source::Native(b) => b.passed(),
+        }
+    }
+
+    fn take_passed(&mut self) -> Option<Box<Passed>> {
+        match &mut self.0 {
+            Source::Hyper(_) => None,
+            Source::Native(b) => b.take_passed(),
+        }
     }
 }
 

@@ -71,6 +71,11 @@ impl<B> Watched<B> {
         &self.inner
     }
 
+    /// The body watched, to change.
+    pub fn get_mut(&mut self) -> &mut B {
+        &mut self.inner
+    }
+
     /// Counts the request in flight on its pool target until the body ends.
     pub fn hold(&mut self, in_flight: InFlight) {
         self.in_flight = Some(in_flight);

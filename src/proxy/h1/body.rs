@@ -25,6 +25,8 @@ use super::head::Delimited;
 use super::idle::IdleConns;
 use super::upload::Upload;
 use crate::http1::chunked::Step;
+use crate::http1::fields::Passed;
+use crate::http1::write::TextFields;
 
 /// An upstream's response body on a native connection.
 #[derive(Debug)]
@@ -34,21 +36,29 @@ pub struct NativeBody {
     decoder: Decoder,
     keep_alive: bool,
     idle: Arc<IdleConns>,
-    /// A failure held back for one poll (see [`NativeBody::fail`]).
-    failed: Option<NativeError>,
+    /// A failure held back for one poll (see [`NativeBody::fail`]);
+    /// boxed, as failures are rare, to keep the body (and every answer
+    /// that holds it, moved through the futures that poll it) small.
+    failed: Option<Box<NativeError>>,
     /// The rest of the request body, when the response head came first.
     upload: Option<Box<Upload>>,
+    /// The answer's fields as the upstream wrote them, for the native
+    /// writer ([`crate::http1::fields`]); `None` when there are none or
+    /// they were read into the answer's map.
+    passed: Option<Box<Passed>>,
 }
 
 impl NativeBody {
-    /// The body framed as `framing` on `conn`; a body without bytes gives
-    /// the connection back at once.
+    /// The body framed as `framing` on `conn`, carrying its answer's
+    /// `passed` fields; a body without bytes gives the connection back at
+    /// once.
     pub fn new(
         conn: Box<Conn>,
         framing: Delimited,
         keep_alive: bool,
         idle: &Arc<IdleConns>,
         upload: Option<Box<Upload>>,
+        passed: Option<Box<Passed>>,
     ) -> Self {
         let mut body = Self {
             conn: Some(conn),
@@ -57,6 +67,7 @@ impl NativeBody {
             idle: Arc::clone(idle),
             failed: None,
             upload,
+            passed,
         };
         if body.decoder.is_done() {
             body.release();
@@ -125,7 +136,7 @@ impl NativeBody {
     ) -> Poll<Option<Result<Frame<Bytes>, NativeError>>> {
         self.conn = None;
         self.upload = None;
-        self.failed = Some(e);
+        self.failed = Some(Box::new(e));
         cx.waker().wake_by_ref();
         Poll::Pending
     }
@@ -141,7 +152,7 @@ impl Body for NativeBody {
     ) -> Poll<Option<Result<Frame<Bytes>, NativeError>>> {
         let this = self.get_mut();
         if let Some(e) = this.failed.take() {
-            return Poll::Ready(Some(Err(e)));
+            return Poll::Ready(Some(Err(*e)));
         }
         if let Err(e) = this.poll_upload(cx) {
             return this.fail(e, cx);
@@ -184,5 +195,15 @@ impl Body for NativeBody {
             Some(n) => SizeHint::with_exact(n),
             None => SizeHint::default(),
         }
+    }
+}
+
+impl TextFields for NativeBody {
+    fn passed(&self) -> Option<&Passed> {
+        self.passed.as_deref()
+    }
+
+    fn take_passed(&mut self) -> Option<Box<Passed>> {
+        self.passed.take()
     }
 }

@@ -91,9 +91,10 @@ async fn respond(
         response,
         framing,
         keep_alive,
+        passed,
     } = head;
     // A connection that failed a write carries no other request.
-    let body = NativeBody::new(conn, framing, keep_alive && wrote, idle, upload);
+    let body = NativeBody::new(conn, framing, keep_alive && wrote, idle, upload, passed);
     Ok(response.map(|()| body))
 }
 

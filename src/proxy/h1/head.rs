@@ -46,6 +46,9 @@ pub struct Head {
     /// HTTP/1.1 without `Connection: close`, or HTTP/1.0 with
     /// `Connection: keep-alive`.
     pub keep_alive: bool,
+    /// The fields passed as the upstream wrote them, when there are any
+    /// ([`crate::http1::fields`]): the body carries them on.
+    pub passed: Option<Box<Passed>>,
 }
 
 /// Why a response head was refused.
@@ -233,13 +236,11 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     {
         response.extensions_mut().insert(phrase);
     }
-    if !passed.is_empty() {
-        response.extensions_mut().insert(passed);
-    }
     Ok(Head {
         response,
         framing,
         keep_alive: keep_alive && framing != Delimited::Close,
+        passed: (!passed.is_empty()).then(|| Box::new(passed)),
     })
 }
 
