@@ -156,6 +156,8 @@ pub trait TextFields {
 
 impl<D> TextFields for http_body_util::Full<D> {}
 
+impl<D> TextFields for http_body_util::Empty<D> {}
+
 /// Whether a response to `method` with `status` may carry a body.
 fn can_have_body(method: &Method, status: StatusCode) -> bool {
     !(method == Method::HEAD

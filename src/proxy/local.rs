@@ -38,6 +38,11 @@ impl Local {
         }
     }
 
+    /// The fields it carries.
+    pub fn fields(&self) -> &LateFields {
+        &self.late
+    }
+
     /// The fields it carries, to add to.
     pub fn fields_mut(&mut self) -> &mut LateFields {
         &mut self.late
