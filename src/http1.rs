@@ -31,6 +31,7 @@ mod locked;
 pub mod park;
 mod rewind;
 mod spare;
+pub mod text_fields;
 pub mod write;
 
 use std::convert::Infallible;
@@ -64,7 +65,7 @@ pub fn serve<I, S, B>(
 where
     I: Transport,
     S: tower::Service<Request<RequestBody>, Response = Response<B>, Error = Infallible>,
-    B: http_body::Body + write::TextFields,
+    B: http_body::Body + text_fields::TextFields,
     B::Data: Buf,
 {
     conn::serve(io, service, settings, stop, idle_since)

@@ -187,7 +187,7 @@ impl<B> ServedBody for B where
 pub trait Served: Send + Sync + 'static {
     /// The body of its answers.
     type Body: http_body::Body<Data: Send, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
-        + crate::http1::write::TextFields
+        + crate::http1::text_fields::TextFields
         + Send
         + 'static;
 

@@ -114,7 +114,7 @@ impl Gateway {
                     // Only the native server's writer copies an answer's
                     // passed fields: hyper's server, and an application
                     // calling the service, get them in the map.
-                    crate::http1::fields::materialize(&mut res);
+                    crate::http1::text_fields::materialize(&mut res);
                 }
                 if let Some(checked) = &ex.checked {
                     checked.write_headers(rt.config.headers, res.headers_mut());

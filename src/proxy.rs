@@ -80,7 +80,7 @@ pub use watched::{Watch, Watched};
 /// ([`Local`]).
 pub type Body = Either<Watched, Local>;
 
-impl crate::http1::write::TextFields for Body {
+impl crate::http1::text_fields::TextFields for Body {
     fn late(&self) -> Option<&crate::http1::write::LateFields> {
         match self {
             Either::Left(_) => None,

@@ -31,7 +31,8 @@ use super::head::{self, BodyFraming, HeadRead, Refusal, RequestHead};
 use super::locked::{Locked, gone, inner};
 use super::rewind::Rewind;
 use super::spare;
-use super::write::{self, Encoder, ResponseTo, TextFields};
+use super::text_fields::TextFields;
+use super::write::{self, Encoder, ResponseTo};
 
 /// Data frames at least this large are written from their own buffer
 /// instead of being copied into the write buffer.

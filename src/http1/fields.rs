@@ -1,7 +1,7 @@
 //! An upstream's answer fields passed through as the upstream wrote them:
 //! the head's bytes and where each field lies in them, carried by the
 //! answer's body ([`Passed`], read through
-//! [`TextFields`](super::write::TextFields)) instead of a `HeaderMap`
+//! [`TextFields`](super::text_fields::TextFields)) instead of a `HeaderMap`
 //! built field by field, when the answer goes back on a native connection.
 //!
 //! The native client makes them: it parses the head in place, acts on the
@@ -13,7 +13,8 @@
 //!
 //! Everything else sees the map it would have seen had every field been
 //! read into it: code that reads the answer's fields, or changes them but
-//! by inserting fields of its own, first calls [`materialize`], which
+//! by inserting fields of its own, first calls
+//! [`materialize`](super::text_fields::materialize), which
 //! reads the passed fields into the map and takes them out of the body.
 //! Until then the map holds only fields the gateway inserted
 //! (and the length), and a field inserted there replaces the passed ones
@@ -32,9 +33,7 @@ use http::header::{
     ACCEPT_RANGES, CACHE_CONTROL, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, DATE,
     ETAG, EXPIRES, LAST_MODIFIED, LOCATION, SERVER, SET_COOKIE, TRANSFER_ENCODING, VARY,
 };
-use http::{HeaderMap, HeaderName, HeaderValue, Response};
-
-use super::write::TextFields;
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The longest field name `HeaderName` takes.
 pub const MAX_NAME: usize = (1 << 16) - 1;
@@ -139,15 +138,6 @@ impl Passed {
 
 fn name_of<'a>(head: &'a [u8], f: &Field) -> &'a [u8] {
     &head[f.name as usize..f.name_end as usize]
-}
-
-/// Reads the [`Passed`] fields `res`'s body carries, if any, into its map
-/// and takes them out of the body ([`read_into`]).
-pub fn materialize<B: TextFields>(res: &mut Response<B>) {
-    let Some(passed) = res.body_mut().take_passed() else {
-        return;
-    };
-    read_into(res.headers_mut(), &passed);
 }
 
 /// Reads `passed` into `headers`: the map is then the one every field

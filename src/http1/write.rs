@@ -6,9 +6,10 @@
 //!
 //! A service that answers a native connection may carry some of its
 //! answer's fields as [`LateFields`] in the response's body instead of in
-//! its `HeaderMap`, already as text ([`TextFields`]): they are copied
-//! after the map's in one piece, and cost no insert into a map nobody
-//! else reads.
+//! its `HeaderMap`, already as text
+//! ([`TextFields`](super::text_fields::TextFields)): they are copied after
+//! the map's in one piece, and cost no insert into a map nobody else
+//! reads.
 
 use std::cell::RefCell;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -41,8 +42,8 @@ pub struct ResponseTo<'a> {
 }
 
 /// Header fields of a response kept beside its `HeaderMap`, in its body
-/// ([`TextFields`]), already written as HTTP/1.1 text for the writer to
-/// copy after the map's fields.
+/// ([`TextFields`](super::text_fields::TextFields)), already written as
+/// HTTP/1.1 text for the writer to copy after the map's fields.
 ///
 /// Only the native server's writer reads them: a service puts them there
 /// only for a request that came from a native connection, and only when
@@ -131,33 +132,6 @@ impl LateFields {
     }
 }
 
-/// A response body that may carry some of its answer's header fields
-/// for the native writer, beside the head's `HeaderMap`: a body of the
-/// gateway's own carries its [`LateFields`], an upstream's answer read by
-/// the native client the fields it passes as written ([`Passed`]); any
-/// other body, none.
-pub trait TextFields {
-    /// The gateway's fields this body carries, if any.
-    fn late(&self) -> Option<&LateFields> {
-        None
-    }
-
-    /// The upstream's fields this body carries, if any.
-    fn passed(&self) -> Option<&Passed> {
-        None
-    }
-
-    /// Takes the upstream's fields out, to read them into the map
-    /// ([`super::fields::materialize`]).
-    fn take_passed(&mut self) -> Option<Box<Passed>> {
-        None
-    }
-}
-
-impl<D> TextFields for http_body_util::Full<D> {}
-
-impl<D> TextFields for http_body_util::Empty<D> {}
-
 /// Whether a response to `method` with `status` may carry a body.
 fn can_have_body(method: &Method, status: StatusCode) -> bool {
     !(method == Method::HEAD
@@ -177,7 +151,8 @@ fn can_have_length(method: &Method, status: StatusCode) -> bool {
 /// whether the connection may go on after it.
 ///
 /// `body` is the body's size hint, `None` for a body already at its end;
-/// `late` and `passed` the fields the body carries ([`TextFields`]).
+/// `late` and `passed` the fields the body carries
+/// ([`TextFields`](super::text_fields::TextFields)).
 pub fn head(
     dst: &mut Vec<u8>,
     parts: &Parts,

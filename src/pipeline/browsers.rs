@@ -126,7 +126,7 @@ fn decorate(rt: &Snapshot, ex: &Exchange, res: &mut Response<Body>) {
         return;
     }
     // Both read the answer's fields, and rules remove and append.
-    crate::http1::fields::materialize(res);
+    crate::http1::text_fields::materialize(res);
     let preflight = policy.is_some() && res.extensions().get::<cors::Preflight>().is_some();
     let headers = res.headers_mut();
     if let Some(rules) = rules {

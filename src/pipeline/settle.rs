@@ -66,7 +66,7 @@ pub(super) async fn finish(
 ) -> Result<Response<Body>, GatewayError> {
     // The costs read the answer's fields: the passed ones too.
     let answer = answer.map(|mut res| {
-        crate::http1::fields::materialize(&mut res);
+        crate::http1::text_fields::materialize(&mut res);
         res
     });
     let (mut res, watch) = settle_head(&gw.limiter, &gw.clock, settling, answer).await?;

@@ -11,7 +11,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 
-use crate::http1::write::{LateFields, TextFields};
+use crate::http1::text_fields::TextFields;
+use crate::http1::write::LateFields;
 
 /// An answer's body made by the gateway, and the fields it carries for
 /// the native writer (none for most).

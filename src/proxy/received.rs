@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 
 use super::h1::NativeBody;
 use crate::http1::fields::Passed;
-use crate::http1::write::TextFields;
+use crate::http1::text_fields::TextFields;
 
 /// An upstream's response body, from whichever client received it.
 #[derive(Debug)]

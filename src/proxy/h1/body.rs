@@ -26,7 +26,7 @@ use super::idle::IdleConns;
 use super::upload::Upload;
 use crate::http1::chunked::Step;
 use crate::http1::fields::Passed;
-use crate::http1::write::TextFields;
+use crate::http1::text_fields::TextFields;
 
 /// An upstream's response body on a native connection.
 #[derive(Debug)]

@@ -4,7 +4,8 @@ use http::{Method, StatusCode, Version};
 use super::decode::{DecodeError, Decoder};
 use super::head::{Delimited, Head, HeadError, MAX_HEAD, parse};
 use crate::http1::chunked::Step;
-use crate::http1::fields::{field_name, materialize, read_into};
+use crate::http1::fields::{field_name, read_into};
+use crate::http1::text_fields::materialize;
 
 /// The map of a parsed head's response, its passed fields read into it.
 fn map(h: Head) -> http::HeaderMap {
