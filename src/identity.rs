@@ -134,23 +134,91 @@ pub fn group(ip: IpAddr, ipv6_prefix: u8) -> IpNet {
     }
 }
 
+/// Which of a caller's values a decision reads besides the client IP, so
+/// that the others are not looked up: an application's layer whose limits
+/// count by IP has no use for the API key's header or a JWT. The gateway
+/// reads them all: its access log names the strongest identity a caller
+/// presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sources {
+    /// The API key (its header, or `Authorization: Bearer`).
+    pub api_key: bool,
+    /// The user (a verified JWT's or a trusted peer's header) and the
+    /// plan a JWT's claim or a header names.
+    pub user: bool,
+}
+
+impl Sources {
+    /// Every value.
+    pub const ALL: Self = Self {
+        api_key: true,
+        user: true,
+    };
+
+    /// The values keys written by `specs` read: an API key for
+    /// `api_key`, a user for `user`.
+    pub fn of_keys<'k>(specs: impl IntoIterator<Item = &'k KeySpec>) -> Self {
+        let mut read = Self {
+            api_key: false,
+            user: false,
+        };
+        for source in specs.into_iter().flat_map(|s| s.parts.iter().flatten()) {
+            match source {
+                KeySource::ApiKey => read.api_key = true,
+                KeySource::User => read.user = true,
+                KeySource::Ip | KeySource::Header(_) | KeySource::Route | KeySource::Json(_) => {}
+            }
+        }
+        read
+    }
+}
+
 /// Extracts the identity sources of a request from `peer`'s headers.
 pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap) -> Caller<'a> {
+    caller_reading(cfg, peer, headers, Sources::ALL)
+}
+
+/// [`caller`] with only the values `read` names looked up: the others are
+/// absent.
+pub fn caller_reading<'a>(
+    cfg: IdentityConfig<'_>,
+    peer: IpAddr,
+    headers: &'a HeaderMap,
+    read: Sources,
+) -> Caller<'a> {
     let trusted = is_trusted(&cfg.client_ip.trusted_proxies, peer);
     let client = client_of(cfg.client_ip, trusted, peer, headers);
+    let ip = group(client, cfg.client_ip.ipv6_prefix);
+    if !read.api_key && !read.user {
+        return Caller {
+            ip,
+            api_key: None,
+            user: None,
+            plan: None,
+            headers,
+            body: None,
+        };
+    }
     // With JWTs configured, `Authorization: Bearer` carries the JWT and the
     // API key comes from its own header only.
     let jwt = cfg.users.jwt.as_ref();
-    let api_key = headers
-        .get(&cfg.api_keys.header)
-        .map(|v| v.as_bytes())
-        .filter(|v| !v.is_empty())
-        .or_else(|| if jwt.is_some() { None } else { bearer(headers) });
+    let api_key = read
+        .api_key
+        .then(|| {
+            headers
+                .get(&cfg.api_keys.header)
+                .map(|v| v.as_bytes())
+                .filter(|v| !v.is_empty())
+                .or_else(|| if jwt.is_some() { None } else { bearer(headers) })
+        })
+        .flatten();
     let verified = jwt
+        .filter(|_| read.user)
         .and_then(|v| Some((v, bearer(headers)?)))
         .map(|(v, token)| v.verify(token))
         .unwrap_or_default();
     let plan = match cfg.plans_from {
+        _ if !read.user => None,
         PlansFrom::ApiKey => None,
         PlansFrom::Claim(_) => verified.plan.map(Cow::Owned),
         PlansFrom::Header(name) if trusted => headers
@@ -160,7 +228,7 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         PlansFrom::Header(_) => None,
     };
     let user = verified.user.map(Cow::Owned).or_else(|| {
-        if trusted {
+        if trusted && read.user {
             headers
                 .get(&cfg.users.header)
                 .map(|v| Cow::Borrowed(v.as_bytes()))
@@ -170,7 +238,7 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         }
     });
     Caller {
-        ip: group(client, cfg.client_ip.ipv6_prefix),
+        ip,
         api_key,
         user,
         plan,
@@ -685,5 +753,43 @@ mod tests {
         assert_eq!(bearer(&h), Some(&b"abc"[..]));
         h.insert(AUTHORIZATION, HeaderValue::from_static("Basic abc"));
         assert_eq!(bearer(&h), None);
+    }
+
+    #[test]
+    fn a_caller_read_in_part_lacks_only_what_was_left_out() {
+        let (client_ip, api_keys, users) = (
+            ClientIpConfig::default(),
+            ApiKeyConfig::default(),
+            UserConfig::default(),
+        );
+        let cfg = IdentityConfig {
+            client_ip: &client_ip,
+            api_keys: &api_keys,
+            users: &users,
+            plans_from: &PlansFrom::ApiKey,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", HeaderValue::from_static("k1"));
+        let peer: IpAddr = "192.0.2.7".parse().unwrap();
+        let all = caller(cfg, peer, &headers);
+        assert_eq!(all.api_key, Some(&b"k1"[..]));
+        let read = |api_key, user| caller_reading(cfg, peer, &headers, Sources { api_key, user });
+        assert_eq!(read(true, false).api_key, Some(&b"k1"[..]));
+        let ip_only = read(false, false);
+        assert_eq!(ip_only.api_key, None);
+        assert_eq!(ip_only.ip, all.ip);
+
+        let by = |sources: Vec<KeySource>| Sources::of_keys([&spec(vec![sources])]);
+        assert_eq!(
+            by(vec![KeySource::Ip]),
+            Sources {
+                api_key: false,
+                user: false
+            }
+        );
+        assert_eq!(
+            by(vec![KeySource::User, KeySource::ApiKey, KeySource::Ip]),
+            Sources::ALL
+        );
     }
 }

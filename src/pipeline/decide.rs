@@ -42,7 +42,7 @@ use crate::decision::stages;
 use crate::decision::sync::syncable;
 use crate::decision::{Decision, Unanswered};
 use crate::headers;
-use crate::identity::{self, AppKey, BodyFields, Caller, IdentityConfig};
+use crate::identity::{self, AppKey, BodyFields, Caller, IdentityConfig, Sources};
 use crate::limit::{Effect, Enforcement, LimitKind, LimitRequest, Mode};
 use crate::metrics::RouteMetrics;
 use crate::metrics::delay::DelayMetrics;
@@ -87,6 +87,10 @@ pub struct Deciding<'a> {
     pub top: &'a TopOffenders,
     /// The clock decisions are made on.
     pub clock: &'a dyn Clock,
+    /// The caller's values the decision looks up besides its client IP
+    /// (every one while the admin API's overrides, which may name any,
+    /// are set).
+    pub sources: Sources,
 }
 
 /// What deciding a request's limits came to: the decision, the slots it
@@ -211,7 +215,12 @@ fn begin<'r, B>(
         users: &cfg.users,
         plans_from: &cfg.plans_from,
     };
-    let mut caller = identity::caller(idc, ex.peer.ip(), req.headers());
+    let read = if d.overrides.is_empty() {
+        d.sources
+    } else {
+        Sources::ALL
+    };
+    let mut caller = identity::caller_reading(idc, ex.peer.ip(), req.headers(), read);
     if let Some(AppKey(key)) = req.extensions().get() {
         caller.user = Some(Cow::Borrowed(key.as_bytes()));
     }
@@ -586,10 +595,11 @@ pub(super) fn limit_requests(
 ) -> Requests {
     let digest = cfg.store.digest_keys();
     let mut scratch = String::new();
-    limits
-        .iter()
-        .zip(suffixes)
-        .map(|(l, suffix)| LimitRequest {
+    // Pushed one by one: collecting into a `SmallVec` through its
+    // `Extend` costs more.
+    let mut requests = Requests::new();
+    for (l, suffix) in limits.iter().zip(suffixes) {
+        requests.push(LimitRequest {
             // A share's identity is always a digest: its key must not
             // depend on `readable_keys` (see `keys::is_share`).
             key: keys::counter_key(
@@ -604,8 +614,9 @@ pub(super) fn limit_requests(
             cost: settle::reserve(l, route.route.cost, content_length, caller.body),
             algorithm: l.algorithm,
             mode: mode(l, route),
-        })
-        .collect()
+        });
+    }
+    requests
 }
 
 /// How limit `l` of `route` is asked: shadow when either says so; a
