@@ -253,8 +253,20 @@ fn begin<'r, B>(
             });
         }
     };
-    let Some((view, requests)) = requested(d, route, req, view, &found, &caller, ex, purpose)
-    else {
+    // Filled in place: the requests are a few hundred bytes, and every
+    // move of them is a copy.
+    let mut requests = Requests::new();
+    let Some(view) = requested(
+        d,
+        route,
+        req,
+        view,
+        &found,
+        &caller,
+        ex,
+        purpose,
+        &mut requests,
+    ) else {
         return Step::Done(Ok(Holdings::default()));
     };
     let (limits, _) = route.limits_in(view.as_deref());
@@ -303,9 +315,18 @@ impl Later<'_> {
                 found,
             } => {
                 let view = plan(d, route, &caller, now_ms, overrides::plan(&found)).await?;
-                let Some((view, requests)) =
-                    requested(d, route, req, view, &found, &caller, ex, &mut purpose)
-                else {
+                let mut requests = Requests::new();
+                let Some(view) = requested(
+                    d,
+                    route,
+                    req,
+                    view,
+                    &found,
+                    &caller,
+                    ex,
+                    &mut purpose,
+                    &mut requests,
+                ) else {
                     return Ok(Holdings::default());
                 };
                 (caller, now_ms, view, requests)
@@ -330,8 +351,8 @@ impl Later<'_> {
 }
 
 /// The limits to decide for the caller — `view` with `found`'s overrides
-/// applied — and one store request per limit; `None` when an override
-/// exempts the caller (recorded in `ex`).
+/// applied — with one store request per limit pushed to `requests`;
+/// `None` when an override exempts the caller (recorded in `ex`).
 #[allow(clippy::too_many_arguments)]
 fn requested<B>(
     d: &Deciding<'_>,
@@ -342,7 +363,8 @@ fn requested<B>(
     caller: &Caller<'_>,
     ex: &mut Exchange,
     purpose: &mut Purpose<'_>,
-) -> Option<(Option<Arc<LimitView>>, Requests)> {
+    requests: &mut Requests,
+) -> Option<Option<Arc<LimitView>>> {
     let view = match overrides::apply(d.config, route, view, found) {
         Applied::Limits(v) => v,
         Applied::Exempt => {
@@ -356,11 +378,11 @@ fn requested<B>(
         .any(|l| l.settle.is_some())
         .then(|| crate::guard::content_length(req.headers()))
         .flatten();
-    let requests = limit_requests(d.config, route, limits, suffixes, caller, length);
+    push_requests(requests, d.config, route, limits, suffixes, caller, length);
     if let Purpose::Rehearse(ids) = purpose {
-        ids.counted_as(&requests);
+        ids.counted_as(requests);
     }
-    Some((view, requests))
+    Some(view)
 }
 
 /// What the limits decided, recorded (metrics, top offenders, `ex`) and
@@ -593,11 +615,33 @@ pub(super) fn limit_requests(
     caller: &Caller<'_>,
     content_length: Option<u64>,
 ) -> Requests {
+    let mut requests = Requests::new();
+    push_requests(
+        &mut requests,
+        cfg,
+        route,
+        limits,
+        suffixes,
+        caller,
+        content_length,
+    );
+    requests
+}
+
+/// [`limit_requests`] pushed to `requests`.
+fn push_requests(
+    requests: &mut Requests,
+    cfg: &Config,
+    route: &CompiledRoute,
+    limits: &[Limit],
+    suffixes: &[String],
+    caller: &Caller<'_>,
+    content_length: Option<u64>,
+) {
     let digest = cfg.store.digest_keys();
     let mut scratch = String::new();
     // Pushed one by one: collecting into a `SmallVec` through its
     // `Extend` costs more.
-    let mut requests = Requests::new();
     for (l, suffix) in limits.iter().zip(suffixes) {
         requests.push(LimitRequest {
             // A share's identity is always a digest: its key must not
@@ -616,7 +660,6 @@ pub(super) fn limit_requests(
             mode: mode(l, route),
         });
     }
-    requests
 }
 
 /// How limit `l` of `route` is asked: shadow when either says so; a
