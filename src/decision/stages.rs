@@ -105,8 +105,8 @@ fn one_stage(decided: Result<crate::limit::Answer, Unanswered>, stage: Stage) ->
     let shadow = stage == Stage::Shadow;
     match decided {
         Ok(d) => {
-            // Pushed one by one: a `SmallVec`'s `Extend` costs about twice
-            // as much for the usual one or two.
+            // Pushed one by one: collected through a `SmallVec`'s
+            // `Extend`, the usual one or two cost more.
             let mut verdicts = Verdicts::new();
             for o in &d.outcomes {
                 verdicts.push(Some(verdict(o, stage)));
