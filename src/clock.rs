@@ -46,9 +46,12 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        // Seconds and milliseconds apart: `as_millis` works in 128 bits.
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
+            d.as_secs()
+                .saturating_mul(1000)
+                .saturating_add(u64::from(d.subsec_millis()))
+        })
     }
 }
 

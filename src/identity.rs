@@ -10,8 +10,10 @@
 //! hash tag, or make two different identities collide through separators.
 
 pub mod forwarded;
+mod sources;
 
 pub use forwarded::canonical;
+pub use sources::Sources;
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -136,21 +138,50 @@ pub fn group(ip: IpAddr, ipv6_prefix: u8) -> IpNet {
 
 /// Extracts the identity sources of a request from `peer`'s headers.
 pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap) -> Caller<'a> {
+    caller_reading(cfg, peer, headers, Sources::ALL)
+}
+
+/// [`caller`] with only the values `read` names looked up: the others are
+/// absent.
+pub fn caller_reading<'a>(
+    cfg: IdentityConfig<'_>,
+    peer: IpAddr,
+    headers: &'a HeaderMap,
+    read: Sources,
+) -> Caller<'a> {
     let trusted = is_trusted(&cfg.client_ip.trusted_proxies, peer);
     let client = client_of(cfg.client_ip, trusted, peer, headers);
+    let ip = group(client, cfg.client_ip.ipv6_prefix);
+    if !read.api_key && !read.user {
+        return Caller {
+            ip,
+            api_key: None,
+            user: None,
+            plan: None,
+            headers,
+            body: None,
+        };
+    }
     // With JWTs configured, `Authorization: Bearer` carries the JWT and the
     // API key comes from its own header only.
     let jwt = cfg.users.jwt.as_ref();
-    let api_key = headers
-        .get(&cfg.api_keys.header)
-        .map(|v| v.as_bytes())
-        .filter(|v| !v.is_empty())
-        .or_else(|| if jwt.is_some() { None } else { bearer(headers) });
+    let api_key = read
+        .api_key
+        .then(|| {
+            headers
+                .get(&cfg.api_keys.header)
+                .map(|v| v.as_bytes())
+                .filter(|v| !v.is_empty())
+                .or_else(|| if jwt.is_some() { None } else { bearer(headers) })
+        })
+        .flatten();
     let verified = jwt
+        .filter(|_| read.user)
         .and_then(|v| Some((v, bearer(headers)?)))
         .map(|(v, token)| v.verify(token))
         .unwrap_or_default();
     let plan = match cfg.plans_from {
+        _ if !read.user => None,
         PlansFrom::ApiKey => None,
         PlansFrom::Claim(_) => verified.plan.map(Cow::Owned),
         PlansFrom::Header(name) if trusted => headers
@@ -160,7 +191,7 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         PlansFrom::Header(_) => None,
     };
     let user = verified.user.map(Cow::Owned).or_else(|| {
-        if trusted {
+        if trusted && read.user {
             headers
                 .get(&cfg.users.header)
                 .map(|v| Cow::Borrowed(v.as_bytes()))
@@ -170,7 +201,7 @@ pub fn caller<'a>(cfg: IdentityConfig<'_>, peer: IpAddr, headers: &'a HeaderMap)
         }
     });
     Caller {
-        ip: group(client, cfg.client_ip.ipv6_prefix),
+        ip,
         api_key,
         user,
         plan,
@@ -262,17 +293,38 @@ fn push_net(out: &mut String, net: IpNet) {
     push_decimal(out, net.prefix_len());
 }
 
+/// Every `u8` in decimal, as its number of digits and its three digits
+/// (leading zeros unused): looked up, not divided out, for the key of
+/// every request limited by IP.
+const DECIMALS: [[u8; 4]; 256] = {
+    let mut table = [[0u8; 4]; 256];
+    let mut n = 0;
+    while n < 256 {
+        let (h, t, u) = ((n / 100) as u8, (n / 10 % 10) as u8, (n % 10) as u8);
+        let len = if h > 0 {
+            3
+        } else if t > 0 {
+            2
+        } else {
+            1
+        };
+        table[n] = [len, b'0' + h, b'0' + t, b'0' + u];
+        n += 1;
+    }
+    table
+};
+
 /// Appends `n` in decimal.
 #[inline]
 fn push_decimal(out: &mut String, n: u8) {
-    let (h, t, u) = (n / 100, n / 10 % 10, n % 10);
-    if h > 0 {
-        out.push(char::from(b'0' + h));
+    let [len, h, t, u] = DECIMALS[usize::from(n)];
+    if len == 3 {
+        out.push(char::from(h));
     }
-    if h > 0 || t > 0 {
-        out.push(char::from(b'0' + t));
+    if len >= 2 {
+        out.push(char::from(t));
     }
-    out.push(char::from(b'0' + u));
+    out.push(char::from(u));
 }
 
 /// Appends the identity part of a store key for `spec` to `out`.

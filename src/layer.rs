@@ -54,7 +54,7 @@ use crate::decision::limiter::Limiter;
 use crate::decision::overrides::{self, CallerOverrides, Watcher};
 use crate::decision::shares;
 use crate::grpc;
-use crate::identity::{AppKey, Peer};
+use crate::identity::{AppKey, Peer, Sources};
 use crate::pipeline::decide::{self, Deciding, Holdings, Purpose};
 use crate::pipeline::delay::Waiting;
 use crate::pipeline::exchange::CheckedLimits;
@@ -222,9 +222,23 @@ impl Builder {
                 .chain(route.plan_views.values().map(|v| &v.limits))
                 .flatten()
                 .any(|l| l.delay.is_some() || l.concurrency.is_some());
+        // The caller's values the limits read; every one where a plan
+        // picks the limits.
+        let sources = if route.plan_views.is_empty() {
+            let mut read = Sources::of_keys(route.route.limits.iter().map(|l| &l.key));
+            read.api_key |= route
+                .route
+                .exempt
+                .as_ref()
+                .is_some_and(|e| !e.api_keys.is_empty());
+            read
+        } else {
+            Sources::ALL
+        };
         Ok(RateLimitLayer {
             core: Arc::new(Core {
                 at_once,
+                sources,
                 config,
                 body: BodyUse::of(&route),
                 body_budget: PeekBudget::new(crate::pipeline::gateway::BODY_BUDGET),
@@ -250,6 +264,8 @@ struct Core {
     route: Arc<CompiledRoute>,
     /// What the limits need of the request body.
     body: BodyUse,
+    /// The caller's values the limits read besides the client IP.
+    sources: Sources,
     /// Whether a decision may be made at once, in `call` (in process,
     /// without slots or delays; a plan looked up still waits).
     at_once: bool,
@@ -269,17 +285,32 @@ struct Core {
 }
 
 impl Core {
-    /// The exchange record of a request with head `parts`: the
-    /// application's key for the caller put in its extensions, the
-    /// connection's address read from them.
+    /// `req` with the application's key for its caller put in its
+    /// extensions, and its body wrapped: taken apart for the key's
+    /// closure only where there is one, since every move of the head is
+    /// a copy of a few hundred bytes.
     #[inline]
-    fn exchange(&self, parts: &mut http::request::Parts) -> Exchange {
-        if let Some(k) = self.key.as_ref().and_then(|key| key(parts)) {
+    fn named<B: http_body::Body<Data = Bytes> + Unpin>(
+        &self,
+        req: Request<B>,
+    ) -> Request<LayerRequestBody<B>> {
+        let Some(key) = &self.key else {
+            return req.map(LayerRequestBody::new);
+        };
+        let (mut parts, body) = req.into_parts();
+        if let Some(k) = key(&parts) {
             parts.extensions.insert(AppKey(k));
         }
-        let peer = (self.peer)(&parts.extensions).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-        let mut ex = Exchange::new(parts.method.clone(), peer);
-        ex.grpc = grpc::Kind::of(&parts.method, &parts.headers);
+        Request::from_parts(parts, LayerRequestBody::new(body))
+    }
+
+    /// The exchange record of a request with head `head`: the
+    /// connection's address read from its extensions.
+    #[inline]
+    fn exchange<B>(&self, head: &Request<B>) -> Exchange {
+        let peer = (self.peer)(head.extensions()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+        let mut ex = Exchange::new(head.method().clone(), peer);
+        ex.grpc = grpc::Kind::of(head.method(), head.headers());
         ex
     }
 
@@ -306,6 +337,7 @@ impl Core {
             waiting: &self.waiting,
             top: &self.top,
             clock: &*self.clock,
+            sources: self.sources,
         }
     }
 }
@@ -410,17 +442,14 @@ where
         let ready = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let core = &self.core;
+        let req = core.named(req);
         if core.body.any() {
             return ResponseFuture::boxed(limited_with_body(Arc::clone(core), inner, req));
         }
         if !core.at_once {
-            let req = req.map(LayerRequestBody::new);
             return ResponseFuture::boxed(limited(Arc::clone(core), inner, req));
         }
-        // Taken apart once: the head for the caller, the body wrapped.
-        let (mut parts, body) = req.into_parts();
-        let mut ex = core.exchange(&mut parts);
-        let req = Request::from_parts(parts, LayerRequestBody::new(body));
+        let mut ex = core.exchange(&req);
         let kind = match decide::decide_at_once(&core.deciding(), &core.route, &req, &mut ex) {
             Some(Ok(Holdings {
                 slots: None,
@@ -546,9 +575,9 @@ where
 {
     // The limits read the head only; the body waits beside it, so it
     // need not be `Sync` to cross the decision's awaits.
-    let (mut parts, body) = req.into_parts();
-    let mut ex = core.exchange(&mut parts);
+    let (parts, body) = req.into_parts();
     let head = Request::from_parts(parts, ());
+    let mut ex = core.exchange(&head);
     let decided = decide::decide(
         &core.deciding(),
         &core.route,
@@ -621,14 +650,13 @@ where
 async fn limited_with_body<S, B, R>(
     core: Arc<Core>,
     inner: S,
-    req: Request<B>,
+    mut req: Request<LayerRequestBody<B>>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
     S: tower::Service<Request<LayerRequestBody<B>>, Response = Response<R>>,
     B: http_body::Body<Data = Bytes> + Unpin,
     R: http_body::Body<Data = Bytes> + Send + 'static,
 {
-    let mut req = req.map(LayerRequestBody::new);
     if core.body.reads {
         req = crate::pipeline::body::read_within(&core.body_budget, &core.route, req).await;
     }

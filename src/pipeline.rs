@@ -228,6 +228,9 @@ impl Gateway {
             waiting: &self.waiting,
             top: &self.top,
             clock: &*self.clock,
+            // The access log names the strongest identity a caller
+            // presented.
+            sources: crate::identity::Sources::ALL,
         }
     }
 

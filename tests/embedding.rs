@@ -215,6 +215,52 @@ async fn an_apps_own_key_names_the_caller() {
 }
 
 #[tokio::test]
+async fn a_layer_reads_the_api_key_where_its_limits_or_exemptions_name_it() {
+    // Limits by IP alone: an exempt API key still lets its caller through.
+    let layer = RateLimitLayer::from_yaml(
+        "exempt: { api_keys: [internal-batch] }\n\
+         limits: [ { name: per_ip, key: ip, limit: 1, window: 1m } ]\n",
+    )
+    .expect("the layer's file")
+    .clock(Arc::new(ManualClock::new(T0)))
+    .build()
+    .await
+    .expect("the layer");
+    let by_ip = app(layer);
+    let with_key = |key: &str| {
+        let mut req = Request::get("/")
+            .header("x-api-key", key)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        req.extensions_mut()
+            .insert(Peer(SocketAddr::from(([10, 0, 0, 3], 40_000))));
+        req
+    };
+    for _ in 0..3 {
+        let res = by_ip
+            .clone()
+            .oneshot(with_key("internal-batch"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+    }
+    let res = by_ip.clone().oneshot(with_key("k1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = by_ip.oneshot(with_key("k2")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "one address");
+
+    // Limits by API key: each key is a caller of its own.
+    let layer = layer_of("  - { name: per_key, key: api_key | ip, limit: 1, window: 1m }\n").await;
+    let by_key = app(layer);
+    let first = by_key.clone().oneshot(with_key("k1")).await.unwrap();
+    let again = by_key.clone().oneshot(with_key("k1")).await.unwrap();
+    let other = by_key.oneshot(with_key("k2")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(again.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(other.status(), StatusCode::OK);
+}
+
+#[tokio::test]
 async fn a_grpc_call_is_refused_with_resource_exhausted_and_pushback() {
     let layer =
         RateLimitLayer::from_yaml("limits: [ { name: per_ip, key: ip, limit: 1, window: 1m } ]\n")

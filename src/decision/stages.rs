@@ -104,11 +104,19 @@ pub fn decide_now(limiter: &Limiter, now_ms: u64, requests: &[LimitRequest]) -> 
 fn one_stage(decided: Result<crate::limit::Answer, Unanswered>, stage: Stage) -> Decision {
     let shadow = stage == Stage::Shadow;
     match decided {
-        Ok(d) => Decision::Decided(PerLimit {
-            allowed: d.allowed || shadow,
-            verdicts: d.outcomes.iter().map(|o| Some(verdict(o, stage))).collect(),
-            outcomes: Some(d.outcomes),
-        }),
+        Ok(d) => {
+            // Pushed one by one: collected through a `SmallVec`'s
+            // `Extend`, the usual one or two cost more.
+            let mut verdicts = Verdicts::new();
+            for o in &d.outcomes {
+                verdicts.push(Some(verdict(o, stage)));
+            }
+            Decision::Decided(PerLimit {
+                allowed: d.allowed || shadow,
+                verdicts,
+                outcomes: Some(d.outcomes),
+            })
+        }
         Err(u) => Decision::Undecided(u),
     }
 }

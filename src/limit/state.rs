@@ -98,6 +98,17 @@ impl State {
         }
     }
 
+    /// The theoretical arrival time of a GCRA limit, for the in-process
+    /// store's fast path that checks and writes it in place; `None` for any
+    /// other algorithm or shape.
+    #[inline(always)]
+    pub fn gcra(&mut self, algorithm: Algorithm) -> Option<&mut gcra::Tat> {
+        match (algorithm, self) {
+            (Algorithm::Gcra { .. }, State::Gcra(t)) => Some(t),
+            _ => None,
+        }
+    }
+
     /// Decides `r` at `cost` and returns the state to keep if the request
     /// is admitted.
     #[inline]

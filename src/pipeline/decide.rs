@@ -42,7 +42,7 @@ use crate::decision::stages;
 use crate::decision::sync::syncable;
 use crate::decision::{Decision, Unanswered};
 use crate::headers;
-use crate::identity::{self, AppKey, BodyFields, Caller, IdentityConfig};
+use crate::identity::{self, AppKey, BodyFields, Caller, IdentityConfig, Sources};
 use crate::limit::{Effect, Enforcement, LimitKind, LimitRequest, Mode};
 use crate::metrics::RouteMetrics;
 use crate::metrics::delay::DelayMetrics;
@@ -87,6 +87,10 @@ pub struct Deciding<'a> {
     pub top: &'a TopOffenders,
     /// The clock decisions are made on.
     pub clock: &'a dyn Clock,
+    /// The caller's values the decision looks up besides its client IP
+    /// (every one while the admin API's overrides, which may name any,
+    /// are set).
+    pub sources: Sources,
 }
 
 /// What deciding a request's limits came to: the decision, the slots it
@@ -211,7 +215,12 @@ fn begin<'r, B>(
         users: &cfg.users,
         plans_from: &cfg.plans_from,
     };
-    let mut caller = identity::caller(idc, ex.peer.ip(), req.headers());
+    let read = if d.overrides.is_empty() {
+        d.sources
+    } else {
+        Sources::ALL
+    };
+    let mut caller = identity::caller_reading(idc, ex.peer.ip(), req.headers(), read);
     if let Some(AppKey(key)) = req.extensions().get() {
         caller.user = Some(Cow::Borrowed(key.as_bytes()));
     }
@@ -244,8 +253,20 @@ fn begin<'r, B>(
             });
         }
     };
-    let Some((view, requests)) = requested(d, route, req, view, &found, &caller, ex, purpose)
-    else {
+    // Filled in place: the requests are a few hundred bytes, and every
+    // move of them is a copy.
+    let mut requests = Requests::new();
+    let Some(view) = requested(
+        d,
+        route,
+        req,
+        view,
+        &found,
+        &caller,
+        ex,
+        purpose,
+        &mut requests,
+    ) else {
         return Step::Done(Ok(Holdings::default()));
     };
     let (limits, _) = route.limits_in(view.as_deref());
@@ -294,9 +315,18 @@ impl Later<'_> {
                 found,
             } => {
                 let view = plan(d, route, &caller, now_ms, overrides::plan(&found)).await?;
-                let Some((view, requests)) =
-                    requested(d, route, req, view, &found, &caller, ex, &mut purpose)
-                else {
+                let mut requests = Requests::new();
+                let Some(view) = requested(
+                    d,
+                    route,
+                    req,
+                    view,
+                    &found,
+                    &caller,
+                    ex,
+                    &mut purpose,
+                    &mut requests,
+                ) else {
                     return Ok(Holdings::default());
                 };
                 (caller, now_ms, view, requests)
@@ -321,8 +351,8 @@ impl Later<'_> {
 }
 
 /// The limits to decide for the caller — `view` with `found`'s overrides
-/// applied — and one store request per limit; `None` when an override
-/// exempts the caller (recorded in `ex`).
+/// applied — with one store request per limit pushed to `requests`;
+/// `None` when an override exempts the caller (recorded in `ex`).
 #[allow(clippy::too_many_arguments)]
 fn requested<B>(
     d: &Deciding<'_>,
@@ -333,7 +363,8 @@ fn requested<B>(
     caller: &Caller<'_>,
     ex: &mut Exchange,
     purpose: &mut Purpose<'_>,
-) -> Option<(Option<Arc<LimitView>>, Requests)> {
+    requests: &mut Requests,
+) -> Option<Option<Arc<LimitView>>> {
     let view = match overrides::apply(d.config, route, view, found) {
         Applied::Limits(v) => v,
         Applied::Exempt => {
@@ -347,11 +378,11 @@ fn requested<B>(
         .any(|l| l.settle.is_some())
         .then(|| crate::guard::content_length(req.headers()))
         .flatten();
-    let requests = limit_requests(d.config, route, limits, suffixes, caller, length);
+    push_requests(requests, d.config, route, limits, suffixes, caller, length);
     if let Purpose::Rehearse(ids) = purpose {
-        ids.counted_as(&requests);
+        ids.counted_as(requests);
     }
-    Some((view, requests))
+    Some(view)
 }
 
 /// What the limits decided, recorded (metrics, top offenders, `ex`) and
@@ -584,12 +615,35 @@ pub(super) fn limit_requests(
     caller: &Caller<'_>,
     content_length: Option<u64>,
 ) -> Requests {
+    let mut requests = Requests::new();
+    push_requests(
+        &mut requests,
+        cfg,
+        route,
+        limits,
+        suffixes,
+        caller,
+        content_length,
+    );
+    requests
+}
+
+/// [`limit_requests`] pushed to `requests`.
+fn push_requests(
+    requests: &mut Requests,
+    cfg: &Config,
+    route: &CompiledRoute,
+    limits: &[Limit],
+    suffixes: &[String],
+    caller: &Caller<'_>,
+    content_length: Option<u64>,
+) {
     let digest = cfg.store.digest_keys();
     let mut scratch = String::new();
-    limits
-        .iter()
-        .zip(suffixes)
-        .map(|(l, suffix)| LimitRequest {
+    // Pushed one by one: collecting into a `SmallVec` through its
+    // `Extend` costs more.
+    for (l, suffix) in limits.iter().zip(suffixes) {
+        requests.push(LimitRequest {
             // A share's identity is always a digest: its key must not
             // depend on `readable_keys` (see `keys::is_share`).
             key: keys::counter_key(
@@ -604,8 +658,8 @@ pub(super) fn limit_requests(
             cost: settle::reserve(l, route.route.cost, content_length, caller.body),
             algorithm: l.algorithm,
             mode: mode(l, route),
-        })
-        .collect()
+        });
+    }
 }
 
 /// How limit `l` of `route` is asked: shadow when either says so; a

@@ -29,7 +29,7 @@ use smallvec::{SmallVec, smallvec};
 use super::contract::{Store, StoreError};
 use crate::limit::settle::Settlement;
 use crate::limit::state::State;
-use crate::limit::{Answer, LimitRequest, Standings, sliding_log, sliding_window};
+use crate::limit::{Answer, LimitRequest, Standings, gcra, sliding_log, sliding_window};
 
 const SHARDS: usize = 64;
 
@@ -349,6 +349,25 @@ impl MemoryStore {
                     // released.
                     let o = sliding_window::check_elapsed(rolled, elapsed, l, w, c);
                     debug_assert_eq!(o.admits, admits);
+                    return Answer {
+                        allowed: o.admits,
+                        outcomes: smallvec![o],
+                    };
+                }
+                if let Some(tat) = e.state.gcra(r.algorithm) {
+                    // GCRA's one arrival time, checked and written in
+                    // place, as the general path below would.
+                    let burst = r.algorithm.capacity(r.limit);
+                    let checked = gcra::check(*tat, now_ms, r.limit, r.window_ms, burst, r.units());
+                    let o = checked.outcome;
+                    if o.admits {
+                        if o.reset_ms == 0 {
+                            held.remove();
+                        } else {
+                            *tat = checked.after;
+                            e.window_ms = r.window_ms;
+                        }
+                    }
                     return Answer {
                         allowed: o.admits,
                         outcomes: smallvec![o],
