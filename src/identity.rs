@@ -352,13 +352,24 @@ pub fn write_key(out: &mut String, spec: &KeySpec, caller: &Caller<'_>) {
     }
 }
 
+/// A key's identity when it is the client IP alone: `ip=<net>`.
+pub fn write_ip(out: &mut String, net: IpNet) {
+    out.push_str("ip=");
+    push_net(out, net);
+}
+
+/// Whether `spec` is the client IP alone (`key: ip`), whose identity is
+/// [`write_ip`]'s.
+pub fn is_ip_alone(spec: &KeySpec) -> bool {
+    matches!(&spec.parts[..], [chain] if matches!(&chain[..], [KeySource::Ip]))
+}
+
 /// One source of a key part, as [`write_key`] writes it; false, with
 /// nothing written, when the caller has no such value.
 pub fn write_source(out: &mut String, source: &KeySource, caller: &Caller<'_>) -> bool {
     match source {
         KeySource::Ip => {
-            out.push_str("ip=");
-            push_net(out, caller.ip);
+            write_ip(out, caller.ip);
             true
         }
         KeySource::ApiKey => caller.api_key.is_some_and(|v| {
