@@ -352,14 +352,8 @@ pub fn write_key(out: &mut String, spec: &KeySpec, caller: &Caller<'_>) {
     }
 }
 
-/// A key's identity when it is the client IP alone: `ip=<net>`.
-pub fn write_ip(out: &mut String, net: IpNet) {
-    out.push_str("ip=");
-    push_net(out, net);
-}
-
-/// Whether `spec` is the client IP alone (`key: ip`), whose identity is
-/// [`write_ip`]'s.
+/// Whether `spec` is the client IP alone (`key: ip`), whose identity
+/// [`write_key`] writes as `ip=<net>`.
 pub fn is_ip_alone(spec: &KeySpec) -> bool {
     matches!(&spec.parts[..], [chain] if matches!(&chain[..], [KeySource::Ip]))
 }
@@ -369,7 +363,8 @@ pub fn is_ip_alone(spec: &KeySpec) -> bool {
 pub fn write_source(out: &mut String, source: &KeySource, caller: &Caller<'_>) -> bool {
     match source {
         KeySource::Ip => {
-            write_ip(out, caller.ip);
+            out.push_str("ip=");
+            push_net(out, caller.ip);
             true
         }
         KeySource::ApiKey => caller.api_key.is_some_and(|v| {

@@ -58,8 +58,8 @@ impl StoreKey {
                 let mut out = String::with_capacity(prefix.len() + 24 + suffix.len());
                 out.push_str(&prefix);
                 out.push('{');
-                // `ip=<net>` as `identity::write_ip` writes it: `IpNet`'s
-                // `Display`.
+                // `ip=<net>` as `identity::write_key` writes it, the
+                // address by `IpNet`'s `Display`.
                 let _ = write!(out, "ip={net}");
                 out.push('}');
                 out.push_str(&suffix);
@@ -118,4 +118,26 @@ fn limit_text(id: u32) -> (String, String) {
         .and_then(|i| names.texts.get(i))
         .cloned()
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limit_keeps_its_number_and_an_address_key_reads_as_text() {
+        let id = limit_id("tg:", ":key-tests:per_ip").unwrap();
+        assert_eq!(limit_id("tg:", ":key-tests:per_ip"), Some(id));
+        assert_ne!(limit_id("tg2:", ":key-tests:per_ip"), Some(id));
+        assert_ne!(limit_id("tg:", ":key-tests:per_ip2"), Some(id));
+        let key = StoreKey::Address {
+            limit: id,
+            net: "2001:db8::/64".parse().unwrap(),
+        };
+        assert_eq!(key.text(), "tg:{ip=2001:db8::/64}:key-tests:per_ip");
+        assert_eq!(key.as_text(), None);
+        let text = StoreKey::from("tg:{ip=192.0.2.7/32}:a:b");
+        assert_eq!(text.as_text(), Some("tg:{ip=192.0.2.7/32}:a:b"));
+        assert!(matches!(text.text(), Cow::Borrowed(_)));
+    }
 }

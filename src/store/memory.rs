@@ -537,6 +537,42 @@ mod tests {
     }
 
     #[test]
+    fn an_address_key_is_its_own_counter_and_resets() {
+        let store = MemoryStore::new();
+        let at = |limit, net: &str| StoreKey::Address {
+            limit,
+            net: net.parse().unwrap(),
+        };
+        let keys = [
+            at(0, "192.0.2.7/32"),
+            at(1, "192.0.2.7/32"),
+            at(0, "192.0.2.8/32"),
+            at(0, "192.0.2.7/31"),
+            at(0, "2001:db8::/64"),
+            // The text of `at(0, "192.0.2.7/32")` under some prefix and
+            // suffix: another key, whatever it reads.
+            StoreKey::Text(at(0, "192.0.2.7/32").text().into_owned()),
+        ];
+        let request = |key: &StoreKey| LimitRequest {
+            key: key.clone(),
+            limit: 1,
+            window_ms: 60_000,
+            cost: 1,
+            ..LimitRequest::default()
+        };
+        for key in &keys {
+            assert!(store.decide_now(1_000, &[request(key)]).allowed, "{key:?}");
+        }
+        for key in &keys {
+            assert!(!store.decide_now(1_001, &[request(key)]).allowed, "{key:?}");
+        }
+        assert_eq!(store.len(), keys.len());
+        assert_eq!(store.remove(&keys[..2]), 2);
+        assert!(store.decide_now(1_002, &[request(&keys[0])]).allowed);
+        assert!(!store.decide_now(1_002, &[request(&keys[2])]).allowed);
+    }
+
+    #[test]
     fn an_entry_is_a_cache_line_and_a_half() {
         // The module doc's figure; a million keys' worth of cache misses
         // depends on it.
