@@ -45,7 +45,26 @@ impl KeyText<'_> {
 /// denial, and logs each would-be denial of a shadow limit.
 /// The identity of a denial is read from its store key, or written again
 /// from `caller` where the key holds only its digest.
+#[inline]
 pub fn record(
+    rd: &Decision,
+    route_name: &Arc<str>,
+    limits: &[Limit],
+    keys: KeyText<'_>,
+    caller: &Caller<'_>,
+    metrics: Option<&RouteMetrics>,
+    top: &TopOffenders,
+) {
+    // Without metrics (an application's layer), a request no limit
+    // denied leaves nothing behind: checked here, without a call.
+    if metrics.is_none() && rd.denied().next().is_none() {
+        return;
+    }
+    record_each(rd, route_name, limits, keys, caller, metrics, top);
+}
+
+/// [`record`] of a decision that leaves something behind.
+fn record_each(
     rd: &Decision,
     route_name: &Arc<str>,
     limits: &[Limit],
