@@ -32,7 +32,7 @@ use super::exchange::{CheckedLimits, Exchange, Identities};
 use super::exempt;
 use super::overrides::{self, Applied};
 use crate::clock::Clock;
-use crate::config::{Config, Limit, PlansFrom};
+use crate::config::{Config, KeySource, KeySpec, Limit, PlansFrom};
 use crate::decision::limiter::Limiter;
 use crate::decision::overrides::{CallerOverrides, Override};
 use crate::decision::record::{self, KeyText};
@@ -654,7 +654,7 @@ fn push_requests(
                     && l.share.is_none()
                     && l.concurrency.is_none()
                     && l.sync.is_none()
-                    && identity::is_ip_alone(&l.key) =>
+                    && is_ip_alone(&l.key) =>
             {
                 StoreKey::Address {
                     limit,
@@ -680,6 +680,12 @@ fn push_requests(
             mode: mode(l, route),
         });
     }
+}
+
+/// Whether `spec` is the client IP alone (`key: ip`), whose identity
+/// `identity::write_key` writes as `ip=<net>`.
+fn is_ip_alone(spec: &KeySpec) -> bool {
+    matches!(&spec.parts[..], [chain] if matches!(&chain[..], [KeySource::Ip]))
 }
 
 /// How limit `l` of `route` is asked: shadow when either says so; a
