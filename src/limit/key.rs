@@ -10,10 +10,10 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 use ipnet::IpNet;
 
 /// The store key of one caller and one limit, as a decision carries it:
-/// its text (`store::keys::counter_key`), or, for a limit keyed by the client IP
-/// alone and counted in process, the limit's number and the caller's
-/// address. The in-process store hashes and compares the second as a few
-/// bytes ([`StoreKey::Address`]); its text is written only where
+/// its text (`store::keys::counter_key`), or, for a limit keyed by the
+/// client IP alone and counted in process, the limit's number and the
+/// caller's address. The in-process store hashes and compares the second
+/// as a few bytes ([`StoreKey::Address`]); its text is written only where
 /// something reads it ([`StoreKey::text`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum StoreKey {
