@@ -30,6 +30,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use tollgate::limit::key::StoreKey;
 use tollgate::limit::{Algorithm, LimitRequest};
 use tollgate::store::MemoryStore;
 
@@ -91,9 +92,11 @@ fn trace(duration_ms: u64, cap_per_sec: f64, rng: &mut Rng) -> Vec<(u64, u32)> {
 /// Decides the whole trace with `algorithm`: one admitted flag per event.
 fn decide(events: &[(u64, u32)], algorithm: Algorithm) -> Vec<bool> {
     let store = MemoryStore::new();
-    let keys: Vec<String> = (0..IDENTITIES).map(|i| format!("acc:{{id={i}}}")).collect();
+    let keys: Vec<StoreKey> = (0..IDENTITIES)
+        .map(|i| format!("acc:{{id={i}}}").into())
+        .collect();
     let mut req = [LimitRequest {
-        key: String::new(),
+        key: String::new().into(),
         limit: LIMIT,
         window_ms: WINDOW_MS,
         cost: 1,

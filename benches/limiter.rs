@@ -28,7 +28,7 @@ const MANY: u32 = 1_000_000;
 
 fn request(key: String) -> LimitRequest {
     LimitRequest {
-        key,
+        key: key.into(),
         // High enough that every decision admits: the admitted path is the
         // one every forwarded request takes.
         limit: 1_000_000_000_000,
@@ -94,7 +94,7 @@ fn decisions(c: &mut Criterion) {
     let two = [
         request(ip_key(2)),
         LimitRequest {
-            key: format!("{}:day", ip_key(2)),
+            key: format!("{}:day", ip_key(2)).into(),
             window_ms: 86_400_000,
             ..request(ip_key(2))
         },
@@ -113,7 +113,7 @@ fn decisions(c: &mut Criterion) {
     let denied = [
         request(ip_key(3)),
         LimitRequest {
-            key: format!("{}:day", ip_key(3)),
+            key: format!("{}:day", ip_key(3)).into(),
             limit: 1,
             window_ms: 86_400_000,
             ..request(ip_key(3))

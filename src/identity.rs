@@ -149,7 +149,14 @@ pub fn caller_reading<'a>(
     headers: &'a HeaderMap,
     read: Sources,
 ) -> Caller<'a> {
-    let trusted = is_trusted(&cfg.client_ip.trusted_proxies, peer);
+    // Made canonical once (`::ffff:a.b.c.d` is IPv4) for the trust check
+    // and the forwarding headers' walk.
+    let peer = canonical(peer);
+    let trusted = cfg
+        .client_ip
+        .trusted_proxies
+        .iter()
+        .any(|n| n.contains(&peer));
     let client = client_of(cfg.client_ip, trusted, peer, headers);
     let ip = group(client, cfg.client_ip.ipv6_prefix);
     if !read.api_key && !read.user {
@@ -213,14 +220,16 @@ pub fn caller_reading<'a>(
 /// The client's address, ungrouped: `peer` itself, or when `peer` is a
 /// trusted proxy the client its forwarding headers name.
 pub fn client_ip(cfg: &ClientIpConfig, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    let peer = canonical(peer);
     client_of(cfg, is_trusted(&cfg.trusted_proxies, peer), peer, headers)
 }
 
+/// [`client_ip`] of a canonical `peer`.
 fn client_of(cfg: &ClientIpConfig, trusted: bool, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
     if trusted {
         forwarded::client_ip(headers, peer, &cfg.trusted_proxies)
     } else {
-        canonical(peer)
+        peer
     }
 }
 

@@ -13,6 +13,7 @@ pub mod concurrency;
 pub mod deny_cache;
 pub mod fixed_window;
 pub mod gcra;
+pub mod key;
 pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
@@ -417,7 +418,7 @@ pub enum Summed {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct LimitRequest {
     /// Full store key: prefix, route, limit and identity.
-    pub key: String,
+    pub key: key::StoreKey,
     /// Quota per window (`L`).
     pub limit: u64,
     /// Window length in milliseconds (`w`).

@@ -25,7 +25,7 @@ pub struct CompiledRoute {
     pub policy_header: Option<HeaderValue>,
     /// Per limit: the key suffix `:<route>:<limit>` (`:@<share>` for a
     /// shared limit) appended after the identity.
-    pub key_suffixes: Vec<String>,
+    pub key_suffixes: Vec<keys::KeySuffix>,
     /// For a route with `plan: true` limits: per plan name, the route's
     /// limits with each plan limit expanded into the plan's limits. Empty
     /// when no limit takes its numbers from a plan.
@@ -80,7 +80,7 @@ pub struct LimitView {
     /// The limits.
     pub limits: Vec<Limit>,
     /// Key suffix per limit.
-    pub key_suffixes: Vec<String>,
+    pub key_suffixes: Vec<keys::KeySuffix>,
     /// `RateLimit-Policy` for these limits.
     pub policy_header: Option<HeaderValue>,
 }
@@ -89,7 +89,10 @@ impl CompiledRoute {
     /// The limits a caller is asked, with their key suffixes: `view`'s
     /// (a plan's, or the caller's overrides') when there is one, else the
     /// route's own.
-    pub fn limits_in<'a>(&'a self, view: Option<&'a LimitView>) -> (&'a [Limit], &'a [String]) {
+    pub fn limits_in<'a>(
+        &'a self,
+        view: Option<&'a LimitView>,
+    ) -> (&'a [Limit], &'a [keys::KeySuffix]) {
         match view {
             Some(v) => (&v.limits, &v.key_suffixes),
             None => (&self.route.limits, &self.key_suffixes),
@@ -105,7 +108,7 @@ fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
     let mut key_suffixes = Vec::new();
     for l in &route.limits {
         if !l.plan {
-            key_suffixes.push(key_suffix(&route.name, l));
+            key_suffixes.push(key_suffix(config, &route.name, l));
             limits.push(l.clone());
             continue;
         }
@@ -131,7 +134,7 @@ fn plan_view(config: &Config, route: &Route, plan: &Plan) -> LimitView {
                 name: Arc::from(format!("{}.{}", l.name, pl.name)),
                 ..limit.clone()
             };
-            key_suffixes.push(key_suffix(&route.name, &stored));
+            key_suffixes.push(key_suffix(config, &route.name, &stored));
             limits.push(limit);
         }
     }
@@ -158,7 +161,11 @@ impl Router {
             .map(|(index, r)| CompiledRoute {
                 index,
                 policy_header: headers::policy_header(config.headers, &r.limits),
-                key_suffixes: r.limits.iter().map(|l| key_suffix(&r.name, l)).collect(),
+                key_suffixes: r
+                    .limits
+                    .iter()
+                    .map(|l| key_suffix(config, &r.name, l))
+                    .collect(),
                 plan_views: if r.limits.iter().any(|l| l.plan) {
                     config
                         .plans
@@ -225,14 +232,14 @@ fn digest_suffixes(routes: &mut [CompiledRoute]) {
                 .chain(r.plan_views.values().flat_map(|v| v.key_suffixes.iter()))
         })
         .filter(|s| !keys::is_share(s))
-        .cloned()
+        .map(|s| s.to_string())
         .collect();
     let digest = keys::limit_digests(names.iter().map(String::as_str));
     // A share's suffix stays as it is: its key depends on the share alone,
     // never on the rest of the file.
-    let digest = |s: &mut String| {
+    let digest = |s: &mut keys::KeySuffix| {
         if !keys::is_share(s) {
-            *s = digest(s);
+            *s = s.written_as(digest(s));
         }
     };
     for r in routes {
@@ -246,13 +253,14 @@ fn digest_suffixes(routes: &mut [CompiledRoute]) {
     }
 }
 
-fn key_suffix(route: &str, limit: &Limit) -> String {
-    match (&limit.share, limit.concurrency) {
+fn key_suffix(config: &Config, route: &str, limit: &Limit) -> keys::KeySuffix {
+    let text = match (&limit.share, limit.concurrency) {
         (Some(share), Some(_)) => keys::share_concurrency_suffix(share),
         (Some(share), None) => keys::share_suffix(share, limit.algorithm),
         (None, Some(_)) => keys::concurrency_suffix(route, &limit.name),
         (None, None) => keys::limit_suffix(route, &limit.name, limit.algorithm),
-    }
+    };
+    keys::KeySuffix::new(&config.store.prefix, text)
 }
 
 /// `want` is lower-case; `*.example.com` matches any subdomain (not the apex).

@@ -652,7 +652,7 @@ async fn check_retry_after_all(store: &impl Store, tag: &str) {
             }
             let decide = |copy: &'static str, at: u64| {
                 let req = [LimitRequest {
-                    key: format!("test:{{{tag}:retry-all:{algorithm:?}:{n}}}:{copy}"),
+                    key: format!("test:{{{tag}:retry-all:{algorithm:?}:{n}}}:{copy}").into(),
                     limit,
                     window_ms,
                     cost,
@@ -716,7 +716,7 @@ fn requests(tag: &str, sc: &Scenario, cost: u64) -> Vec<LimitRequest> {
         .iter()
         .enumerate()
         .map(|(i, &(limit, window_ms))| LimitRequest {
-            key: format!("test:{{{tag}:{}:{}}}:{i}", sc.alg.name(), sc.name),
+            key: format!("test:{{{tag}:{}:{}}}:{i}", sc.alg.name(), sc.name).into(),
             limit,
             window_ms,
             cost,
@@ -787,7 +787,7 @@ async fn check_retry_after(store: &impl Store, tag: &str) {
     for (n, &(limit, window_ms, history, probe, cost)) in CASES.iter().enumerate() {
         let decide = |copy: &str, at: u64, cost: u64| {
             let req = [LimitRequest {
-                key: format!("test:{{{tag}:retry:{n}}}:{copy}"),
+                key: format!("test:{{{tag}:retry:{n}}}:{copy}").into(),
                 limit,
                 window_ms,
                 cost,
@@ -903,7 +903,7 @@ async fn connected(server: &RedisServer) -> RedisStore {
 
 fn one(key: &str, limit: u64, window_ms: u64, cost: u64) -> LimitRequest {
     LimitRequest {
-        key: key.to_owned(),
+        key: key.to_owned().into(),
         limit,
         window_ms,
         cost,
@@ -1557,7 +1557,7 @@ fn trace_requests(tag: &str, limits: &[(u64, u64, Algorithm)], cost: u64) -> Vec
         .iter()
         .enumerate()
         .map(|(i, &(limit, window_ms, algorithm))| LimitRequest {
-            key: format!("prop:{{{tag}}}:{i}"),
+            key: format!("prop:{{{tag}}}:{i}").into(),
             limit,
             window_ms,
             cost,
@@ -1782,7 +1782,7 @@ async fn redis_memory_per_key_by_algorithm() {
             // Shaped like the gateway's digested names (21 bytes).
             let key = format!("tg:{{{:0>12}}}{:0>4}", alg.code(), n);
             let req = [LimitRequest {
-                key: key.clone(),
+                key: key.clone().into(),
                 limit: 100,
                 window_ms: 60_000,
                 cost: 1,
@@ -1822,7 +1822,7 @@ async fn redis_memory_per_key_by_algorithm() {
     for n in [1u64, 10, 60] {
         let key = format!("tg:{{{:0>12}}}{:0>4}", buckets.code(), n);
         let req = [LimitRequest {
-            key: key.clone(),
+            key: key.clone().into(),
             limit: 100,
             window_ms: 60_000,
             cost: 1,
@@ -1883,7 +1883,7 @@ async fn every_key_expires_with_a_floor_for_short_lived_state() {
     for (n, (alg, limit, window_ms, at, range)) in cases.iter().enumerate() {
         let key = format!("ttl:{{{n}}}");
         let req = [LimitRequest {
-            key: key.clone(),
+            key: key.clone().into(),
             limit: *limit,
             window_ms: *window_ms,
             cost: 1,
@@ -1932,7 +1932,7 @@ async fn settle_table(store: &impl Store) -> Vec<(String, u64, u64)> {
             let tag = alg.key_tag().unwrap_or_else(|| alg.name().to_owned());
             let key = format!("{{settle}}:{tag}:{name}");
             let req = |cost| LimitRequest {
-                key: key.clone(),
+                key: key.clone().into(),
                 limit: 100,
                 window_ms: 10_000,
                 cost,

@@ -1540,7 +1540,7 @@ async fn a_pushed_backlog_counts_as_if_redis_had_decided() {
     ];
     for (i, algorithm) in algorithms.into_iter().enumerate() {
         let req = LimitRequest {
-            key: format!("tg:{{push}}{i}"),
+            key: format!("tg:{{push}}{i}").into(),
             limit: 10,
             window_ms: 60_000,
             cost: 1,

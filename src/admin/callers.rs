@@ -27,6 +27,7 @@ use crate::config::Limit;
 use crate::identity::{self, BodyFields, Caller};
 use crate::pipeline::Gateway;
 use crate::pipeline::callers::{CallerLimit, Found};
+use crate::store::keys::StoreKey;
 
 /// The limits of `query`'s caller, `caller`.
 async fn lookup(gw: &Gateway, q: &CallerQuery, caller: &Caller<'_>) -> Found {
@@ -91,7 +92,10 @@ fn shown(limit: &Limit, caller: &Caller<'_>) -> String {
 /// The store key of `l` as shown: the identity in it as [`shown`] writes
 /// it (with Redis, a key holds only digests and is shown as it is).
 fn shown_key(l: &CallerLimit, caller: &Caller<'_>) -> String {
-    l.request.key.replace(&l.identity, &shown(&l.limit, caller))
+    l.request
+        .key
+        .text()
+        .replace(&l.identity, &shown(&l.limit, caller))
 }
 
 /// What a row counts, when the caller lacks a part of its key: the bucket
@@ -128,7 +132,7 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
     };
     let mut concurrency = Vec::with_capacity(slots.len());
     for l in slots {
-        let held = match gw.limiter().concurrency().held(&l.request.key).await {
+        let held = match gw.limiter().concurrency().held(&l.request.key.text()).await {
             Ok(n) => n,
             Err(e) => return api::store_failed(&e),
         };
@@ -160,7 +164,7 @@ pub async fn show(gw: &Gateway, query: &[u8]) -> Response<Full<Bytes>> {
                 "remaining": o.remaining,
                 "reset_s": o.reset_ms.div_ceil(1000),
                 "override": l.override_.as_ref().map(|o| super::overrides::render(o, now_ms)),
-                "waiting": gw.waiting_on(&l.request.key),
+                "waiting": gw.waiting_on(&l.request.key.text()),
             })
         })
         .collect();
@@ -185,7 +189,7 @@ pub async fn reset(gw: &Gateway, query: &[u8], who: &Who) -> Response<Full<Bytes
     // Concurrency slots are held by requests in flight, which give them
     // back themselves; only counters are reset.
     found.limits.retain(|l| l.limit.concurrency.is_none());
-    let keys: Vec<String> = found.limits.iter().map(|l| l.request.key.clone()).collect();
+    let keys: Vec<StoreKey> = found.limits.iter().map(|l| l.request.key.clone()).collect();
     let prefix = gw.with_config(|c| c.store.prefix.clone());
     let deleted = match gw.limiter().admin().reset(&prefix, &keys).await {
         Ok(n) => n,

@@ -7,6 +7,7 @@
 //! error, never a fallback's guess.
 
 use super::redis_side::RedisSide;
+use crate::limit::key::StoreKey;
 use crate::limit::{Answer, LimitRequest};
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
 
@@ -53,10 +54,13 @@ impl<'a> LimiterAdmin<'a> {
     ///
     /// # Errors
     /// Redis cannot answer.
-    pub async fn reset(&self, prefix: &str, keys: &[String]) -> Result<u64, StoreError> {
+    pub async fn reset(&self, prefix: &str, keys: &[StoreKey]) -> Result<u64, StoreError> {
         let local = self.memory.remove(keys);
         match self.redis {
-            Some(side) => side.store.reset_keys(prefix, keys).await,
+            Some(side) => {
+                let texts: Vec<String> = keys.iter().map(ToString::to_string).collect();
+                side.store.reset_keys(prefix, &texts).await
+            }
             None => Ok(local),
         }
     }

@@ -11,6 +11,7 @@ use crate::config::{KeySource, Limit};
 use crate::identity::{self, Caller};
 use crate::limit::{LimitRequest, Verdict};
 use crate::metrics::RouteMetrics;
+use crate::store::keys::KeySuffix;
 use crate::top::{Denied, TopOffenders};
 
 /// How a decision's store keys were written, so that a denial's identity
@@ -22,19 +23,19 @@ pub struct KeyText<'a> {
     /// The store's key prefix.
     pub prefix: &'a str,
     /// Every limit's key suffix, in route order.
-    pub suffixes: &'a [String],
+    pub suffixes: &'a [KeySuffix],
     /// Whether identities are written as digests (a share's always are).
     pub digest: bool,
 }
 
 impl KeyText<'_> {
     /// The identity written in limit `i`'s key, `<prefix>{<identity>}<suffix>`;
-    /// `None` where the key holds its digest.
+    /// `None` where the key holds its digest or is no text (an address).
     fn identity(&self, i: usize, limit: &Limit) -> Option<&str> {
         if self.digest || limit.share.is_some() {
             return None;
         }
-        let key = &self.requests.get(i)?.key;
+        let key = self.requests.get(i)?.key.as_text()?;
         let end = key.len().checked_sub(self.suffixes.get(i)?.len() + 1)?;
         key.get(self.prefix.len() + 1..end)
     }
@@ -44,7 +45,26 @@ impl KeyText<'_> {
 /// denial, and logs each would-be denial of a shadow limit.
 /// The identity of a denial is read from its store key, or written again
 /// from `caller` where the key holds only its digest.
+#[inline]
 pub fn record(
+    rd: &Decision,
+    route_name: &Arc<str>,
+    limits: &[Limit],
+    keys: KeyText<'_>,
+    caller: &Caller<'_>,
+    metrics: Option<&RouteMetrics>,
+    top: &TopOffenders,
+) {
+    // Without metrics (an application's layer), a request no limit
+    // denied leaves nothing behind: checked here, without a call.
+    if metrics.is_none() && rd.denied().next().is_none() {
+        return;
+    }
+    record_each(rd, route_name, limits, keys, caller, metrics, top);
+}
+
+/// [`record`] of a decision that leaves something behind.
+fn record_each(
     rd: &Decision,
     route_name: &Arc<str>,
     limits: &[Limit],
@@ -125,7 +145,7 @@ mod tests {
 
     use super::*;
     use crate::config::KeySpec;
-    use crate::store::keys;
+    use crate::store::keys::{self, StoreKey};
 
     fn limit(share: Option<&str>) -> Limit {
         let per_ip = Limit::new(
@@ -142,7 +162,7 @@ mod tests {
 
     #[test]
     fn a_denials_identity_is_read_from_a_text_key_only() {
-        let suffixes = [":app:per_ip".to_owned()];
+        let suffixes = [KeySuffix::new("tg:", ":app:per_ip".to_owned())];
         let key = |digest| {
             let mut scratch = String::new();
             keys::counter_key("tg:", digest, &suffixes[0], &mut scratch, |out| {
@@ -150,7 +170,7 @@ mod tests {
             })
         };
         let text = [LimitRequest {
-            key: key(false),
+            key: key(false).into(),
             ..LimitRequest::default()
         }];
         let keys = KeyText {
@@ -163,8 +183,25 @@ mod tests {
         // A share's key holds its digest whatever the store says.
         assert_eq!(keys.identity(0, &limit(Some("s"))), None);
         assert_eq!(keys.identity(1, &limit(None)), None);
+        let address = [LimitRequest {
+            key: StoreKey::Address {
+                limit: suffixes[0].id().unwrap(),
+                net: "192.0.2.7/32".parse().unwrap(),
+            },
+            ..LimitRequest::default()
+        }];
+        assert_eq!(
+            address[0].key.text(),
+            text[0].key.text(),
+            "an address key's text is the text key's"
+        );
+        let keys_of_address = KeyText {
+            requests: &address,
+            ..keys
+        };
+        assert_eq!(keys_of_address.identity(0, &limit(None)), None);
         let digested = [LimitRequest {
-            key: key(true),
+            key: key(true).into(),
             ..LimitRequest::default()
         }];
         let keys = KeyText {

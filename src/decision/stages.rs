@@ -241,7 +241,12 @@ async fn take_slots(
         };
         let take = limiter
             .concurrency()
-            .take(&r.key, cap, on_error, limiter.health().live_instances())
+            .take(
+                &r.key.text(),
+                cap,
+                on_error,
+                limiter.health().live_instances(),
+            )
             .await;
         let full = Some(concurrency::full());
         match take {

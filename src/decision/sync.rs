@@ -213,7 +213,7 @@ impl SyncTable {
         let instances = self.instances.load(Ordering::Relaxed);
         if let [r] = requests {
             // One limit, the common case: one lock, one lookup.
-            let h = self.hash(&r.key);
+            let h = self.hash(&r.key.text());
             let mut shard = lock(&self.shards[shard_of(h)]);
             let Shard {
                 table,
@@ -229,7 +229,8 @@ impl SyncTable {
             outcomes.push(o);
             return Some(Answer { allowed, outcomes });
         }
-        let hashes: SmallVec<[u64; 4]> = requests.iter().map(|r| self.hash(&r.key)).collect();
+        let hashes: SmallVec<[u64; 4]> =
+            requests.iter().map(|r| self.hash(&r.key.text())).collect();
         let mut guards = self.lock_shards(&hashes);
         let mut views: SmallVec<[Counts; 4]> = SmallVec::new();
         let mut outcomes = Standings::with_capacity(requests.len());
@@ -247,7 +248,7 @@ impl SyncTable {
         let allowed = outcomes.iter().all(|o| o.admits);
         for (((r, &h), o), view) in requests.iter().zip(&hashes).zip(&mut outcomes).zip(&views) {
             let Shard { table, queue, .. } = guard(&mut guards, shard_of(h));
-            if let Some(e) = table.find_mut(h, |e| *e.key == *r.key) {
+            if let Some(e) = table.find_mut(h, |e| *e.key == *r.key.text()) {
                 account(e, queue, *view, r, o, allowed, intent, now, instances);
             }
         }
@@ -267,25 +268,27 @@ impl SyncTable {
     ) -> Option<&'s mut Entry> {
         let kind = Kind::of(r.algorithm)?;
         let interval = interval.max(1);
-        if table.find(h, |e| *e.key == *r.key).is_none() {
+        if table.find(h, |e| *e.key == *r.key.text()).is_none() {
             let len = table.len();
             if len > 1024 && len >= 2 * *swept_at_len {
                 table.retain(|e| !e.is_idle(now));
                 *swept_at_len = table.len().max(512);
             }
             let hasher = &self.hasher;
-            table.insert_unique(h, Entry::new(&r.key, kind, r.window_ms, interval), |e| {
-                hasher.hash_one(e.key.as_bytes())
-            });
+            table.insert_unique(
+                h,
+                Entry::new(&r.key.text(), kind, r.window_ms, interval),
+                |e| hasher.hash_one(e.key.as_bytes()),
+            );
             if self.tick_ms.fetch_min(interval, Ordering::Relaxed) > interval {
                 self.tick_changed.notify_waiters();
             }
         }
-        let e = table.find_mut(h, |e| *e.key == *r.key)?;
+        let e = table.find_mut(h, |e| *e.key == *r.key.text())?;
         if e.window_ms != r.window_ms || e.kind != kind {
             // The limit changed on reload: what was counted under the old
             // window is not this limit's any more (nor Redis's view of it).
-            *e = Entry::new(&r.key, kind, r.window_ms, interval);
+            *e = Entry::new(&r.key.text(), kind, r.window_ms, interval);
         } else if e.interval_ms != interval {
             e.interval_ms = interval;
             e.max_wait_ms = max_wait(interval, e.window_ms);

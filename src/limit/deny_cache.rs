@@ -115,7 +115,7 @@ impl DenyCache {
         }
         requests.iter().any(|r| {
             refunds
-                .get(&self.key_hash(&r.key))
+                .get(&self.key_hash(&r.key.text()))
                 .is_some_and(|&t| t >= at_ms)
         })
     }

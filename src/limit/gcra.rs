@@ -66,19 +66,19 @@ pub fn check(state: Tat, now: u64, limit: u64, window: u64, burst: u64, cost: u6
     let cap = b * w;
     let admits = c <= b && diff + c * w <= cap;
     let diff_after = if admits { diff + c * w } else { diff };
-    let remaining = cap.saturating_sub(diff_after) / w;
+    let remaining = div_rem(cap.saturating_sub(diff_after), w).0;
     let retry = if admits {
         Some(0)
     } else if c > b {
         None
     } else {
-        Some((diff + c * w - cap).div_ceil(l))
+        Some(div_ceil(diff + c * w - cap, l))
     };
     let after = if admits {
-        let total = u128::from(base_rem) + c * w;
+        let (whole, rem) = div_rem(u128::from(base_rem) + c * w, l);
         Tat {
-            tat: base_ms.saturating_add(u64::try_from(total / l).unwrap_or(u64::MAX)),
-            rem: (total % l) as u64,
+            tat: base_ms.saturating_add(u64::try_from(whole).unwrap_or(u64::MAX)),
+            rem: rem as u64,
         }
     } else {
         s
@@ -87,16 +87,46 @@ pub fn check(state: Tat, now: u64, limit: u64, window: u64, burst: u64, cost: u6
         outcome: Standing {
             admits,
             remaining: u64::try_from(remaining).unwrap_or(u64::MAX),
-            reset_ms: u64::try_from(diff_after.div_ceil(l)).unwrap_or(u64::MAX),
+            reset_ms: u64::try_from(div_ceil(diff_after, l)).unwrap_or(u64::MAX),
             retry_after_ms: retry.map(|r| u64::try_from(r).unwrap_or(u64::MAX)),
         },
         after,
     }
 }
 
+/// `a / b` and `a % b` (`b` > 0), in one 64-bit division when both fit,
+/// as they do for every limit whose `(B + c)·w` is below 2^53: a 128-bit
+/// division is a call into the compiler's runtime, two of them for the
+/// quotient and the remainder.
+#[inline]
+fn div_rem(a: u128, b: u128) -> (u128, u128) {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) => (u128::from(a / b), u128::from(a % b)),
+        _ => (a / b, a % b),
+    }
+}
+
+/// `a / b` rounded up (`b` > 0), as [`div_rem`] divides.
+#[inline]
+fn div_ceil(a: u128, b: u128) -> u128 {
+    let (q, r) = div_rem(a, b);
+    q + u128::from(r != 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn divisions_in_64_bits_agree_with_128() {
+        let big = u128::from(u64::MAX);
+        for a in [0, 1, 7, 9_999, 10_000, big - 1, big, big + 1, big * 3 + 2] {
+            for b in [1, 3, 10_000, big, big + 5] {
+                assert_eq!(div_rem(a, b), (a / b, a % b), "{a} / {b}");
+                assert_eq!(div_ceil(a, b), a.div_ceil(b), "{a} / {b}");
+            }
+        }
+    }
 
     #[test]
     fn a_full_bucket_takes_a_burst_then_refills_at_the_rate() {

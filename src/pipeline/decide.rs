@@ -32,7 +32,7 @@ use super::exchange::{CheckedLimits, Exchange, Identities};
 use super::exempt;
 use super::overrides::{self, Applied};
 use crate::clock::Clock;
-use crate::config::{Config, Limit, PlansFrom};
+use crate::config::{Config, KeySource, KeySpec, Limit, PlansFrom};
 use crate::decision::limiter::Limiter;
 use crate::decision::overrides::{CallerOverrides, Override};
 use crate::decision::record::{self, KeyText};
@@ -49,7 +49,7 @@ use crate::metrics::delay::DelayMetrics;
 use crate::plans::{PlanChoice, PlanResolver};
 use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
-use crate::store::keys;
+use crate::store::keys::{self, KeySuffix, StoreKey};
 use crate::top::TopOffenders;
 
 /// A request's limit requests, one per limit: on the stack for the usual
@@ -502,7 +502,7 @@ async fn wait(
 ) -> Decided {
     let line = requests
         .iter()
-        .map(|r| r.key.as_str())
+        .map(|r| r.key.text())
         .collect::<Vec<_>>()
         .join("\n");
     let Some(mut place) = d.waiting.enter(
@@ -611,7 +611,7 @@ pub(super) fn limit_requests(
     cfg: &Config,
     route: &CompiledRoute,
     limits: &[Limit],
-    suffixes: &[String],
+    suffixes: &[KeySuffix],
     caller: &Caller<'_>,
     content_length: Option<u64>,
 ) -> Requests {
@@ -634,25 +634,45 @@ fn push_requests(
     cfg: &Config,
     route: &CompiledRoute,
     limits: &[Limit],
-    suffixes: &[String],
+    suffixes: &[KeySuffix],
     caller: &Caller<'_>,
     content_length: Option<u64>,
 ) {
     let digest = cfg.store.digest_keys();
+    let in_process = cfg.store.redis.is_none();
     let mut scratch = String::new();
     // Pushed one by one: collecting into a `SmallVec` through its
     // `Extend` costs more.
     for (l, suffix) in limits.iter().zip(suffixes) {
-        requests.push(LimitRequest {
+        let key = match suffix.id() {
+            // Counted in process and keyed by the client IP alone: the
+            // limit's number and the address, no text (`StoreKey`). A
+            // share's key, a concurrency slot's and a `sync` limit's are
+            // written out, as every key Redis sees is.
+            Some(limit)
+                if in_process
+                    && l.share.is_none()
+                    && l.concurrency.is_none()
+                    && l.sync.is_none()
+                    && is_ip_alone(&l.key) =>
+            {
+                StoreKey::Address {
+                    limit,
+                    net: caller.ip,
+                }
+            }
             // A share's identity is always a digest: its key must not
             // depend on `readable_keys` (see `keys::is_share`).
-            key: keys::counter_key(
+            _ => StoreKey::Text(keys::counter_key(
                 &cfg.store.prefix,
                 digest || l.share.is_some(),
                 suffix,
                 &mut scratch,
                 |out| identity::write_key(out, &l.key, caller),
-            ),
+            )),
+        };
+        requests.push(LimitRequest {
+            key,
             limit: l.limit.get(),
             window_ms: l.window_ms.get(),
             cost: settle::reserve(l, route.route.cost, content_length, caller.body),
@@ -660,6 +680,12 @@ fn push_requests(
             mode: mode(l, route),
         });
     }
+}
+
+/// Whether `spec` is the client IP alone (`key: ip`), whose identity
+/// `identity::write_key` writes as `ip=<net>`.
+fn is_ip_alone(spec: &KeySpec) -> bool {
+    matches!(&spec.parts[..], [chain] if matches!(&chain[..], [KeySource::Ip]))
 }
 
 /// How limit `l` of `route` is asked: shadow when either says so; a

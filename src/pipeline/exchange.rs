@@ -142,7 +142,7 @@ impl Identities {
 
     /// The store key each decided limit counts the caller under.
     pub(super) fn counted_as(&mut self, requests: &[LimitRequest]) {
-        self.keys.extend(requests.iter().map(|r| r.key.clone()));
+        self.keys.extend(requests.iter().map(|r| r.key.to_string()));
     }
 }
 

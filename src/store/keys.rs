@@ -20,9 +20,51 @@
 //! readable key holds (`key=k80215`), so an operator can find a caller's
 //! key: `printf 'key=k80215' | sha256sum`, first 9 bytes, base64url.
 
+use std::ops::Deref;
+
 use sha2::{Digest, Sha256};
 
 use crate::limit::Algorithm;
+use crate::limit::key::limit_id;
+
+pub use crate::limit::key::StoreKey;
+
+/// A limit's key suffix ([`limit_suffix`], [`share_suffix`], or their
+/// digest) and the number that names it with the store's prefix in a
+/// [`StoreKey::Address`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySuffix {
+    text: String,
+    id: Option<u32>,
+}
+
+impl KeySuffix {
+    /// `text` after `prefix`'s identities, numbered ([`limit_id`]).
+    pub fn new(prefix: &str, text: String) -> Self {
+        let id = limit_id(prefix, &text);
+        Self { text, id }
+    }
+
+    /// The same suffix written as `text` (its digest), with the number of
+    /// the text it replaces.
+    #[must_use]
+    pub fn written_as(&self, text: String) -> Self {
+        Self { text, id: self.id }
+    }
+
+    /// The number of the prefix and this suffix, if it has one.
+    pub fn id(&self) -> Option<u32> {
+        self.id
+    }
+}
+
+impl Deref for KeySuffix {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
 
 /// The counter key of one caller and one limit: `<prefix>{<identity>}<suffix>`,
 /// the identity written by `identity` and replaced by its digest when

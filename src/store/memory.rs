@@ -21,12 +21,14 @@
 pub mod leases;
 
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::net::IpAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::HashTable;
 use smallvec::{SmallVec, smallvec};
 
 use super::contract::{Store, StoreError};
+use crate::limit::key::StoreKey;
 use crate::limit::settle::Settlement;
 use crate::limit::state::State;
 use crate::limit::{Answer, LimitRequest, Standings, gcra, sliding_log, sliding_window};
@@ -51,18 +53,54 @@ struct Shard {
     swept_at_len: usize,
 }
 
+/// The most bytes [`key_bytes`] writes: an IPv6 address key's.
+const PACKED: usize = 22;
+
+/// What the store hashes and compares of a key: its text's bytes, or for
+/// a [`StoreKey::Address`] a byte no text holds (`0xFF` is in no UTF-8),
+/// the limit's number, the prefix length and the address: 10 bytes for
+/// IPv4 and 22 for IPv6 (the lengths keep the two apart), where the text
+/// `tg:{ip=10.0.0.1/32}:app:per_ip` is 30. `buf` holds them meanwhile.
+#[inline]
+fn key_bytes<'a>(key: &'a StoreKey, buf: &'a mut [u8; PACKED]) -> &'a [u8] {
+    match key {
+        StoreKey::Text(t) => t.as_bytes(),
+        StoreKey::Address { limit, net } => {
+            buf[0] = 0xFF;
+            buf[1..5].copy_from_slice(&limit.to_le_bytes());
+            buf[5] = net.prefix_len();
+            match net.addr() {
+                IpAddr::V4(a) => {
+                    buf[6..10].copy_from_slice(&a.octets());
+                    &buf[..10]
+                }
+                IpAddr::V6(a) => {
+                    buf[6..22].copy_from_slice(&a.octets());
+                    &buf[..22]
+                }
+            }
+        }
+    }
+}
+
 impl Shard {
-    fn get(&self, hash: u64, key: &str) -> Option<&Entry> {
-        self.table.find(hash, |e| *e.key == *key.as_bytes())
+    fn get(&self, hash: u64, key: &StoreKey) -> Option<&Entry> {
+        let mut buf = [0; PACKED];
+        let key = key_bytes(key, &mut buf);
+        self.table.find(hash, |e| *e.key == *key)
     }
 
-    fn get_mut(&mut self, hash: u64, key: &str) -> Option<&mut Entry> {
-        self.table.find_mut(hash, |e| *e.key == *key.as_bytes())
+    fn get_mut(&mut self, hash: u64, key: &StoreKey) -> Option<&mut Entry> {
+        let mut buf = [0; PACKED];
+        let key = key_bytes(key, &mut buf);
+        self.table.find_mut(hash, |e| *e.key == *key)
     }
 
     /// Removes `key`; whether it was held.
-    fn remove(&mut self, hash: u64, key: &str) -> bool {
-        match self.table.find_entry(hash, |e| *e.key == *key.as_bytes()) {
+    fn remove(&mut self, hash: u64, key: &StoreKey) -> bool {
+        let mut buf = [0; PACKED];
+        let key = key_bytes(key, &mut buf);
+        match self.table.find_entry(hash, |e| *e.key == *key) {
             Ok(e) => {
                 e.remove();
                 true
@@ -80,8 +118,9 @@ impl Shard {
         state: State,
         now_ms: u64,
     ) {
+        let mut buf = [0; PACKED];
         let entry = Entry {
-            key: KeyBytes::from_slice(r.key.as_bytes()),
+            key: KeyBytes::from_slice(key_bytes(&r.key, &mut buf)),
             window_ms: r.window_ms,
             state,
         };
@@ -146,8 +185,9 @@ impl MemoryStore {
         }
     }
 
-    fn hash(&self, key: &str) -> u64 {
-        key_hash(&self.hasher, key.as_bytes())
+    fn hash(&self, key: &StoreKey) -> u64 {
+        let mut buf = [0; PACKED];
+        key_hash(&self.hasher, key_bytes(key, &mut buf))
     }
 
     /// Number of keys held; for tests and metrics.
@@ -162,7 +202,7 @@ impl MemoryStore {
 
     /// Forgets the counters of `keys` (an operator's reset); how many
     /// were held.
-    pub fn remove(&self, keys: &[String]) -> u64 {
+    pub fn remove(&self, keys: &[StoreKey]) -> u64 {
         let mut removed = 0;
         for key in keys {
             let hash = self.hash(key);
@@ -313,13 +353,12 @@ impl MemoryStore {
     /// general path's per-request vectors cost more than the decision
     /// itself.
     fn decide_one(&self, now_ms: u64, r: &LimitRequest) -> Answer {
-        let hash = self.hash(&r.key);
+        let mut buf = [0; PACKED];
+        let key = key_bytes(&r.key, &mut buf);
+        let hash = key_hash(&self.hasher, key);
         let mut g = lock(&self.shards[shard_of(hash)]);
         let shard = &mut *g;
-        let outcome = match shard
-            .table
-            .find_entry(hash, |e| *e.key == *r.key.as_bytes())
-        {
+        let outcome = match shard.table.find_entry(hash, |e| *e.key == *key) {
             Ok(mut held) => {
                 let e = held.get_mut();
                 if let Some(s) = e.state.sliding_window(r.algorithm) {
@@ -495,6 +534,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_address_key_is_its_own_counter_and_resets() {
+        let store = MemoryStore::new();
+        let at = |limit, net: &str| StoreKey::Address {
+            limit,
+            net: net.parse().unwrap(),
+        };
+        let keys = [
+            at(0, "192.0.2.7/32"),
+            at(1, "192.0.2.7/32"),
+            at(0, "192.0.2.8/32"),
+            at(0, "192.0.2.7/31"),
+            at(0, "2001:db8::/64"),
+            // The text of `at(0, "192.0.2.7/32")` under some prefix and
+            // suffix: another key, whatever it reads.
+            StoreKey::Text(at(0, "192.0.2.7/32").text().into_owned()),
+        ];
+        let request = |key: &StoreKey| LimitRequest {
+            key: key.clone(),
+            limit: 1,
+            window_ms: 60_000,
+            cost: 1,
+            ..LimitRequest::default()
+        };
+        for key in &keys {
+            assert!(store.decide_now(1_000, &[request(key)]).allowed, "{key:?}");
+        }
+        for key in &keys {
+            assert!(!store.decide_now(1_001, &[request(key)]).allowed, "{key:?}");
+        }
+        assert_eq!(store.len(), keys.len());
+        assert_eq!(store.remove(&keys[..2]), 2);
+        assert!(store.decide_now(1_002, &[request(&keys[0])]).allowed);
+        assert!(!store.decide_now(1_002, &[request(&keys[2])]).allowed);
     }
 
     #[test]

@@ -58,7 +58,7 @@ impl Settler {
                     if let Some(c) = &self.deny_cache
                         && s.delta() < 0
                     {
-                        c.refunded(now_ms, &s.request.key);
+                        c.refunded(now_ms, &s.request.key.text());
                     }
                 }
             }

@@ -251,7 +251,7 @@ proptest! {
                 Step::Request { key, algorithm, cost, after_ms } => {
                     now += after_ms;
                     let r = LimitRequest {
-                        key: format!("k{key}:{algorithm}"),
+                        key: format!("k{key}:{algorithm}").into(),
                         cost,
                         algorithm: algorithms[algorithm],
                         ..req("", 5, 4_000)

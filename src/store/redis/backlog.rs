@@ -379,7 +379,7 @@ impl Backlog {
         if r.units() == 0 {
             return;
         }
-        if self.record_in(&mut self.shard(&r.key), now, r) {
+        if self.record_in(&mut self.shard(&r.key.text()), now, r) {
             return;
         }
         // Full: make room from windows that ended (one caller, at most once
@@ -393,7 +393,7 @@ impl Backlog {
                 .is_ok()
         {
             self.sweep(now);
-            if self.record_in(&mut self.shard(&r.key), now, r) {
+            if self.record_in(&mut self.shard(&r.key.text()), now, r) {
                 return;
             }
         }
@@ -426,7 +426,7 @@ impl Backlog {
 
     /// [`Self::record`] under the shard's lock; false when out of room.
     fn record_in(&self, shard: &mut Shard, now: u64, r: &LimitRequest) -> bool {
-        match shard.map.get_mut(r.key.as_str()) {
+        match shard.map.get_mut(&*r.key.text()) {
             Some(e) if e.matches(r) => {
                 // Only a sliding log grows, by one run at most (and its
                 // pruning may free some): reserve that one, give back the
@@ -462,7 +462,7 @@ impl Backlog {
                 if !self.reserve(fresh.items()) {
                     return false;
                 }
-                shard.map.insert(r.key.clone(), fresh);
+                shard.map.insert(r.key.text().into_owned(), fresh);
                 true
             }
         }

@@ -44,6 +44,8 @@
 //!   admit too much. Keep such limits' keys in one slot (the same identity)
 //!   to avoid it.
 
+use std::borrow::Cow;
+
 use fred::types::{ClusterHash, Value};
 use fred::util::redis_keyslot;
 use tokio::time::Instant;
@@ -97,7 +99,9 @@ async fn decide_in_one_call(
 
 /// Whether the keys of `requests` fall in more than one hash slot.
 fn spans_slots(requests: &[LimitRequest]) -> bool {
-    let mut slots = requests.iter().map(|r| redis_keyslot(r.key.as_bytes()));
+    let mut slots = requests
+        .iter()
+        .map(|r| redis_keyslot(r.key.text().as_bytes()));
     match slots.next() {
         Some(first) => slots.any(|s| s != first),
         None => false,
@@ -108,7 +112,7 @@ fn spans_slots(requests: &[LimitRequest]) -> bool {
 /// (`ClusterHash::Custom`); a random node when there is no key.
 fn first_key_slot(requests: &[LimitRequest]) -> ClusterHash {
     requests.first().map_or(ClusterHash::Random, |r| {
-        ClusterHash::Custom(redis_keyslot(r.key.as_bytes()))
+        ClusterHash::Custom(redis_keyslot(r.key.text().as_bytes()))
     })
 }
 
@@ -123,7 +127,8 @@ async fn decide_across_slots(
     let mut outcomes: Vec<Option<Standing>> = vec![None; requests.len()];
     let mut reserved: Vec<Vec<usize>> = Vec::new();
     let mut failure = None;
-    for group in slot_groups(true, requests.iter().map(|r| r.key.as_str())) {
+    let texts: Vec<Cow<'_, str>> = requests.iter().map(|r| r.key.text()).collect();
+    for group in slot_groups(true, texts.iter().map(|t| &**t)) {
         let part: Vec<LimitRequest> = group.iter().map(|&i| requests[i].clone()).collect();
         let decided = tokio::time::timeout_at(
             deadline,
@@ -204,7 +209,8 @@ async fn refund(
         return Ok((now_ms, Vec::new()));
     }
     let group = &group[..];
-    let keys: Vec<&str> = group.iter().map(|&i| requests[i].key.as_str()).collect();
+    let texts: Vec<Cow<'_, str>> = group.iter().map(|&i| requests[i].key.text()).collect();
+    let keys: Vec<&str> = texts.iter().map(|t| &**t).collect();
     let mut args = Vec::with_capacity(1 + 2 * group.len());
     args.push(if clients.server_clock() {
         Value::from(SERVER_CLOCK)
@@ -298,10 +304,11 @@ mod tests {
     #[test]
     fn groups_come_in_ascending_slot_order() {
         let reqs: Vec<LimitRequest> = (0..20).map(|i| req(&format!("{{id{i}}}"))).collect();
-        let groups = slot_groups(true, reqs.iter().map(|r| r.key.as_str()));
+        let texts: Vec<String> = reqs.iter().map(|r| r.key.to_string()).collect();
+        let groups = slot_groups(true, texts.iter().map(String::as_str));
         let slots: Vec<u16> = groups
             .iter()
-            .map(|g| redis_keyslot(reqs[g[0]].key.as_bytes()))
+            .map(|g| redis_keyslot(texts[g[0]].as_bytes()))
             .collect();
         assert!(slots.windows(2).all(|w| w[0] < w[1]), "{slots:?}");
         assert_eq!(groups.iter().map(Vec::len).sum::<usize>(), 20);

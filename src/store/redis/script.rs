@@ -67,7 +67,7 @@ impl Encoded {
         };
         let keys = requests
             .iter()
-            .map(|r| Value::from(r.key.as_str()))
+            .map(|r| Value::from(&*r.key.text()))
             .collect();
         Ok(Encoded { keys, shape, now })
     }

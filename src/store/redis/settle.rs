@@ -37,7 +37,7 @@ pub(super) async fn send(
             .eval_by(
                 deadline,
                 SETTLE,
-                &[s.request.key.as_str()],
+                &[&*s.request.key.text()],
                 args(s, now_ms, delta, clients.server_clock()),
             )
             .await?;
