@@ -180,16 +180,30 @@ pub fn strip_request_hop_by_hop(headers: &mut HeaderMap) {
 
 #[inline]
 fn strip(headers: &mut HeaderMap, keep_te_trailers: bool) {
-    // One pass over the names (standard names compare as enum tags) finds
-    // which hop-by-hop headers are there; only those are removed, each
-    // removal being a hashed lookup. Most requests carry none and most
-    // responses only `Connection: keep-alive`.
+    let present = hop_fields(headers);
+    strip_present(headers, present, keep_te_trailers);
+}
+
+/// Which of [`HOP_HEADERS`] `headers` holds, as bits by index: one pass
+/// over the names, where standard names compare as enum tags.
+#[inline]
+fn hop_fields(headers: &HeaderMap) -> u8 {
     let mut present = 0u8;
     for k in headers.keys() {
         if let Some(i) = HOP_HEADERS.iter().position(|h| h == k) {
             present |= 1 << i;
         }
     }
+    present
+}
+
+/// Removes the hop-by-hop headers `present` ([`hop_fields`]) says are
+/// there, and those `Connection` names.
+#[inline]
+fn strip_present(headers: &mut HeaderMap, present: u8, keep_te_trailers: bool) {
+    // Only the headers found are removed, each removal being a hashed
+    // lookup. Most requests carry none and most responses only
+    // `Connection: keep-alive`.
     if present == 0 {
         return;
     }
@@ -273,28 +287,68 @@ pub fn rewrite<B>(
     upstream: &Upstream,
     hop: Hop<'_>,
 ) -> Result<(), http::Error> {
+    rewrite_as(req, upstream, hop, false).map(drop)
+}
+
+/// Rewrites a client request as [`rewrite`] does, for one that tollgate's
+/// own HTTP/1.1 client writes (a plain `http://` upstream under
+/// `server.http1: native`) and that nothing reads or changes the headers
+/// of before it is written (no request rules, no upgrade): the target is
+/// left in origin form, and the forwarding fields the rewrite adds are
+/// returned as a [`Forwarding`] for the writer to write after the map's
+/// fields, instead of being inserted into the map, when they can be (an
+/// untrusted peer whose one `Host` stays). `None`: they are in the map.
+///
+/// # Errors
+/// As [`rewrite`].
+pub fn rewrite_for_native<B>(
+    req: &mut Request<B>,
+    upstream: &Upstream,
+    hop: Hop<'_>,
+) -> Result<Option<Forwarding>, http::Error> {
+    rewrite_as(req, upstream, hop, true)
+}
+
+#[inline]
+fn rewrite_as<B>(
+    req: &mut Request<B>,
+    upstream: &Upstream,
+    hop: Hop<'_>,
+    native: bool,
+) -> Result<Option<Forwarding>, http::Error> {
     // The client's one `Host` stays where it is; a host from anywhere else
     // (the URI's authority, or the first of several lines) is written.
     let mut sent = req.headers().get_all(HOST).iter();
-    let (host, in_place) = match (sent.next(), sent.next()) {
-        (Some(h), second) => (Some(h.clone()), second.is_none()),
-        (None, _) => (
-            req.uri()
+    let (first, second) = (sent.next(), sent.next());
+    let in_place = first.is_some() && second.is_none();
+    let present = hop_fields(req.headers());
+    // As text: every forwarding field is known absent once an untrusted
+    // peer's are dropped, and the `Host` in place is `X-Forwarded-Host`'s
+    // value, unless `Connection` names it (then it is written again, as
+    // below).
+    let text = native && in_place && !hop.trusted;
+    let host = if text && present & 1 == 0 {
+        None
+    } else {
+        match first {
+            Some(h) => Some(h.clone()),
+            None => req
+                .uri()
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
-            false,
-        ),
+        }
     };
-    *req.uri_mut() = upstream_uri(req.uri(), upstream)?;
+    if native {
+        origin_form(req, upstream)?;
+    } else {
+        *req.uri_mut() = upstream_uri(req.uri(), upstream)?;
+    }
     *req.version_mut() = Version::HTTP_11;
 
     let headers = req.headers_mut();
-    if Protocol::of(&upstream.uri) == Protocol::Http1 {
-        // HTTP/1.1 throughout, where gRPC never runs: `te` is the hop's.
-        strip_hop_by_hop(headers);
-    } else {
-        strip_request_hop_by_hop(headers);
-    }
+    // HTTP/1.1 throughout, where gRPC never runs: `te` is the hop's.
+    let keep_te_trailers = Protocol::of(&upstream.uri) != Protocol::Http1;
+    strip_present(headers, present, keep_te_trailers);
     if !upstream.forward_proxy_authorization {
         // Credentials for a proxy (RFC 9110 §11.7.4), which the gateway is
         // the last of; a route can opt in to pass them on.
@@ -303,19 +357,89 @@ pub fn rewrite<B>(
     if !hop.trusted {
         strip_forwarding(headers, hop.user_header, hop.plan_header);
     }
+    if text && (present & 1 == 0 || headers.contains_key(HOST)) {
+        return Ok(Some(Forwarding {
+            peer: hop.peer,
+            https: hop.scheme == "https",
+        }));
+    }
     append_forwarded_for(headers, hop.peer);
     if let Entry::Vacant(v) = headers.entry(&X_FORWARDED_PROTO) {
         v.insert(HeaderValue::from_static(hop.scheme_static()));
     }
     set_host(headers, host, in_place, upstream);
+    Ok(None)
+}
+
+/// The forwarding fields of a request that tollgate's own HTTP/1.1 client
+/// writes ([`rewrite_for_native`]), kept out of its header map: its
+/// writer writes them as text after the map's fields, in the order and
+/// with the bytes an insert into the map would have given them, and
+/// whatever else sends the request puts them into the map first
+/// ([`Forwarding::materialize`]). `X-Forwarded-For` is the peer,
+/// `X-Forwarded-Proto` the scheme, `X-Forwarded-Host` the value of the
+/// request's one `Host`.
+#[derive(Debug, Clone, Copy)]
+pub struct Forwarding {
+    peer: IpAddr,
+    https: bool,
+}
+
+impl Forwarding {
+    /// Writes the fields as lines of a head into `out`; `host` is the
+    /// request's `Host`, as its map holds it.
+    pub fn write(&self, out: &mut Vec<u8>, host: Option<&HeaderValue>) {
+        out.extend_from_slice(b"x-forwarded-for: ");
+        let mut buf = [0u8; 48];
+        out.extend_from_slice(crate::identity::render_ip(self.peer, &mut buf));
+        out.extend_from_slice(if self.https {
+            b"\r\nx-forwarded-proto: https\r\n"
+        } else {
+            b"\r\nx-forwarded-proto: http\r\n"
+        });
+        if let Some(h) = host {
+            out.extend_from_slice(b"x-forwarded-host: ");
+            out.extend_from_slice(h.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// Puts the fields into `headers`, for a reader that needs the whole
+    /// map (hyper's client), as [`rewrite`] would have.
+    pub fn materialize(self, headers: &mut HeaderMap) {
+        let mut buf = [0u8; 48];
+        let peer = crate::identity::render_ip(self.peer, &mut buf);
+        if let Ok(xff) = HeaderValue::from_bytes(peer) {
+            headers.append(&X_FORWARDED_FOR, xff);
+        }
+        let scheme = if self.https { "https" } else { "http" };
+        headers.append(&X_FORWARDED_PROTO, HeaderValue::from_static(scheme));
+        if let Some(h) = headers.get(HOST).cloned() {
+            headers.append(&X_FORWARDED_HOST, h);
+        }
+    }
+}
+
+/// Sets the request's target to the origin form a connection of its own
+/// is told: the upstream's base path, then the request's path and query.
+/// A target in origin form under an upstream without a base path is
+/// already that, and is left as it is.
+fn origin_form<B>(req: &mut Request<B>, upstream: &Upstream) -> Result<(), http::Error> {
+    let base = upstream.uri.path().trim_end_matches('/');
+    let uri = req.uri();
+    if base.is_empty() && uri.authority().is_none() && uri.path_and_query().is_some() {
+        return Ok(());
+    }
+    let pq = join_path(base, uri.path_and_query())?;
+    let mut parts = http::uri::Parts::default();
+    parts.path_and_query = Some(pq);
+    *req.uri_mut() = Uri::from_parts(parts)?;
     Ok(())
 }
 
-/// The upstream's scheme and authority, its base path, then the request's
-/// path and query.
-fn upstream_uri(uri: &Uri, upstream: &Upstream) -> Result<Uri, http::Error> {
-    let base = upstream.uri.path().trim_end_matches('/');
-    let pq: PathAndQuery = match uri.path_and_query() {
+/// The base path, then the request's path and query (`/` without one).
+fn join_path(base: &str, pq: Option<&PathAndQuery>) -> Result<PathAndQuery, http::Error> {
+    Ok(match pq {
         // Already validated by hyper: reuse it (a reference-counted clone)
         // instead of parsing it again.
         Some(pq) if base.is_empty() => pq.clone(),
@@ -326,7 +450,14 @@ fn upstream_uri(uri: &Uri, upstream: &Upstream) -> Result<Uri, http::Error> {
             joined.push_str(pq);
             PathAndQuery::try_from(joined)?
         }
-    };
+    })
+}
+
+/// The upstream's scheme and authority, its base path, then the request's
+/// path and query.
+fn upstream_uri(uri: &Uri, upstream: &Upstream) -> Result<Uri, http::Error> {
+    let base = upstream.uri.path().trim_end_matches('/');
+    let pq = join_path(base, uri.path_and_query())?;
     let mut parts = http::uri::Parts::default();
     // `h2c` names how to connect; on the wire (and as HTTP/2's `:scheme`)
     // the request is `http`.
@@ -536,13 +667,15 @@ impl Forwarder {
     ///
     /// With `conns` (a plain `http://` upstream without upgrades, see
     /// [`keep_alive`]) the request goes over its kept-alive HTTP/1.1
-    /// connections; otherwise over the general client.
+    /// connections; otherwise over the general client. `forwarding` are
+    /// the forwarding fields [`rewrite_for_native`] left out of the map.
     pub async fn send(
         &self,
         req: Request<ClientBody>,
         upstream: &Upstream,
         conns: Option<&KeepAlive>,
         max_body: Option<u64>,
+        forwarding: Option<Forwarding>,
     ) -> Result<Response<Received>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
         let (timeout, deadline) = match req.extensions().get::<Deadline>() {
@@ -560,15 +693,23 @@ impl Forwarder {
             Some(budget) => GatewayError::DeadlineExceeded(budget),
             None => GatewayError::UpstreamTimeout(timeout),
         };
-        let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
+        let mut req = req.map(|b| {
+            UpstreamBody::new(b, max_body)
+                .counting(count)
+                .forwarding(forwarding)
+        });
         let sent = match conns {
             Some(conns) => {
-                // A connection of its own is told the path, not the URI.
-                let pq = req.uri().path_and_query().cloned();
-                let mut parts = http::uri::Parts::default();
-                parts.path_and_query = Some(pq.unwrap_or_else(|| PathAndQuery::from_static("/")));
-                if let Ok(uri) = Uri::from_parts(parts) {
-                    *req.uri_mut() = uri;
+                // A connection of its own is told the path, not the URI
+                // (which `rewrite_for_native` leaves so).
+                if req.uri().authority().is_some() {
+                    let pq = req.uri().path_and_query().cloned();
+                    let mut parts = http::uri::Parts::default();
+                    parts.path_and_query =
+                        Some(pq.unwrap_or_else(|| PathAndQuery::from_static("/")));
+                    if let Ok(uri) = Uri::from_parts(parts) {
+                        *req.uri_mut() = uri;
+                    }
                 }
                 if !req.headers().contains_key(HOST)
                     && let Ok(h) = HeaderValue::from_str(conns.authority().as_str())
@@ -589,6 +730,9 @@ impl Forwarder {
             None => {
                 // Over HTTP/2 hyper resets the stream on a body error and
                 // keeps the error to itself; the body leaves it here too.
+                if let Some(f) = req.body_mut().take_forwarding() {
+                    f.materialize(req.headers_mut());
+                }
                 let fault = req.body_mut().watch();
                 let client = self.client_for(upstream);
                 // Boxed: https, h2c and upgrade routes only, kept out of the

@@ -137,7 +137,21 @@ async fn forward(
     let key = balancer
         .filter(|b| b.config.hash_key.is_some())
         .and_then(|b| hash_key(b, cfg, peer, &req));
-    proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
+    let conns = match balancer {
+        Some(_) => None,
+        None => rt.keep_alive.get(route.index).and_then(Option::as_deref),
+    };
+    // tollgate's own client writes the head from the request as the
+    // rewrite leaves it, when nothing changes its headers before.
+    let native = conns.is_some_and(proxy::KeepAlive::is_native)
+        && route.route.request_headers.is_none()
+        && upgrade.is_none();
+    let forwarding = if native {
+        proxy::rewrite_for_native(&mut req, up, hop)
+    } else {
+        proxy::rewrite(&mut req, up, hop).map(|()| None)
+    }
+    .map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());
     }
@@ -162,8 +176,11 @@ async fn forward(
             .await?
         }
         None => {
-            let conns = rt.keep_alive.get(route.index).and_then(Option::as_deref);
-            std::pin::pin!(gw.forwarder.send(req, up, conns, cfg.server.max_body_size)).await?
+            std::pin::pin!(
+                gw.forwarder
+                    .send(req, up, conns, cfg.server.max_body_size, forwarding)
+            )
+            .await?
         }
     };
     let answered = balancer.zip(answered);
