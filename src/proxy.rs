@@ -438,6 +438,7 @@ fn origin_form<B>(req: &mut Request<B>, upstream: &Upstream) -> Result<(), http:
 }
 
 /// The base path, then the request's path and query (`/` without one).
+#[inline]
 fn join_path(base: &str, pq: Option<&PathAndQuery>) -> Result<PathAndQuery, http::Error> {
     Ok(match pq {
         // Already validated by hyper: reuse it (a reference-counted clone)
@@ -761,6 +762,9 @@ impl Forwarder {
     /// caller's hash for `balance: hash`. Returns the response, and writes
     /// which try answered it to `answered`.
     ///
+    /// `forwarding` are the forwarding fields [`rewrite_for_native`] left
+    /// out of the map.
+    ///
     /// # Errors
     /// As [`Forwarder::send`], for the last try.
     // What a pool's tries need of the request; a struct for this one call
@@ -776,9 +780,14 @@ impl Forwarder {
         max_body: Option<u64>,
         sent: Instant,
         answered: &mut Option<Answered>,
+        forwarding: Option<Forwarding>,
     ) -> Result<Response<Received>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
-        let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
+        let mut req = req.map(|b| {
+            UpstreamBody::new(b, max_body)
+                .counting(count)
+                .forwarding(forwarding)
+        });
         let client = self.pool_client(&balancer.config);
         // Not boxed: the first try is the common path, as a request to
         // one URL is; `tries` boxes what only the rest need. Pinned where

@@ -143,8 +143,10 @@ async fn forward(
     };
     // tollgate's own client writes the head from the request as the
     // rewrite leaves it, when nothing changes its headers before.
-    let native = conns.is_some_and(proxy::KeepAlive::is_native)
-        && route.route.request_headers.is_none()
+    let native = match balancer {
+        Some(b) => b.is_native(),
+        None => conns.is_some_and(proxy::KeepAlive::is_native),
+    } && route.route.request_headers.is_none()
         && upgrade.is_none();
     let forwarding = if native {
         proxy::rewrite_for_native(&mut req, up, hop)
@@ -172,6 +174,7 @@ async fn forward(
                 cfg.server.max_body_size,
                 sent,
                 &mut answered,
+                forwarding,
             ))
             .await?
         }

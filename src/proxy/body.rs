@@ -201,6 +201,7 @@ pub struct UpstreamBody {
 impl UpstreamBody {
     /// Counts the bytes forwarded in `count`, when given.
     #[must_use]
+    #[inline]
     pub fn counting(mut self, count: Option<BodyBytes>) -> Self {
         self.count = count;
         self
@@ -209,6 +210,7 @@ impl UpstreamBody {
     /// Carries `forwarding`, the fields the request's head is written with
     /// besides its map's.
     #[must_use]
+    #[inline]
     pub fn forwarding(mut self, forwarding: Option<Forwarding>) -> Self {
         self.forwarding = forwarding;
         self
@@ -216,12 +218,14 @@ impl UpstreamBody {
 
     /// The forwarding fields the request's head is written with besides
     /// its map's.
+    #[inline]
     pub fn forwarding_fields(&self) -> Option<&Forwarding> {
         self.forwarding.as_ref()
     }
 
     /// Takes the forwarding fields out, for a sender that needs them in the
     /// map ([`Forwarding::materialize`]).
+    #[inline]
     pub fn take_forwarding(&mut self) -> Option<Forwarding> {
         self.forwarding.take()
     }
@@ -235,6 +239,7 @@ impl UpstreamBody {
     }
 
     /// The client's `body`, cut off past `max` bytes.
+    #[inline]
     pub fn new(body: ClientBody, max: Option<u64>) -> Self {
         let limit = max.unwrap_or(u64::MAX);
         Self {
