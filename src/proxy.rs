@@ -316,21 +316,20 @@ fn rewrite_as<B>(
     hop: Hop<'_>,
     native: bool,
 ) -> Result<Option<Forwarding>, http::Error> {
+    let names = Names::of(req.headers(), &hop);
     // The client's one `Host` stays where it is; a host from anywhere else
     // (the URI's authority, or the first of several lines) is written.
-    let mut sent = req.headers().get_all(HOST).iter();
-    let (first, second) = (sent.next(), sent.next());
-    let in_place = first.is_some() && second.is_none();
-    let present = hop_fields(req.headers());
+    let in_place = names.hosts == 1;
     // As text: every forwarding field is known absent once an untrusted
     // peer's are dropped, and the `Host` in place is `X-Forwarded-Host`'s
-    // value, unless `Connection` names it (then it is written again, as
-    // below).
+    // value — unless a field named in `Connection`, or the user or plan
+    // header, was `Host`: then it is written again, as below.
     let text = native && in_place && !hop.trusted;
-    let host = if text && present & 1 == 0 {
+    let host_may_go = names.hop & 1 != 0 || names.claims;
+    let host = if text && !host_may_go {
         None
     } else {
-        match first {
+        match req.headers().get(HOST) {
             Some(h) => Some(h.clone()),
             None => req
                 .uri()
@@ -348,16 +347,16 @@ fn rewrite_as<B>(
     let headers = req.headers_mut();
     // HTTP/1.1 throughout, where gRPC never runs: `te` is the hop's.
     let keep_te_trailers = Protocol::of(&upstream.uri) != Protocol::Http1;
-    strip_present(headers, present, keep_te_trailers);
-    if !upstream.forward_proxy_authorization {
+    strip_present(headers, names.hop, keep_te_trailers);
+    if names.proxy_authorization && !upstream.forward_proxy_authorization {
         // Credentials for a proxy (RFC 9110 §11.7.4), which the gateway is
         // the last of; a route can opt in to pass them on.
         headers.remove(PROXY_AUTHORIZATION);
     }
-    if !hop.trusted {
+    if names.claims && !hop.trusted {
         strip_forwarding(headers, hop.user_header, hop.plan_header);
     }
-    if text && (present & 1 == 0 || headers.contains_key(HOST)) {
+    if text && (!host_may_go || headers.contains_key(HOST)) {
         return Ok(Some(Forwarding {
             peer: hop.peer,
             https: hop.scheme == "https",
@@ -471,6 +470,56 @@ fn upstream_uri(uri: &Uri, upstream: &Upstream) -> Result<Uri, http::Error> {
     Ok(Uri::from_parts(parts)?)
 }
 
+/// What a request's field names tell its rewrite, found in one pass over
+/// its lines (standard names compare as enum tags, the others by length
+/// first).
+struct Names {
+    /// The [`HOP_HEADERS`] it has, as bits by index.
+    hop: u8,
+    /// Its `Host` lines, counted up to two.
+    hosts: u8,
+    /// It has `Proxy-Authorization`.
+    proxy_authorization: bool,
+    /// It has a field only a trusted proxy may send: a forwarding field,
+    /// or the user or plan header.
+    claims: bool,
+}
+
+impl Names {
+    #[inline]
+    fn of(headers: &HeaderMap, hop: &Hop<'_>) -> Self {
+        let mut names = Self {
+            hop: 0,
+            hosts: 0,
+            proxy_authorization: false,
+            claims: false,
+        };
+        for name in headers.iter().map(|(name, _)| name) {
+            if name == hop.user_header || hop.plan_header == Some(name) {
+                names.claims = true;
+            }
+            if name == HOST {
+                names.hosts = (names.hosts + 1).min(2);
+                continue;
+            }
+            match name.as_str() {
+                "connection" => names.hop |= 1,
+                "proxy-connection" => names.hop |= 1 << 1,
+                "keep-alive" => names.hop |= 1 << 2,
+                "te" => names.hop |= TE_BIT,
+                "transfer-encoding" => names.hop |= 1 << 4,
+                "upgrade" => names.hop |= 1 << 5,
+                "proxy-authorization" => names.proxy_authorization = true,
+                "x-forwarded-for" | "x-forwarded-proto" | "x-forwarded-host" | "forwarded" => {
+                    names.claims = true;
+                }
+                _ => {}
+            }
+        }
+        names
+    }
+}
+
 /// Drops what an untrusted peer claims about earlier hops: the forwarding
 /// headers, and the user and plan headers that only a trusted proxy may
 /// set.
@@ -479,22 +528,13 @@ fn strip_forwarding(
     user_header: &HeaderName,
     plan_header: Option<&HeaderName>,
 ) {
-    if headers.keys().any(|k| {
-        k == X_FORWARDED_FOR
-            || k == X_FORWARDED_PROTO
-            || k == X_FORWARDED_HOST
-            || k == http::header::FORWARDED
-            || k == user_header
-            || plan_header == Some(k)
-    }) {
-        headers.remove(&X_FORWARDED_FOR);
-        headers.remove(&X_FORWARDED_PROTO);
-        headers.remove(&X_FORWARDED_HOST);
-        headers.remove(http::header::FORWARDED);
-        headers.remove(user_header);
-        if let Some(plan) = plan_header {
-            headers.remove(plan);
-        }
+    headers.remove(&X_FORWARDED_FOR);
+    headers.remove(&X_FORWARDED_PROTO);
+    headers.remove(&X_FORWARDED_HOST);
+    headers.remove(http::header::FORWARDED);
+    headers.remove(user_header);
+    if let Some(plan) = plan_header {
+        headers.remove(plan);
     }
 }
 

@@ -602,12 +602,13 @@ fn written_heads(
     use crate::proxy::body::UpstreamBody;
     use crate::proxy::{Hop, rewrite, rewrite_for_native};
     let user = http::HeaderName::from_static("x-user");
+    let plan = http::HeaderName::from_static("x-plan");
     let hop = Hop {
         peer: peer.parse().unwrap(),
         trusted,
         scheme,
         user_header: &user,
-        plan_header: None,
+        plan_header: Some(&plan),
     };
     let copy = || {
         let mut r = http::Request::new(UpstreamBody::empty());
@@ -691,6 +692,18 @@ fn forwarding_fields_as_text_are_written_as_the_map_would_have_them() {
                 ("connection", "keep-alive, x-a"),
                 ("x-a", "1"),
                 ("te", "gzip"),
+            ],
+            "10.0.0.1",
+            false,
+            "http",
+            true,
+        ),
+        (
+            "/x",
+            &[
+                ("proxy-authorization", "Basic x"),
+                ("host", "example.com"),
+                ("x-plan", "gold"),
             ],
             "10.0.0.1",
             false,
