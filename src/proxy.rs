@@ -185,16 +185,25 @@ fn strip(headers: &mut HeaderMap, keep_te_trailers: bool) {
 }
 
 /// Which of [`HOP_HEADERS`] `headers` holds, as bits by index: one pass
-/// over the names, where standard names compare as enum tags.
+/// over the names.
 #[inline]
 fn hop_fields(headers: &HeaderMap) -> u8 {
-    let mut present = 0u8;
-    for k in headers.keys() {
-        if let Some(i) = HOP_HEADERS.iter().position(|h| h == k) {
-            present |= 1 << i;
-        }
+    headers.keys().fold(0, |present, k| present | hop_bit(k))
+}
+
+/// The bit of `name` in [`hop_fields`]; 0 for a name not hop-by-hop. A
+/// name is matched by its length first, then its bytes.
+#[inline]
+fn hop_bit(name: &HeaderName) -> u8 {
+    match name.as_str() {
+        "connection" => 1,
+        "proxy-connection" => 1 << 1,
+        "keep-alive" => 1 << 2,
+        "te" => TE_BIT,
+        "transfer-encoding" => 1 << 4,
+        "upgrade" => 1 << 5,
+        _ => 0,
     }
-    present
 }
 
 /// Removes the hop-by-hop headers `present` ([`hop_fields`]) says are
@@ -502,13 +511,12 @@ impl Names {
                 names.hosts = (names.hosts + 1).min(2);
                 continue;
             }
+            let bit = hop_bit(name);
+            if bit != 0 {
+                names.hop |= bit;
+                continue;
+            }
             match name.as_str() {
-                "connection" => names.hop |= 1,
-                "proxy-connection" => names.hop |= 1 << 1,
-                "keep-alive" => names.hop |= 1 << 2,
-                "te" => names.hop |= TE_BIT,
-                "transfer-encoding" => names.hop |= 1 << 4,
-                "upgrade" => names.hop |= 1 << 5,
                 "proxy-authorization" => names.proxy_authorization = true,
                 "x-forwarded-for" | "x-forwarded-proto" | "x-forwarded-host" | "forwarded" => {
                     names.claims = true;
@@ -752,7 +760,10 @@ impl Forwarder {
                         *req.uri_mut() = uri;
                     }
                 }
-                if !req.headers().contains_key(HOST)
+                // The forwarding fields as text come with the client's
+                // one `Host` in the map.
+                if req.body().forwarding_fields().is_none()
+                    && !req.headers().contains_key(HOST)
                     && let Ok(h) = HeaderValue::from_str(conns.authority().as_str())
                 {
                     req.headers_mut().insert(HOST, h);

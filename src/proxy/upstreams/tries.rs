@@ -420,7 +420,10 @@ fn prepare_head(req: &mut Request<UpstreamBody>, cfg: &UpstreamPool) -> bool {
         if req.uri().authority().is_some() {
             origin_form(req);
         }
-        if !req.headers().contains_key(HOST)
+        // The forwarding fields as text come with the client's one
+        // `Host` in the map.
+        if req.body().forwarding_fields().is_none()
+            && !req.headers().contains_key(HOST)
             && let Some(h) = cfg
                 .targets
                 .first()
