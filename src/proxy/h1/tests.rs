@@ -653,7 +653,17 @@ fn forwarding_fields_as_text_are_written_as_the_map_would_have_them() {
     };
     let plain = up("http://127.0.0.1:9000");
     let based = up("http://127.0.0.1:9000/base/");
-    let cases: &[(&str, &[(&str, &str)], &str, bool, &str, bool)] = &[
+    // The target, the fields, the peer, whether it is trusted, the scheme,
+    // and whether the forwarding fields go as text.
+    type Case<'a> = (
+        &'a str,
+        &'a [(&'a str, &'a str)],
+        &'a str,
+        bool,
+        &'a str,
+        bool,
+    );
+    let cases: &[Case<'_>] = &[
         (
             "/x",
             &[("host", "example.com")],
