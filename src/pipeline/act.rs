@@ -102,6 +102,38 @@ fn respond(r: &Respond) -> Response<Body> {
     res
 }
 
+/// Rewrites `req` into the request to `up` from `peer`
+/// ([`proxy::rewrite`]); with `native` (tollgate's own client writes it,
+/// and nothing changes its headers before), as
+/// [`proxy::rewrite_for_native`] does, returning the forwarding fields it
+/// left out of the map.
+#[inline]
+fn rewrite(
+    cfg: &crate::config::Config,
+    req: &mut Request<ClientBody>,
+    up: &Upstream,
+    peer: std::net::IpAddr,
+    native: bool,
+) -> Result<Option<proxy::Forwarding>, GatewayError> {
+    let hop = Hop {
+        peer,
+        trusted: identity::is_trusted(&cfg.client_ip.trusted_proxies, peer),
+        scheme: if req.extensions().get::<Secure>().is_some() {
+            "https"
+        } else {
+            "http"
+        },
+        user_header: &cfg.users.header,
+        plan_header: plan_header(&cfg.plans_from),
+    };
+    if native {
+        proxy::rewrite_for_native(req, up, hop)
+    } else {
+        proxy::rewrite(req, up, hop).map(|()| None)
+    }
+    .map_err(|e| GatewayError::UpstreamFailed(e.to_string()))
+}
+
 async fn forward(
     gw: &Gateway,
     rt: &Snapshot,
@@ -116,17 +148,6 @@ async fn forward(
         upgrade::take(&mut req)
     } else {
         None
-    };
-    let hop = Hop {
-        peer,
-        trusted: identity::is_trusted(&cfg.client_ip.trusted_proxies, peer),
-        scheme: if req.extensions().get::<Secure>().is_some() {
-            "https"
-        } else {
-            "http"
-        },
-        user_header: &cfg.users.header,
-        plan_header: plan_header(&cfg.plans_from),
     };
     let balancer = rt
         .route_balancers
@@ -144,16 +165,11 @@ async fn forward(
     // tollgate's own client writes the head from the request as the
     // rewrite leaves it, when nothing changes its headers before.
     let native = match balancer {
-        Some(b) => b.is_native(),
+        Some(b) => gw.forwarder.native_pool(&b.config),
         None => conns.is_some_and(proxy::KeepAlive::is_native),
     } && route.route.request_headers.is_none()
         && upgrade.is_none();
-    let forwarding = if native {
-        proxy::rewrite_for_native(&mut req, up, hop)
-    } else {
-        proxy::rewrite(&mut req, up, hop).map(|()| None)
-    }
-    .map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
+    let forwarding = rewrite(cfg, &mut req, up, peer, native)?;
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());
     }

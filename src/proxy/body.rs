@@ -21,8 +21,8 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
 
-use super::Forwarding;
 use super::counted::BodyBytes;
+use super::forwarding::Forwarding;
 use super::peek::{Peekable, Replay};
 use crate::problem::GatewayError;
 

@@ -1,3 +1,10 @@
+use std::net::IpAddr;
+
+use http::header::{CONNECTION, HOST, HeaderName, HeaderValue, TE};
+use http::{HeaderMap, Request};
+
+use super::hop_by_hop::hop_fields;
+use super::rewrite::Names;
 use super::*;
 
 #[test]

@@ -258,19 +258,6 @@ pub struct Balancer {
     metrics: Vec<TargetMetrics>,
 }
 
-impl Balancer {
-    /// Whether tollgate's own HTTP/1.1 client speaks to the pool's targets
-    /// (plain `http://` ones under `server.http1: native`).
-    pub fn is_native(&self) -> bool {
-        self.conn_settings.http1 == crate::config::Http1::Native
-            && self
-                .config
-                .targets
-                .first()
-                .is_some_and(|t| t.scheme == TargetScheme::Http)
-    }
-}
-
 impl std::fmt::Debug for Balancer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Balancer")
