@@ -15,13 +15,13 @@ pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// The forwarding fields of a request that tollgate's own HTTP/1.1 client
-/// writes ([`rewrite_for_native`]), kept out of its header map: its
-/// writer writes them as text after the map's fields, in the order and
-/// with the bytes an insert into the map would have given them, and
-/// whatever else sends the request puts them into the map first
-/// ([`Forwarding::materialize`]). `X-Forwarded-For` is the peer,
-/// `X-Forwarded-Proto` the scheme, `X-Forwarded-Host` the value of the
-/// request's one `Host`.
+/// writes ([`rewrite_for_native`](super::rewrite_for_native)), kept out
+/// of its header map: its writer writes them as text after the map's
+/// fields, in the order and with the bytes an insert into the map would
+/// have given them, and whatever else sends the request puts them into
+/// the map first ([`Forwarding::materialize`]). `X-Forwarded-For` is the
+/// peer, `X-Forwarded-Proto` the scheme, `X-Forwarded-Host` the value of
+/// the request's one `Host`.
 #[derive(Debug, Clone, Copy)]
 pub struct Forwarding {
     pub(super) peer: IpAddr,
@@ -48,7 +48,7 @@ impl Forwarding {
     }
 
     /// Puts the fields into `headers`, for a reader that needs the whole
-    /// map (hyper's client), as [`rewrite`] would have.
+    /// map (hyper's client), as [`rewrite`](super::rewrite) would have.
     pub fn materialize(self, headers: &mut HeaderMap) {
         let mut buf = [0u8; 48];
         let peer = crate::identity::render_ip(self.peer, &mut buf);
