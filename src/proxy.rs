@@ -35,7 +35,6 @@
 //! balancer's names are kept resolved (`resolve`) and its targets checked
 //! (`health`) by tasks that end with it.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,21 +43,25 @@ use tokio_rustls::rustls::ClientConfig;
 
 use crate::config::{Http1, TargetScheme, Timeouts, Upstream, UpstreamPool};
 use crate::problem::GatewayError;
-use http::header::{CONNECTION, Entry, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION, TE};
-use http::uri::{PathAndQuery, Scheme};
-use http::{HeaderMap, Request, Response, Uri, Version};
+use http::header::{HOST, HeaderValue};
+use http::uri::PathAndQuery;
+use http::{Request, Response, Uri};
 use http_body_util::Either;
 
 mod body;
 mod client;
 mod counted;
 pub mod dial;
+mod forwarding;
 pub mod h1;
+mod hop_by_hop;
 pub mod io;
 mod keepalive;
 mod local;
 mod peek;
+mod protocol;
 mod received;
+mod rewrite;
 pub mod rules;
 pub mod upstreams;
 mod watched;
@@ -66,10 +69,14 @@ pub use body::{ClientBody, ClientBodyError, UpstreamBody};
 use body::{error_chain, failed};
 use client::{UpstreamClient, build_client};
 pub use counted::BodyBytes;
+pub use forwarding::{Forwarding, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+pub use hop_by_hop::{HOP_HEADERS, strip_hop_by_hop, strip_request_hop_by_hop};
 pub use keepalive::{ConnSettings, KeepAlive};
 pub use local::Local;
 pub use peek::{PeekBudget, Peekable, Replay, peek};
+pub use protocol::Protocol;
 pub use received::Received;
+pub use rewrite::{Hop, rewrite, rewrite_for_native};
 pub use upstreams::balancer::{Balancer, Endpoint, EndpointState, hash64 as hash_key};
 pub use upstreams::tries::Answered;
 use upstreams::{health, resolve, tries};
@@ -118,325 +125,6 @@ pub struct Deadline {
     pub at: Instant,
     /// The `grpc-timeout` the caller sent.
     pub budget: Duration,
-}
-
-/// How the gateway speaks to an upstream, by the scheme of its URL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// `http://`: HTTP/1.1.
-    Http1,
-    /// `https://`: TLS, then HTTP/2 or HTTP/1.1 as ALPN settles.
-    Https,
-    /// `h2c://`: cleartext HTTP/2 with prior knowledge (RFC 9113 §3.3).
-    H2c,
-}
-
-impl Protocol {
-    /// The protocol of an upstream URL (`http`, `https` or `h2c`, as the
-    /// configuration loader admits).
-    pub fn of(uri: &Uri) -> Self {
-        match uri.scheme() {
-            Some(s) if *s == Scheme::HTTPS => Self::Https,
-            Some(s) if s.as_str() == "h2c" => Self::H2c,
-            _ => Self::Http1,
-        }
-    }
-}
-
-/// Hop-by-hop headers (RFC 9110 §7.6.1) besides those named in `Connection`.
-pub static HOP_HEADERS: [HeaderName; 6] = [
-    HeaderName::from_static("connection"),
-    HeaderName::from_static("proxy-connection"),
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("te"),
-    HeaderName::from_static("transfer-encoding"),
-    HeaderName::from_static("upgrade"),
-];
-
-/// `X-Forwarded-For`.
-pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-/// `X-Forwarded-Proto`.
-pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-/// `X-Forwarded-Host`.
-pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// The bit of `te` in [`HOP_HEADERS`].
-const TE_BIT: u8 = 1 << 3;
-
-/// Removes hop-by-hop headers, including every header the `Connection`
-/// header names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    strip(headers, false);
-}
-
-/// Removes a request's hop-by-hop headers as [`strip_hop_by_hop`] does,
-/// except that a `te` naming `trailers` stays, as `te: trailers`: the
-/// client accepts trailers (gRPC servers refuse calls without it), and it is
-/// the only `te` value HTTP/2 allows (RFC 9113 §8.2.2). Transfer codings
-/// are the hop's own business, so any other `te` is removed.
-pub fn strip_request_hop_by_hop(headers: &mut HeaderMap) {
-    strip(headers, true);
-}
-
-#[inline]
-fn strip(headers: &mut HeaderMap, keep_te_trailers: bool) {
-    // One pass over the names (standard names compare as enum tags) finds
-    // which hop-by-hop headers are there; only those are removed, each
-    // removal being a hashed lookup. Most requests carry none and most
-    // responses only `Connection: keep-alive`.
-    let mut present = 0u8;
-    for k in headers.keys() {
-        if let Some(i) = HOP_HEADERS.iter().position(|h| h == k) {
-            present |= 1 << i;
-        }
-    }
-    if present == 0 {
-        return;
-    }
-    let te_trailers = keep_te_trailers && present & TE_BIT != 0 && asks_for_trailers(headers);
-    if present & 1 != 0 {
-        // Names in `Connection` that are hop-by-hop anyway were found above;
-        // `close` is the connection option (RFC 9112 §9.6), not a field.
-        let named: Vec<HeaderName> = headers
-            .get_all(CONNECTION)
-            .iter()
-            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-            .map(<[u8]>::trim_ascii)
-            .filter(|t| {
-                !t.is_empty()
-                    && !t.eq_ignore_ascii_case(b"close")
-                    && !HOP_HEADERS
-                        .iter()
-                        .any(|h| t.eq_ignore_ascii_case(h.as_str().as_bytes()))
-            })
-            .filter_map(|t| HeaderName::from_bytes(t).ok())
-            .collect();
-        for name in &named {
-            headers.remove(name);
-        }
-    }
-    for (i, name) in HOP_HEADERS.iter().enumerate() {
-        if present & (1 << i) != 0 {
-            headers.remove(name);
-        }
-    }
-    if te_trailers {
-        headers.insert(TE, HeaderValue::from_static("trailers"));
-    }
-}
-
-/// Whether a `te` line names `trailers` (RFC 9110 §10.1.4: a list of
-/// codings with parameters, `trailers` among them).
-fn asks_for_trailers(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(TE)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(|t| {
-            t.split(|&b| b == b';')
-                .next()
-                .unwrap_or_default()
-                .trim_ascii()
-        })
-        .any(|t| t.eq_ignore_ascii_case(b"trailers"))
-}
-
-/// What the forwarding headers say about the hop into the gateway.
-#[derive(Debug, Clone, Copy)]
-pub struct Hop<'a> {
-    /// The TCP peer.
-    pub peer: IpAddr,
-    /// Whether the peer is a trusted proxy whose forwarding headers are kept.
-    pub trusted: bool,
-    /// The scheme the client used to reach the gateway.
-    pub scheme: &'a str,
-    /// The identity header only a trusted peer may set.
-    pub user_header: &'a HeaderName,
-    /// The header that names the caller's plan (`plans_from: header:NAME`),
-    /// which only a trusted peer may set too.
-    pub plan_header: Option<&'a HeaderName>,
-}
-
-/// Rewrites a client request into the upstream request: target URI, HTTP
-/// version, `Host`, hop-by-hop removal and the `X-Forwarded-*` headers.
-///
-/// From an untrusted peer the incoming forwarding headers, the user header
-/// and the plan header are dropped, so the upstream cannot be lied to
-/// through the gateway; from a trusted proxy `X-Forwarded-For` is appended
-/// to.
-///
-/// # Errors
-/// The combined URI is invalid (cannot happen for validated upstreams and a
-/// request hyper accepted, but it is not assumed).
-pub fn rewrite<B>(
-    req: &mut Request<B>,
-    upstream: &Upstream,
-    hop: Hop<'_>,
-) -> Result<(), http::Error> {
-    // The client's one `Host` stays where it is; a host from anywhere else
-    // (the URI's authority, or the first of several lines) is written.
-    let mut sent = req.headers().get_all(HOST).iter();
-    let (host, in_place) = match (sent.next(), sent.next()) {
-        (Some(h), second) => (Some(h.clone()), second.is_none()),
-        (None, _) => (
-            req.uri()
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
-            false,
-        ),
-    };
-    *req.uri_mut() = upstream_uri(req.uri(), upstream)?;
-    *req.version_mut() = Version::HTTP_11;
-
-    let headers = req.headers_mut();
-    if Protocol::of(&upstream.uri) == Protocol::Http1 {
-        // HTTP/1.1 throughout, where gRPC never runs: `te` is the hop's.
-        strip_hop_by_hop(headers);
-    } else {
-        strip_request_hop_by_hop(headers);
-    }
-    if !upstream.forward_proxy_authorization {
-        // Credentials for a proxy (RFC 9110 §11.7.4), which the gateway is
-        // the last of; a route can opt in to pass them on.
-        headers.remove(PROXY_AUTHORIZATION);
-    }
-    if !hop.trusted {
-        strip_forwarding(headers, hop.user_header, hop.plan_header);
-    }
-    append_forwarded_for(headers, hop.peer);
-    if let Entry::Vacant(v) = headers.entry(&X_FORWARDED_PROTO) {
-        v.insert(HeaderValue::from_static(hop.scheme_static()));
-    }
-    set_host(headers, host, in_place, upstream);
-    Ok(())
-}
-
-/// The upstream's scheme and authority, its base path, then the request's
-/// path and query.
-fn upstream_uri(uri: &Uri, upstream: &Upstream) -> Result<Uri, http::Error> {
-    let base = upstream.uri.path().trim_end_matches('/');
-    let pq: PathAndQuery = match uri.path_and_query() {
-        // Already validated by hyper: reuse it (a reference-counted clone)
-        // instead of parsing it again.
-        Some(pq) if base.is_empty() => pq.clone(),
-        pq => {
-            let pq = pq.map_or("/", PathAndQuery::as_str);
-            let mut joined = String::with_capacity(base.len() + pq.len());
-            joined.push_str(base);
-            joined.push_str(pq);
-            PathAndQuery::try_from(joined)?
-        }
-    };
-    let mut parts = http::uri::Parts::default();
-    // `h2c` names how to connect; on the wire (and as HTTP/2's `:scheme`)
-    // the request is `http`.
-    parts.scheme = Some(match Protocol::of(&upstream.uri) {
-        Protocol::Https => Scheme::HTTPS,
-        Protocol::Http1 | Protocol::H2c => Scheme::HTTP,
-    });
-    parts.authority = upstream.uri.authority().cloned();
-    parts.path_and_query = Some(pq);
-    Ok(Uri::from_parts(parts)?)
-}
-
-/// Drops what an untrusted peer claims about earlier hops: the forwarding
-/// headers, and the user and plan headers that only a trusted proxy may
-/// set.
-fn strip_forwarding(
-    headers: &mut HeaderMap,
-    user_header: &HeaderName,
-    plan_header: Option<&HeaderName>,
-) {
-    if headers.keys().any(|k| {
-        k == X_FORWARDED_FOR
-            || k == X_FORWARDED_PROTO
-            || k == X_FORWARDED_HOST
-            || k == http::header::FORWARDED
-            || k == user_header
-            || plan_header == Some(k)
-    }) {
-        headers.remove(&X_FORWARDED_FOR);
-        headers.remove(&X_FORWARDED_PROTO);
-        headers.remove(&X_FORWARDED_HOST);
-        headers.remove(http::header::FORWARDED);
-        headers.remove(user_header);
-        if let Some(plan) = plan_header {
-            headers.remove(plan);
-        }
-    }
-}
-
-/// Appends the peer as the right-most hop of `X-Forwarded-For`, as one
-/// combined line.
-fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
-    // Rendered on the stack: an address is at most 45 bytes.
-    let mut buf = [0u8; 48];
-    let peer = crate::identity::render_ip(peer, &mut buf);
-    // One lookup: the entry is written in place.
-    match headers.entry(&X_FORWARDED_FOR) {
-        Entry::Vacant(v) => {
-            if let Ok(xff) = HeaderValue::from_bytes(peer) {
-                v.insert(xff);
-            }
-        }
-        Entry::Occupied(mut o) => {
-            let mut joined = Vec::new();
-            for v in o.iter() {
-                joined.extend_from_slice(v.as_bytes());
-                joined.extend_from_slice(b", ");
-            }
-            joined.extend_from_slice(peer);
-            // Replaces every line with the one combined.
-            if let Ok(xff) = HeaderValue::from_bytes(&joined) {
-                o.insert(xff);
-            }
-        }
-    }
-}
-
-/// The client's host goes on as `Host` and `X-Forwarded-Host`; an https
-/// or h2c upstream is addressed by its own name instead, in the URI alone.
-/// `in_place`: `host` is the one `Host` line `headers` already has.
-fn set_host(
-    headers: &mut HeaderMap,
-    host: Option<HeaderValue>,
-    in_place: bool,
-    upstream: &Upstream,
-) {
-    if let Some(h) = host {
-        // The client's Host is kept (as Envoy and Traefik do); HTTP/2 clients
-        // send `:authority` instead, which becomes `Host` here. A `Host`
-        // in place is looked up, not rewritten: it is gone only when the
-        // client's `Connection` named it.
-        if !in_place {
-            headers.insert(HOST, h.clone());
-        } else if let Entry::Vacant(v) = headers.entry(HOST) {
-            v.insert(h.clone());
-        }
-        if let Entry::Vacant(v) = headers.entry(&X_FORWARDED_HOST) {
-            v.insert(h);
-        }
-    }
-    if Protocol::of(&upstream.uri) != Protocol::Http1 {
-        // An https or h2c upstream is addressed by its own name: the
-        // certificate and SNI are checked against it. Over HTTP/2 (h2c
-        // always) that name is the `:authority` (RFC 9113 §8.3.1), and a
-        // `Host` beside it is refused by some servers (nginx: "duplicate
-        // host header"), so there is none; over HTTP/1.1 the client sets
-        // `Host` from the URI. The client's host travels in
-        // X-Forwarded-Host.
-        headers.remove(HOST);
-    }
-}
-
-impl Hop<'_> {
-    fn scheme_static(&self) -> &'static str {
-        if self.scheme == "https" {
-            "https"
-        } else {
-            "http"
-        }
-    }
 }
 
 /// A client for one route's own CA, keyed by the TLS settings it was built
@@ -536,13 +224,15 @@ impl Forwarder {
     ///
     /// With `conns` (a plain `http://` upstream without upgrades, see
     /// [`keep_alive`]) the request goes over its kept-alive HTTP/1.1
-    /// connections; otherwise over the general client.
+    /// connections; otherwise over the general client. `forwarding` are
+    /// the forwarding fields [`rewrite_for_native`] left out of the map.
     pub async fn send(
         &self,
         req: Request<ClientBody>,
         upstream: &Upstream,
         conns: Option<&KeepAlive>,
         max_body: Option<u64>,
+        forwarding: Option<Forwarding>,
     ) -> Result<Response<Received>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
         let (timeout, deadline) = match req.extensions().get::<Deadline>() {
@@ -560,17 +250,28 @@ impl Forwarder {
             Some(budget) => GatewayError::DeadlineExceeded(budget),
             None => GatewayError::UpstreamTimeout(timeout),
         };
-        let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
+        let mut req = req.map(|b| {
+            UpstreamBody::new(b, max_body)
+                .counting(count)
+                .forwarding(forwarding)
+        });
         let sent = match conns {
             Some(conns) => {
-                // A connection of its own is told the path, not the URI.
-                let pq = req.uri().path_and_query().cloned();
-                let mut parts = http::uri::Parts::default();
-                parts.path_and_query = Some(pq.unwrap_or_else(|| PathAndQuery::from_static("/")));
-                if let Ok(uri) = Uri::from_parts(parts) {
-                    *req.uri_mut() = uri;
+                // A connection of its own is told the path, not the URI
+                // (which `rewrite_for_native` leaves so).
+                if req.uri().authority().is_some() {
+                    let pq = req.uri().path_and_query().cloned();
+                    let mut parts = http::uri::Parts::default();
+                    parts.path_and_query =
+                        Some(pq.unwrap_or_else(|| PathAndQuery::from_static("/")));
+                    if let Ok(uri) = Uri::from_parts(parts) {
+                        *req.uri_mut() = uri;
+                    }
                 }
-                if !req.headers().contains_key(HOST)
+                // The forwarding fields as text come with the client's
+                // one `Host` in the map.
+                if req.body().forwarding_fields().is_none()
+                    && !req.headers().contains_key(HOST)
                     && let Ok(h) = HeaderValue::from_str(conns.authority().as_str())
                 {
                     req.headers_mut().insert(HOST, h);
@@ -589,6 +290,9 @@ impl Forwarder {
             None => {
                 // Over HTTP/2 hyper resets the stream on a body error and
                 // keeps the error to itself; the body leaves it here too.
+                if let Some(f) = req.body_mut().take_forwarding() {
+                    f.materialize(req.headers_mut());
+                }
                 let fault = req.body_mut().watch();
                 let client = self.client_for(upstream);
                 // Boxed: https, h2c and upgrade routes only, kept out of the
@@ -617,6 +321,9 @@ impl Forwarder {
     /// caller's hash for `balance: hash`. Returns the response, and writes
     /// which try answered it to `answered`.
     ///
+    /// `forwarding` are the forwarding fields [`rewrite_for_native`] left
+    /// out of the map.
+    ///
     /// # Errors
     /// As [`Forwarder::send`], for the last try.
     // What a pool's tries need of the request; a struct for this one call
@@ -632,9 +339,14 @@ impl Forwarder {
         max_body: Option<u64>,
         sent: Instant,
         answered: &mut Option<Answered>,
+        forwarding: Option<Forwarding>,
     ) -> Result<Response<Received>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
-        let mut req = req.map(|b| UpstreamBody::new(b, max_body).counting(count));
+        let mut req = req.map(|b| {
+            UpstreamBody::new(b, max_body)
+                .counting(count)
+                .forwarding(forwarding)
+        });
         let client = self.pool_client(&balancer.config);
         // Not boxed: the first try is the common path, as a request to
         // one URL is; `tries` boxes what only the rest need. Pinned where
@@ -652,6 +364,16 @@ impl Forwarder {
         let mut res = tries.await?;
         strip_hop_by_hop(res.headers_mut());
         Ok(res)
+    }
+
+    /// Whether tollgate's own HTTP/1.1 client speaks to `pool`'s targets
+    /// (plain `http://` ones under `server.http1: native`).
+    pub fn native_pool(&self, pool: &UpstreamPool) -> bool {
+        self.http1 == Http1::Native
+            && pool
+                .targets
+                .first()
+                .is_some_and(|t| t.scheme == TargetScheme::Http)
     }
 
     /// The client for a pool's `https://` or `h2c://` targets (`None` for

@@ -102,6 +102,38 @@ fn respond(r: &Respond) -> Response<Body> {
     res
 }
 
+/// Rewrites `req` into the request to `up` from `peer`
+/// ([`proxy::rewrite`]); with `native` (tollgate's own client writes it,
+/// and nothing changes its headers before), as
+/// [`proxy::rewrite_for_native`] does, returning the forwarding fields it
+/// left out of the map.
+#[inline]
+fn rewrite(
+    cfg: &crate::config::Config,
+    req: &mut Request<ClientBody>,
+    up: &Upstream,
+    peer: std::net::IpAddr,
+    native: bool,
+) -> Result<Option<proxy::Forwarding>, GatewayError> {
+    let hop = Hop {
+        peer,
+        trusted: identity::is_trusted(&cfg.client_ip.trusted_proxies, peer),
+        scheme: if req.extensions().get::<Secure>().is_some() {
+            "https"
+        } else {
+            "http"
+        },
+        user_header: &cfg.users.header,
+        plan_header: plan_header(&cfg.plans_from),
+    };
+    if native {
+        proxy::rewrite_for_native(req, up, hop)
+    } else {
+        proxy::rewrite(req, up, hop).map(|()| None)
+    }
+    .map_err(|e| GatewayError::UpstreamFailed(e.to_string()))
+}
+
 async fn forward(
     gw: &Gateway,
     rt: &Snapshot,
@@ -117,17 +149,6 @@ async fn forward(
     } else {
         None
     };
-    let hop = Hop {
-        peer,
-        trusted: identity::is_trusted(&cfg.client_ip.trusted_proxies, peer),
-        scheme: if req.extensions().get::<Secure>().is_some() {
-            "https"
-        } else {
-            "http"
-        },
-        user_header: &cfg.users.header,
-        plan_header: plan_header(&cfg.plans_from),
-    };
     let balancer = rt
         .route_balancers
         .get(route.index)
@@ -137,7 +158,18 @@ async fn forward(
     let key = balancer
         .filter(|b| b.config.hash_key.is_some())
         .and_then(|b| hash_key(b, cfg, peer, &req));
-    proxy::rewrite(&mut req, up, hop).map_err(|e| GatewayError::UpstreamFailed(e.to_string()))?;
+    let conns = match balancer {
+        Some(_) => None,
+        None => rt.keep_alive.get(route.index).and_then(Option::as_deref),
+    };
+    // tollgate's own client writes the head from the request as the
+    // rewrite leaves it, when nothing changes its headers before.
+    let native = match balancer {
+        Some(b) => gw.forwarder.native_pool(&b.config),
+        None => conns.is_some_and(proxy::KeepAlive::is_native),
+    } && route.route.request_headers.is_none()
+        && upgrade.is_none();
+    let forwarding = rewrite(cfg, &mut req, up, peer, native)?;
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());
     }
@@ -158,12 +190,16 @@ async fn forward(
                 cfg.server.max_body_size,
                 sent,
                 &mut answered,
+                forwarding,
             ))
             .await?
         }
         None => {
-            let conns = rt.keep_alive.get(route.index).and_then(Option::as_deref);
-            std::pin::pin!(gw.forwarder.send(req, up, conns, cfg.server.max_body_size)).await?
+            std::pin::pin!(
+                gw.forwarder
+                    .send(req, up, conns, cfg.server.max_body_size, forwarding)
+            )
+            .await?
         }
     };
     let answered = balancer.zip(answered);

@@ -22,6 +22,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::counted::BodyBytes;
+use super::forwarding::Forwarding;
 use super::peek::{Peekable, Replay};
 use crate::problem::GatewayError;
 
@@ -192,17 +193,53 @@ pub struct UpstreamBody {
     fault: Option<FaultCell>,
     /// Where the bytes forwarded are counted, for a byte quota.
     count: Option<BodyBytes>,
+    /// The forwarding fields the request's head is written with, when they
+    /// are not in its map: carried by the body as an answer's fields are.
+    forwarding: Option<Forwarding>,
 }
 
 impl UpstreamBody {
     /// Counts the bytes forwarded in `count`, when given.
     #[must_use]
+    #[inline]
     pub fn counting(mut self, count: Option<BodyBytes>) -> Self {
         self.count = count;
         self
     }
 
+    /// Carries `forwarding`, the fields the request's head is written with
+    /// besides its map's.
+    #[must_use]
+    #[inline]
+    pub fn forwarding(mut self, forwarding: Option<Forwarding>) -> Self {
+        self.forwarding = forwarding;
+        self
+    }
+
+    /// The forwarding fields the request's head is written with besides
+    /// its map's.
+    #[inline]
+    pub fn forwarding_fields(&self) -> Option<&Forwarding> {
+        self.forwarding.as_ref()
+    }
+
+    /// Takes the forwarding fields out, for a sender that needs them in the
+    /// map ([`Forwarding::materialize`]).
+    #[inline]
+    pub fn take_forwarding(&mut self) -> Option<Forwarding> {
+        self.forwarding.take()
+    }
+
+    /// The body's bytes, moved out to be sent; what the head is written
+    /// with (its forwarding fields) stays, for a request written again.
+    pub fn take_bytes(&mut self) -> Self {
+        let mut left = Self::empty();
+        left.forwarding = self.forwarding;
+        std::mem::replace(self, left)
+    }
+
     /// The client's `body`, cut off past `max` bytes.
+    #[inline]
     pub fn new(body: ClientBody, max: Option<u64>) -> Self {
         let limit = max.unwrap_or(u64::MAX);
         Self {
@@ -211,6 +248,7 @@ impl UpstreamBody {
             remaining: limit,
             fault: None,
             count: None,
+            forwarding: None,
         }
     }
 
@@ -222,6 +260,7 @@ impl UpstreamBody {
             remaining: 0,
             fault: None,
             count: None,
+            forwarding: None,
         }
     }
 

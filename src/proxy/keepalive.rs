@@ -135,6 +135,12 @@ impl KeepAlive {
         conns
     }
 
+    /// Whether tollgate's own HTTP/1.1 client speaks on these connections
+    /// (`server.http1: native`).
+    pub fn is_native(&self) -> bool {
+        self.native.is_some()
+    }
+
     /// The upstream's `host:port`.
     pub fn authority(&self) -> &Authority {
         &self.dial.authority
@@ -176,6 +182,10 @@ impl KeepAlive {
         held: &mut Request<UpstreamBody>,
         keep: bool,
     ) -> Result<Response<hyper::body::Incoming>, SendError> {
+        // hyper writes the map alone.
+        if let Some(f) = held.body_mut().take_forwarding() {
+            f.materialize(held.headers_mut());
+        }
         let left = if keep {
             copy_head(held)
         } else {

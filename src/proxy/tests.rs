@@ -1,3 +1,10 @@
+use std::net::IpAddr;
+
+use http::header::{CONNECTION, HOST, HeaderName, HeaderValue, TE};
+use http::{HeaderMap, Request};
+
+use super::hop_by_hop::hop_fields;
+use super::rewrite::Names;
 use super::*;
 
 #[test]
@@ -246,4 +253,46 @@ fn proxy_authorization_is_stripped_unless_the_route_forwards_it() {
         req.headers()["proxy-authorization"],
         "Basic cHJveHk6c2VjcmV0"
     );
+}
+
+#[test]
+fn names_finds_each_hop_by_hop_field_at_its_bit() {
+    let user = HeaderName::from_static("x-user");
+    let plan = HeaderName::from_static("x-plan");
+    let hop = Hop {
+        peer: "1.2.3.4".parse().unwrap(),
+        trusted: false,
+        scheme: "http",
+        user_header: &user,
+        plan_header: Some(&plan),
+    };
+    for (i, name) in HOP_HEADERS.iter().enumerate() {
+        let mut h = HeaderMap::new();
+        h.insert(name.clone(), HeaderValue::from_static("1"));
+        h.insert("x-other", HeaderValue::from_static("1"));
+        let names = Names::of(&h, &hop);
+        assert_eq!(names.hop, 1 << i, "{name}");
+        assert_eq!(names.hop, hop_fields(&h), "{name}");
+        assert!(!names.claims && !names.proxy_authorization, "{name}");
+    }
+    for (name, claims) in [
+        ("x-forwarded-for", true),
+        ("x-forwarded-proto", true),
+        ("x-forwarded-host", true),
+        ("forwarded", true),
+        ("x-user", true),
+        ("x-plan", true),
+        ("x-forwarded", false),
+        ("proxy-authorization", false),
+    ] {
+        let mut h = HeaderMap::new();
+        h.insert(HOST, HeaderValue::from_static("a"));
+        h.append(HOST, HeaderValue::from_static("b"));
+        h.append(HOST, HeaderValue::from_static("c"));
+        h.insert(HeaderName::from_static(name), HeaderValue::from_static("1"));
+        let names = Names::of(&h, &hop);
+        assert_eq!(names.claims, claims, "{name}");
+        assert_eq!(names.proxy_authorization, name == "proxy-authorization");
+        assert_eq!((names.hop, names.hosts), (0, 2), "{name}");
+    }
 }

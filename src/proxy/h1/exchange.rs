@@ -62,10 +62,7 @@ pub async fn exchange(
     let upload = if req.body().is_end_stream() {
         None
     } else {
-        Upload::new(
-            std::mem::replace(req.body_mut(), UpstreamBody::empty()),
-            framing,
-        )
+        Upload::new(req.body_mut().take_bytes(), framing)
     };
     if upload.is_some() {
         // The head is out; the buffer is the body's now.

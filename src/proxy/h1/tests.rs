@@ -7,6 +7,8 @@ use crate::http1::chunked::Step;
 use crate::http1::fields::{field_name, read_into};
 use crate::http1::text_fields::materialize;
 
+mod forwarding;
+
 /// The map of a parsed head's response, its passed fields read into it.
 fn map(h: Head) -> http::HeaderMap {
     let mut res = h.response;

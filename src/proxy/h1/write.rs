@@ -1,13 +1,14 @@
 //! A request as HTTP/1.1 bytes: the head written from the request's
 //! parts as they are (method, path and query, each header line in the
-//! map's order), and how its body is framed, as hyper's client frames it:
+//! map's order, then the forwarding fields its body carries, see
+//! [`crate::proxy::Forwarding`]), and how its body is framed, as hyper's client frames it:
 //! a body known to be empty gets no framing of its own, a valid
 //! `Content-Length` is kept, a body of known size without one gets one,
 //! and any other body is chunked — but for GET, HEAD and CONNECT, which
 //! are sent without one.
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, TRAILER, TRANSFER_ENCODING};
+use http::header::{CONTENT_LENGTH, HOST, TRAILER, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, Method, Request};
 use http_body::Body as _;
 
@@ -43,11 +44,20 @@ pub fn head(req: &Request<UpstreamBody>, out: &mut Vec<u8>) -> Sending {
         Sending::Length(_) => content_length(headers).is_some(),
         Sending::Chunked(_) => false,
     };
+    let mut host = None;
     for (name, value) in headers {
         if name == TRANSFER_ENCODING || (name == CONTENT_LENGTH && !keep_length) {
             continue;
         }
+        if name == HOST {
+            host = Some(value);
+        }
         line(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    // The forwarding fields not in the map come where inserts into it
+    // would have put them: after every field it had.
+    if let Some(forwarding) = req.body().forwarding_fields() {
+        forwarding.write(out, host);
     }
     match &framing {
         Sending::Length(n) if !keep_length => {

@@ -416,8 +416,14 @@ fn prepare_head(req: &mut Request<UpstreamBody>, cfg: &UpstreamPool) -> bool {
         .first()
         .is_some_and(|t| t.scheme != TargetScheme::Http);
     if !https_pool {
-        origin_form(req);
-        if !req.headers().contains_key(HOST)
+        // `rewrite_for_native` leaves it so.
+        if req.uri().authority().is_some() {
+            origin_form(req);
+        }
+        // The forwarding fields as text come with the client's one
+        // `Host` in the map.
+        if req.body().forwarding_fields().is_none()
+            && !req.headers().contains_key(HOST)
             && let Some(h) = cfg
                 .targets
                 .first()
@@ -474,6 +480,10 @@ async fn one_try(
         (None, Some(client)) => {
             // hyper's general client takes the request; a copy stays for
             // the next try.
+            // It writes the map alone, and `aim` changes its `Host`.
+            if let Some(f) = req.body_mut().take_forwarding() {
+                f.materialize(req.headers_mut());
+            }
             let left = if keep {
                 copy_head(req)
             } else {
