@@ -113,7 +113,7 @@ pub async fn send(
     if bound.is_zero() {
         return Err(GatewayError::UpstreamTimeout(timeout));
     }
-    let in_flight = InFlight::start(&e);
+    let mut in_flight = Some(InFlight::start(&e));
     let miss = match &e.state.conns {
         Some(conns) => {
             // Pinned where it is made: the timeout holds a pointer to it,
@@ -123,11 +123,16 @@ pub async fn send(
             let send = std::pin::pin!(conns.send(req, may_retry));
             // Bounded from `sent`: no clock read of its own.
             let until = tokio::time::Instant::from_std(sent + bound);
-            match tokio::time::timeout_at(until, send).await {
-                Ok(Ok(res)) => {
-                    *answered = Some(answer(b, &res, &e, in_flight, 1, sent, sent));
-                    return Ok(res);
-                }
+            let out = tokio::time::timeout_at(until, send).await;
+            // The answer is recorded where it lies and then moved once,
+            // straight to the caller (matched by value, it would be moved
+            // twice: out of `out`, then into the result). The count in
+            // flight passes to the answer, or ends here on a miss.
+            if let (Ok(Ok(res)), Some(f)) = (&out, in_flight.take()) {
+                *answered = Some(answer(b, res, &e, f, 1, sent, sent));
+            }
+            match out {
+                Ok(Ok(res)) => return Ok(res),
                 Ok(Err(err)) => missed(err),
                 Err(_) => Miss::Failed(GatewayError::UpstreamTimeout(bound)),
             }
