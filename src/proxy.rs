@@ -361,9 +361,13 @@ impl Forwarder {
             sent,
             answered,
         ));
-        let mut res = tries.await?;
-        strip_hop_by_hop(res.headers_mut());
-        Ok(res)
+        // Stripped where it lies and passed on as it is: bound by value
+        // (`?`), the answer would be moved once more.
+        let mut out = tries.await;
+        if let Ok(res) = &mut out {
+            strip_hop_by_hop(res.headers_mut());
+        }
+        out
     }
 
     /// Whether tollgate's own HTTP/1.1 client speaks to `pool`'s targets

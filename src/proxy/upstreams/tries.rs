@@ -113,7 +113,7 @@ pub async fn send(
     if bound.is_zero() {
         return Err(GatewayError::UpstreamTimeout(timeout));
     }
-    let in_flight = InFlight::start(&e);
+    let mut in_flight = Some(InFlight::start(&e));
     let miss = match &e.state.conns {
         Some(conns) => {
             // Pinned where it is made: the timeout holds a pointer to it,
@@ -123,11 +123,16 @@ pub async fn send(
             let send = std::pin::pin!(conns.send(req, may_retry));
             // Bounded from `sent`: no clock read of its own.
             let until = tokio::time::Instant::from_std(sent + bound);
-            match tokio::time::timeout_at(until, send).await {
-                Ok(Ok(res)) => {
-                    *answered = Some(answer(b, &res, &e, in_flight, 1, sent, sent));
-                    return Ok(res);
-                }
+            let out = tokio::time::timeout_at(until, send).await;
+            // The answer is recorded where it lies and then moved once,
+            // straight to the caller (matched by value, it would be moved
+            // twice: out of `out`, then into the result). The count in
+            // flight passes to the answer, or ends here on a miss.
+            if let (Ok(Ok(res)), Some(f)) = (&out, in_flight.take()) {
+                answer(answered, b, res, &e, f, 1, sent, sent);
+            }
+            match out {
+                Ok(Ok(res)) => return Ok(res),
                 Ok(Err(err)) => missed(err),
                 Err(_) => Miss::Failed(GatewayError::UpstreamTimeout(bound)),
             }
@@ -195,7 +200,7 @@ async fn send_all(
     let target = &cfg.targets[e.target];
     let miss = match one_try(req, keep, &e, target, https, bound).await {
         Ok(res) => {
-            *answered = Some(answer(b, &res, &e, in_flight, tries.tries, start, sent));
+            answer(answered, b, &res, &e, in_flight, tries.tries, start, sent);
             return Ok(res);
         }
         Err(miss) => miss,
@@ -248,7 +253,9 @@ impl Tries<'_> {
             miss = match one_try(req, keep, &next, target, https, bound).await {
                 Ok(res) => {
                     let tries = self.tries;
-                    *answered = Some(answer(self.b, &res, &next, in_flight, tries, started, sent));
+                    answer(
+                        answered, self.b, &res, &next, in_flight, tries, started, sent,
+                    );
                     return Ok(res);
                 }
                 Err(miss) => miss,
@@ -343,9 +350,12 @@ impl Tries<'_> {
 
 /// The request's answer `res` from `e`, on its `tries`th try, which
 /// started at `started` (the request at `sent`): recorded against the
-/// target, and what the caller is told. One clock read for both.
+/// target, and what the caller is told written to `answered` (in place,
+/// not copied there). One clock read for both.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn answer(
+    answered: &mut Option<Answered>,
     b: &Balancer,
     res: &Response<Received>,
     e: &Endpoint,
@@ -353,11 +363,11 @@ fn answer(
     tries: u32,
     started: Instant,
     sent: Instant,
-) -> Answered {
+) {
     let now = Instant::now();
     let took = now.saturating_duration_since(started);
     record_answer(b, e, res.status(), took);
-    Answered {
+    *answered = Some(Answered {
         tries,
         target: e.target,
         addr: e.addr,
@@ -368,7 +378,7 @@ fn answer(
             now.saturating_duration_since(sent)
         },
         in_flight,
-    }
+    });
 }
 
 /// The error when the pool has no endpoint to try.
