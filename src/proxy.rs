@@ -317,7 +317,8 @@ impl Forwarder {
 impl Forwarder {
     /// Sends the rewritten request to a target of `balancer`'s pool,
     /// trying others as [`tries`] describes, all within `upstream`'s
-    /// timeout from `sent` (when the caller sends it); `key` is the
+    /// timeout from `sent` (when the caller sends it), or a gRPC call's
+    /// [`Deadline`] when it comes first; `key` is the
     /// caller's hash for `balance: hash`. Returns the response, and writes
     /// which try answered it to `answered`.
     ///
@@ -342,12 +343,30 @@ impl Forwarder {
         forwarding: Option<Forwarding>,
     ) -> Result<Response<Received>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
+        let client = self.pool_client(&balancer.config);
+        // A gRPC call's deadline, as `send` keeps it: only `https://` and
+        // `h2c://` targets (those with a client here) speak HTTP/2, which
+        // gRPC needs, so a pool of `http://` targets does not look.
+        let (timeout, deadline) = match client
+            .as_ref()
+            .and_then(|_| req.extensions().get::<Deadline>())
+        {
+            Some(d) => {
+                // The tries count from `sent`.
+                let left = d.at.saturating_duration_since(sent);
+                if left < upstream.timeout {
+                    (left, Some(d.budget))
+                } else {
+                    (upstream.timeout, None)
+                }
+            }
+            None => (upstream.timeout, None),
+        };
         let mut req = req.map(|b| {
             UpstreamBody::new(b, max_body)
                 .counting(count)
                 .forwarding(forwarding)
         });
-        let client = self.pool_client(&balancer.config);
         // Not boxed: the first try is the common path, as a request to
         // one URL is; `tries` boxes what only the rest need. Pinned where
         // it is made and awaited through the pin.
@@ -357,13 +376,17 @@ impl Forwarder {
             client.as_deref(),
             resolver,
             key,
-            upstream.timeout,
+            timeout,
             sent,
             answered,
         ));
+        let mut out = tries.await;
+        if let (Err(GatewayError::UpstreamTimeout(_)), Some(budget)) = (&out, deadline) {
+            // The call's deadline came first, as `send` says it.
+            return Err(GatewayError::DeadlineExceeded(budget));
+        }
         // Stripped where it lies and passed on as it is: bound by value
         // (`?`), the answer would be moved once more.
-        let mut out = tries.await;
         if let Ok(res) = &mut out {
             strip_hop_by_hop(res.headers_mut());
         }

@@ -331,6 +331,43 @@ async fn a_slow_upstream_past_the_callers_deadline_is_deadline_exceeded() {
     );
 }
 
+/// A pool of `h2c://` targets keeps the caller's deadline as one URL
+/// does: the call ends DEADLINE_EXCEEDED at its `grpc-timeout`, not at the
+/// route's timeout.
+#[tokio::test]
+async fn a_pool_keeps_the_callers_deadline() {
+    let server = GrpcServer::start(None);
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+upstreams:
+  echo:
+    targets: [ "h2c://127.0.0.1:{}" ]
+routes:
+  - name: grpc
+    match: {{ path_prefix: /demo.Echo/ }}
+    upstream: echo
+    timeout: 30s
+"#,
+        server.port
+    );
+    let gw = AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await;
+    let res = raw_call(
+        gw.addr,
+        "/demo.Echo/Slow",
+        b'5',
+        &[("grpc-timeout", "200m")],
+    )
+    .await;
+    assert_eq!(res.status, StatusCode::OK);
+    assert_eq!(res.header("grpc-status"), Some("4"));
+    assert_eq!(
+        res.header("grpc-message"),
+        Some("The upstream server did not answer within the call's deadline of 200 ms")
+    );
+}
+
 #[tokio::test]
 async fn the_callers_deadline_never_extends_the_routes_timeout() {
     let server = GrpcServer::start(None);
