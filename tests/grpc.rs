@@ -305,19 +305,7 @@ async fn a_slow_upstream_past_the_callers_deadline_is_deadline_exceeded() {
     let before = series(&gw, "tollgate_client_errors_total", deadline).await;
 
     // A caller that keeps no timer of its own hears it from the gateway.
-    let res = raw_call(
-        gw.addr,
-        "/demo.Echo/Slow",
-        b'5',
-        &[("grpc-timeout", "200m")],
-    )
-    .await;
-    assert_eq!(res.status, StatusCode::OK);
-    assert_eq!(res.header("grpc-status"), Some("4"));
-    assert_eq!(
-        res.header("grpc-message"),
-        Some("The upstream server did not answer within the call's deadline of 200 ms")
-    );
+    slow_call_past_its_deadline(gw.addr).await;
     // The caller's deadline is its own choice: a client error, not the
     // upstream's timeout.
     assert_eq!(
@@ -328,6 +316,18 @@ async fn a_slow_upstream_past_the_callers_deadline_is_deadline_exceeded() {
     assert_eq!(
         series(&gw, "tollgate_upstream_errors_total", kind).await,
         0.0
+    );
+}
+
+/// A slow call with a 200 ms `grpc-timeout` and no timer of the
+/// caller's own: the gateway answers it DEADLINE_EXCEEDED, saying why.
+async fn slow_call_past_its_deadline(gw: SocketAddr) {
+    let res = raw_call(gw, "/demo.Echo/Slow", b'5', &[("grpc-timeout", "200m")]).await;
+    assert_eq!(res.status, StatusCode::OK);
+    assert_eq!(res.header("grpc-status"), Some("4"));
+    assert_eq!(
+        res.header("grpc-message"),
+        Some("The upstream server did not answer within the call's deadline of 200 ms")
     );
 }
 
@@ -353,19 +353,7 @@ routes:
         server.port
     );
     let gw = AdminGateway::start(&yaml, Arc::new(tollgate::clock::SystemClock)).await;
-    let res = raw_call(
-        gw.addr,
-        "/demo.Echo/Slow",
-        b'5',
-        &[("grpc-timeout", "200m")],
-    )
-    .await;
-    assert_eq!(res.status, StatusCode::OK);
-    assert_eq!(res.header("grpc-status"), Some("4"));
-    assert_eq!(
-        res.header("grpc-message"),
-        Some("The upstream server did not answer within the call's deadline of 200 ms")
-    );
+    slow_call_past_its_deadline(gw.addr).await;
 }
 
 #[tokio::test]
