@@ -1,12 +1,16 @@
-//! The fleet's view: this gateway's summary (its last second and its
+//! The fleet's view: this gateway's summary (its last seconds and its
 //! denials over 1, 5 and 15 minutes) published to Redis at most once a
 //! second, and the live gateways' summaries merged
 //! ([`store::redis::console`](crate::store::redis::console) holds the
-//! script). A failed publication is logged (a warning when publishing
+//! script). Each gateway publishes and merges on its own timer, so a merge
+//! may come after a peer has published twice: a summary carries its
+//! last [`KEPT`] seconds, and a merge counts each peer's seconds it has not
+//! counted yet, so a late merge shifts a peer's second into the next one
+//! rather than losing it. A failed publication is logged (a warning when publishing
 //! stops working, then quietly) and counted
 //! (`tollgate_console_publish_failures_total`); it never touches `/readyz`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
@@ -20,21 +24,34 @@ use crate::top::LimitTop;
 pub const WINDOWS: [u32; 3] = [1, 5, 15];
 /// Identities kept per limit and window.
 pub const SHOWN: usize = 10;
+/// Seconds a summary carries: a peer's merge may miss this many less one
+/// of its publications and still count every second.
+pub const KEPT: usize = 3;
 
 /// What one gateway publishes.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Summary {
+    /// The gateway's instance id (empty from a gateway that sends none:
+    /// its `second` alone is merged).
+    #[serde(default)]
+    pub instance: String,
     /// Its last second.
     pub second: Second,
+    /// The seconds before it, oldest first: at most [`KEPT`] less one.
+    #[serde(default)]
+    pub earlier: Vec<Second>,
     /// Its denials per limit and window.
     pub denied: Vec<DeniedCallers>,
 }
 
-/// Publishes and remembers whether the last publication worked, so a
-/// broken one warns once rather than every second.
+/// Publishes, remembers whether the last publication worked (so a broken
+/// one warns once rather than every second), this gateway's last seconds,
+/// and the last second of each peer it has merged.
 #[derive(Debug, Default)]
 pub struct Publisher {
     failing: bool,
+    recent: VecDeque<Second>,
+    merged: HashMap<String, u64>,
 }
 
 impl Publisher {
@@ -49,7 +66,17 @@ impl Publisher {
             return;
         };
         let prefix = gw.with_config(|c| c.store.prefix.clone());
-        let mine = Summary { second, denied };
+        let earlier: Vec<Second> = self.recent.iter().cloned().collect();
+        self.recent.push_back(second.clone());
+        if self.recent.len() >= KEPT {
+            self.recent.pop_front();
+        }
+        let mine = Summary {
+            instance: store.instance_id().to_owned(),
+            second,
+            earlier,
+            denied,
+        };
         let text = match serde_json::to_string(&mine) {
             Ok(t) => t,
             Err(e) => {
@@ -72,7 +99,7 @@ impl Publisher {
                     // This gateway's heartbeat is not counted yet.
                     summaries.push(mine);
                 }
-                let (second, denied) = merge(&summaries);
+                let (second, denied) = merge(&summaries, &mut self.merged);
                 let n = second.gateways;
                 history.push_fleet(second);
                 history.set_fleet_denied(denied, n);
@@ -145,14 +172,34 @@ fn window(now: &LimitTop, before: Option<&LimitTop>, minutes: u32) -> Option<Den
 
 /// The fleet's second and denials: counts summed per route, latency the
 /// slowest gateway's, identities' denials summed per limit and window.
-pub fn merge(summaries: &[Summary]) -> (Second, Vec<DeniedCallers>) {
+/// `merged` holds the last second counted of each peer: a peer's seconds
+/// after it are counted (the newest alone for a peer not seen before),
+/// and it is kept for the peers in `summaries` only.
+pub fn merge(
+    summaries: &[Summary],
+    merged: &mut HashMap<String, u64>,
+) -> (Second, Vec<DeniedCallers>) {
     let mut second = Second {
         at: summaries.iter().map(|s| s.second.at).max().unwrap_or(0),
         gateways: u32::try_from(summaries.len()).unwrap_or(u32::MAX),
         routes: Vec::new(),
     };
-    for s in summaries {
-        for r in &s.second.routes {
+    let mut counted = HashMap::with_capacity(summaries.len());
+    let uncounted = summaries.iter().flat_map(|s| {
+        let after = if s.instance.is_empty() {
+            None
+        } else {
+            counted.insert(s.instance.clone(), s.second.at);
+            merged.get(&s.instance).copied()
+        };
+        let earlier = s
+            .earlier
+            .iter()
+            .filter(move |e| after.is_some_and(|a| e.at > a));
+        earlier.chain(std::iter::once(&s.second).filter(move |n| after.is_none_or(|a| n.at > a)))
+    });
+    for s in uncounted.collect::<Vec<_>>() {
+        for r in &s.routes {
             let Some(m) = second.routes.iter_mut().find(|m| m.route == r.route) else {
                 second.routes.push(r.clone());
                 continue;
@@ -166,6 +213,7 @@ pub fn merge(summaries: &[Summary]) -> (Second, Vec<DeniedCallers>) {
             m.p99_ms = max(m.p99_ms, r.p99_ms);
         }
     }
+    *merged = counted;
     let mut denied: Vec<DeniedCallers> = Vec::new();
     for d in summaries.iter().flat_map(|s| &s.denied) {
         let Some(m) = denied
@@ -203,18 +251,24 @@ mod tests {
     use super::*;
     use crate::metrics::history::RouteSecond;
 
+    fn second(at: u64, limited: u64) -> Second {
+        Second {
+            at,
+            gateways: 1,
+            routes: vec![RouteSecond {
+                route: "r".into(),
+                limited,
+                p99_ms: Some(limited as f64),
+                ..RouteSecond::default()
+            }],
+        }
+    }
+
     fn summary(limited: u64, who: &str) -> Summary {
         Summary {
-            second: Second {
-                at: 1,
-                gateways: 1,
-                routes: vec![RouteSecond {
-                    route: "r".into(),
-                    limited,
-                    p99_ms: Some(limited as f64),
-                    ..RouteSecond::default()
-                }],
-            },
+            instance: String::new(),
+            second: second(1, limited),
+            earlier: Vec::new(),
             denied: vec![DeniedCallers {
                 route: "r".into(),
                 limit: "l".into(),
@@ -227,11 +281,14 @@ mod tests {
 
     #[test]
     fn merges_counts_and_callers_across_gateways() {
-        let (second, denied) = merge(&[
-            summary(3, "key=a"),
-            summary(4, "key=a"),
-            summary(2, "key=b"),
-        ]);
+        let (second, denied) = merge(
+            &[
+                summary(3, "key=a"),
+                summary(4, "key=a"),
+                summary(2, "key=b"),
+            ],
+            &mut HashMap::new(),
+        );
         assert_eq!(second.gateways, 3);
         assert_eq!(second.routes[0].limited, 9);
         assert_eq!(second.routes[0].p99_ms, Some(4.0));
@@ -241,5 +298,40 @@ mod tests {
             denied[0].top,
             vec![("key=a".into(), 7), ("key=b".into(), 2)]
         );
+    }
+
+    /// A peer's summary as published at second `at`: its seconds so far,
+    /// `limited[i]` in second `i + 1`, the last [`KEPT`] of them.
+    fn published(at: usize, limited: &[u64]) -> Summary {
+        let all: Vec<Second> = (1..=at).map(|s| second(s as u64, limited[s - 1])).collect();
+        let kept = &all[at.saturating_sub(KEPT)..];
+        Summary {
+            instance: "peer".into(),
+            second: kept[kept.len() - 1].clone(),
+            earlier: kept[..kept.len() - 1].to_vec(),
+            denied: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_late_merge_counts_a_missed_second_once_and_a_repeat_not_at_all() {
+        let limited = [1, 7, 2, 4];
+        let mut merged = HashMap::new();
+        let limited_in = |s: &Summary, merged: &mut HashMap<String, u64>| {
+            merge(std::slice::from_ref(s), merged)
+                .0
+                .routes
+                .first()
+                .map_or(0, |r| r.limited)
+        };
+        // First seen: its newest second alone.
+        assert_eq!(limited_in(&published(1, &limited), &mut merged), 1);
+        // The merge after second 2 came late: seconds 2 and 3 at once.
+        assert_eq!(limited_in(&published(3, &limited), &mut merged), 9);
+        // A merge before the peer published again: nothing new.
+        assert_eq!(limited_in(&published(3, &limited), &mut merged), 0);
+        assert_eq!(limited_in(&published(4, &limited), &mut merged), 4);
+        // A summary of a gateway that sends no instance: its second.
+        assert_eq!(limited_in(&summary(5, "key=a"), &mut merged), 5);
     }
 }
