@@ -221,13 +221,19 @@ fn begin<'r, B>(
         Sources::ALL
     };
     let mut caller = identity::caller_reading(idc, ex.peer.ip(), req.headers(), read);
-    if let Some(AppKey(key)) = req.extensions().get() {
-        caller.user = Some(Cow::Borrowed(key.as_bytes()));
+    // Looked up only where something reads them: each is a search of the
+    // request's extensions.
+    if read.user {
+        if let Some(AppKey(key)) = req.extensions().get() {
+            caller.user = Some(Cow::Borrowed(key.as_bytes()));
+        }
     }
     // The body's fields, when the route's limits read them: the pipeline
     // peeked the body before this phase ([`super::body`]), a replay took
     // them from its log line.
-    caller.body = req.extensions().get::<BodyFields>();
+    if !route.body_reads.is_empty() {
+        caller.body = req.extensions().get::<BodyFields>();
+    }
     ex.identified(&caller);
     if let Purpose::Rehearse(ids) = purpose {
         ids.saw(&caller);
@@ -270,14 +276,11 @@ fn begin<'r, B>(
         return Step::Done(Ok(Holdings::default()));
     };
     let (limits, _) = route.limits_in(view.as_deref());
-    let decided = if limits.iter().any(|l| l.delay.is_some()) {
-        None
-    } else {
+    if !limits.iter().any(|l| l.delay.is_some()) {
         let timer = ex.span.is_some().then(std::time::Instant::now);
-        stages::decide_now(d.limiter, now_ms, &requests).map(|decision| (decision, timer))
-    };
-    match decided {
-        Some((decision, timer)) => {
+        // The decision goes straight into what `conclude` takes: it is
+        // over a hundred bytes, and every move of it is a copy.
+        if let Some(decision) = stages::decide_now(d.limiter, now_ms, &requests) {
             if let (Some(span), Some(t)) = (ex.span.as_mut(), timer) {
                 span.store_time = Some(t.elapsed());
             }
@@ -286,15 +289,15 @@ fn begin<'r, B>(
                 slots: None,
                 now_ms,
             };
-            Step::Done(conclude(d, route, view, &requests, &caller, decided, ex))
+            return Step::Done(conclude(d, route, view, &requests, &caller, decided, ex));
         }
-        None => Step::Later(Later::Store {
-            caller,
-            now_ms,
-            view,
-            requests,
-        }),
     }
+    Step::Later(Later::Store {
+        caller,
+        now_ms,
+        view,
+        requests,
+    })
 }
 
 impl Later<'_> {
