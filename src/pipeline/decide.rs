@@ -221,16 +221,12 @@ fn begin<'r, B>(
         Sources::ALL
     };
     let mut caller = identity::caller_reading(idc, ex.peer.ip(), req.headers(), read);
-    // Looked up only where something reads them: each is a search of the
-    // request's extensions.
-    if read.user {
-        if let Some(AppKey(key)) = req.extensions().get() {
-            caller.user = Some(Cow::Borrowed(key.as_bytes()));
-        }
+    // Each looked up in the extensions only where something reads it. The
+    // body's fields: the pipeline peeked the body before this phase
+    // ([`super::body`]), a replay took them from its log line.
+    if let Some(AppKey(key)) = read.user.then(|| req.extensions().get()).flatten() {
+        caller.user = Some(Cow::Borrowed(key.as_bytes()));
     }
-    // The body's fields, when the route's limits read them: the pipeline
-    // peeked the body before this phase ([`super::body`]), a replay took
-    // them from its log line.
     if !route.body_reads.is_empty() {
         caller.body = req.extensions().get::<BodyFields>();
     }
