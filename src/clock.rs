@@ -126,3 +126,30 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn system_ms() -> u64 {
+        let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        d.as_secs() * 1000 + u64::from(d.subsec_millis())
+    }
+
+    /// Read through the counter, the time is the system's, to the
+    /// millisecond either way (a reading and the counter's fall on either
+    /// side of a millisecond's edge), past the anchor's span too.
+    #[test]
+    fn the_system_clock_keeps_to_the_system_time() {
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(250) {
+            let before = system_ms();
+            let now = SystemClock.now_ms();
+            let after = system_ms();
+            assert!(
+                before <= now + 1 && now <= after + 1,
+                "{before} <= {now} <= {after}"
+            );
+        }
+    }
+}
