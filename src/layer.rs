@@ -305,19 +305,27 @@ impl Core {
     }
 
     /// The exchange record of a request with head `head`: the
-    /// connection's address read from its extensions.
+    /// connection's address read from its extensions. Made where it is
+    /// returned: the record is some hundreds of bytes, and nothing is
+    /// written into it after, so it is not copied on its way out. Whether
+    /// the request is a gRPC call is asked only of a refusal
+    /// ([`refused`](Self::refused)).
     #[inline]
     fn exchange<B>(&self, head: &Request<B>) -> Exchange {
         let peer = (self.peer)(head.extensions()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-        let mut ex = Exchange::new(head.method().clone(), peer);
-        ex.grpc = grpc::Kind::of(head.method(), head.headers());
-        ex
+        Exchange::new(head.method().clone(), peer)
     }
 
-    /// The answer to a request the limits refused, with its rate-limit
-    /// headers.
-    fn refused<R>(&self, refusal: &GatewayError, ex: &Exchange) -> Response<LayerBody<R>> {
-        let mut res = refusal::response(refusal, None, ex.grpc).map(|body| match body {
+    /// The answer to request `head`, which the limits refused, with its
+    /// rate-limit headers: a gRPC call's the gRPC way.
+    fn refused<B, R>(
+        &self,
+        refusal: &GatewayError,
+        head: &Request<B>,
+        ex: &Exchange,
+    ) -> Response<LayerBody<R>> {
+        let grpc = grpc::Kind::of(head.method(), head.headers());
+        let mut res = refusal::response(refusal, None, grpc).map(|body| match body {
             Either::Right(local) => LayerBody::refusal(local.into_full()),
             // A refusal's body is made here, never an upstream's.
             Either::Left(_) => LayerBody::refusal(Full::default()),
@@ -454,13 +462,18 @@ where
             Some(Ok(Holdings {
                 slots: None,
                 reservations: None,
-            })) => Kind::Called {
-                answer: inner.call(req),
-                checked: ex.checked,
-                mode: core.config.headers,
-            },
+            })) => {
+                // Made in the answer's future itself, not moved there.
+                return ResponseFuture {
+                    kind: Kind::Called {
+                        checked: ex.checked,
+                        mode: core.config.headers,
+                        answer: inner.call(req),
+                    },
+                };
+            }
             Some(Err(refusal)) => Kind::Refused {
-                answer: Some(core.refused(&refusal, &ex)),
+                answer: Some(core.refused(&refusal, &req, &ex)),
             },
             // Costs to settle: the answer is waited on in a future of
             // its own.
@@ -606,7 +619,7 @@ where
 {
     let holdings = match decided {
         Ok(holdings) => holdings,
-        Err(refusal) => return Ok(core.refused(&refusal, &ex)),
+        Err(refusal) => return Ok(core.refused(&refusal, &req, &ex)),
     };
     let settling = settle::prepare(holdings.reservations, &mut req);
     let answer = inner.call(req).await;

@@ -124,6 +124,8 @@ impl Limiter {
     /// # Errors
     /// The Redis configuration cannot be used at all (a malformed URL).
     pub async fn new(cfg: &StoreConfig) -> Result<Self, StoreError> {
+        // Before the first request, which would otherwise wait for it.
+        crate::clock::SystemClock::calibrate();
         let redis = match &cfg.redis {
             Some(r) => Some(RedisSide::start(cfg, r).await?),
             None => None,

@@ -96,29 +96,33 @@ pub fn decide_now(limiter: &Limiter, now_ms: u64, requests: &[LimitRequest]) -> 
         return None;
     }
     let answer = limiter.decide_now(now_ms, requests)?;
-    Some(one_stage(Ok(answer), first))
+    Some(answered(answer, first))
 }
 
 /// The decision of a route whose rate limits are all in `stage`, from
 /// its one store call.
 fn one_stage(decided: Result<crate::limit::Answer, Unanswered>, stage: Stage) -> Decision {
-    let shadow = stage == Stage::Shadow;
     match decided {
-        Ok(d) => {
-            // Pushed one by one: collected through a `SmallVec`'s
-            // `Extend`, the usual one or two cost more.
-            let mut verdicts = Verdicts::new();
-            for o in &d.outcomes {
-                verdicts.push(Some(verdict(o, stage)));
-            }
-            Decision::Decided(PerLimit {
-                allowed: d.allowed || shadow,
-                verdicts,
-                outcomes: Some(d.outcomes),
-            })
-        }
+        Ok(d) => answered(d, stage),
         Err(u) => Decision::Undecided(u),
     }
+}
+
+/// [`one_stage`] of a store's answer: taken as it is, not in a `Result`,
+/// which would be a copy of it.
+fn answered(d: crate::limit::Answer, stage: Stage) -> Decision {
+    let shadow = stage == Stage::Shadow;
+    // Pushed one by one: collected through a `SmallVec`'s `Extend`, the
+    // usual one or two cost more.
+    let mut verdicts = Verdicts::new();
+    for o in &d.outcomes {
+        verdicts.push(Some(verdict(o, stage)));
+    }
+    Decision::Decided(PerLimit {
+        allowed: d.allowed || shadow,
+        verdicts,
+        outcomes: Some(d.outcomes),
+    })
 }
 
 fn verdict(o: &Standing, stage: Stage) -> Verdict {

@@ -221,13 +221,15 @@ fn begin<'r, B>(
         Sources::ALL
     };
     let mut caller = identity::caller_reading(idc, ex.peer.ip(), req.headers(), read);
-    if let Some(AppKey(key)) = req.extensions().get() {
+    // Each looked up in the extensions only where something reads it. The
+    // body's fields: the pipeline peeked the body before this phase
+    // ([`super::body`]), a replay took them from its log line.
+    if let Some(AppKey(key)) = read.user.then(|| req.extensions().get()).flatten() {
         caller.user = Some(Cow::Borrowed(key.as_bytes()));
     }
-    // The body's fields, when the route's limits read them: the pipeline
-    // peeked the body before this phase ([`super::body`]), a replay took
-    // them from its log line.
-    caller.body = req.extensions().get::<BodyFields>();
+    if !route.body_reads.is_empty() {
+        caller.body = req.extensions().get::<BodyFields>();
+    }
     ex.identified(&caller);
     if let Purpose::Rehearse(ids) = purpose {
         ids.saw(&caller);
@@ -270,31 +272,26 @@ fn begin<'r, B>(
         return Step::Done(Ok(Holdings::default()));
     };
     let (limits, _) = route.limits_in(view.as_deref());
-    let decided = if limits.iter().any(|l| l.delay.is_some()) {
-        None
-    } else {
+    if !limits.iter().any(|l| l.delay.is_some()) {
         let timer = ex.span.is_some().then(std::time::Instant::now);
-        stages::decide_now(d.limiter, now_ms, &requests).map(|decision| (decision, timer))
-    };
-    match decided {
-        Some((decision, timer)) => {
+        // The decision goes straight to `conclude`, in no tuple or
+        // struct: it is over a hundred bytes, and every move is a copy.
+        if let Some(decision) = stages::decide_now(d.limiter, now_ms, &requests) {
             if let (Some(span), Some(t)) = (ex.span.as_mut(), timer) {
                 span.store_time = Some(t.elapsed());
             }
-            let decided = Decided {
-                decision,
-                slots: None,
-                now_ms,
-            };
-            Step::Done(conclude(d, route, view, &requests, &caller, decided, ex))
+            let done = conclude(
+                d, route, view, &requests, &caller, decision, None, now_ms, ex,
+            );
+            return Step::Done(done);
         }
-        None => Step::Later(Later::Store {
-            caller,
-            now_ms,
-            view,
-            requests,
-        }),
     }
+    Step::Later(Later::Store {
+        caller,
+        now_ms,
+        view,
+        requests,
+    })
 }
 
 impl Later<'_> {
@@ -342,11 +339,17 @@ impl Later<'_> {
         let metrics = ex.metrics.as_deref();
         // Timed for the request's span only: an untraced request reads no clock.
         let timer = ex.span.is_some().then(std::time::Instant::now);
-        let decided = decide_limits(d, route, limits, &requests, now_ms, &purpose, metrics).await;
+        let Decided {
+            decision,
+            slots,
+            now_ms,
+        } = decide_limits(d, route, limits, &requests, now_ms, &purpose, metrics).await;
         if let (Some(span), Some(t)) = (ex.span.as_mut(), timer) {
             span.store_time = Some(t.elapsed());
         }
-        conclude(d, route, view, &requests, &caller, decided, ex)
+        conclude(
+            d, route, view, &requests, &caller, decision, slots, now_ms, ex,
+        )
     }
 }
 
@@ -385,22 +388,21 @@ fn requested<B>(
     Some(view)
 }
 
-/// What the limits decided, recorded (metrics, top offenders, `ex`) and
-/// answered: the request's holdings, or why it is refused.
+/// What the limits decided at `now_ms` (`decision`, with the slots it
+/// holds), recorded (metrics, top offenders, `ex`) and answered: the
+/// request's holdings, or why it is refused.
+#[allow(clippy::too_many_arguments)]
 fn conclude(
     d: &Deciding<'_>,
     route: &Arc<CompiledRoute>,
     view: Option<Arc<LimitView>>,
     requests: &[LimitRequest],
     caller: &Caller<'_>,
-    decided: Decided,
+    decision: Decision,
+    slots: Option<Slots>,
+    now_ms: u64,
     ex: &mut Exchange,
 ) -> Result<Holdings, GatewayError> {
-    let Decided {
-        decision,
-        slots,
-        now_ms,
-    } = decided;
     let (limits, suffixes) = route.limits_in(view.as_deref());
     let keys = KeyText {
         requests,
