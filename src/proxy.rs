@@ -283,13 +283,33 @@ impl Forwarder {
                 {
                     req.headers_mut().insert(HOST, h);
                 }
-                // The connections bound the wait themselves: no timer
-                // is made for this request.
-                match conns.send(&mut req, false, until).await {
-                    Err(dial::SendError::Expired) => Err(expired()),
-                    Err(dial::SendError::Connect(e)) => Err(GatewayError::UpstreamConnect(e)),
-                    Err(dial::SendError::Failed(e)) => Err(failed(&*e, None)),
-                    Ok(res) => Ok(res),
+                if conns.is_native() {
+                    // The connections bound the wait themselves: no timer
+                    // is made for this request.
+                    match conns.send(&mut req, false, until).await {
+                        Err(dial::SendError::Expired) => Err(expired()),
+                        Err(dial::SendError::Connect(e)) => Err(GatewayError::UpstreamConnect(e)),
+                        Err(dial::SendError::Failed(e)) => Err(failed(&*e, None)),
+                        Ok(res) => {
+                            // Sent: its header map goes back to the
+                            // thread, for the next head read there.
+                            crate::http1::spare::give_map(std::mem::take(req.headers_mut()));
+                            Ok(res)
+                        }
+                    }
+                } else {
+                    // Pinned where it is made: the timeout holds a pointer
+                    // to it, and the exchange's future is not copied into
+                    // the timeout's and then into this one.
+                    let exchange = std::pin::pin!(conns.send_by_hyper(&mut req, false));
+                    match tokio::time::timeout_at(until, exchange).await {
+                        Err(_) | Ok(Err(dial::SendError::Expired)) => Err(expired()),
+                        Ok(Err(dial::SendError::Connect(e))) => {
+                            Err(GatewayError::UpstreamConnect(e))
+                        }
+                        Ok(Err(dial::SendError::Failed(e))) => Err(failed(&*e, None)),
+                        Ok(Ok(res)) => Ok(res),
+                    }
                 }
             }
             None => {
@@ -375,17 +395,21 @@ impl Forwarder {
         // Not boxed: the first try is the common path, as a request to
         // one URL is; `tries` boxes what only the rest need. Pinned where
         // it is made and awaited through the pin.
-        let tries = std::pin::pin!(tries::send(
-            &mut req,
-            balancer,
-            client.as_deref(),
-            resolver,
-            key,
-            timeout,
-            sent,
-            answered,
-        ));
-        let mut out = tries.await;
+        let mut out = {
+            let tries = std::pin::pin!(tries::send(
+                &mut req,
+                balancer,
+                client.as_deref(),
+                resolver,
+                key,
+                timeout,
+                sent,
+                answered,
+            ));
+            tries.await
+        };
+        // Sent: its header map goes back to the thread, as `send`'s does.
+        crate::http1::spare::give_map(std::mem::take(req.headers_mut()));
         if let (Err(GatewayError::UpstreamTimeout(_)), Some(budget)) = (&out, deadline) {
             // The call's deadline came first, as `send` says it.
             return Err(GatewayError::DeadlineExceeded(budget));

@@ -185,8 +185,9 @@ fn fields_of(
     let mut wants_upgrade = method == Method::CONNECT;
     // Room for the fields the gateway adds on its way to the upstream
     // (request id, forwarding fields, `Host`), so that the map is not
-    // grown, and rehashed, while the request is handled.
-    let mut headers = HeaderMap::with_capacity(spans.len() + ADDED_FIELDS);
+    // grown, and rehashed, while the request is handled; a map the
+    // thread keeps when it has that room.
+    let mut headers = super::spare::header_map(spans.len() + ADDED_FIELDS);
     for &(name, value) in spans {
         let Ok(name) = HeaderName::from_bytes(&head[name.0..name.0 + name.1]) else {
             return Err(Refusal::BadRequest("invalid header name"));

@@ -179,6 +179,19 @@ impl KeepAlive {
         }
     }
 
+    /// [`Self::send`] on hyper's connections, with no bound of its own:
+    /// for a caller that wraps it in its timeout, where the exchange's
+    /// future is pinned once (one URL's forward).
+    pub async fn send_by_hyper(
+        &self,
+        req: &mut Request<UpstreamBody>,
+        keep: bool,
+    ) -> Result<Response<Received>, SendError> {
+        self.send_hyper(req, keep)
+            .await
+            .map(|res| res.map(Received::hyper))
+    }
+
     /// [`Self::send`] on hyper's connections: `held` is left with a copy
     /// of the head when `keep`, and the request whenever it comes back
     /// unsent.
