@@ -139,11 +139,14 @@ pub fn parse(buf: &mut BytesMut) -> HeadRead {
     let target_at = at(target.as_bytes());
     // Kept on the stack for the usual number of fields: the spans outlive
     // the parser's borrow of the buffer, which `split_to` needs back.
-    let spans: Spans = req
-        .headers
-        .iter()
-        .map(|h| (at(h.name.as_bytes()), at(h.value)))
-        .collect();
+    // Filled where they lie: `collect` would return them by value, a copy
+    // of the whole inline array.
+    let mut spans = Spans::new();
+    spans.extend(
+        req.headers
+            .iter()
+            .map(|h| (at(h.name.as_bytes()), at(h.value))),
+    );
     let head = buf.split_to(len).freeze();
     let slice = |(from, n): (usize, usize)| head.slice(from..from + n);
     let Ok(uri) = Uri::from_maybe_shared(slice(target_at)) else {

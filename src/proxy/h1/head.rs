@@ -248,7 +248,13 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
         response,
         framing,
         keep_alive: keep_alive && framing != Delimited::Close,
-        passed: (!passed.is_empty()).then(|| Box::new(passed)),
+        // Not through `bool::then`: its closure would take the fields by
+        // value, one more copy of them before the box's.
+        passed: if passed.is_empty() {
+            None
+        } else {
+            Some(Box::new(passed))
+        },
     })
 }
 
