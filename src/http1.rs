@@ -30,7 +30,7 @@ pub mod head;
 mod locked;
 pub mod park;
 mod rewind;
-mod spare;
+pub(crate) mod spare;
 pub mod text_fields;
 pub mod write;
 

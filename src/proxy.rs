@@ -127,6 +127,10 @@ pub struct Deadline {
     pub budget: Duration,
 }
 
+/// What stands for a timeout past what the clock counts (as tokio's
+/// timers take one): about 30 years.
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 /// A client for one route's own CA, keyed by the TLS settings it was built
 /// from.
 type CustomClient = (Arc<ClientConfig>, UpstreamClient);
@@ -209,9 +213,9 @@ impl Forwarder {
     }
 
     /// Sends the rewritten request to `upstream` and waits at most its
-    /// timeout — or the request's [`Deadline`], when that comes first — for
-    /// the response head; the body then streams without a deadline. The
-    /// request body is cut off past `max_body` bytes.
+    /// timeout from `sent` — or until the request's [`Deadline`], when that
+    /// comes first — for the response head; the body then streams without
+    /// a deadline. The request body is cut off past `max_body` bytes.
     ///
     /// # Errors
     /// [`GatewayError::UpstreamConnect`] when no connection could be made,
@@ -226,6 +230,9 @@ impl Forwarder {
     /// [`keep_alive`]) the request goes over its kept-alive HTTP/1.1
     /// connections; otherwise over the general client. `forwarding` are
     /// the forwarding fields [`rewrite_for_native`] left out of the map.
+    // What one send needs; a struct for this one call would only rename
+    // them.
+    #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
         req: Request<ClientBody>,
@@ -233,22 +240,22 @@ impl Forwarder {
         conns: Option<&KeepAlive>,
         max_body: Option<u64>,
         forwarding: Option<Forwarding>,
+        sent: Instant,
     ) -> Result<Response<Received>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
-        let (timeout, deadline) = match req.extensions().get::<Deadline>() {
-            None => (upstream.timeout, None),
-            Some(d) => {
-                let left = d.at.saturating_duration_since(Instant::now());
-                if left < upstream.timeout {
-                    (left, Some(d.budget))
-                } else {
-                    (upstream.timeout, None)
-                }
-            }
+        // When the head must have come, and the call's budget when its
+        // deadline is what says so.
+        let timeout = sent
+            .checked_add(upstream.timeout)
+            .unwrap_or_else(|| sent + FAR_FUTURE);
+        let (until, deadline) = match req.extensions().get::<Deadline>() {
+            Some(d) if d.at < timeout => (d.at, Some(d.budget)),
+            _ => (timeout, None),
         };
+        let until = tokio::time::Instant::from_std(until);
         let expired = || match deadline {
             Some(budget) => GatewayError::DeadlineExceeded(budget),
-            None => GatewayError::UpstreamTimeout(timeout),
+            None => GatewayError::UpstreamTimeout(upstream.timeout),
         };
         let mut req = req.map(|b| {
             UpstreamBody::new(b, max_body)
@@ -276,15 +283,33 @@ impl Forwarder {
                 {
                     req.headers_mut().insert(HOST, h);
                 }
-                // Pinned where it is made: the timeout holds a pointer to
-                // it, and the exchange's future, the largest of a request's,
-                // is not copied into the timeout's and then into this one.
-                let exchange = std::pin::pin!(conns.send(&mut req, false));
-                match tokio::time::timeout(timeout, exchange).await {
-                    Err(_) => Err(expired()),
-                    Ok(Err(dial::SendError::Connect(e))) => Err(GatewayError::UpstreamConnect(e)),
-                    Ok(Err(dial::SendError::Failed(e))) => Err(failed(&*e, None)),
-                    Ok(Ok(res)) => Ok(res),
+                if conns.is_native() {
+                    // The connections bound the wait themselves: no timer
+                    // is made for this request.
+                    match conns.send(&mut req, false, until).await {
+                        Err(dial::SendError::Expired) => Err(expired()),
+                        Err(dial::SendError::Connect(e)) => Err(GatewayError::UpstreamConnect(e)),
+                        Err(dial::SendError::Failed(e)) => Err(failed(&*e, None)),
+                        Ok(res) => {
+                            // Sent: its header map goes back to the
+                            // thread, for the next head read there.
+                            crate::http1::spare::give_map(std::mem::take(req.headers_mut()));
+                            Ok(res)
+                        }
+                    }
+                } else {
+                    // Pinned where it is made: the timeout holds a pointer
+                    // to it, and the exchange's future is not copied into
+                    // the timeout's and then into this one.
+                    let exchange = std::pin::pin!(conns.send_by_hyper(&mut req, false));
+                    match tokio::time::timeout_at(until, exchange).await {
+                        Err(_) | Ok(Err(dial::SendError::Expired)) => Err(expired()),
+                        Ok(Err(dial::SendError::Connect(e))) => {
+                            Err(GatewayError::UpstreamConnect(e))
+                        }
+                        Ok(Err(dial::SendError::Failed(e))) => Err(failed(&*e, None)),
+                        Ok(Ok(res)) => Ok(res),
+                    }
                 }
             }
             None => {
@@ -297,7 +322,7 @@ impl Forwarder {
                 let client = self.client_for(upstream);
                 // Boxed: https, h2c and upgrade routes only, kept out of the
                 // size of every request's future.
-                match Box::pin(tokio::time::timeout(timeout, client.request(req))).await {
+                match Box::pin(tokio::time::timeout_at(until, client.request(req))).await {
                     Err(_) => Err(expired()),
                     Ok(Err(e)) if e.is_connect() => {
                         Err(GatewayError::UpstreamConnect(error_chain(&e)))
@@ -370,17 +395,21 @@ impl Forwarder {
         // Not boxed: the first try is the common path, as a request to
         // one URL is; `tries` boxes what only the rest need. Pinned where
         // it is made and awaited through the pin.
-        let tries = std::pin::pin!(tries::send(
-            &mut req,
-            balancer,
-            client.as_deref(),
-            resolver,
-            key,
-            timeout,
-            sent,
-            answered,
-        ));
-        let mut out = tries.await;
+        let mut out = {
+            let tries = std::pin::pin!(tries::send(
+                &mut req,
+                balancer,
+                client.as_deref(),
+                resolver,
+                key,
+                timeout,
+                sent,
+                answered,
+            ));
+            tries.await
+        };
+        // Sent: its header map goes back to the thread, as `send`'s does.
+        crate::http1::spare::give_map(std::mem::take(req.headers_mut()));
         if let (Err(GatewayError::UpstreamTimeout(_)), Some(budget)) = (&out, deadline) {
             // The call's deadline came first, as `send` says it.
             return Err(GatewayError::DeadlineExceeded(budget));

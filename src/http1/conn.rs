@@ -588,6 +588,9 @@ where
     }
     wbuf.reserve(256 + 48 * parts.headers.len());
     let (encoder, keep) = write::head(wbuf, &parts, hint, (body.late(), body.passed()), to);
+    // Written: the map goes back to the thread, for the next head read or
+    // answer made there.
+    spare::give_map(parts.headers);
     (body, encoder, keep)
 }
 

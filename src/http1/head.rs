@@ -139,11 +139,14 @@ pub fn parse(buf: &mut BytesMut) -> HeadRead {
     let target_at = at(target.as_bytes());
     // Kept on the stack for the usual number of fields: the spans outlive
     // the parser's borrow of the buffer, which `split_to` needs back.
-    let spans: Spans = req
-        .headers
-        .iter()
-        .map(|h| (at(h.name.as_bytes()), at(h.value)))
-        .collect();
+    // Filled where they lie: `collect` would return them by value, a copy
+    // of the whole inline array.
+    let mut spans = Spans::new();
+    spans.extend(
+        req.headers
+            .iter()
+            .map(|h| (at(h.name.as_bytes()), at(h.value))),
+    );
     let head = buf.split_to(len).freeze();
     let slice = |(from, n): (usize, usize)| head.slice(from..from + n);
     let Ok(uri) = Uri::from_maybe_shared(slice(target_at)) else {
@@ -185,8 +188,9 @@ fn fields_of(
     let mut wants_upgrade = method == Method::CONNECT;
     // Room for the fields the gateway adds on its way to the upstream
     // (request id, forwarding fields, `Host`), so that the map is not
-    // grown, and rehashed, while the request is handled.
-    let mut headers = HeaderMap::with_capacity(spans.len() + ADDED_FIELDS);
+    // grown, and rehashed, while the request is handled; a map the
+    // thread keeps when it has that room.
+    let mut headers = super::spare::header_map(spans.len() + ADDED_FIELDS);
     for &(name, value) in spans {
         let Ok(name) = HeaderName::from_bytes(&head[name.0..name.0 + name.1]) else {
             return Err(Refusal::BadRequest("invalid header name"));

@@ -5,10 +5,19 @@
 //!
 //! Each thread keeps at most [`KEPT`] of each kind, none larger than
 //! [`LARGEST`]: what a burst of connections grew beyond that is freed.
+//!
+//! A request's header map is kept the same way: the forwarder gives it
+//! back, emptied, once the request is sent ([`give_map`]), and the next
+//! head read on the thread fills it ([`header_map`]) instead of allocating
+//! a map's two tables and freeing them per request. Up to
+//! [`KEPT_MAPS`] are kept, as many requests as wait for their upstreams at
+//! once on a busy thread, none with room for more than [`LARGEST_MAP`]
+//! fields.
 
 use std::cell::RefCell;
 
 use bytes::BytesMut;
+use http::HeaderMap;
 
 /// The room a read buffer has when taken (hyper's first read buffer is as
 /// large).
@@ -20,9 +29,15 @@ const KEPT: usize = 16;
 /// A buffer with more room than this is freed, not kept.
 const LARGEST: usize = 64 * 1024;
 
+/// Header maps a thread keeps.
+const KEPT_MAPS: usize = 64;
+/// A map with room for more fields than this is freed, not kept.
+const LARGEST_MAP: usize = 48;
+
 thread_local! {
     static READ: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
     static WRITE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
 }
 
 /// An empty read buffer with room for [`READ_SIZE`] bytes.
@@ -58,6 +73,30 @@ pub(super) fn give_write(mut buf: Vec<u8>) {
     }
     buf.clear();
     let _ = WRITE.try_with(|s| keep(&mut s.borrow_mut(), buf));
+}
+
+/// An empty header map with room for `fields` fields: one the thread
+/// keeps when it has room enough, a new one otherwise.
+pub fn header_map(fields: usize) -> HeaderMap {
+    match MAPS.with(|s| s.borrow_mut().pop()) {
+        Some(map) if map.capacity() >= fields => map,
+        // Too small: dropped, and the thread keeps one map fewer.
+        _ => HeaderMap::with_capacity(fields),
+    }
+}
+
+/// Keeps `map`, emptied, for the next head read on this thread.
+pub fn give_map(mut map: HeaderMap) {
+    if map.capacity() == 0 || map.capacity() > LARGEST_MAP {
+        return;
+    }
+    map.clear();
+    let _ = MAPS.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < KEPT_MAPS {
+            s.push(map);
+        }
+    });
 }
 
 /// How many read and write buffers this thread keeps.
@@ -101,6 +140,20 @@ mod tests {
         let mut again = read_buffer();
         again.extend_from_slice(b"next");
         assert_eq!(&held[..], b"kept");
+    }
+
+    #[test]
+    fn a_map_given_back_is_taken_again_empty() {
+        let mut map = header_map(5);
+        map.insert(http::header::HOST, http::HeaderValue::from_static("a"));
+        let room = map.capacity();
+        give_map(map);
+        let again = header_map(5);
+        assert!(again.is_empty());
+        assert_eq!(again.capacity(), room, "the same tables");
+        // One with too little room is not handed out.
+        give_map(again);
+        assert!(header_map(room + 1).capacity() > room);
     }
 
     #[test]

@@ -195,10 +195,14 @@ async fn forward(
             .await?
         }
         None => {
-            std::pin::pin!(
-                gw.forwarder
-                    .send(req, up, conns, cfg.server.max_body_size, forwarding)
-            )
+            std::pin::pin!(gw.forwarder.send(
+                req,
+                up,
+                conns,
+                cfg.server.max_body_size,
+                forwarding,
+                sent
+            ))
             .await?
         }
     };

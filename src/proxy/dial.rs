@@ -21,6 +21,9 @@ pub enum SendError {
     Connect(String),
     /// The exchange failed after the request was handed to a connection.
     Failed(Box<dyn std::error::Error + Send + Sync>),
+    /// The instant the send was bounded by passed before the response
+    /// head came. The connection is dropped, never reused.
+    Expired,
 }
 
 /// Where connections to one upstream go, and how long connecting may take.

@@ -147,31 +147,49 @@ impl KeepAlive {
     }
 
     /// Sends `req` (origin-form URI, `Host` set) on a pooled connection or
-    /// a new one, and waits for the response head. See the module docs for
-    /// when a request is sent again.
+    /// a new one, and waits for the response head until `until` at most
+    /// ([`SendError::Expired`] after). See the module docs for when a
+    /// request is sent again.
     ///
     /// The request stays the caller's where that costs nothing, so that a
     /// pool sends it to another target without a copy made beforehand:
     /// after [`SendError::Connect`] `req` holds the whole request again.
     /// With `keep` (a pool's try that may be retried, of a request that is
     /// replayable) `req` holds its head also after [`SendError::Failed`] and
-    /// when the send is dropped at a timeout: the native client writes the
-    /// request from `req` without taking it; hyper's takes it, and `req`
-    /// keeps a copy of the head.
+    /// [`SendError::Expired`]: the native client writes the request from
+    /// `req` without taking it; hyper's takes it, and `req` keeps a copy of
+    /// the head.
+    ///
+    /// The native client bounds the wait with its connection's own timer
+    /// (see [`h1`]); hyper's exchange is wrapped in a timeout.
     pub async fn send(
         &self,
         req: &mut Request<UpstreamBody>,
         keep: bool,
+        until: tokio::time::Instant,
     ) -> Result<Response<Received>, SendError> {
         match &self.native {
-            Some(idle) => h1::send(&self.dial, idle, req)
+            Some(idle) => h1::send(&self.dial, idle, req, until)
                 .await
                 .map(|res| res.map(Received::native)),
-            None => self
-                .send_hyper(req, keep)
-                .await
-                .map(|res| res.map(Received::hyper)),
+            None => match tokio::time::timeout_at(until, self.send_hyper(req, keep)).await {
+                Ok(sent) => sent.map(|res| res.map(Received::hyper)),
+                Err(_) => Err(SendError::Expired),
+            },
         }
+    }
+
+    /// [`Self::send`] on hyper's connections, with no bound of its own:
+    /// for a caller that wraps it in its timeout, where the exchange's
+    /// future is pinned once (one URL's forward).
+    pub async fn send_by_hyper(
+        &self,
+        req: &mut Request<UpstreamBody>,
+        keep: bool,
+    ) -> Result<Response<Received>, SendError> {
+        self.send_hyper(req, keep)
+            .await
+            .map(|res| res.map(Received::hyper))
     }
 
     /// [`Self::send`] on hyper's connections: `held` is left with a copy

@@ -1,14 +1,25 @@
 //! One HTTP/1.1 connection to an upstream, with one read and one write
-//! buffer; no task or channel of its own.
+//! buffer and one timer; no task or channel of its own.
+//!
+//! The timer bounds each exchange's wait for the answer's head (the
+//! route's timeout, or a gRPC call's sooner deadline). It is made with the
+//! connection and kept for its life, so a request sets an instant
+//! ([`Conn::arm`]) rather than making, registering and clearing a timer of
+//! its own. The runtime's timer is moved only when it must fire sooner
+//! than it would; when it fires before the instant set since, it is set
+//! again to that instant ([`Conn::poll_expired`]), so a busy connection
+//! touches the runtime's timer wheel about once per timeout, not once per
+//! request.
 
-use std::future::Future as _;
+use std::future::{Future as _, poll_fn};
 use std::io;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncReadExt as _, AsyncWrite as _};
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
 /// The first read's size; reads double while they fill what they asked
 /// for, up to [`MAX_READ`], as a body streams.
@@ -26,17 +37,58 @@ pub struct Conn {
     pub out: Vec<u8>,
     /// The next read's size.
     want: usize,
+    /// When the exchange under way must have its answer's head.
+    until: Instant,
+    /// The runtime's timer, due at `until` or sooner.
+    timer: Pin<Box<Sleep>>,
+}
+
+/// Why [`Conn::flush`] stopped.
+#[derive(Debug)]
+pub enum Unflushed {
+    /// The write failed after this many bytes.
+    Io(usize, io::Error),
+    /// The exchange's deadline passed after this many bytes.
+    Expired(usize),
 }
 
 impl Conn {
-    /// A connection over `io`, with empty buffers.
-    pub fn new(io: TcpStream) -> Box<Self> {
+    /// A connection over `io`, with empty buffers, whose first exchange
+    /// must have its answer's head by `until`.
+    pub fn new(io: TcpStream, until: Instant) -> Box<Self> {
         Box::new(Self {
             io,
             buf: BytesMut::new(),
             out: Vec::new(),
             want: FIRST_READ,
+            until,
+            timer: Box::pin(tokio::time::sleep_until(until)),
         })
+    }
+
+    /// Sets when the next exchange must have its answer's head. Only an
+    /// instant before the timer's moves the runtime's timer; a later one
+    /// is taken up when the timer fires.
+    pub fn arm(&mut self, until: Instant) {
+        self.until = until;
+        if until < self.timer.deadline() {
+            self.timer.as_mut().reset(until);
+        }
+    }
+
+    /// Ready once the instant [`Self::arm`] set has passed; otherwise the
+    /// task is woken when it passes. Polled where an exchange waits, after
+    /// what it waits for, as a timeout polls its future first.
+    pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        while self.timer.as_mut().poll(cx).is_ready() {
+            if self.timer.deadline() >= self.until {
+                return Poll::Ready(());
+            }
+            // Fired at an earlier exchange's instant: wait for this one's.
+            let until = self.until;
+            self.timer.as_mut().reset(until);
+        }
+        Poll::Pending
     }
 
     /// Whether the upstream has neither closed the connection nor sent
@@ -91,16 +143,31 @@ impl Conn {
         polled
     }
 
-    /// Writes `out`, then clears it; the bytes written before a failure.
-    pub async fn flush(&mut self) -> Result<(), (usize, io::Error)> {
+    /// Writes `out`, up to the instant [`Self::arm`] set.
+    ///
+    /// # Errors
+    /// The write failed, or the instant passed; either says how many bytes
+    /// went out before.
+    pub async fn flush(&mut self) -> Result<(), Unflushed> {
         let mut at = 0;
-        while at < self.out.len() {
-            match self.io.write(&self.out[at..]).await {
-                Ok(0) => return Err((at, io::ErrorKind::WriteZero.into())),
-                Ok(n) => at += n,
-                Err(e) => return Err((at, e)),
+        poll_fn(|cx| {
+            while at < self.out.len() {
+                match Pin::new(&mut self.io).poll_write(cx, &self.out[at..]) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(Unflushed::Io(
+                            at,
+                            io::ErrorKind::WriteZero.into(),
+                        )));
+                    }
+                    Poll::Ready(Ok(n)) => at += n,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(Unflushed::Io(at, e))),
+                    Poll::Pending => {
+                        return self.poll_expired(cx).map(|()| Err(Unflushed::Expired(at)));
+                    }
+                }
             }
-        }
-        Ok(())
+            Poll::Ready(Ok(()))
+        })
+        .await
     }
 }

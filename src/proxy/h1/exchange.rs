@@ -10,7 +10,7 @@ use http::{Method, Request, Response};
 use http_body::Body as _;
 
 use super::body::NativeBody;
-use super::conn::Conn;
+use super::conn::{Conn, Unflushed};
 use super::error::NativeError;
 use super::head::{self, Head};
 use super::idle::IdleConns;
@@ -29,10 +29,14 @@ pub enum Miss {
         /// No byte of a response had arrived.
         unanswered: bool,
     },
+    /// The deadline [`Conn::arm`] set passed before the response head
+    /// came; the connection is dropped.
+    Expired,
 }
 
-/// Sends `req` on `conn` and reads the response head; the response's body
-/// reads from the connection and gives it back to `idle` at its end.
+/// Sends `req` on `conn` and reads the response head, both by the instant
+/// `conn` is armed for; the response's body reads from the connection
+/// and gives it back to `idle` at its end.
 ///
 /// The head is written from `req`, which keeps it; a body to send is taken
 /// out once the head is written, and is written as the head is waited
@@ -49,13 +53,14 @@ pub async fn exchange(
     let framing = write::head(req, &mut conn.out);
     match conn.flush().await {
         Ok(()) => {}
-        Err((0, e)) => return Err(Miss::Unsent(e.into())),
-        Err((_, e)) => {
+        Err(Unflushed::Io(0, e)) => return Err(Miss::Unsent(e.into())),
+        Err(Unflushed::Io(_, e)) => {
             return Err(Miss::Failed {
                 error: e.into(),
                 unanswered: conn.buf.is_empty(),
             });
         }
+        Err(Unflushed::Expired(_)) => return Err(Miss::Expired),
     }
     // A body that is not sent (a GET's of unknown size) is let go of here,
     // as one that is sent is handed to the upload.
@@ -82,7 +87,8 @@ async fn respond(
     let mut wrote = true;
     let head = match read_head(&mut conn, method, &mut upload, &mut wrote).await {
         Ok(head) => head,
-        Err((error, unanswered)) => return Err(Miss::Failed { error, unanswered }),
+        Err(Some((error, unanswered))) => return Err(Miss::Failed { error, unanswered }),
+        Err(None) => return Err(Miss::Expired),
     };
     let Head {
         response,
@@ -96,7 +102,8 @@ async fn respond(
 }
 
 /// The response head, read while `upload` is written; on failure, whether
-/// no byte of it had arrived. The answer is read before the body is
+/// no byte of it had arrived, or `None` when the deadline `conn` is armed
+/// for passed first. The answer is read before the body is
 /// written on, as hyper's dispatcher does. A write that fails ends the
 /// upload and clears `wrote`, and the head is still waited for: an
 /// upstream may answer and close without reading the whole body (a 413),
@@ -106,7 +113,7 @@ async fn read_head(
     method: &Method,
     upload: &mut Option<Box<Upload>>,
     wrote: &mut bool,
-) -> Result<Head, (NativeError, bool)> {
+) -> Result<Head, Option<(NativeError, bool)>> {
     let mut got = 0;
     let mut fresh = false;
     poll_fn(|cx| {
@@ -116,20 +123,22 @@ async fn read_head(
                 match head::parse(&mut conn.buf, method) {
                     Ok(Some(head)) => return Poll::Ready(Ok(head)),
                     Ok(None) => {}
-                    Err(e) => return Poll::Ready(Err((e.into(), false))),
+                    Err(e) => return Poll::Ready(Err(Some((e.into(), false)))),
                 }
             }
             match conn.poll_fill(cx) {
                 Poll::Ready(Ok(0)) if got == 0 => {
-                    return Poll::Ready(Err((NativeError::Closed, true)));
+                    return Poll::Ready(Err(Some((NativeError::Closed, true))));
                 }
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err((NativeError::HeadCut, false))),
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(Some((NativeError::HeadCut, false))));
+                }
                 Poll::Ready(Ok(n)) => {
                     got += n;
                     fresh = true;
                     continue;
                 }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err((e.into(), got == 0))),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(Some((e.into(), got == 0)))),
                 Poll::Pending => {}
             }
             if let Some(up) = upload {
@@ -140,10 +149,12 @@ async fn read_head(
                         *upload = None;
                         *wrote = false;
                     }
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err((e, conn.buf.is_empty()))),
+                    Poll::Ready(Err(e)) => {
+                        return Poll::Ready(Err(Some((e, conn.buf.is_empty()))));
+                    }
                 }
             }
-            return Poll::Pending;
+            return conn.poll_expired(cx).map(|()| Err(None));
         }
     })
     .await

@@ -162,6 +162,11 @@ fn tokenize(buf: &[u8], raw: &mut Raw) -> Result<bool, HeadError> {
     Ok(true)
 }
 
+/// Fields an answer's map has room for: a map's first size (what the
+/// first insert into an empty map makes), the size the client's request
+/// maps come in too, so that the thread's maps serve both.
+const ANSWER_FIELDS: usize = 6;
+
 fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
     let status = StatusCode::from_u16(raw.code).map_err(|_| HeadError::Field)?;
     let version = if raw.version == 1 {
@@ -170,6 +175,9 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
         Version::HTTP_10
     };
     let mut response = Response::new(());
+    // A map the thread keeps, with room for `Content-Length` and the
+    // fields the gateway adds (the request id, a limit's fields).
+    *response.headers_mut() = crate::http1::spare::header_map(ANSWER_FIELDS);
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
     // Some `Connection` line names fields of the answer's.
@@ -240,7 +248,13 @@ fn build(bytes: &Bytes, raw: &Raw, method: &Method) -> Result<Head, HeadError> {
         response,
         framing,
         keep_alive: keep_alive && framing != Delimited::Close,
-        passed: (!passed.is_empty()).then(|| Box::new(passed)),
+        // Not through `bool::then`: its closure would take the fields by
+        // value, one more copy of them before the box's.
+        passed: if passed.is_empty() {
+            None
+        } else {
+            Some(Box::new(passed))
+        },
     })
 }
 

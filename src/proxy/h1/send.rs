@@ -17,6 +17,7 @@
 use std::sync::Arc;
 
 use http::{Request, Response};
+use tokio::time::Instant;
 use tracing::debug;
 
 use super::body::NativeBody;
@@ -28,7 +29,9 @@ use crate::proxy::dial::{Dial, SendError, replayable};
 
 /// Sends `req` (origin-form, `Host` set) to the upstream `dial` reaches, on
 /// an idle connection of `idle` or a new one, and waits for the response
-/// head.
+/// head until `until` at most: connecting, writing the request and reading
+/// the head are bounded by it, through the connection's own timer (see
+/// [`Conn::arm`]) once there is one.
 ///
 /// `req` keeps its head whatever happens, and its body too when the
 /// request was not written ([`SendError::Connect`]); a body that was
@@ -36,18 +39,23 @@ use crate::proxy::dial::{Dial, SendError, replayable};
 ///
 /// # Errors
 /// [`SendError::Connect`] when nothing reached the upstream,
-/// [`SendError::Failed`] when the exchange failed after.
+/// [`SendError::Failed`] when the exchange failed after,
+/// [`SendError::Expired`] when `until` passed first.
 pub async fn send(
     dial: &Dial,
     idle: &Arc<IdleConns>,
     req: &mut Request<UpstreamBody>,
+    until: Instant,
 ) -> Result<Response<NativeBody>, SendError> {
     loop {
         let (conn, reused) = match idle.take() {
-            Some(c) => (c, true),
+            Some(mut c) => {
+                c.arm(until);
+                (c, true)
+            }
             // Boxed: connecting is rare and its future is large.
-            None => match Box::pin(dial.tcp()).await {
-                Ok(io) => (Conn::new(io), false),
+            None => match Box::pin(connect(dial, until)).await? {
+                Ok(conn) => (conn, false),
                 Err(e) => return Err(SendError::Connect(e)),
             },
         };
@@ -68,24 +76,40 @@ pub async fn send(
                     %error,
                     "a reused connection failed before answering; sending the request again on a new one"
                 );
-                return Box::pin(send_fresh(dial, idle, req)).await;
+                return Box::pin(send_fresh(dial, idle, req, until)).await;
             }
             Err(Miss::Failed { error, .. }) => return Err(SendError::Failed(Box::new(error))),
+            Err(Miss::Expired) => return Err(SendError::Expired),
         }
     }
 }
 
-/// Sends the bodiless `req` once on a new connection.
+/// A new connection to the upstream, made by `until`; its timer is set
+/// for `until` too.
+///
+/// # Errors
+/// The outer error when `until` passed; the inner, the connect's failure.
+async fn connect(dial: &Dial, until: Instant) -> Result<Result<Box<Conn>, String>, SendError> {
+    match tokio::time::timeout_at(until, dial.tcp()).await {
+        Ok(Ok(io)) => Ok(Ok(Conn::new(io, until))),
+        Ok(Err(e)) => Ok(Err(e)),
+        Err(_) => Err(SendError::Expired),
+    }
+}
+
+/// Sends the bodiless `req` once on a new connection, by `until`.
 async fn send_fresh(
     dial: &Dial,
     idle: &Arc<IdleConns>,
     req: &mut Request<UpstreamBody>,
+    until: Instant,
 ) -> Result<Response<NativeBody>, SendError> {
-    let io = dial.tcp().await.map_err(SendError::Connect)?;
-    match exchange(Conn::new(io), req, idle).await {
+    let conn = connect(dial, until).await?.map_err(SendError::Connect)?;
+    match exchange(conn, req, idle).await {
         Ok(res) => Ok(res),
         Err(Miss::Failed { error, .. } | Miss::Unsent(error)) => {
             Err(SendError::Failed(Box::new(error)))
         }
+        Err(Miss::Expired) => Err(SendError::Expired),
     }
 }

@@ -343,7 +343,7 @@ async fn a_request_that_reached_no_one_stays_whole_with_the_caller() {
         .header("x-two", "2")
         .body(body)
         .unwrap();
-    let err = super::send(&dial, &idle, &mut req)
+    let err = super::send(&dial, &idle, &mut req, far())
         .await
         .expect_err("no upstream");
     assert!(
@@ -435,7 +435,7 @@ async fn a_response_that_ends_before_its_request_body_lets_the_body_finish_and_t
         .body(body)
         .unwrap();
     let within = std::time::Duration::from_secs(10);
-    let res = tokio::time::timeout(within, super::send(&dial, &idle, &mut req))
+    let res = tokio::time::timeout(within, super::send(&dial, &idle, &mut req, far()))
         .await
         .expect("a head in time")
         .expect("a response");
@@ -463,7 +463,7 @@ async fn a_response_that_ends_before_its_request_body_lets_the_body_finish_and_t
         .header("host", "up.test")
         .body(crate::proxy::body::UpstreamBody::empty())
         .unwrap();
-    let mut res = super::send(&dial, &idle, &mut req)
+    let mut res = super::send(&dial, &idle, &mut req, far())
         .await
         .expect("a response");
     materialize(&mut res);
@@ -480,7 +480,7 @@ async fn a_response_read_whole_leaves_no_readiness_and_a_close_is_seen() {
     let addr = listener.local_addr().unwrap();
     let io = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut up, _) = listener.accept().await.unwrap();
-    let mut conn = super::conn::Conn::new(io);
+    let mut conn = super::conn::Conn::new(io, far());
     conn.out
         .extend_from_slice(b"GET / HTTP/1.1\r\nhost: up\r\n\r\n");
     conn.flush().await.expect("the request goes out");
@@ -588,4 +588,96 @@ fn the_map_holds_the_length_and_the_rest_is_passed_as_written() {
         String::from_utf8_lossy(&out),
         "Server: up\r\nX-Odd-Case: spaced value\r\nx-odd-case: caf\u{e9}\r\n"
     );
+}
+
+/// A deadline no test reaches.
+fn far() -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(3600)
+}
+
+/// An upstream that reads what it is sent and never answers.
+async fn silent_upstream() -> std::net::SocketAddr {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut chunk = [0u8; 1024];
+                while matches!(s.read(&mut chunk).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_head_past_the_deadline_is_expired_and_its_connection_not_kept() {
+    use std::sync::Arc;
+    let addr = silent_upstream().await;
+    let dial = crate::proxy::dial::Dial {
+        authority: addr.to_string().parse().unwrap(),
+        addr: Some(addr),
+        timeout: std::time::Duration::from_secs(2),
+    };
+    let idle = Arc::new(super::IdleConns::new(std::time::Duration::from_secs(60)));
+    let mut req = http::Request::get("/slow")
+        .header("host", "up.test")
+        .body(crate::proxy::body::UpstreamBody::empty())
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let until = started + std::time::Duration::from_millis(100);
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        super::send(&dial, &idle, &mut req, until),
+    )
+    .await
+    .expect("the deadline ends the send")
+    .expect_err("no answer");
+    assert!(
+        matches!(err, crate::proxy::dial::SendError::Expired),
+        "{err:?}"
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_millis(100));
+    assert_eq!(idle.kept(), 0, "a timed-out connection is dropped");
+    // The request keeps its head for a caller that sends it elsewhere.
+    assert_eq!(req.uri(), "/slow");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connections_timer_that_fired_for_an_earlier_exchange_waits_for_the_next_ones_instant() {
+    use std::future::poll_fn;
+    use std::task::Poll;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let io = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut conn = super::conn::Conn::new(io, start + Duration::from_millis(10));
+    // The first exchange's deadline registers the timer, which fires
+    // while the connection is between requests.
+    assert!(
+        poll_fn(|cx| Poll::Ready(conn.poll_expired(cx)))
+            .await
+            .is_pending()
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The next exchange's instant is later: the timer waits for it.
+    conn.arm(start + Duration::from_millis(100));
+    assert!(
+        poll_fn(|cx| Poll::Ready(conn.poll_expired(cx)))
+            .await
+            .is_pending()
+    );
+    poll_fn(|cx| conn.poll_expired(cx)).await;
+    assert!(start.elapsed() >= Duration::from_millis(100));
+    // A sooner instant (a gRPC call's deadline) moves the timer sooner.
+    let now = Instant::now();
+    conn.arm(now + Duration::from_secs(60));
+    conn.arm(now + Duration::from_millis(5));
+    poll_fn(|cx| conn.poll_expired(cx)).await;
+    assert!(now.elapsed() < Duration::from_secs(60));
 }

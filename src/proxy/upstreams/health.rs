@@ -35,7 +35,8 @@ pub fn spawn(balancer: &Arc<Balancer>, https: Option<UpstreamClient>) {
             let eps = b.endpoints();
             let (bal, client, timeout) = (&b, https.as_ref(), health.timeout);
             let checks = eps.list.iter().map(|e| async move {
-                let passed = tokio::time::timeout(timeout, check(bal, e, client))
+                let until = tokio::time::Instant::now() + timeout;
+                let passed = tokio::time::timeout_at(until, check(bal, e, client, until))
                     .await
                     .unwrap_or(false);
                 (e, passed)
@@ -54,8 +55,13 @@ pub fn spawn(balancer: &Arc<Balancer>, https: Option<UpstreamClient>) {
     });
 }
 
-/// One check of `e`.
-async fn check(b: &Balancer, e: &Endpoint, https: Option<&UpstreamClient>) -> bool {
+/// One check of `e`, answered by `until`.
+async fn check(
+    b: &Balancer,
+    e: &Endpoint,
+    https: Option<&UpstreamClient>,
+    until: tokio::time::Instant,
+) -> bool {
     let Some(health) = &b.config.health else {
         return true;
     };
@@ -68,9 +74,11 @@ async fn check(b: &Balancer, e: &Endpoint, https: Option<&UpstreamClient>) -> bo
     let status = match (&e.state.conns, https) {
         (Some(conns), _) => {
             *req.uri_mut() = Uri::from(health.path.clone());
-            match conns.send(&mut req, false).await {
+            match conns.send(&mut req, false, until).await {
                 Ok(res) => res.status(),
-                Err(SendError::Connect(_) | SendError::Failed(_)) => return false,
+                Err(SendError::Connect(_) | SendError::Failed(_) | SendError::Expired) => {
+                    return false;
+                }
             }
         }
         (None, Some(client)) => {

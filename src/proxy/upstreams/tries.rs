@@ -116,25 +116,22 @@ pub async fn send(
     let mut in_flight = Some(InFlight::start(&e));
     let miss = match &e.state.conns {
         Some(conns) => {
-            // Pinned where it is made: the timeout holds a pointer to it,
-            // and the future is not moved again. It borrows the request,
-            // which stays here for a try after it (see `KeepAlive::send`):
-            // no copy is made for a retry that rarely comes.
-            let send = std::pin::pin!(conns.send(req, may_retry));
             // Bounded from `sent`: no clock read of its own.
             let until = tokio::time::Instant::from_std(sent + bound);
-            let out = tokio::time::timeout_at(until, send).await;
+            // It borrows the request, which stays here for a try after it
+            // (see `KeepAlive::send`): no copy is made for a retry that
+            // rarely comes.
+            let out = conns.send(req, may_retry, until).await;
             // The answer is recorded where it lies and then moved once,
             // straight to the caller (matched by value, it would be moved
             // twice: out of `out`, then into the result). The count in
             // flight passes to the answer, or ends here on a miss.
-            if let (Ok(Ok(res)), Some(f)) = (&out, in_flight.take()) {
+            if let (Ok(res), Some(f)) = (&out, in_flight.take()) {
                 answer(answered, b, res, &e, f, 1, sent, sent);
             }
             match out {
-                Ok(Ok(res)) => return Ok(res),
-                Ok(Err(err)) => missed(err),
-                Err(_) => Miss::Failed(GatewayError::UpstreamTimeout(bound)),
+                Ok(res) => return Ok(res),
+                Err(err) => missed(err, bound),
             }
         }
         None => no_client(&cfg.targets[e.target]),
@@ -391,12 +388,13 @@ fn no_client(target: &PoolTarget) -> Miss {
     Miss::Unsent(format!("{}: no client for this target", target.url), true)
 }
 
-/// How a try on a target's own connections missed.
-fn missed(err: SendError) -> Miss {
+/// How a try on a target's own connections, bounded by `bound`, missed.
+fn missed(err: SendError, bound: Duration) -> Miss {
     match err {
         // The request is the caller's again.
         SendError::Connect(message) => Miss::Unsent(message, true),
         SendError::Failed(err) => Miss::Failed(failed(&*err, None)),
+        SendError::Expired => Miss::Failed(GatewayError::UpstreamTimeout(bound)),
     }
 }
 
@@ -482,11 +480,13 @@ async fn one_try(
     bound: Duration,
 ) -> Try {
     match (&e.state.conns, https) {
-        (Some(conns), _) => match tokio::time::timeout(bound, conns.send(req, keep)).await {
-            Ok(Ok(res)) => Ok(res),
-            Ok(Err(err)) => Err(missed(err)),
-            Err(_) => Err(Miss::Failed(GatewayError::UpstreamTimeout(bound))),
-        },
+        (Some(conns), _) => {
+            let until = tokio::time::Instant::now() + bound;
+            conns
+                .send(req, keep, until)
+                .await
+                .map_err(|err| missed(err, bound))
+        }
         (None, Some(client)) => {
             // hyper's general client takes the request; a copy stays for
             // the next try.
