@@ -14,13 +14,13 @@ the defaults otherwise) instead of one URL,
 `sample_ratio: 1`, spans posted to an OTLP/HTTP collector started here
 that answers 200; the export thread's work is counted too), `sampled`
 the same at `sample_ratio: 0.01`.
-`HTTP1=native` in the environment serves clients with the native HTTP/1.1
-server (`server: { http1: native }`); unset, or `HTTP1=hyper`, with hyper's.
+`HTTP1=hyper` in the environment serves clients with hyper's HTTP/1.1
+(`server: { http1: hyper }`); unset, or `HTTP1=native`, with the native
+server, the default.
 One client connection sends requests one after another (as `wrk -t1
 -c1`); after a warm-up, `callgrind_control --zero`, N requests (default
 2000), `callgrind_control --dump`: the whole process's instructions
-divided by N. Needs valgrind, and redis-server for `redis`. With
-HTTP1=native in the environment the gateway runs `server: { http1: native }`.
+divided by N. Needs valgrind, and redis-server for `redis`.
 See docs/performance.md."""
 import os, socket, subprocess, sys, time, threading, glob, re, tempfile
 BIN, MODE = os.path.abspath(sys.argv[1]), sys.argv[2]
@@ -88,9 +88,7 @@ if MODE in ("traced", "sampled"):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     ratio = 1 if MODE == "traced" else 0.01
     tracing = "tracing: { otlp_endpoint: \"http://127.0.0.1:%d\", sample_ratio: %s }" % (cp, ratio)
-server = ""
-if os.environ.get("HTTP1", "hyper") != "hyper":
-    server = "server: { http1: %s }\n" % os.environ["HTTP1"]
+server = "server: { http1: %s }\n" % os.environ.get("HTTP1", "native")
 cfg = f"""listen: 127.0.0.1:{gw}
 {server}{store}
 {pools}{tracing}
@@ -138,4 +136,4 @@ for f in files:
     for line in open(f, errors="ignore"):
         if line.startswith("summary:") or line.startswith("totals:"):
             tot = int(line.split()[1])
-print(MODE, os.environ.get("HTTP1", "hyper"), codes, "Ir/request", round(tot / N) if tot else None, d)
+print(MODE, os.environ.get("HTTP1", "native"), codes, "Ir/request", round(tot / N) if tot else None, d)

@@ -66,9 +66,10 @@ fi
 cargo test --all-targets "$@"
 
 # The edge's contract and the crates whose gateways serve clients over
-# HTTP/1.1 a second time with the native HTTP/1.1 server (server.http1:
-# native) serving every test gateway. The Redis crate is left to the
-# default pass: its gateways' HTTP/1.1 is what the other crates cover, and
-# its failover tests take minutes.
-TOLLGATE_TEST_HTTP1=native cargo test --test edge --test target --test gateway --test tls \
+# HTTP/1.1 a second time with hyper's HTTP/1.1 server and client
+# (server.http1: hyper, which an operator can go back to) serving every
+# test gateway. The Redis crate is left to the default pass: its gateways'
+# HTTP/1.1 is what the other crates cover, and its failover tests take
+# minutes.
+TOLLGATE_TEST_HTTP1=hyper cargo test --test edge --test target --test gateway --test tls \
     --test limits --test pools --test callers --test operations --test grpc --test browsers "$@"

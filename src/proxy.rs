@@ -264,25 +264,7 @@ impl Forwarder {
         });
         let sent = match conns {
             Some(conns) => {
-                // A connection of its own is told the path, not the URI
-                // (which `rewrite_for_native` leaves so).
-                if req.uri().authority().is_some() {
-                    let pq = req.uri().path_and_query().cloned();
-                    let mut parts = http::uri::Parts::default();
-                    parts.path_and_query =
-                        Some(pq.unwrap_or_else(|| PathAndQuery::from_static("/")));
-                    if let Ok(uri) = Uri::from_parts(parts) {
-                        *req.uri_mut() = uri;
-                    }
-                }
-                // The forwarding fields as text come with the client's
-                // one `Host` in the map.
-                if req.body().forwarding_fields().is_none()
-                    && !req.headers().contains_key(HOST)
-                    && let Ok(h) = HeaderValue::from_str(conns.authority().as_str())
-                {
-                    req.headers_mut().insert(HOST, h);
-                }
+                addressed_to_connection(&mut req, conns);
                 if conns.is_native() {
                     // The connections bound the wait themselves: no timer
                     // is made for this request.
@@ -336,6 +318,26 @@ impl Forwarder {
             strip_hop_by_hop(res.headers_mut());
             res
         })
+    }
+}
+
+/// `req` as a connection of its own to `conns`' upstream is told it: the
+/// path, not the URI (which `rewrite_for_native` leaves so), and a `Host`
+/// when the forwarding fields as text do not come with the client's one.
+fn addressed_to_connection(req: &mut Request<UpstreamBody>, conns: &KeepAlive) {
+    if req.uri().authority().is_some() {
+        let pq = req.uri().path_and_query().cloned();
+        let mut parts = http::uri::Parts::default();
+        parts.path_and_query = Some(pq.unwrap_or_else(|| PathAndQuery::from_static("/")));
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+    }
+    if req.body().forwarding_fields().is_none()
+        && !req.headers().contains_key(HOST)
+        && let Ok(h) = HeaderValue::from_str(conns.authority().as_str())
+    {
+        req.headers_mut().insert(HOST, h);
     }
 }
 

@@ -28,10 +28,11 @@ pub struct ServerSettings {
 /// `server.http1`: the HTTP/1.1 implementation on both sides of the proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Http1 {
-    /// hyper's server and client connections.
-    #[default]
+    /// hyper's server and client connections, kept so that an operator
+    /// can go back without a rebuild.
     Hyper,
     /// tollgate's own, one buffer each way per connection.
+    #[default]
     Native,
 }
 

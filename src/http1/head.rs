@@ -186,10 +186,9 @@ fn fields_of(
     let (mut is_cl, mut is_te, mut te_chunked) = (false, false, false);
     let mut expect_continue = false;
     let mut wants_upgrade = method == Method::CONNECT;
-    // Room for the fields the gateway adds on its way to the upstream
-    // (request id, forwarding fields, `Host`), so that the map is not
-    // grown, and rehashed, while the request is handled; a map the
-    // thread keeps when it has that room.
+    // Room for the fields the gateway adds upstream (request id, forwarding
+    // fields, `Host`), so the map is not grown and rehashed on the way: one
+    // the thread keeps, when it has that room.
     let mut headers = super::spare::header_map(spans.len() + ADDED_FIELDS);
     for &(name, value) in spans {
         let Ok(name) = HeaderName::from_bytes(&head[name.0..name.0 + name.1]) else {

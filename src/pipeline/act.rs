@@ -134,6 +134,22 @@ fn rewrite(
     .map_err(|e| GatewayError::UpstreamFailed(e.to_string()))
 }
 
+/// Whether tollgate's own client writes the head from the request as the
+/// rewrite leaves it: its connections carry it, and nothing changes its
+/// headers before.
+fn writes_own_head(
+    gw: &Gateway,
+    route: &CompiledRoute,
+    balancer: Option<&Balancer>,
+    conns: Option<&proxy::KeepAlive>,
+) -> bool {
+    let own = match balancer {
+        Some(b) => gw.forwarder.native_pool(&b.config),
+        None => conns.is_some_and(proxy::KeepAlive::is_native),
+    };
+    own && route.route.request_headers.is_none()
+}
+
 async fn forward(
     gw: &Gateway,
     rt: &Snapshot,
@@ -162,13 +178,7 @@ async fn forward(
         Some(_) => None,
         None => rt.keep_alive.get(route.index).and_then(Option::as_deref),
     };
-    // tollgate's own client writes the head from the request as the
-    // rewrite leaves it, when nothing changes its headers before.
-    let native = match balancer {
-        Some(b) => gw.forwarder.native_pool(&b.config),
-        None => conns.is_some_and(proxy::KeepAlive::is_native),
-    } && route.route.request_headers.is_none()
-        && upgrade.is_none();
+    let native = writes_own_head(gw, route, balancer, conns) && upgrade.is_none();
     let forwarding = rewrite(cfg, &mut req, up, peer, native)?;
     if let Some(rules) = &route.route.request_headers {
         proxy::rules::apply(rules, req.headers_mut());

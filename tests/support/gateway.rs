@@ -457,7 +457,7 @@ pub async fn start_connected(
     started
 }
 
-/// `TOLLGATE_TEST_HTTP1=native` (or `hyper`) serves every test gateway
+/// `TOLLGATE_TEST_HTTP1=hyper` (or `native`) serves every test gateway
 /// with that HTTP/1.1 server, whatever its YAML says, so that one suite
 /// holds both servers to the same contract (scripts/test.sh runs the edge
 /// crates both ways).
