@@ -243,16 +243,11 @@ impl Forwarder {
         sent: Instant,
     ) -> Result<Response<Received>, GatewayError> {
         let count = req.extensions().get::<BodyBytes>().cloned();
-        // When the head must have come, and the call's budget when its
-        // deadline is what says so.
-        let timeout = sent
-            .checked_add(upstream.timeout)
-            .unwrap_or_else(|| sent + FAR_FUTURE);
-        let (until, deadline) = match req.extensions().get::<Deadline>() {
-            Some(d) if d.at < timeout => (d.at, Some(d.budget)),
-            _ => (timeout, None),
-        };
-        let until = tokio::time::Instant::from_std(until);
+        let (bound, deadline) = bound(upstream, sent, req.extensions().get::<Deadline>());
+        // When the head must have come.
+        let until = tokio::time::Instant::from_std(
+            sent.checked_add(bound).unwrap_or_else(|| sent + FAR_FUTURE),
+        );
         let expired = || match deadline {
             Some(budget) => GatewayError::DeadlineExceeded(budget),
             None => GatewayError::UpstreamTimeout(upstream.timeout),
@@ -321,6 +316,21 @@ impl Forwarder {
     }
 }
 
+/// How long from `sent` an upstream's answer head may take: `upstream`'s
+/// timeout, or what is left of a gRPC call's `deadline` when that comes
+/// first, with the call's budget to name in its error.
+fn bound(
+    upstream: &Upstream,
+    sent: Instant,
+    deadline: Option<&Deadline>,
+) -> (Duration, Option<Duration>) {
+    let left = deadline.map(|d| (d.at.saturating_duration_since(sent), d.budget));
+    match left {
+        Some((left, budget)) if left < upstream.timeout => (left, Some(budget)),
+        _ => (upstream.timeout, None),
+    }
+}
+
 /// `req` as a connection of its own to `conns`' upstream is told it: the
 /// path, not the URI (which `rewrite_for_native` leaves so), and a `Host`
 /// when the forwarding fields as text do not come with the client's one.
@@ -374,21 +384,13 @@ impl Forwarder {
         // A gRPC call's deadline, as `send` keeps it: only `https://` and
         // `h2c://` targets (those with a client here) speak HTTP/2, which
         // gRPC needs, so a pool of `http://` targets does not look.
-        let (timeout, deadline) = match client
-            .as_ref()
-            .and_then(|_| req.extensions().get::<Deadline>())
-        {
-            Some(d) => {
-                // The tries count from `sent`.
-                let left = d.at.saturating_duration_since(sent);
-                if left < upstream.timeout {
-                    (left, Some(d.budget))
-                } else {
-                    (upstream.timeout, None)
-                }
-            }
-            None => (upstream.timeout, None),
-        };
+        let (timeout, deadline) = bound(
+            upstream,
+            sent,
+            client
+                .as_ref()
+                .and_then(|_| req.extensions().get::<Deadline>()),
+        );
         let mut req = req.map(|b| {
             UpstreamBody::new(b, max_body)
                 .counting(count)
