@@ -190,13 +190,31 @@ pub fn apply(
     outcomes: Option<&[Standing]>,
     now_ms: u64,
 ) {
-    let single = match mode {
-        HeaderMode::None => return,
-        HeaderMode::Ietf => None,
-        HeaderMode::Github | HeaderMode::Legacy => {
-            outcomes.and_then(|o| closest(limits, allowed, o))
+    match mode {
+        HeaderMode::None => {}
+        HeaderMode::Ietf => {
+            apply_to(mode, policy, limits, outcomes, |name, value| {
+                headers.insert(name.clone(), value);
+            });
         }
-    };
+        HeaderMode::Github | HeaderMode::Legacy => {
+            apply_single(mode, headers, limits, allowed, outcomes, now_ms);
+        }
+    }
+}
+
+/// [`apply`]'s single-limit sets, `github` and `legacy`: kept out of the
+/// IETF fields' code, which every answer of the default runs.
+#[inline(never)]
+fn apply_single(
+    mode: HeaderMode,
+    headers: &mut HeaderMap,
+    limits: &[Limit],
+    allowed: bool,
+    outcomes: Option<&[Standing]>,
+    now_ms: u64,
+) {
+    let single = outcomes.and_then(|o| closest(limits, allowed, o));
     if let Some((limit, remaining, t_ms)) = single {
         let q = limit.limit.get();
         if mode == HeaderMode::Github {
@@ -218,11 +236,7 @@ pub fn apply(
             headers.insert(LEGACY_REMAINING.clone(), HeaderValue::from(remaining));
             headers.insert(LEGACY_RESET.clone(), HeaderValue::from(ceil_secs(t_ms)));
         }
-        return;
     }
-    apply_to(mode, policy, limits, outcomes, |name, value| {
-        headers.insert(name.clone(), value);
-    });
 }
 
 /// The IETF fields in `mode`, each handed to `put`: [`apply`] inserts

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use http::{HeaderValue, Method};
 
-use crate::config::{BodyField, Config, KeySource, Limit, PathMatch, Plan, Route};
+use crate::config::{BodyField, Config, KeySource, KeySpec, Limit, PathMatch, Plan, Route};
 use crate::headers;
 use crate::store::keys;
 
@@ -260,7 +260,22 @@ fn key_suffix(config: &Config, route: &str, limit: &Limit) -> keys::KeySuffix {
         (None, Some(_)) => keys::concurrency_suffix(route, &limit.name),
         (None, None) => keys::limit_suffix(route, &limit.name, limit.algorithm),
     };
-    keys::KeySuffix::new(&config.store.prefix, text)
+    // Counted in process and keyed by the client IP alone: the limit's
+    // number and the address, no text (`StoreKey::Address`). A share's
+    // key, a concurrency slot's and a `sync` limit's are written out, as
+    // every key Redis sees is.
+    let by_address = config.store.redis.is_none()
+        && limit.share.is_none()
+        && limit.concurrency.is_none()
+        && limit.sync.is_none()
+        && is_ip_alone(&limit.key);
+    keys::KeySuffix::new(&config.store.prefix, text, by_address)
+}
+
+/// Whether `spec` is the client IP alone (`key: ip`), whose identity
+/// `identity::write_key` writes as `ip=<net>`.
+fn is_ip_alone(spec: &KeySpec) -> bool {
+    matches!(&spec.parts[..], [chain] if matches!(&chain[..], [KeySource::Ip]))
 }
 
 /// `want` is lower-case; `*.example.com` matches any subdomain (not the apex).

@@ -191,10 +191,16 @@ impl Limiter {
     }
 
     /// Decides in process, timing the call when the metrics are exported.
+    #[inline]
     fn decide_memory(&self, now_ms: u64, requests: &[LimitRequest]) -> Answer {
         if !self.timed {
             return self.memory.decide_now(now_ms, requests);
         }
+        self.decide_memory_timed(now_ms, requests)
+    }
+
+    /// [`decide_memory`](Self::decide_memory) timed.
+    fn decide_memory_timed(&self, now_ms: u64, requests: &[LimitRequest]) -> Answer {
         let start = std::time::Instant::now();
         let d = self.memory.decide_now(now_ms, requests);
         self.metrics

@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn a_denials_identity_is_read_from_a_text_key_only() {
-        let suffixes = [KeySuffix::new("tg:", ":app:per_ip".to_owned())];
+        let suffixes = [KeySuffix::new("tg:", ":app:per_ip".to_owned(), true)];
         let key = |digest| {
             let mut scratch = String::new();
             keys::counter_key("tg:", digest, &suffixes[0], &mut scratch, |out| {

@@ -156,7 +156,9 @@ pub struct BodyEnd<'a> {
 }
 
 /// What the settled limits of a request reserved, when some consumed;
-/// `None` (and nothing allocated) on routes without settled limits.
+/// `None` (and nothing allocated, no call made) on routes without
+/// settled limits.
+#[inline]
 pub fn pending(
     limits: &[Limit],
     requests: &[LimitRequest],
@@ -167,6 +169,17 @@ pub fn pending(
     if limits.iter().all(|l| l.settle.is_none()) {
         return None;
     }
+    reserved(limits, requests, decision, now_ms, metrics)
+}
+
+/// [`pending`] of a route with settled limits.
+fn reserved(
+    limits: &[Limit],
+    requests: &[LimitRequest],
+    decision: &Decision,
+    now_ms: u64,
+    metrics: Option<&RouteMetrics>,
+) -> Option<Reservations> {
     let Decision::Decided(d) = decision else {
         return None;
     };

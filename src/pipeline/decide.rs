@@ -32,7 +32,7 @@ use super::exchange::{CheckedLimits, Exchange, Identities};
 use super::exempt;
 use super::overrides::{self, Applied};
 use crate::clock::Clock;
-use crate::config::{Config, KeySource, KeySpec, Limit, PlansFrom};
+use crate::config::{Config, Limit, PlansFrom};
 use crate::decision::limiter::Limiter;
 use crate::decision::overrides::{CallerOverrides, Override};
 use crate::decision::record::{self, KeyText};
@@ -570,7 +570,9 @@ pub(super) async fn plan(
 
 /// [`plan`] when it needs no lookup: the route has no plans, an
 /// override names the plan, or the plan comes from a claim or a header;
-/// `None` when the API key's plan is to be looked up.
+/// `None` when the API key's plan is to be looked up. Inlined: on a route
+/// without plans it is one check, and no call.
+#[inline]
 fn plan_now(
     d: &Deciding<'_>,
     route: &CompiledRoute,
@@ -580,6 +582,16 @@ fn plan_now(
     if route.plan_views.is_empty() {
         return Some(Ok(None));
     }
+    plan_chosen(d, route, caller, chosen)
+}
+
+/// [`plan_now`] on a route whose limits come from plans.
+fn plan_chosen(
+    d: &Deciding<'_>,
+    route: &CompiledRoute,
+    caller: &Caller<'_>,
+    chosen: Option<Arc<str>>,
+) -> Option<Result<Option<Arc<LimitView>>, GatewayError>> {
     // An override's plan comes before the Redis hash and the file's keys.
     let choice = match (chosen, &d.config.plans_from) {
         (Some(p), _) if route.plan_views.contains_key(&p) => PlanChoice::Plan(p),
@@ -640,34 +652,22 @@ fn push_requests(
     caller: &Caller<'_>,
     content_length: Option<u64>,
 ) {
-    let digest = cfg.store.digest_keys();
-    let in_process = cfg.store.redis.is_none();
     let mut scratch = String::new();
     // Pushed one by one: collecting into a `SmallVec` through its
     // `Extend` costs more.
     for (l, suffix) in limits.iter().zip(suffixes) {
         let key = match suffix.id() {
-            // Counted in process and keyed by the client IP alone: the
-            // limit's number and the address, no text (`StoreKey`). A
-            // share's key, a concurrency slot's and a `sync` limit's are
-            // written out, as every key Redis sees is.
-            Some(limit)
-                if in_process
-                    && l.share.is_none()
-                    && l.concurrency.is_none()
-                    && l.sync.is_none()
-                    && is_ip_alone(&l.key) =>
-            {
-                StoreKey::Address {
-                    limit,
-                    net: caller.ip,
-                }
-            }
+            // Numbered when the route was compiled: counted in process by
+            // the client IP alone.
+            Some(limit) => StoreKey::Address {
+                limit,
+                net: caller.ip,
+            },
             // A share's identity is always a digest: its key must not
             // depend on `readable_keys` (see `keys::is_share`).
-            _ => StoreKey::Text(keys::counter_key(
+            None => StoreKey::Text(keys::counter_key(
                 &cfg.store.prefix,
-                digest || l.share.is_some(),
+                cfg.store.digest_keys() || l.share.is_some(),
                 suffix,
                 &mut scratch,
                 |out| identity::write_key(out, &l.key, caller),
@@ -682,12 +682,6 @@ fn push_requests(
             mode: mode(l, route),
         });
     }
-}
-
-/// Whether `spec` is the client IP alone (`key: ip`), whose identity
-/// `identity::write_key` writes as `ip=<net>`.
-fn is_ip_alone(spec: &KeySpec) -> bool {
-    matches!(&spec.parts[..], [chain] if matches!(&chain[..], [KeySource::Ip]))
 }
 
 /// How limit `l` of `route` is asked: shadow when either says so; a

@@ -101,8 +101,16 @@ impl Exchange {
 
     /// The caller the decision phase found: its kind, and for a replayable
     /// access log its client IP and digest.
+    #[inline]
     pub(super) fn identified(&mut self, caller: &Caller<'_>) {
         self.identity = IdentityKind::of(caller);
+        if self.recording.is_some() {
+            self.recorded(caller);
+        }
+    }
+
+    /// [`identified`](Self::identified)'s replay fields.
+    fn recorded(&mut self, caller: &Caller<'_>) {
         if let Some(r) = &mut self.recording {
             r.client = Some(caller.ip.addr());
             r.caller = caller_digest(caller);

@@ -25,6 +25,7 @@ pub enum Applied {
 }
 
 /// The plan a whole-caller override serves `found`'s caller by.
+#[inline]
 pub fn plan(found: &[Override]) -> Option<Arc<str>> {
     found
         .iter()
@@ -33,7 +34,9 @@ pub fn plan(found: &[Override]) -> Option<Arc<str>> {
 }
 
 /// `view` (the plan's, or the route's own when `None`) with `found`'s
-/// overrides applied.
+/// overrides applied. Inlined: most callers have no override, and their
+/// requests then make no call.
+#[inline]
 pub fn apply(
     cfg: &Config,
     route: &CompiledRoute,
@@ -43,6 +46,16 @@ pub fn apply(
     if found.is_empty() {
         return Applied::Limits(view);
     }
+    apply_found(cfg, route, view, found)
+}
+
+/// [`apply`] of a caller with overrides.
+fn apply_found(
+    cfg: &Config,
+    route: &CompiledRoute,
+    view: Option<Arc<LimitView>>,
+    found: &[Override],
+) -> Applied {
     if found.iter().any(|o| o.limit.is_none() && o.exempt) {
         return Applied::Exempt;
     }

@@ -30,8 +30,8 @@ use crate::limit::key::limit_id;
 pub use crate::limit::key::StoreKey;
 
 /// A limit's key suffix ([`limit_suffix`], [`share_suffix`], or their
-/// digest) and the number that names it with the store's prefix in a
-/// [`StoreKey::Address`].
+/// digest) and, for a limit whose counters are a [`StoreKey::Address`],
+/// the number that names it with the store's prefix there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeySuffix {
     text: String,
@@ -39,9 +39,10 @@ pub struct KeySuffix {
 }
 
 impl KeySuffix {
-    /// `text` after `prefix`'s identities, numbered ([`limit_id`]).
-    pub fn new(prefix: &str, text: String) -> Self {
-        let id = limit_id(prefix, &text);
+    /// `text` after `prefix`'s identities; numbered ([`limit_id`]) when
+    /// `by_address`: its limit is counted by client IP alone in process.
+    pub fn new(prefix: &str, text: String, by_address: bool) -> Self {
+        let id = by_address.then(|| limit_id(prefix, &text)).flatten();
         Self { text, id }
     }
 
@@ -52,7 +53,9 @@ impl KeySuffix {
         Self { text, id: self.id }
     }
 
-    /// The number of the prefix and this suffix, if it has one.
+    /// The number of the prefix and this suffix, when its limit's
+    /// counters are a [`StoreKey::Address`]: worked out once, when the
+    /// route is compiled, not asked of the limit per request.
     pub fn id(&self) -> Option<u32> {
         self.id
     }
