@@ -16,6 +16,7 @@ the median over rounds; the verdict is the median over layouts.
 
     python3 benches/layer_layouts.py [--layouts 6] [--rounds 2] [--time 2]
     python3 benches/layer_layouts.py --no-build   # the last build's object
+    python3 benches/layer_layouts.py --rounds 0 --work DIR   # build and link only
 
 Needs the Rust toolchain's `rust-lld` (shipped with rustup's toolchains)
 and a C compiler driver (`cc`) to call it.
@@ -27,6 +28,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -65,13 +67,17 @@ def build(work):
     print("building:", " ".join(cmd), flush=True)
     out = subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout
     line = next(l for l in out.splitlines() if '"-o"' in l)
-    with open(os.path.join(work, "link.txt"), "w") as f:
-        f.write(line)
-    # The bitcode save-temps leaves is some hundreds of MB and read by nothing here.
     args = shlex.split(line)
     obj = next(a for a in args if a.endswith(".rcgu.o"))
+    # The bitcode save-temps leaves is some hundreds of MB and read by nothing here.
     for bc in glob.glob(obj[: -len(".o")] + "*.bc"):
         os.remove(bc)
+    # The object is kept with the layouts: the next build writes over it.
+    kept = os.path.join(work, "layer.o")
+    shutil.move(obj, kept)
+    args = [kept if a == obj else a for a in args]
+    with open(os.path.join(work, "link.txt"), "w") as f:
+        f.write(shlex.join(args))
     return args
 
 
@@ -132,6 +138,9 @@ def main():
         out = os.path.join(a.work, f"layer-{seed}")
         link(args, out, seed)
         binaries.append(out)
+    if a.rounds == 0:
+        print("linked:", " ".join(binaries))
+        return
     over = {b: {k: [] for k, _ in ROWS[1:]} for b in binaries}
     for r in range(a.rounds):
         for b in binaries:
