@@ -35,6 +35,12 @@
 //! itself, and the inner service called there: the answer's future
 //! ([`ResponseFuture`]) is then the inner service's with the decision
 //! beside it for the headers, not a boxed future of the whole exchange.
+//! Where the in-process store alone answers the limits (no plan,
+//! `exempt:`, override, body, shadow, delay, slot, `sync` or settled
+//! cost), an admitted request takes only the part of the phase it would
+//! reach: its caller, its limit requests and the store's answer
+//! ([`decide::alone::admitted_at_once`]); a refused one goes through the
+//! whole phase.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -235,12 +241,16 @@ impl Builder {
         } else {
             Sources::ALL
         };
+        let body = BodyUse::of(&route);
+        let store_alone =
+            at_once && !body.any() && decide::alone::answered_by_store(&route, &limiter);
         Ok(RateLimitLayer {
             core: Arc::new(Core {
                 at_once,
+                store_alone,
                 sources,
                 config,
-                body: BodyUse::of(&route),
+                body,
                 body_budget: PeekBudget::new(crate::pipeline::gateway::BODY_BUDGET),
                 route,
                 plans,
@@ -269,6 +279,9 @@ struct Core {
     /// Whether a decision may be made at once, in `call` (in process,
     /// without slots or delays; a plan looked up still waits).
     at_once: bool,
+    /// Whether an admitted request needs only its limit requests and the
+    /// in-process store's answer ([`decide::alone::answered_by_store`]).
+    store_alone: bool,
     /// Request-body bytes read for the limits, held at once by the
     /// layer's services together (the gateway's `BODY_BUDGET`).
     body_budget: PeekBudget,
@@ -312,8 +325,14 @@ impl Core {
     /// ([`refused`](Self::refused)).
     #[inline]
     fn exchange<B>(&self, head: &Request<B>) -> Exchange {
-        let peer = (self.peer)(head.extensions()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-        Exchange::new(head.method().clone(), peer)
+        Exchange::new(head.method().clone(), self.peer_of(head))
+    }
+
+    /// The connection's address of request `head`, read from its
+    /// extensions; `0.0.0.0:0` where there is none.
+    #[inline]
+    fn peer_of<B>(&self, head: &Request<B>) -> SocketAddr {
+        (self.peer)(head.extensions()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
     /// The answer to request `head`, which the limits refused, with its
@@ -456,6 +475,20 @@ where
         }
         if !core.at_once {
             return ResponseFuture::boxed(limited(Arc::clone(core), inner, req));
+        }
+        if core.store_alone {
+            let peer = core.peer_of(&req).ip();
+            if let Some(checked) =
+                decide::alone::admitted_at_once(&core.deciding(), &core.route, &req, peer)
+            {
+                return ResponseFuture {
+                    kind: Kind::Called {
+                        checked: Some(checked),
+                        mode: core.config.headers,
+                        answer: inner.call(req),
+                    },
+                };
+            }
         }
         let mut ex = core.exchange(&req);
         let kind = match decide::decide_at_once(&core.deciding(), &core.route, &req, &mut ex) {

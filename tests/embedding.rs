@@ -423,6 +423,53 @@ fn from_peer() -> Request<Full<Bytes>> {
     req
 }
 
+/// The layer decides an admitted request to limits the in-process store
+/// alone answers without the rest of the decision phase: its answers must
+/// be the whole phase's. The same limits are asked of two layers, one of
+/// which also has an `exempt:` (naming nobody here), which takes every
+/// request through the whole phase; they must say the same, request by
+/// request, admitted and refused, for every algorithm and with two limits.
+#[tokio::test]
+async fn an_admitted_request_is_answered_as_the_whole_phase_would() {
+    for algorithm in ["sliding_window", "fixed_window", "sliding_log", "gcra"] {
+        let limits = format!(
+            "  - {{ name: per_ip, key: ip, limit: 4, window: 1m, algorithm: {algorithm} }}\n  \
+             - {{ name: burst, key: ip, limit: 3, window: 10s, algorithm: {algorithm}, cost: 1 }}\n"
+        );
+        let alone = tower::Layer::layer(&layer_of(&limits).await, echo_ok());
+        let whole = tower::Layer::layer(
+            &layer_of(&format!("{limits}exempt: {{ ips: [192.0.2.1/32] }}\n")).await,
+            echo_ok(),
+        );
+        for i in 0..6 {
+            let a = alone.clone().oneshot(from_peer()).await.unwrap();
+            let w = whole.clone().oneshot(from_peer()).await.unwrap();
+            let what = format!("{algorithm}, request {i}");
+            assert_eq!(a.status(), w.status(), "{what}");
+            assert_eq!(a.status() == StatusCode::OK, i < 3, "{what}");
+            for name in ["ratelimit", "ratelimit-policy", "retry-after"] {
+                assert_eq!(
+                    a.headers().get(name),
+                    w.headers().get(name),
+                    "{what}: {name}"
+                );
+            }
+        }
+    }
+}
+
+/// A service answering `ok`.
+fn echo_ok() -> impl tower::Service<
+    Request<LayerRequestBody<Full<Bytes>>>,
+    Response = http::Response<Full<Bytes>>,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone {
+    tower::service_fn(|_req: Request<LayerRequestBody<Full<Bytes>>>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
+    })
+}
+
 #[tokio::test]
 async fn a_cost_from_a_header_is_settled_when_the_inner_service_answers() {
     let layer = layer_of(

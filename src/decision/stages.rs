@@ -108,6 +108,11 @@ fn one_stage(decided: Result<crate::limit::Answer, Unanswered>, stage: Stage) ->
     }
 }
 
+/// The decision of enforced rate limits the store answered with `answer`.
+pub fn enforced(answer: crate::limit::Answer) -> Decision {
+    answered(answer, Stage::Enforced)
+}
+
 /// [`one_stage`] of a store's answer: taken as it is, not in a `Result`,
 /// which would be a copy of it.
 fn answered(d: crate::limit::Answer, stage: Stage) -> Decision {

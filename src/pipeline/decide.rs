@@ -18,6 +18,7 @@
 //! `act` hands to the response and the reservations the response settles.
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +52,8 @@ use crate::problem::GatewayError;
 use crate::routing::{CompiledRoute, LimitView};
 use crate::store::keys::{self, KeySuffix, StoreKey};
 use crate::top::TopOffenders;
+
+pub mod alone;
 
 /// A request's limit requests, one per limit: on the stack for the usual
 /// one or two.
@@ -209,27 +212,7 @@ fn begin<'r, B>(
     }
     let cfg = d.config;
     let now_ms = d.clock.now_ms();
-    let idc = IdentityConfig {
-        client_ip: &cfg.client_ip,
-        api_keys: &cfg.api_keys,
-        users: &cfg.users,
-        plans_from: &cfg.plans_from,
-    };
-    let read = if d.overrides.is_empty() {
-        d.sources
-    } else {
-        Sources::ALL
-    };
-    let mut caller = identity::caller_reading(idc, ex.peer.ip(), req.headers(), read);
-    // Each looked up in the extensions only where something reads it. The
-    // body's fields: the pipeline peeked the body before this phase
-    // ([`super::body`]), a replay took them from its log line.
-    if let Some(AppKey(key)) = read.user.then(|| req.extensions().get()).flatten() {
-        caller.user = Some(Cow::Borrowed(key.as_bytes()));
-    }
-    if !route.body_reads.is_empty() {
-        caller.body = req.extensions().get::<BodyFields>();
-    }
+    let caller = caller_of(d, route, req, ex.peer.ip());
     ex.identified(&caller);
     if let Purpose::Rehearse(ids) = purpose {
         ids.saw(&caller);
@@ -292,6 +275,39 @@ fn begin<'r, B>(
         view,
         requests,
     })
+}
+
+/// The caller of `req`, from `peer`, with the values the route's limits
+/// read (every one while overrides, which may name any, are set).
+fn caller_of<'r, B>(
+    d: &Deciding<'_>,
+    route: &CompiledRoute,
+    req: &'r Request<B>,
+    peer: IpAddr,
+) -> Caller<'r> {
+    let cfg = d.config;
+    let idc = IdentityConfig {
+        client_ip: &cfg.client_ip,
+        api_keys: &cfg.api_keys,
+        users: &cfg.users,
+        plans_from: &cfg.plans_from,
+    };
+    let read = if d.overrides.is_empty() {
+        d.sources
+    } else {
+        Sources::ALL
+    };
+    let mut caller = identity::caller_reading(idc, peer, req.headers(), read);
+    // Each looked up in the extensions only where something reads it. The
+    // body's fields: the pipeline peeked the body before this phase
+    // ([`super::body`]), a replay took them from its log line.
+    if let Some(AppKey(key)) = read.user.then(|| req.extensions().get()).flatten() {
+        caller.user = Some(Cow::Borrowed(key.as_bytes()));
+    }
+    if !route.body_reads.is_empty() {
+        caller.body = req.extensions().get::<BodyFields>();
+    }
+    caller
 }
 
 impl Later<'_> {
