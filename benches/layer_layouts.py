@@ -17,6 +17,7 @@ the median over rounds; the verdict is the median over layouts.
     python3 benches/layer_layouts.py [--layouts 6] [--rounds 2] [--time 2]
     python3 benches/layer_layouts.py --no-build   # the last build's object
     python3 benches/layer_layouts.py --rounds 0 --work DIR   # build and link only
+    python3 benches/layer_layouts.py --no-build --also DIR   # DIR's layouts in the same rounds
 
 Needs the Rust toolchain's `rust-lld` (shipped with rustup's toolchains)
 and a C compiler driver (`cc`) to call it.
@@ -127,20 +128,32 @@ def main():
     ap.add_argument("--time", type=float, default=2, help="criterion's measurement time per row (s)")
     ap.add_argument("--no-build", action="store_true", help="link the object of the last build again")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "tollgate-layouts"))
+    ap.add_argument(
+        "--also", action="append", default=[],
+        help="the work directory of another build (say, an earlier revision's) whose layouts run in the same rounds",
+    )
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     if a.no_build:
         args = shlex.split(open(os.path.join(a.work, "link.txt")).read())
     else:
         args = build(a.work)
-    binaries = []
+    builds = {a.work: []}
     for seed in range(a.layouts):
         out = os.path.join(a.work, f"layer-{seed}")
         link(args, out, seed)
-        binaries.append(out)
+        builds[a.work].append(out)
     if a.rounds == 0:
-        print("linked:", " ".join(binaries))
+        print("linked:", " ".join(builds[a.work]))
         return
+    for other in a.also:
+        other_args = shlex.split(open(os.path.join(other, "link.txt")).read())
+        builds[other] = []
+        for seed in range(a.layouts):
+            out = os.path.join(other, f"layer-{seed}")
+            link(other_args, out, seed)
+            builds[other].append(out)
+    binaries = [b for seed in range(a.layouts) for b in (builds[w][seed] for w in builds)]
     over = {b: {k: [] for k, _ in ROWS[1:]} for b in binaries}
     for r in range(a.rounds):
         for b in binaries:
@@ -149,25 +162,31 @@ def main():
             for k, _ in ROWS[1:]:
                 over[b][k].append(p[k] - p["bare"])
             print(
-                f"round {r + 1} {os.path.basename(b):9s} load {load:5s} bare {p['bare']:6.1f}  "
+                f"round {r + 1} {name(b):24s} load {load:5s} bare {p['bare']:6.1f}  "
                 + "  ".join(f"{k} +{p[k] - p['bare']:5.1f}" for k, _ in ROWS[1:]),
                 flush=True,
             )
-    print("\noverhead per layout (ns, median of rounds):")
-    med = {k: [] for k, _ in ROWS[1:]}
-    for b in binaries:
-        m = {k: statistics.median(v) for k, v in over[b].items()}
-        for k in m:
-            med[k].append(m[k])
-        print(f"  {os.path.basename(b):9s} " + "  ".join(f"{k} +{m[k]:5.1f}" for k in m))
-    mid = {k: statistics.median(v) for k, v in med.items()}
-    print("median over layouts: " + "  ".join(f"{k} +{v:.1f}" for k, v in mid.items()))
-    for k in ("sliding", "gcra"):
-        wins = sum(1 for t, g in zip(med[k], med["governor-h"]) if t <= g)
-        print(
-            f"  tollgate {k} / governor with headers: {mid[k] / mid['governor-h']:.3f}"
-            f" (no slower in {wins} of {len(binaries)} layouts)"
-        )
+    for work, layouts in builds.items():
+        print(f"\n{work}: overhead per layout (ns, median of rounds):")
+        med = {k: [] for k, _ in ROWS[1:]}
+        for b in layouts:
+            m = {k: statistics.median(v) for k, v in over[b].items()}
+            for k in m:
+                med[k].append(m[k])
+            print(f"  {os.path.basename(b):9s} " + "  ".join(f"{k} +{m[k]:5.1f}" for k in m))
+        mid = {k: statistics.median(v) for k, v in med.items()}
+        print("median over layouts: " + "  ".join(f"{k} +{v:.1f}" for k, v in mid.items()))
+        for k in ("sliding", "gcra"):
+            wins = sum(1 for t, g in zip(med[k], med["governor-h"]) if t <= g)
+            print(
+                f"  tollgate {k} / governor with headers: {mid[k] / mid['governor-h']:.3f}"
+                f" (no slower in {wins} of {len(layouts)} layouts)"
+            )
+
+
+def name(binary):
+    """A layout's name: its build's directory and its seed."""
+    return os.path.basename(os.path.dirname(binary)) + "/" + os.path.basename(binary)
 
 
 if __name__ == "__main__":

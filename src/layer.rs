@@ -61,6 +61,7 @@ use crate::decision::overrides::{self, CallerOverrides, Watcher};
 use crate::decision::shares;
 use crate::grpc;
 use crate::identity::{AppKey, Peer, Sources};
+use crate::pipeline::decide::alone::StoreAlone;
 use crate::pipeline::decide::{self, Deciding, Holdings, Purpose};
 use crate::pipeline::delay::Waiting;
 use crate::pipeline::exchange::CheckedLimits;
@@ -242,8 +243,9 @@ impl Builder {
             Sources::ALL
         };
         let body = BodyUse::of(&route);
-        let store_alone =
-            at_once && !body.any() && decide::alone::answered_by_store(&route, &limiter);
+        let store_alone = (at_once && !body.any())
+            .then(|| decide::alone::answered_by_store(&route, &limiter))
+            .flatten();
         Ok(RateLimitLayer {
             core: Arc::new(Core {
                 at_once,
@@ -281,7 +283,7 @@ struct Core {
     at_once: bool,
     /// Whether an admitted request needs only its limit requests and the
     /// in-process store's answer ([`decide::alone::answered_by_store`]).
-    store_alone: bool,
+    store_alone: Option<StoreAlone>,
     /// Request-body bytes read for the limits, held at once by the
     /// layer's services together (the gateway's `BODY_BUDGET`).
     body_budget: PeekBudget,
@@ -476,10 +478,11 @@ where
         if !core.at_once {
             return ResponseFuture::boxed(limited(Arc::clone(core), inner, req));
         }
-        if core.store_alone {
+        if let Some(alone) = &core.store_alone {
             let peer = core.peer_of(&req).ip();
+            let deciding = core.deciding();
             if let Some(checked) =
-                decide::alone::admitted_at_once(&core.deciding(), &core.route, &req, peer)
+                decide::alone::admitted_at_once(&deciding, &core.route, alone, &req, peer)
             {
                 return ResponseFuture {
                     kind: Kind::Called {

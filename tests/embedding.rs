@@ -428,13 +428,18 @@ fn from_peer() -> Request<Full<Bytes>> {
 /// be the whole phase's. The same limits are asked of two layers, one of
 /// which also has an `exempt:` (naming nobody here), which takes every
 /// request through the whole phase; they must say the same, request by
-/// request, admitted and refused, for every algorithm and with two limits.
+/// request, admitted and refused, for every algorithm and with two limits,
+/// counted by address and (a share's) by the key's text.
 #[tokio::test]
 async fn an_admitted_request_is_answered_as_the_whole_phase_would() {
-    for algorithm in ["sliding_window", "fixed_window", "sliding_log", "gcra"] {
+    let algorithms = ["sliding_window", "fixed_window", "sliding_log", "gcra"];
+    for (algorithm, share) in algorithms
+        .into_iter()
+        .flat_map(|a| [(a, ""), (a, ", share: burst")])
+    {
         let limits = format!(
             "  - {{ name: per_ip, key: ip, limit: 4, window: 1m, algorithm: {algorithm} }}\n  \
-             - {{ name: burst, key: ip, limit: 3, window: 10s, algorithm: {algorithm}, cost: 1 }}\n"
+             - {{ name: burst, key: ip, limit: 3, window: 10s, algorithm: {algorithm}, cost: 1{share} }}\n"
         );
         let alone = tower::Layer::layer(&layer_of(&limits).await, echo_ok());
         let whole = tower::Layer::layer(
@@ -444,7 +449,7 @@ async fn an_admitted_request_is_answered_as_the_whole_phase_would() {
         for i in 0..6 {
             let a = alone.clone().oneshot(from_peer()).await.unwrap();
             let w = whole.clone().oneshot(from_peer()).await.unwrap();
-            let what = format!("{algorithm}, request {i}");
+            let what = format!("{algorithm}{share}, request {i}");
             assert_eq!(a.status(), w.status(), "{what}");
             assert_eq!(a.status() == StatusCode::OK, i < 3, "{what}");
             for name in ["ratelimit", "ratelimit-policy", "retry-after"] {
