@@ -102,8 +102,16 @@ pub fn check(state: Tat, now: u64, limit: u64, window: u64, burst: u64, cost: u6
 fn div_rem(a: u128, b: u128) -> (u128, u128) {
     match (u64::try_from(a), u64::try_from(b)) {
         (Ok(a), Ok(b)) => (u128::from(a / b), u128::from(a % b)),
-        _ => (a / b, a % b),
+        _ => div_rem_wide(a, b),
     }
+}
+
+/// [`div_rem`] past 64 bits: out of line, so that the check's code every
+/// request runs is not spread around the two calls into the runtime.
+#[cold]
+#[inline(never)]
+fn div_rem_wide(a: u128, b: u128) -> (u128, u128) {
+    (a / b, a % b)
 }
 
 /// `a / b` rounded up (`b` > 0), as [`div_rem`] divides.
