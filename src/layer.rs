@@ -242,17 +242,15 @@ impl Builder {
         } else {
             Sources::ALL
         };
-        let body = BodyUse::of(&route);
-        let store_alone = (at_once && !body.any())
-            .then(|| decide::alone::answered_by_store(&route, &limiter))
-            .flatten();
+        // Its conditions hold `at_once`'s and leave the body unread.
+        let store_alone = decide::alone::answered_by_store(&route, &limiter);
         Ok(RateLimitLayer {
             core: Arc::new(Core {
                 at_once,
                 store_alone,
                 sources,
                 config,
-                body,
+                body: BodyUse::of(&route),
                 body_budget: PeekBudget::new(crate::pipeline::gateway::BODY_BUDGET),
                 route,
                 plans,
@@ -281,8 +279,9 @@ struct Core {
     /// Whether a decision may be made at once, in `call` (in process,
     /// without slots or delays; a plan looked up still waits).
     at_once: bool,
-    /// Whether an admitted request needs only its limit requests and the
-    /// in-process store's answer ([`decide::alone::answered_by_store`]).
+    /// Where an admitted request needs only its limit requests and the
+    /// in-process store's answer ([`decide::alone::answered_by_store`]):
+    /// what of them is known before the request.
     store_alone: Option<StoreAlone>,
     /// Request-body bytes read for the limits, held at once by the
     /// layer's services together (the gateway's `BODY_BUDGET`).

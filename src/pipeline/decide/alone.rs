@@ -60,22 +60,23 @@ pub fn answered_by_store(route: &CompiledRoute, limiter: &Limiter) -> Option<Sto
                 && l.sync.is_none()
                 && l.settle.is_none()
         });
-    let by_address = r
-        .limits
-        .iter()
-        .zip(&route.key_suffixes)
-        .map(|(l, suffix)| {
-            Some(ByAddress {
-                id: suffix.id()?,
-                limit: l.limit.get(),
-                window_ms: l.window_ms.get(),
-                cost: settle::reserve(l, r.cost, None, None),
-                algorithm: l.algorithm,
-                mode: mode(l, route),
+    alone.then(|| StoreAlone {
+        by_address: r
+            .limits
+            .iter()
+            .zip(&route.key_suffixes)
+            .map(|(l, suffix)| {
+                Some(ByAddress {
+                    id: suffix.id()?,
+                    limit: l.limit.get(),
+                    window_ms: l.window_ms.get(),
+                    cost: settle::reserve(l, r.cost, None, None),
+                    algorithm: l.algorithm,
+                    mode: mode(l, route),
+                })
             })
-        })
-        .collect();
-    alone.then_some(StoreAlone { by_address })
+            .collect(),
+    })
 }
 
 /// The decision of `req` (from `peer`) to a route [`answered_by_store`]
